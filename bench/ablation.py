@@ -1,0 +1,102 @@
+"""Ablations: named lists of cells, each run in its own process with the same seed and config except
+its switches; one folder per cell plus ablation.json.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import multiprocessing as mp
+from pathlib import Path
+
+from rlbench import schema
+from rlbench.config import RunConfig, with_overrides
+from rlbench.errors import UserError
+
+SYNC = {"schedule": "sync"}
+ASYNC = {"schedule": "periodic_async"}
+
+# name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
+ABLATIONS: dict[str, list[tuple[str, dict]]] = {
+    "async": [("sync", SYNC), ("periodic_async", ASYNC)],
+    "tri_model": [("sync", SYNC), ("sync+tri_model", {**SYNC, "tri_model": True}),
+                  ("periodic_async", ASYNC), ("periodic_async+tri_model", {**ASYNC, "tri_model": True})],
+    "shared_prompt": [("sync", SYNC), ("sync+shared_prompt", {**SYNC, "shared_prompt": True}),
+                      ("periodic_async", ASYNC),
+                      ("periodic_async+shared_prompt", {**ASYNC, "shared_prompt": True})],
+    "all": [("sync", SYNC), ("+periodic_async", ASYNC),
+            ("+tri_model", {**ASYNC, "tri_model": True}),
+            ("+shared_prompt", {**ASYNC, "tri_model": True, "shared_prompt": True}),
+            ("sync+tri_model", {**SYNC, "tri_model": True}),
+            ("sync+tri_model+shared_prompt", {**SYNC, "tri_model": True, "shared_prompt": True})],
+}
+ENGINE_OFF = {"tri_model": False, "shared_prompt": False}
+
+
+def cells_for(name: str, base: RunConfig) -> list[tuple[str, RunConfig]]:
+    if name == "none":
+        return [(base.engine.schedule, base)]
+    if name not in ABLATIONS:
+        raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
+    return [(cell, with_overrides(base, {"engine": {**ENGINE_OFF, **sw}})) for cell, sw in ABLATIONS[name]]
+
+
+def folder_name(cell: str) -> str:
+    return cell.replace("+", "plus_").strip("_") or "cell"
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path(root) / f"{stamp}-{name}"
+    i = 1
+    while path.exists():
+        path = Path(root) / f"{stamp}-{name}-{i}"
+        i += 1
+    path.mkdir(parents=True)
+    return path
+
+
+def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool) -> None:
+    import sys
+
+    from rlbench.runner import run_cell
+    try:
+        run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except BaseException as e:  # noqa: BLE001 - result already written with status failed
+        print(f"error in cell {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(3)
+
+
+def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = True) -> dict:
+    """Run every cell in its own process; returns the ablation record (also ablation.json)."""
+    cells = cells_for(name, base)
+    record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
+              "reference": cells[0][0],
+              "cells": [{"name": c, "dir": folder_name(c), "switches": _switches(cfg), "exit_code": None}
+                        for c, cfg in cells]}
+    schema.atomic_write_json(run_dir / schema.ABLATION, record)
+    ctx = mp.get_context("spawn")
+    for entry, (cell, cfg) in zip(record["cells"], cells):
+        proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
+                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
+        proc.start()
+        try:
+            proc.join()
+        except KeyboardInterrupt:
+            proc.join(30)  # the child got the same SIGINT and is saving its results
+            entry["exit_code"] = 130
+            schema.atomic_write_json(run_dir / schema.ABLATION, record)
+            raise
+        entry["exit_code"] = proc.exitcode
+        schema.atomic_write_json(run_dir / schema.ABLATION, record)
+        if proc.exitcode == 2:
+            raise UserError(f"cell {cell} rejected its input (see the error above)")
+    return record
+
+
+def _switches(cfg: RunConfig) -> dict:
+    e = cfg.engine
+    return {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt}

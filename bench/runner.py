@@ -1,0 +1,155 @@
+"""Run one cell (one engine configuration): setup -> iterations -> cleanup, writing results as it goes.
+
+An interrupted or failed cell still writes results.json with status "interrupted"/"failed" and every
+iteration it finished.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from rlbench import metrics, schema
+from rlbench.stages import Recorder, Stage, now
+from rlbench.writer import CellWriter
+
+
+def switches_of(cfg) -> dict:
+    e = cfg.engine
+    return {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt}
+
+
+class CellRun:
+    """State of one cell while it runs; `results()` is valid at any point."""
+
+    def __init__(self, cfg, folder: Path, name: str):
+        self.cfg, self.folder, self.name = cfg, Path(folder), name
+        self.writer = CellWriter(self.folder)
+        self.iterations: list[dict] = []
+        self.evals: list[dict] = []
+        self.rollout_stats: list[dict] = []
+        self.provenance: dict = {}
+        self.status, self.error = "running", None
+        self.t0 = now()
+        self.model_info: dict = {}
+
+    def results(self) -> dict:
+        return {
+            "schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": self.name,
+            "switches": switches_of(self.cfg), "config": self.cfg.model_dump(mode="json"),
+            "provenance": self.provenance, "status": self.status, "error": self.error,
+            "model": self.model_info, "iterations": self.iterations, "evals": self.evals,
+            "rollout_stats": self.rollout_stats,
+            "aggregates": metrics.aggregate(self.iterations, self.evals) if self.iterations else {},
+            "wall_s_total": now() - self.t0,
+        }
+
+    def save(self) -> Path:
+        return self.writer.results(self.results())
+
+
+def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
+    """Run one cell in this process; returns its results dict (also written to folder/results.json)."""
+    from rlbench import device as dev
+    from rlbench import provenance
+
+    run = CellRun(cfg, folder, name)
+    schedule = None
+    try:
+        device = dev.resolve(cfg.engine.device)
+        dataset, policy, tok = _setup_model(cfg, run, progress)
+        from rlbench.engines.factory import make_engine
+
+        schedule, eval_sampler = make_engine(cfg, policy, tok, run.t0, run.writer.event, device)
+        run.provenance = provenance.collect(device)
+        _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress)
+        run.status = "complete"
+    except KeyboardInterrupt:
+        run.status, run.error = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    except BaseException as e:
+        run.status, run.error = "failed", f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        if schedule is not None:
+            schedule.close()
+        run.save()
+        run.writer.close()
+    return run.results()
+
+
+def _setup_model(cfg, run: CellRun, progress: bool):
+    from rlbench.engines.data.source import load_dataset
+    from rlbench.engines.model.loader import load_policy
+
+    dataset = load_dataset(cfg.data, cfg.run.seed)
+    bar = _bar(cfg.model.warmstart_steps, f"{run.name}: warm-start (first run only)", progress)
+    policy, tok, info = load_policy(cfg, dataset, progress=lambda i, n, loss: bar.update(1) if bar else None)
+    if bar:
+        bar.close()
+    run.model_info = {"kind": cfg.model.kind, **info,
+                      "parameters": sum(p.numel() for p in policy.parameters())}
+    return dataset, policy, tok
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    if not enabled or total <= 0:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, progress: bool) -> None:
+    from rlbench.engines.factory import evaluate, iteration_input
+
+    eval_rec = Recorder("eval", run.t0, device=device)
+    trainer = schedule.trainer
+
+    def do_eval(done: int) -> float:
+        with eval_rec.stage(Stage.EVAL, done):
+            res = evaluate(eval_sampler, trainer.weights(), trainer.version, cfg, dataset, tok)
+        run.evals.append({"iteration": done, **res})
+        return res["accuracy"]
+
+    acc = do_eval(0)
+    bar = _bar(cfg.run.iterations, f"{run.name}", progress)
+    for k in range(cfg.run.iterations):
+        inp = iteration_input(cfg, dataset, tok, k)
+        out = schedule.run_iteration(inp)
+        for ev in getattr(schedule, "worker_events", []):
+            run.writer.event(ev)
+        rows = _sample_rows(k, out)
+        run.writer.samples(rows)
+        rec = metrics.build_iteration(k, run.writer.take_events(k), rows, cfg.engine.num_devices,
+                                      out.train_stats, warmup=k < cfg.run.warmup_iterations,
+                                      occupancy=_occupancy(out.rollout_stats))
+        done = k + 1
+        if done == cfg.run.iterations or (cfg.run.eval_every and done % cfg.run.eval_every == 0):
+            acc = do_eval(done)
+            rec.eval_accuracy = acc
+        run.iterations.append(asdict(rec))
+        run.rollout_stats.append({"iteration": k, "workers": out.rollout_stats})
+        run.writer.iteration(rec)
+        run.save()
+        if bar:
+            bar.set_postfix(tpspd=f"{rec.tpspd:.0f}", reward=f"{rec.reward_mean:.2f}", acc=f"{acc:.2f}")
+            bar.update(1)
+    if bar:
+        bar.close()
+
+
+def _sample_rows(k: int, out) -> list[dict]:
+    rows = []
+    for g in out.groups:
+        for j, resp in enumerate(g.responses):
+            rows.append({"iteration": k, "prompt": g.prompt_index, "sample": j, "prompt_len": len(g.prompt_ids),
+                         "response_len": len(resp), "reward": out.rewards[g.prompt_index][j],
+                         "behaviour_version": g.version, "trained_version": out.trained_version,
+                         "finished": bool(g.finished[j]) if g.finished else None})
+    return rows
+
+
+def _occupancy(stats: list[dict]) -> float | None:
+    vals = [s["mean_active"] / s["max_num_seqs"] for s in stats if s and s.get("max_num_seqs")]
+    return sum(vals) / len(vals) if vals else None
+

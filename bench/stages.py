@@ -1,0 +1,88 @@
+"""One Stage enum and one timer. Every timing in rlbench is a StageEvent from `Recorder.stage`."""
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import time
+from dataclasses import asdict, dataclass
+
+
+class Stage(str, enum.Enum):
+    ROLLOUT = "rollout"
+    REWARD = "reward"
+    OLD_LOGPROB = "old_logprob"
+    REF_LOGPROB = "ref_logprob"
+    ADVANTAGE = "advantage"
+    UPDATE = "update"
+    OPTIMIZER_STEP = "optimizer_step"
+    WEIGHT_SYNC = "weight_sync"
+    QUEUE_WAIT = "queue_wait"
+    EVAL = "eval"
+
+
+# Stages that are not work: a worker in them is idle (bubble).
+IDLE_STAGES = {Stage.QUEUE_WAIT.value}
+
+
+def now() -> float:
+    """System-wide monotonic clock (CLOCK_MONOTONIC on Linux), comparable across processes."""
+    return time.monotonic()
+
+
+@dataclass
+class StageEvent:
+    worker: str
+    stage: str
+    iteration: int
+    start: float  # seconds since the run's t0
+    end: float
+    devices: int = 1  # devices this worker occupies
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+class Recorder:
+    """Records (worker, stage, iteration, start, end) events with a device sync at both ends.
+
+    Events go to `sink` (a callable taking a StageEvent) as they finish, so nothing waits for the end
+    of the run to be written.
+    """
+
+    def __init__(self, worker: str, t0: float, device=None, devices: int = 1, sink=None):
+        self.worker, self.t0, self.device, self.devices = worker, t0, device, devices
+        self.events: list[StageEvent] = []
+        self.sink = sink
+
+    @contextlib.contextmanager
+    def stage(self, stage: Stage, iteration: int):
+        from rlbench import device as dev
+
+        if self.device is not None:
+            dev.synchronize(self.device)
+        start = now()
+        ctx = dev.range_context(f"{stage.value}", self.device) if self.device is not None \
+            else contextlib.nullcontext()
+        with ctx:
+            yield
+            if self.device is not None:
+                dev.synchronize(self.device)
+        self.add(stage, iteration, start, now())
+
+    def add(self, stage: Stage, iteration: int, start: float, end: float) -> StageEvent:
+        ev = StageEvent(self.worker, Stage(stage).value, iteration, start - self.t0, end - self.t0,
+                        self.devices)
+        self.events.append(ev)
+        if self.sink is not None:
+            self.sink(ev)
+        return ev
+
+    def drain(self) -> list[StageEvent]:
+        out, self.events = self.events, []
+        return out
+
+
+def event_to_json(ev: StageEvent) -> str:
+    return json.dumps(asdict(ev))

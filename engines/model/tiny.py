@@ -1,0 +1,103 @@
+"""The CPU default's model: a tiny Qwen2/Llama causal LM over characters, warm-started by a short
+deterministic supervised pass on the built-in task so RL starts from "sometimes right".
+
+The warm-started weights are cached (keyed by everything that shapes them), so only a first run pays.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+
+import torch
+
+from rlbench.engines.model.tokenizer import CharTokenizer
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RLBENCH_CACHE", Path.home() / ".cache" / "rlbench"))
+
+
+def build_tiny(mcfg, vocab_size: int, seed: int):
+    """Randomly initialised tiny model of the configured architecture (fp32, SDPA attention)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    cls_cfg, cls_model = (Qwen2Config, Qwen2ForCausalLM) if mcfg.arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
+    hf_cfg = cls_cfg(
+        vocab_size=vocab_size, hidden_size=mcfg.hidden_size, intermediate_size=mcfg.intermediate_size,
+        num_hidden_layers=mcfg.num_layers, num_attention_heads=mcfg.num_heads,
+        num_key_value_heads=mcfg.num_kv_heads, max_position_embeddings=2048, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    model = cls_model(hf_cfg)
+    return model.float().eval()
+
+
+def _sft_batch(tok: CharTokenizer, problems, format_prompt) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded [B, L] ids and labels (-100 outside the solution + EOS)."""
+    rows, labels = [], []
+    for p in problems:
+        prompt = tok.prompt_ids(format_prompt(p.question))
+        target = tok.encode(p.solution) + [tok.eos_token_id]
+        rows.append(prompt + target)
+        labels.append([-100] * len(prompt) + target)
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in rows])
+    lab = torch.tensor([r + [-100] * (width - len(r)) for r in labels])
+    return ids, lab
+
+
+def warm_start(model, tok: CharTokenizer, problems, format_prompt, steps: int, lr: float, batch: int,
+               seed: int, progress=None) -> list[float]:
+    """Deterministic supervised pass (fixed order, fixed seed); returns the loss curve."""
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / steps))
+    model.train()
+    losses = []
+    for step in range(steps):
+        ids, lab = _sft_batch(tok, rng.sample(problems, batch), format_prompt)
+        loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id) | (lab != -100), labels=lab).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if progress is not None:
+            progress(step + 1, steps, losses[-1])
+    model.eval()
+    return losses
+
+
+def cache_key(cfg) -> str:
+    """Everything that changes the warm-started weights."""
+    from rlbench.engines.data.task import __file__ as task_file
+
+    parts = {"model": cfg.model.model_dump(mode="json"),
+             "data": {k: getattr(cfg.data, k) for k in ("train_size", "min_steps", "max_steps", "max_number")},
+             "seed": cfg.run.seed, "torch": torch.__version__.split("+")[0],
+             "task": hashlib.sha256(Path(task_file).read_bytes()).hexdigest()[:12]}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):
+    """The warm-started tiny model from the cache, training and caching it on a first run."""
+    from transformers import AutoModelForCausalLM
+
+    tok = CharTokenizer()
+    folder = cache_root() / f"tiny-{cache_key(cfg)}"
+    if (folder / "config.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").float().eval()
+        return model, tok, json.loads((folder / "warmstart.json").read_text())
+    model = build_tiny(cfg.model, tok.vocab_size, cfg.run.seed)
+    losses = warm_start(model, tok, train_problems, format_prompt, cfg.model.warmstart_steps,
+                        cfg.model.warmstart_lr, cfg.model.warmstart_batch, cfg.run.seed, progress)
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    info = {"steps": cfg.model.warmstart_steps, "final_loss": losses[-1] if losses else None, "cached": False}
+    (tmp / "warmstart.json").write_text(json.dumps({**info, "cached": True}))
+    os.replace(tmp, folder) if not folder.exists() else None
+    return model, tok, info

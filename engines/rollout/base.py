@@ -1,0 +1,47 @@
+"""The rollout interface every backend implements (built-in sampler, vLLM)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+
+@dataclass
+class SamplingParams:
+    n: int = 4  # G: samples per prompt
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 96
+    seed: int = 0
+    iteration: int = 0
+    greedy: bool = False  # eval: argmax, n must be 1
+
+
+@dataclass
+class PromptRequest:
+    index: int  # prompt index within the iteration (seeds sampling together with sample index)
+    prompt_ids: list[int]
+
+
+@dataclass
+class Group:
+    """One prompt and its G sampled responses, as emitted by a rollout worker."""
+
+    prompt_index: int
+    prompt_ids: list[int]
+    responses: list[list[int]]  # G token-id lists, EOS included when generated
+    behaviour_logprobs: list[list[float]]  # G lists, log pi_behav(token) at the sampling temperature
+    version: int = 0  # weight version that generated every response of the group
+    finished: list[bool] = field(default_factory=list)  # per response: ended with EOS (False: hit max_new_tokens)
+
+
+class RolloutBackend(Protocol):
+    def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
+                 on_group: Callable[[Group], None] | None = None) -> list[Group]:
+        """Generate G samples for every request; call on_group the moment a group's G samples finish.
+
+        Returns all groups in completion order. Sample j of request i is seeded by
+        (sampling.seed, sampling.iteration, request.index, j), so it does not depend on batching.
+        """
+
+    def load_weights(self, state: dict, version: int) -> None:
+        """Copy the given parameters (name -> tensor) into the backend; later samples carry `version`."""

@@ -1,0 +1,57 @@
+"""A rollout worker process: its own model copy and sampler, fed over queues, weights via shared memory.
+
+Messages in:  ("sync", version) | ("generate", iteration, requests, sampling) | ("stop",)
+Messages out: ("ready", name) | ("group", name, Group) | ("done", name, iteration, events, stats)
+              | ("error", name, traceback text)
+"""
+from __future__ import annotations
+
+import os
+import traceback
+
+
+def _fault(iteration: int) -> None:
+    """Test hook: RLBENCH_FAULT=rollout_exit:K makes the worker die at iteration K (a crash, no goodbye)."""
+    spec = os.environ.get("RLBENCH_FAULT", "")
+    if spec.startswith("rollout_exit:") and int(spec.split(":")[1]) == iteration:
+        os._exit(17)
+
+
+def rollout_worker_main(name: str, model_config, shared: dict, eos_token_id: int, max_num_seqs: int,
+                        threads: int, device_kind: str, t0: float, req_q, out_q) -> None:
+    try:
+        from rlbench import device as dev
+        from rlbench.engines.rollout.sampler import BuiltinSampler
+        from rlbench.stages import Recorder, Stage
+
+        dev.set_threads(threads)
+        device = dev.resolve(device_kind)
+        model = _build_model(model_config, device)
+        sampler = BuiltinSampler(model, eos_token_id, max_num_seqs=max_num_seqs, device=device)
+        sampler.load_weights(shared, 0)
+        rec = Recorder(name, t0, device=device, devices=threads)
+        out_q.put(("ready", name))
+        while True:
+            msg = req_q.get()
+            if msg[0] == "stop":
+                return
+            if msg[0] == "sync":
+                with rec.stage(Stage.WEIGHT_SYNC, msg[2]):
+                    sampler.load_weights(shared, msg[1])
+            elif msg[0] == "generate":
+                _, k, requests, sampling = msg
+                _fault(k)
+                with rec.stage(Stage.ROLLOUT, k):
+                    sampler.generate(requests, sampling, on_group=lambda g: out_q.put(("group", name, g)))
+                out_q.put(("done", name, k, rec.drain(), dict(sampler.last_stats)))
+    except BaseException:  # report, then die: the trainer turns it into a clear error
+        out_q.put(("error", name, traceback.format_exc()))
+
+
+def _build_model(model_config, device):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(model_config, attn_implementation="sdpa",
+                                             dtype=getattr(model_config, "dtype", None) or torch.float32)
+    return model.to(device).eval()
