@@ -171,8 +171,18 @@ def parse_overrides(pairs: list[str]) -> dict:
         if "=" not in pair:
             raise UserError(f"--set expects key=value, got '{pair}'")
         key, raw = pair.split("=", 1)
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else "")
+        _set_dotted(tree, key.strip(), _scalar(raw))
     return tree
+
+
+def _scalar(raw: str) -> Any:
+    value = yaml.safe_load(raw) if raw else ""
+    if isinstance(value, str):  # YAML 1.1 reads '1e-3' as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _merge(base: dict, over: dict) -> dict:

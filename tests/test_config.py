@@ -1,0 +1,58 @@
+"""Config validation: one clear error naming the key, exit code 2 through the real CLI."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlbench.config import CONFIG_DIR, load_config, parse_overrides
+from rlbench.errors import UserError
+
+
+def test_every_shipped_config_validates():
+    files = sorted(CONFIG_DIR.glob("*.yaml"))
+    assert files
+    for f in files:
+        load_config(f)
+
+
+def test_overrides_parse_yaml_scalars():
+    assert parse_overrides(["train.lr=1e-3", "engine.tri_model=true", "run.name=x"]) == {
+        "train": {"lr": 1e-3}, "engine": {"tri_model": True}, "run": {"name": "x"}}
+    cfg = load_config(None, ["train.lr=0.5", "engine.schedule=periodic_async"])
+    assert cfg.train.lr == 0.5 and cfg.engine.schedule == "periodic_async"
+
+
+@pytest.mark.parametrize("yaml_text, key, hint", [
+    ("train:\n  learning_rate: 1\n", "train.learning_rate", "unknown key"),
+    ("rollout:\n  group_size: many\n", "rollout.group_size", "integer"),
+    ("engine:\n  schedule: fast\n", "engine.schedule", "'sync' or 'periodic_async'"),
+    ("rollout:\n  group_size: 4\ntrain:\n  micro_batch_size: 3\n", "micro_batch_size", "must divide"),
+    ("engine:\n  schedule: periodic_async\ntrain:\n  ppo_mini_batches: 2\n", "ppo_mini_batches", "on-policy"),
+])
+def test_bad_config_names_key(tmp_path, yaml_text, key, hint):
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml_text)
+    with pytest.raises(UserError) as e:
+        load_config(f)
+    assert key in str(e.value) and hint in str(e.value) and str(f) in str(e.value)
+
+
+def test_bad_config_exit_code_2_through_cli(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("train:\n  learning_rate: 1\n")
+    out = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(f), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "train.learning_rate" in out.stderr and "unknown key" in out.stderr
+    assert not any(tmp_path.glob("*/results.json"))
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_bad_set_syntax():
+    with pytest.raises(UserError, match="key=value"):
+        parse_overrides(["train.lr"])
