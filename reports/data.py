@@ -1,0 +1,140 @@
+"""Load a run folder (one cell, or an ablation of cells) into plain objects the report parts share.
+
+Reports only read result files (DESIGN.md §3): this module uses `rlbench.schema` readers and nothing of
+the engines. Every accessor tolerates a cell that stopped early (status "interrupted"/"failed", zero
+iterations, empty aggregates, no samples).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlbench import schema
+from rlbench.stages import Stage
+
+STAGE_ORDER = [s.value for s in Stage]  # one order for every table and plot
+
+
+@dataclass
+class CellData:
+    """One cell: its results.json (dict) plus raw events and samples."""
+
+    name: str
+    dir: Path
+    result: dict
+    events: list[dict] = field(default_factory=list)  # StageEvent dicts, times in s since run t0
+    samples: list[dict] = field(default_factory=list)  # one per trained sample
+
+    @property
+    def iterations(self) -> list[dict]:
+        return self.result.get("iterations") or []
+
+    @property
+    def aggregates(self) -> dict:
+        return self.result.get("aggregates") or {}
+
+    @property
+    def switches(self) -> dict:
+        return self.result.get("switches") or {}
+
+    @property
+    def schedule(self) -> str:
+        return self.switches.get("schedule") or get_path(self.result, "config.engine.schedule") or "?"
+
+    @property
+    def status(self) -> str:
+        return self.result.get("status") or "?"
+
+    @property
+    def devices(self) -> int | None:
+        """All devices of the cell's run (TPSPD's divisor)."""
+        for it in self.iterations:
+            if it.get("devices"):
+                return int(it["devices"])
+        eng = get_path(self.result, "config.engine") or {}
+        if eng.get("rollout_devices") and eng.get("train_devices"):
+            return int(eng["rollout_devices"]) + int(eng["train_devices"])
+        return None
+
+    def measured(self) -> list[dict]:
+        """Post-warm-up iterations (all of them when every iteration is warm-up, as metrics does)."""
+        its = self.iterations
+        return [it for it in its if not it.get("warmup")] or its
+
+    def tpspd(self, key: str = "median") -> float | None:
+        """TPSPD (tokens / s / device) from the aggregates: key is median, min or max."""
+        return (self.aggregates.get("tpspd") or {}).get(key)
+
+
+@dataclass
+class RunData:
+    """A run folder: its cells, reference cell first."""
+
+    path: Path
+    kind: str  # "cell" or "ablation"
+    name: str
+    reference: str
+    cells: list[CellData]
+    predicted: object = None  # ablation.json "predicted", if any (free form)
+    missing: list[str] = field(default_factory=list)  # ablation cells with no results.json
+
+    def cell(self, name: str) -> CellData | None:
+        return next((c for c in self.cells if c.name == name), None)
+
+    @property
+    def ref(self) -> CellData | None:
+        return self.cells[0] if self.cells else None
+
+
+def load(run_dir) -> RunData:
+    """Read a cell folder or an ablation folder (raises rlbench.errors.UserError if it is neither)."""
+    path = Path(run_dir)
+    results = schema.load_run(path)
+    cells = [CellData(name=r.get("cell") or Path(r["_dir"]).name, dir=Path(r["_dir"]), result=r,
+                      events=schema.load_events(r["_dir"]), samples=schema.load_samples(r["_dir"]))
+             for r in results]
+    if schema.is_ablation(path):
+        abl = json.loads((path / schema.ABLATION).read_text())
+        reference = abl.get("reference") or (cells[0].name if cells else "")
+        missing = [c["name"] for c in abl.get("cells", []) if not schema.is_cell(path / c["dir"])]
+        cells.sort(key=lambda c: c.name != reference)  # stable: reference first, others in order
+        return RunData(path, "ablation", abl.get("name") or path.name, reference, cells,
+                       abl.get("predicted"), missing)
+    return RunData(path, "cell", cells[0].name, cells[0].name, cells)
+
+
+def stages_in(cells: list[CellData]) -> list[str]:
+    """Stage names for table columns: every Stage but eval (it is not part of an iteration), in enum
+    order, then any other name found in the aggregates or events."""
+    names = [s for s in STAGE_ORDER if s != Stage.EVAL.value]
+    extra = {k for c in cells for k in c.aggregates.get("stage_s", {})} | {e["stage"] for c in cells
+                                                                           for e in c.events}
+    return names + sorted(extra - set(STAGE_ORDER))
+
+
+def workers_in(cells: list[CellData]) -> list[str]:
+    """Worker names over all cells: trainer-like workers first, then rollout workers, by name."""
+    names = {w for c in cells for w in c.aggregates.get("idle_frac", {})}
+    names |= {e["worker"] for c in cells for e in c.events if e["stage"] != Stage.EVAL.value}
+    return sorted(names, key=worker_sort_key)
+
+
+def worker_sort_key(name: str) -> tuple:
+    return (name.startswith("rollout"), name)
+
+
+def median_or_none(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def get_path(d: dict, dotted: str):
+    """d['a']['b'] for 'a.b'; None where a key is missing."""
+    for key in dotted.split("."):
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+

@@ -1,0 +1,163 @@
+"""report.html: one self-contained file (inline CSS, plots as base64 data URIs, no URL, no script).
+
+Sections: summary table (metrics as rows, cells as columns), measured vs predicted speedup with the
+model, plots, and per cell its status, provenance and resolved config (collapsible).
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rlbench.reports import predict
+from rlbench.reports.data import CellData, RunData
+from rlbench.reports.tables import COMPACT_HEAD, compact_rows, fmt
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;
+max-width:1200px;color:#222;line-height:1.4;padding:0 16px}
+h1{font-size:1.6em;margin-bottom:0}h2{border-bottom:2px solid #4C72B0;padding-bottom:2px;margin-top:1.6em}
+.meta{color:#666;margin-top:4px}.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;white-space:nowrap}
+td.n{text-align:right;font-variant-numeric:tabular-nums}thead th{background:#eef2f8}
+tr:nth-child(even) td{background:#fafafa}
+figure{margin:16px 0}figure img{max-width:100%;border:1px solid #ddd}
+figcaption{color:#555;font-size:13px}
+details{margin:6px 0}summary{cursor:pointer;color:#4C72B0}
+pre{background:#f6f6f6;padding:8px;font-size:12px;overflow-x:auto}
+.warn{background:#fff4e5;border-left:4px solid #DD8452;padding:4px 8px}
+.ok{color:#2f7d32}.bad{color:#b3261e}
+"""
+
+LITERATURE = [  # DESIGN.md §8: what the papers report, beside what this run measured
+    ("Periodic Asynchrony", "7B, NPU, vs synchronous", "TPSPD 61.641 → 192.259 (≈3.1×)"),
+    ("Periodic Asynchrony", "GSM8K, NVIDIA A100", "3.09× over VERL"),
+    ("Periodic Asynchrony", "asynchrony alone", "≈2×, closely matching theoretical predictions"),
+    ("AsyncFlow", "Qwen2.5-7B/32B, 32–1024 NPUs, vs verl", "1.59× average, 2.03× peak"),
+    ("VERL one-step-off", "end-to-end", "+23% (FSDP2), +40% (Megatron)"),
+]
+
+CAPTIONS = {
+    "TPSPD per cell": "Tokens per second per device (prompt + response tokens / wall time / all "
+                      "devices), median over measured iterations; error bars min–max.",
+    "Measured vs predicted speedup": "TPSPD ratio over the sync reference; predictions from the sync "
+                                     "run's stage times for the async cell's device split.",
+    "Stage-time breakdown": "Mean seconds per measured iteration in each stage, summed over workers "
+                            "(so overlapping workers can exceed the wall time, shown as ◆).",
+    "Timeline of worker stages": "Every worker's stage events over up to 3 measured iterations; gaps "
+                                 "are idle time, hatched bars are queue waits.",
+    "Reward and accuracy": "Training reward mean per iteration and greedy pass@1 on the eval set.",
+    "Staleness": "trained_version − behaviour_version per trained sample.",
+}
+
+
+def esc(v) -> str:
+    """HTML-escaped text; '://' is defanged so that no URL appears anywhere in the file."""
+    return html.escape(fmt(v) if not isinstance(v, str) else v).replace("://", ":&#47;&#47;")
+
+
+def table(rows: list[list], head: list) -> str:
+    """A plain HTML table from rows of values (formatted with tables.fmt)."""
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td{_cls(v)}>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _cls(v) -> str:
+    """Numbers right-aligned, text left-aligned."""
+    numeric = isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
+    return ' class="n"' if numeric else ""
+
+
+def summary_html(df: pd.DataFrame) -> str:
+    """Headline table (one row per cell), then every summary.csv column with metrics as rows and
+    cells as columns (fits the page for a few cells), collapsible."""
+    if not len(df):
+        return "<p>No cell has results yet.</p>"
+    cols = [c for c in df.columns if c != "cell"]
+    rows = [[c] + [_clean(v) for v in df[c]] for c in cols]
+    return (table(compact_rows(df), COMPACT_HEAD)
+            + "<details><summary>All metrics (the columns of summary.csv)</summary>"
+            + table(rows, ["metric"] + list(df["cell"])) + "</details>")
+
+
+def _clean(v):
+    return None if isinstance(v, float) and v != v else v
+
+
+def speedup_html(sp: pd.DataFrame) -> str:
+    if not len(sp):
+        return ("<p>No prediction: it needs a sync cell with measured iterations and a "
+                "periodic_async cell to compare with.</p>")
+    rows = [[_clean(v) for v in r] for r in sp.itertuples(index=False)]
+    text = ("<p>Measured speedup = median TPSPD of the async cell / median TPSPD of the sync "
+            "reference. Predicted: rollout time scales as T<sub>roll</sub>·(n/r)<sup>a</sup> (a = 1 "
+            "ideal, a = 0 rollout does not speed up with devices), training as T<sub>train</sub>·n/t; "
+            "groups arrive when their longest response is done and are trained while later groups "
+            "are still generated.</p>")
+    model = f"<details><summary>Prediction model</summary><pre>{esc(predict.__doc__.strip())}</pre></details>"
+    return table(rows, list(sp.columns)) + text + model
+
+
+def plot_html(plots: dict[str, Path]) -> str:
+    out = []
+    for title, path in plots.items():
+        data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+        out.append(f'<figure><img alt="{esc(title)}" src="data:image/png;base64,{data}">'
+                   f"<figcaption><b>{esc(title)}.</b> {esc(CAPTIONS.get(title, ''))}</figcaption></figure>")
+    return "\n".join(out)
+
+
+def cell_html(c: CellData) -> str:
+    """Status (with the error, if any), provenance and the resolved config of one cell."""
+    r = c.result
+    cls = "ok" if c.status == "complete" else "bad"
+    parts = [f'<h3>{esc(c.name)}</h3><p>status: <span class="{cls}">{esc(c.status)}</span>, '
+             f"{len(c.iterations)} iterations recorded, {len(c.events)} stage events, "
+             f"{len(c.samples)} samples, total wall {esc(r.get('wall_s_total'))} s</p>"]
+    if r.get("error"):
+        parts.append(f'<p class="warn">error: {esc(r["error"])}</p>')
+    prov = r.get("provenance") or {}
+    rows = [[k, v if not isinstance(v, (dict, list)) else json.dumps(v, sort_keys=True)]
+            for k, v in prov.items()]
+    parts.append("<details><summary>Provenance</summary>" + (table(rows, ["key", "value"]) if rows
+                 else "<p>none recorded</p>") + "</details>")
+    config = json.dumps(r.get("config") or {}, indent=2, sort_keys=False)
+    parts.append(f"<details><summary>Resolved config</summary><pre>{esc(config)}</pre></details>")
+    return "\n".join(parts)
+
+
+def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path]) -> str:
+    """The whole document as one string."""
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    warn = [f'<p class="warn">cell {esc(c.name)}: {esc(c.status)} after {len(c.iterations)} '
+            f"iterations</p>" for c in run.cells if c.status != "complete"]
+    warn += [f'<p class="warn">cell {esc(m)}: no results.json (not run)</p>' for m in run.missing]
+    body = [f"<h1>rlbench report: {esc(run.name)}</h1>",
+            f'<p class="meta">{esc(run.kind)} folder {esc(run.path.name)}; {len(run.cells)} cell(s); '
+            f"reference cell {esc(run.reference)}; report written {esc(created)}</p>", *warn,
+            "<h2>Summary</h2>", summary_html(df),
+            "<p>TPSPD in tokens/s/device; stage columns: mean seconds per measured iteration; "
+            "idle: % of the iteration wall time a worker ran no work stage.</p>",
+            "<h2>Periodic-async speedup: measured vs predicted</h2>", speedup_html(sp),
+            "<h2>Plots</h2>", plot_html(plots),
+            "<h2>Cells</h2>", *[cell_html(c) for c in run.cells],
+            "<h2>Reference figures from the literature</h2>",
+            table([list(r) for r in LITERATURE], ["source", "setting", "figure"])]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>rlbench report: {esc(run.name)}</title><style>{CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_html(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path]) -> Path:
+    path = run.path / "report.html"
+    tmp = path.with_name(".report.html.tmp")
+    tmp.write_text(render(run, df, sp, plots), encoding="utf-8")
+    tmp.replace(path)  # atomic: a reader never sees half a report
+    return path

@@ -1,0 +1,236 @@
+"""Reports: tables, plots, self-contained HTML, compare, console table and the speedup prediction.
+
+Result folders are written by tests/conftest_reports.py with rlbench.metrics, as the runner does.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from matplotlib import image as mpimg
+
+from conftest_reports import make_ablation, make_cell
+from rlbench.errors import UserError
+from rlbench.reports import build_report, compare, predict_async, summary_table_text
+from rlbench.reports.palette import stage_color
+from rlbench.reports.predict import group_finish_steps
+from rlbench.stages import Stage
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PLOTS = ["tpspd", "speedup", "stage_breakdown", "timeline", "reward_accuracy", "staleness"]
+
+
+@pytest.fixture
+def ablation(tmp_path) -> Path:
+    return make_ablation(tmp_path / "abl")
+
+
+@pytest.fixture
+def built(ablation) -> Path:
+    build_report(ablation)
+    return ablation
+
+
+def results(folder: Path) -> dict:
+    return json.loads((folder / "results.json").read_text())
+
+
+def test_summary_csv_columns_and_tpspd(built):
+    df = pd.read_csv(built / "summary.csv")
+    assert list(df["cell"]) == ["sync", "periodic_async"]
+    expected = {"cell", "schedule", "tri_model", "shared_prompt", "tpspd_median", "tpspd_min",
+                "tpspd_max", "speedup", "rollout_tok_s", "train_tok_s", "rollout_occupancy",
+                "accuracy_before", "accuracy_after", "staleness_max", "status",
+                "idle_colocated_pct", "idle_trainer_pct", "idle_rollout0_pct"}
+    expected |= {f"stage_{s.value}_s" for s in Stage if s is not Stage.EVAL}
+    assert expected <= set(df.columns)
+    for row in df.itertuples():
+        agg = results(built / row.cell)["aggregates"]
+        assert row.tpspd_median == pytest.approx(agg["tpspd"]["median"], rel=1e-12)
+        assert row.tpspd_min == pytest.approx(agg["tpspd"]["min"], rel=1e-12)
+        assert row.stage_update_s == pytest.approx(agg["stage_s"]["update"], rel=1e-12)
+    ref = df["tpspd_median"][0]
+    assert df["speedup"].tolist() == pytest.approx([1.0, df["tpspd_median"][1] / ref])
+    assert df["speedup"][1] > 1.0  # the fixture's async cell overlaps training with the tail
+    assert "| cell |" in (built / "summary.md").read_text()
+
+
+def test_plots_are_valid_pngs(built):
+    for name in PLOTS:
+        path = built / "plots" / f"{name}.png"
+        data = path.read_bytes()
+        assert data[:8] == PNG_SIGNATURE, name
+        assert len(data) > 5_000, name
+        img = mpimg.imread(path)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100, name
+        assert img[..., :3].std() > 0.01, f"{name} is blank"
+
+
+def test_html_is_self_contained(built):
+    html = (built / "report.html").read_text()
+    assert "http://" not in html and "https://" not in html
+    srcs = re.findall(r'src="([^"]*)"', html)
+    assert len(srcs) == len(PLOTS)
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert "<script" not in html.lower() and "<link" not in html.lower()
+    assert html.count("<details>") >= 4  # per cell: provenance and config
+    assert "max_num_seqs" in html and "git_commit" in html  # config and provenance shown
+    assert "measured_speedup" in html and "predicted_a1" in html
+
+
+def test_html_defangs_urls_from_results(tmp_path):
+    cell = make_cell(tmp_path / "c", "sync", "sync")
+    res = results(cell)
+    res["config"]["model"]["path"] = "https://example.org/model"
+    (cell / "results.json").write_text(json.dumps(res))
+    html = build_report(cell).read_text()
+    assert "https://" not in html and "example.org" in html
+
+
+def test_single_interrupted_cell_without_iterations(tmp_path):
+    cell = make_cell(tmp_path / "run", "periodic_async", "periodic_async", iterations=0,
+                     status="interrupted")
+    path = build_report(cell)
+    df = pd.read_csv(cell / "summary.csv")
+    assert df["status"].tolist() == ["interrupted"] and df["tpspd_median"].isna().all()
+    assert "interrupted" in path.read_text()
+    assert (cell / "plots" / "timeline.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert not (cell / "plots" / "speedup.png").exists()
+    assert "interrupted" in summary_table_text(cell)
+
+
+def test_ablation_with_interrupted_async_cell(tmp_path):
+    run = make_ablation(tmp_path / "abl", async_iterations=2, async_status="interrupted")
+    build_report(run)
+    df = pd.read_csv(run / "summary.csv")
+    assert df["status"].tolist() == ["complete", "interrupted"]
+    assert df["tpspd_median"].notna().all()
+
+
+def test_not_a_run_folder(tmp_path):
+    with pytest.raises(UserError, match="neither a run folder"):
+        build_report(tmp_path)
+
+
+def test_compare_ratio_by_name_and_position(tmp_path):
+    a = make_ablation(tmp_path / "a")
+    b = make_ablation(tmp_path / "b", scale=0.5)  # every stage twice as fast: TPSPD x2
+    df, text = compare(a, b)
+    tp = df[df["metric"] == "tpspd_median"]
+    assert tp["cell_a"].tolist() == ["sync", "periodic_async"]
+    assert tp["b_over_a"].tolist() == pytest.approx([2.0, 2.0], rel=1e-9)
+    assert "cells matched by name" in text and "tpspd_median" in text
+    c = make_ablation(tmp_path / "c", scale=0.25, names=("base", "async"))
+    df, text = compare(a, c)
+    tp = df[df["metric"] == "tpspd_median"]
+    assert tp["cell_b"].tolist() == ["base", "async"]
+    assert tp["b_over_a"].tolist() == pytest.approx([4.0, 4.0], rel=1e-9)
+    assert "matched by position" in text
+
+
+def test_summary_table_text(ablation):
+    text = summary_table_text(ablation)
+    lines = text.splitlines()
+    assert lines[0].startswith("cell") and len(lines) == 4
+    assert "1.00×" in lines[2] and "periodic_async" in lines[3] and "→" in lines[2]
+
+
+# ---- prediction -----------------------------------------------------------------------------
+
+def sync_cell(t_roll: float, t_train: float, devices: int = 2, iterations: int = 2) -> dict:
+    """A sync results dict with given rollout/training seconds per iteration."""
+    tokens = 1000
+    its = [{"iteration": k, "wall_s": t_roll + t_train, "tokens": tokens, "devices": devices,
+            "tpspd": tokens / ((t_roll + t_train) * devices), "warmup": False,
+            "stage_s": {"rollout": t_roll, "update": t_train}} for k in range(iterations)]
+    return {"cell": "sync", "iterations": its, "config": {"rollout": {"max_num_seqs": 64}}}
+
+
+def samples_with(lengths_of: callable, iterations: int = 2) -> list[dict]:
+    return [{"iteration": k, "prompt": p, "sample": j, "prompt_len": 20,
+             "response_len": lengths_of(p, j), "reward": 0.0, "behaviour_version": k,
+             "trained_version": k} for k in range(iterations) for p in range(8) for j in range(4)]
+
+
+TAIL = samples_with(lambda p, j: 200 if (p, j) == (7, 0) else 10)
+FLAT = samples_with(lambda p, j: 50)
+
+
+def test_predict_long_tail_overlaps():
+    # both pools on the same 2 devices: only the overlap differs from sync
+    out = predict_async(sync_cell(2.0, 2.0), TAIL, 2, 2, devices=2)
+    assert out["predicted_speedup"] > 1.3
+    assert out["sync_iter_s"] == pytest.approx(4.0)
+    assert out["predicted_iter_s"] < 4.0 and "T_roll" in out["model"]
+
+
+def test_predict_nothing_to_overlap_is_one():
+    assert predict_async(sync_cell(2.0, 2.0), FLAT, 2, 2, devices=2)["predicted_speedup"] == \
+        pytest.approx(1.0, abs=0.01)
+    assert predict_async(sync_cell(2.0, 0.0), TAIL, 2, 2, devices=2)["predicted_speedup"] == \
+        pytest.approx(1.0, abs=0.01)
+
+
+def test_predict_device_split():
+    cell = sync_cell(3.0, 1.0)
+    ideal = predict_async(cell, TAIL, 1, 1, rollout_exponent=1.0)["predicted_speedup"]
+    latency_bound = predict_async(cell, TAIL, 1, 1, rollout_exponent=0.0)["predicted_speedup"]
+    assert ideal <= 1.0  # linear scaling on split pools cannot beat the colocated loop
+    assert latency_bound > 1.0  # rollout that does not slow down on fewer devices: overlap wins
+
+
+def test_group_finish_steps_continuous_batching():
+    rows = [{"prompt": p, "sample": j, "response_len": n}
+            for p, lens in enumerate([[3, 1], [2, 2]]) for j, n in enumerate(lens)]
+    assert group_finish_steps(rows) == {0: 3, 1: 2}
+    assert group_finish_steps(rows, slots=1) == {0: 4, 1: 8}
+    assert group_finish_steps(rows, slots=2) == {0: 3, 1: 5}
+
+
+def test_predict_without_iterations_is_a_user_error():
+    with pytest.raises(UserError, match="no iterations"):
+        predict_async({"cell": "sync", "iterations": []}, [], 1, 1)
+
+
+# ---- hygiene -----------------------------------------------------------------------------------
+
+def test_reports_import_only_the_result_core():
+    code = ("import sys, rlbench.reports; "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', "
+            "'rlbench.engines', 'rlbench.runner', 'rlbench.metrics', 'rlbench.config'))]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    src = "\n".join(p.read_text() for p in Path(__file__).parent.parent.joinpath("reports").glob("*.py"))
+    used = set(re.findall(r"from rlbench\.(\w+)|import rlbench\.(\w+)", src))
+    assert {a or b for a, b in used} <= {"schema", "stages", "errors", "reports"}
+
+
+def test_every_stage_has_its_own_colour():
+    colours = [stage_color(s.value) for s in Stage]
+    assert len(set(colours)) == len(colours)
+
+
+def test_chromium_screenshot(built, tmp_path):
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("chromium not installed: apt-get install chromium")
+    shot = tmp_path / "shot.png"
+    cmd = [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+           "--window-size=1280,2000", f"file://{built / 'report.html'}"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert shot.exists(), f"no screenshot after {time.monotonic() - t0:.0f}s: {proc.stderr[-2000:]}"
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (2000, 1280)
+    assert img[..., :3].std() > 0.05  # text, tables and plots, not a blank page
+    shutil.copy(shot, built / "screenshot.png")  # kept beside the report for a look by hand
