@@ -37,12 +37,28 @@ def run(
     from rlbench.config import load_config
 
     cfg = load_config(config, set_)
+    from rlbench.ablation import cells_for
+    cells_for(ablation, cfg)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    _preflight(cfg)
     run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
     typer.echo(f"rlbench: {ablation} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
     try:
-        run_ablation(ablation, cfg, run_dir, progress=progress)
+        record = run_ablation(ablation, cfg, run_dir, progress=progress)
     finally:
         _finish(run_dir, report)
+    failed = [c for c in record["cells"] if c["exit_code"]]
+    if failed:
+        raise WorkerError(f"{len(failed)} cell(s) failed: " + ", ".join(f"{c['name']} (exit {c['exit_code']})"
+                                                                        for c in failed))
+
+
+def _preflight(cfg) -> None:
+    """Reject bad data and missing files before any cell starts (exit code 2, no run folder)."""
+    from rlbench.engines.data.source import load_dataset
+
+    load_dataset(cfg.data, cfg.run.seed)
+    if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
+        raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
 
 
 def _finish(run_dir: Path, report: bool) -> None:
@@ -78,6 +94,29 @@ def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...)
 
     _, text = do_compare(run_a, run_b)
     typer.echo(text)
+
+
+@app.command("check")
+def check_cmd(
+    run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
+    baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline JSON (e.g. bench/baselines/cpu-default.json)."),
+    update: bool = typer.Option(False, "--update", help="Write BASELINE from RUN_DIR instead of checking against it."),
+    tolerance: list[str] = typer.Option([], "--tolerance", "-t",
+                                        help="With --update: KIND_OR_METRIC=FRACTION, e.g. ratio=0.1 (default: "
+                                             "keep the file's tolerances, else the built-in defaults)."),
+) -> None:
+    """Compare a run with a committed baseline: table + verdict; exit 1 on a regression, 2 on bad input."""
+    from rlbench.check import check as do_check
+    from rlbench.check import format_check, parse_tolerances, write_baseline
+
+    if update:
+        path = write_baseline(run_dir, baseline, parse_tolerances(tolerance))
+        typer.echo(f"baseline written: {path}")
+        return
+    result = do_check(run_dir, baseline)
+    typer.echo(format_check(result))
+    if result.exit_code:
+        sys.exit(result.exit_code)  # not typer.Exit: main() runs the app with standalone_mode=False
 
 
 @app.command()

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlbench import metrics, schema
+from rlbench.errors import UserError
 from rlbench.stages import Recorder, Stage, now
 from rlbench.writer import CellWriter
 
@@ -32,6 +33,7 @@ class CellRun:
         self.status, self.error = "running", None
         self.t0 = now()
         self.model_info: dict = {}
+        self.params_sha256: str | None = None
 
     def results(self) -> dict:
         return {
@@ -42,6 +44,7 @@ class CellRun:
             "rollout_stats": self.rollout_stats,
             "aggregates": metrics.aggregate(self.iterations, self.evals) if self.iterations else {},
             "wall_s_total": now() - self.t0,
+            "final_params_sha256": self.params_sha256,
         }
 
     def save(self) -> Path:
@@ -63,9 +66,13 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
         schedule, eval_sampler = make_engine(cfg, policy, tok, run.t0, run.writer.event, device)
         run.provenance = provenance.collect(device)
         _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress)
+        run.params_sha256 = params_digest(schedule.trainer.policy)
         run.status = "complete"
     except KeyboardInterrupt:
         run.status, run.error = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    except UserError:
+        run.status = "rejected"  # bad input: nothing measured, nothing presented as a result
         raise
     except BaseException as e:
         run.status, run.error = "failed", f"{type(e).__name__}: {e}"
@@ -73,7 +80,8 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
     finally:
         if schedule is not None:
             schedule.close()
-        run.save()
+        if run.status != "rejected" or run.iterations:
+            run.save()
         run.writer.close()
     return run.results()
 
@@ -153,3 +161,16 @@ def _occupancy(stats: list[dict]) -> float | None:
     vals = [s["mean_active"] / s["max_num_seqs"] for s in stats if s and s.get("max_num_seqs")]
     return sum(vals) / len(vals) if vals else None
 
+
+
+def params_digest(model) -> str | None:
+    """sha256 over the parameters' bytes: same seed + same config must give the same digest."""
+    import hashlib
+
+    if sum(p.numel() for p in model.parameters()) > 500_000_000:
+        return None  # too slow to be worth it on big models
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()

@@ -68,6 +68,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
         json.dump(obj, f, indent=1, default=_json_default)
         f.flush()
         os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
     os.replace(tmp, path)
 
 

@@ -32,6 +32,9 @@ def _update(mbs: int, tri_model=False, shared_prompt=False):
     tok = CharTokenizer()
     model = build_tiny(cfg.model, tok.vocab_size, seed=0)
     tr = _FixedReward(model, cfg, tok)
+    # Plain SGD with lr 1 makes the update the (clipped) gradient itself; Adam's first step is
+    # ~sign(g) and would amplify float-summation noise on gradients that are ~0.
+    tr.optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     tr.begin()
     for g in _groups():
         for mb in tr.micro_batches(g, tr.advantages(tr.rewards(g, "0"))):
@@ -50,7 +53,7 @@ def test_micro_batch_split_invariance(tri_model, shared_prompt):
     for mbs in (1, 2):
         got, _ = _update(mbs, tri_model, shared_prompt)
         for n in ref:
-            torch.testing.assert_close(got[n], ref[n], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(got[n], ref[n], rtol=1e-5, atol=1e-7)
 
 
 def test_update_moves_weights_and_version():

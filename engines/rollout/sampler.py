@@ -1,0 +1,350 @@
+"""The built-in rollout backend: a batched sampler with a slot-based KV cache, in plain PyTorch.
+
+It reuses the submodules of a Hugging Face `Qwen2ForCausalLM` / `LlamaForCausalLM` (embeddings, norms,
+q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode loop:
+
+- KV cache: per layer one K and one V tensor [S, Hkv, Lc, D] (S = max_num_seqs slots, Lc = cache
+  length). Every slot has its own length; a boolean mask over cache positions hides the rest.
+- Continuous batching: live sequences always occupy slots 0..B-1, so a decode step slices the cache
+  (a view) instead of gathering it. A finished slot is refilled from pending work; when none is left,
+  the highest live slot moves into the hole (a copy on that event only).
+- Prefix sharing: a prompt is prefilled once; its K/V are copied into the slots of its G samples.
+- Seeding: sample j of request i draws its uniforms from its own generator, seeded by a stable hash of
+  (seed, iteration, i, j), and picks tokens by inverse CDF in float64, so the tokens do not depend on
+  which batch, slot or worker generated them.
+- Behaviour log-probs: log_softmax(logits / temperature)[token], taken *before* top-p filtering (the
+  distribution the trainer recomputes; top-p only truncates where samples can land). Greedy: T = 1.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
+
+
+def sample_seed(seed: int, iteration: int, index: int, j: int) -> int:
+    """Stable 63-bit seed of one sample (hashlib, not hash(): the same in every process and run)."""
+    digest = hashlib.sha256(f"rlbench-sample:{seed}:{iteration}:{index}:{j}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+@dataclass
+class _Request:
+    """Bookkeeping of one request while its G samples are pending, in flight or done."""
+
+    req: PromptRequest
+    g: int
+    prefill: tuple | None = None  # (K/V per layer [Hkv, P, D], last logits [V]) until all G are admitted
+    admitted: int = 0  # samples given a slot so far
+    done: int = 0  # samples finished so far
+    responses: list = field(init=False)  # per sample j: token ids, log-probs, ended with EOS
+    logprobs: list = field(init=False)
+    finished: list = field(init=False)
+
+    def __post_init__(self):
+        self.responses, self.logprobs, self.finished = [None] * self.g, [None] * self.g, [False] * self.g
+
+
+class BuiltinSampler:
+    """`RolloutBackend` over an HF causal LM the sampler owns (the caller passes its own copy)."""
+
+    def __init__(self, model, eos_token_id: int, max_num_seqs: int = 32, device=None, max_len: int | None = None):
+        cfg = model.config
+        if "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
+            raise ValueError("BuiltinSampler does not implement sliding-window attention layers")
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.model = model.to(self.device).eval()
+        self.eos_token_id = int(eos_token_id)
+        self.max_num_seqs = int(max_num_seqs)
+        self.max_len = int(max_len or cfg.max_position_embeddings)
+        self.version = 0
+        self.last_stats: dict = {}
+        m = self.model.model
+        self.embed, self.layers, self.norm, self.lm_head = m.embed_tokens, list(m.layers), m.norm, self.model.lm_head
+        attn = self.layers[0].self_attn
+        self.n_heads, self.head_dim, self.scale = cfg.num_attention_heads, attn.head_dim, attn.scaling
+        self.n_kv = cfg.num_key_value_heads
+        self.dtype = next(self.model.parameters()).dtype
+        self._cache_len = 0  # allocated cache length; grows on demand (see _ensure_cache)
+        self._rope_len = 0
+
+    # ---------------------------------------------------------------- weights
+
+    def load_weights(self, state: dict, version: int) -> None:
+        """Copy every parameter from `state` (names of named_parameters() or state_dict()); set `version`."""
+        params = dict(self.model.named_parameters())
+        missing = [n for n in params if n not in state]
+        if missing:
+            raise KeyError(f"load_weights: state lacks {len(missing)} parameters, e.g. {missing[:3]}")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(state[name])
+        self.version = version
+
+    # ---------------------------------------------------------------- model pieces
+
+    def _qkv(self, layer, x, cos, sin):
+        """x [B, T, hidden] -> q [B, H, T, D], k and v [B, Hkv, T, D], RoPE applied to q and k."""
+        B, T, _ = x.shape
+        a, h = layer.self_attn, layer.input_layernorm(x)
+        q = a.q_proj(h).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = a.k_proj(h).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        v = a.v_proj(h).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)  # cos, sin [B, T, D]
+        return q, k, v
+
+    @staticmethod
+    def _finish_layer(layer, x, o):
+        """Residual + o_proj of the attention output o [B, T, H*D], then the MLP block; -> [B, T, hidden]."""
+        x = x + layer.self_attn.o_proj(o)
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def _logits(self, x):
+        """Final norm and lm_head; fp32 logits [..., V] (a half-precision head is upcast after the matmul)."""
+        return self.lm_head(self.norm(x)).float()
+
+    def _ensure_rope(self, length: int) -> None:
+        """cos/sin tables [length, D] from the model's rotary_emb (static RoPE: one row per position)."""
+        if length <= self._rope_len:
+            return
+        pos = torch.arange(length, device=self.device)[None]
+        cos, sin = self.model.model.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device), pos)
+        self._cos, self._sin, self._rope_len = cos[0], sin[0], length
+        self._arange = torch.arange(length, device=self.device)
+
+    def _ensure_cache(self, length: int, max_new: int) -> None:
+        """Allocate the KV cache [S, Hkv, Lc, D] per layer and the per-slot state, reused across calls.
+
+        Zero-filled, not empty(): a masked position still meets V in SDPA's matmul (0 * NaN = NaN).
+        """
+        S, dev = self.max_num_seqs, self.device
+        if length > self._cache_len:
+            shape = (S, self.n_kv, length, self.head_dim)
+            self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in self.layers]
+            self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in self.layers]
+            self._cache_len = length
+        long = dict(dtype=torch.long, device=dev)
+        self._tok, self._pos = torch.zeros(S, **long), torch.zeros(S, **long)  # next token to feed, its position
+        self._ngen, self._limit = torch.zeros(S, **long), torch.ones(S, **long)  # tokens generated, allowed
+        self._unif = torch.zeros(S, max_new, dtype=torch.float64, device=dev)  # pre-drawn uniforms
+        self._out_tok = torch.zeros(S, max_new, **long)
+        self._out_lp = torch.zeros(S, max_new, dtype=torch.float64, device=dev)
+        self._rows = torch.arange(S, device=dev)
+        self._meta: list[tuple[_Request, int] | None] = [None] * S  # slot -> (request, sample index)
+
+    # ---------------------------------------------------------------- forward passes
+
+    def _prefill(self, prompt_ids: list[int], all_logits: bool = False):
+        """One prompt [P] -> (K/V per layer, each [Hkv, P, D]; logits [V] of the last position, or [P, V])."""
+        P = len(prompt_ids)
+        x = self.embed(torch.tensor([prompt_ids], device=self.device))  # [1, P, hidden]
+        cos, sin = self._cos[None, :P], self._sin[None, :P]  # [1, P, D]
+        kv = []
+        for layer in self.layers:
+            q, k, v = self._qkv(layer, x, cos, sin)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
+            x = self._finish_layer(layer, x, o.transpose(1, 2).reshape(1, P, -1))  # o [1, H, P, D]
+            kv.append((k[0], v[0]))
+        return kv, self._logits(x[0] if all_logits else x[0, -1])
+
+    def _decode(self, B: int, L: int):
+        """Feed each live slot's next token (slots 0..B-1) at its own position; -> logits [B, V] fp32.
+
+        Writes the new K/V into the cache and attends over cache positions [0, L) only, L = max pos + 1.
+        """
+        pos, rows = self._pos[:B], self._rows[:B]
+        x = self.embed(self._tok[:B, None])  # [B, 1, hidden]
+        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # [B, 1, D]
+        # [B, 1, 1, L]: a slot sees its own prefix and token. Additive (0 / -inf) rather than boolean: the
+        # same softmax, and CPU SDPA runs ~15% faster with it.
+        mask = torch.where(self._arange[:L] <= pos[:, None], 0.0, float("-inf")).to(self.dtype)[:, None, None]
+        rep = self.n_heads // self.n_kv
+        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
+            q, k, v = self._qkv(layer, x, cos, sin)  # q [B, H, 1, D], k/v [B, Hkv, 1, D]
+            kc[rows, :, pos] = k[:, :, 0]
+            vc[rows, :, pos] = v[:, :, 0]
+            # GQA without copying K/V: the H = Hkv * rep query heads of one token become rep queries
+            # per kv head (head h uses kv head h // rep, as in HF's repeat_kv).
+            q = q.reshape(B, self.n_kv, rep, self.head_dim)  # [B, Hkv, rep, D]
+            o = F.scaled_dot_product_attention(q, kc[:B, :, :L], vc[:B, :, :L], attn_mask=mask, scale=self.scale)
+            x = self._finish_layer(layer, x, o.reshape(B, 1, -1))  # o [B, Hkv, rep, D]
+        return self._logits(x[:, 0])
+
+    def debug_logits(self, ids: list[int], prefill_len: int) -> torch.Tensor:
+        """Logits [len(ids), V] computed as generation does: prefill ids[:prefill_len], then one token per
+        decode step in slot 0. Tests compare it with the HF forward; not used by generate()."""
+        with torch.inference_mode():
+            self._ensure_rope(len(ids))
+            self._ensure_cache(len(ids), 1)
+            kv, first = self._prefill(ids[:prefill_len], all_logits=True)
+            self._install(0, kv, prefill_len)
+            out = [first]
+            for t in range(prefill_len, len(ids)):
+                self._tok[0], self._pos[0] = ids[t], t
+                out.append(self._decode(1, t + 1))
+            return torch.cat(out)
+
+    # ---------------------------------------------------------------- sampling
+
+    def _sample(self, logits, u, sp: SamplingParams):
+        """logits [k, V] fp32, u [k] float64 in [0, 1) -> (tokens [k], behaviour log-probs [k] float64).
+
+        Inverse CDF in float64 over the (top-p filtered) distribution: a row's token depends only on
+        that row's logits and its own uniform, not on the rest of the batch.
+        """
+        if sp.greedy:
+            tok = logits.argmax(-1)
+            return tok, torch.log_softmax(logits.double(), -1).gather(1, tok[:, None])[:, 0]
+        z = logits.double() / sp.temperature
+        lse = torch.logsumexp(z, -1, keepdim=True)
+        probs = (z - lse).exp()  # [k, V]
+        if sp.top_p < 1.0:
+            probs, order = probs.sort(dim=-1, descending=True, stable=True)
+            probs = probs * ((probs.cumsum(-1) - probs) < sp.top_p)  # keep while mass before < top_p
+        cdf = probs.cumsum(-1)
+        # right=True: the first index whose cdf exceeds u * total, so a zero-probability token never wins.
+        idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[1] - 1)
+        tok = (order.gather(1, idx) if sp.top_p < 1.0 else idx)[:, 0]
+        return tok, (z.gather(1, tok[:, None]) - lse)[:, 0]
+
+    def _record(self, rows, logits, sp: SamplingParams):
+        """Sample the next token of the slots `rows` [k] from logits [k, V]; store it; -> done mask [k]."""
+        n = self._ngen[rows]
+        tok, lp = self._sample(logits, self._unif[rows, n], sp)
+        self._out_tok[rows, n] = tok
+        self._out_lp[rows, n] = lp
+        self._ngen[rows] = n + 1
+        self._tok[rows] = tok
+        return (tok == self.eos_token_id) | (n + 1 >= self._limit[rows])
+
+    # ---------------------------------------------------------------- slots
+
+    def _install(self, slot: int, kv, P: int) -> None:
+        """Copy a prompt's K/V (per layer [Hkv, P, D]) into `slot`; its first token goes at position P."""
+        for (k, v), kc, vc in zip(kv, self.k_cache, self.v_cache):
+            kc[slot, :, :P] = k
+            vc[slot, :, :P] = v
+        self._pos[slot], self._ngen[slot] = P, 0
+
+    def _admit(self, slots: list[int], pending: deque, sp: SamplingParams):
+        """Start pending samples in the free `slots`; -> (rows [k], first-token logits [k, V])."""
+        logits = []
+        for slot in slots:
+            r, j = pending.popleft()
+            if r.prefill is None:  # prefix sharing: one prefill per prompt, copied into its G slots
+                r.prefill = self._prefill(r.req.prompt_ids)
+            kv, last = r.prefill
+            P = len(r.req.prompt_ids)
+            self._install(slot, kv, P)
+            self._limit[slot] = min(sp.max_new_tokens, self.max_len - P)  # prompt + response <= max_len
+            if not sp.greedy:
+                g = torch.Generator().manual_seed(sample_seed(sp.seed, sp.iteration, r.req.index, j))
+                self._unif[slot] = torch.rand(sp.max_new_tokens, generator=g, dtype=torch.float64)
+            self._meta[slot] = (r, j)
+            r.admitted += 1
+            if r.admitted == r.g:
+                r.prefill = None  # every sample has its copy; free the prompt's K/V
+            logits.append(last)
+        return torch.tensor(slots, device=self.device), torch.stack(logits)
+
+    def _retire(self, slots: list[int], out: list[Group], on_group) -> int:
+        """Collect finished slots' responses; emit each group whose G samples are done. -> tokens collected."""
+        tokens = 0
+        for slot in slots:
+            r, j = self._meta[slot]
+            self._meta[slot] = None
+            n = int(self._ngen[slot])
+            toks = self._out_tok[slot, :n].tolist()
+            r.responses[j], r.logprobs[j] = toks, self._out_lp[slot, :n].tolist()
+            r.finished[j] = toks[-1] == self.eos_token_id
+            r.done, tokens = r.done + 1, tokens + n
+            if r.done == r.g:
+                group = Group(r.req.index, list(r.req.prompt_ids), r.responses, r.logprobs,
+                              version=self.version, finished=r.finished)
+                out.append(group)
+                if on_group is not None:
+                    on_group(group)
+        return tokens
+
+    def _fill(self, pending: deque, sp: SamplingParams, out: list[Group], on_group) -> int:
+        """Refill free slots from pending work. A sample can finish on its first token (EOS or a limit
+        of 1), which frees its slot again, hence the loop. -> tokens of samples retired here."""
+        tokens = 0
+        while pending:
+            free = [i for i, m in enumerate(self._meta) if m is None][:len(pending)]
+            if not free:
+                break
+            rows, logits = self._admit(free, pending, sp)
+            done = self._record(rows, logits, sp)
+            tokens += self._retire(rows[done].tolist(), out, on_group)
+        return tokens
+
+    def _compact(self) -> int:
+        """Move the highest live slots into holes so that live slots are 0..B-1; -> B.
+
+        Decode then slices the cache (a view) instead of gathering rows every step; this copy happens
+        only when a sequence ends with no pending work left to refill its slot.
+        """
+        live = [i for i, m in enumerate(self._meta) if m is not None]
+        B = len(live)
+        holes = [i for i in range(B) if self._meta[i] is None]
+        movers = [i for i in live if i >= B]
+        if holes:
+            L = int(self._pos.max()) + 1
+            src, dst = torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device)
+            for c in self.k_cache + self.v_cache:
+                c[dst, :, :L] = c[src, :, :L]
+            for t in (self._tok, self._pos, self._ngen, self._limit, self._unif, self._out_tok, self._out_lp):
+                t[dst] = t[src]
+            for s, d in zip(movers, holes):
+                self._meta[d], self._meta[s] = self._meta[s], None
+        return B
+
+    # ---------------------------------------------------------------- the loop
+
+    def _check(self, requests: list[PromptRequest], sp: SamplingParams) -> None:
+        if sp.n < 1 or sp.max_new_tokens < 1:
+            raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got n={sp.n}, max_new_tokens={sp.max_new_tokens}")
+        if not sp.greedy and sp.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 when sampling (got {sp.temperature}); use greedy=True")
+        for r in requests:
+            if not 0 < len(r.prompt_ids) < self.max_len:
+                raise ValueError(f"prompt {r.index} has {len(r.prompt_ids)} tokens; need 1 to {self.max_len - 1} "
+                                 f"so that a response fits in max_len={self.max_len}")
+
+    def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
+                 on_group: Callable[[Group], None] | None = None) -> list[Group]:
+        """G samples per request with up to max_num_seqs in flight; on_group(group) the moment a group
+        is done. -> groups in completion order. Sets `last_stats` (decode steps, batch occupancy)."""
+        sp = sampling
+        self._check(requests, sp)
+        out: list[Group] = []
+        steps = active_sum = 0
+        with torch.inference_mode():
+            longest = max((len(r.prompt_ids) for r in requests), default=1)
+            length = min(self.max_len, longest + sp.max_new_tokens)
+            self._ensure_rope(length)
+            self._ensure_cache(length, sp.max_new_tokens)
+            pending = deque((r, j) for r in (_Request(q, sp.n) for q in requests) for j in range(sp.n))
+            tokens = self._fill(pending, sp, out, on_group)
+            B = self._compact()
+            while B:
+                L = int(self._pos[:B].max()) + 1
+                logits = self._decode(B, L)
+                self._pos[:B] += 1
+                done = self._record(self._rows[:B], logits, sp)
+                steps, active_sum = steps + 1, active_sum + B
+                if bool(done.any()):  # the one host sync per step
+                    tokens += self._retire(done.nonzero()[:, 0].tolist(), out, on_group)
+                    tokens += self._fill(pending, sp, out, on_group)
+                    B = self._compact()
+        self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
+                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens}
+        return out

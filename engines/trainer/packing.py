@@ -1,0 +1,261 @@
+"""Shared-prompt packing for the trainer (DESIGN.md §1 "Shared-prompt attention").
+
+A GRPO group is one prompt (P tokens) and G responses (R_1..R_G tokens). The
+unpacked trainer runs G rows of `prompt + response_i`; packed, the group is
+one sequence `prompt | resp_1 | ... | resp_G` in which a response token sees
+the prompt and its own earlier tokens only, and position ids restart at P for
+every response. Tokens drop from G*(P+R) to P + sum(R_i); the response
+log-probs are the same.
+
+Three ways to get the log-probs of the response tokens, all returning G 1-D
+tensors (`logp[i][t] = log p(resp_i[t] | prompt, resp_i[:t])`, one per
+response, with grad when grad is enabled):
+
+- `unpacked_logprobs`      the reference: G right-padded rows, 2D padding mask.
+- `packed_logprobs`        the goal: runs the HF decoder layers itself on the
+                           packed token stream and never builds an L x L mask;
+                           the prompt is attended once (causal over P), the
+                           responses as a batch [G, R_max] whose queries see
+                           [shared prompt K/V | own causal K/V], O(G*R*(P+R)).
+- `packed_logprobs_mask4d` the simple one: HF forward on the packed sequence
+                           with an explicit [1, 1, L, L] mask, O((P+sum R)^2).
+
+The first response token is predicted by the prompt's last position, which is
+shared: its hidden state is used G times (once per response), so its gradient
+is the sum over the G responses, as in the unpacked rows.
+
+Works for Llama-style decoders (Llama, Qwen2, Qwen3: q/k/v/o projections with
+or without bias, GQA, optional q_norm/k_norm, RoPE, full attention).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+def group_token_counts(P: int, lengths: list[int], padded: bool = True) -> tuple[int, int]:
+    """(unpacked, packed) tokens of one group.
+
+    unpacked = G*(P+R_max) when rows are right-padded (what the trainer computes),
+    or sum(P+R_i) without padding; packed = P + sum(R_i).
+    """
+    G = len(lengths)
+    unpacked = G * (P + max(lengths)) if padded else sum(P + r for r in lengths)
+    return unpacked, P + sum(lengths)
+
+
+def theoretical_speedup(P: int, R: int, G: int) -> float:
+    """Token ratio G*(P+R) / (P+G*R): the speedup if cost were linear in tokens."""
+    return G * (P + R) / (P + G * R)
+
+
+# ----------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Index tensors of the packed stream `prompt | resp_1 | ... | resp_G` (L = P + N tokens)."""
+
+    P: int
+    lengths: list[int]
+    input_ids: torch.Tensor     # [L]        prompt then every response, no padding
+    position_ids: torch.Tensor  # [L]        0..P-1, then P..P+R_i-1 for each response
+    segment_ids: torch.Tensor   # [L]        0 for the prompt, i+1 for response i
+    pad_index: torch.Tensor     # [G, R_max] response slot -> index into the N response tokens
+    valid_index: torch.Tensor   # [N]        flat [G*R_max] slot of every response token
+    pred_index: torch.Tensor    # [N]        stream position whose logits predict each response token
+    targets: torch.Tensor       # [N]        the response tokens
+
+
+def _layout(prompt_ids: list[int], responses: list[list[int]], device) -> _Layout:
+    P, lengths = len(prompt_ids), [len(r) for r in responses]
+    if P < 1 or not lengths or min(lengths) < 1:
+        raise ValueError(f"need a non-empty prompt and G>=1 non-empty responses, got P={P}, lengths={lengths}")
+    # Built on the host and moved once: a few dozen tiny kernels (and nonzero's sync) on a GPU cost more.
+    G, R_max, lens = len(lengths), max(lengths), torch.tensor(lengths)
+    starts = torch.tensor([0] + lengths[:-1]).cumsum(0)            # [G] offset of each response in N
+    t = torch.arange(R_max)                                         # [R_max]
+    valid = t[None, :] < lens[:, None]                              # [G, R_max]
+    # Padded slots point at token 0: their outputs are dropped, and causality keeps
+    # them out of every real query (a padded key sits after all real keys of its row).
+    pad_index = torch.where(valid, starts[:, None] + t[None, :], 0)
+    resp_pos = torch.cat([torch.arange(r) for r in lengths])       # [N] t within its response
+    resp_flat = P + starts.repeat_interleave(lens) + resp_pos       # [N] stream index
+    # resp_i[0] is predicted by the last prompt token (shared by all G), resp_i[t] by resp_i[t-1].
+    pred_index = torch.where(resp_pos == 0, P - 1, resp_flat - 1)
+    targets = torch.tensor([tok for r in responses for tok in r], dtype=torch.long)
+    tensors = dict(
+        input_ids=torch.cat([torch.tensor(prompt_ids, dtype=torch.long), targets]),
+        position_ids=torch.cat([torch.arange(P), P + resp_pos]),
+        segment_ids=torch.cat([torch.zeros(P, dtype=torch.long), torch.arange(1, G + 1).repeat_interleave(lens)]),
+        pad_index=pad_index,
+        valid_index=valid.flatten().nonzero().squeeze(1),
+        pred_index=pred_index,
+        targets=targets,
+    )
+    return _Layout(P=P, lengths=lengths, **{k: v.to(device) for k, v in tensors.items()})
+
+
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                    lengths: list[int]) -> list[torch.Tensor]:
+    """logits [N, V] at the predicting positions, targets [N] -> G tensors [R_i]."""
+    # fp32 log-softmax: in bf16 the log-prob of a likely token loses most of its digits.
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [N, V]
+    picked = logp.gather(-1, targets[:, None]).squeeze(-1)           # [N]
+    return list(picked.split(lengths))
+
+
+# ----------------------------------------------------------------- reference
+
+
+def unpacked_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
+                      temperature: float = 1.0) -> list[torch.Tensor]:
+    """Reference: G right-padded rows `prompt + resp_i` through the HF model -> G tensors [R_i]."""
+    lengths, P = [len(r) for r in responses], len(prompt_ids)
+    G, R_max = len(responses), max(lengths)
+    ids = torch.zeros(G, P + R_max, dtype=torch.long)   # [G, P+R_max], pad id 0 (masked out)
+    mask = torch.zeros_like(ids)                         # [G, P+R_max]
+    for i, r in enumerate(responses):
+        ids[i, : P + len(r)] = torch.tensor(prompt_ids + r)
+        mask[i, : P + len(r)] = 1
+    valid = mask[:, P:].bool()                           # [G, R_max] real response tokens
+    targets = ids[:, P:][valid]                          # [N]
+    ids, mask, valid, targets = (x.to(model.device) for x in (ids, mask, valid, targets))
+    # Only positions P-1 .. P+R_max-2 predict response tokens: keep the last R_max+1
+    # logits and drop the final one (no need to run lm_head over the prompt).
+    logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=R_max + 1).logits[:, :-1]  # [G, R_max, V]
+    return _token_logprobs(logits[valid], targets, temperature, lengths)
+
+
+# ----------------------------------------------------------------- packed, 4D mask (option A)
+
+
+def _packed_mask(layout: _Layout, attn_implementation: str, dtype: torch.dtype) -> torch.Tensor:
+    """[1, 1, L, L] mask: query q sees key k iff k <= q and k is in the prompt or in q's response."""
+    seg = layout.segment_ids
+    L = seg.numel()
+    causal = torch.ones(L, L, dtype=torch.bool, device=seg.device).tril()  # [L, L]
+    allowed = causal & ((seg[None, :] == 0) | (seg[None, :] == seg[:, None]))
+    if attn_implementation == "sdpa":
+        return allowed[None, None]  # SDPA reads bool masks as True = attend
+    if attn_implementation == "eager":
+        # eager *adds* the mask to the scores: a bool mask would add 0/1 and mask nothing.
+        zero = torch.zeros((), dtype=dtype, device=seg.device)
+        return torch.where(allowed, zero, torch.finfo(dtype).min)[None, None]
+    raise NotImplementedError(
+        f"packed_logprobs_mask4d supports attn_implementation 'sdpa' or 'eager', not {attn_implementation!r}; "
+        "use packed_logprobs, which does not depend on it")
+
+
+def packed_logprobs_mask4d(model, prompt_ids: list[int], responses: list[list[int]],
+                           temperature: float = 1.0) -> list[torch.Tensor]:
+    """Packed group through the HF forward with an explicit L x L mask -> G tensors [R_i]."""
+    layout = _layout(prompt_ids, responses, model.device)
+    mask = _packed_mask(layout, model.config._attn_implementation, model.dtype)  # [1, 1, L, L]
+    hidden = model.model(input_ids=layout.input_ids[None], attention_mask=mask,
+                         position_ids=layout.position_ids[None]).last_hidden_state[0]  # [L, D]
+    logits = model.lm_head(hidden[layout.pred_index])  # [N, V]
+    return _token_logprobs(logits, layout.targets, temperature, layout.lengths)
+
+
+# ----------------------------------------------------------------- packed, shared prompt (option B)
+
+
+def _check_supported(model) -> None:
+    types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+    if types != {"full_attention"}:
+        raise NotImplementedError(f"packed_logprobs supports full attention only, model has layers {sorted(types)}")
+    if not hasattr(model.model.layers[0].self_attn, "q_proj"):
+        raise NotImplementedError(f"packed_logprobs needs Llama-style q/k/v/o projections, got {type(model).__name__}")
+
+
+def _rope(attn, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """RoPE with the model's own function (same module as its attention class)."""
+    apply_rotary_pos_emb = importlib.import_module(type(attn).__module__).apply_rotary_pos_emb
+    return apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)  # cos [L, Dh] -> [L, 1, Dh]
+
+
+def _qkv(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """x [L, D] -> q [L, H, Dh], k and v [L, Hkv, Dh], RoPE applied."""
+    L, Dh = x.shape[0], attn.head_dim
+    q = attn.q_proj(x).view(L, -1, Dh)  # [L, H, Dh]
+    k = attn.k_proj(x).view(L, -1, Dh)  # [L, Hkv, Dh]
+    v = attn.v_proj(x).view(L, -1, Dh)  # [L, Hkv, Dh]
+    if hasattr(attn, "q_norm"):  # Qwen3: per-head RMSNorm before RoPE
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = _rope(attn, q, k, cos, sin)
+    return q, k, v
+
+
+def _sdpa(attn, q, k, v, **kw) -> torch.Tensor:
+    dropout = attn.attention_dropout if attn.training else 0.0
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=attn.scaling,
+                                          enable_gqa=q.shape[1] != k.shape[1], **kw)
+
+
+def _shared_prompt_attention(attn, q, k, v, layout: _Layout, resp_mask: torch.Tensor) -> torch.Tensor:
+    """q [L, H, Dh], k/v [L, Hkv, Dh] of the packed stream -> attention output [L, H*Dh]."""
+    P, (G, R) = layout.P, layout.pad_index.shape
+    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [T, h, Dh] -> [1, h, T, Dh]
+    qp, kp, vp = heads_first(q[:P]), heads_first(k[:P]), heads_first(v[:P])  # [1, h, P, Dh]
+    out_p = _sdpa(attn, qp, kp, vp, is_causal=True)                           # [1, H, P, Dh]
+    # Responses as a right-padded batch; gather is cheaper than padding every linear layer.
+    pad = lambda t: t[P:][layout.pad_index].transpose(1, 2)  # noqa: E731  [N, h, Dh] -> [G, h, R, Dh]
+    # The prompt K/V are broadcast, not recomputed: expand's backward sums the G gradients
+    # into the one prompt, exactly as the G unpacked rows would (each with its own copy).
+    kr = torch.cat([kp.expand(G, -1, -1, -1), pad(k)], dim=2)  # [G, Hkv, P+R, Dh]
+    vr = torch.cat([vp.expand(G, -1, -1, -1), pad(v)], dim=2)  # [G, Hkv, P+R, Dh]
+    out_r = _sdpa(attn, pad(q), kr, vr, attn_mask=resp_mask)    # [G, H, R, Dh]
+    out_p = out_p[0].transpose(0, 1).reshape(P, -1)                              # [P, H*Dh]
+    out_r = out_r.transpose(1, 2).reshape(G * R, -1)[layout.valid_index]         # [N, H*Dh]
+    return torch.cat([out_p, out_r])                                             # [L, H*Dh]
+
+
+def _decoder_layer(layer, h, cos, sin, layout: _Layout, resp_mask) -> torch.Tensor:
+    """One pre-norm decoder layer on the packed stream h [L, D]; mirrors LlamaDecoderLayer.forward."""
+    attn = layer.self_attn
+    q, k, v = _qkv(attn, layer.input_layernorm(h), cos, sin)
+    h = h + attn.o_proj(_shared_prompt_attention(attn, q, k, v, layout, resp_mask))
+    return h + layer.mlp(layer.post_attention_layernorm(h))
+
+
+def _response_mask(P: int, R: int, device) -> torch.Tensor:
+    """[R, P+R] bool, True = attend: response query t sees the whole prompt and its own keys 0..t.
+
+    The same for all G responses (padding sits after the real tokens), so it broadcasts.
+    """
+    prompt = torch.ones(R, P, dtype=torch.bool, device=device)
+    own = torch.ones(R, R, dtype=torch.bool, device=device).tril()
+    return torch.cat([prompt, own], dim=1)
+
+
+def packed_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
+                    temperature: float = 1.0) -> list[torch.Tensor]:
+    """Shared-prompt packed log-probs without an L x L mask -> G tensors [R_i].
+
+    Cost per layer: linear layers on P + sum(R_i) tokens; attention P^2/2 for the
+    prompt plus G*R_max*(P+R_max) for the responses.
+    """
+    _check_supported(model)
+    layout = _layout(prompt_ids, responses, model.device)
+    base, R = model.model, layout.pad_index.shape[1]
+    resp_mask = _response_mask(layout.P, R, model.device)                      # [R, P+R]
+    h = base.embed_tokens(layout.input_ids)                                    # [L, D]
+    cos, sin = base.rotary_emb(h[None], layout.position_ids[None])             # [1, L, Dh] each
+    cos, sin = cos[0], sin[0]                                                  # [L, Dh]
+    for layer in base.layers[: model.config.num_hidden_layers]:
+        args = (layer, h, cos, sin, layout, resp_mask)
+        # We bypass the layer's forward, which is where HF applies activation checkpointing:
+        # apply it here with the function (and its kwargs, offload) that the model set up.
+        if getattr(layer, "gradient_checkpointing", False) and layer.training:
+            h = getattr(layer, "_gradient_checkpointing_func", partial(checkpoint, use_reentrant=False))(_decoder_layer, *args)
+        else:
+            h = _decoder_layer(*args)
+    # The final norm is per token: normalise only the N positions that predict a token.
+    logits = model.lm_head(base.norm(h[layout.pred_index]))                    # [N, V]
+    return _token_logprobs(logits, layout.targets, temperature, layout.lengths)

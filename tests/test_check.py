@@ -1,0 +1,261 @@
+"""`rlbench check`: regression verdicts against a baseline, on result folders written by hand.
+
+The folders follow rlbench.schema: an ablation folder with ablation.json and one cell folder per
+cell (results.json + events.jsonl), ~8 iterations per cell with noisy per-iteration TPSPD.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from rlbench import check as chk
+from rlbench import schema
+from rlbench.config import RunConfig, with_overrides
+from rlbench.errors import UserError
+from rlbench.metrics import aggregate
+
+SYNC = {"schedule": "sync", "tri_model": False, "shared_prompt": False}
+ASYNC = {**SYNC, "schedule": "periodic_async"}
+SPEEDUP = "speedup:periodic_async/sync"
+
+
+@dataclass
+class Cell:
+    name: str
+    switches: dict
+    tpspd: float  # mean per-iteration TPSPD
+    noise: float = 0.03  # relative per-iteration spread
+    accuracy: float = 0.40
+    overhead: float = 0.02  # share of each iteration outside the main worker's stages
+    status: str = "complete"
+    overrides: dict = field(default_factory=dict)  # config overrides (besides the switches)
+
+
+def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int = 2) -> None:
+    """One realistic cell folder: results.json (iterations, evals, aggregates) and events.jsonl."""
+    rng = np.random.default_rng(seed)
+    cfg = with_overrides(RunConfig(), {**cell.overrides, "engine": cell.switches}).model_dump(mode="json")
+    main = "colocated" if cell.switches["schedule"] == "sync" else "trainer"
+    its, events, t = [], [], 0.0
+    for k in range(iterations):
+        tpspd = cell.tpspd * (1 + cell.noise * rng.standard_normal())
+        tokens = 4000
+        wall = tokens / (tpspd * 2)
+        stages = ["weight_sync", "rollout", "old_logprob", "update", "optimizer_step"]
+        covered = wall * (1 - cell.overhead)
+        for i, stage in enumerate(stages):  # the gap (harness overhead) is at the end
+            events.append({"worker": main, "stage": stage, "iteration": k, "devices": 1,
+                           "start": t + covered * i / len(stages), "end": t + covered * (i + 1) / len(stages)})
+        its.append({"iteration": k, "start": t, "end": t + wall, "wall_s": wall, "tokens": tokens,
+                    "devices": 2, "tpspd": tpspd, "rollout_tokens_per_s": 1.0, "train_tokens_per_s": 1.0,
+                    "reward_mean": 0.3 + 0.02 * k, "staleness_max": 0, "staleness_mean": 0.0,
+                    "stage_s": {}, "idle_frac": {}, "warmup": k < warmup})
+        t += wall + 0.5
+    evals = [{"iteration": 0, "accuracy": 0.30, "n": 64}, {"iteration": iterations, "accuracy": cell.accuracy, "n": 64}]
+    res = {"schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": cell.name,
+           "switches": cell.switches, "config": cfg, "status": cell.status, "error": None,
+           "provenance": {"git_commit": "abc123", "torch": "2.x"}, "iterations": its, "evals": evals,
+           "aggregates": aggregate(its, evals)}
+    folder.mkdir(parents=True)
+    schema.atomic_write_json(folder / schema.RESULTS, res)
+    (folder / schema.EVENTS).write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def write_run(path, cells: list[Cell], seed: int = 0):
+    """An ablation folder; the first cell is the reference."""
+    path.mkdir(parents=True)
+    entries = [{"name": c.name, "dir": c.name.replace("+", "plus_"), "switches": c.switches, "exit_code": 0}
+               for c in cells]
+    schema.atomic_write_json(path / schema.ABLATION, {"schema_version": schema.SCHEMA_VERSION,
+                                                      "kind": "ablation", "name": "async",
+                                                      "reference": cells[0].name, "cells": entries})
+    for i, (c, e) in enumerate(zip(cells, entries)):
+        write_cell(path / e["dir"], c, seed=seed * 100 + i)
+    return path
+
+
+def async_run(path, speedup: float = 2.0, seed: int = 0, **kw):
+    """sync vs periodic_async; kw go to both cells (Cell fields)."""
+    return write_run(path, [Cell("sync", SYNC, 100.0, **kw), Cell("periodic_async", ASYNC, 100.0 * speedup, **kw)],
+                     seed=seed)
+
+
+def row(result, metric):
+    return next(r for r in result.rows if r.metric == metric)
+
+
+@pytest.fixture
+def baseline(tmp_path):
+    run = async_run(tmp_path / "base")
+    return chk.write_baseline(run, tmp_path / "baseline.json")
+
+
+def test_metrics_of_a_run(tmp_path):
+    m = chk.compute_metrics(async_run(tmp_path / "r", overhead=0.05))["metrics"]
+    assert set(m) == {SPEEDUP, "overhead_share:sync", "overhead_share:periodic_async", "accuracy:sync",
+                      "accuracy:periodic_async", "reward:sync", "reward:periodic_async"}
+    assert m[SPEEDUP]["value"] == pytest.approx(2.0, rel=0.06)
+    assert len(m[SPEEDUP]["samples"]["numerator"]) == 6  # warm-up iterations excluded
+    assert m["overhead_share:sync"]["value"] == pytest.approx(0.05, abs=1e-9)
+    assert m["accuracy:periodic_async"] == {**m["accuracy:periodic_async"], "value": 0.40, "kind": "accuracy"}
+
+
+def test_switch_gains(tmp_path):
+    tri = {**ASYNC, "tri_model": True}
+    run = write_run(tmp_path / "r", [Cell("sync", SYNC, 100.0), Cell("+periodic_async", ASYNC, 200.0),
+                                     Cell("+tri_model", tri, 220.0),
+                                     Cell("+shared_prompt", {**tri, "shared_prompt": True}, 275.0),
+                                     Cell("sync+tri_model", {**SYNC, "tri_model": True}, 110.0)])
+    m = chk.compute_metrics(run)["metrics"]
+    assert m["tri_model_gain:+tri_model/+periodic_async"]["value"] == pytest.approx(1.1, rel=0.08)
+    assert m["shared_prompt_gain:+shared_prompt/+tri_model"]["value"] == pytest.approx(1.25, rel=0.08)
+    assert m["async_gain:+tri_model/sync+tri_model"]["value"] == pytest.approx(2.0, rel=0.08)
+    assert m["speedup:sync+tri_model/sync"]["value"] == pytest.approx(1.1, rel=0.08)
+    # pairs with the reference are speedup rows only, not repeated as gains
+    assert not {"async_gain:+periodic_async/sync", "tri_model_gain:sync+tri_model/sync"} & set(m)
+
+
+def test_update_round_trip(tmp_path, baseline):
+    data = json.loads(baseline.read_text())
+    assert data["schema_version"] == 1 and data["config"]["reference_cell"] == "sync"
+    assert data["config"]["cells"]["periodic_async"]["schedule"] == "periodic_async"
+    assert data["config"]["reference"]["rollout"]["group_size"] == 4
+    assert data["provenance"]["git_commit"] == "abc123"
+    sp = data["metrics"][SPEEDUP]
+    assert (sp["kind"], sp["direction"], sp["tolerance"]) == ("ratio", "higher_is_better", 0.10)
+    assert len(sp["samples"]["denominator"]) == 6
+    result = chk.check(tmp_path / "base", baseline)  # the very run the baseline came from
+    assert result.exit_code == 0 and result.verdict.startswith("PASS")
+    assert {r.mark for r in result.rows} == {"not significant"}
+
+
+def test_identical_run_passes(tmp_path, baseline):
+    result = chk.check(async_run(tmp_path / "again"), baseline)  # same seed: same numbers
+    assert result.exit_code == 0
+    assert all(r.mark != "worse" for r in result.rows)
+    assert format_last_line(result).startswith("PASS: 7 metric(s) compared")
+
+
+def format_last_line(result) -> str:
+    return chk.format_check(result).splitlines()[-1]
+
+
+def test_planted_regression_fails(tmp_path, baseline):
+    result = chk.check(async_run(tmp_path / "slow", speedup=1.5, seed=1), baseline)  # 2.0x -> 1.5x
+    assert result.exit_code == 1
+    r = row(result, SPEEDUP)
+    assert r.mark == "worse" and r.change == pytest.approx(-0.25, abs=0.06)
+    assert {x.mark for x in result.rows} <= set(chk.MARKS)
+    assert r.ci[1] < 0  # the samples rule out noise
+    assert result.verdict.startswith("FAIL: 1 regression(s): speedup:periodic_async/sync")
+    text = chk.format_check(result)
+    assert "worse" in text and text.splitlines()[-1] == result.verdict
+
+
+def test_improvement_is_better_not_a_failure(tmp_path, baseline):
+    result = chk.check(async_run(tmp_path / "fast", speedup=2.6, seed=1), baseline)
+    assert row(result, SPEEDUP).mark == "better" and result.exit_code == 0
+
+
+def test_accuracy_drop_fails(tmp_path, baseline):
+    result = chk.check(async_run(tmp_path / "dumb", accuracy=0.20), baseline)
+    assert row(result, "accuracy:periodic_async").mark == "worse"
+    assert row(result, "accuracy:periodic_async").ci is None  # no samples: the tolerance decides
+    assert result.exit_code == 1
+
+
+def test_small_change_is_not_significant(tmp_path, baseline):
+    """A 3% change is inside the 10% tolerance: not significant."""
+    result = chk.check(async_run(tmp_path / "tiny", speedup=1.94, seed=2), baseline)
+    assert row(result, SPEEDUP).mark == "not significant" and result.exit_code == 0
+
+
+def test_noise_decides_beyond_a_tight_tolerance(tmp_path):
+    """With a 1% tolerance, the same 4% drop is a regression on quiet samples, noise on noisy ones."""
+    for noise, expected in ((0.005, "worse"), (0.15, "not significant")):
+        base = async_run(tmp_path / f"base{noise}", noise=noise)
+        path = chk.write_baseline(base, tmp_path / f"b{noise}.json", tolerances={"ratio": 0.01})
+        result = chk.check(async_run(tmp_path / f"run{noise}", speedup=1.92, seed=3, noise=noise), path)
+        assert row(result, SPEEDUP).mark == expected, (noise, row(result, SPEEDUP))
+
+
+def test_different_config_is_not_comparable(tmp_path, baseline):
+    run = async_run(tmp_path / "g8", speedup=1.2, overrides={"rollout": {"group_size": 8}})
+    result = chk.check(run, baseline)
+    r = row(result, SPEEDUP)
+    assert r.mark == "not comparable" and "rollout.group_size" in r.note
+    assert result.config_diff == ["rollout.group_size: 4 -> 8"]
+    assert result.exit_code == 0 and "not comparable" in result.verdict
+
+
+def test_run_name_does_not_matter(tmp_path, baseline):
+    run = async_run(tmp_path / "renamed", overrides={"run": {"name": "other"}})
+    assert all(r.mark != "not comparable" for r in chk.check(run, baseline).rows)
+
+
+def test_failed_cell_fails(tmp_path, baseline):
+    run = write_run(tmp_path / "r", [Cell("sync", SYNC, 100.0), Cell("periodic_async", ASYNC, 200.0, status="failed")])
+    result = chk.check(run, baseline)
+    assert row(result, "status:periodic_async").mark == "worse" and result.exit_code == 1
+    (run / "sync" / schema.RESULTS).unlink()  # a cell that never wrote results.json
+    result = chk.check(run, baseline)
+    assert row(result, "status:sync").current == "missing" and row(result, SPEEDUP).mark == "not comparable"
+    with pytest.raises(UserError, match="every cell complete"):
+        chk.write_baseline(run, tmp_path / "b2.json")
+
+
+def test_update_keeps_hand_tuned_tolerances(tmp_path, baseline):
+    data = json.loads(baseline.read_text())
+    data["metrics"][SPEEDUP]["tolerance"] = 0.3
+    baseline.write_text(json.dumps(data))
+    chk.write_baseline(async_run(tmp_path / "new"), baseline)
+    assert json.loads(baseline.read_text())["metrics"][SPEEDUP]["tolerance"] == 0.3
+
+
+@pytest.mark.parametrize("breaker, key", [
+    (lambda d: "{not json", "not valid JSON"),
+    (lambda d: json.dumps({k: v for k, v in d.items() if k != "metrics"}), "'metrics': missing"),
+    (lambda d: json.dumps({**d, "metrics": {**d["metrics"], SPEEDUP: {**d["metrics"][SPEEDUP], "tolerance": "ten"}}}),
+     f"metrics.{SPEEDUP}.tolerance"),
+    (lambda d: json.dumps({**d, "schema_version": 99}), "'schema_version'"),
+    (lambda d: json.dumps({**d, "metrics": {"x": {**d["metrics"][SPEEDUP], "direction": "up"}}}), "metrics.x.direction"),
+])
+def test_malformed_baseline_is_a_user_error(tmp_path, baseline, breaker, key):
+    baseline.write_text(breaker(json.loads(baseline.read_text())))
+    with pytest.raises(UserError) as err:
+        chk.check(tmp_path / "base", baseline)
+    assert str(baseline) in str(err.value) and key in str(err.value)
+
+
+def test_missing_baseline_and_run(tmp_path, baseline):
+    with pytest.raises(UserError, match="baseline file not found"):
+        chk.check(tmp_path / "base", tmp_path / "nope.json")
+    with pytest.raises(UserError, match="neither a run folder"):
+        chk.check(tmp_path, baseline)
+
+
+def test_parse_tolerances():
+    assert chk.parse_tolerances(["ratio=0.2", "accuracy:sync=0.05"]) == {"ratio": 0.2, "accuracy:sync": 0.05}
+    with pytest.raises(UserError, match="--tolerance"):
+        chk.parse_tolerances(["ratio"])
+
+
+def test_cli_exit_codes(tmp_path, baseline, monkeypatch, capsys):
+    """Through `rlbench check` once the command is wired into the CLI."""
+    from rlbench import cli
+
+    if "check" not in {c.name or c.callback.__name__ for c in cli.app.registered_commands}:
+        pytest.skip("`rlbench check` is not wired into rlbench.cli yet")
+    slow = async_run(tmp_path / "slow", speedup=1.5, seed=1)
+    for argv, code in ((["check", str(tmp_path / "base"), "--baseline", str(baseline)], 0),
+                       (["check", str(slow), "--baseline", str(baseline)], 1),
+                       (["check", str(slow), "--baseline", str(tmp_path / "nope.json")], 2)):
+        monkeypatch.setattr(sys, "argv", ["rlbench", *argv])
+        with pytest.raises(SystemExit) as ex:
+            cli.main()
+            sys.exit(0)
+        assert (ex.value.code or 0) == code, capsys.readouterr()

@@ -1,0 +1,90 @@
+"""Small real runs through the real `rlbench` command: result files, failures, reproducibility."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import TINY
+
+from rlbench import schema
+
+
+def rlbench(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "rlbench.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    proc = rlbench("run", "--config", str(TINY), "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = list(out.iterdir())
+    return run_dir, proc
+
+
+def test_run_writes_valid_result_files(tiny_run):
+    run_dir, proc = tiny_run
+    abl = json.loads((run_dir / schema.ABLATION).read_text())
+    assert [c["name"] for c in abl["cells"]] == ["sync", "periodic_async"]
+    assert all(c["exit_code"] == 0 for c in abl["cells"])
+    cells = schema.load_run(run_dir)
+    for res in cells:
+        assert res["status"] == "complete"
+        its = res["iterations"]
+        assert len(its) == 3 and [it["iteration"] for it in its] == [0, 1, 2]
+        for it in its:
+            assert it["tokens"] == it["prompt_tokens"] + it["response_tokens"] > 0
+            assert it["tpspd"] == pytest.approx(it["tokens"] / (it["wall_s"] * it["devices"]))
+            assert it["staleness_max"] == 0
+        assert res["aggregates"]["tpspd"]["n"] == 2  # one warm-up iteration excluded
+        assert len(res["evals"]) == 2 and 0 <= res["evals"][-1]["accuracy"] <= 1
+        assert schema.read_jsonl(run_dir / res["cell"] / schema.ITERATIONS) == its
+        samples = schema.load_samples(run_dir / res["cell"])
+        assert len(samples) == 3 * 4 * 4
+        events = schema.load_events(run_dir / res["cell"])
+        assert {"rollout", "update", "optimizer_step", "weight_sync"} <= {e["stage"] for e in events}
+    async_events = schema.load_events(run_dir / "periodic_async")
+    assert {"trainer", "rollout0"} <= {e["worker"] for e in async_events}
+    assert "results:" in proc.stdout and "TPSPD" in proc.stdout
+
+
+def test_same_seed_same_samples(tiny_run, tmp_path):
+    run_dir, _ = tiny_run
+    proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
+                   "--no-report")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (again,) = list(tmp_path.iterdir())
+    first = [(s["iteration"], s["prompt"], s["sample"], s["response_len"], s["reward"])
+             for s in schema.load_samples(run_dir / "sync")]
+    second = [(s["iteration"], s["prompt"], s["sample"], s["response_len"], s["reward"])
+              for s in schema.load_samples(again / "sync")]
+    assert first == second
+    a = schema.load_cell(run_dir / "sync")
+    b = schema.load_cell(again / "sync")
+    assert a["final_params_sha256"] == b["final_params_sha256"]
+
+
+def test_dead_rollout_worker_keeps_measured_iterations(tmp_path):
+    proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
+                   "--no-report", "--set", "engine.schedule=periodic_async", env={"RLBENCH_FAULT": "rollout_exit:2"},
+                   timeout=300)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "rollout worker rollout0 died" in proc.stderr
+    (run_dir,) = list(tmp_path.iterdir())
+    res = schema.load_cell(run_dir / "periodic_async")
+    assert res["status"] == "failed" and "died" in res["error"]
+    assert [it["iteration"] for it in res["iterations"]] == [0, 1]
+    leftover = subprocess.run(["pgrep", "-f", "rlbench-rollout0"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
+
+
+def test_malformed_data_line_exit_2(tmp_path):
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": "broken"\n')
+    proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path / "runs"), "--ablation", "none",
+                   "--no-progress", "--set", "data.source=gsm8k", "--set", f"data.path={data}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"{data}:2" in proc.stderr
