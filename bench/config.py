@@ -30,9 +30,9 @@ class ModelConfig(Section):
     num_heads: int = Field(4, ge=1, description="Tiny model: attention heads.")
     num_kv_heads: int = Field(2, ge=1, description="Tiny model: key/value heads (GQA).")
     intermediate_size: int = Field(384, ge=8, description="Tiny model: MLP width.")
-    warmstart_steps: int = Field(400, ge=0, description="Tiny model: supervised warm-start steps (cached).")
-    warmstart_lr: float = Field(3e-3, gt=0, description="Tiny model: warm-start learning rate.")
-    warmstart_batch: int = Field(32, ge=1, description="Tiny model: warm-start batch size (problems).")
+    warmstart_steps: int = Field(250, ge=0, description="Tiny model: supervised warm-start steps (cached).")
+    warmstart_lr: float = Field(5e-3, gt=0, description="Tiny model: warm-start learning rate.")
+    warmstart_batch: int = Field(16, ge=1, description="Tiny model: warm-start batch size (problems).")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype (bfloat16 recommended on accelerators).")
 
@@ -56,7 +56,7 @@ class DataConfig(Section):
     eval_size: int = Field(64, ge=1, description="Evaluation problems (pass@1, greedy).")
     min_steps: int = Field(1, ge=1, description="Built-in task: fewest reasoning steps per problem.")
     max_steps: int = Field(4, ge=1, description="Built-in task: most reasoning steps (the long tail).")
-    max_number: int = Field(20, ge=2, description="Built-in task: largest starting quantity.")
+    max_number: int = Field(5, ge=2, description="Built-in task: largest starting quantity.")
     few_shot: int = Field(0, ge=0, description="Solved examples prepended to every prompt (long prompts).")
 
     @model_validator(mode="after")
@@ -81,7 +81,7 @@ class TrainConfig(Section):
     prompts_per_iteration: int = Field(8, ge=1, description="Prompts per iteration; the batch is this x group_size.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward; must divide group_size.")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration (periodic-async needs 1).")
-    lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
+    lr: float = Field(5e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")

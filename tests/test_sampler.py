@@ -5,7 +5,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
-from rlbench.engines.rollout.sampler import BuiltinSampler, sample_seed
+from rlbench.engines.rollout.sampler import BuiltinSampler, _top_p_sample, sample_seed
 
 V = 64
 NO_EOS = V  # a token id the model never emits
@@ -180,9 +180,32 @@ def test_tiny_top_p_is_greedy_and_low_temperature_too():
     sampler = BuiltinSampler(tiny(), NO_EOS)
     reqs = prompts(4)
     greedy = by_index(sampler.generate(reqs, SamplingParams(n=1, greedy=True, max_new_tokens=12)))
-    for sp in (SamplingParams(n=2, top_p=1e-6, max_new_tokens=12), SamplingParams(n=2, temperature=1e-3, max_new_tokens=12)):
-        for i, g in by_index(sampler.generate(reqs, sp)).items():
+    for kw in (dict(top_p=1e-6), dict(temperature=1e-3)):
+        for i, g in by_index(sampler.generate(reqs, SamplingParams(n=2, max_new_tokens=12, **kw))).items():
             assert g.responses == greedy[i].responses * 2
+
+
+def test_top_p_candidates_equal_full_sort():
+    """The top-k shortcut picks exactly the token a full stable sort would, row by row, whatever the
+    batch: peaked rows (nucleus in the top 256), medium ones (top 4096) and flat ones (full sort)."""
+    g = torch.Generator().manual_seed(0)
+    V, top_p = 5000, 0.9
+    scale = torch.tensor([8.0] * 4 + [2.5] * 4 + [0.1] * 4, dtype=torch.float64)[:, None]
+    z = torch.randn(12, V, generator=g, dtype=torch.float64) * scale
+    p = (z - z.max(-1, keepdim=True).values).exp()
+    u = torch.rand(12, generator=g, dtype=torch.float64)
+
+    vals, order = p.sort(dim=-1, descending=True, stable=True)  # the textbook nucleus
+    cum = vals.cumsum(-1)
+    kept = vals * ((cum - vals) < top_p * p.sum(-1, keepdim=True))
+    kcdf = kept.cumsum(-1)
+    want = order.gather(1, torch.searchsorted(kcdf, (u * kcdf[:, -1])[:, None], right=True))[:, 0]
+    nucleus = ((cum - vals) < top_p * p.sum(-1, keepdim=True)).sum(-1)
+    assert nucleus[:4].max() < 256 < nucleus[4:8].min() and nucleus[4:8].max() < 4096 < nucleus[8:].min()
+
+    assert torch.equal(_top_p_sample(p, p.sum(-1), u, top_p), want)
+    for i in (0, 5, 11):
+        assert _top_p_sample(p[i:i + 1], p[i:i + 1].sum(-1), u[i:i + 1], top_p).item() == want[i]
 
 
 def test_max_len():

@@ -16,6 +16,14 @@ import torch
 from rlbench.engines.model.tokenizer import CharTokenizer
 
 
+def _quiet_transformers() -> None:
+    """No per-load progress bars from transformers in our own progress output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("RLBENCH_CACHE", Path.home() / ".cache" / "rlbench"))
 
@@ -87,6 +95,7 @@ def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):
     """The warm-started tiny model from the cache, training and caching it on a first run."""
     from transformers import AutoModelForCausalLM
 
+    _quiet_transformers()
     tok = CharTokenizer()
     folder = cache_root() / f"tiny-{cache_key(cfg)}"
     if (folder / "config.json").is_file():

@@ -4,7 +4,8 @@ It reuses the submodules of a Hugging Face `Qwen2ForCausalLM` / `LlamaForCausalL
 q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode loop:
 
 - KV cache: per layer one K and one V tensor [S, Hkv, Lc, D] (S = max_num_seqs slots, Lc = cache
-  length). Every slot has its own length; a boolean mask over cache positions hides the rest.
+  length). Every slot has its own length; a mask over cache positions hides the rest, and attention
+  reads only the prefix [0, L) up to the longest live sequence.
 - Continuous batching: live sequences always occupy slots 0..B-1, so a decode step slices the cache
   (a view) instead of gathering it. A finished slot is refilled from pending work; when none is left,
   the highest live slot moves into the hole (a copy on that event only).
@@ -14,6 +15,7 @@ q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode lo
   which batch, slot or worker generated them.
 - Behaviour log-probs: log_softmax(logits / temperature)[token], taken *before* top-p filtering (the
   distribution the trainer recomputes; top-p only truncates where samples can land). Greedy: T = 1.
+- Stops: EOS (kept in the response, with its log-prob), max_new_tokens, or prompt + response = max_len.
 """
 from __future__ import annotations
 
@@ -33,6 +35,42 @@ def sample_seed(seed: int, iteration: int, index: int, j: int) -> int:
     """Stable 63-bit seed of one sample (hashlib, not hash(): the same in every process and run)."""
     digest = hashlib.sha256(f"rlbench-sample:{seed}:{iteration}:{index}:{j}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def _inverse_cdf(w, u):
+    """w [k, n] >= 0 unnormalised weights, u [k] in [0, 1) -> column [k] drawn with P(i) = w[i] / sum(w).
+
+    right=True picks the first column whose cdf exceeds u * total, so a zero-weight column never wins.
+    """
+    cdf = w.cumsum(-1)
+    return torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(w.shape[1] - 1)[:, 0]
+
+
+_NUCLEUS_CANDIDATES = (256, 4096)  # top-k sizes tried before a full sort of the vocabulary
+
+
+def _top_p_sample(p, total, u, top_p: float):
+    """p [k, V] unnormalised probabilities, total [k] = p.sum(-1), u [k] -> tokens [k] inside the nucleus.
+
+    The nucleus: tokens in descending probability while the mass before them is < top_p. It is looked
+    for among the top 256, then 4096 tokens; only rows whose nucleus is larger pay for a full stable sort
+    (sorting a 50k vocabulary costs more than the forward pass; a trained model's nucleus is usually
+    small). Candidates come sorted descending, so their prefix sums are those of the full sort.
+    """
+    V = p.shape[1]
+    limit = top_p * total  # [k]
+    tok, todo = torch.empty_like(u, dtype=torch.long), torch.arange(len(u), device=p.device)
+    for k in [c for c in _NUCLEUS_CANDIDATES if c < V] + [V]:
+        rows = p if len(todo) == len(u) else p[todo]
+        vals, idx = rows.topk(k, -1) if k < V else rows.sort(dim=-1, descending=True, stable=True)
+        cum = vals.cumsum(-1)  # [r, k]
+        ok = cum[:, -1] >= limit[todo] if k < V else torch.ones_like(todo, dtype=torch.bool)  # nucleus within k
+        pick = _inverse_cdf(vals * ((cum - vals) < limit[todo, None]), u[todo])
+        tok[todo[ok]] = idx.gather(1, pick[:, None])[ok, 0]
+        todo = todo[~ok]
+        if len(todo) == 0:
+            break
+    return tok
 
 
 @dataclass
@@ -196,23 +234,19 @@ class BuiltinSampler:
     def _sample(self, logits, u, sp: SamplingParams):
         """logits [k, V] fp32, u [k] float64 in [0, 1) -> (tokens [k], behaviour log-probs [k] float64).
 
-        Inverse CDF in float64 over the (top-p filtered) distribution: a row's token depends only on
-        that row's logits and its own uniform, not on the rest of the batch.
+        Float64 from here on; every step works row by row, so a row's token depends only on its own
+        logits and uniform, not on the rest of the batch. The log-prob is taken before top-p filtering.
         """
+        z = logits.double()
         if sp.greedy:
-            tok = logits.argmax(-1)
-            return tok, torch.log_softmax(logits.double(), -1).gather(1, tok[:, None])[:, 0]
-        z = logits.double() / sp.temperature
-        lse = torch.logsumexp(z, -1, keepdim=True)
-        probs = (z - lse).exp()  # [k, V]
-        if sp.top_p < 1.0:
-            probs, order = probs.sort(dim=-1, descending=True, stable=True)
-            probs = probs * ((probs.cumsum(-1) - probs) < sp.top_p)  # keep while mass before < top_p
-        cdf = probs.cumsum(-1)
-        # right=True: the first index whose cdf exceeds u * total, so a zero-probability token never wins.
-        idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(cdf.shape[1] - 1)
-        tok = (order.gather(1, idx) if sp.top_p < 1.0 else idx)[:, 0]
-        return tok, (z.gather(1, tok[:, None]) - lse)[:, 0]
+            tok = z.argmax(-1)
+            return tok, z.gather(1, tok[:, None])[:, 0] - torch.logsumexp(z, -1)
+        z = z.div_(sp.temperature)
+        m = z.max(-1, keepdim=True).values
+        p = (z - m).exp_()  # [k, V] unnormalised probabilities: one fewer pass over the vocabulary
+        total = p.sum(-1)  # [k]
+        tok = _top_p_sample(p, total, u, sp.top_p) if sp.top_p < 1.0 else _inverse_cdf(p, u)
+        return tok, z.gather(1, tok[:, None])[:, 0] - m[:, 0] - total.log()
 
     def _record(self, rows, logits, sp: SamplingParams):
         """Sample the next token of the slots `rows` [k] from logits [k, V]; store it; -> done mask [k]."""
@@ -286,8 +320,8 @@ class BuiltinSampler:
             tokens += self._retire(rows[done].tolist(), out, on_group)
         return tokens
 
-    def _compact(self) -> int:
-        """Move the highest live slots into holes so that live slots are 0..B-1; -> B.
+    def _compact(self) -> tuple[int, int]:
+        """Move the highest live slots into holes so that live slots are 0..B-1; -> (B, L = max pos + 1).
 
         Decode then slices the cache (a view) instead of gathering rows every step; this copy happens
         only when a sequence ends with no pending work left to refill its slot.
@@ -305,7 +339,7 @@ class BuiltinSampler:
                 t[dst] = t[src]
             for s, d in zip(movers, holes):
                 self._meta[d], self._meta[s] = self._meta[s], None
-        return B
+        return B, int(self._pos[:B].max()) + 1 if B else 0
 
     # ---------------------------------------------------------------- the loop
 
@@ -334,17 +368,17 @@ class BuiltinSampler:
             self._ensure_cache(length, sp.max_new_tokens)
             pending = deque((r, j) for r in (_Request(q, sp.n) for q in requests) for j in range(sp.n))
             tokens = self._fill(pending, sp, out, on_group)
-            B = self._compact()
+            B, L = self._compact()
             while B:
-                L = int(self._pos[:B].max()) + 1
                 logits = self._decode(B, L)
                 self._pos[:B] += 1
+                L += 1  # every live slot grew by one token
                 done = self._record(self._rows[:B], logits, sp)
                 steps, active_sum = steps + 1, active_sum + B
                 if bool(done.any()):  # the one host sync per step
                     tokens += self._retire(done.nonzero()[:, 0].tolist(), out, on_group)
                     tokens += self._fill(pending, sp, out, on_group)
-                    B = self._compact()
+                    B, L = self._compact()
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
                            "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens}
         return out

@@ -204,7 +204,8 @@ def _shared_prompt_attention(attn, q, k, v, layout: _Layout, resp_mask: torch.Te
     heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [T, h, Dh] -> [1, h, T, Dh]
     qp, kp, vp = heads_first(q[:P]), heads_first(k[:P]), heads_first(v[:P])  # [1, h, P, Dh]
     out_p = _sdpa(attn, qp, kp, vp, is_causal=True)                           # [1, H, P, Dh]
-    # Responses as a right-padded batch; gather is cheaper than padding every linear layer.
+    # Responses as a right-padded batch for attention only: the linear layers run on the
+    # unpadded stream, so unequal lengths cost padding here and nowhere else.
     pad = lambda t: t[P:][layout.pad_index].transpose(1, 2)  # noqa: E731  [N, h, Dh] -> [G, h, R, Dh]
     # The prompt K/V are broadcast, not recomputed: expand's backward sums the G gradients
     # into the one prompt, exactly as the G unpacked rows would (each with its own copy).
@@ -222,6 +223,18 @@ def _decoder_layer(layer, h, cos, sin, layout: _Layout, resp_mask) -> torch.Tens
     q, k, v = _qkv(attn, layer.input_layernorm(h), cos, sin)
     h = h + attn.o_proj(_shared_prompt_attention(attn, q, k, v, layout, resp_mask))
     return h + layer.mlp(layer.post_attention_layernorm(h))
+
+
+def _run_layer(layer, *args) -> torch.Tensor:
+    """_decoder_layer, under activation checkpointing when the model has it enabled.
+
+    We bypass the layer's forward, which is where HF applies checkpointing, so apply it
+    here with the function (and its kwargs, CPU offload) that the model set up.
+    """
+    if getattr(layer, "gradient_checkpointing", False) and layer.training:
+        checkpointed = getattr(layer, "_gradient_checkpointing_func", partial(checkpoint, use_reentrant=False))
+        return checkpointed(_decoder_layer, layer, *args)
+    return _decoder_layer(layer, *args)
 
 
 def _response_mask(P: int, R: int, device) -> torch.Tensor:
@@ -249,13 +262,7 @@ def packed_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     cos, sin = base.rotary_emb(h[None], layout.position_ids[None])             # [1, L, Dh] each
     cos, sin = cos[0], sin[0]                                                  # [L, Dh]
     for layer in base.layers[: model.config.num_hidden_layers]:
-        args = (layer, h, cos, sin, layout, resp_mask)
-        # We bypass the layer's forward, which is where HF applies activation checkpointing:
-        # apply it here with the function (and its kwargs, offload) that the model set up.
-        if getattr(layer, "gradient_checkpointing", False) and layer.training:
-            h = getattr(layer, "_gradient_checkpointing_func", partial(checkpoint, use_reentrant=False))(_decoder_layer, *args)
-        else:
-            h = _decoder_layer(*args)
+        h = _run_layer(layer, h, cos, sin, layout, resp_mask)                  # [L, D]
     # The final norm is per token: normalise only the N positions that predict a token.
     logits = model.lm_head(base.norm(h[layout.pred_index]))                    # [N, V]
     return _token_logprobs(logits, layout.targets, temperature, layout.lengths)

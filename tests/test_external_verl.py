@@ -1,0 +1,246 @@
+"""VERL adapter: command, data, metrics parsing, reward parity; checked against VERL's own code.
+
+The fixtures in tests/fixtures/external were produced by VERL 0.9.1's code (README there). The
+`live` tests re-run VERL's code through .venv-verl (scripts/verl_env.sh) and skip without it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rlbench.config import build_config
+from rlbench.engines.external import verl
+from rlbench.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures" / "external"
+META = json.loads((FIX / "verl_fixture_meta.json").read_text())
+VERL_PY = Path(os.environ.get("RLBENCH_VERL_PYTHON", ROOT / ".venv-verl" / "bin" / "python"))
+live = pytest.mark.skipif(not VERL_PY.is_file(), reason=f"no VERL venv at {VERL_PY} (run "
+                          "scripts/verl_env.sh, or set RLBENCH_VERL_PYTHON): VERL's own code not available")
+
+
+def hf_cfg(**run):
+    return build_config({"model": {"kind": "hf", "path": "/models/Qwen2.5-0.5B-Instruct"},
+                         "rollout": {"group_size": 4, "max_new_tokens": 256, "temperature": 0.9, "top_p": 0.95},
+                         "train": {"prompts_per_iteration": 16, "micro_batch_size": 2, "ppo_mini_batches": 2,
+                                   "lr": 1e-6, "kl_coef": 0.002, "clip_ratio": 0.25},
+                         "run": {"iterations": 10, "eval_every": 5, "warmup_iterations": 1, "seed": 7, **run}})
+
+
+def fixture_cfg():
+    """The RunConfig of the run the fixture imitates (4 prompts x G=2, 4 steps, validate every 2)."""
+    return build_config({"model": {"kind": "hf", "path": "/m"},
+                         "rollout": {"group_size": META["group"]},
+                         "train": {"prompts_per_iteration": META["prompts"], "micro_batch_size": 1},
+                         "run": {"iterations": META["steps"], "eval_every": META["test_freq"],
+                                 "warmup_iterations": 1}})
+
+
+def overrides(argv: list[str]) -> dict[str, str]:
+    return dict(a.split("=", 1) for a in argv[3:])
+
+
+def problems():
+    from rlbench.engines.data.task import Problem
+    return [Problem("Tom has 5 apples. He finds 3 more. How many apples?", "5+3=8\n#### 8", "8"),
+            Problem("Ann's shop sells $1,200 of cakes, 'fresh'. How much?", "1200*1=1200\n#### 1200", "1200")]
+
+
+def test_command_maps_config_to_verl_keys(tmp_path):
+    argv = verl.verl_command(hf_cfg(), tmp_path / "t.parquet", tmp_path / "v.parquet", tmp_path / "m.jsonl",
+                             n_gpus=8, nnodes=2, max_prompt_length=320)
+    assert argv[1:3] == ["-m", "verl.trainer.main_ppo"]
+    o = overrides(argv)
+    expect = {"algorithm.adv_estimator": "grpo", "actor_rollout_ref.rollout.n": "4",
+              "data.train_batch_size": "16", "actor_rollout_ref.actor.ppo_mini_batch_size": "8",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "2",
+              "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "2",
+              "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "2",
+              "data.max_prompt_length": "320", "data.max_response_length": "256",
+              "actor_rollout_ref.model.path": "/models/Qwen2.5-0.5B-Instruct",
+              "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.actor.optim.lr": "1e-06",
+              "actor_rollout_ref.actor.use_kl_loss": "true", "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+              "actor_rollout_ref.actor.kl_loss_coef": "0.002", "actor_rollout_ref.actor.clip_ratio": "0.25",
+              "actor_rollout_ref.rollout.temperature": "0.9", "actor_rollout_ref.rollout.top_p": "0.95",
+              "trainer.n_gpus_per_node": "8", "trainer.nnodes": "2", "trainer.total_training_steps": "10",
+              "trainer.test_freq": "5", "trainer.val_before_train": "true",
+              "trainer.logger": "[console,file]", "data.seed": "7",
+              "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH": str((tmp_path / "m.jsonl").resolve())}
+    assert {k: o.get(k) for k in expect} == expect
+
+
+def test_command_eval_every_zero_validates_only_at_the_end(tmp_path):
+    o = overrides(verl.verl_command(hf_cfg(eval_every=0), "t", "v", tmp_path / "m", 1))
+    assert o["trainer.test_freq"] == "10"
+
+
+def test_command_quotes_odd_paths_and_rejects_bad_configs(tmp_path):
+    o = overrides(verl.verl_command(hf_cfg(), "/data/my train.parquet", "v", tmp_path / "m", 1))
+    assert o["data.train_files"] == "'/data/my train.parquet'"
+    with pytest.raises(UserError, match="model.path"):
+        verl.verl_command(build_config({}), "t", "v", "m", 1)
+    bad = build_config({"model": {"kind": "hf", "path": "/m"}, "train": {"prompts_per_iteration": 6,
+                                                                         "ppo_mini_batches": 4}})
+    with pytest.raises(UserError, match="ppo_mini_batches"):
+        verl.verl_command(bad, "t", "v", "m", 1)
+
+
+def test_parquet_has_verl_gsm8k_layout(tmp_path):
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    path = verl.write_verl_parquet(problems(), tmp_path / "train.parquet", split="train")
+    df = pd.read_parquet(path)
+    assert list(df.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    row = df.iloc[1]
+    assert row["data_source"] == "openai/gsm8k" and row["ability"] == "math"
+    assert [dict(m) for m in row["prompt"]] == [{"role": "user", "content": problems()[1].question + " "
+                                                 + verl.INSTRUCTION}]
+    assert row["reward_model"] == {"style": "rule", "ground_truth": "1200"}
+    assert row["extra_info"] == {"split": "train", "index": 1, "answer": "1200*1=1200\n#### 1200",
+                                 "question": problems()[1].question}
+    schema = pq.read_schema(path)
+    assert str(schema.field("prompt").type) == "list<element: struct<role: string, content: string>>"
+    custom = verl.write_verl_parquet(problems(), tmp_path / "c.parquet", prompt_fn=lambda p: "Q: " + p.question)
+    assert pd.read_parquet(custom).iloc[0]["prompt"][0]["content"].startswith("Q: Tom")
+    assert verl.prompt_token_bound(problems()) % 64 == 0 and verl.prompt_token_bound(problems()) > 128
+
+
+def check_against_fixture(res: dict, path: Path, n_gpus: int) -> None:
+    """Iteration records agree with the raw VERL lines they came from (TPSPD formulas agree)."""
+    raw = {s: d for s, d in verl.read_verl_jsonl(path)}
+    assert [it["iteration"] for it in res["iterations"]] == list(range(META["steps"]))
+    for it in res["iterations"]:
+        d = raw[it["iteration"] + 1]
+        assert it["tokens"] == d["perf/total_num_tokens"] == it["prompt_tokens"] + it["response_tokens"]
+        assert it["num_samples"] == META["prompts"] * META["group"]
+        assert it["prompt_tokens"] == round(d["prompt_length/mean"] * it["num_samples"])
+        assert it["wall_s"] == d["timing_s/step"] and it["devices"] == n_gpus
+        assert it["tpspd"] == pytest.approx(it["tokens"] / (it["wall_s"] * n_gpus), rel=1e-12)
+        assert it["tpspd"] == pytest.approx(d["perf/throughput"], rel=1e-9)  # VERL's own figure
+        assert it["external"]["tpspd_check"]["agree"] is True
+        assert it["stage_s"]["rollout"] == d["timing_s/gen"] and it["stage_s"]["update"] == d["timing_s/update_actor"]
+        assert set(it["stage_s"]) == {"rollout", "old_logprob", "ref_logprob", "advantage", "update", "weight_sync"}
+        assert it["reward_mean"] == d["critic/score/mean"] and it["kl"] == d["actor/kl_loss"]
+    assert [e["iteration"] for e in res["evals"]] == [0, 2, 4]
+    assert all(e["key"] == "val-core/openai/gsm8k/reward/mean@1" for e in res["evals"])
+    assert res["evals"][-1]["accuracy"] == raw[4]["val-core/openai/gsm8k/reward/mean@1"]
+    assert res["iterations"][-1]["eval_accuracy"] == res["evals"][-1]["accuracy"]
+    assert res["warnings"] == [] and res["status"] == "complete"
+
+
+def test_parse_fixture_into_rlbench_schema(tmp_path):
+    from rlbench.runner import CellRun
+    from rlbench.schema import RESULTS, atomic_write_json, load_cell
+
+    res = verl.parse_verl_jsonl(FIX / "verl_metrics.jsonl", fixture_cfg(), n_gpus=META["n_gpus"], version="0.9.1")
+    check_against_fixture(res, FIX / "verl_metrics.jsonl", META["n_gpus"])
+    assert res["cell"] == "verl" and res["provenance"] == {"framework": "verl", "version": "0.9.1"}
+    assert res["iterations"][0]["warmup"] and not res["iterations"][1]["warmup"]
+    assert res["aggregates"]["measured_iterations"] == META["steps"] - 1
+    assert res["aggregates"]["accuracy_before"] == res["evals"][0]["accuracy"]
+    own = CellRun(fixture_cfg(), tmp_path / "own", "sync").results()
+    assert set(own) <= set(res)  # every key an rlbench cell has
+    atomic_write_json(tmp_path / "verl" / RESULTS, res)
+    assert load_cell(tmp_path / "verl")["aggregates"]["tpspd"]["n"] == META["steps"] - 1
+
+
+def test_wrong_device_count_is_flagged():
+    res = verl.parse_verl_jsonl(FIX / "verl_metrics.jsonl", fixture_cfg(), n_gpus=META["n_gpus"] * 2)
+    assert len(res["warnings"]) == META["steps"]
+    assert all(it["external"]["tpspd_check"]["agree"] is False for it in res["iterations"])
+    assert res["iterations"][0]["external"]["tpspd_check"]["rel_diff"] == pytest.approx(0.5)
+
+
+def test_cut_short_log_keeps_measured_steps(tmp_path):
+    lines = (FIX / "verl_metrics.jsonl").read_text().splitlines()
+    cut = tmp_path / "m.jsonl"
+    cut.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])
+    res = verl.parse_verl_jsonl(cut, fixture_cfg(), META["n_gpus"])
+    assert len(res["iterations"]) == 2 and res["status"] == "incomplete"
+    assert verl.parse_verl_jsonl(tmp_path / "absent.jsonl", fixture_cfg(), 1)["iterations"] == []
+
+
+def test_run_verl_without_verl_is_a_user_error(tmp_path, monkeypatch):
+    real = verl.importlib.util.find_spec
+    monkeypatch.setattr(verl.importlib.util, "find_spec", lambda n, *a: None if n == "verl" else real(n, *a))
+    with pytest.raises(UserError) as e:
+        verl.run_verl(hf_cfg(), tmp_path)
+    assert str(e.value) == ("--engine verl needs VERL installed (pip install 'rlbench[verl]' on a GPU machine, "
+                            "or use Dockerfile.gpu); not found in this environment")
+    assert e.value.exit_code == 2 and not any(tmp_path.iterdir())
+
+
+def test_gsm8k_reward_matches_verl_compute_score():
+    from rlbench.engines.data.reward import extract_solution, gsm8k_reward
+
+    rows = json.loads((FIX / "verl_gsm8k_scores.json").read_text())
+    assert len(rows) > 20
+    for r in rows:
+        assert gsm8k_reward(r["response"], r["ground_truth"]) == r["verl_score"], r
+        assert extract_solution(r["response"], "strict") == r["verl_strict"], r
+        assert extract_solution(r["response"], "flexible") == r["verl_flexible"], r
+
+
+def run_verl_py(*args: str, stdin: str | None = None, cache: Path | None = None) -> str:
+    env = {**os.environ, **({"HF_DATASETS_CACHE": str(cache)} if cache else {})}  # keep ~/.cache clean
+    out = subprocess.run([str(VERL_PY), *args], input=stdin, capture_output=True, text=True, cwd=ROOT,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@live
+def test_live_verl_regenerates_fixture_and_parser_agrees(tmp_path):
+    run_verl_py("scripts/make_verl_fixture.py", str(tmp_path))
+    res = verl.parse_verl_jsonl(tmp_path / "verl_metrics.jsonl", fixture_cfg(), META["n_gpus"])
+    check_against_fixture(res, tmp_path / "verl_metrics.jsonl", META["n_gpus"])
+
+    def keys(path):
+        return [sorted(d) for _, d in verl.read_verl_jsonl(path)]
+    assert keys(tmp_path / "verl_metrics.jsonl") == keys(FIX / "verl_metrics.jsonl")  # no drift in VERL's keys
+    assert json.loads((tmp_path / "verl_gsm8k_scores.json").read_text()) == \
+        json.loads((FIX / "verl_gsm8k_scores.json").read_text())
+
+
+@live
+def test_live_verl_accepts_command_and_parquet(tmp_path):
+    cfg = hf_cfg()
+    data = verl.write_verl_parquet(problems(), tmp_path / "train.parquet")
+    argv = verl.verl_command(cfg, data, data, tmp_path / "m.jsonl", n_gpus=4, max_prompt_length=320)
+    checked = json.loads(run_verl_py("scripts/verl_check.py", "command", stdin=json.dumps(argv)).splitlines()[-1])
+    resolved = checked["resolved"]
+    for key, value in verl.verl_overrides(cfg, data, data, tmp_path / "m.jsonl", 4, max_prompt_length=320).items():
+        want = list(value) if isinstance(value, tuple) else value
+        assert resolved[key.lstrip("+")] == want, key
+    assert checked["use_reference_policy"] is True and checked["use_critic"] is False
+    rows = json.loads(run_verl_py("scripts/verl_check.py", "parquet", str(data),
+                                  cache=tmp_path / "hf").splitlines()[-1])
+    assert [r["ground_truth"] for r in rows] == ["8", "1200"]
+    assert all(r["score_of_own_answer"] == 1.0 and r["data_source"] == "openai/gsm8k" for r in rows)
+
+
+def test_launch_of_a_failing_run_still_writes_results(tmp_path):
+    import sys
+
+    argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
+    res = verl._launch(fixture_cfg(), tmp_path, argv, tmp_path / "verl_metrics.jsonl", 2, echo=False)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["status"] == res["status"] == "failed" and "code 3" in saved["error"]
+    assert saved["iterations"] == [] and saved["external"]["command"] == argv
+    assert (tmp_path / "verl.log").read_text() == "boom\n"
+
+
+@live
+def test_live_launch_streams_parses_and_saves(tmp_path):
+    """_launch around VERL's real file logger (the fixture script in place of the GPU trainer)."""
+    argv = [str(VERL_PY), str(ROOT / "scripts" / "make_verl_fixture.py"), str(tmp_path)]
+    res = verl._launch(fixture_cfg(), tmp_path, argv, tmp_path / "verl_metrics.jsonl", META["n_gpus"], echo=False)
+    check_against_fixture(res, tmp_path / "verl_metrics.jsonl", META["n_gpus"])
+    assert json.loads((tmp_path / "results.json").read_text())["status"] == "complete"
+    assert "Creating file logger" in (tmp_path / "verl.log").read_text()
