@@ -28,6 +28,9 @@ def run(
                                  help="Cells to run: async (sync vs periodic-async), tri_model, shared_prompt, all, "
                                       "or none (just the configured engine)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
+    engine: str = typer.Option("rlbench", "--engine", "-e",
+                               help="rlbench (this harness's engines), verl or mindspeed-rl (the real peer "
+                                    "framework, where installed with its hardware)."),
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Folder that receives the run folder."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write tables, plots and report.html at the end."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
@@ -37,6 +40,9 @@ def run(
     from rlbench.config import load_config
 
     cfg = load_config(config, set_)
+    if engine != "rlbench":
+        _run_external(engine, cfg, out, report)
+        return
     from rlbench.ablation import cells_for
     cells_for(ablation, cfg)  # unknown ablation name or invalid cell -> exit 2 before anything runs
     _preflight(cfg)
@@ -50,6 +56,27 @@ def run(
     if failed:
         raise WorkerError(f"{len(failed)} cell(s) failed: " + ", ".join(f"{c['name']} (exit {c['exit_code']})"
                                                                         for c in failed))
+
+
+def _run_external(engine: str, cfg, out: Path, report: bool) -> None:
+    """One cell run by the real VERL / MindSpeed-RL, parsed into rlbench's result schema."""
+    from rlbench.ablation import new_run_dir
+
+    runners = {"verl": "rlbench.engines.external.verl:run_verl",
+               "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed"}
+    if engine not in runners:
+        raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(runners)}")
+    import importlib
+
+    mod, fn = runners[engine].split(":")
+    run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
+    try:
+        getattr(importlib.import_module(mod), fn)(cfg, run_dir)
+    except UserError:
+        import shutil
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing measured: no half-made run folder
+        raise
+    _finish(run_dir, report)
 
 
 def _preflight(cfg) -> None:
@@ -117,6 +144,31 @@ def check_cmd(
     typer.echo(format_check(result))
     if result.exit_code:
         sys.exit(result.exit_code)  # not typer.Exit: main() runs the app with standalone_mode=False
+
+
+def _simulate_command():
+    from rlbench.simulate.command import simulate
+    return simulate
+
+
+@app.command("simulate")
+def simulate_cmd(
+    run_dir: Optional[Path] = typer.Argument(None, help="A run or ablation folder with a sync cell to calibrate "
+                                                         "from (and to validate against)."),
+    preset: Optional[str] = typer.Option(None, "--preset", "-p",
+                                         help="Simulate a preset setting instead: paper-7b (7B, GSM8K-like "
+                                              "lengths, the paper's figures beside)."),
+    devices: Optional[str] = typer.Option(None, "--devices", "-d",
+                                          help="Device counts to sweep, comma-separated (default 8,16,32,64)."),
+    rollout_share: Optional[str] = typer.Option(None, "--rollout-share", "-r",
+                                                help="Rollout pool shares to sweep, each in (0, 1) (default 0.25,0.5,0.75)."),
+    staleness: int = typer.Option(1, "--staleness", "-k", min=0, help="k of bounded_async."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Output folder (default RUN_DIR/simulate or runs/simulate-PRESET)."),
+) -> None:
+    """Predict sync / periodic-async / bounded-async TPSPD, speedups and idle shares at cluster scale
+    (discrete-event model calibrated from a run's sync cell); writes simulate.json and plots."""
+    _simulate_command()(run_dir, preset, devices, rollout_share, staleness, out)
 
 
 @app.command()
