@@ -34,12 +34,14 @@ def run(
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Folder that receives the run folder."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write tables, plots and report.html at the end."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    profile: bool = typer.Option(False, "--profile", help="Record torch.profiler traces per worker "
+                                 "(run.profile_iterations after warm-up) into <cell>/traces for TensorBoard/Perfetto."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
     from rlbench.ablation import new_run_dir, run_ablation
     from rlbench.config import load_config
 
-    cfg = load_config(config, set_)
+    cfg = load_config(config, set_ + (["run.profile=true"] if profile else []))
     if engine != "rlbench":
         _run_external(engine, cfg, out, report)
         return

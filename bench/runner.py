@@ -63,6 +63,9 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
         dataset, policy, tok = _setup_model(cfg, run, progress)
         from rlbench.engines.factory import make_engine
 
+        if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
+            from rlbench import profiling
+            profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
         schedule, eval_sampler = make_engine(cfg, policy, tok, run.t0, run.writer.event, device)
         run.provenance = provenance.collect(device)
         _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress)
@@ -108,7 +111,7 @@ def _bar(total: int, desc: str, enabled: bool):
 
 
 def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, progress: bool) -> None:
-    from rlbench.engines.factory import evaluate, iteration_input
+    from rlbench.engines.factory import evaluate
 
     eval_rec = Recorder("eval", run.t0, device=device)
     trainer = schedule.trainer
@@ -121,29 +124,50 @@ def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, prog
 
     acc = do_eval(0)
     bar = _bar(cfg.run.iterations, f"{run.name}", progress)
-    for k in range(cfg.run.iterations):
-        inp = iteration_input(cfg, dataset, tok, k)
-        out = schedule.run_iteration(inp)
-        for ev in getattr(schedule, "worker_events", []):
-            run.writer.event(ev)
-        rows = _sample_rows(k, out)
-        run.writer.samples(rows)
-        rec = metrics.build_iteration(k, run.writer.take_events(k), rows, cfg.engine.num_devices,
-                                      out.train_stats, warmup=k < cfg.run.warmup_iterations,
-                                      occupancy=_occupancy(out.rollout_stats))
-        done = k + 1
-        if done == cfg.run.iterations or (cfg.run.eval_every and done % cfg.run.eval_every == 0):
-            acc = do_eval(done)
-            rec.eval_accuracy = acc
-        run.iterations.append(asdict(rec))
-        run.rollout_stats.append({"iteration": k, "workers": out.rollout_stats})
-        run.writer.iteration(rec)
-        run.save()
-        if bar:
-            bar.set_postfix(tpspd=f"{rec.tpspd:.0f}", reward=f"{rec.reward_mean:.2f}", acc=f"{acc:.2f}")
-            bar.update(1)
+    prof = _profiler(cfg, run, schedule, device)
+    try:
+        for k in range(cfg.run.iterations):
+            acc = _iteration(cfg, run, schedule, dataset, tok, k, do_eval, acc, bar)
+            prof.step()
+    finally:
+        prof.close()
     if bar:
         bar.close()
+
+
+def _profiler(cfg, run: CellRun, schedule, device):
+    from rlbench.profiling import IterationProfiler
+
+    trace_dir = str(run.folder / "traces") if cfg.run.profile else None
+    worker = schedule.rec.worker
+    return IterationProfiler(trace_dir, worker, cfg.run.warmup_iterations, cfg.run.profile_iterations, device.type)
+
+
+def _iteration(cfg, run: CellRun, schedule, dataset, tok, k: int, do_eval, acc: float, bar) -> float:
+    """One training iteration plus its bookkeeping; returns the latest eval accuracy."""
+    from rlbench.engines.factory import iteration_input
+
+    inp = iteration_input(cfg, dataset, tok, k)
+    out = schedule.run_iteration(inp)
+    for ev in getattr(schedule, "worker_events", []):
+        run.writer.event(ev)
+    rows = _sample_rows(k, out)
+    run.writer.samples(rows)
+    rec = metrics.build_iteration(k, run.writer.take_events(k), rows, cfg.engine.num_devices,
+                                  out.train_stats, warmup=k < cfg.run.warmup_iterations,
+                                  occupancy=_occupancy(out.rollout_stats))
+    done = k + 1
+    if done == cfg.run.iterations or (cfg.run.eval_every and done % cfg.run.eval_every == 0):
+        acc = do_eval(done)
+        rec.eval_accuracy = acc
+    run.iterations.append(asdict(rec))
+    run.rollout_stats.append({"iteration": k, "workers": out.rollout_stats})
+    run.writer.iteration(rec)
+    run.save()
+    if bar:
+        bar.set_postfix(tpspd=f"{rec.tpspd:.0f}", reward=f"{rec.reward_mean:.2f}", acc=f"{acc:.2f}")
+        bar.update(1)
+    return acc
 
 
 def _sample_rows(k: int, out) -> list[dict]:

@@ -30,10 +30,13 @@ def rollout_worker_main(name: str, model_config, shared: dict, eos_token_id: int
         sampler = BuiltinSampler(model, eos_token_id, max_num_seqs=max_num_seqs, device=device)
         sampler.load_weights(shared, 0)
         rec = Recorder(name, t0, device=device, devices=threads)
+        from rlbench.profiling import from_env
+        prof = from_env(name, device.type)  # a no-op unless the run asked for --profile
         out_q.put(("ready", name))
         while True:
             msg = req_q.get()
             if msg[0] == "stop":
+                prof.close()
                 return
             if msg[0] == "sync":
                 with rec.stage(Stage.WEIGHT_SYNC, msg[2]):
@@ -44,6 +47,7 @@ def rollout_worker_main(name: str, model_config, shared: dict, eos_token_id: int
                 with rec.stage(Stage.ROLLOUT, k):
                     sampler.generate(requests, sampling, on_group=lambda g: out_q.put(("group", name, g)))
                 out_q.put(("done", name, k, rec.drain(), dict(sampler.last_stats)))
+                prof.step()
     except BaseException:  # report, then die: the trainer turns it into a clear error
         out_q.put(("error", name, traceback.format_exc()))
 
