@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import multiprocessing as mp
+import os
 from pathlib import Path
 
 from rlbench import schema
@@ -78,6 +79,9 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
               "cells": [{"name": c, "dir": folder_name(c), "switches": _switches(cfg), "exit_code": None}
                         for c, cfg in cells]}
     schema.atomic_write_json(run_dir / schema.ABLATION, record)
+    # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
+    # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ctx = mp.get_context("spawn")
     for entry, (cell, cfg) in zip(record["cells"], cells):
         proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",

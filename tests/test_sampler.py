@@ -22,10 +22,10 @@ def one_thread():
 
 def tiny(arch: str = "qwen2", seed: int = 0, heads: int = 4, kv_heads: int = 2):
     cfg_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}[arch]
+    # initializer_range wider than the default 0.02: varied, input-dependent tokens instead of one repeated token
     cfg = cfg_cls(vocab_size=V, hidden_size=16 * heads, num_hidden_layers=2, num_attention_heads=heads,
-                  num_key_value_heads=kv_heads,
-                  intermediate_size=128, max_position_embeddings=256, tie_word_embeddings=False,
-                  initializer_range=0.2)  # wider than the default 0.02: varied, input-dependent tokens
+                  num_key_value_heads=kv_heads, intermediate_size=128, max_position_embeddings=256,
+                  tie_word_embeddings=False, initializer_range=0.2)
     torch.manual_seed(seed)
     model = model_cls(cfg).eval()
     if arch == "qwen2":  # random init leaves q/k/v biases at zero; make them count
