@@ -60,7 +60,7 @@ class DataConfig(Section):
     train_size: int = Field(4000, ge=1, description="Built-in task: number of training problems.")
     eval_size: int = Field(128, ge=1, description="Evaluation problems (pass@1, greedy).")
     min_steps: int = Field(1, ge=1, description="Built-in task: fewest reasoning steps per problem.")
-    max_steps: int = Field(4, ge=1, description="Built-in task: most reasoning steps (the long tail).")
+    max_steps: int = Field(6, ge=1, description="Built-in task: most reasoning steps (the long tail).")
     max_number: int = Field(5, ge=2, description="Built-in task: largest starting quantity.")
     few_shot: int = Field(0, ge=0, description="Solved examples prepended to every prompt (long prompts).")
 
@@ -79,7 +79,7 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (also applied to trainer log-probs).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
     max_new_tokens: int = Field(96, ge=1, description="Longest response in tokens.")
-    max_num_seqs: int = Field(32, ge=1, description="Sequences in flight per rollout worker (continuous batching).")
+    max_num_seqs: int = Field(16, ge=1, description="Sequences in flight per rollout worker (continuous batching).")
     response_length: Literal["eos", "fixed", "lognormal"] = Field(
         "eos", description="eos: a response ends at EOS or max_new_tokens; fixed / lognormal: its length is "
         "drawn per sample (seeded like its tokens, clipped to [1, max_new_tokens]) and EOS is ignored, "
