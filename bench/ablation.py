@@ -14,6 +14,7 @@ from rlbench.errors import UserError
 
 SYNC = {"schedule": "sync"}
 ASYNC = {"schedule": "periodic_async"}
+BOUNDED = {"schedule": "bounded_async"}
 
 # name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
 ABLATIONS: dict[str, list[tuple[str, dict]]] = {
@@ -28,8 +29,14 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
             ("+shared_prompt", {**ASYNC, "tri_model": True, "shared_prompt": True}),
             ("sync+tri_model", {**SYNC, "tri_model": True}),
             ("sync+tri_model+shared_prompt", {**SYNC, "tri_model": True, "shared_prompt": True})],
+    "staleness": [("sync", SYNC), ("periodic_async", ASYNC)]
+    + [(f"bounded_k{k}_{prox}", {**BOUNDED, "max_staleness": k, "prox_logp": prox})
+       for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
 }
-ENGINE_OFF = {"tri_model": False, "shared_prompt": False}
+# Every switch's "off" value: a cell is the base config with these, then its own switches, so cells
+# differ only in their switches.
+ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "prox_logp": "recompute"}
+SWITCH_SECTION = {"prox_logp": "train"}  # switches outside the engine section
 
 
 def cells_for(name: str, base: RunConfig) -> list[tuple[str, RunConfig]]:
@@ -37,7 +44,15 @@ def cells_for(name: str, base: RunConfig) -> list[tuple[str, RunConfig]]:
         return [(base.engine.schedule, base)]
     if name not in ABLATIONS:
         raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
-    return [(cell, with_overrides(base, {"engine": {**ENGINE_OFF, **sw}})) for cell, sw in ABLATIONS[name]]
+    return [(cell, with_overrides(base, _overrides({**ENGINE_OFF, **sw}))) for cell, sw in ABLATIONS[name]]
+
+
+def _overrides(switches: dict) -> dict:
+    """Flat switches -> the nested override tree, each under its config section."""
+    tree: dict = {}
+    for key, value in switches.items():
+        tree.setdefault(SWITCH_SECTION.get(key, "engine"), {})[key] = value
+    return tree
 
 
 def folder_name(cell: str) -> str:
@@ -76,7 +91,7 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
     cells = cells_for(name, base)
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
               "reference": cells[0][0],
-              "cells": [{"name": c, "dir": folder_name(c), "switches": _switches(cfg), "exit_code": None}
+              "cells": [{"name": c, "dir": folder_name(c), "switches": switches(cfg), "exit_code": None}
                         for c, cfg in cells]}
     schema.atomic_write_json(run_dir / schema.ABLATION, record)
     # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
@@ -101,6 +116,8 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
     return record
 
 
-def _switches(cfg: RunConfig) -> dict:
+def switches(cfg: RunConfig) -> dict:
     e = cfg.engine
-    return {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt}
+    bounded = e.schedule == "bounded_async"  # the on-policy schedules have staleness 0 and no pi_prox
+    return {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt,
+            "max_staleness": e.max_staleness if bounded else 0, "prox_logp": cfg.train.prox_logp if bounded else None}

@@ -107,19 +107,46 @@ class TrainConfig(Section):
     kl_coef: float = Field(0.001, ge=0, description="KL-to-reference coefficient (low_var_kl, VERL's k3).")
     kl_type: Literal["low_var_kl", "kl", "mse"] = Field("low_var_kl", description="KL estimator.")
     adv_eps: float = Field(1e-6, gt=0, description="Epsilon in the group std normalisation.")
+    prox_logp: Literal["recompute", "loglinear"] = Field(
+        "recompute", description="bounded_async (decoupled PPO loss): how pi_prox is obtained. recompute: a "
+        "forward pass of the weights at the start of the step; loglinear (A-3PO): log pi_prox = log pi_behav "
+        "+ alpha (log pi_theta - log pi_behav), alpha = (d - 1) / d for staleness d >= 1, 0 for d = 0; no pass.")
+    behav_imp_weight_cap: float | None = Field(
+        5.0, gt=1, description="bounded_async: tokens whose behaviour importance weight pi_prox / pi_behav "
+        "exceeds this are masked out of the loss (AReaL's behav_imp_weight_cap); null: no cap.")
 
 
 class EngineConfig(Section):
-    schedule: Literal["sync", "periodic_async"] = Field(
-        "sync", description="sync: VERL-style colocated phases; periodic_async: producer/consumer per iteration.")
+    # (bounded_async first: a literal error then reads "... 'sync' or 'periodic_async'", as before.)
+    schedule: Literal["bounded_async", "sync", "periodic_async"] = Field(
+        "sync", description="sync: VERL-style colocated phases; periodic_async: producer/consumer per iteration; "
+        "bounded_async: rollout runs up to engine.max_staleness weight versions ahead of training "
+        "(AReaL-style), trained with the decoupled PPO loss.")
+    max_staleness: int = Field(
+        1, ge=0, description="bounded_async: k, the most weight versions a trained sample may lag the trained "
+        "weights (0: on-policy, 1: one-step-off).")
     device: Literal["cpu", "cuda", "npu", "auto"] = Field("cpu", description="Accelerator type.")
     rollout_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the rollout pool.")
     train_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the training pool.")
     tri_model: bool = Field(False, description="Policy/old/ref log-probs in one module and one pass.")
     shared_prompt: bool = Field(False, description="Pack prompt|resp_1..resp_G into one sequence for training.")
     consume_order: Literal["arrival", "dispatch"] = Field(
-        "arrival", description="periodic_async: train groups as they finish (arrival) or in dispatch order.")
+        "arrival", description="periodic_async, bounded_async: train groups as they finish (arrival) or in "
+        "dispatch order.")
     queue_timeout_s: float = Field(300.0, gt=0, description="Longest wait for a rollout worker before failing.")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="periodic_async, bounded_async: rollout workers as local processes (local) or as "
+        "Ray actors that hold their devices as Ray resources (ray; needs `pip install 'rlbench[ray]'`). "
+        "sync ignores it.")
+    ray_address: str | None = Field(
+        None, description="backend=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
+        "'ray://head:10001'); unset: start a local Ray instance for the run and stop it afterwards.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "EngineConfig":
+        if self.ray_address and self.backend != "ray":
+            raise ValueError("engine.ray_address is only used with engine.backend=ray")
+        return self
 
     @property
     def num_devices(self) -> int:
@@ -152,6 +179,10 @@ class RunConfig(Section):
             raise ValueError(
                 f"train.micro_batch_size={mbs} must divide rollout.group_size={g}: micro-batches never "
                 "straddle groups, so both schedules split the batch the same way")
+        if self.engine.schedule == "bounded_async" and self.train.ppo_mini_batches != 1:
+            raise ValueError(
+                "train.ppo_mini_batches must be 1 with engine.schedule=bounded_async: it consumes groups as "
+                "they arrive and takes one optimizer step per iteration, like periodic_async")
         if self.engine.schedule == "periodic_async" and self.train.ppo_mini_batches != 1:
             raise ValueError(
                 "train.ppo_mini_batches must be 1 with engine.schedule=periodic_async: the paper's "

@@ -10,20 +10,25 @@ def resolve(kind: str = "cpu"):
     import torch
 
     if kind == "auto":
-        if torch.cuda.is_available():
-            kind = "cuda"
-        else:
-            try:
-                import torch_npu  # noqa: F401
-                kind = "npu" if torch.npu.is_available() else "cpu"
-            except ImportError:
-                kind = "cpu"
-    if kind == "npu":
-        import torch_npu  # noqa: F401
+        kind = "cuda" if torch.cuda.is_available() else "npu" if _npu_available() else "cpu"
+    if kind == "npu" and not _npu_available():
+        from rlbench.errors import UserError
+        raise UserError("engine.device=npu but no Ascend NPU is usable here: needs torch_npu (pip install "
+                        "'rlbench[npu]', or Dockerfile.npu) and a visible NPU (allowed here: cpu, auto)")
     if kind == "cuda" and not torch.cuda.is_available():
         from rlbench.errors import UserError
         raise UserError("engine.device=cuda but no CUDA device is visible (allowed here: cpu, auto)")
     return torch.device(kind)
+
+
+def _npu_available() -> bool:
+    """Imports torch_npu (it registers the 'npu' device with torch) only when an NPU is asked for."""
+    try:
+        import torch
+        import torch_npu  # noqa: F401
+    except ImportError:
+        return False
+    return bool(torch.npu.is_available())
 
 
 def synchronize(device) -> None:
@@ -61,6 +66,60 @@ def set_threads(n: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(max(1, n))
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def dtype(name: str, device=None):
+    """Config dtype name -> torch dtype; refuses a half precision the device cannot compute in.
+
+    bfloat16 is the dtype for accelerators (A100/H100 and Ascend 910B compute in it natively); on CPU it
+    works but is slower than float32 for small models.
+    """
+    import torch
+
+    if name not in DTYPES:
+        from rlbench.errors import UserError
+        raise UserError(f"model.dtype={name!r}: allowed: {', '.join(DTYPES)}")
+    if name == "bfloat16" and device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        from rlbench.errors import UserError
+        raise UserError("model.dtype=bfloat16 but this GPU has no bfloat16 support (pre-Ampere); "
+                        "use model.dtype=float16 or float32")
+    return getattr(torch, name)
+
+
+def _accel(device):
+    """The torch.cuda / torch.npu module of an accelerator device, None on CPU."""
+    import torch
+
+    return {"cuda": torch.cuda, "npu": getattr(torch, "npu", None)}.get(device.type)
+
+
+def reset_peak_memory(device) -> None:
+    """Start a new peak for memory() (accelerators; on CPU the process peak cannot be reset)."""
+    mod = _accel(device)
+    if mod is not None:
+        mod.reset_peak_memory_stats(device)
+
+
+def memory(device) -> dict:
+    """Memory in bytes. Accelerator: allocated / reserved now, peak allocated, total of the device
+    (torch's caching allocator; vLLM's KV cache counts as allocated). CPU: the process's peak resident
+    set (ru_maxrss) and the machine's total."""
+    mod = _accel(device)
+    if mod is not None:
+        props = mod.get_device_properties(device)
+        return {"allocated": int(mod.memory_allocated(device)), "reserved": int(mod.memory_reserved(device)),
+                "peak_allocated": int(mod.max_memory_allocated(device)), "total": int(props.total_memory)}
+    import resource
+
+    info = {"peak_rss": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024}  # Linux: KiB
+    try:
+        info["total"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    return info
+
+
 def describe(device) -> dict:
     import platform
 
@@ -68,7 +127,11 @@ def describe(device) -> dict:
 
     info = {"type": device.type, "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
-    if device.type == "cuda":
-        info["name"] = torch.cuda.get_device_name(device)
-        info["count"] = torch.cuda.device_count()
+    mod = _accel(device)
+    if mod is not None:
+        info["name"] = mod.get_device_name(device)
+        info["count"] = mod.device_count()
+        info["memory_total"] = int(mod.get_device_properties(device).total_memory)
+    elif "total" in (mem := memory(device)):
+        info["memory_total"] = mem["total"]
     return info

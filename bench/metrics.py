@@ -50,9 +50,18 @@ def idle_fractions(events: list[dict], start: float, end: float) -> dict[str, fl
 
 
 def build_iteration(iteration: int, events: list[dict], samples: list[dict], devices: int,
-                    train_stats: dict, warmup: bool, occupancy: float | None = None) -> IterationRecord:
-    """One IterationRecord from the iteration's events and trained samples."""
+                    train_stats: dict, warmup: bool, occupancy: float | None = None,
+                    prev_end: float | None = None) -> IterationRecord:
+    """One IterationRecord from the iteration's events and trained samples.
+
+    prev_end: end of the previous iteration. Under bounded staleness, batch i+1 is generated while
+    batch i trains, so event spans overlap; the iteration's wall time then starts where the previous
+    one ended (end_i - end_{i-1}, as VERL times steps of its async trainers). For sync and
+    periodic-async the spans never overlap and this changes nothing.
+    """
     start, end = iteration_window(events)
+    if prev_end is not None:
+        start = max(start, prev_end)
     wall = end - start
     p_tok = sum(s["prompt_len"] for s in samples)
     r_tok = sum(s["response_len"] for s in samples)

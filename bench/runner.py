@@ -16,8 +16,8 @@ from rlbench.writer import CellWriter
 
 
 def switches_of(cfg) -> dict:
-    e = cfg.engine
-    return {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt}
+    from rlbench.ablation import switches
+    return switches(cfg)
 
 
 class CellRun:
@@ -66,7 +66,8 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
         if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
             from rlbench import profiling
             profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
-        schedule, eval_sampler = make_engine(cfg, policy, tok, run.t0, run.writer.event, device)
+        schedule, eval_sampler = make_engine(cfg, policy, tok, run.t0, run.writer.event, device,
+                                             dataset=dataset)
         run.provenance = provenance.collect(device)
         _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress)
         run.params_sha256 = params_digest(schedule.trainer.policy)
@@ -155,7 +156,8 @@ def _iteration(cfg, run: CellRun, schedule, dataset, tok, k: int, do_eval, acc: 
     run.writer.samples(rows)
     rec = metrics.build_iteration(k, run.writer.take_events(k), rows, cfg.engine.num_devices,
                                   out.train_stats, warmup=k < cfg.run.warmup_iterations,
-                                  occupancy=_occupancy(out.rollout_stats))
+                                  occupancy=_occupancy(out.rollout_stats),
+                                  prev_end=run.iterations[-1]["end"] if run.iterations else None)
     done = k + 1
     if done == cfg.run.iterations or (cfg.run.eval_every and done % cfg.run.eval_every == 0):
         acc = do_eval(done)

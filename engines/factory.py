@@ -8,42 +8,79 @@ from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 from rlbench.engines.schedules.common import IterationInput
 
 
-def make_engine(cfg, policy, tok, t0: float, sink, device):
-    """-> (schedule, eval_sampler). The trainer owns `policy`; rollout backends own copies."""
+def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None):
+    """-> (schedule, eval_sampler). The trainer owns `policy`; rollout backends own copies.
+
+    `dataset`: bounded_async reads iterations ahead of the runner; without it, it is loaded again from
+    the config (the same seeded split)."""
     from rlbench import device as dev
-    from rlbench.engines.rollout.sampler import BuiltinSampler
+    from rlbench.engines.rollout.worker import BUILTIN, backend_spec, build_backend, export_backend
     from rlbench.engines.trainer.trainer import Trainer
     from rlbench.stages import Recorder
 
     e = cfg.engine
     policy = policy.to(device)
     trainer = Trainer(policy, cfg, tok)
-    sampler = BuiltinSampler(copy.deepcopy(policy).eval(), tok.eos_token_id,
-                             max_num_seqs=cfg.rollout.max_num_seqs, device=device)
+    spec = backend_spec(cfg)
+    export_backend(spec)  # rollout worker processes build the same backend
+    # sync: the configured backend rolls out and evaluates; otherwise rollout runs in the workers and
+    # this evaluation sampler stays the built-in one.
+    sampler = build_backend(spec if e.schedule == "sync" else BUILTIN, policy.config, tok.eos_token_id,
+                            cfg.rollout.max_num_seqs, device, lambda: copy.deepcopy(policy).eval())
     if e.schedule == "sync":
         from rlbench.engines.schedules.sync import SyncSchedule
 
         dev.set_threads(e.num_devices if device.type == "cpu" else 1)
         rec = Recorder("colocated", t0, device=device, devices=e.num_devices, sink=sink)
         return SyncSchedule(trainer, sampler, rec), sampler
-    from rlbench.engines.rollout.pool import ProcessRolloutPool
     from rlbench.engines.schedules.periodic_async import PeriodicAsyncSchedule
 
     dev.set_threads(e.train_devices if device.type == "cpu" else 1)
-    pool = ProcessRolloutPool(policy, tok.eos_token_id, cfg.rollout.max_num_seqs, e.rollout_devices,
-                              device.type, t0, start_timeout_s=e.queue_timeout_s)
+    pool = _rollout_pool(cfg, policy, tok, device, t0)
     rec = Recorder("trainer", t0, device=device, devices=e.train_devices, sink=sink)
+    if e.schedule == "bounded_async":
+        from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
+
+        future = _future_inputs(cfg, tok, dataset)
+        return BoundedAsyncSchedule(trainer, pool, rec, future, cfg.run.iterations, e.max_staleness,
+                                    e.consume_order, e.queue_timeout_s), sampler
     return PeriodicAsyncSchedule(trainer, pool, rec, e.consume_order, e.queue_timeout_s), sampler
+
+
+def _rollout_pool(cfg, policy, tok, device, t0: float):
+    """The rollout pool of the async schedules: local worker processes, or Ray actors (engine.backend=ray)."""
+    e = cfg.engine
+    args = (policy, tok.eos_token_id, cfg.rollout.max_num_seqs, e.rollout_devices, device.type, t0)
+    if e.backend == "ray":
+        from rlbench.engines.rollout.ray_pool import RayRolloutPool
+
+        return RayRolloutPool(*args, start_timeout_s=e.queue_timeout_s, ray_address=e.ray_address)
+    from rlbench.engines.rollout.pool import ProcessRolloutPool
+
+    return ProcessRolloutPool(*args, start_timeout_s=e.queue_timeout_s)
+
+
+def _future_inputs(cfg, tok, dataset):
+    """m -> IterationInput of iteration m, for a schedule that dispatches ahead of the runner."""
+    if dataset is None:
+        from rlbench.engines.data.source import load_dataset
+
+        dataset = load_dataset(cfg.data, cfg.run.seed)
+    return lambda m: iteration_input(cfg, dataset, tok, m)
 
 
 def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
     """The iteration's prompts: a seeded draw from the train split, the same for every schedule."""
+    from rlbench.engines.rollout.sampler import LengthSampling
+
     rng = random.Random(f"{cfg.run.seed}:prompts:{k}")
     problems = rng.sample(dataset.train, cfg.train.prompts_per_iteration)
     requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(problems)]
     r = cfg.rollout
-    sampling = SamplingParams(n=r.group_size, temperature=r.temperature, top_p=r.top_p,
-                              max_new_tokens=r.max_new_tokens, seed=cfg.run.seed, iteration=k)
+    sampling = LengthSampling(n=r.group_size, temperature=r.temperature, top_p=r.top_p,
+                              max_new_tokens=r.max_new_tokens, seed=cfg.run.seed, iteration=k,
+                              response_length=r.response_length, response_length_mean=r.response_length_mean,
+                              response_length_sigma=r.response_length_sigma)
     return IterationInput(k, requests, {i: p.answer for i, p in enumerate(problems)}, sampling)
 
 

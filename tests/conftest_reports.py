@@ -69,6 +69,7 @@ def config(schedule: str) -> dict:
     cfg = RunConfig().model_dump(mode="json")
     cfg["engine"].update(schedule=schedule, rollout_devices=1, train_devices=1)
     cfg["run"].update(iterations=4, warmup_iterations=1)
+    cfg["rollout"].update(group_size=4, max_num_seqs=32)  # the world these fixtures describe
     return cfg
 
 

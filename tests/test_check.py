@@ -123,7 +123,7 @@ def test_update_round_trip(tmp_path, baseline):
     data = json.loads(baseline.read_text())
     assert data["schema_version"] == 1 and data["config"]["reference_cell"] == "sync"
     assert data["config"]["cells"]["periodic_async"]["schedule"] == "periodic_async"
-    assert data["config"]["reference"]["rollout"]["group_size"] == 4
+    assert data["config"]["reference"]["rollout"]["group_size"] == RunConfig().rollout.group_size
     assert data["provenance"]["git_commit"] == "abc123"
     sp = data["metrics"][SPEEDUP]
     assert (sp["kind"], sp["direction"], sp["tolerance"]) == ("ratio", "higher_is_better", 0.10)
@@ -184,11 +184,11 @@ def test_noise_decides_beyond_a_tight_tolerance(tmp_path):
 
 
 def test_different_config_is_not_comparable(tmp_path, baseline):
-    run = async_run(tmp_path / "g8", speedup=1.2, overrides={"rollout": {"group_size": 8}})
+    run = async_run(tmp_path / "g8", speedup=1.2, overrides={"rollout": {"group_size": 16}})
     result = chk.check(run, baseline)
     r = row(result, SPEEDUP)
     assert r.mark == "not comparable" and "rollout.group_size" in r.note
-    assert result.config_diff == ["rollout.group_size: 4 -> 8"]
+    assert result.config_diff == [f"rollout.group_size: {RunConfig().rollout.group_size} -> 16"]
     assert result.exit_code == 0 and "not comparable" in result.verdict
 
 

@@ -3,25 +3,104 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlbench.engines.model.tokenizer import CHARS, CharTokenizer
 from rlbench.errors import UserError
 
 
 def load_policy(cfg, dataset, progress=None):
-    """-> (model in eval mode, tokenizer adapter, info dict)."""
+    """-> (model in eval mode, in model.dtype; tokenizer adapter; info dict)."""
+    from rlbench.engines.model.tiny import _quiet_transformers
+
+    _quiet_transformers()  # no per-load progress bars (GGUF de-quantization has one) in our output
     kind = cfg.model.kind
     if kind == "tiny":
         from rlbench.engines.data.task import format_prompt
         from rlbench.engines.model.tiny import load_or_warm_start
 
-        return load_or_warm_start(cfg, dataset.train, format_prompt, progress)
-    if kind == "hf":
-        return _load_hf_dir(cfg.model)
-    return _load_gguf(cfg.model)
+        model, tok, info = load_or_warm_start(cfg, dataset.train, format_prompt, progress)
+    elif kind == "hf":
+        model, tok, info = _load_hf_dir(cfg.model)
+    elif kind == "hf_config":
+        model, tok, info = _load_hf_config(cfg)
+    else:
+        model, tok, info = _load_gguf(cfg.model)
+    # The tiny model is warm-started (and cached) in float32; every kind ends in the configured dtype,
+    # and its config says so (rollout workers build their copy from the config).
+    model = model.to(_dtype(cfg.model.dtype))
+    model.config.dtype = _dtype(cfg.model.dtype)
+    return model, tok, {**info, "dtype": cfg.model.dtype}
 
 
 def _dtype(name: str):
     import torch
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def config_file(spec: str) -> Path:
+    """model.path of kind hf_config: a JSON file, as given or relative to the configs/ folder."""
+    from rlbench.config import CONFIG_DIR
+
+    for p in (Path(spec), CONFIG_DIR / spec, CONFIG_DIR / "models" / spec, CONFIG_DIR / "models" / f"{spec}.json"):
+        if p.is_file():
+            return p
+    raise UserError(f"model.path={spec}: no such config JSON (looked in ., {CONFIG_DIR} and {CONFIG_DIR / 'models'}; "
+                    "e.g. configs/models/qwen2.5-0.5b.json)")
+
+
+def _load_hf_config(cfg):
+    """Randomly initialised weights (seeded by run.seed) of a named architecture: the real shapes and
+    FLOPs of e.g. Qwen2.5-0.5B/7B without downloading weights. Built on the run's accelerator when it
+    has one (fast), else on CPU. Keys starting with '_' in the JSON are notes, not config."""
+    import json
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlbench import device as dev
+
+    f = config_file(cfg.model.path)
+    try:
+        values = {k: v for k, v in json.loads(f.read_text()).items() if not k.startswith("_")}
+        hf_cfg = AutoConfig.for_model(values.pop("model_type"), **values)
+    except (ValueError, KeyError, json.JSONDecodeError) as e:
+        raise UserError(f"model.path={cfg.model.path}: not a usable config.json ({type(e).__name__}: {e})") from None
+    device = dev.resolve(cfg.engine.device)
+    torch.manual_seed(cfg.run.seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=_dtype(cfg.model.dtype), attn_implementation="sdpa")
+    tok = _hf_config_tokenizer(cfg.model, hf_cfg.vocab_size)
+    return model.eval(), tok, {"source": str(f), "random_init": True, "tokenizer": cfg.model.tokenizer or "char"}
+
+
+def _hf_config_tokenizer(mcfg, vocab_size: int):
+    if mcfg.tokenizer:
+        from transformers import AutoTokenizer
+
+        from rlbench.engines.model.tokenizer import HFTokenizer
+
+        if not Path(mcfg.tokenizer).is_dir():
+            raise UserError(f"model.tokenizer={mcfg.tokenizer}: not a local tokenizer directory")
+        return HFTokenizer(AutoTokenizer.from_pretrained(mcfg.tokenizer, local_files_only=True))
+    return VocabCharTokenizer(vocab_size)
+
+
+class VocabCharTokenizer(CharTokenizer):
+    """The character tokenizer inside a bigger model vocabulary (hf_config without a tokenizer):
+    prompts use ids < 101; a random model samples any id, and ids past the characters decode to ''."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        if vocab_size < super().vocab_size:
+            raise UserError(f"model vocabulary of {vocab_size} ids is smaller than the character tokenizer's "
+                            f"{super().vocab_size}; set model.tokenizer")
+        self._vocab = vocab_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    def decode(self, ids: list[int]) -> str:
+        return super().decode([i for i in ids if i < len(CHARS) + 3])
 
 
 def _load_hf_dir(mcfg):

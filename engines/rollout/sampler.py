@@ -16,10 +16,15 @@ q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode lo
 - Behaviour log-probs: log_softmax(logits / temperature)[token], taken *before* top-p filtering (the
   distribution the trainer recomputes; top-p only truncates where samples can land). Greedy: T = 1.
 - Stops: EOS (kept in the response, with its log-prob), max_new_tokens, or prompt + response = max_len.
+- Response lengths from a distribution (`LengthSampling`, rollout.response_length fixed | lognormal):
+  each sample's length is drawn from its own seed and EOS does not stop it, so a randomly initialised
+  model (which almost never samples EOS) still produces a realistic long tail of lengths.
 """
 from __future__ import annotations
 
 import hashlib
+import math
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -35,6 +40,39 @@ def sample_seed(seed: int, iteration: int, index: int, j: int) -> int:
     """Stable 63-bit seed of one sample (hashlib, not hash(): the same in every process and run)."""
     digest = hashlib.sha256(f"rlbench-sample:{seed}:{iteration}:{index}:{j}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+RESPONSE_LENGTHS = ("eos", "fixed", "lognormal")
+
+
+@dataclass
+class LengthSampling(SamplingParams):
+    """SamplingParams plus the response-length distribution of rollout.response_length.
+
+    eos: a response ends at EOS or max_new_tokens (plain SamplingParams behave the same way).
+    fixed: every response is round(mean) tokens; lognormal: log(length) ~ N(log(mean) - sigma^2/2,
+    sigma^2), so the mean length is `mean` before clipping to [1, max_new_tokens]. EOS is then ignored.
+    """
+
+    response_length: str = "eos"
+    response_length_mean: float = 64.0
+    response_length_sigma: float = 1.0
+
+
+def target_length(sp: SamplingParams, index: int, j: int) -> int | None:
+    """Length of sample j of request `index` when sp draws lengths, else None (stop at EOS).
+
+    Seeded by the sample's own seed through a separate stream (random.Random of a string: sha512, the
+    same in every process), so it depends on neither batching nor the token uniforms."""
+    mode = getattr(sp, "response_length", "eos")
+    if mode == "eos":
+        return None
+    mean = sp.response_length_mean
+    if mode == "lognormal":
+        sigma = sp.response_length_sigma
+        rng = random.Random(f"rlbench-length:{sample_seed(sp.seed, sp.iteration, index, j)}")
+        mean = rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)
+    return int(min(max(round(mean), 1), sp.max_new_tokens))
 
 
 def _inverse_cdf(w, u):
@@ -111,6 +149,7 @@ class BuiltinSampler:
         self.n_kv = cfg.num_key_value_heads
         self.dtype = next(self.model.parameters()).dtype
         self._cache_len = 0  # allocated cache length; grows on demand (see _ensure_cache)
+        self._eos_stops = True  # False while lengths come from a distribution (LengthSampling)
         self._rope_len = 0
 
     # ---------------------------------------------------------------- weights
@@ -256,7 +295,8 @@ class BuiltinSampler:
         self._out_lp[rows, n] = lp
         self._ngen[rows] = n + 1
         self._tok[rows] = tok
-        return (tok == self.eos_token_id) | (n + 1 >= self._limit[rows])
+        done = n + 1 >= self._limit[rows]
+        return done | (tok == self.eos_token_id) if self._eos_stops else done
 
     # ---------------------------------------------------------------- slots
 
@@ -277,7 +317,8 @@ class BuiltinSampler:
             kv, last = r.prefill
             P = len(r.req.prompt_ids)
             self._install(slot, kv, P)
-            self._limit[slot] = min(sp.max_new_tokens, self.max_len - P)  # prompt + response <= max_len
+            length = target_length(sp, r.req.index, j) or sp.max_new_tokens
+            self._limit[slot] = min(length, self.max_len - P)  # prompt + response <= max_len
             if not sp.greedy:
                 g = torch.Generator().manual_seed(sample_seed(sp.seed, sp.iteration, r.req.index, j))
                 self._unif[slot] = torch.rand(sp.max_new_tokens, generator=g, dtype=torch.float64)
@@ -297,7 +338,7 @@ class BuiltinSampler:
             n = int(self._ngen[slot])
             toks = self._out_tok[slot, :n].tolist()
             r.responses[j], r.logprobs[j] = toks, self._out_lp[slot, :n].tolist()
-            r.finished[j] = toks[-1] == self.eos_token_id
+            r.finished[j] = self._eos_stops and toks[-1] == self.eos_token_id
             r.done, tokens = r.done + 1, tokens + n
             if r.done == r.g:
                 group = Group(r.req.index, list(r.req.prompt_ids), r.responses, r.logprobs,
@@ -348,6 +389,8 @@ class BuiltinSampler:
             raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got n={sp.n}, max_new_tokens={sp.max_new_tokens}")
         if not sp.greedy and sp.temperature <= 0:
             raise ValueError(f"temperature must be > 0 when sampling (got {sp.temperature}); use greedy=True")
+        if getattr(sp, "response_length", "eos") not in RESPONSE_LENGTHS:
+            raise ValueError(f"response_length must be one of {RESPONSE_LENGTHS}, got {sp.response_length!r}")
         for r in requests:
             if not 0 < len(r.prompt_ids) < self.max_len:
                 raise ValueError(f"prompt {r.index} has {len(r.prompt_ids)} tokens; need 1 to {self.max_len - 1} "
@@ -359,6 +402,7 @@ class BuiltinSampler:
         is done. -> groups in completion order. Sets `last_stats` (decode steps, batch occupancy)."""
         sp = sampling
         self._check(requests, sp)
+        self._eos_stops = getattr(sp, "response_length", "eos") == "eos"
         out: list[Group] = []
         steps = active_sum = 0
         with torch.inference_mode():

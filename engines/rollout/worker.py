@@ -3,11 +3,43 @@
 Messages in:  ("sync", version) | ("generate", iteration, requests, sampling) | ("stop",)
 Messages out: ("ready", name) | ("group", name, Group) | ("done", name, iteration, events, stats)
               | ("error", name, traceback text)
+
+The backend (rollout.backend: builtin sampler or vLLM) comes from the environment variable
+RLBENCH_ROLLOUT_BACKEND, a JSON spec the parent exports before starting its workers (`export_backend`),
+the way profiling settings reach them.
 """
 from __future__ import annotations
 
+import json
 import os
 import traceback
+
+BACKEND_ENV = "RLBENCH_ROLLOUT_BACKEND"
+BUILTIN = {"backend": "builtin"}
+
+
+def backend_spec(cfg) -> dict:
+    """The config's rollout backend as a small JSON-able dict (what worker processes receive)."""
+    r = cfg.rollout
+    return {"backend": r.backend, "dtype": cfg.model.dtype, "seed": cfg.run.seed,
+            "gpu_memory_utilization": r.gpu_memory_utilization, "max_model_len": r.max_model_len}
+
+
+def export_backend(spec: dict) -> None:
+    os.environ[BACKEND_ENV] = json.dumps(spec)
+
+
+def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model):
+    """The rollout backend `spec` names. make_model() -> the HF model the built-in sampler will own;
+    vLLM needs only the config (its engine gets the weights through load_weights)."""
+    if spec.get("backend", "builtin") == "vllm":
+        from rlbench.engines.rollout.vllm_backend import VLLMBackend
+
+        opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
+        return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, **opts)
+    from rlbench.engines.rollout.sampler import BuiltinSampler
+
+    return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)
 
 
 def _fault(iteration: int) -> None:
@@ -21,13 +53,13 @@ def rollout_worker_main(name: str, model_config, shared: dict, eos_token_id: int
                         threads: int, device_kind: str, t0: float, req_q, out_q) -> None:
     try:
         from rlbench import device as dev
-        from rlbench.engines.rollout.sampler import BuiltinSampler
         from rlbench.stages import Recorder, Stage
 
         dev.set_threads(threads)
         device = dev.resolve(device_kind)
-        model = _build_model(model_config, device)
-        sampler = BuiltinSampler(model, eos_token_id, max_num_seqs=max_num_seqs, device=device)
+        spec = json.loads(os.environ.get(BACKEND_ENV) or json.dumps(BUILTIN))
+        sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
+                                lambda: _build_model(model_config, device))
         sampler.load_weights(shared, 0)
         rec = Recorder(name, t0, device=device, devices=threads)
         from rlbench.profiling import from_env

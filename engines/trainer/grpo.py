@@ -1,4 +1,5 @@
-"""GRPO math: group-normalised advantages, PPO-clip token loss, KL estimators (as VERL computes them).
+"""GRPO math: group-normalised advantages, PPO-clip token loss, KL estimators (as VERL computes them),
+and for stale samples the decoupled PPO loss with A-3PO's log-linear proximal policy (as AReaL does).
 
 All losses here are token *sums*; the trainer divides the accumulated gradient by the iteration's
 token count once before the optimizer step, which makes the update a token-mean over the whole batch
@@ -47,6 +48,12 @@ def token_sum_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.T
     Returns (loss_sum, stats with sums for logging).
     """
     pg = ppo_clip_loss(logp, old_logp, adv[:, None], clip)
+    return _sum_with_kl(pg, logp, ref_logp, mask, kl_coef, kl_type)
+
+
+def _sum_with_kl(pg: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor | None, mask: torch.Tensor,
+                 kl_coef: float, kl_type: str) -> tuple[torch.Tensor, dict]:
+    """Per-token policy loss pg [B, R] + kl_coef * KL(pi || ref), summed over valid tokens."""
     loss = pg
     kl_sum = torch.zeros(())
     if ref_logp is not None and kl_coef > 0:
@@ -55,6 +62,88 @@ def token_sum_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.T
         kl_sum = (kl * mask).sum().detach()
     total = (loss * mask).sum()
     return total, {"pg_sum": (pg * mask).sum().item(), "kl_sum": kl_sum.item()}
+
+
+# ---------------------------------------------------------------- decoupled PPO (bounded staleness)
+
+def loglinear_prox_logp(behav_logp: torch.Tensor, logp: torch.Tensor, behav_version, theta_version: int):
+    """A-3PO's proximal log-probs without a forward pass (AReaL's prox_logp_method=loglinear).
+
+    log pi_prox = log pi_behav + alpha * (log pi_theta - log pi_behav), alpha = (v_prox - v_behav) /
+    (v_theta - v_behav) with v_prox = v_theta - 1, clamped to [0, 1]: alpha = 1 - 1/d for staleness
+    d = v_theta - v_behav >= 1 (d = 1: pi_prox = pi_behav), and 0 for d = 0.
+    behav_logp/logp: [B, R]; behav_version: int or [B]; theta_version: int. -> [B, R], no gradient.
+    """
+    v_behav = torch.as_tensor(behav_version, dtype=logp.dtype, device=logp.device).reshape(-1, 1)  # [B|1, 1]
+    d = float(theta_version) - v_behav
+    alpha = torch.where(d > 0, (d - 1) / d.clamp_min(1), torch.zeros_like(d)).clamp(0.0, 1.0)
+    return behav_logp + alpha * (logp.detach() - behav_logp)
+
+
+def decoupled_pg_loss(logp: torch.Tensor, prox_logp: torch.Tensor, behav_logp: torch.Tensor, adv: torch.Tensor,
+                      clip: float, cap: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token decoupled PPO loss (AReaL's ppo_actor_loss_fn with a proximal policy).
+
+    w * -min(r A, clip(r) A) with r = pi_theta / pi_prox and the behaviour importance weight
+    w = pi_prox / pi_behav (no gradient). Tokens with w > cap get w = 0: masked out of the loss but still
+    counted in the token mean, as AReaL does. Shapes broadcast ([B, R] log-probs, [B, 1] advantages).
+    -> (loss [B, R], w [B, R] after the cap, kept [B, R] bool).
+    """
+    w = torch.exp(prox_logp.detach() - behav_logp.detach())
+    kept = w <= cap if cap is not None else torch.ones_like(w, dtype=torch.bool)
+    w = torch.where(kept, w, torch.zeros_like(w))
+    return ppo_clip_loss(logp, prox_logp.detach(), adv, clip) * w, w, kept
+
+
+# ---------------------------------------------------------------- loss components (picked by the config)
+
+class PPOLoss:
+    """PPO-clip on pi_theta / pi_old, pi_old from the old-logprob phase: the on-policy schedules."""
+
+    needs_old_logprobs = True
+    token_stats: tuple[str, ...] = ()  # extra per-token sums in the stats, reported as means per step
+
+    def __init__(self, train_cfg):
+        self.t = train_cfg
+
+    def __call__(self, logp, old, ref, mb, mask, version: int) -> tuple[torch.Tensor, dict]:
+        t = self.t
+        return token_sum_loss(logp, old, ref, mb.advantages, mask, t.clip_ratio, t.kl_coef, t.kl_type)
+
+
+class DecoupledPPOLoss:
+    """Decoupled PPO (AReaL): pi_prox / pi_behav (capped) times the clipped objective on pi_theta / pi_prox.
+
+    pi_behav: the rollout's per-token log-probs (mb.behaviour_logprobs, at the sampling temperature).
+    pi_prox: recompute -> the old-logprob phase's pass at the weights the step starts from;
+    loglinear -> A-3PO's interpolation by staleness, so no old-logprob pass is needed.
+    """
+
+    token_stats = ("behav_imp_weight", "behav_capped")  # w after the cap; tokens masked out by the cap
+
+    def __init__(self, train_cfg):
+        self.t = train_cfg
+        self.needs_old_logprobs = train_cfg.prox_logp == "recompute"
+
+    def __call__(self, logp, old, ref, mb, mask, version: int) -> tuple[torch.Tensor, dict]:
+        t = self.t
+        behav = pad_logprobs([torch.tensor(b, dtype=logp.dtype, device=logp.device)
+                              for b in mb.behaviour_logprobs])[0]  # [B, R]
+        if self.needs_old_logprobs:
+            prox = old
+        else:
+            prox = loglinear_prox_logp(behav, logp, mb.behaviour_version, version)
+        pg, w, kept = decoupled_pg_loss(logp, prox, behav, mb.advantages[:, None], t.clip_ratio,
+                                        t.behav_imp_weight_cap)
+        total, stats = _sum_with_kl(pg, logp, ref, mask, t.kl_coef, t.kl_type)
+        stats["behav_imp_weight"] = (w * mask).sum().item()
+        stats["behav_capped"] = ((~kept).float() * mask).sum().item()
+        return total, stats
+
+
+def make_loss(cfg):
+    """bounded_async trains on stale samples: the decoupled loss; sync and periodic_async: plain PPO."""
+    return (DecoupledPPOLoss if cfg.engine.schedule == "bounded_async" else PPOLoss)(cfg.train)
 
 
 def pad_logprobs(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

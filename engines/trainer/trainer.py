@@ -27,6 +27,8 @@ class MicroBatch:
     advantages: torch.Tensor  # [k]
     old: list[torch.Tensor] | None = None  # per response [R_i], filled by the old_logprob phase
     ref: list[torch.Tensor] | None = None
+    behaviour_logprobs: list[list[float]] | None = None  # per response [R_i]: log pi_behav from the rollout
+    behaviour_version: int = 0  # weight version that generated the group
 
 
 class Trainer:
@@ -39,6 +41,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=t.lr, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay, eps=1e-8)
         self.plan = make_plan(cfg.engine, cfg.rollout.temperature)
+        self.loss = grpo.make_loss(cfg)  # PPOLoss, or DecoupledPPOLoss for stale samples (bounded_async)
         self.version = 0  # weight version: number of optimizer steps taken
         self._reset()
 
@@ -46,6 +49,7 @@ class Trainer:
         self.tokens = 0
         self.loss_sum = 0.0
         self.kl_sum = 0.0
+        self.extra_sums = dict.fromkeys(self.loss.token_stats, 0.0)  # the loss's own per-token sums
         self.policy.zero_grad(set_to_none=True)
 
     def begin(self) -> None:
@@ -58,8 +62,14 @@ class Trainer:
 
     def micro_batches(self, group: Group, advantages: torch.Tensor) -> list[MicroBatch]:
         k = self.cfg.train.micro_batch_size
-        return [MicroBatch(group.prompt_index, group.prompt_ids, group.responses[i:i + k], advantages[i:i + k])
+        return [MicroBatch(group.prompt_index, group.prompt_ids, group.responses[i:i + k], advantages[i:i + k],
+                           behaviour_logprobs=group.behaviour_logprobs[i:i + k], behaviour_version=group.version)
                 for i in range(0, len(group.responses), k)]
+
+    @property
+    def needs_old_pass(self) -> bool:
+        """Whether the old_logprob phase runs: separate passes, and a loss that uses pi_old / pi_prox."""
+        return self.plan.separate_phases and self.loss.needs_old_logprobs
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         return grpo.group_advantages(rewards, self.cfg.train.adv_eps)
@@ -74,16 +84,17 @@ class Trainer:
 
     def accumulate(self, mb: MicroBatch) -> None:
         """Forward + backward of the micro-batch's token-sum loss; gradients add up in .grad."""
-        t = self.cfg.train
         logp, old, ref = self.plan.update_logprobs(self.policy, self.ref, mb)
         logp, mask = grpo.pad_logprobs(logp)
-        old, _ = grpo.pad_logprobs(old)
+        old = grpo.pad_logprobs(old)[0] if old is not None else None  # None: loglinear skipped its pass
         ref = grpo.pad_logprobs(ref)[0] if ref is not None else None
-        loss, stats = grpo.token_sum_loss(logp, old, ref, mb.advantages, mask, t.clip_ratio, t.kl_coef, t.kl_type)
+        loss, stats = self.loss(logp, old, ref, mb, mask, self.version)
         loss.backward()
         self.tokens += int(mask.sum().item())
         self.loss_sum += loss.item()
         self.kl_sum += stats["kl_sum"]
+        for key in self.extra_sums:
+            self.extra_sums[key] += stats[key]
 
     def step(self) -> dict:
         """Scale the summed gradient to a token mean, clip, AdamW step; version += 1."""
@@ -96,6 +107,7 @@ class Trainer:
         self.version += 1
         stats = {"loss": self.loss_sum / n, "kl": self.kl_sum / n, "grad_norm": float(grad_norm),
                  "tokens": self.tokens}
+        stats.update({f"{key}_mean": v / n for key, v in self.extra_sums.items()})
         self._reset()
         return stats
 
