@@ -148,29 +148,10 @@ def check_cmd(
         sys.exit(result.exit_code)  # not typer.Exit: main() runs the app with standalone_mode=False
 
 
-def _simulate_command():
-    from rlbench.simulate.command import simulate
-    return simulate
+# The simulate command lives with the simulator (no torch: 0.15 s to import).
+from rlbench.simulate.command import simulate as _simulate  # noqa: E402
 
-
-@app.command("simulate")
-def simulate_cmd(
-    run_dir: Optional[Path] = typer.Argument(None, help="A run or ablation folder with a sync cell to calibrate "
-                                                         "from (and to validate against)."),
-    preset: Optional[str] = typer.Option(None, "--preset", "-p",
-                                         help="Simulate a preset setting instead: paper-7b (7B, GSM8K-like "
-                                              "lengths, the paper's figures beside)."),
-    devices: Optional[str] = typer.Option(None, "--devices", "-d",
-                                          help="Device counts to sweep, comma-separated (default 8,16,32,64)."),
-    rollout_share: Optional[str] = typer.Option(None, "--rollout-share", "-r",
-                                                help="Rollout pool shares to sweep, each in (0, 1) (default 0.25,0.5,0.75)."),
-    staleness: int = typer.Option(1, "--staleness", "-k", min=0, help="k of bounded_async."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o",
-                                       help="Output folder (default RUN_DIR/simulate or runs/simulate-PRESET)."),
-) -> None:
-    """Predict sync / periodic-async / bounded-async TPSPD, speedups and idle shares at cluster scale
-    (discrete-event model calibrated from a run's sync cell); writes simulate.json and plots."""
-    _simulate_command()(run_dir, preset, devices, rollout_share, staleness, out)
+app.command("simulate")(_simulate)
 
 
 @app.command()

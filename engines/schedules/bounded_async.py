@@ -25,8 +25,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
-from rlbench.engines.schedules.common import IterationInput, IterationOutput
-from rlbench.errors import WorkerError
+from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput, train_phases
 from rlbench.stages import Recorder, Stage
 
 
@@ -48,31 +47,6 @@ class StalenessGate:
         return True
 
 
-def train_phases(trainer, rec, k: int, groups, answers: dict[int, str]) -> dict[int, list[float]]:
-    """common.train_phases with one difference: the old_logprob phase runs only when the loss needs it
-    (trainer.needs_old_pass: prox_logp=recompute with separate passes), so A-3PO's loglinear shows no
-    old_logprob stage. Same names and order otherwise."""
-    rewards: dict[int, list[float]] = {}
-    with rec.stage(Stage.REWARD, k):
-        scores = [trainer.rewards(g, answers[g.prompt_index]) for g in groups]
-    mbs = []
-    with rec.stage(Stage.ADVANTAGE, k):
-        for g, r in zip(groups, scores):
-            rewards[g.prompt_index] = r.tolist()
-            mbs += trainer.micro_batches(g, trainer.advantages(r))
-    if trainer.plan.separate_phases:
-        if trainer.needs_old_pass:
-            with rec.stage(Stage.OLD_LOGPROB, k):
-                for mb in mbs:
-                    trainer.old_logprobs(mb)
-        with rec.stage(Stage.REF_LOGPROB, k):
-            for mb in mbs:
-                trainer.ref_logprobs(mb)
-    with rec.stage(Stage.UPDATE, k):
-        for mb in mbs:
-            trainer.accumulate(mb)
-    return rewards
-
 
 class BoundedAsyncSchedule:
     name = "bounded_async"
@@ -83,7 +57,7 @@ class BoundedAsyncSchedule:
         iterations: the last batch dispatched is iterations - 1."""
         self.trainer, self.pool, self.rec = trainer, pool, recorder
         self.future_input, self.iterations, self.k = future_input, iterations, max_staleness
-        self.in_dispatch_order = consume_order == "dispatch"
+        self.receiver = GroupReceiver(recorder, consume_order == "dispatch", timeout_s)
         self.timeout_s = timeout_s
         self.worker_events: list = []
         self._lock = threading.Condition()  # guards the weights (step vs publish) and the gate's wake-ups
@@ -101,7 +75,7 @@ class BoundedAsyncSchedule:
         arrived = self._queue(k)
         tr.begin()
         trained, rewards = [], {}
-        for group in self._groups_in_order(k, arrived, len(inp.requests)):
+        for group in self.receiver.groups(k, arrived, len(inp.requests)):
             if group.prompt_ids != inp.requests[group.prompt_index].prompt_ids:
                 raise ValueError(f"iteration {k}: future_input({k}) and the runner's input differ")
             rewards.update(train_phases(tr, rec, k, [group], inp.answers))
@@ -111,7 +85,7 @@ class BoundedAsyncSchedule:
             with self._lock:  # no publish reads the weights mid-step
                 stats = tr.step()
                 self._lock.notify_all()  # a new version may admit the next batch
-        events, rollout_stats = self._take(arrived)
+        events, rollout_stats = self.receiver.take_end(arrived)
         with self._lock:
             del self._queues[k]
             events = self._publish_events.pop(k, []) + events
@@ -133,44 +107,6 @@ class BoundedAsyncSchedule:
     def _queue(self, m: int) -> queue.Queue:
         with self._lock:
             return self._queues.setdefault(m, queue.Queue())
-
-    def _groups_in_order(self, k: int, arrived: queue.Queue, n: int):
-        """Yield n groups: as they arrive, or re-ordered to dispatch order (prompt index 0, 1, ...)."""
-        pending, next_index = {}, 0
-        for _ in range(n):
-            with self.rec.stage(Stage.QUEUE_WAIT, k):
-                while True:
-                    if self.in_dispatch_order and next_index in pending:
-                        group = pending.pop(next_index)
-                        break
-                    item = self._get(arrived)
-                    if not self.in_dispatch_order:
-                        group = item
-                        break
-                    pending[item.prompt_index] = item
-            next_index += 1
-            yield group
-
-    def _get(self, arrived: queue.Queue):
-        try:
-            item = arrived.get(timeout=self.timeout_s)
-        except queue.Empty:
-            raise WorkerError(f"no rollout group arrived for {self.timeout_s:.0f}s") from None
-        if isinstance(item, BaseException):
-            raise item
-        if isinstance(item, tuple):
-            raise WorkerError("rollout workers finished before every group arrived")
-        return item
-
-    def _take(self, arrived: queue.Queue):
-        """The producer's end marker of the iteration: the workers' stage events and sampler stats."""
-        try:
-            item = arrived.get(timeout=self.timeout_s)
-        except queue.Empty:
-            raise WorkerError(f"the rollout workers did not finish the batch within {self.timeout_s:.0f}s") from None
-        if isinstance(item, BaseException):
-            raise item
-        return item[1], item[2]
 
     # ---------------------------------------------------------------- producer (its own thread)
 

@@ -4,9 +4,11 @@ Matching code in the two schedules keeps the same names and order (STYLE.md 3).
 """
 from __future__ import annotations
 
+import queue
 from dataclasses import dataclass, field
 
 from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
+from rlbench.errors import WorkerError
 from rlbench.stages import Stage
 
 
@@ -41,10 +43,11 @@ def train_phases(trainer, rec, k: int, groups: list[Group], answers: dict[int, s
         for g, r in zip(groups, scores):
             rewards[g.prompt_index] = r.tolist()
             mbs += trainer.micro_batches(g, trainer.advantages(r))
-    if trainer.plan.separate_phases:
+    if trainer.needs_old_pass:  # not with tri-model (old = detached policy) nor A-3PO's loglinear pi_prox
         with rec.stage(Stage.OLD_LOGPROB, k):
             for mb in mbs:
                 trainer.old_logprobs(mb)
+    if trainer.plan.separate_phases:
         with rec.stage(Stage.REF_LOGPROB, k):
             for mb in mbs:
                 trainer.ref_logprobs(mb)
@@ -52,3 +55,51 @@ def train_phases(trainer, rec, k: int, groups: list[Group], answers: dict[int, s
         for mb in mbs:
             trainer.accumulate(mb)
     return rewards
+
+
+class GroupReceiver:
+    """The consumer side of the async schedules: takes finished groups off the producer's queue.
+
+    Groups come in arrival order, or re-ordered to dispatch order (prompt index 0, 1, ...) for the
+    bitwise equivalence test; waiting is recorded as queue_wait; a producer error is raised here.
+    """
+
+    def __init__(self, rec, in_dispatch_order: bool, timeout_s: float):
+        self.rec, self.in_dispatch_order, self.timeout_s = rec, in_dispatch_order, timeout_s
+
+    def groups(self, k: int, arrived: queue.Queue, n: int):
+        pending, next_index = {}, 0
+        for _ in range(n):
+            with self.rec.stage(Stage.QUEUE_WAIT, k):
+                while True:
+                    if self.in_dispatch_order and next_index in pending:
+                        group = pending.pop(next_index)
+                        break
+                    item = self._get(arrived)
+                    if not self.in_dispatch_order:
+                        group = item
+                        break
+                    pending[item.prompt_index] = item
+            next_index += 1
+            yield group
+
+    def _get(self, arrived: queue.Queue):
+        try:
+            item = arrived.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise WorkerError(f"no rollout group arrived for {self.timeout_s:.0f}s") from None
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, tuple):
+            raise WorkerError("rollout workers finished before every group arrived")
+        return item
+
+    def take_end(self, arrived: queue.Queue):
+        """The producer's end marker of the iteration: the workers' stage events and sampler stats."""
+        try:
+            item = arrived.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise WorkerError(f"the rollout workers did not finish the batch within {self.timeout_s:.0f}s") from None
+        if isinstance(item, BaseException):
+            raise item
+        return item[1], item[2]

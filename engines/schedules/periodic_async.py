@@ -12,8 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 
-from rlbench.engines.schedules.common import IterationInput, IterationOutput, train_phases
-from rlbench.errors import WorkerError
+from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput, train_phases
 from rlbench.stages import Stage
 
 
@@ -22,7 +21,7 @@ class PeriodicAsyncSchedule:
 
     def __init__(self, trainer, pool, recorder, consume_order: str = "arrival", timeout_s: float = 300.0):
         self.trainer, self.pool, self.rec = trainer, pool, recorder
-        self.in_dispatch_order = consume_order == "dispatch"
+        self.receiver = GroupReceiver(recorder, consume_order == "dispatch", timeout_s)
         self.timeout_s = timeout_s
         self.worker_events: list = []
 
@@ -36,51 +35,16 @@ class PeriodicAsyncSchedule:
         producer.start()
         tr.begin()
         trained, rewards = [], {}
-        for group in self._groups_in_order(k, arrived, len(inp.requests)):
+        for group in self.receiver.groups(k, arrived, len(inp.requests)):
             rewards.update(train_phases(tr, rec, k, [group], inp.answers))
             trained.append(group)
         version = tr.version
         with rec.stage(Stage.OPTIMIZER_STEP, k):
             stats = tr.step()
-        events, rollout_stats = self._take(arrived)
+        events, rollout_stats = self.receiver.take_end(arrived)
         producer.join()
         self.worker_events = events
         return IterationOutput(trained, rewards, version, stats, rollout_stats)
-
-    def _groups_in_order(self, k: int, arrived: queue.Queue, n: int):
-        """Yield n groups: as they arrive, or re-ordered to dispatch order (prompt index 0, 1, ...)."""
-        pending, next_index = {}, 0
-        for _ in range(n):
-            with self.rec.stage(Stage.QUEUE_WAIT, k):
-                while True:
-                    if self.in_dispatch_order and next_index in pending:
-                        group = pending.pop(next_index)
-                        break
-                    item = self._get(arrived)
-                    if not self.in_dispatch_order:
-                        group = item
-                        break
-                    pending[item.prompt_index] = item
-            next_index += 1
-            yield group
-
-    def _get(self, arrived: queue.Queue):
-        try:
-            item = arrived.get(timeout=self.timeout_s)
-        except queue.Empty:
-            raise WorkerError(f"no rollout group arrived for {self.timeout_s:.0f}s") from None
-        if isinstance(item, BaseException):
-            raise item
-        if isinstance(item, tuple):
-            raise WorkerError("rollout workers finished before every group arrived")
-        return item
-
-    def _take(self, arrived: queue.Queue):
-        """The producer's end marker: the workers' stage events and sampler stats."""
-        item = arrived.get(timeout=self.timeout_s)
-        if isinstance(item, BaseException):
-            raise item
-        return item[1], item[2]
 
     def close(self) -> None:
         self.pool.close()
