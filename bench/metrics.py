@@ -44,8 +44,9 @@ def idle_fractions(events: list[dict], start: float, end: float) -> dict[str, fl
     busy: dict[str, list] = defaultdict(list)
     for e in events:
         busy.setdefault(e["worker"], [])
-        if e["stage"] not in IDLE_STAGES and e["stage"] != Stage.EVAL.value:
-            busy[e["worker"]].append((max(e["start"], start), min(e["end"], end)))
+        s, t = max(e["start"], start), min(e["end"], end)  # clipped to the window
+        if t > s and e["stage"] not in IDLE_STAGES and e["stage"] != Stage.EVAL.value:
+            busy[e["worker"]].append((s, t))
     return {w: max(0.0, 1.0 - union_length(iv) / wall) for w, iv in busy.items()}
 
 

@@ -43,3 +43,11 @@ def test_token_sum_loss_masks_padding():
 def test_pad_logprobs():
     out, mask = grpo.pad_logprobs([torch.tensor([1.0, 2.0]), torch.tensor([3.0])])
     assert out.tolist() == [[1.0, 2.0], [3.0, 0.0]] and mask.tolist() == [[1, 1], [1, 0]]
+
+
+def test_idle_fraction_ignores_events_outside_the_window():
+    from rlbench.metrics import idle_fractions
+
+    events = [{"worker": "w", "stage": "rollout", "start": 0.0, "end": 1.0},  # before the window
+              {"worker": "w", "stage": "update", "start": 2.0, "end": 2.5}]
+    assert idle_fractions(events, 1.5, 2.5) == {"w": 0.5}
