@@ -71,7 +71,7 @@ def _future_inputs(cfg, tok, dataset):
 
 def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
     """The iteration's prompts: a seeded draw from the train split, the same for every schedule."""
-    from rlbench.engines.rollout.sampler import LengthSampling
+    from rlbench.engines.rollout.sampling import LengthSampling
 
     rng = random.Random(f"{cfg.run.seed}:prompts:{k}")
     problems = rng.sample(dataset.train, cfg.train.prompts_per_iteration)

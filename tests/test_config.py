@@ -1,7 +1,6 @@
 """Config validation: one clear error naming the key, exit code 2 through the real CLI."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

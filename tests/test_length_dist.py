@@ -8,7 +8,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlbench.config import load_config
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
-from rlbench.engines.rollout.sampler import BuiltinSampler, LengthSampling, target_length
+from rlbench.engines.rollout.sampler import BuiltinSampler
+from rlbench.engines.rollout.sampling import LengthSampling, target_length
 
 from conftest import TINY
 

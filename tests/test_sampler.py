@@ -5,7 +5,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
-from rlbench.engines.rollout.sampler import BuiltinSampler, _top_p_sample, sample_seed
+from rlbench.engines.rollout.sampler import BuiltinSampler
+from rlbench.engines.rollout.sampling import _top_p_sample, sample_seed
 
 V = 64
 NO_EOS = V  # a token id the model never emits

@@ -165,7 +165,7 @@ def test_seeded_samples_repeat(backend):
 
 @needs_vllm
 def test_response_lengths_from_the_distribution(backend):
-    from rlbench.engines.rollout.sampler import LengthSampling, target_length
+    from rlbench.engines.rollout.sampling import LengthSampling, target_length
 
     b, _ = backend
     for mode in ("fixed", "lognormal"):

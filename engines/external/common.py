@@ -144,3 +144,28 @@ def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def launch_and_record(argv: list[str], out: Path, log_path: Path, framework: str, parse, *,
+                      env: dict | None = None, cwd: Path | None = None, echo: bool = True) -> dict:
+    """Runs a peer framework, then parses what it logged and writes results.json whatever happened:
+    a failed or interrupted run keeps the steps it finished. `parse()` -> cell results dict."""
+    from rlbench import provenance
+
+    status, error = "failed", None
+    try:
+        rc = run_logged(argv, log_path, env=env, cwd=cwd, echo=echo)
+        status = "complete" if rc == 0 else "failed"
+        error = None if rc == 0 else f"{framework} exited with code {rc}; its output is in {log_path}"
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    finally:
+        res = parse()
+        if status != "complete":  # else the parser's complete/incomplete (fewer steps than asked) stands
+            res["status"] = status
+        res["error"] = error
+        res["provenance"] = {**provenance.collect(), **res["provenance"]}
+        res["external"]["command"] = argv
+        schema.atomic_write_json(out / schema.RESULTS, res)
+    return res

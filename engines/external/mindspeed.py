@@ -25,8 +25,8 @@ import re
 import sys
 from pathlib import Path
 
-from rlbench.engines.external.common import (cell_results, flag_tpspd, make_iteration, not_installed,
-                                             run_logged)
+from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
+                                             not_installed, run_logged)
 from rlbench.errors import UserError
 from rlbench.stages import Stage
 
@@ -267,24 +267,8 @@ def checkout_version(home: Path) -> str | None:
 
 
 def _launch(cfg, out: Path, argv: list[str], home: Path, n_devices: int, echo: bool) -> dict:
-    """Runs the trainer, then parses its log and writes results.json whatever happened."""
-    from rlbench import provenance
-    from rlbench.schema import RESULTS, atomic_write_json
-
-    status, error, log_path = "failed", None, out / "mindspeed.log"
-    try:
-        rc = run_logged(argv, log_path, cwd=home, echo=echo)
-        status = "complete" if rc == 0 else "failed"
-        error = None if rc == 0 else f"MindSpeed-RL exited with code {rc}; its output is in {log_path}"
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
-        raise
-    finally:
-        res = parse_mindspeed_log(log_path, cfg, n_devices, version=checkout_version(home))
-        if status != "complete":  # else parse's complete/incomplete (fewer iterations than asked) stands
-            res["status"] = status
-        res["error"] = error
-        res["provenance"] = {**provenance.collect(), **res["provenance"]}
-        res["external"]["command"] = argv
-        atomic_write_json(out / RESULTS, res)
-    return res
+    """Runs the trainer, then parses its log; results.json whatever happened."""
+    log_path = out / "mindspeed.log"
+    return launch_and_record(argv, out, log_path, "MindSpeed-RL",
+                             lambda: parse_mindspeed_log(log_path, cfg, n_devices, version=checkout_version(home)),
+                             cwd=home, echo=echo)

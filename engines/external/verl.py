@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rlbench.engines.external.common import (cell_results, flag_tpspd, make_iteration, not_installed,
-                                             run_logged)
+from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
+                                             not_installed)
 from rlbench.errors import UserError
 from rlbench.stages import Stage
 
@@ -252,24 +252,7 @@ def verl_version() -> str | None:
 
 
 def _launch(cfg, out: Path, argv: list[str], metrics_file: Path, devices: int, echo: bool) -> dict:
-    """Runs argv, then parses and writes results.json whatever happened (failed runs keep their steps)."""
-    from rlbench import provenance
-    from rlbench.schema import RESULTS, atomic_write_json
-
-    status, error = "failed", None
-    try:
-        rc = run_logged(argv, out / "verl.log", env={FILE_LOGGER_ENV: str(metrics_file)}, cwd=out, echo=echo)
-        status = "complete" if rc == 0 else "failed"
-        error = None if rc == 0 else f"VERL exited with code {rc}; its output is in {out / 'verl.log'}"
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
-        raise
-    finally:
-        res = parse_verl_jsonl(metrics_file, cfg, devices, version=verl_version())
-        if status != "complete":  # else parse's complete/incomplete (fewer steps than asked) stands
-            res["status"] = status
-        res["error"] = error
-        res["provenance"] = {**provenance.collect(), **res["provenance"]}
-        res["external"]["command"] = argv
-        atomic_write_json(out / RESULTS, res)
-    return res
+    """Runs argv with VERL's file logger pointed at metrics_file; results.json whatever happened."""
+    return launch_and_record(argv, out, out / "verl.log", "VERL",
+                             lambda: parse_verl_jsonl(metrics_file, cfg, devices, version=verl_version()),
+                             env={FILE_LOGGER_ENV: str(metrics_file)}, cwd=out, echo=echo)

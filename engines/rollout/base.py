@@ -34,6 +34,33 @@ class Group:
     finished: list[bool] = field(default_factory=list)  # per response: ended with EOS (False: hit max_new_tokens)
 
 
+@dataclass
+class PendingGroup:
+    """One request's G samples while they are generated; becomes a Group when the last one finishes."""
+
+    req: PromptRequest
+    g: int
+    done: int = 0  # samples finished so far
+    responses: list = field(init=False)  # per sample j: token ids, behaviour log-probs, ended with EOS
+    logprobs: list = field(init=False)
+    finished: list = field(init=False)
+
+    def __post_init__(self):
+        self.responses, self.logprobs, self.finished = [None] * self.g, [None] * self.g, [False] * self.g
+
+    def finish(self, j: int, tokens: list[int], logprobs: list[float], eos: bool, version: int,
+               out: list[Group], on_group: Callable[[Group], None] | None) -> None:
+        """Store sample j; when all G are done, append the group to out and hand it to on_group at once."""
+        self.responses[j], self.logprobs[j], self.finished[j] = tokens, logprobs, eos
+        self.done += 1
+        if self.done == self.g:
+            group = Group(self.req.index, list(self.req.prompt_ids), self.responses, self.logprobs,
+                          version=version, finished=self.finished)
+            out.append(group)
+            if on_group is not None:
+                on_group(group)
+
+
 class RolloutBackend(Protocol):
     def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
                  on_group: Callable[[Group], None] | None = None) -> list[Group]:

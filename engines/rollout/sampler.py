@@ -22,110 +22,25 @@ q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode lo
 """
 from __future__ import annotations
 
-import hashlib
-import math
-import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
-
-
-def sample_seed(seed: int, iteration: int, index: int, j: int) -> int:
-    """Stable 63-bit seed of one sample (hashlib, not hash(): the same in every process and run)."""
-    digest = hashlib.sha256(f"rlbench-sample:{seed}:{iteration}:{index}:{j}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-RESPONSE_LENGTHS = ("eos", "fixed", "lognormal")
+from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
+from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, _inverse_cdf, _top_p_sample, sample_seed,
+                                              target_length)
 
 
 @dataclass
-class LengthSampling(SamplingParams):
-    """SamplingParams plus the response-length distribution of rollout.response_length.
+class _Request(PendingGroup):
+    """A PendingGroup plus the built-in sampler's admission state."""
 
-    eos: a response ends at EOS or max_new_tokens (plain SamplingParams behave the same way).
-    fixed: every response is round(mean) tokens; lognormal: log(length) ~ N(log(mean) - sigma^2/2,
-    sigma^2), so the mean length is `mean` before clipping to [1, max_new_tokens]. EOS is then ignored.
-    """
-
-    response_length: str = "eos"
-    response_length_mean: float = 64.0
-    response_length_sigma: float = 1.0
-
-
-def target_length(sp: SamplingParams, index: int, j: int) -> int | None:
-    """Length of sample j of request `index` when sp draws lengths, else None (stop at EOS).
-
-    Seeded by the sample's own seed through a separate stream (random.Random of a string: sha512, the
-    same in every process), so it depends on neither batching nor the token uniforms."""
-    mode = getattr(sp, "response_length", "eos")
-    if mode == "eos":
-        return None
-    mean = sp.response_length_mean
-    if mode == "lognormal":
-        sigma = sp.response_length_sigma
-        rng = random.Random(f"rlbench-length:{sample_seed(sp.seed, sp.iteration, index, j)}")
-        mean = rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)
-    return int(min(max(round(mean), 1), sp.max_new_tokens))
-
-
-def _inverse_cdf(w, u):
-    """w [k, n] >= 0 unnormalised weights, u [k] in [0, 1) -> column [k] drawn with P(i) = w[i] / sum(w).
-
-    right=True picks the first column whose cdf exceeds u * total, so a zero-weight column never wins.
-    """
-    cdf = w.cumsum(-1)
-    return torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(w.shape[1] - 1)[:, 0]
-
-
-_NUCLEUS_CANDIDATES = (256, 4096)  # top-k sizes tried before a full sort of the vocabulary
-
-
-def _top_p_sample(p, total, u, top_p: float):
-    """p [k, V] unnormalised probabilities, total [k] = p.sum(-1), u [k] -> tokens [k] inside the nucleus.
-
-    The nucleus: tokens in descending probability while the mass before them is < top_p. It is looked
-    for among the top 256, then 4096 tokens; only rows whose nucleus is larger pay for a full stable sort
-    (sorting a 50k vocabulary costs more than the forward pass; a trained model's nucleus is usually
-    small). Candidates come sorted descending, so their prefix sums are those of the full sort.
-    """
-    V = p.shape[1]
-    limit = top_p * total  # [k]
-    tok, todo = torch.empty_like(u, dtype=torch.long), torch.arange(len(u), device=p.device)
-    for k in [c for c in _NUCLEUS_CANDIDATES if c < V] + [V]:
-        rows = p if len(todo) == len(u) else p[todo]
-        vals, idx = rows.topk(k, -1) if k < V else rows.sort(dim=-1, descending=True, stable=True)
-        cum = vals.cumsum(-1)  # [r, k]
-        ok = cum[:, -1] >= limit[todo] if k < V else torch.ones_like(todo, dtype=torch.bool)  # nucleus within k
-        pick = _inverse_cdf(vals * ((cum - vals) < limit[todo, None]), u[todo])
-        tok[todo[ok]] = idx.gather(1, pick[:, None])[ok, 0]
-        todo = todo[~ok]
-        if len(todo) == 0:
-            break
-    return tok
-
-
-@dataclass
-class _Request:
-    """Bookkeeping of one request while its G samples are pending, in flight or done."""
-
-    req: PromptRequest
-    g: int
     prefill: tuple | None = None  # (K/V per layer [Hkv, P, D], last logits [V]) until all G are admitted
     admitted: int = 0  # samples given a slot so far
-    done: int = 0  # samples finished so far
-    responses: list = field(init=False)  # per sample j: token ids, log-probs, ended with EOS
-    logprobs: list = field(init=False)
-    finished: list = field(init=False)
-
-    def __post_init__(self):
-        self.responses, self.logprobs, self.finished = [None] * self.g, [None] * self.g, [False] * self.g
 
 
 class BuiltinSampler:
@@ -337,15 +252,9 @@ class BuiltinSampler:
             self._meta[slot] = None
             n = int(self._ngen[slot])
             toks = self._out_tok[slot, :n].tolist()
-            r.responses[j], r.logprobs[j] = toks, self._out_lp[slot, :n].tolist()
-            r.finished[j] = self._eos_stops and toks[-1] == self.eos_token_id
-            r.done, tokens = r.done + 1, tokens + n
-            if r.done == r.g:
-                group = Group(r.req.index, list(r.req.prompt_ids), r.responses, r.logprobs,
-                              version=self.version, finished=r.finished)
-                out.append(group)
-                if on_group is not None:
-                    on_group(group)
+            eos = self._eos_stops and toks[-1] == self.eos_token_id
+            r.finish(j, toks, self._out_lp[slot, :n].tolist(), eos, self.version, out, on_group)
+            tokens += n
         return tokens
 
     def _fill(self, pending: deque, sp: SamplingParams, out: list[Group], on_group) -> int:

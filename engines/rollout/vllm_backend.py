@@ -30,11 +30,10 @@ import itertools
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
+from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.errors import UserError
 
 NOT_INSTALLED = ("rollout.backend=vllm needs vLLM, which needs a CUDA GPU: pip install 'rlbench[gpu]' on a "
@@ -66,21 +65,6 @@ def write_model_dir(model_config, folder: str | Path, dtype: str) -> Path:
     folder = Path(folder)
     (folder / "config.json").write_text(json.dumps(d, indent=1, default=str))
     return folder
-
-
-@dataclass
-class _Pending:
-    """One prompt's G requests while they run."""
-
-    req: PromptRequest
-    g: int
-    done: int = 0
-    responses: list = field(init=False)
-    logprobs: list = field(init=False)
-    finished: list = field(init=False)
-
-    def __post_init__(self):
-        self.responses, self.logprobs, self.finished = [None] * self.g, [None] * self.g, [False] * self.g
 
 
 class VLLMBackend:
@@ -137,7 +121,7 @@ class VLLMBackend:
         from vllm import SamplingParams as VllmParams
         from vllm.sampling_params import RequestOutputKind
 
-        from rlbench.engines.rollout.sampler import sample_seed, target_length
+        from rlbench.engines.rollout.sampling import sample_seed, target_length
 
         kw = dict(n=1, logprobs=0, detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY)
         if sp.greedy:
@@ -156,9 +140,9 @@ class VLLMBackend:
         """G samples per request, one vLLM request each; on_group(group) the moment its G are done.
         -> groups in completion order. Sets `last_stats` like the built-in sampler."""
         engine = self.llm.llm_engine
-        pending: dict[str, tuple[_Pending, int]] = {}
+        pending: dict[str, tuple[PendingGroup, int]] = {}
         for r in requests:
-            state = _Pending(r, sampling.n)
+            state = PendingGroup(r, sampling.n)
             for j in range(sampling.n):
                 rid = f"rlbench-{next(self._ids)}"
                 engine.add_request(rid, {"prompt_token_ids": list(r.prompt_ids)}, self._params(sampling, r.index, j))
@@ -177,20 +161,13 @@ class VLLMBackend:
                            "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens}
         return out
 
-    def _collect(self, output, state: _Pending, j: int, out: list[Group], on_group) -> int:
+    def _collect(self, output, state: PendingGroup, j: int, out: list[Group], on_group) -> int:
         """Store a finished request's tokens and behaviour log-probs; emit its group when complete."""
         c = output.outputs[0]
         toks = list(c.token_ids)
-        state.responses[j] = toks
-        state.logprobs[j] = [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(toks)]
-        state.finished[j] = c.finish_reason == "stop"  # EOS; "length" = max_tokens or the drawn length
-        state.done += 1
-        if state.done == state.g:
-            group = Group(state.req.index, list(state.req.prompt_ids), state.responses, state.logprobs,
-                          version=self.version, finished=state.finished)
-            out.append(group)
-            if on_group is not None:
-                on_group(group)
+        logprobs = [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(toks)]
+        eos = c.finish_reason == "stop"  # EOS; "length" = max_tokens or the drawn length
+        state.finish(j, toks, logprobs, eos, self.version, out, on_group)
         return len(toks)
 
     def close(self) -> None:
