@@ -16,12 +16,7 @@ from conftest import TINY
 V, EOS = 64, 5  # a small vocabulary: a random model samples EOS often, and must not stop on it
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sampler(max_num_seqs: int = 4) -> BuiltinSampler:

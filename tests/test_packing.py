@@ -42,14 +42,7 @@ CASES = [(f, impl) for f in ("qwen2", "llama") for impl in ("sdpa", "eager")] + 
 PACKED = {"shared_prompt": packed_logprobs, "mask4d": packed_logprobs_mask4d}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """These tensors are tiny: one intra-op thread is faster, and on a busy host extra
-    OpenMP threads spin-wait for a core and make the module 10x slower."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,13 +12,7 @@ V = 64
 NO_EOS = V  # a token id the model never emits
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add sync overhead (and stall badly on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(arch: str = "qwen2", seed: int = 0, heads: int = 4, kv_heads: int = 2):

@@ -3,27 +3,15 @@ import copy
 
 import pytest
 import torch
+from conftest import fixed_groups, fixed_reward_trainer
 
 from rlbench.config import load_config
 from rlbench.engines.model.tiny import build_tiny
 from rlbench.engines.model.tokenizer import CharTokenizer
-from rlbench.engines.rollout.base import Group
-from rlbench.engines.trainer.trainer import Trainer
 
 
-class _FixedReward(Trainer):
-    def rewards(self, group, ground_truth):
-        return torch.tensor([1.0, 0.0, 0.0, 1.0])
-
-
-def _groups():
-    g = torch.Generator().manual_seed(0)
-    out = []
-    for i in range(2):
-        prompt = torch.randint(3, 90, (7 + i,), generator=g).tolist()
-        responses = [torch.randint(3, 90, (int(n),), generator=g).tolist() for n in (3, 9, 5, 12)]
-        out.append(Group(i, prompt, responses, [[0.0] * len(r) for r in responses]))
-    return out
+_FixedReward = fixed_reward_trainer()
+_groups = fixed_groups
 
 
 def _update(mbs: int, tri_model=False, shared_prompt=False):

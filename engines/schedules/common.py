@@ -83,23 +83,24 @@ class GroupReceiver:
             next_index += 1
             yield group
 
-    def _get(self, arrived: queue.Queue):
+    def _next(self, arrived: queue.Queue, waiting_for: str):
+        """The producer's next item; its error is raised here, silence past timeout_s is a WorkerError."""
         try:
             item = arrived.get(timeout=self.timeout_s)
         except queue.Empty:
-            raise WorkerError(f"no rollout group arrived for {self.timeout_s:.0f}s") from None
+            raise WorkerError(f"no answer from the rollout workers for {self.timeout_s:.0f}s while waiting "
+                              f"for {waiting_for}") from None
         if isinstance(item, BaseException):
             raise item
+        return item
+
+    def _get(self, arrived: queue.Queue):
+        item = self._next(arrived, "a rollout group")
         if isinstance(item, tuple):
             raise WorkerError("rollout workers finished before every group arrived")
         return item
 
     def take_end(self, arrived: queue.Queue):
         """The producer's end marker of the iteration: the workers' stage events and sampler stats."""
-        try:
-            item = arrived.get(timeout=self.timeout_s)
-        except queue.Empty:
-            raise WorkerError(f"the rollout workers did not finish the batch within {self.timeout_s:.0f}s") from None
-        if isinstance(item, BaseException):
-            raise item
+        item = self._next(arrived, "the end of the batch")
         return item[1], item[2]
