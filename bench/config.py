@@ -135,9 +135,13 @@ class EngineConfig(Section):
         "dispatch order.")
     queue_timeout_s: float = Field(300.0, gt=0, description="Longest wait for a rollout worker before failing.")
     backend: Literal["local", "ray"] = Field(
-        "local", description="periodic_async, bounded_async: rollout workers as local processes (local) or as "
-        "Ray actors that hold their devices as Ray resources (ray; needs `pip install 'rlbench[ray]'`). "
-        "sync ignores it.")
+        "local", description="local: rollout workers are local processes and the trainer runs in this process; "
+        "ray: the trainer ranks (every schedule) and the rollout workers (periodic_async, bounded_async) are "
+        "Ray actors that hold their devices as Ray resources (needs `pip install 'rlbench[ray]'`). sync's "
+        "colocated rollout stays in this process.")
+    train_ranks: int = Field(
+        1, ge=1, description="backend=ray: data-parallel trainer ranks (torch.distributed: gloo on CPU, nccl/hccl "
+        "on accelerators); the training devices (sync: all devices) are split evenly between them.")
     ray_address: str | None = Field(
         None, description="backend=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
         "'ray://head:10001'); unset: start a local Ray instance for the run and stop it afterwards.")
@@ -146,7 +150,18 @@ class EngineConfig(Section):
     def _check(self) -> "EngineConfig":
         if self.ray_address and self.backend != "ray":
             raise ValueError("engine.ray_address is only used with engine.backend=ray")
+        if self.train_ranks > 1 and self.backend != "ray":
+            raise ValueError("engine.train_ranks > 1 needs engine.backend=ray (the ranks are Ray actors)")
+        if self.device == "cpu" and self.training_devices % self.train_ranks:
+            which = "all devices under sync" if self.schedule == "sync" else "engine.train_devices"
+            raise ValueError(f"engine.train_ranks={self.train_ranks} must divide the training devices "
+                             f"({self.training_devices}: {which})")
         return self
+
+    @property
+    def training_devices(self) -> int:
+        """Devices the trainer uses: all of them under sync (colocated), the training pool otherwise."""
+        return self.num_devices if self.schedule == "sync" else self.train_devices
 
     @property
     def num_devices(self) -> int:

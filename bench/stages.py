@@ -74,10 +74,15 @@ class Recorder:
     def add(self, stage: Stage, iteration: int, start: float, end: float) -> StageEvent:
         ev = StageEvent(self.worker, Stage(stage).value, iteration, start - self.t0, end - self.t0,
                         self.devices)
-        self.events.append(ev)
-        if self.sink is not None:
-            self.sink(ev)
+        self.extend([ev])
         return ev
+
+    def extend(self, events: list[StageEvent]) -> None:
+        """Events another recorder made (a data-parallel rank's), kept and sunk like this one's."""
+        for ev in events:
+            self.events.append(ev)
+            if self.sink is not None:
+                self.sink(ev)
 
     def drain(self) -> list[StageEvent]:
         out, self.events = self.events, []

@@ -15,29 +15,33 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None):
     the config (the same seeded split)."""
     from rlbench import device as dev
     from rlbench.engines.rollout.worker import BUILTIN, backend_spec, build_backend, export_backend
-    from rlbench.engines.trainer.trainer import Trainer
     from rlbench.stages import Recorder
 
     e = cfg.engine
     policy = policy.to(device)
-    trainer = Trainer(policy, cfg, tok)
     spec = backend_spec(cfg)
     export_backend(spec)  # rollout worker processes build the same backend
     # sync: the configured backend rolls out and evaluates; otherwise rollout runs in the workers and
     # this evaluation sampler stays the built-in one.
     sampler = build_backend(spec if e.schedule == "sync" else BUILTIN, policy.config, tok.eos_token_id,
                             cfg.rollout.max_num_seqs, device, lambda: copy.deepcopy(policy).eval())
+    dev.set_threads(e.training_devices if device.type == "cpu" else 1)
+    trainer = _trainer(cfg, policy, tok, device, t0)
     if e.schedule == "sync":
         from rlbench.engines.schedules.sync import SyncSchedule
 
-        dev.set_threads(e.num_devices if device.type == "cpu" else 1)
         rec = Recorder("colocated", t0, device=device, devices=e.num_devices, sink=sink)
         return SyncSchedule(trainer, sampler, rec), sampler
     from rlbench.engines.schedules.periodic_async import PeriodicAsyncSchedule
 
-    dev.set_threads(e.train_devices if device.type == "cpu" else 1)
-    pool = _rollout_pool(cfg, policy, tok, device, t0)
-    rec = Recorder("trainer", t0, device=device, devices=e.train_devices, sink=sink)
+    try:
+        pool = _rollout_pool(cfg, policy, tok, device, t0)
+    except BaseException:
+        trainer.close()
+        raise
+    # With remote ranks this process only publishes weights and hands groups on: it is the driver.
+    rec = Recorder("trainer" if e.backend == "local" else "driver", t0, device=device, devices=e.train_devices,
+                   sink=sink)
     if e.schedule == "bounded_async":
         from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
 
@@ -45,6 +49,22 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None):
         return BoundedAsyncSchedule(trainer, pool, rec, future, cfg.run.iterations, e.max_staleness,
                                     e.consume_order, e.queue_timeout_s), sampler
     return PeriodicAsyncSchedule(trainer, pool, rec, e.consume_order, e.queue_timeout_s), sampler
+
+
+def _trainer(cfg, policy, tok, device, t0: float):
+    """The local Trainer, or (engine.backend=ray) train_ranks data-parallel Ray actors shaped like it.
+
+    The Ray instance, when this run starts one, is sized for every actor of the run (CPU: all devices)."""
+    e = cfg.engine
+    if e.backend == "local":
+        from rlbench.engines.trainer.trainer import Trainer
+
+        return Trainer(policy, cfg, tok)
+    from rlbench.engines.trainer.distributed import DataParallelTrainer
+
+    return DataParallelTrainer(policy, cfg, tok, e.train_ranks, device.type, t0, devices=e.training_devices,
+                               ray_address=e.ray_address, num_cpus=e.num_devices if device.type == "cpu" else None,
+                               start_timeout_s=e.queue_timeout_s)
 
 
 def _rollout_pool(cfg, policy, tok, device, t0: float):

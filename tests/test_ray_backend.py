@@ -194,7 +194,7 @@ def test_data_parallel_trainer_matches_one_trainer():
     from rlbench import device as dev
     from rlbench.engines.factory import iteration_input
     from rlbench.engines.rollout.sampler import BuiltinSampler
-    from rlbench.engines.schedules.common import train_phases
+    from rlbench.engines.trainer.phases import train_phases
     from rlbench.engines.trainer.distributed import DataParallelTrainer
     from rlbench.engines.trainer.trainer import Trainer
     from rlbench.stages import Recorder
@@ -206,6 +206,7 @@ def test_data_parallel_trainer_matches_one_trainer():
                              device=dev.resolve("cpu"))
     dp = DataParallelTrainer(policy, cfg, tok, ranks=2, device_kind="cpu", t0=now(), num_cpus=RAY_CPUS,
                              start_timeout_s=60)
+    dp_rec = Recorder("driver", now())
     try:
         for k in range(2):
             inp = iteration_input(cfg, dataset, tok, k)
@@ -214,12 +215,16 @@ def test_data_parallel_trainer_matches_one_trainer():
             single.begin()
             rewards = train_phases(single, rec, k, groups, inp.answers)
             stats = single.step()
-            dp_rewards, dp_stats, events = dp.train_iteration(k, groups, inp.answers)
+            dp.begin()
+            dp.train(dp_rec, k, groups, inp.answers)
+            dp_stats, dp_rewards = dp.finish(dp_rec, k)
+            events = dp_rec.drain()
             assert dp_rewards == rewards
             assert dp_stats["tokens"] == stats["tokens"]
             assert dp_stats["loss"] == pytest.approx(stats["loss"], rel=1e-5, abs=1e-7)
             assert {e.worker for e in events} == {"trainer0", "trainer1"}
             assert {"update", "optimizer_step"} <= {e.stage for e in events}
+            assert dp.version == single.version == k + 1
         w0, w1 = dp.replica_weights()
         assert all(torch.equal(w0[n], w1[n]) for n in w0)
         assert any(not torch.equal(init[n], w0[n]) for n in w0)  # it trained
@@ -228,7 +233,9 @@ def test_data_parallel_trainer_matches_one_trainer():
         ray.kill(dp.ranks[1], no_restart=True)
         started = time.monotonic()
         with pytest.raises(WorkerError, match="a trainer rank died"):
-            dp.train_iteration(2, groups, inp.answers)
+            dp.begin()
+            dp.train(dp_rec, 2, groups, inp.answers)
+            dp.finish(dp_rec, 2)
         assert time.monotonic() - started < 30
     finally:
         dp.close()

@@ -25,7 +25,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
-from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput, train_phases
+from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
 from rlbench.stages import Recorder, Stage
 
 
@@ -74,17 +74,16 @@ class BoundedAsyncSchedule:
         self._start(k)
         arrived = self._queue(k)
         tr.begin()
-        trained, rewards = [], {}
+        trained = []
         for group in self.receiver.groups(k, arrived, len(inp.requests)):
             if group.prompt_ids != inp.requests[group.prompt_index].prompt_ids:
                 raise ValueError(f"iteration {k}: future_input({k}) and the runner's input differ")
-            rewards.update(train_phases(tr, rec, k, [group], inp.answers))
+            tr.train(rec, k, [group], inp.answers)
             trained.append(group)
         version = tr.version
-        with rec.stage(Stage.OPTIMIZER_STEP, k):
-            with self._lock:  # no publish reads the weights mid-step
-                stats = tr.step()
-                self._lock.notify_all()  # a new version may admit the next batch
+        with self._lock:  # no publish reads the weights mid-step
+            stats, rewards = tr.finish(rec, k)
+            self._lock.notify_all()  # a new version may admit the next batch
         events, rollout_stats = self.receiver.take_end(arrived)
         with self._lock:
             del self._queues[k]
@@ -150,6 +149,7 @@ class BoundedAsyncSchedule:
         self.pool.close()
         if self._producer is not None:
             self._producer.join(timeout=5.0)
+        self.trainer.close()
 
 
 class _Forward:

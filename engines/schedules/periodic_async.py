@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 
-from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput, train_phases
+from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
 from rlbench.stages import Stage
 
 
@@ -34,17 +34,19 @@ class PeriodicAsyncSchedule:
                                     args=(k, inp.requests, inp.sampling, arrived, self.timeout_s))
         producer.start()
         tr.begin()
-        trained, rewards = [], {}
+        trained = []
         for group in self.receiver.groups(k, arrived, len(inp.requests)):
-            rewards.update(train_phases(tr, rec, k, [group], inp.answers))
+            tr.train(rec, k, [group], inp.answers)
             trained.append(group)
         version = tr.version
-        with rec.stage(Stage.OPTIMIZER_STEP, k):
-            stats = tr.step()
+        stats, rewards = tr.finish(rec, k)
         events, rollout_stats = self.receiver.take_end(arrived)
         producer.join()
         self.worker_events = events
         return IterationOutput(trained, rewards, version, stats, rollout_stats)
 
     def close(self) -> None:
-        self.pool.close()
+        try:
+            self.pool.close()
+        finally:
+            self.trainer.close()

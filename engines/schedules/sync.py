@@ -6,7 +6,7 @@ idles: that bubble is what periodic asynchrony reclaims.
 """
 from __future__ import annotations
 
-from rlbench.engines.schedules.common import IterationInput, IterationOutput, train_phases
+from rlbench.engines.schedules.common import IterationInput, IterationOutput
 from rlbench.stages import Stage
 
 
@@ -24,11 +24,10 @@ class SyncSchedule:
             groups = self.rollout.generate(inp.requests, inp.sampling)
         groups.sort(key=lambda g: g.prompt_index)  # dispatch order
         tr.begin()
-        rewards = train_phases(tr, rec, k, groups, inp.answers)
+        tr.train(rec, k, groups, inp.answers)
         version = tr.version
-        with rec.stage(Stage.OPTIMIZER_STEP, k):
-            stats = tr.step()
+        stats, rewards = tr.finish(rec, k)
         return IterationOutput(groups, rewards, version, stats, [dict(self.rollout.last_stats)])
 
     def close(self) -> None:
-        pass
+        self.trainer.close()

@@ -1,15 +1,15 @@
 """Data-parallel training over Ray actors with torch.distributed (gloo on CPU, nccl on CUDA, hccl on NPU).
 
-Every rank is a Ray actor holding a full replica: policy, reference model and AdamW state. An
-iteration's groups are split between the ranks; each rank runs the same `train_phases` on its share,
-accumulating the gradient of the token *sum* (DESIGN.md §1). `step` all-reduces (SUM) the token count,
-the loss/KL sums and every gradient, then each rank takes the same `Trainer.step` on the same numbers,
-so the replicas stay identical without a broadcast. The update equals one trainer's up to the summation
-order of the gradient (close, not bitwise).
+Every rank is a Ray actor holding a full replica: policy, reference model and AdamW state. The
+iteration's groups are dealt to the ranks round-robin as they come (the j-th group trained goes to
+rank j mod ranks); each rank runs the same `train_phases` on its share, accumulating the gradient of
+the token *sum* (DESIGN.md §1). `finish` all-reduces (SUM) the token count, the loss/KL sums and every
+gradient, then each rank takes the same `Trainer.step` on the same numbers, so the replicas stay
+identical without a broadcast. The update equals one trainer's up to the summation order of the
+gradient (close, not bitwise; with one rank, bitwise).
 
-Not wired into a schedule yet: `DataParallelTrainer.train_iteration(k, groups, answers)` trains one
-iteration's groups (the sync schedule's shape). See the module's notes in the hand-over for what the
-periodic-async consumer needs.
+`DataParallelTrainer` is the schedules' trainer when engine.backend=ray: it has the local Trainer's
+begin / train / finish / weights / version, so sync, periodic-async and bounded-async drive it unchanged.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class TrainerRank:
 
     def train(self, k: int, groups: list, answers: dict) -> dict:
         """train_phases on this rank's groups (callable several times per iteration); -> rewards."""
-        from rlbench.engines.schedules.common import train_phases
+        from rlbench.engines.trainer.phases import train_phases
 
         return train_phases(self.trainer, self.rec, k, groups, answers)
 
@@ -111,22 +111,28 @@ class TrainerRank:
 
 
 class DataParallelTrainer:
-    """Driver side: `ranks` TrainerRank actors, one process group, one iteration at a time."""
+    """Driver side: `ranks` TrainerRank actors and one process group, shaped like the local Trainer.
 
-    def __init__(self, policy, cfg, tok, ranks: int, device_kind: str, t0: float, ray_address: str | None = None,
-                 num_cpus: int | None = None, start_timeout_s: float = 300.0):
+    devices: the devices the ranks share (CPU: cores, split evenly); default engine.train_devices.
+    """
+
+    def __init__(self, policy, cfg, tok, ranks: int, device_kind: str, t0: float, devices: int | None = None,
+                 ray_address: str | None = None, num_cpus: int | None = None, start_timeout_s: float = 300.0):
         import ray
 
         from rlbench.engines.rollout.ray_pool import actor_resources, forwarded_env, init_ray, to_numpy
 
         self._ray, self.timeout_s = ray, start_timeout_s
         self._owns_ray = not ray.is_initialized()
-        threads = cfg.engine.train_devices // ranks if device_kind == "cpu" else 1
+        threads = (devices or cfg.engine.train_devices) // ranks if device_kind == "cpu" else 1
         if self._owns_ray:
             init_ray(ray, ray_address, num_cpus, threads * ranks, device_kind)
         self.names = [f"trainer{r}" for r in range(ranks)]
         self.ranks: list = []
         self.version = 0
+        self._policy = policy  # the driver's copy; `policy` loads the trained weights into it
+        self._pending: list = []  # this iteration's train calls, in order
+        self._dealt = 0  # groups dealt to the ranks this iteration
         try:
             weights = ray.put(to_numpy(dict(policy.named_parameters())))
             remote = ray.remote(max_restarts=0, max_task_retries=0)(TrainerRank)
@@ -139,21 +145,47 @@ class DataParallelTrainer:
             self.close()
             raise
 
-    def train_iteration(self, k: int, groups: list, answers: dict):
-        """Split groups round-robin over the ranks, train, step; -> (rewards, rank 0's stats, events)."""
+    def begin(self) -> None:
+        self._all(lambda a: a.begin.remote(), "starting an iteration")
+        self._pending, self._dealt = [], 0
+
+    def train(self, rec, k: int, groups: list, answers: dict) -> None:
+        """Deal the groups to the ranks and return at once: the ranks train while the schedule goes on.
+
+        Their stage events come back at `finish` and are added to rec then."""
         n = len(self.ranks)
-        self._all(lambda a: a.begin.remote(), f"starting iteration {k}")
-        shares = self._all_args([(a.train, (k, groups[r::n], answers)) for r, a in enumerate(self.ranks)],
-                                f"training iteration {k}")
+        shares: dict[int, list] = {}
+        for g in groups:
+            shares.setdefault(self._dealt % n, []).append(g)
+            self._dealt += 1
+        for r, share in shares.items():
+            mine = {g.prompt_index: answers[g.prompt_index] for g in share}
+            self._pending.append(self.ranks[r].train.remote(k, share, mine))
+
+    def finish(self, rec, k: int) -> tuple[dict, dict]:
+        """Wait for the ranks' shares, all-reduce and step; -> (rank 0's step stats, rewards of every group)."""
+        shares = self._get_all(self._pending, f"training iteration {k}")
         steps = self._all(lambda a: a.step.remote(k), f"stepping iteration {k}")
+        self._pending = []
         self.version += 1
-        rewards = {i: r for share in shares for i, r in share.items()}
-        return rewards, steps[0][0], [ev for _, events in steps for ev in events]
+        rec.extend([ev for _, events in steps for ev in events])
+        return steps[0][0], {i: r for share in shares for i, r in share.items()}
 
     def weights(self) -> dict:
         from rlbench.engines.rollout.ray_pool import from_numpy
 
         return from_numpy(self._get(self.ranks[0].weights.remote(), "sending weights"))
+
+    @property
+    def policy(self):
+        """The driver's copy of the model holding rank 0's current weights."""
+        import torch
+
+        trained = self.weights()
+        with torch.no_grad():
+            for name, p in self._policy.named_parameters():
+                p.copy_(trained[name])
+        return self._policy
 
     def replica_weights(self) -> list[dict]:
         """Every rank's weights (tests: the replicas must stay identical)."""

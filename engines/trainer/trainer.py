@@ -1,7 +1,7 @@
 """The trainer every schedule drives: rewards, log-probs, GRPO loss, gradient accumulation, AdamW.
 
-One iteration = begin() -> for each group: rewards, advantages, micro-batches, log-probs, accumulate()
--> step(). Gradients of token *sums* are accumulated and divided by the iteration's token count once,
+One iteration = begin() -> train(groups) as groups come (each: rewards, advantages, micro-batches,
+log-probs, accumulate()) -> finish(), which steps. DataParallelTrainer has the same begin/train/finish. Gradients of token *sums* are accumulated and divided by the iteration's token count once,
 so the update is the full-batch token-mean update whatever the micro-batch split or arrival order.
 """
 from __future__ import annotations
@@ -15,6 +15,8 @@ from rlbench.engines.data.reward import gsm8k_reward
 from rlbench.engines.rollout.base import Group
 from rlbench.engines.trainer import grpo
 from rlbench.engines.trainer.logprob_plans import make_plan
+from rlbench.engines.trainer.phases import train_phases
+from rlbench.stages import Stage
 
 
 @dataclass
@@ -50,10 +52,25 @@ class Trainer:
         self.loss_sum = 0.0
         self.kl_sum = 0.0
         self.extra_sums = dict.fromkeys(self.loss.token_stats, 0.0)  # the loss's own per-token sums
+        self.iteration_rewards: dict[int, list[float]] = {}  # prompt index -> [G], groups trained so far
         self.policy.zero_grad(set_to_none=True)
 
     def begin(self) -> None:
         self._reset()
+
+    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> None:
+        """All phases for these groups now, on rec (the sync batch, or one arrived group)."""
+        self.iteration_rewards.update(train_phases(self, rec, k, groups, answers))
+
+    def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
+        """The iteration's optimizer step, recorded on rec; -> (step stats, rewards of every group)."""
+        rewards = self.iteration_rewards
+        with rec.stage(Stage.OPTIMIZER_STEP, k):
+            stats = self.step()
+        return stats, rewards
+
+    def close(self) -> None:
+        pass
 
     def rewards(self, group: Group, ground_truth: str) -> torch.Tensor:
         """[G] GSM8K rule rewards of the group's decoded responses."""
