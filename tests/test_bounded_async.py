@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
 from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
 from rlbench.engines.schedules.common import IterationInput
+from rlbench.engines.trainer.trainer import Trainer
 from rlbench.errors import WorkerError
 from rlbench.stages import Recorder, now
 
@@ -33,6 +34,12 @@ class FakeTrainer:
         self.rng, self.max_delay_s, self.version = rng, max_delay_s, 0
 
     def begin(self):
+        self.iteration_rewards = {}
+
+    train = Trainer.train  # the real pipeline (train_phases) over the fake parts below
+    finish = Trainer.finish
+
+    def close(self):
         pass
 
     def rewards(self, group, answer):

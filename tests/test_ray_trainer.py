@@ -104,3 +104,21 @@ def test_ray_run_writes_the_local_schema(tmp_path):
     events = schema.load_events(run_dir / "periodic_async")
     assert {"driver", "trainer0", "trainer1", "rollout0"} == {e["worker"] for e in events}
     assert all(0 <= e["start"] <= e["end"] <= res["wall_s_total"] for e in events)
+
+
+def test_dead_trainer_rank_keeps_measured_iterations(tmp_path):
+    """Every rank os._exit()s at iteration 2 (RLBENCH_FAULT): exit code 3, the rank named, iterations 0-1
+    kept, and no actor process left behind."""
+    import subprocess
+
+    proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
+                   "--no-report", "--set", "engine.backend=ray", "--set", "engine.train_ranks=2",
+                   env={"RLBENCH_FAULT": "trainer_exit:2"}, timeout=300)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "a trainer rank died while training iteration 2" in proc.stderr
+    (run_dir,) = list(tmp_path.iterdir())
+    res = schema.load_cell(run_dir / "sync")
+    assert res["status"] == "failed" and "trainer rank died" in res["error"]
+    assert [it["iteration"] for it in res["iterations"]] == [0, 1]
+    leftover = subprocess.run(["pgrep", "-f", "TrainerRank"], capture_output=True, text=True)
+    assert leftover.stdout == ""

@@ -247,10 +247,10 @@ class RolloutActor:
     def generate(self, iteration: int, requests, sampling, queue, round_: int):
         """-> (stage events since the last call, sampler stats); each group goes to `queue` when done,
         tagged with the pool's round so that groups of an abandoned iteration are recognised."""
-        from rlbench.engines.rollout.worker import _fault
+        from rlbench.engines.rollout.worker import fault_hook
         from rlbench.stages import Stage
 
-        _fault(iteration)
+        fault_hook(iteration)
         with self.rec.stage(Stage.ROLLOUT, iteration):
             self.sampler.generate(requests, sampling, on_group=lambda g: queue.put((round_, g)))
         self.prof.step()

@@ -42,10 +42,11 @@ def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int
     return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)
 
 
-def _fault(iteration: int) -> None:
-    """Test hook: RLBENCH_FAULT=rollout_exit:K makes the worker die at iteration K (a crash, no goodbye)."""
+def fault_hook(iteration: int, role: str = "rollout") -> None:
+    """Test hook: RLBENCH_FAULT=<role>_exit:K (role: rollout, trainer) makes such a worker die at
+    iteration K (a crash, no goodbye)."""
     spec = os.environ.get("RLBENCH_FAULT", "")
-    if spec.startswith("rollout_exit:") and int(spec.split(":")[1]) == iteration:
+    if spec.startswith(f"{role}_exit:") and int(spec.split(":")[1]) == iteration:
         os._exit(17)
 
 
@@ -75,7 +76,7 @@ def rollout_worker_main(name: str, model_config, shared: dict, eos_token_id: int
                     sampler.load_weights(shared, msg[1])
             elif msg[0] == "generate":
                 _, k, requests, sampling = msg
-                _fault(k)
+                fault_hook(k)
                 with rec.stage(Stage.ROLLOUT, k):
                     sampler.generate(requests, sampling, on_group=lambda g: out_q.put(("group", name, g)))
                 out_q.put(("done", name, k, rec.drain(), dict(sampler.last_stats)))

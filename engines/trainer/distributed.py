@@ -63,8 +63,10 @@ class TrainerRank:
 
     def train(self, k: int, groups: list, answers: dict) -> dict:
         """train_phases on this rank's groups (callable several times per iteration); -> rewards."""
+        from rlbench.engines.rollout.worker import fault_hook
         from rlbench.engines.trainer.phases import train_phases
 
+        fault_hook(k, "trainer")
         return train_phases(self.trainer, self.rec, k, groups, answers)
 
     def step(self, k: int):
