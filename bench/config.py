@@ -35,9 +35,13 @@ class ModelConfig(Section):
     num_heads: int = Field(4, ge=1, description="Tiny model: attention heads.")
     num_kv_heads: int = Field(2, ge=1, description="Tiny model: key/value heads (GQA).")
     intermediate_size: int = Field(384, ge=8, description="Tiny model: MLP width.")
-    warmstart_steps: int = Field(250, ge=0, description="Tiny model: supervised warm-start steps (cached).")
+    warmstart_steps: int = Field(500, ge=0, description="Tiny model: supervised warm-start steps (cached).")
     warmstart_lr: float = Field(5e-3, gt=0, description="Tiny model: warm-start learning rate.")
     warmstart_batch: int = Field(16, ge=1, description="Tiny model: warm-start batch size (problems).")
+    warmstart_gsm8k_share: float = Field(
+        0.5, ge=0, le=1, description="Tiny model: share of warm-start solutions that end GSM8K-style "
+        "(`#### N`); the rest end `The answer is N.`, as an instruct model answers before RL teaches it the "
+        "format the strict reward accepts.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype (bfloat16 recommended on accelerators).")
 

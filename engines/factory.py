@@ -105,13 +105,18 @@ def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
 
 
 def evaluate(sampler, weights, version: int, cfg, dataset, tok) -> dict:
-    """Greedy pass@1 on the eval split with the GSM8K strict rule."""
-    from rlbench.engines.data.reward import gsm8k_reward
+    """Greedy pass@1 on the eval split with the GSM8K strict rule (accuracy), plus two diagnostics: the
+    share of responses the strict rule can read an answer from (format_rate), and pass@1 whatever the
+    answer's format (accuracy_any_format)."""
+    from rlbench.engines.data.reward import any_format_correct, extract_solution, gsm8k_reward
 
     sampler.load_weights(weights, version)
     requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(dataset.eval)]
     sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=cfg.rollout.max_new_tokens,
                               seed=cfg.run.seed, greedy=True)
     groups = sampler.generate(requests, sampling)
-    correct = sum(gsm8k_reward(tok.decode(g.responses[0]), dataset.eval[g.prompt_index].answer) for g in groups)
-    return {"accuracy": correct / len(dataset.eval), "n": len(dataset.eval)}
+    texts = [(tok.decode(g.responses[0]), dataset.eval[g.prompt_index].answer) for g in groups]
+    n = len(dataset.eval)
+    return {"accuracy": sum(gsm8k_reward(t, a) for t, a in texts) / n, "n": n,
+            "format_rate": sum(extract_solution(t) is not None for t, _ in texts) / n,
+            "accuracy_any_format": sum(any_format_correct(t, a) for t, a in texts) / n}

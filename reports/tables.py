@@ -15,7 +15,9 @@ from rlbench.reports.predict import predict_async
 
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", "tpspd_median",
                 "tpspd_min", "tpspd_max", "speedup", "wall_s_median", "rollout_tok_s", "train_tok_s"]
-TAIL_COLUMNS = ["rollout_occupancy", "accuracy_before", "accuracy_after", "staleness_max",
+DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_before",
+               "accuracy_any_format_after"]  # first/last evaluation's diagnostics (built-in evaluation only)
+TAIL_COLUMNS = ["rollout_occupancy", "accuracy_before", "accuracy_after", *DIAGNOSTICS, "staleness_max",
                 "measured_iterations", "status"]
 EXPONENTS = (1.0, 0.0)  # rollout scaling exponents shown in the report: ideal, none
 
@@ -41,8 +43,10 @@ def _row(c: CellData, ref_tpspd: float | None, stages: list[str], workers: list[
            "rollout_tok_s": get_path(agg, "rollout_tokens_per_s.median"),
            "train_tok_s": get_path(agg, "train_tokens_per_s.median"),
            "rollout_occupancy": agg.get("rollout_occupancy"),
-           "accuracy_before": agg.get("accuracy_before", _acc(c, 0)),
-           "accuracy_after": agg.get("accuracy_after", _acc(c, -1)),
+           "accuracy_before": agg.get("accuracy_before", _eval(c, 0, "accuracy")),
+           "accuracy_after": agg.get("accuracy_after", _eval(c, -1, "accuracy")),
+           **{key: _eval(c, 0 if key.endswith("_before") else -1, key.rsplit("_", 1)[0])
+              for key in DIAGNOSTICS},
            "staleness_max": agg.get("staleness_max"),
            "measured_iterations": agg.get("measured_iterations", 0), "status": c.status}
     stage_s, idle = agg.get("stage_s") or {}, agg.get("idle_frac") or {}
@@ -53,9 +57,10 @@ def _row(c: CellData, ref_tpspd: float | None, stages: list[str], workers: list[
     return row
 
 
-def _acc(c: CellData, index: int) -> float | None:
+def _eval(c: CellData, index: int, key: str) -> float | None:
+    """key of the first (0) or last (-1) evaluation; None where there is none."""
     evals = c.result.get("evals") or []
-    return evals[index]["accuracy"] if evals else None
+    return evals[index].get(key) if evals else None
 
 
 def speedup_frame(run: RunData) -> pd.DataFrame:
@@ -115,7 +120,7 @@ def _given(predicted, cell: str) -> float | None:
 
 
 COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "rollout tok/s", "train tok/s",
-                "idle % per worker", "acc before→after", "max stale", "status"]
+                "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
 
 
 def compact_rows(df: pd.DataFrame) -> list[list[str]]:
@@ -130,7 +135,9 @@ def _compact(r: dict, idle_cols: list[str]) -> list[str]:
     idle = ", ".join(f"{c[5:-4]} {r[c]:.0f}" for c in idle_cols if not _missing(r[c])) or "–"
     sp = "–" if _missing(r["speedup"]) else f"{r['speedup']:.2f}×"
     acc = f"{fmt(r['accuracy_before'])}→{fmt(r['accuracy_after'])}"
-    return [str(r["cell"]), tp, sp, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), idle, acc,
+    form = "–" if _missing(r["format_rate_before"]) or _missing(r["format_rate_after"]) else \
+        f"{100 * r['format_rate_before']:.0f}→{100 * r['format_rate_after']:.0f}"
+    return [str(r["cell"]), tp, sp, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), idle, acc, form,
             fmt(r["staleness_max"]), str(r["status"])]
 
 

@@ -1,6 +1,11 @@
 """The CPU default's model: a tiny Qwen2/Llama causal LM over characters, warm-started by a short
 deterministic supervised pass on the built-in task so RL starts from "sometimes right".
 
+Like an instruct model before RL, it learns two ways to end a solution: GSM8K's `#### 6` (a share
+model.warmstart_gsm8k_share of the warm-start solutions) and `The answer is 6.` (the rest). The strict
+GSM8K reward accepts only the first, so RL has two things to learn: the answer format the reward
+checks (fast) and the arithmetic (slowly). Evaluation reports both (accuracy, accuracy_any_format).
+
 The warm-started weights are cached (keyed by everything that shapes them), so only a first run pays.
 """
 from __future__ import annotations
@@ -43,12 +48,19 @@ def build_tiny(mcfg, vocab_size: int, seed: int):
     return model.float().eval()
 
 
-def _sft_batch(tok: CharTokenizer, problems, format_prompt) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded [B, L] ids and labels (-100 outside the solution + EOS)."""
+def chat_style(solution: str, answer: str) -> str:
+    """The solution with its `#### N` line replaced by a chat model's ending, which the strict
+    GSM8K rule scores 0."""
+    return f"{solution.rsplit(chr(10), 1)[0]}\nThe answer is {answer}."
+
+
+def _sft_batch(tok: CharTokenizer, problems, format_prompt, gsm8k_style: list[bool]):
+    """-> right-padded [B, L] ids and labels (-100 outside the solution + EOS); gsm8k_style[i]: whether
+    problem i's solution keeps its `#### N` ending."""
     rows, labels = [], []
-    for p in problems:
+    for p, gsm8k in zip(problems, gsm8k_style):
         prompt = tok.prompt_ids(format_prompt(p.question))
-        target = tok.encode(p.solution) + [tok.eos_token_id]
+        target = tok.encode(p.solution if gsm8k else chat_style(p.solution, p.answer)) + [tok.eos_token_id]
         rows.append(prompt + target)
         labels.append([-100] * len(prompt) + target)
     width = max(len(r) for r in rows)
@@ -58,15 +70,18 @@ def _sft_batch(tok: CharTokenizer, problems, format_prompt) -> tuple[torch.Tenso
 
 
 def warm_start(model, tok: CharTokenizer, problems, format_prompt, steps: int, lr: float, batch: int,
-               seed: int, progress=None) -> list[float]:
-    """Deterministic supervised pass (fixed order, fixed seed); returns the loss curve."""
+               seed: int, gsm8k_share: float = 1.0, progress=None) -> list[float]:
+    """Deterministic supervised pass (fixed order, fixed seed); returns the loss curve.
+
+    gsm8k_share: each solution ends GSM8K-style (`#### N`) with this probability, else chat-style."""
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / steps))
     model.train()
     losses = []
     for step in range(steps):
-        ids, lab = _sft_batch(tok, rng.sample(problems, batch), format_prompt)
+        drawn = rng.sample(problems, batch)
+        ids, lab = _sft_batch(tok, drawn, format_prompt, [rng.random() < gsm8k_share for _ in drawn])
         loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id) | (lab != -100), labels=lab).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -103,7 +118,8 @@ def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):
         return model, tok, json.loads((folder / "warmstart.json").read_text())
     model = build_tiny(cfg.model, tok.vocab_size, cfg.run.seed)
     losses = warm_start(model, tok, train_problems, format_prompt, cfg.model.warmstart_steps,
-                        cfg.model.warmstart_lr, cfg.model.warmstart_batch, cfg.run.seed, progress)
+                        cfg.model.warmstart_lr, cfg.model.warmstart_batch, cfg.run.seed,
+                        cfg.model.warmstart_gsm8k_share, progress)
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     info = {"steps": cfg.model.warmstart_steps, "final_loss": losses[-1] if losses else None, "cached": False}

@@ -1,8 +1,9 @@
 """The trainer every schedule drives: rewards, log-probs, GRPO loss, gradient accumulation, AdamW.
 
 One iteration = begin() -> train(groups) as groups come (each: rewards, advantages, micro-batches,
-log-probs, accumulate()) -> finish(), which steps. DataParallelTrainer has the same begin/train/finish. Gradients of token *sums* are accumulated and divided by the iteration's token count once,
-so the update is the full-batch token-mean update whatever the micro-batch split or arrival order.
+log-probs, accumulate()) -> finish(), which steps; DataParallelTrainer has the same begin/train/finish.
+Gradients of token *sums* are accumulated and divided by the iteration's token count once, so the
+update is the full-batch token-mean update whatever the micro-batch split or arrival order.
 """
 from __future__ import annotations
 
