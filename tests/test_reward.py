@@ -1,7 +1,7 @@
 """GSM8K strict rule reward: the same verdicts as VERL's verl/utils/reward_score/gsm8k.py."""
 import pytest
 
-from rlbench.engines.data.reward import CLIP_CHARS, extract_solution, gsm8k_reward
+from rlbench.engines.data.reward import CLIP_CHARS, any_format_correct, extract_solution, gsm8k_reward
 
 
 @pytest.mark.parametrize("response, answer", [
@@ -55,3 +55,17 @@ def test_flexible_method_takes_last_number():
     assert extract_solution("only . and .", "flexible") == "."
     with pytest.raises(ValueError):
         extract_solution("#### 1", "loose")
+
+
+@pytest.mark.parametrize("response, truth, correct", [
+    ("3+4=7\n#### 7", "7", True),
+    ("3+4=7\nThe answer is 7.", "7", True),  # the strict rule reads nothing here
+    ("He has $1,234 now", "1234", True),
+    ("5+1=6\n#### 7", "6", False),  # the last number counts, not any number
+    ("-5.", "-5", True),
+    ("2.5", "2", False),
+    ("no number", "1", False),
+    ("", "0", False),
+])
+def test_any_format_correct_reads_the_last_number(response, truth, correct):
+    assert any_format_correct(response, truth) is correct

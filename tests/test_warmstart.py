@@ -1,0 +1,32 @@
+"""The tiny model's warm-start data: solutions end GSM8K-style or chat-style in the configured share."""
+import pytest
+
+from rlbench.engines.data.reward import any_format_correct, extract_solution, gsm8k_reward
+from rlbench.engines.data.task import format_prompt, generate_problems
+from rlbench.engines.model.tiny import _sft_batch, chat_style
+from rlbench.engines.model.tokenizer import CharTokenizer
+
+
+def test_chat_style_keeps_the_work_and_hides_the_answer_from_the_strict_rule():
+    for p in generate_problems(50, seed=1):
+        text = chat_style(p.solution, p.answer)
+        assert text.split("\n")[:-1] == p.solution.split("\n")[:-1]  # the same worked lines
+        assert text.endswith(f"The answer is {p.answer}.")
+        assert extract_solution(text) is None and gsm8k_reward(text, p.answer) == 0.0
+        assert any_format_correct(text, p.answer)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_warm_start_targets_follow_the_share(share):
+    import random
+
+    tok = CharTokenizer()
+    problems = generate_problems(400, seed=2)
+    rng = random.Random(0)
+    styles = [rng.random() < share for _ in problems]
+    ids, labels = _sft_batch(tok, problems, format_prompt, styles)
+    targets = [tok.decode([t for t in row.tolist() if t != -100]) for row in labels]
+    gsm8k = [extract_solution(t) is not None for t in targets]
+    assert gsm8k == styles
+    assert sum(gsm8k) / len(gsm8k) == pytest.approx(share, abs=0.07)
+    assert all(any_format_correct(t, p.answer) for t, p in zip(targets, problems))
