@@ -67,18 +67,25 @@ def test_same_seed_same_samples(tiny_run, tmp_path):
     assert a["final_params_sha256"] == b["final_params_sha256"]
 
 
-def test_dead_rollout_worker_keeps_measured_iterations(tmp_path):
+def fault_keeps_iterations(tmp_path, fault: str, sets: list[str], cell: str, message: str, process: str):
+    """A run whose workers die at iteration 2 (RLBENCH_FAULT=fault): exit code 3 with `message`,
+    iterations 0-1 kept in a 'failed' results.json, and no process matching `process` left behind."""
+    overrides = [arg for s in sets for arg in ("--set", s)]
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
-                   "--no-report", "--set", "engine.schedule=periodic_async", env={"RLBENCH_FAULT": "rollout_exit:2"},
-                   timeout=300)
+                   "--no-report", *overrides, env={"RLBENCH_FAULT": fault}, timeout=300)
     assert proc.returncode == 3, proc.stderr[-3000:]
-    assert "rollout worker rollout0 died" in proc.stderr
+    assert message in proc.stderr
     (run_dir,) = list(tmp_path.iterdir())
-    res = schema.load_cell(run_dir / "periodic_async")
+    res = schema.load_cell(run_dir / cell)
     assert res["status"] == "failed" and "died" in res["error"]
     assert [it["iteration"] for it in res["iterations"]] == [0, 1]
-    leftover = subprocess.run(["pgrep", "-f", "rlbench-rollout0"], capture_output=True, text=True)
+    leftover = subprocess.run(["pgrep", "-f", process], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
+
+
+def test_dead_rollout_worker_keeps_measured_iterations(tmp_path):
+    fault_keeps_iterations(tmp_path, "rollout_exit:2", ["engine.schedule=periodic_async"], "periodic_async",
+                           "rollout worker rollout0 died", "rlbench-rollout0")
 
 
 def test_malformed_data_line_exit_2(tmp_path):

@@ -19,7 +19,7 @@ from rlbench.runner import CellRun  # noqa: E402
 from rlbench.stages import now  # noqa: E402
 
 from conftest import TINY  # noqa: E402
-from test_cli_run import rlbench  # noqa: E402
+from test_cli_run import fault_keeps_iterations, rlbench  # noqa: E402
 from test_ray_backend import LEARNS  # noqa: E402
 
 
@@ -107,18 +107,6 @@ def test_ray_run_writes_the_local_schema(tmp_path):
 
 
 def test_dead_trainer_rank_keeps_measured_iterations(tmp_path):
-    """Every rank os._exit()s at iteration 2 (RLBENCH_FAULT): exit code 3, the rank named, iterations 0-1
-    kept, and no actor process left behind."""
-    import subprocess
-
-    proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
-                   "--no-report", "--set", "engine.backend=ray", "--set", "engine.train_ranks=2",
-                   env={"RLBENCH_FAULT": "trainer_exit:2"}, timeout=300)
-    assert proc.returncode == 3, proc.stderr[-3000:]
-    assert "a trainer rank died while training iteration 2" in proc.stderr
-    (run_dir,) = list(tmp_path.iterdir())
-    res = schema.load_cell(run_dir / "sync")
-    assert res["status"] == "failed" and "trainer rank died" in res["error"]
-    assert [it["iteration"] for it in res["iterations"]] == [0, 1]
-    leftover = subprocess.run(["pgrep", "-f", "TrainerRank"], capture_output=True, text=True)
-    assert leftover.stdout == ""
+    """Every rank os._exit()s at iteration 2: the rank is named, iterations 0-1 kept, no actor left."""
+    fault_keeps_iterations(tmp_path, "trainer_exit:2", ["engine.backend=ray", "engine.train_ranks=2"], "sync",
+                           "a trainer rank died while training iteration 2", "TrainerRank")
