@@ -54,7 +54,7 @@ class CheckResult:
     baseline_path: str
     rows: list[Row] = field(default_factory=list)
     verdict: str = ""
-    exit_code: int = 0  # 0 pass, 1 regression (bad input raises UserError: exit 2)
+    exit_code: int = 0  # 0 pass, 1 regression, 2 nothing comparable (bad input raises UserError: exit 2)
     baseline_info: dict = field(default_factory=dict)  # created, git_commit
     config_diff: list[str] = field(default_factory=list)  # "key: baseline -> run" behind 'not comparable'
 
@@ -79,9 +79,17 @@ def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
         ref = base["config"]["reference"]
         was = _flat({**ref, "engine": {**(ref.get("engine") or {}), **sw}})
         now = _flat(now)
+        # A key the baseline predates counts as unchanged while the run leaves it at its default.
+        was.update({k: v for k, v in _defaults().items() if k not in was and now.get(k) == v})
         diff += [f"{k}: {was.get(k, '-')} -> {now.get(k, '-')}" for k in sorted(set(was) | set(now))
                  if k.split(".")[0] in CONFIG_SECTIONS and k not in IGNORED_KEYS and was.get(k) != now.get(k)]
     return list(dict.fromkeys(diff))
+
+
+def _defaults() -> dict:
+    from rlbench.config import RunConfig
+
+    return _flat(RunConfig().model_dump(mode="json"))
 
 
 def _bootstrap_delta(b: dict | None, c: dict | None) -> tuple[float, float] | None:
@@ -151,8 +159,10 @@ def check(run_dir: Path, baseline_path: Path) -> CheckResult:
         res.exit_code = 1
         res.verdict = f"FAIL: {len(worse)} regression(s): " + ", ".join(
             f"{r.metric} {_fmt_change(r) or r.current}" for r in worse)
-    elif skipped == len(res.rows):
-        res.verdict = f"PASS: nothing comparable ({skipped} metric(s) not comparable)"
+    elif skipped == len(res.rows):  # a stale baseline must not turn the CI check into a silent pass
+        res.exit_code = 2
+        res.verdict = (f"STALE BASELINE: nothing comparable ({skipped} metric(s)); re-measure it with "
+                       "`rlbench check RUN --update --baseline FILE`")
     else:
         better = sum(r.mark == "better" for r in res.rows)
         res.verdict = (f"PASS: {len(res.rows) - skipped} metric(s) compared, none worse beyond tolerance "

@@ -189,7 +189,19 @@ def test_different_config_is_not_comparable(tmp_path, baseline):
     r = row(result, SPEEDUP)
     assert r.mark == "not comparable" and "rollout.group_size" in r.note
     assert result.config_diff == [f"rollout.group_size: {RunConfig().rollout.group_size} -> 16"]
-    assert result.exit_code == 0 and "not comparable" in result.verdict
+    assert result.exit_code == 2 and "STALE BASELINE: nothing comparable" in result.verdict  # never a silent pass
+
+
+def test_key_newer_than_the_baseline_at_its_default_is_comparable(tmp_path, baseline):
+    """A config key added to rlbench after the baseline was measured does not make it stale, unless
+    the run moves it off its default."""
+    data = json.loads(baseline.read_text())
+    del data["config"]["reference"]["engine"]["train_ranks"]
+    del data["config"]["reference"]["rollout"]["top_p"]
+    baseline.write_text(json.dumps(data))
+    assert chk.check(async_run(tmp_path / "same"), baseline).config_diff == []
+    moved = chk.check(async_run(tmp_path / "moved", overrides={"rollout": {"top_p": 0.9}}), baseline)
+    assert moved.config_diff == ["rollout.top_p: - -> 0.9"]
 
 
 def test_run_name_does_not_matter(tmp_path, baseline):
