@@ -249,13 +249,23 @@ def test_cli_preset_and_run(tmp_path):
     r = runner.invoke(_app(), ["simulate", str(abl), "--devices", "4"])
     assert r.exit_code == 0, r.output
     assert "validation" in r.output and (abl / "simulate" / "simulate.json").is_file()
+    default = json.loads((abl / "simulate" / "simulate.json").read_text())["validation"][1]["predicted_tpspd"]
+    # --exponent reaches the calibration: the synthetic async cell's training is 2x slower on half the
+    # devices, so exponent 1 predicts it slower than the CPU default of 0.5 does
+    r = runner.invoke(_app(), ["simulate", str(abl), "--devices", "4", "--exponent", "1", "--out",
+                               str(tmp_path / "e1")])
+    assert r.exit_code == 0, r.output
+    saved = json.loads((tmp_path / "e1" / "simulate.json").read_text())
+    assert saved["calibration"]["train_exponent"] == saved["calibration"]["rollout_exponent"] == 1.0
+    assert saved["validation"][1]["predicted_tpspd"] < default
 
 
 def test_cli_bad_input_is_a_user_error(tmp_path):
     runner = CliRunner()
     for args, msg in [(["simulate", str(tmp_path / "none")], "not found"),
                       (["simulate", "--preset", "paper-7b", "--devices", "8;16"], "--devices"),
-                      (["simulate", "--preset", "paper-7b", "--rollout-share", "2"], "--rollout-share")]:
+                      (["simulate", "--preset", "paper-7b", "--rollout-share", "2"], "--rollout-share"),
+                      (["simulate", "--preset", "paper-7b", "--exponent", "1"], "--exponent")]:
         r = runner.invoke(_app(), args)
         assert isinstance(r.exception, UserError) and msg in str(r.exception), (args, r.output)
 

@@ -122,6 +122,7 @@ def calibrate(run_dir: Path, rollout_exponent: float | None = None,
     kind = str((cfg.get("engine") or {}).get("device") or (cell.get("provenance") or {}).get(
         "device", {}).get("type", "cpu"))
     default_exp = CPU_EXPONENT if kind == "cpu" else ACCEL_EXPONENT
+    given = rollout_exponent is not None or train_exponent is not None
     measured = {it["iteration"] for it in its}
     wl = Workload.from_samples(samples, sorted(measured))
     cal = Calibration(
@@ -137,7 +138,8 @@ def calibrate(run_dir: Path, rollout_exponent: float | None = None,
         notes=[f"cell {cell.get('cell')!r}, iterations {sorted(measured)} (warm-up excluded)",
                f"decode fit: {how}",
                f"scaling exponents: {'CPU threads of one process' if kind == 'cpu' else 'accelerators'}"
-               f" (assumed); rollout instances at scale: one per {devices} device(s), as measured"])
+               f" ({'given' if given else 'assumed'}); rollout instances at scale: one per {devices} device(s),"
+               " as measured"])
     return cal, wl
 
 

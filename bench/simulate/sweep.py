@@ -69,7 +69,7 @@ def sweep(cal: Calibration, workload_for, devices, shares, staleness: int = 1) -
     return rows, best
 
 
-def _source(run_dir, preset) -> tuple[Calibration, Workload, object, str]:
+def _source(run_dir, preset, exponent: float | None) -> tuple[Calibration, Workload, object, str]:
     if preset is not None and preset not in PRESETS:
         raise UserError(f"--preset {preset!r}: allowed {', '.join(PRESETS)}")
     if preset == "paper-7b":
@@ -77,7 +77,7 @@ def _source(run_dir, preset) -> tuple[Calibration, Workload, object, str]:
         return cal, wl, lambda d: wl, "strong scaling: 512 prompts x 8 at every device count"
     if run_dir is None:
         raise UserError("give a RUN_DIR to calibrate from, or --preset paper-7b")
-    cal, wl = calibrate(run_dir)
+    cal, wl = calibrate(run_dir, exponent, exponent)
     ref = cal.train_ref_devices
 
     def workload_for(d: int) -> Workload:
@@ -86,13 +86,18 @@ def _source(run_dir, preset) -> tuple[Calibration, Workload, object, str]:
 
 
 def run_simulation(run_dir: Path | None = None, preset: str | None = None, devices=None, shares=None,
-                   out: Path | None = None, staleness: int = 1, plots: bool = True) -> dict:
-    """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files')."""
+                   out: Path | None = None, staleness: int = 1, plots: bool = True,
+                   exponent: float | None = None) -> dict:
+    """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files').
+
+    exponent: the device-scaling exponent of one process (calibrate's default when None)."""
     from rlbench.schema import atomic_write_json
 
     if run_dir is not None and not Path(run_dir).exists():
         raise UserError(f"{run_dir}: run folder not found")
-    cal, wl, workload_for, scaling = _source(run_dir, preset)
+    if exponent is not None and preset is not None:
+        raise UserError("--exponent applies to a calibration from RUN_DIR, not to --preset")
+    cal, wl, workload_for, scaling = _source(run_dir, preset, exponent)
     devices = list(devices or DEFAULT_DEVICES)
     shares = list(shares or DEFAULT_SHARES)
     rows, best = sweep(cal, workload_for, devices, shares, staleness)
@@ -100,7 +105,7 @@ def run_simulation(run_dir: Path | None = None, preset: str | None = None, devic
               "workload": wl.summary(), "scaling": scaling, "staleness": staleness,
               "devices": devices, "rollout_shares": shares, "rows": rows, "best_split": best}
     if run_dir is not None:
-        result["validation"] = validate(run_dir)
+        result["validation"] = validate(run_dir, exponent, exponent)
     if preset == "paper-7b":
         result["paper"] = paper.paper_setting(cal, wl)
     out = Path(out) if out else (Path(run_dir) / "simulate" if run_dir else Path("runs") / f"simulate-{preset}")
