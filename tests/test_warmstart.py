@@ -30,3 +30,21 @@ def test_warm_start_targets_follow_the_share(share):
     assert gsm8k == styles
     assert sum(gsm8k) / len(gsm8k) == pytest.approx(share, abs=0.07)
     assert all(any_format_correct(t, p.answer) for t, p in zip(targets, problems))
+
+
+def test_cache_key_covers_what_shapes_the_warm_start(tmp_path):
+    from rlbench.config import load_config
+    from rlbench.engines.model.tiny import cache_key
+
+    key = lambda *sets: cache_key(load_config(None, list(sets)))  # noqa: E731
+    base = key()
+    assert key() == base
+    assert key("data.few_shot=5") == base  # warm-start prompts are zero-shot
+    for change in ("data.eval_size=64", "data.max_steps=3", "model.warmstart_gsm8k_share=1.0", "run.seed=1",
+                   "model.warmstart_steps=10"):
+        assert key(change) != base, change
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"question": "q", "answer": "#### 1"}\n')
+    first = key("data.source=gsm8k", f"data.path={data}")
+    data.write_text('{"question": "q", "answer": "#### 2"}\n')
+    assert key("data.source=gsm8k", f"data.path={data}") != first  # same path, other content

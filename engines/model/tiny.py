@@ -99,10 +99,14 @@ def cache_key(cfg) -> str:
     """Everything that changes the warm-started weights."""
     from rlbench.engines.data.task import __file__ as task_file
 
-    parts = {"model": cfg.model.model_dump(mode="json"),
-             "data": {k: getattr(cfg.data, k) for k in ("train_size", "min_steps", "max_steps", "max_number")},
+    # Every data key shapes the train split (eval_size too: train skips the eval questions), except
+    # few_shot: the warm-start prompts are zero-shot. Local data files count by content.
+    data = cfg.data.model_dump(mode="json", exclude={"few_shot"})
+    data["files"] = [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:16] if Path(f).is_file() else f
+                     for f in (cfg.data.path, cfg.data.eval_path) if f]
+    parts = {"model": cfg.model.model_dump(mode="json"), "data": data,
              "seed": cfg.run.seed, "torch": torch.__version__.split("+")[0],
-             "task": hashlib.sha256(Path(task_file).read_bytes()).hexdigest()[:12]}
+             "code": [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:12] for f in (task_file, __file__)]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
