@@ -144,7 +144,10 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
             f"reference cell {esc(run.reference)}; report written {esc(created)}</p>", *warn,
             "<h2>Summary</h2>", summary_html(df),
             "<p>TPSPD in tokens/s/device; stage columns: mean seconds per measured iteration; "
-            "idle: % of the iteration wall time a worker ran no work stage.</p>",
+            "idle: % of the iteration wall time a worker ran no work stage; acc: greedy pass@1 with "
+            "GSM8K's strict rule; ####-format: % of eval answers the strict rule can read "
+            "(the rest are scored 0 whatever their number; summary.csv also has pass@1 in any "
+            "format).</p>",
             "<h2>Periodic-async speedup: measured vs predicted</h2>", speedup_html(sp),
             "<h2>Plots</h2>", plot_html(plots),
             "<h2>Cells</h2>", *[cell_html(c) for c in run.cells],
