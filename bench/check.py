@@ -14,6 +14,7 @@ percentile bootstrap (numpy; 2000 resamples; 95%) of the change run - baseline o
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,7 +87,9 @@ def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
     return list(dict.fromkeys(diff))
 
 
+@functools.lru_cache(maxsize=1)
 def _defaults() -> dict:
+    """The flat default config (built once; callers only read it)."""
     from rlbench.config import RunConfig
 
     return _flat(RunConfig().model_dump(mode="json"))

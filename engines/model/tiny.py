@@ -51,7 +51,8 @@ def build_tiny(mcfg, vocab_size: int, seed: int):
 def chat_style(solution: str, answer: str) -> str:
     """The solution with its `#### N` line replaced by a chat model's ending, which the strict
     GSM8K rule scores 0."""
-    return f"{solution.rsplit(chr(10), 1)[0]}\nThe answer is {answer}."
+    worked = solution.rsplit("\n", 1)[0]
+    return f"{worked}\nThe answer is {answer}."
 
 
 def _sft_batch(tok: CharTokenizer, problems, format_prompt, gsm8k_style: list[bool]):
