@@ -123,29 +123,41 @@ class TrainConfig(Section):
 class EngineConfig(Section):
     # (bounded_async first: a literal error then reads "... 'sync' or 'periodic_async'", as before.)
     schedule: Literal["bounded_async", "sync", "periodic_async"] = Field(
-        "sync", description="sync: VERL-style colocated phases; periodic_async: producer/consumer per iteration; "
-        "bounded_async: rollout runs up to engine.max_staleness weight versions ahead of training "
-        "(AReaL-style), trained with the decoupled PPO loss.")
+        "sync", description="sync: VERL's hybrid engine, one colocated worker per device generating and training "
+        "its shard, gradients all-reduced; periodic_async: a rollout pool feeds finished groups to a training "
+        "pool inside each iteration (producer/consumer); bounded_async: rollout runs up to engine.max_staleness "
+        "weight versions ahead of training (AReaL-style), trained with the decoupled PPO loss.")
     max_staleness: int = Field(
         1, ge=0, description="bounded_async: k, the most weight versions a trained sample may lag the trained "
         "weights (0: on-policy, 1: one-step-off).")
     device: Literal["cpu", "cuda", "npu", "auto"] = Field("cpu", description="Accelerator type.")
-    rollout_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the rollout pool.")
-    train_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the training pool.")
+    rollout_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the rollout pool: one rollout "
+                                 "worker process per device. sync uses rollout_devices + train_devices colocated "
+                                 "workers, so both schedules occupy the same devices.")
+    train_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the training pool: one "
+                               "data-parallel trainer rank per device.")
+    share_devices: bool = Field(
+        False, description="The rollout and training pools share devices 0..max(rollout_devices, "
+        "train_devices)-1 instead of taking disjoint ones (needed on a single GPU); the run then occupies "
+        "max(rollout_devices, train_devices) physical devices, and TPSPD divides by that.")
+    sync_layout: Literal["data_parallel", "single_process"] = Field(
+        "data_parallel", description="sync only. data_parallel: one pinned colocated worker per device, "
+        "gradients all-reduced (VERL's layout, the fair baseline); single_process: every phase in one process "
+        "with all devices (CPU: as many intra-op threads), kept only to show what a worse layout costs.")
+    overlap: bool = Field(
+        True, description="periodic_async: train each group as it arrives (the paper). false: the barrier "
+        "variant, same processes and devices but training starts when the iteration's last group has arrived, "
+        "which separates what the device split gives from what overlap gives.")
     tri_model: bool = Field(False, description="Policy/old/ref log-probs in one module and one pass.")
     shared_prompt: bool = Field(False, description="Pack prompt|resp_1..resp_G into one sequence for training.")
     consume_order: Literal["arrival", "dispatch"] = Field(
         "arrival", description="periodic_async, bounded_async: train groups as they finish (arrival) or in "
         "dispatch order.")
-    queue_timeout_s: float = Field(300.0, gt=0, description="Longest wait for a rollout worker before failing.")
+    queue_timeout_s: float = Field(300.0, gt=0, description="Longest wait for a worker process before failing.")
     backend: Literal["local", "ray"] = Field(
-        "local", description="local: rollout workers are local processes and the trainer runs in this process; "
-        "ray: the trainer ranks (every schedule) and the rollout workers (periodic_async, bounded_async) are "
-        "Ray actors that hold their devices as Ray resources (needs `pip install 'rlbench[ray]'`). sync's "
-        "colocated rollout stays in this process.")
-    train_ranks: int = Field(
-        1, ge=1, description="backend=ray: data-parallel trainer ranks (torch.distributed: gloo on CPU, nccl/hccl "
-        "on accelerators); the training devices (sync: all devices) are split evenly between them.")
+        "local", description="local: every worker (colocated worker, rollout worker, trainer rank) is a local "
+        "process pinned to its device; ray: the same workers are Ray actors holding their devices as Ray "
+        "resources (needs `pip install 'rlbench[ray]'`).")
     ray_address: str | None = Field(
         None, description="backend=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
         "'ray://head:10001'); unset: start a local Ray instance for the run and stop it afterwards.")
@@ -154,23 +166,18 @@ class EngineConfig(Section):
     def _check(self) -> "EngineConfig":
         if self.ray_address and self.backend != "ray":
             raise ValueError("engine.ray_address is only used with engine.backend=ray")
-        if self.train_ranks > 1 and self.backend != "ray":
-            raise ValueError("engine.train_ranks > 1 needs engine.backend=ray (the ranks are Ray actors)")
-        if self.device == "cpu" and self.training_devices % self.train_ranks:
-            which = "all devices under sync" if self.schedule == "sync" else "engine.train_devices"
-            raise ValueError(f"engine.train_ranks={self.train_ranks} must divide the training devices "
-                             f"({self.training_devices}: {which})")
         return self
 
     @property
-    def training_devices(self) -> int:
-        """Devices the trainer uses: all of them under sync (colocated), the training pool otherwise."""
-        return self.num_devices if self.schedule == "sync" else self.train_devices
+    def num_devices(self) -> int:
+        """Physical devices the run occupies; TPSPD divides by this for every schedule."""
+        return max(self.rollout_devices, self.train_devices) if self.share_devices \
+            else self.rollout_devices + self.train_devices
 
     @property
-    def num_devices(self) -> int:
-        """All devices of the run; TPSPD divides by this for every schedule."""
-        return self.rollout_devices + self.train_devices
+    def training_devices(self) -> int:
+        """Devices that train: all of them under sync (colocated), the training pool otherwise."""
+        return self.num_devices if self.schedule == "sync" else self.train_devices
 
 
 class RunSection(Section):
@@ -262,13 +269,20 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+# Keys that existed once: say what replaced them instead of only "unknown key".
+REMOVED_KEYS = {
+    "engine.train_ranks": "removed: there is one data-parallel trainer rank per training device now "
+                          "(engine.train_devices; under sync, one colocated worker per device)",
+}
+
+
 def _format_error(err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration ({source}):"]
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = REMOVED_KEYS.get(key, "unknown key")
         elif e["type"] == "literal_error":
             msg = f"{msg}, got {e.get('input')!r}"
         lines.append(f"  {key}: {msg}")

@@ -5,12 +5,14 @@ import contextlib
 import os
 
 
-def resolve(kind: str = "cpu"):
-    """'cpu' | 'cuda' | 'npu' | 'auto' -> torch.device. torch_npu is imported only when asked for."""
+def resolve(kind: str = "cpu", index: int | None = None):
+    """'cpu' | 'cuda' | 'npu' | 'auto' -> torch.device; `index` picks one accelerator (cuda:i, npu:i).
+
+    torch_npu is imported only when asked for. On CPU the index is a core (see `pin`), not part of the
+    torch device."""
     import torch
 
-    if kind == "auto":
-        kind = "cuda" if torch.cuda.is_available() else "npu" if _npu_available() else "cpu"
+    kind = resolve_kind(kind)
     if kind == "npu" and not _npu_available():
         from rlbench.errors import UserError
         raise UserError("engine.device=npu but no Ascend NPU is usable here: needs torch_npu (pip install "
@@ -18,7 +20,56 @@ def resolve(kind: str = "cpu"):
     if kind == "cuda" and not torch.cuda.is_available():
         from rlbench.errors import UserError
         raise UserError("engine.device=cuda but no CUDA device is visible (allowed here: cpu, auto)")
-    return torch.device(kind)
+    if kind == "cpu" or index is None:
+        return torch.device(kind)
+    return torch.device(kind, index)
+
+
+def resolve_kind(kind: str) -> str:
+    """'auto' -> the accelerator type present ('cuda', 'npu') or 'cpu'; other kinds unchanged."""
+    if kind != "auto":
+        return kind
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "npu" if _npu_available() else "cpu"
+
+
+def available(kind: str) -> int:
+    """Physical devices of this kind the process may use: CPU cores in its affinity mask, visible GPUs/NPUs."""
+    if kind == "cpu":
+        return len(cpu_cores())
+    import torch
+
+    if kind == "cuda":
+        return torch.cuda.device_count()
+    if kind == "npu":
+        return torch.npu.device_count() if _npu_available() else 0
+    raise ValueError(f"unknown device kind {kind!r}")
+
+
+def cpu_cores() -> list[int]:
+    """The cores this process may run on, in order (its affinity mask; all cores where there is none)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def pin(kind: str, index: int, threads: int) -> None:
+    """Hold one device in this process: CPU core `index` (affinity + `threads` intra-op threads; one core
+    holds one thread), or accelerator `index` as the current device."""
+    set_threads(threads)
+    if kind == "cpu":
+        cores = cpu_cores()
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {cores[index % len(cores)]})
+        return
+    import torch
+
+    if kind == "cuda":
+        torch.cuda.set_device(index)
+    elif kind == "npu":  # pragma: no cover - needs an Ascend NPU
+        torch.npu.set_device(index)
 
 
 def _npu_available() -> bool:

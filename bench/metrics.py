@@ -12,10 +12,10 @@ import statistics
 from collections import defaultdict
 
 from rlbench.schema import IterationRecord
-from rlbench.stages import IDLE_STAGES, Stage
+from rlbench.stages import IDLE_STAGES, TRAIN_STAGES, Role, Stage, role_of
 
-TRAIN_STAGES = {Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value,
-                Stage.ADVANTAGE.value, Stage.UPDATE.value, Stage.OPTIMIZER_STEP.value}
+# Workers that hold no device of the run: their waiting is not a device's bubble.
+NOT_DEVICES = {Role.DRIVER.value, Role.EVAL.value}
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
@@ -39,10 +39,12 @@ def iteration_window(events: list[dict]) -> tuple[float, float]:
 
 
 def idle_fractions(events: list[dict], start: float, end: float) -> dict[str, float]:
-    """worker -> share of [start, end] in which it ran no work stage (queue waits count as idle)."""
+    """device worker -> share of [start, end] in which it ran no work stage (queue waits count as idle)."""
     wall = max(end - start, 1e-12)
     busy: dict[str, list] = defaultdict(list)
     for e in events:
+        if role_of(e["worker"]) in NOT_DEVICES:
+            continue
         busy.setdefault(e["worker"], [])
         s, t = max(e["start"], start), min(e["end"], end)  # clipped to the window
         if t > s and e["stage"] not in IDLE_STAGES and e["stage"] != Stage.EVAL.value:

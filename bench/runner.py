@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlbench import metrics, schema
 from rlbench.errors import UserError
-from rlbench.stages import Recorder, Stage, now
+from rlbench.stages import Recorder, Role, Stage, now
 from rlbench.writer import CellWriter
 
 
@@ -34,6 +34,7 @@ class CellRun:
         self.t0 = now()
         self.model_info: dict = {}
         self.params_sha256: str | None = None
+        self.placement = None  # bench/placement.py Placement, once planned
 
     def results(self) -> dict:
         return {
@@ -42,6 +43,8 @@ class CellRun:
             "provenance": self.provenance, "status": self.status, "error": self.error,
             "model": self.model_info, "iterations": self.iterations, "evals": self.evals,
             "rollout_stats": self.rollout_stats,
+            "placement": self.placement.records() if self.placement else [],
+            "devices": self.placement.devices if self.placement else None,
             "aggregates": metrics.aggregate(self.iterations, self.evals) if self.iterations else {},
             "wall_s_total": now() - self.t0,
             "final_params_sha256": self.params_sha256,
@@ -60,6 +63,7 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
     schedule = None
     try:
         device = dev.resolve(cfg.engine.device)
+        run.placement = _placement(cfg, device.type)
         dataset, policy, tok = _setup_model(cfg, run, progress)
         from rlbench.engines.factory import make_engine
 
@@ -67,7 +71,7 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
             from rlbench import profiling
             profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
         schedule, eval_sampler = make_engine(cfg, policy, tok, run.t0, run.writer.event, device,
-                                             dataset=dataset)
+                                             dataset=dataset, placement=run.placement)
         run.provenance = provenance.collect(device)
         _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress)
         run.params_sha256 = params_digest(schedule.trainer.policy)
@@ -88,6 +92,16 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
             run.save()
         run.writer.close()
     return run.results()
+
+
+def _placement(cfg, kind: str):
+    """Where every worker runs (bench/placement.py); refuses more devices than this machine has."""
+    from rlbench import device as dev
+    from rlbench import placement
+
+    if cfg.engine.schedule == "sync" and cfg.engine.sync_layout == "single_process":
+        return placement.single_process(cfg.engine, kind, dev.available(kind))
+    return placement.plan(cfg.engine, kind, dev.available(kind))
 
 
 def _setup_model(cfg, run: CellRun, progress: bool):
@@ -114,7 +128,7 @@ def _bar(total: int, desc: str, enabled: bool):
 def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, progress: bool) -> None:
     from rlbench.engines.factory import evaluate
 
-    eval_rec = Recorder("eval", run.t0, device=device)
+    eval_rec = Recorder(Role.EVAL.value, run.t0, device=device, sink=run.writer.event)
     trainer = schedule.trainer
 
     def do_eval(done: int) -> float:
@@ -150,11 +164,9 @@ def _iteration(cfg, run: CellRun, schedule, dataset, tok, k: int, do_eval, acc: 
 
     inp = iteration_input(cfg, dataset, tok, k)
     out = schedule.run_iteration(inp)
-    for ev in getattr(schedule, "worker_events", []):
-        run.writer.event(ev)
     rows = _sample_rows(k, out)
     run.writer.samples(rows)
-    rec = metrics.build_iteration(k, run.writer.take_events(k), rows, cfg.engine.num_devices,
+    rec = metrics.build_iteration(k, run.writer.take_events(k), rows, run.placement.devices,
                                   out.train_stats, warmup=k < cfg.run.warmup_iterations,
                                   occupancy=_occupancy(out.rollout_stats),
                                   prev_end=run.iterations[-1]["end"] if run.iterations else None)

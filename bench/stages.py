@@ -23,6 +23,24 @@ class Stage(str, enum.Enum):
 
 # Stages that are not work: a worker in them is idle (bubble).
 IDLE_STAGES = {Stage.QUEUE_WAIT.value}
+# The training stages of an iteration (what "train time" means everywhere: metrics, predictions, checks).
+TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.ADVANTAGE.value,
+                Stage.UPDATE.value, Stage.OPTIMIZER_STEP.value)
+
+
+class Role(str, enum.Enum):
+    """What a worker process does; its events are recorded as worker `<role><i>` (the driver: `driver`)."""
+
+    COLOCATED = "colocated"  # sync: rollout and training of one shard on one device
+    ROLLOUT = "rollout"  # async schedules: the rollout pool
+    TRAINER = "trainer"  # async schedules: a data-parallel trainer rank
+    DRIVER = "driver"  # dispatches, hands groups on, evaluates; holds no device of the run
+    EVAL = "eval"
+
+
+def role_of(worker: str) -> str:
+    """'rollout0' -> 'rollout'; names without an index are their own role."""
+    return worker.rstrip("0123456789")
 
 
 def now() -> float:

@@ -5,79 +5,152 @@ import copy
 import random
 
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
+from rlbench.engines.rollout.worker import backend_spec
 from rlbench.engines.schedules.common import IterationInput
 
 
-def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None):
-    """-> (schedule, eval_sampler). The trainer owns `policy`; rollout backends own copies.
+def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placement=None):
+    """-> (schedule, eval_sampler). The schedule's trainer owns the training weights.
 
-    `dataset`: bounded_async reads iterations ahead of the runner; without it, it is loaded again from
-    the config (the same seeded split)."""
+    placement (bench/placement.py): where every worker runs; each holds its own copy of `policy`.
+    None: the trainer (and sync's rollout) run in this process: the tests' in-process reference, and
+    engine.sync_layout=single_process. `dataset`: bounded_async reads iterations ahead of the runner;
+    without it, it is loaded again from the config (the same seeded split)."""
     from rlbench import device as dev
-    from rlbench.engines.rollout.worker import BUILTIN, backend_spec, build_backend, export_backend
-    from rlbench.stages import Recorder
+    from rlbench.engines.rollout.worker import BUILTIN, build_backend
+    from rlbench.stages import Recorder, Role
 
     e = cfg.engine
     policy = policy.to(device)
-    spec = backend_spec(cfg)
-    export_backend(spec)  # rollout worker processes build the same backend
-    # sync: the configured backend rolls out and evaluates; otherwise rollout runs in the workers and
-    # this evaluation sampler stays the built-in one.
-    sampler = build_backend(spec if e.schedule == "sync" else BUILTIN, policy.config, tok.eos_token_id,
-                            cfg.rollout.max_num_seqs, device, lambda: copy.deepcopy(policy).eval())
-    dev.set_threads(e.training_devices if device.type == "cpu" else 1)
-    trainer = _trainer(cfg, policy, tok, device, t0)
-    if e.schedule == "sync":
+    in_process = placement is None or e.schedule == "sync" and e.sync_layout == "single_process"
+    # Evaluation runs in this process between iterations, with the built-in sampler for every schedule.
+    make_model = (lambda: copy.deepcopy(policy).eval())
+    eval_sampler = build_backend(BUILTIN, policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs, device,
+                                 make_model)
+    dev.set_threads(e.num_devices if device.type == "cpu" else 1)
+    if in_process and e.schedule == "sync":
         from rlbench.engines.schedules.sync import SyncSchedule
-
-        rec = Recorder("colocated", t0, device=device, devices=e.num_devices, sink=sink)
-        return SyncSchedule(trainer, sampler, rec), sampler
-    from rlbench.engines.schedules.periodic_async import PeriodicAsyncSchedule
-
-    try:
-        pool = _rollout_pool(cfg, policy, tok, device, t0)
-    except BaseException:
-        trainer.close()
-        raise
-    # With remote ranks this process only publishes weights and hands groups on: it is the driver.
-    rec = Recorder("trainer" if e.backend == "local" else "driver", t0, device=device, devices=e.train_devices,
-                   sink=sink)
-    if e.schedule == "bounded_async":
-        from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
-
-        future = _future_inputs(cfg, tok, dataset)
-        return BoundedAsyncSchedule(trainer, pool, rec, future, cfg.run.iterations, e.max_staleness,
-                                    e.consume_order, e.queue_timeout_s), sampler
-    return PeriodicAsyncSchedule(trainer, pool, rec, e.consume_order, e.queue_timeout_s), sampler
-
-
-def _trainer(cfg, policy, tok, device, t0: float):
-    """The local Trainer, or (engine.backend=ray) train_ranks data-parallel Ray actors shaped like it.
-
-    The Ray instance, when this run starts one, is sized for every actor of the run (CPU: all devices)."""
-    e = cfg.engine
-    if e.backend == "local":
         from rlbench.engines.trainer.trainer import Trainer
 
-        return Trainer(policy, cfg, tok)
-    from rlbench.engines.trainer.distributed import DataParallelTrainer
+        worker = placement.slots[0].worker if placement else Role.COLOCATED.value
+        rec = Recorder(worker, t0, device=device, devices=e.num_devices, sink=sink)
+        sampler = build_backend(backend_spec(cfg), policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs,
+                                device, make_model)
+        return SyncSchedule(Trainer(policy, cfg, tok), sampler, rec), eval_sampler
+    if placement is None:  # the tests' reference: the trainer in this process, rollout workers as planned
+        from rlbench.placement import plan
 
-    return DataParallelTrainer(policy, cfg, tok, e.train_ranks, device.type, t0, devices=e.training_devices,
-                               ray_address=e.ray_address, num_cpus=e.num_devices if device.type == "cpu" else None,
-                               start_timeout_s=e.queue_timeout_s)
+        placement = plan(e, device.type, available=e.num_devices)
+    session = _Session(cfg, policy, tok, t0, placement, trainer_in_process=in_process)
+    try:
+        return SCHEDULES[e.schedule](cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset), eval_sampler
+    except BaseException:
+        session.close()
+        raise
 
 
-def _rollout_pool(cfg, policy, tok, device, t0: float):
-    """The rollout pool of the async schedules: local worker processes, or Ray actors (engine.backend=ray)."""
+class _Session:
+    """What the schedule builders share: the weights every worker starts from and how workers are hosted."""
+
+    def __init__(self, cfg, policy, tok, t0: float, placement, trainer_in_process: bool = False):
+        e = cfg.engine
+        self.cfg, self.policy, self.tok, self.t0, self.placement = cfg, policy, tok, t0, placement
+        self.trainer_in_process = trainer_in_process
+        self.ray = e.backend == "ray"
+        self.owns_ray = False
+        self.hosts: list = []
+        if self.ray:
+            from rlbench.engines.ray_util import ensure_ray
+
+            self.owns_ray = ensure_ray(e.ray_address, placement.devices, placement.kind)
+        # Local workers read the published weights from shared memory; Ray ones from the object store.
+        self.shared = None if self.ray else {n: p.detach().to("cpu").clone().share_memory_()
+                                             for n, p in policy.named_parameters()}
+        self._ref = None
+
+    def weights(self):
+        """How a worker gets the initial weights: the shared tensors, or a Ray object reference in a list."""
+        if self.shared is not None:
+            return self.shared
+        if self._ref is None:
+            import ray
+
+            from rlbench.engines.ray_util import to_numpy
+
+            self._ref = [ray.put(to_numpy(dict(self.policy.named_parameters())))]
+        return self._ref
+
+    def host(self, role, cls, args_of, owns_ray: bool = False):
+        from rlbench.engines.hosts import make_host
+
+        slots = self.placement.of(role)
+        host = make_host(self.cfg.engine.backend, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
+                         self.cfg.engine.queue_timeout_s, owns_ray and self.owns_ray)
+        self.hosts.append(host)
+        return host
+
+    def trainer(self, role):
+        """Data-parallel ranks on the role's slots (colocated ranks also get the rollout backend)."""
+        from rlbench.engines.rollout.worker import backend_spec
+        from rlbench.engines.trainer.distributed import DataParallelTrainer
+        from rlbench.engines.trainer.ranks import TrainerRank
+        from rlbench.stages import Role
+
+        cfg, tok = self.cfg, self.tok
+        if self.trainer_in_process:
+            from rlbench.engines.trainer.trainer import Trainer
+
+            return Trainer(self.policy, cfg, tok)
+        spec = backend_spec(cfg) if role == Role.COLOCATED else None
+        host = self.host(role, TrainerRank, lambda r, n: (r, n, self.policy.config, self.weights(), cfg, tok,
+                                                          self.t0, spec, self.shared), owns_ray=True)
+        return DataParallelTrainer(host, self.policy, self.shared)
+
+    def rollout_pool(self):
+        from rlbench.engines.rollout.pool import RolloutPool
+        from rlbench.engines.rollout.worker import RolloutWorker, backend_spec
+        from rlbench.stages import Role
+
+        cfg = self.cfg
+        host = self.host(Role.ROLLOUT, RolloutWorker, lambda r, n: (
+            self.policy.config, self.weights(), self.tok.eos_token_id, cfg.rollout.max_num_seqs,
+            backend_spec(cfg), self.t0), owns_ray=self.trainer_in_process)  # else the trainer's host owns Ray
+        return RolloutPool(host, self.shared)
+
+    def close(self) -> None:
+        for host in reversed(self.hosts):  # the trainer's host (first made) closes last: it owns Ray
+            host.close()
+
+
+def _sync(cfg, session: _Session, rec, dataset):
+    from rlbench.engines.schedules.sync import DataParallelSync
+    from rlbench.stages import Role
+
+    return DataParallelSync(session.trainer(Role.COLOCATED), rec)
+
+
+def _periodic_async(cfg, session: _Session, rec, dataset):
+    from rlbench.engines.schedules.periodic_async import PeriodicAsyncSchedule
+    from rlbench.stages import Role
+
     e = cfg.engine
-    args = (policy, tok.eos_token_id, cfg.rollout.max_num_seqs, e.rollout_devices, device.type, t0)
-    if e.backend == "ray":
-        from rlbench.engines.rollout.ray_pool import RayRolloutPool
+    trainer = session.trainer(Role.TRAINER)
+    return PeriodicAsyncSchedule(trainer, session.rollout_pool(), rec, e.consume_order, e.queue_timeout_s,
+                                 overlap=e.overlap)
 
-        return RayRolloutPool(*args, start_timeout_s=e.queue_timeout_s, ray_address=e.ray_address)
-    from rlbench.engines.rollout.pool import ProcessRolloutPool
 
-    return ProcessRolloutPool(*args, start_timeout_s=e.queue_timeout_s)
+def _bounded_async(cfg, session: _Session, rec, dataset):
+    from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
+    from rlbench.stages import Role
+
+    e = cfg.engine
+    trainer = session.trainer(Role.TRAINER)
+    return BoundedAsyncSchedule(trainer, session.rollout_pool(), rec, _future_inputs(cfg, session.tok, dataset),
+                                cfg.run.iterations, e.max_staleness, e.consume_order, e.queue_timeout_s)
+
+
+# engine.schedule -> builder(cfg, session, driver recorder, dataset): a new schedule is one file and one line.
+SCHEDULES = {"sync": _sync, "periodic_async": _periodic_async, "bounded_async": _bounded_async}
 
 
 def _future_inputs(cfg, tok, dataset):

@@ -1,20 +1,12 @@
-"""A rollout worker process: its own model copy and sampler, fed over queues, weights via shared memory.
+"""A rollout worker: its own model copy behind the configured backend (built-in sampler or vLLM).
 
-Messages in:  ("sync", version) | ("generate", iteration, requests, sampling) | ("stop",)
-Messages out: ("ready", name) | ("group", name, Group) | ("done", name, iteration, events, stats)
-              | ("error", name, traceback text)
-
-The backend (rollout.backend: builtin sampler or vLLM) comes from the environment variable
-RLBENCH_ROLLOUT_BACKEND, a JSON spec the parent exports before starting its workers (`export_backend`),
-the way profiling settings reach them.
+It runs in a process pinned to its device or in a Ray actor (engines/hosts.py); weights arrive
+through shared memory (local) or the Ray object store, finished groups leave through `emit`.
 """
 from __future__ import annotations
 
-import json
 import os
-import traceback
 
-BACKEND_ENV = "RLBENCH_ROLLOUT_BACKEND"
 BUILTIN = {"backend": "builtin"}
 
 
@@ -23,10 +15,6 @@ def backend_spec(cfg) -> dict:
     r = cfg.rollout
     return {"backend": r.backend, "dtype": cfg.model.dtype, "seed": cfg.run.seed,
             "gpu_memory_utilization": r.gpu_memory_utilization, "max_model_len": r.max_model_len}
-
-
-def export_backend(spec: dict) -> None:
-    os.environ[BACKEND_ENV] = json.dumps(spec)
 
 
 def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model):
@@ -50,42 +38,65 @@ def fault_hook(iteration: int, role: str = "rollout") -> None:
         os._exit(17)
 
 
-def rollout_worker_main(name: str, model_config, shared: dict, eos_token_id: int, max_num_seqs: int,
-                        threads: int, device_kind: str, t0: float, req_q, out_q) -> None:
-    try:
+class RolloutWorker:
+    """A rollout worker (in a pinned process or a Ray actor, engines/hosts.py): a model copy behind the
+    configured backend; hands on each group the moment its G samples are done (`emit`)."""
+
+    def __init__(self, slot, model_config, weights, eos_token_id: int, max_num_seqs: int, spec: dict,
+                 t0: float, emit):
         from rlbench import device as dev
-        from rlbench.stages import Recorder, Stage
-
-        dev.set_threads(threads)
-        device = dev.resolve(device_kind)
-        spec = json.loads(os.environ.get(BACKEND_ENV) or json.dumps(BUILTIN))
-        sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
-                                lambda: _build_model(model_config, device))
-        sampler.load_weights(shared, 0)
-        rec = Recorder(name, t0, device=device, devices=threads)
         from rlbench.profiling import from_env
-        prof = from_env(name, device.type)  # a no-op unless the run asked for --profile
-        out_q.put(("ready", name))
-        while True:
-            msg = req_q.get()
-            if msg[0] == "stop":
-                prof.close()
-                return
-            if msg[0] == "sync":
-                with rec.stage(Stage.WEIGHT_SYNC, msg[2]):
-                    sampler.load_weights(shared, msg[1])
-            elif msg[0] == "generate":
-                _, k, requests, sampling = msg
-                fault_hook(k)
-                with rec.stage(Stage.ROLLOUT, k):
-                    sampler.generate(requests, sampling, on_group=lambda g: out_q.put(("group", name, g)))
-                out_q.put(("done", name, k, rec.drain(), dict(sampler.last_stats)))
-                prof.step()
-    except BaseException:  # report, then die: the trainer turns it into a clear error
-        out_q.put(("error", name, traceback.format_exc()))
+        from rlbench.stages import Recorder
+
+        device = dev.resolve(slot.kind, slot.index)
+        self.name, self.emit = slot.worker, emit
+        self.shared = weights if isinstance(weights, dict) else None  # local: shared-memory tensors
+        self.sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
+                                     lambda: build_model(model_config, device))
+        self.sampler.load_weights(load_state(weights), 0)
+        self.rec = Recorder(slot.worker, t0, device=device, devices=1)
+        self.prof = from_env(slot.worker, device.type)  # a no-op unless the run asked for --profile
+
+    def sync(self, version: int, iteration: int, weights=None) -> None:
+        """Load the published weights (this process's shared memory, or the given Ray object)."""
+        from rlbench.stages import Stage
+
+        with self.rec.stage(Stage.WEIGHT_SYNC, iteration):
+            self.sampler.load_weights(load_state(self.shared if weights is None else weights), version)
+
+    def generate(self, iteration: int, requests, sampling) -> tuple[list, dict]:
+        """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
+        from rlbench.stages import Stage
+
+        fault_hook(iteration)
+        with self.rec.stage(Stage.ROLLOUT, iteration):
+            self.sampler.generate(requests, sampling, on_group=self.emit)
+        self.prof.step()
+        return self.rec.drain(), dict(self.sampler.last_stats)
+
+    def evaluate(self, requests, sampling) -> list:
+        return self.sampler.generate(requests, sampling)
+
+    def close(self) -> None:
+        self.prof.close()
+        close = getattr(self.sampler, "close", None)
+        if close is not None:
+            close()
 
 
-def _build_model(model_config, device):
+def load_state(weights) -> dict:
+    """Weights as they travel -> name -> tensor: shared-memory tensors (local processes) as they are, a
+    Ray object reference (in a list, so that it is fetched here) through the object store."""
+    if isinstance(weights, dict):
+        return weights
+    import ray
+
+    from rlbench.engines.ray_util import from_numpy
+
+    return from_numpy(ray.get(weights[0]))
+
+
+def build_model(model_config, device):
     import torch
     from transformers import AutoModelForCausalLM
 

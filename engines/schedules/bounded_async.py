@@ -59,7 +59,6 @@ class BoundedAsyncSchedule:
         self.future_input, self.iterations, self.k = future_input, iterations, max_staleness
         self.receiver = GroupReceiver(recorder, consume_order == "dispatch", timeout_s)
         self.timeout_s = timeout_s
-        self.worker_events: list = []
         self._lock = threading.Condition()  # guards the weights (step vs publish) and the gate's wake-ups
         self._queues: dict[int, queue.Queue] = {}  # iteration -> its groups, then the end marker
         self._publish_events: dict[int, list] = {}  # iteration -> the trainer's weight_sync event for it
@@ -84,13 +83,13 @@ class BoundedAsyncSchedule:
         with self._lock:  # no publish reads the weights mid-step
             stats, rewards = tr.finish(rec, k)
             self._lock.notify_all()  # a new version may admit the next batch
-        events, rollout_stats = self.receiver.take_end(arrived)
+        end = self.receiver.take_end(arrived)
         with self._lock:
             del self._queues[k]
-            events = self._publish_events.pop(k, []) + events
-        self.worker_events = events
+            events = self._publish_events.pop(k, []) + end.events
+        rec.extend(events)
         self._next = k + 1
-        return IterationOutput(trained, rewards, version, stats, rollout_stats)
+        return IterationOutput(trained, rewards, version, stats, end.stats)
 
     def _start(self, k: int) -> None:
         if self._producer is None:
@@ -130,7 +129,7 @@ class BoundedAsyncSchedule:
                     version = self.trainer.version
                     if version != published:  # new weights, loaded at this request boundary
                         with pub_rec.stage(Stage.WEIGHT_SYNC, m):
-                            self.pool.publish(self.trainer.weights(), version, m)
+                            self.pool.publish(self.trainer.publish(m), version, m)
                         self._publish_events[m] = pub_rec.drain()
                         published = version
                 out = _Forward(self._queue(m))

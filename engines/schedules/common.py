@@ -29,6 +29,14 @@ class IterationOutput:
     rollout_stats: list[dict] = field(default_factory=list)  # per rollout worker, sampler.last_stats
 
 
+@dataclass
+class IterationEnd:
+    """The rollout pool's last message of an iteration: its workers' stage events and sampler stats."""
+
+    events: list
+    stats: list[dict]
+
+
 class GroupReceiver:
     """The consumer side of the async schedules: takes finished groups off the producer's queue.
 
@@ -68,11 +76,13 @@ class GroupReceiver:
 
     def _get(self, arrived: queue.Queue):
         item = self._next(arrived, "a rollout group")
-        if isinstance(item, tuple):
+        if isinstance(item, IterationEnd):
             raise WorkerError("rollout workers finished before every group arrived")
         return item
 
-    def take_end(self, arrived: queue.Queue):
+    def take_end(self, arrived: queue.Queue) -> IterationEnd:
         """The producer's end marker of the iteration: the workers' stage events and sampler stats."""
         item = self._next(arrived, "the end of the batch")
-        return item[1], item[2]
+        if not isinstance(item, IterationEnd):
+            raise WorkerError(f"expected the end of the batch, got {type(item).__name__}")
+        return item

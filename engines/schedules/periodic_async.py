@@ -19,31 +19,35 @@ from rlbench.stages import Stage
 class PeriodicAsyncSchedule:
     name = "periodic_async"
 
-    def __init__(self, trainer, pool, recorder, consume_order: str = "arrival", timeout_s: float = 300.0):
+    def __init__(self, trainer, pool, recorder, consume_order: str = "arrival", timeout_s: float = 300.0,
+                 overlap: bool = True):
+        """overlap=False is the barrier variant: the same processes and devices, but training starts only
+        when the iteration's last group has arrived (what the device split gives without overlap)."""
         self.trainer, self.pool, self.rec = trainer, pool, recorder
         self.receiver = GroupReceiver(recorder, consume_order == "dispatch", timeout_s)
-        self.timeout_s = timeout_s
-        self.worker_events: list = []
+        self.timeout_s, self.overlap = timeout_s, overlap
 
     def run_iteration(self, inp: IterationInput) -> IterationOutput:
         k, tr, rec = inp.iteration, self.trainer, self.rec
-        with rec.stage(Stage.WEIGHT_SYNC, k):
-            self.pool.publish(tr.weights(), tr.version, k)
+        self.pool.publish(tr.publish(k), tr.version, k)
         arrived: queue.Queue = queue.Queue()
         producer = threading.Thread(target=self.pool.produce, name="producer", daemon=True,
                                     args=(k, inp.requests, inp.sampling, arrived, self.timeout_s))
         producer.start()
         tr.begin()
         trained = []
-        for group in self.receiver.groups(k, arrived, len(inp.requests)):
+        incoming = self.receiver.groups(k, arrived, len(inp.requests))
+        if not self.overlap:
+            incoming = list(incoming)  # the barrier: every group has arrived before the first is trained
+        for group in incoming:
             tr.train(rec, k, [group], inp.answers)
             trained.append(group)
         version = tr.version
         stats, rewards = tr.finish(rec, k)
-        events, rollout_stats = self.receiver.take_end(arrived)
+        end = self.receiver.take_end(arrived)
         producer.join()
-        self.worker_events = events
-        return IterationOutput(trained, rewards, version, stats, rollout_stats)
+        rec.extend(end.events)
+        return IterationOutput(trained, rewards, version, stats, end.stats)
 
     def close(self) -> None:
         try:

@@ -1,13 +1,37 @@
-"""Synchronous schedule (VERL's colocated loop): every phase on all devices, one after another.
+"""Synchronous schedule (VERL's hybrid engine): every phase on every device, one after another.
 
-weight_sync -> rollout (whole batch) -> reward -> old_logprob -> ref_logprob -> advantage -> update
+weight_sync -> rollout (whole shard) -> reward -> old_logprob -> ref_logprob -> advantage -> update
 -> optimizer_step. While the last long responses are generated, the rest of the devices' capacity
 idles: that bubble is what periodic asynchrony reclaims.
+
+- `DataParallelSync` (the default, engine.sync_layout=data_parallel): one colocated rank per device,
+  each generating and training its shard of the iteration (prompt i on rank i mod N), gradients
+  all-reduced before the one optimizer step (engines/trainer/ranks.py).
+- `SyncSchedule`: everything in this process (engine.sync_layout=single_process, and the tests' in-process
+  reference): the trainer and the rollout backend share its devices.
 """
 from __future__ import annotations
 
 from rlbench.engines.schedules.common import IterationInput, IterationOutput
 from rlbench.stages import Stage
+
+
+class DataParallelSync:
+    name = "sync"
+
+    def __init__(self, trainer, recorder):
+        """trainer: a DataParallelTrainer over colocated ranks; recorder: the driver's (events route)."""
+        self.trainer, self.rec = trainer, recorder
+
+    def run_iteration(self, inp: IterationInput) -> IterationOutput:
+        k, tr = inp.iteration, self.trainer
+        version = tr.version
+        groups, rewards, stats, rollout_stats = tr.colocated_iteration(self.rec, k, inp.requests, inp.sampling,
+                                                                       inp.answers)
+        return IterationOutput(groups, rewards, version, stats, rollout_stats)
+
+    def close(self) -> None:
+        self.trainer.close()
 
 
 class SyncSchedule:

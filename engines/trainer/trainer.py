@@ -131,3 +131,7 @@ class Trainer:
 
     def weights(self) -> dict[str, torch.Tensor]:
         return {n: p.detach() for n, p in self.policy.named_parameters()}
+
+    def publish(self, iteration: int | None) -> dict[str, torch.Tensor]:
+        """The weights to hand to rollout workers (DataParallelTrainer's interface; nothing to copy here)."""
+        return self.weights()

@@ -1,0 +1,325 @@
+"""Where a worker object lives: a local process pinned to its device, or a Ray actor (engine.backend=ray).
+
+Both hosts run the same worker classes (plain Python objects: engines/trainer/ranks.py,
+engines/rollout/worker.py) and offer the same calls, so a schedule has one code path whatever the
+backend:
+
+    call = host.submit(worker, "method", *args)      # returns at once
+    values = host.wait([call, ...], doing="...")     # in order; emitted items go to on_emit meanwhile
+
+A worker may also `emit(item)` while a call runs (a rollout worker hands on each finished group this
+way). A worker that dies or raises, or no answer for timeout_s, is a WorkerError that names the worker
+and what it was doing. Messages between processes are the small dataclasses below.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rlbench.errors import WorkerError
+
+POLL_S = 0.05  # how often a waiting driver checks that its workers are alive
+
+
+@dataclass
+class Request:
+    call: int
+    method: str
+    args: tuple
+
+
+@dataclass
+class Reply:
+    call: int
+    worker: str
+    ok: bool
+    value: Any  # the method's return value, or the worker's traceback text
+
+
+@dataclass
+class Ready:
+    worker: str
+    pid: int
+
+
+@dataclass
+class Emitted:
+    worker: str
+    item: Any
+
+
+@dataclass
+class Call:
+    """A submitted method call; `ref` is the host's handle (a call number, or a Ray ObjectRef)."""
+
+    worker: str
+    method: str
+    ref: Any
+
+
+class ProcessHost:
+    """One spawned process per slot, pinned to its device (bench/device.py `pin`), running cls(slot, *args)."""
+
+    def __init__(self, slots, cls, args_of: Callable, timeout_s: float):
+        import torch.multiprocessing as mp  # shares tensors passed to a worker instead of copying them
+
+        ctx = mp.get_context("spawn")
+        self.timeout_s = timeout_s
+        self.out = ctx.Queue()
+        self.inbox: dict[str, Any] = {}
+        self.procs: dict[str, Any] = {}
+        self.pids: dict[str, int] = {}
+        self._replies: dict[int, Reply] = {}
+        self._calls = 0
+        self._lock = threading.Lock()  # one reader of `out` at a time (a producer and a consumer thread)
+        try:
+            for slot in slots:
+                self.inbox[slot.worker] = ctx.Queue()
+                # Not daemonic: a worker may start processes of its own (vLLM's engine core).
+                p = ctx.Process(target=_serve, name=f"rlbench-{slot.worker}",
+                                args=(slot, cls, args_of(slot), self.inbox[slot.worker], self.out))
+                p.start()
+                self.procs[slot.worker] = p
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def workers(self) -> list[str]:
+        return list(self.procs)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while len(self.pids) < len(self.procs):
+            msg = self._next(deadline, "starting")
+            if isinstance(msg, Ready):
+                self.pids[msg.worker] = msg.pid
+            elif isinstance(msg, Reply) and not msg.ok:
+                raise WorkerError(f"{msg.worker} failed while starting:\n{msg.value}")
+
+    def submit(self, worker: str, method: str, *args) -> Call:
+        with self._lock:
+            self._calls += 1
+            n = self._calls
+        self.inbox[worker].put(Request(n, method, args))
+        return Call(worker, method, n)
+
+    def wait(self, calls: list[Call], doing: str, on_emit: Callable | None = None) -> list:
+        """The calls' return values in order; a failure in any of them raises at once."""
+        deadline = time.monotonic() + self.timeout_s
+        out: dict[int, Any] = {}
+        while len(out) < len(calls):
+            with self._lock:
+                for c in calls:
+                    if c.ref not in out and c.ref in self._replies:
+                        out[c.ref] = self._value(self._replies.pop(c.ref), doing)
+                if len(out) == len(calls):
+                    break
+                msg = self._next(deadline, doing, block_s=POLL_S)
+                if isinstance(msg, Reply):
+                    self._replies[msg.call] = msg
+                elif isinstance(msg, Emitted):
+                    if on_emit is None:
+                        raise WorkerError(f"{msg.worker} emitted an item nobody waits for while {doing}")
+                    on_emit(msg.item)
+            if msg is not None:
+                deadline = time.monotonic() + self.timeout_s  # any sign of life restarts the clock
+        return [out[c.ref] for c in calls]
+
+    def _value(self, reply: Reply, doing: str):
+        if not reply.ok:
+            raise WorkerError(f"{reply.worker} failed while {doing}:\n{reply.value}")
+        return reply.value
+
+    def _next(self, deadline: float, doing: str, block_s: float = POLL_S):
+        """The next message, or None after block_s; a dead worker or the deadline is a WorkerError."""
+        try:
+            return self.out.get(timeout=block_s)
+        except queue.Empty:
+            pass
+        dead = {n: p.exitcode for n, p in self.procs.items() if not p.is_alive()}
+        if dead:
+            names = ", ".join(dead)
+            raise WorkerError(f"worker {names} died while {doing} (exit codes {dead})")
+        if time.monotonic() > deadline:
+            raise WorkerError(f"no answer from the workers for {self.timeout_s:.0f}s while {doing}")
+        return None
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Ask every worker to stop (its close() runs), then terminate what is left."""
+        for q in self.inbox.values():
+            try:
+                q.put(None)
+            except (ValueError, OSError):
+                pass
+        deadline = time.monotonic() + timeout_s
+        for p in self.procs.values():
+            p.join(max(0.1, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+def _serve(slot, cls, args: tuple, inbox, out) -> None:
+    """A worker process: pin to the slot's device, build the object, answer requests until told to stop."""
+    obj = None
+    try:
+        from rlbench import device as dev
+
+        dev.pin(slot.kind, slot.index, slot.threads)
+        obj = cls(slot, *args, emit=lambda item: out.put(Emitted(slot.worker, item)))
+        out.put(Ready(slot.worker, os.getpid()))
+    except BaseException:  # noqa: BLE001 - reported, then this process ends
+        out.put(Reply(-1, slot.worker, False, traceback.format_exc()))
+        return
+    parent = os.getppid()
+    while True:
+        try:
+            req = inbox.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:  # the driver is gone: do not linger
+                break
+            continue
+        if req is None:
+            break
+        try:
+            out.put(Reply(req.call, slot.worker, True, getattr(obj, req.method)(*req.args)))
+        except BaseException:  # noqa: BLE001 - the driver raises it as a WorkerError
+            out.put(Reply(req.call, slot.worker, False, traceback.format_exc()))
+    close = getattr(obj, "close", None)
+    if close is not None:
+        close()
+
+
+class RayHost:
+    """The same workers as Ray actors: one per slot, holding its device as a Ray resource."""
+
+    def __init__(self, slots, cls, args_of: Callable, timeout_s: float, owns_ray: bool = False):
+        """The Ray session must be running (engines/ray_util.py `ensure_ray`); owns_ray: shut it down in close()."""
+        import ray
+        from ray.util.queue import Queue
+
+        from rlbench.engines.ray_util import actor_resources, forwarded_env
+
+        self._ray, self.timeout_s, self._owns_ray = ray, timeout_s, owns_ray
+        self.actors: dict[str, Any] = {}
+        self.pids: dict[str, int] = {}
+        self.emitted = None
+        try:
+            self.emitted = Queue(actor_options={"num_cpus": 0})
+            remote = ray.remote(max_restarts=0, max_task_retries=0)(_RayWorker)
+            for slot in slots:
+                self.actors[slot.worker] = remote.options(
+                    **actor_resources(slot.kind, slot.threads), runtime_env=forwarded_env()).remote(
+                    slot, cls, args_of(slot), self.emitted)
+            refs = [self.actors[n].pid.remote() for n in self.actors]
+            self.pids = dict(zip(self.actors, self.wait([Call(n, "pid", r) for n, r in zip(self.actors, refs)],
+                                                        "starting")))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def workers(self) -> list[str]:
+        return list(self.actors)
+
+    def submit(self, worker: str, method: str, *args) -> Call:
+        return Call(worker, method, self.actors[worker].call.remote(method, *args))
+
+    def wait(self, calls: list[Call], doing: str, on_emit: Callable | None = None) -> list:
+        from rlbench.engines.ray_util import actor_error
+
+        pending = {c.ref: c for c in calls}
+        deadline = time.monotonic() + self.timeout_s
+        while pending:
+            moved = self._forward(on_emit, POLL_S if on_emit else 0)
+            ready, _ = self._ray.wait(list(pending), num_returns=len(pending), timeout=0 if on_emit else POLL_S)
+            for ref in ready:
+                c = pending.pop(ref)
+                try:
+                    self._ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - a dead actor or an exception in it
+                    raise actor_error(self._ray, e, c.worker, doing) from None
+            if moved or ready:
+                deadline = time.monotonic() + self.timeout_s
+            elif time.monotonic() > deadline:
+                raise WorkerError(f"no answer from the workers for {self.timeout_s:.0f}s while {doing}")
+        while self._forward(on_emit, 0):  # an actor emits before its call returns: the rest is queued
+            pass
+        return [self._ray.get(c.ref) for c in calls]
+
+    def _forward(self, on_emit, wait_s: float) -> int:
+        from ray.util.queue import Empty
+
+        if on_emit is None or self.emitted is None:
+            return 0
+        try:
+            first = self.emitted.get(timeout=wait_s) if wait_s > 0 else self.emitted.get_nowait()
+        except Empty:
+            return 0
+        items = [first] + self.emitted.get_nowait_batch(self.emitted.qsize())
+        for item in items:
+            on_emit(item)
+        return len(items)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        ray = self._ray
+        if not ray.is_initialized():
+            return
+        stops = [a.stop.remote() for a in self.actors.values()]
+        if stops:
+            ray.wait(stops, num_returns=len(stops), timeout=timeout_s)
+        for a in self.actors.values():
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.actors = {}
+        if self.emitted is not None:
+            try:
+                self.emitted.shutdown(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+        if self._owns_ray:
+            ray.shutdown()
+
+
+class _RayWorker:
+    """Inside a Ray actor: pin, build the worker object, run its methods (same object as in a process)."""
+
+    def __init__(self, slot, cls, args: tuple, emitted):
+        import dataclasses
+
+        from rlbench import device as dev
+
+        if slot.kind != "cpu":  # Ray makes the actor's accelerator the only visible one: index 0
+            slot = dataclasses.replace(slot, index=0)
+        dev.pin(slot.kind, slot.index, slot.threads)
+        self.obj = cls(slot, *args, emit=emitted.put)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def call(self, method: str, *args):
+        return getattr(self.obj, method)(*args)
+
+    def stop(self) -> None:
+        close = getattr(self.obj, "close", None)
+        if close is not None:
+            close()
+
+
+def make_host(backend: str, slots, cls, args_of: Callable, timeout_s: float, owns_ray: bool = False):
+    """The host engine.backend names: local processes or Ray actors."""
+    if backend == "ray":
+        return RayHost(slots, cls, args_of, timeout_s, owns_ray)
+    return ProcessHost(slots, cls, args_of, timeout_s)
