@@ -14,11 +14,27 @@ from rlbench.errors import UserError
 
 SYNC = {"schedule": "sync"}
 ASYNC = {"schedule": "periodic_async"}
+BARRIER = {"schedule": "periodic_async", "overlap": False}
 BOUNDED = {"schedule": "bounded_async"}
+
+# Workloads of `--ablation regime`, from training-dominated to rollout-dominated: overrides of the run's
+# config (response lengths drawn per sample, so both schedules generate the same lengths).
+WORKLOADS: dict[str, dict] = {
+    "train-heavy": {"rollout": {"response_length": "fixed", "response_length_mean": 12, "max_new_tokens": 12},
+                    "data": {"few_shot": 3}},
+    "balanced": {"rollout": {"response_length": "lognormal", "response_length_mean": 40,
+                             "response_length_sigma": 0.6, "max_new_tokens": 160}},
+    "rollout-heavy": {"rollout": {"response_length": "lognormal", "response_length_mean": 96,
+                                  "response_length_sigma": 0.8, "max_new_tokens": 384}},
+    "long-tail": {"rollout": {"response_length": "lognormal", "response_length_mean": 64,
+                              "response_length_sigma": 1.4, "max_new_tokens": 512}},
+}
 
 # name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
 ABLATIONS: dict[str, list[tuple[str, dict]]] = {
-    "async": [("sync", SYNC), ("periodic_async", ASYNC)],
+    "async": [("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC)],
+    "regime": [(f"{w}/{c}", {**sw, "workload": w}) for w in WORKLOADS
+               for c, sw in (("sync", SYNC), ("periodic_async", ASYNC))],
     "tri_model": [("sync", SYNC), ("sync+tri_model", {**SYNC, "tri_model": True}),
                   ("periodic_async", ASYNC), ("periodic_async+tri_model", {**ASYNC, "tri_model": True})],
     "shared_prompt": [("sync", SYNC), ("sync+shared_prompt", {**SYNC, "shared_prompt": True}),
@@ -35,7 +51,8 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
 }
 # Every switch's "off" value: a cell is the base config with these, then its own switches, so cells
 # differ only in their switches.
-ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "prox_logp": "recompute"}
+ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "prox_logp": "recompute",
+              "overlap": True}
 SWITCH_SECTION = {"prox_logp": "train"}  # switches outside the engine section
 
 
@@ -48,15 +65,21 @@ def cells_for(name: str, base: RunConfig) -> list[tuple[str, RunConfig]]:
 
 
 def _overrides(switches: dict) -> dict:
-    """Flat switches -> the nested override tree, each under its config section."""
+    """Flat switches -> the nested override tree, each under its config section; a workload's overrides
+    are laid over the run's config and its name kept in run.name."""
     tree: dict = {}
     for key, value in switches.items():
+        if key == "workload":
+            for section, keys in WORKLOADS[value].items():
+                tree.setdefault(section, {}).update(keys)
+            tree.setdefault("run", {})["workload"] = value
+            continue
         tree.setdefault(SWITCH_SECTION.get(key, "engine"), {})[key] = value
     return tree
 
 
 def folder_name(cell: str) -> str:
-    return cell.replace("+", "plus_").strip("_") or "cell"
+    return cell.replace("+", "plus_").replace("/", "--").strip("_") or "cell"
 
 
 def new_run_dir(root: Path, name: str) -> Path:
@@ -119,5 +142,10 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
 def switches(cfg: RunConfig) -> dict:
     e = cfg.engine
     bounded = e.schedule == "bounded_async"  # the on-policy schedules have staleness 0 and no pi_prox
-    return {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt,
-            "max_staleness": e.max_staleness if bounded else 0, "prox_logp": cfg.train.prox_logp if bounded else None}
+    out = {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt,
+           "max_staleness": e.max_staleness if bounded else 0, "prox_logp": cfg.train.prox_logp if bounded else None,
+           "overlap": e.overlap if e.schedule == "periodic_async" else None,
+           "sync_layout": e.sync_layout if e.schedule == "sync" else None}
+    if cfg.run.workload:
+        out["workload"] = cfg.run.workload
+    return out

@@ -186,6 +186,8 @@ class RunSection(Section):
     warmup_iterations: int = Field(3, ge=0, description="Iterations excluded from aggregates.")
     eval_every: int = Field(10, ge=0, description="Evaluate every N iterations (0: only before and after).")
     name: str = Field("run", description="Name used in the run folder.")
+    workload: str | None = Field(None, description="Set by `--ablation regime`: the workload this cell runs "
+                                 "(its overrides are already applied); reports group cells by it.")
     profile: bool = Field(False, description="Record torch.profiler traces per worker into <cell>/traces.")
     profile_iterations: int = Field(2, ge=1, description="Iterations traced (after the warm-up ones).")
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from rlbench.reports import predict
 from rlbench.reports.data import CellData, RunData
-from rlbench.reports.tables import COMPACT_HEAD, compact_rows, fmt
+from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, fmt
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;
@@ -96,13 +96,16 @@ def speedup_html(sp: pd.DataFrame) -> str:
         return ("<p>No prediction: it needs a sync cell with measured iterations and a "
                 "periodic_async cell to compare with.</p>")
     rows = [[_clean(v) for v in r] for r in sp.itertuples(index=False)]
-    text = ("<p>Measured speedup = median TPSPD of the async cell / median TPSPD of the sync "
-            "reference. Predicted: rollout time scales as T<sub>roll</sub>·(n/r)<sup>a</sup> (a = 1 "
-            "ideal, a = 0 rollout does not speed up with devices), training as T<sub>train</sub>·n/t; "
-            "groups arrive when their longest response is done and are trained while later groups "
-            "are still generated.</p>")
+    text = ("<p>Measured speedup = median TPSPD of the async cell / median TPSPD of its reference. Predicted: "
+            "from the sync cell's own measured device costs (decode seconds by sequences in flight, "
+            "seconds per trained token, optimizer step, weight sync), replaying the measured response "
+            "lengths through the async layout; nothing fitted. A barrier cell (overlap = false) has the "
+            "async processes and devices but trains only after the last group has arrived.</p>")
+    why = attribution_text(attribution(sp))
+    why_html = ("<h3>Where the speedup comes from</h3><ul>" + "".join(f"<li>{esc(t)}</li>" for t in why)
+                + "</ul>") if why else ""
     model = f"<details><summary>Prediction model</summary><pre>{esc(predict.__doc__.strip())}</pre></details>"
-    return table(rows, list(sp.columns)) + text + model
+    return table(rows, list(sp.columns)) + text + why_html + model
 
 
 def plot_html(plots: dict[str, Path]) -> str:

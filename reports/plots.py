@@ -20,7 +20,7 @@ from rlbench.reports.timeline import plot_timeline
 DPI = 100
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P"]
-PLOT_FILES = ("tpspd.png", "speedup.png", "stage_breakdown.png", "timeline.png",
+PLOT_FILES = ("tpspd.png", "speedup.png", "regime.png", "stage_breakdown.png", "timeline.png",
               "reward_accuracy.png", "staleness.png")
 
 
@@ -127,15 +127,11 @@ def plot_staleness(run: RunData, path: Path) -> Path:
 
 
 def plot_speedup(sp: pd.DataFrame, path: Path) -> Path | None:
-    """Measured vs predicted speedup (TPSPD ratio over the sync reference) per async cell."""
+    """Measured vs predicted speedup (TPSPD ratio over the reference) per async cell."""
     if not len(sp):
         return None
-    series = [("measured_speedup", "measured", "#333333")] + \
-        [(c, f"predicted, a={c.split('_a')[1]}", stage_color("rollout") if c.endswith("a1") else "#A6C8E8")
-         for c in sp.columns if c.startswith("predicted_a")]
-    if sp["predicted_given"].notna().any():
-        series.append(("predicted_given", "predicted (ablation.json)", "#DD8452"))
-    fig = Figure(figsize=(max(5.0, 2.2 * len(sp) + 3), 3.8))
+    series = [("measured_speedup", "measured", "#333333"), ("predicted_speedup", "predicted", stage_color("rollout"))]
+    fig = Figure(figsize=(max(5.0, 1.8 * len(sp) + 3), 3.8))
     ax = fig.subplots()
     width = 0.8 / len(series)
     for j, (col, label, color) in enumerate(series):
@@ -146,10 +142,31 @@ def plot_speedup(sp: pd.DataFrame, path: Path) -> Path | None:
             ax.text(xv, 0 if math.isnan(v) else v, "n/a" if math.isnan(v) else f"{v:.2f}×",
                     ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
-    ax.set_xticks(range(len(sp)), [f"{c}\nvs {r}" for c, r in zip(sp["cell"], sp["reference"])])
+    ax.set_xticks(range(len(sp)), [f"{c}\nfrom {r}" for c, r in zip(sp["cell"], sp["predicted_from"])],
+                  fontsize=7)
     ax.set(ylabel="speedup (TPSPD ratio)", title="Periodic-async speedup: measured vs predicted")
     ax.title.set_fontsize(10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return save(fig, path)
+
+
+def plot_regime(sp: pd.DataFrame, path: Path) -> Path | None:
+    """Measured and predicted speedup against sync's rollout share: where periodic asynchrony pays."""
+    rows = sp[sp["overlap"] & sp["rollout_share_of_sync"].notna()] if len(sp) else sp
+    if len(rows) < 2:
+        return None
+    fig = Figure(figsize=(6.0, 3.8))
+    ax = fig.subplots()
+    x = [100 * _num(v) for v in rows["rollout_share_of_sync"]]
+    ax.plot(x, [_num(v) for v in rows["measured_speedup"]], "o-", color="#333333", label="measured")
+    ax.plot(x, [_num(v) for v in rows["predicted_speedup"]], "s--", color=stage_color("rollout"), label="predicted")
+    for xv, y, c in zip(x, rows["measured_speedup"], rows["cell"]):
+        ax.annotate(str(c).split("/")[0], (xv, _num(y)), fontsize=7, textcoords="offset points", xytext=(3, 4))
+    ax.axhline(1.0, color="black", lw=0.8, ls="--")
+    ax.set(xlabel="sync: rollout share of the iteration (%)", ylabel="periodic-async / sync TPSPD",
+           title="Where periodic asynchrony pays")
+    ax.title.set_fontsize(10)
+    ax.legend(fontsize=8, frameon=False)
     return save(fig, path)
 
 
@@ -160,6 +177,7 @@ def write_plots(run: RunData, df: pd.DataFrame, sp: pd.DataFrame) -> dict[str, P
         (d / name).unlink(missing_ok=True)
     out = {"TPSPD per cell": plot_tpspd(df, d / "tpspd.png"),
            "Measured vs predicted speedup": plot_speedup(sp, d / "speedup.png"),
+           "Speedup against sync's rollout share": plot_regime(sp, d / "regime.png"),
            "Stage-time breakdown": plot_stage_breakdown(run, df, d / "stage_breakdown.png"),
            "Timeline of worker stages": plot_timeline(run, d / "timeline.png", save),
            "Reward and accuracy": plot_reward_accuracy(run, d / "reward_accuracy.png"),

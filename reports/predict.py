@@ -1,155 +1,244 @@
-"""Predicted periodic-async speedup from a synchronous run's measured stage times (DESIGN.md §2).
+"""Predicted periodic-async time per iteration from a sync run's measured quantities (DESIGN.md §2).
 
-Pure Python over result files (results.json iterations and samples.jsonl); no engine code.
+Pure Python over result files (results.json, events.jsonl, samples.jsonl); no engine code, nothing
+fitted. Under the fair layout (bench/placement.py) every worker is one process on one device, in both
+schedules, so a device's costs measured in the sync run carry over to the async one:
 
-The model, per measured iteration of the sync run (n = devices of the sync run; times in seconds):
-
-1. Measured sync stage times: T_roll (rollout), T_train (reward + old/ref log-probs + advantage +
-   update), T_opt (optimizer step), T_ws (weight sync), T_other (wall time not covered by a stage).
-2. Device split, rollout pool r devices, training pool t devices:
-       T_roll'  = T_roll * (n / r) ** a    a = rollout_exponent; a = 1: rollout throughput grows
-                                           linearly with devices (ideal); a = 0: not at all
-                                           (latency-bound decode, e.g. the long tail)
-       T_train' = T_train * n / t,  T_opt' = T_opt * n / t    (training scales linearly)
-       T_ws, T_other unchanged.
-3. When each group finishes: the iteration's response lengths are replayed through continuous
-   batching (max_num_seqs slots, dispatch order). A decode step advances every in-flight sequence
-   by one token and every step costs the same (decode time proportional to a sequence's tokens;
-   prefill ignored), so a sample finishes after response_len steps and a group when its longest
-   sample does. Group g arrives at T_roll' * step_g / total_steps.
-4. The trainer takes groups in arrival order; group g costs T_train' * tokens_g / tokens
-   (prompt + response tokens). finish = max(finish, arrival_g) + cost_g.
-5. T_async = T_ws + finish_of_last_group + T_opt' + T_other. It is never below
-   max(T_roll', T_train'), and is about T_roll' + (training of the last group) when the trainer
-   keeps up with the arrivals. Contention between the pools is ignored.
-6. Predicted TPSPD = tokens / (T_async * D), D = devices of the async run (default r + t, as TPSPD
-   always divides by every device of the run); predicted speedup = median predicted TPSPD / median
-   measured sync TPSPD, the same ratio as the measured speedup.
-
-Consequence: with a = 1 and r + t = n the prediction never exceeds 1 (under linear scaling the
-colocated sync loop wastes nothing). Asynchrony pays where rollout does not scale with devices
-(a < 1: the tail of long responses keeps few sequences in flight) and through the overlap of
-training with the tail; the report therefore shows a = 1 and a = 0 side by side.
+1. Rollout: the sampler records, per generate call, the seconds of each decode step by the number of
+   sequences in flight (`step_s_by_active`) and of each refill (retire finished samples, prefill and
+   admit new ones). A rollout worker is replayed through continuous batching (max_num_seqs slots,
+   prompts in dispatch order, G samples each, a finished slot refilled at once) with the iteration's
+   measured response lengths; every step costs the measured mean for its number of sequences in
+   flight (linear between measured counts, the nearest one outside them). Sync rank r gets prompts
+   r, r+N, ...; async rollout worker i gets prompts i, i+R, ... (the same sample seeds, so the same
+   responses). A group arrives when its last sample finishes.
+2. Training: seconds per trained token (reward + log-probs + advantage + update, summed over the sync
+   ranks, divided by their tokens: prompt + response, or prompt once per group with shared-prompt
+   packing). Optimizer step (with the all-reduce) and weight sync: the sync ranks' measured means; the
+   async weight sync is a publish by trainer rank 0 then a load by each rollout worker (2x).
+3. Async: groups in arrival order are dealt to the T trainer ranks (j-th to rank j mod T); a rank
+   trains a group when it has arrived and the rank is free. T = ws_publish + ws_load + (last rank
+   done) + optimizer step. Barrier (engine.overlap=false): the ranks start when the last group has
+   arrived. Sync (in-sample check of the model): ws + max over ranks (rollout + train) + step.
+4. Predicted TPSPD = iteration tokens / (T x devices); predicted speedup = median predicted TPSPD /
+   median measured TPSPD of the reference cell, the same ratio as the measured speedup.
 """
 from __future__ import annotations
 
+import bisect
 import statistics
-from collections import defaultdict, deque
+from collections import defaultdict
 
 from rlbench.errors import UserError
-from rlbench.stages import Stage
+from rlbench.stages import TRAIN_STAGES, Role, Stage, role_of
 
-TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value,
-                Stage.ADVANTAGE.value, Stage.UPDATE.value)
+MODEL = ("per device, from the sync run: decode-step seconds by sequences in flight and refill seconds "
+         "(continuous-batching replay of the measured response lengths), seconds per trained token, "
+         "optimizer-step and weight-sync seconds; async = 2 weight syncs + trainer ranks taking groups "
+         "as they arrive + step; nothing fitted")
 
-MODEL = ("T_async = T_ws + (trainer finishes the last group) + T_opt*n/t + T_other; rollout "
-         "T_roll*(n/r)^a, training T_train*n/t; groups arrive when their longest response is done "
-         "(continuous batching replay of the measured lengths, every decode step costs the same) "
-         "and are trained in arrival order; speedup = predicted TPSPD / measured sync TPSPD, "
-         "TPSPD dividing by r+t devices")
+_TRAIN = set(TRAIN_STAGES) - {Stage.OPTIMIZER_STEP.value}
 
 
-def group_finish_steps(samples: list[dict], slots: int | None = None) -> dict[int, int]:
-    """prompt index -> decode step at which the group's last sample finishes.
+class StepCost:
+    """Seconds of one decode step for B sequences in flight, from measured (B, steps, seconds) rows."""
 
-    samples: one iteration's rows (prompt, sample, response_len). slots: sequences in flight
-    (max_num_seqs); None = all at once. Sequences start in dispatch order (prompt, sample) and a
-    finished sequence's slot is refilled at once.
-    """
-    order = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
-    pending = deque((s["prompt"], max(1, int(s["response_len"]))) for s in order)
-    slots = max(1, slots or len(order))
-    active: list[list[int]] = []  # [remaining tokens, prompt]
-    step, done = 0, {}
-    while pending or active:
-        while pending and len(active) < slots:
-            prompt, length = pending.popleft()
-            active.append([length, prompt])
-        delta = min(a[0] for a in active)  # jump to the next finishing sequence
-        step += delta
+    def __init__(self, rows: dict, refill_s: float, refills: int, fallback_s: float | None = None):
+        pts = sorted((int(b), s / n) for b, (n, s) in rows.items() if n)
+        self.bs, self.cost = [b for b, _ in pts], [c for _, c in pts]
+        self.refill = refill_s / refills if refills else 0.0
+        self.fallback = fallback_s
+
+    def __call__(self, b: int) -> float:
+        if not self.bs:
+            return self.fallback or 0.0
+        i = bisect.bisect_left(self.bs, b)
+        if i < len(self.bs) and self.bs[i] == b:
+            return self.cost[i]
+        if i == 0:
+            return self.cost[0]
+        if i == len(self.bs):
+            return self.cost[-1]
+        b0, b1, c0, c1 = self.bs[i - 1], self.bs[i], self.cost[i - 1], self.cost[i]
+        return c0 + (c1 - c0) * (b - b0) / (b1 - b0)
+
+
+def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dict[int, float], float]:
+    """Continuous batching of one worker's samples as the built-in sampler runs it.
+
+    samples: rows (prompt, sample, response_len) of this worker's prompts. -> (prompt -> seconds from
+    the start of the generate call until its group's last sample finished, total seconds)."""
+    pending = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
+    left = {p: g for p in {s["prompt"] for s in pending}}
+    done: dict[int, float] = {}
+    active: list[list[int]] = []  # [tokens still to generate, prompt]
+    t, i = 0.0, 0
+
+    def fill():
+        nonlocal i, t
+        while i < len(pending) and len(active) < slots:  # a sample may end on its first token: refill again
+            while i < len(pending) and len(active) < slots:
+                s = pending[i]
+                i += 1
+                active.append([max(1, int(s["response_len"])) - 1, s["prompt"]])  # first token: the prefill's
+            finish()
+        t += cost.refill
+        finish()
+
+    def finish():
+        for a in [a for a in active if a[0] <= 0]:
+            active.remove(a)
+            left[a[1]] -= 1
+            if left[a[1]] == 0:
+                done[a[1]] = t
+
+    fill()
+    while active:
+        t += cost(len(active))
         for a in active:
-            a[0] -= delta
-            if a[0] == 0:
-                done[a[1]] = max(done.get(a[1], 0), step)
-        active = [a for a in active if a[0] > 0]
-    return done
+            a[0] -= 1
+        if any(a[0] <= 0 for a in active):
+            finish()
+            fill()
+    return done, t
 
 
-def arrivals(samples: list[dict], slots: int | None = None) -> list[tuple[float, int]]:
-    """[(arrival as a fraction of the rollout time, tokens of the group)], in arrival order.
-
-    Without samples the whole batch is one group arriving at the end (nothing to overlap).
-    """
-    if not samples:
-        return [(1.0, 1)]
-    steps = group_finish_steps(samples, slots)
-    total = max(steps.values())
-    tokens: dict[int, int] = defaultdict(int)
-    for s in samples:
-        tokens[s["prompt"]] += int(s["prompt_len"]) + int(s["response_len"])
-    return sorted((steps[p] / total, tokens[p]) for p in steps)
+def train_tokens(rows: list[dict], shared_prompt: bool) -> int:
+    """Tokens the trainer processes for these samples (one group's or many): prompt once per group when packed."""
+    if not shared_prompt:
+        return sum(int(s["prompt_len"]) + int(s["response_len"]) for s in rows)
+    prompts = {s["prompt"]: int(s["prompt_len"]) for s in rows}
+    return sum(prompts.values()) + sum(int(s["response_len"]) for s in rows)
 
 
-def consume(groups: list[tuple[float, int]], t_roll: float, t_train: float) -> float:
-    """Seconds from rollout start until the trainer has finished the last group.
-
-    groups: (arrival fraction, tokens) in arrival order; t_roll, t_train: seconds on the split pools.
-    """
-    total = sum(tok for _, tok in groups) or 1
-    finish = 0.0
-    for frac, tok in groups:
-        finish = max(finish, frac * t_roll) + t_train * tok / total
-    return finish
-
-
-def stage_times(it: dict) -> dict[str, float]:
-    """An IterationRecord dict -> seconds of roll, train, opt, ws, other."""
-    st = it.get("stage_s") or {}
-    out = {"roll": st.get(Stage.ROLLOUT.value, 0.0),
-           "train": sum(st.get(s, 0.0) for s in TRAIN_STAGES),
-           "opt": st.get(Stage.OPTIMIZER_STEP.value, 0.0),
-           "ws": st.get(Stage.WEIGHT_SYNC.value, 0.0)}
-    out["other"] = max(0.0, it["wall_s"] - sum(out.values()))
-    return out
+def _durations(events: list[dict], k: int) -> dict:
+    """Iteration k's colocated-rank events -> mean weight sync, mean optimizer step, summed train seconds."""
+    mine = [e for e in events if e["iteration"] == k and role_of(e["worker"]) == Role.COLOCATED.value]
+    ranks = {e["worker"] for e in mine}
+    total = defaultdict(float)
+    for e in mine:
+        total[e["stage"]] += e["end"] - e["start"]
+    n = max(1, len(ranks))
+    return {"ws": total[Stage.WEIGHT_SYNC.value] / n, "opt": total[Stage.OPTIMIZER_STEP.value] / n,
+            "train": sum(v for s, v in total.items() if s in _TRAIN),
+            "rollout": total[Stage.ROLLOUT.value] / n, "ranks": len(ranks)}
 
 
-def predict_iteration(it: dict, samples: list[dict], n: int, r: int, t: int, a: float,
-                      slots: int | None) -> float:
-    """Predicted periodic-async wall time (s) of one sync iteration on r + t devices."""
-    st = stage_times(it)
-    t_roll = st["roll"] * (n / r) ** a
-    t_train = st["train"] * n / t
-    return st["ws"] + consume(arrivals(samples, slots), t_roll, t_train) + st["opt"] * n / t + st["other"]
+class SyncMeasurements:
+    """What one measured sync iteration says about the devices."""
+
+    def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict], cfg: dict):
+        d = _durations(events, it["iteration"])
+        if not d["ranks"]:
+            raise UserError(f"iteration {it['iteration']}: no colocated-rank events (a sync cell of the "
+                            "data-parallel layout is needed)")
+        self.n, self.ws, self.opt = d["ranks"], d["ws"], d["opt"]
+        self.samples, self.tokens = samples, it["tokens"]
+        self.shared_prompt = bool((cfg.get("engine") or {}).get("shared_prompt"))
+        self.slots = int((cfg.get("rollout") or {}).get("max_num_seqs") or 16)
+        self.g = int((cfg.get("rollout") or {}).get("group_size") or 1)
+        self.c_tok = d["train"] / max(1, train_tokens(samples, self.shared_prompt))
+        rows: dict = defaultdict(lambda: [0, 0.0])
+        refill_s, refills = 0.0, 0
+        for s in stats:
+            for b, (n, sec) in (s.get("step_s_by_active") or {}).items():
+                rows[b][0] += n
+                rows[b][1] += sec
+            refill_s += s.get("refill_s") or 0.0
+            refills += s.get("refills") or 0
+        steps = sum(s.get("decode_steps") or 0 for s in stats)
+        self.cost = StepCost(dict(rows), refill_s, refills, fallback_s=d["rollout"] * self.n / steps if steps else 0)
+        self.measured_rollout = d["rollout"]
+
+    def shard(self, i: int, of: int) -> list[dict]:
+        return [s for s in self.samples if s["prompt"] % of == i]
+
+    def sync_time(self) -> tuple[float, float]:
+        """(predicted sync wall time, predicted mean rollout seconds): the model's in-sample check."""
+        roll = [replay(self.shard(r, self.n), self.slots, self.g, self.cost)[1] for r in range(self.n)]
+        train = [self.c_tok * train_tokens(self.shard(r, self.n), self.shared_prompt) for r in range(self.n)]
+        return self.ws + max(a + b for a, b in zip(roll, train)) + self.opt, statistics.fmean(roll)
+
+    def async_time(self, r: int, t: int, overlap: bool = True) -> float:
+        """Predicted periodic-async wall time on r rollout workers and t trainer ranks."""
+        arrivals = []  # (seconds after the rollout started, train seconds of the group)
+        for i in range(r):
+            shard = self.shard(i, r)
+            done, _ = replay(shard, self.slots, self.g, self.cost)
+            for p, at in done.items():
+                group = [s for s in shard if s["prompt"] == p]
+                arrivals.append((at, self.c_tok * train_tokens(group, self.shared_prompt)))
+        arrivals.sort()
+        last = arrivals[-1][0] if arrivals else 0.0
+        free = [0.0] * t
+        for j, (at, cost) in enumerate(arrivals):
+            rank = j % t
+            free[rank] = max(free[rank], at if overlap else last) + cost
+        return 2 * self.ws + max(free + [last]) + self.opt
 
 
-def predict_async(sync_cell: dict, samples: list[dict], rollout_devices: int, train_devices: int,
-                  rollout_exponent: float = 1.0, devices: int | None = None) -> dict:
-    """Predict periodic-async TPSPD speedup over a measured sync cell (model: module docstring).
-
-    sync_cell: the sync cell's results.json dict; samples: its samples.jsonl rows.
-    rollout_devices, train_devices: the split (r, t); devices: TPSPD divisor of the async run
-    (default r + t). Returns predicted_speedup (TPSPD ratio), predicted_iter_s and sync_iter_s
-    (median seconds per iteration), model (text) and the inputs used.
-    """
+def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> list[SyncMeasurements]:
+    """One SyncMeasurements per measured (post-warm-up) iteration of a sync cell."""
     its = [it for it in sync_cell.get("iterations") or [] if not it.get("warmup")] \
         or sync_cell.get("iterations") or []
     if not its:
         raise UserError(f"cell {sync_cell.get('cell')!r}: no iterations to predict from")
-    if rollout_devices < 1 or train_devices < 1:
-        raise UserError(f"rollout_devices={rollout_devices}, train_devices={train_devices}: need >= 1")
-    n = int(its[0].get("devices") or rollout_devices + train_devices)
-    d = devices or rollout_devices + train_devices
-    slots = ((sync_cell.get("config") or {}).get("rollout") or {}).get("max_num_seqs")
     by_iter: dict[int, list[dict]] = defaultdict(list)
     for s in samples:
         by_iter[s["iteration"]].append(s)
-    pred_s = [predict_iteration(it, by_iter.get(it["iteration"], []), n, rollout_devices,
-                                train_devices, rollout_exponent, slots) for it in its]
-    pred_tpspd = [it["tokens"] / (p * d) if p > 0 else 0.0 for it, p in zip(its, pred_s)]
+    stats = {r["iteration"]: r.get("workers") or [] for r in sync_cell.get("rollout_stats") or []}
+    cfg = sync_cell.get("config") or {}
+    return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg)
+            for it in its]
+
+
+def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], rollout_devices: int,
+                  train_devices: int, overlap: bool = True, devices: int | None = None,
+                  reference_tpspd: float | None = None) -> dict:
+    """Predict a periodic-async cell from a measured sync cell (model: module docstring).
+
+    devices: TPSPD divisor of the async run (default: the sync run's, the same physical devices);
+    reference_tpspd: the measured TPSPD the speedup is relative to (default: this sync cell's median).
+    -> predicted_speedup, predicted_iter_s, predicted_sync_iter_s (in-sample check), sync_iter_s,
+    rollout_share (sync's rollout seconds / wall), model text and the inputs used."""
+    if rollout_devices < 1 or train_devices < 1:
+        raise UserError(f"rollout_devices={rollout_devices}, train_devices={train_devices}: need >= 1")
+    ms = measurements(sync_cell, samples, events)
+    d = devices or int(sync_cell.get("devices") or ms[0].n)
+    its = [it for it in sync_cell["iterations"] if not it.get("warmup")] or sync_cell["iterations"]
+    pred = [m.async_time(rollout_devices, train_devices, overlap) for m in ms]
+    pred_sync = [m.sync_time() for m in ms]
     sync_tpspd = statistics.median(it["tpspd"] for it in its)
-    return {"predicted_speedup": statistics.median(pred_tpspd) / sync_tpspd if sync_tpspd else None,
-            "predicted_iter_s": statistics.median(pred_s),
+    ref = reference_tpspd or sync_tpspd
+    pred_tpspd = [m.tokens / (p * d) if p > 0 else 0.0 for m, p in zip(ms, pred)]
+    return {"predicted_speedup": statistics.median(pred_tpspd) / ref if ref else None,
+            "predicted_tpspd": statistics.median(pred_tpspd),
+            "predicted_iter_s": statistics.median(pred),
+            "predicted_sync_iter_s": statistics.median(p for p, _ in pred_sync),
+            "predicted_sync_rollout_s": statistics.median(r for _, r in pred_sync),
+            "sync_rollout_s": statistics.median(m.measured_rollout for m in ms),
             "sync_iter_s": statistics.median(it["wall_s"] for it in its),
-            "model": MODEL, "rollout_exponent": rollout_exponent, "sync_devices": n,
-            "rollout_devices": rollout_devices, "train_devices": train_devices, "devices": d,
-            "iterations": [it["iteration"] for it in its]}
+            "rollout_share": rollout_share(sync_cell, events),
+            "model": MODEL, "rollout_devices": rollout_devices, "train_devices": train_devices,
+            "overlap": overlap, "devices": d, "iterations": [it["iteration"] for it in its]}
+
+
+def rollout_share(cell: dict, events: list[dict]) -> float | None:
+    """Share of a sync iteration's wall time its ranks spend generating (mean over ranks and iterations)."""
+    its = [it for it in cell.get("iterations") or [] if not it.get("warmup")] or cell.get("iterations") or []
+    shares = []
+    for it in its:
+        d = _durations(events, it["iteration"])
+        if d["ranks"] and it["wall_s"] > 0:
+            shares.append(d["rollout"] / it["wall_s"])
+    return statistics.fmean(shares) if shares else None
+
+
+def stage_times(it: dict) -> dict[str, float]:
+    """An IterationRecord dict -> seconds of roll, train, opt, ws and the untimed rest (rlbench simulate's
+    calibration; stage seconds are summed over the iteration's workers)."""
+    st = it.get("stage_s") or {}
+    out = {"roll": st.get(Stage.ROLLOUT.value, 0.0), "train": sum(st.get(s, 0.0) for s in _TRAIN),
+           "opt": st.get(Stage.OPTIMIZER_STEP.value, 0.0), "ws": st.get(Stage.WEIGHT_SYNC.value, 0.0)}
+    out["other"] = max(0.0, it["wall_s"] - sum(out.values()))
+    return out

@@ -11,22 +11,26 @@ import numpy as np
 import pandas as pd
 
 from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
-from rlbench.reports.predict import predict_async
+from rlbench.errors import UserError
+from rlbench.reports.predict import predict_async, rollout_share
 
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", "tpspd_median",
-                "tpspd_min", "tpspd_max", "speedup", "wall_s_median", "rollout_tok_s", "train_tok_s"]
+                "tpspd_min", "tpspd_max", "speedup", "predicted_speedup", "rollout_share", "wall_s_median",
+                "rollout_tok_s", "train_tok_s"]
 DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_before",
                "accuracy_any_format_after"]  # first/last evaluation's diagnostics (built-in evaluation only)
 TAIL_COLUMNS = ["rollout_occupancy", "accuracy_before", "accuracy_after", *DIAGNOSTICS, "staleness_max",
                 "measured_iterations", "status"]
-EXPONENTS = (1.0, 0.0)  # rollout scaling exponents shown in the report: ideal, none
 
 
 def summary_frame(run: RunData) -> pd.DataFrame:
     """One row per cell, reference cell first; NaN where a cell measured nothing."""
     stages, workers = stages_in(run.cells), workers_in(run.cells)
-    ref = run.ref.tpspd() if run.ref else None
-    rows = [_row(c, ref, stages, workers) for c in run.cells]
+    rows = [_row(c, reference_of(run, c).tpspd(), stages, workers) for c in run.cells]
+    sp = speedup_frame(run).set_index("cell")["predicted_speedup"].to_dict() if run.cells else {}
+    for row, c in zip(rows, run.cells):
+        row["predicted_speedup"] = sp.get(c.name)
+        row["rollout_share"] = rollout_share(c.result, c.events) if c.schedule == "sync" else None
     columns = BASE_COLUMNS + [f"stage_{s}_s" for s in stages] + [f"idle_{w}_pct" for w in workers] \
         + TAIL_COLUMNS
     return pd.DataFrame(rows, columns=columns)
@@ -64,34 +68,89 @@ def _eval(c: CellData, index: int, key: str) -> float | None:
 
 
 def speedup_frame(run: RunData) -> pd.DataFrame:
-    """Measured vs predicted speedup of every periodic-async cell over its sync reference.
+    """Measured vs predicted speedup of every periodic-async cell (reports/predict.py).
 
-    The reference is the sync cell with the same tri_model/shared_prompt switches, else the first
-    sync cell. Predictions use predict_async with the async cell's device split, for each exponent
-    in EXPONENTS; ablation.json "predicted" values, where given, come in their own column.
-    """
+    Each is predicted from the sync cell with the same switches and workload (its own measured
+    device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its
+    workload), so they stand beside the summary's speedup column."""
     rows = []
     for c in run.cells:
-        sync = _sync_reference(run, c)
+        sync = sync_twin(run, c)
         if c.schedule != "periodic_async" or sync is None:
             continue
+        ref = reference_of(run, c)
         r, t = _split(c)
-        row = {"cell": c.name, "reference": sync.name, "rollout_devices": r, "train_devices": t,
-               "measured_speedup": _ratio(c.tpspd(), sync.tpspd())}
-        for a in EXPONENTS:
-            row[f"predicted_a{a:g}"] = _predict(sync, r, t, a)
-        row["predicted_given"] = _given(run.predicted, c.name)
+        row = {"cell": c.name, "predicted_from": sync.name, "overlap": _overlap(c), "rollout_devices": r,
+               "train_devices": t, "rollout_share_of_sync": None, "measured_speedup": _ratio(c.tpspd(), ref.tpspd()),
+               "predicted_speedup": None, "error_pct": None}
+        try:
+            pred = predict_async(sync.result, sync.samples, sync.events, r, t, overlap=_overlap(c),
+                                 devices=c.devices, reference_tpspd=ref.tpspd())
+        except UserError:
+            pred = None
+        if pred:
+            row.update(rollout_share_of_sync=pred["rollout_share"], predicted_speedup=pred["predicted_speedup"])
+            if row["measured_speedup"] and pred["predicted_speedup"]:
+                row["error_pct"] = 100 * (pred["predicted_speedup"] / row["measured_speedup"] - 1)
         rows.append(row)
-    cols = ["cell", "reference", "rollout_devices", "train_devices", "measured_speedup"] \
-        + [f"predicted_a{a:g}" for a in EXPONENTS] + ["predicted_given"]
+    cols = ["cell", "predicted_from", "overlap", "rollout_devices", "train_devices", "rollout_share_of_sync",
+            "measured_speedup", "predicted_speedup", "error_pct"]
     return pd.DataFrame(rows, columns=cols)
 
 
-def _sync_reference(run: RunData, cell: CellData) -> CellData | None:
-    syncs = [s for s in run.cells if s.schedule == "sync" and s.iterations]
+def attribution(sp: pd.DataFrame) -> list[dict]:
+    """Per workload with a barrier cell: what the device split gives (barrier / sync) and what overlap
+    adds (async / barrier), measured and predicted. Speedups multiply: total = split x overlap."""
+    out = []
+    for _, b in sp[~sp["overlap"]].iterrows() if len(sp) else []:
+        prefix = b["cell"].rsplit("/", 1)[0] + "/" if "/" in b["cell"] else ""
+        for _, a in sp[sp["overlap"] & sp["cell"].str.startswith(prefix)].iterrows():
+            if a["predicted_from"] != b["predicted_from"]:
+                continue
+            out.append({"async": a["cell"], "barrier": b["cell"], "sync": a["predicted_from"],
+                        "rollout_share_of_sync": a["rollout_share_of_sync"],
+                        "split_measured": b["measured_speedup"], "split_predicted": b["predicted_speedup"],
+                        "overlap_measured": _ratio(a["measured_speedup"], b["measured_speedup"]),
+                        "overlap_predicted": _ratio(a["predicted_speedup"], b["predicted_speedup"]),
+                        "total_measured": a["measured_speedup"], "total_predicted": a["predicted_speedup"]})
+    return out
+
+
+def attribution_text(rows: list[dict]) -> list[str]:
+    """One sentence per attribution row, in words and numbers."""
+    out = []
+    for r in rows:
+        def x(v):
+            return "n/a" if _missing(v) else f"{v:.2f}×"
+        share = "" if _missing(r["rollout_share_of_sync"]) else \
+            f" (sync spends {100 * r['rollout_share_of_sync']:.0f}% of its iteration generating)"
+        verdict = "wins" if (r["total_measured"] or 0) > 1.0 else "loses"
+        out.append(f"{r['async']} vs {r['sync']}{share}: periodic asynchrony {verdict}, {x(r['total_measured'])} "
+                   f"measured (predicted {x(r['total_predicted'])}) = device split alone {x(r['split_measured'])} "
+                   f"(barrier cell {r['barrier']}; predicted {x(r['split_predicted'])}) × overlap "
+                   f"{x(r['overlap_measured'])} (predicted {x(r['overlap_predicted'])}).")
+    return out
+
+
+def sync_twin(run: RunData, cell: CellData) -> CellData | None:
+    """The sync cell of the same workload with the same optimisation switches, else that workload's first
+    sync cell."""
+    syncs = [s for s in run.cells if s.schedule == "sync" and s.iterations
+             and s.switches.get("workload") == cell.switches.get("workload")]
     same = [s for s in syncs if all(s.switches.get(k) == cell.switches.get(k)
                                     for k in ("tri_model", "shared_prompt"))]
     return (same or syncs or [None])[0]
+
+
+def reference_of(run: RunData, cell: CellData) -> CellData:
+    """The cell a speedup is relative to: the first cell of the same workload (regime sweeps), else the first."""
+    same = [c for c in run.cells if c.switches.get("workload") == cell.switches.get("workload")]
+    return (same or run.cells)[0]
+
+
+def _overlap(c: CellData) -> bool:
+    v = c.switches.get("overlap")
+    return True if v is None else bool(v)
 
 
 def _split(c: CellData) -> tuple[int, int]:
@@ -99,28 +158,12 @@ def _split(c: CellData) -> tuple[int, int]:
     return int(eng.get("rollout_devices") or 1), int(eng.get("train_devices") or 1)
 
 
-def _predict(sync: CellData, r: int, t: int, a: float) -> float | None:
-    return predict_async(sync.result, sync.samples, r, t, rollout_exponent=a)["predicted_speedup"]
-
-
 def _ratio(a, b) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _given(predicted, cell: str) -> float | None:
-    """ablation.json "predicted": {cell: number} or {cell: {"predicted_speedup": x}} or a number."""
-    if isinstance(predicted, (int, float)):
-        return float(predicted)
-    if isinstance(predicted, dict):
-        v = predicted.get(cell, predicted.get("predicted_speedup"))
-        if isinstance(v, dict):
-            v = v.get("predicted_speedup")
-        return float(v) if isinstance(v, (int, float)) else None
-    return None
-
-
-COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "rollout tok/s", "train tok/s",
-                "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
+COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "rollout tok/s",
+                "train tok/s", "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
 
 
 def compact_rows(df: pd.DataFrame) -> list[list[str]]:
@@ -134,10 +177,12 @@ def _compact(r: dict, idle_cols: list[str]) -> list[str]:
         f"{fmt(r['tpspd_median'])} ({fmt(r['tpspd_min'])}–{fmt(r['tpspd_max'])})"
     idle = ", ".join(f"{c[5:-4]} {r[c]:.0f}" for c in idle_cols if not _missing(r[c])) or "–"
     sp = "–" if _missing(r["speedup"]) else f"{r['speedup']:.2f}×"
+    pred = "–" if _missing(r["predicted_speedup"]) else f"{r['predicted_speedup']:.2f}×"
+    share = "–" if _missing(r["rollout_share"]) else f"{100 * r['rollout_share']:.0f}"
     acc = f"{fmt(r['accuracy_before'])}→{fmt(r['accuracy_after'])}"
     form = "–" if _missing(r["format_rate_before"]) or _missing(r["format_rate_after"]) else \
         f"{100 * r['format_rate_before']:.0f}→{100 * r['format_rate_after']:.0f}"
-    return [str(r["cell"]), tp, sp, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), idle, acc, form,
+    return [str(r["cell"]), tp, sp, pred, share, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), idle, acc, form,
             fmt(r["staleness_max"]), str(r["status"])]
 
 
@@ -176,5 +221,6 @@ def write_summary(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     md = [f"# rlbench summary: {run.name}\n", to_markdown(df)]
     if len(sp):
         md += ["\n## Measured vs predicted periodic-async speedup (TPSPD ratio)\n", to_markdown(sp)]
+        md += ["\n## Where the speedup comes from\n"] + [f"- {t}" for t in attribution_text(attribution(sp))]
     (run.path / "summary.md").write_text("\n".join(md))
     return df, sp

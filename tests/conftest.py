@@ -9,6 +9,43 @@ os.environ.setdefault("RLBENCH_CACHE", tempfile.mkdtemp(prefix="rlbench-test-cac
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "cpu-tiny.yaml"
+# cpu-tiny's short warm start leaves most rewards 0; 60 steps on one-step problems give mixed rewards in
+# a few seconds (the warm start is cached for the session), so gradients are real.
+LEARNS = ["model.warmstart_steps=60", "data.max_steps=1"]
+
+
+def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
+    """make_engine as the runner builds it (placed: pinned workers per bench/placement.py; else the
+    in-process trainer); -> final params, samples, rewards and stage events of `iterations` iterations."""
+    from rlbench import device as dev
+    from rlbench.config import load_config
+    from rlbench.engines.data.source import load_dataset
+    from rlbench.engines.factory import iteration_input, make_engine
+    from rlbench.engines.model.loader import load_policy
+    from rlbench.placement import plan
+    from rlbench.stages import now
+
+    cfg = load_config(TINY, LEARNS + ["engine.consume_order=dispatch", "engine.queue_timeout_s=120",
+                                      f"run.iterations={iterations + 1}"] + overrides)
+    dataset = load_dataset(cfg.data, cfg.run.seed)
+    policy, tok, _ = load_policy(cfg, dataset)
+    init = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    events = []
+    placement = plan(cfg.engine, "cpu", dev.available("cpu")) if placed else None
+    schedule, _ = make_engine(cfg, policy, tok, now(), events.append, dev.resolve("cpu"), dataset=dataset,
+                              placement=placement)
+    samples, rewards = [], []
+    try:
+        for k in range(iterations):
+            out = schedule.run_iteration(iteration_input(cfg, dataset, tok, k))
+            samples += [(k, g.prompt_index, [tuple(r) for r in g.responses])
+                        for g in sorted(out.groups, key=lambda g: g.prompt_index)]
+            rewards.append(dict(sorted(out.rewards.items())))
+            assert out.trained_version == k and all(g.version == k for g in out.groups)  # staleness 0
+        params = {n: p.detach().clone() for n, p in schedule.trainer.policy.named_parameters()}
+    finally:
+        schedule.close()
+    return {"params": params, "samples": samples, "rewards": rewards, "events": events, "init": init}
 
 
 @pytest.fixture(scope="session")

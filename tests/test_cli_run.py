@@ -47,7 +47,7 @@ def test_run_writes_valid_result_files(tiny_run):
         events = schema.load_events(run_dir / res["cell"])
         assert {"rollout", "update", "optimizer_step", "weight_sync"} <= {e["stage"] for e in events}
     async_events = schema.load_events(run_dir / "periodic_async")
-    assert {"trainer", "rollout0"} <= {e["worker"] for e in async_events}
+    assert {"trainer0", "rollout0"} <= {e["worker"] for e in async_events}
     assert "results:" in proc.stdout and "TPSPD" in proc.stdout
 
 
@@ -85,7 +85,12 @@ def fault_keeps_iterations(tmp_path, fault: str, sets: list[str], cell: str, mes
 
 def test_dead_rollout_worker_keeps_measured_iterations(tmp_path):
     fault_keeps_iterations(tmp_path, "rollout_exit:2", ["engine.schedule=periodic_async"], "periodic_async",
-                           "rollout worker rollout0 died", "rlbench-rollout0")
+                           "worker rollout0 died", "rlbench-rollout0")
+
+
+def test_dead_colocated_rank_keeps_measured_iterations(tmp_path):
+    fault_keeps_iterations(tmp_path, "trainer_exit:2", ["engine.schedule=sync"], "sync",
+                           "died while running iteration 2", "rlbench-colocated")
 
 
 def test_malformed_data_line_exit_2(tmp_path):

@@ -22,6 +22,8 @@ q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode lo
 """
 from __future__ import annotations
 
+import time
+
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
@@ -41,6 +43,35 @@ class _Request(PendingGroup):
 
     prefill: tuple | None = None  # (K/V per layer [Hkv, P, D], last logits [V]) until all G are admitted
     admitted: int = 0  # samples given a slot so far
+
+
+class StepCosts:
+    """Measured costs of one generate call, for the speedup prediction (reports/predict.py): seconds per
+    decode step by sequences in flight, and per refill (retire finished samples, prefill and admit new
+    ones). On CPU the step ends at the host sync that checks for finished samples, so these are the
+    device's times; nothing is fitted from them."""
+
+    def __init__(self):
+        self.by_active: dict[int, list] = {}  # B -> [steps, seconds]
+        self.refill_s, self.refills, self.prompts = 0.0, 0, 0
+
+    def step(self, t: float, active: int) -> float:
+        now = time.perf_counter()
+        entry = self.by_active.setdefault(active, [0, 0.0])
+        entry[0] += 1
+        entry[1] += now - t
+        return now
+
+    def refill(self, t: float, prompts: int = 0) -> float:
+        now = time.perf_counter()
+        self.refill_s += now - t
+        self.refills += 1
+        self.prompts += prompts
+        return now
+
+    def stats(self) -> dict:
+        return {"step_s_by_active": {str(b): v for b, v in sorted(self.by_active.items())},
+                "refill_s": self.refill_s, "refills": self.refills}
 
 
 class BuiltinSampler:
@@ -314,24 +345,30 @@ class BuiltinSampler:
         self._eos_stops = getattr(sp, "response_length", "eos") == "eos"
         out: list[Group] = []
         steps = active_sum = 0
+        cost = StepCosts()
         with torch.inference_mode():
             longest = max((len(r.prompt_ids) for r in requests), default=1)
             length = min(self.max_len, longest + sp.max_new_tokens)
             self._ensure_rope(length)
             self._ensure_cache(length, sp.max_new_tokens)
             pending = deque((r, j) for r in (_Request(q, sp.n) for q in requests) for j in range(sp.n))
+            t = time.perf_counter()
             tokens = self._fill(pending, sp, out, on_group)
             B, L = self._compact()
+            t = cost.refill(t, len(requests))
             while B:
                 logits = self._decode(B, L)
                 self._pos[:B] += 1
                 L += 1  # every live slot grew by one token
                 done = self._record(self._rows[:B], logits, sp)
                 steps, active_sum = steps + 1, active_sum + B
-                if bool(done.any()):  # the one host sync per step
+                finished = bool(done.any())  # the one host sync per step
+                t = cost.step(t, B)
+                if finished:
                     tokens += self._retire(done.nonzero()[:, 0].tolist(), out, on_group)
                     tokens += self._fill(pending, sp, out, on_group)
                     B, L = self._compact()
+                    t = cost.refill(t)
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
-                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens}
+                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
         return out
