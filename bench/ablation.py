@@ -18,16 +18,20 @@ BARRIER = {"schedule": "periodic_async", "overlap": False}
 BOUNDED = {"schedule": "bounded_async"}
 
 # Workloads of `--ablation regime`, from training-dominated to rollout-dominated: overrides of the run's
-# config (response lengths drawn per sample, so both schedules generate the same lengths).
+# config. Response lengths are drawn per sample (seeded, EOS ignored), so both schedules generate the same
+# lengths; throughput only (no accuracy trend), hence few iterations and no evaluation in between.
+_SHORT = {"iterations": 8, "warmup_iterations": 2, "eval_every": 0}
 WORKLOADS: dict[str, dict] = {
-    "train-heavy": {"rollout": {"response_length": "fixed", "response_length_mean": 12, "max_new_tokens": 12},
-                    "data": {"few_shot": 3}},
-    "balanced": {"rollout": {"response_length": "lognormal", "response_length_mean": 40,
-                             "response_length_sigma": 0.6, "max_new_tokens": 160}},
-    "rollout-heavy": {"rollout": {"response_length": "lognormal", "response_length_mean": 96,
-                                  "response_length_sigma": 0.8, "max_new_tokens": 384}},
-    "long-tail": {"rollout": {"response_length": "lognormal", "response_length_mean": 64,
-                              "response_length_sigma": 1.4, "max_new_tokens": 512}},
+    "train-heavy": {"rollout": {"response_length": "fixed", "response_length_mean": 16, "max_new_tokens": 16},
+                    "data": {"few_shot": 2}, "run": _SHORT},
+    "balanced": {"rollout": {"response_length": "lognormal", "response_length_mean": 48,
+                             "response_length_sigma": 0.6, "max_new_tokens": 192}, "run": _SHORT},
+    "rollout-heavy": {"rollout": {"response_length": "lognormal", "response_length_mean": 64,
+                                  "response_length_sigma": 1.0, "max_new_tokens": 384},
+                      "train": {"prompts_per_iteration": 4}, "run": _SHORT},
+    "long-tail": {"rollout": {"response_length": "lognormal", "response_length_mean": 48,
+                              "response_length_sigma": 1.5, "max_new_tokens": 768},
+                  "train": {"prompts_per_iteration": 4}, "run": _SHORT},
 }
 
 # name -> [(cell name, engine switches)]; the first cell is the reference for speedups.

@@ -146,9 +146,12 @@ class SyncMeasurements:
                 rows[b][1] += sec
             refill_s += s.get("refill_s") or 0.0
             refills += s.get("refills") or 0
-        steps = sum(s.get("decode_steps") or 0 for s in stats)
-        self.cost = StepCost(dict(rows), refill_s, refills, fallback_s=d["rollout"] * self.n / steps if steps else 0)
+        self.cost = StepCost(dict(rows), refill_s, refills)
         self.measured_rollout = d["rollout"]
+        if not rows:  # a backend without a step table (vLLM): every decode step costs the same
+            unit = StepCost({}, 0.0, 0, fallback_s=1.0)
+            steps = max(replay(self.shard(r, self.n), self.slots, self.g, unit)[1] for r in range(self.n))
+            self.cost = StepCost({}, 0.0, 0, fallback_s=d["rollout"] / steps if steps else 0.0)
 
     def shard(self, i: int, of: int) -> list[dict]:
         return [s for s in self.samples if s["prompt"] % of == i]

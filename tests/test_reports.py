@@ -20,7 +20,7 @@ from conftest_reports import make_ablation, make_cell
 from rlbench.errors import UserError
 from rlbench.reports import build_report, compare, predict_async, summary_table_text
 from rlbench.reports.palette import stage_color
-from rlbench.reports.predict import group_finish_steps
+from rlbench.reports.predict import StepCost, replay
 from rlbench.stages import Stage
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -82,7 +82,7 @@ def test_html_is_self_contained(built):
     assert "<script" not in html.lower() and "<link" not in html.lower()
     assert html.count("<details>") >= 4  # per cell: provenance and config
     assert "max_num_seqs" in html and "git_commit" in html  # config and provenance shown
-    assert "measured_speedup" in html and "predicted_a1" in html
+    assert "measured_speedup" in html and "predicted_speedup" in html
 
 
 def test_html_defangs_urls_from_results(tmp_path):
@@ -138,19 +138,43 @@ def test_compare_ratio_by_name_and_position(tmp_path):
 def test_summary_table_text(ablation):
     text = summary_table_text(ablation)
     lines = text.splitlines()
-    assert lines[0].startswith("cell") and len(lines) == 4
+    assert lines[0].startswith("cell") and "predicted" in lines[0] and "rollout %" in lines[0]
     assert "1.00×" in lines[2] and "periodic_async" in lines[3] and "→" in lines[2]
+    assert lines[4] == "" and lines[5].startswith("rollout %:")
 
 
 # ---- prediction -----------------------------------------------------------------------------
 
-def sync_cell(t_roll: float, t_train: float, devices: int = 2, iterations: int = 2) -> dict:
-    """A sync results dict with given rollout/training seconds per iteration."""
-    tokens = 1000
-    its = [{"iteration": k, "wall_s": t_roll + t_train, "tokens": tokens, "devices": devices,
-            "tpspd": tokens / ((t_roll + t_train) * devices), "warmup": False,
-            "stage_s": {"rollout": t_roll, "update": t_train}} for k in range(iterations)]
-    return {"cell": "sync", "iterations": its, "config": {"rollout": {"max_num_seqs": 64}}}
+def sync_cell(step_s: float, train_s_per_token: float, samples: list[dict], ranks: int = 2,
+              ws: float = 0.01, opt: float = 0.02) -> tuple[dict, list[dict]]:
+    """A consistent data-parallel sync cell: every rank's rollout is its shard's replay at step_s per decode
+    step, its training train_s_per_token per token; -> (results dict, events)."""
+    from rlbench.reports.predict import train_tokens
+
+    iters = sorted({s["iteration"] for s in samples})
+    its, events, stats, t = [], [], [], 0.0
+    for k in iters:
+        rows = [s for s in samples if s["iteration"] == k]
+        ends, workers = [], []
+        for r in range(ranks):
+            shard = [s for s in rows if s["prompt"] % ranks == r]
+            _, roll_steps = replay(shard, 64, 4, StepCost({}, 0.0, 0, fallback_s=1.0))
+            roll, train = roll_steps * step_s, train_s_per_token * train_tokens(shard, False)
+            w, c = f"colocated{r}", t
+            for stage, d in (("weight_sync", ws), ("rollout", roll), ("update", train), ("optimizer_step", opt)):
+                events.append({"worker": w, "stage": stage, "iteration": k, "start": c, "end": c + d, "devices": 1})
+                c += d
+            ends.append(c)
+            workers.append({"decode_steps": int(roll_steps), "max_num_seqs": 64,
+                            "step_s_by_active": {"4": [int(roll_steps), roll]}, "refill_s": 0.0, "refills": 1})
+        wall = max(ends) - t
+        tokens = sum(s["prompt_len"] + s["response_len"] for s in rows)
+        its.append({"iteration": k, "wall_s": wall, "tokens": tokens, "devices": ranks, "warmup": False,
+                    "tpspd": tokens / (wall * ranks)})
+        stats.append({"iteration": k, "workers": workers})
+        t += wall
+    return {"cell": "sync", "iterations": its, "rollout_stats": stats, "devices": ranks,
+            "config": {"rollout": {"max_num_seqs": 64, "group_size": 4}}}, events
 
 
 def samples_with(lengths_of: callable, iterations: int = 2) -> list[dict]:
@@ -159,47 +183,42 @@ def samples_with(lengths_of: callable, iterations: int = 2) -> list[dict]:
              "trained_version": k} for k in range(iterations) for p in range(8) for j in range(4)]
 
 
-TAIL = samples_with(lambda p, j: 200 if (p, j) == (7, 0) else 10)
+TAIL = samples_with(lambda p, j: 400 if (p, j) == (7, 0) else 10)
 FLAT = samples_with(lambda p, j: 50)
 
 
-def test_predict_long_tail_overlaps():
-    # both pools on the same 2 devices: only the overlap differs from sync
-    out = predict_async(sync_cell(2.0, 2.0), TAIL, 2, 2, devices=2)
-    assert out["predicted_speedup"] > 1.3
-    assert out["sync_iter_s"] == pytest.approx(4.0)
-    assert out["predicted_iter_s"] < 4.0 and "T_roll" in out["model"]
+def test_predict_sync_in_sample_and_long_tail_overlap():
+    cell, events = sync_cell(0.01, 0.002, TAIL)
+    out = predict_async(cell, TAIL, events, 1, 1)
+    assert out["predicted_sync_iter_s"] == pytest.approx(out["sync_iter_s"], rel=1e-6)  # the model's own check
+    assert out["rollout_share"] > 0.3  # mean over the ranks: one generates the tail, the other idles
+    barrier = predict_async(cell, TAIL, events, 1, 1, overlap=False)
+    # one rollout worker takes the whole batch in the tail's time; training overlaps it, the barrier cannot
+    assert out["predicted_speedup"] > 1.0 > barrier["predicted_speedup"] * 0.999
+    assert out["predicted_iter_s"] < barrier["predicted_iter_s"]
 
 
-def test_predict_nothing_to_overlap_is_one():
-    assert predict_async(sync_cell(2.0, 2.0), FLAT, 2, 2, devices=2)["predicted_speedup"] == \
-        pytest.approx(1.0, abs=0.01)
-    assert predict_async(sync_cell(2.0, 0.0), TAIL, 2, 2, devices=2)["predicted_speedup"] == \
-        pytest.approx(1.0, abs=0.01)
+def test_predict_training_bound_loses():
+    cell, events = sync_cell(0.001, 0.002, FLAT)
+    out = predict_async(cell, FLAT, events, 1, 1)
+    # training dominates: one trainer rank does the work two colocated ranks shared
+    assert out["predicted_speedup"] < 0.7 and out["rollout_share"] < 0.2
 
 
-def test_predict_device_split():
-    cell = sync_cell(3.0, 1.0)
-    ideal = predict_async(cell, TAIL, 1, 1, rollout_exponent=1.0)["predicted_speedup"]
-    latency_bound = predict_async(cell, TAIL, 1, 1, rollout_exponent=0.0)["predicted_speedup"]
-    assert ideal <= 1.0  # linear scaling on split pools cannot beat the colocated loop
-    assert latency_bound > 1.0  # rollout that does not slow down on fewer devices: overlap wins
-
-
-def test_group_finish_steps_continuous_batching():
+def test_replay_continuous_batching():
     rows = [{"prompt": p, "sample": j, "response_len": n}
             for p, lens in enumerate([[3, 1], [2, 2]]) for j, n in enumerate(lens)]
-    assert group_finish_steps(rows) == {0: 3, 1: 2}
-    assert group_finish_steps(rows, slots=1) == {0: 4, 1: 8}
-    assert group_finish_steps(rows, slots=2) == {0: 3, 1: 5}
+    unit = StepCost({}, 0.0, 0, fallback_s=1.0)
+    assert replay(rows, 4, 2, unit) == ({0: 2.0, 1: 1.0}, 2.0)  # the first token comes with the prefill
+    assert replay(rows, 1, 2, unit) == ({0: 2.0, 1: 4.0}, 4.0)
+    by_active = StepCost({"1": [1, 1.0], "3": [1, 3.0]}, 0.5, 1)
+    assert by_active(2) == pytest.approx(2.0) and by_active(8) == 3.0 and by_active.refill == 0.5
 
 
 def test_predict_without_iterations_is_a_user_error():
     with pytest.raises(UserError, match="no iterations"):
-        predict_async({"cell": "sync", "iterations": []}, [], 1, 1)
+        predict_async({"cell": "sync", "iterations": []}, [], [], 1, 1)
 
-
-# ---- hygiene -----------------------------------------------------------------------------------
 
 def test_reports_import_only_the_result_core():
     code = ("import sys, rlbench.reports; "
