@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
 from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
-from rlbench.engines.schedules.common import IterationInput
+from rlbench.engines.schedules.common import IterationEnd, IterationInput
 from rlbench.engines.trainer.trainer import Trainer
 from rlbench.errors import WorkerError
 from rlbench.stages import Recorder, now
@@ -38,6 +38,7 @@ class FakeTrainer:
 
     train = Trainer.train  # the real pipeline (train_phases) over the fake parts below
     finish = Trainer.finish
+    publish = Trainer.publish
 
     def close(self):
         pass
@@ -85,7 +86,7 @@ class FakePool:
         for r in self.rng.sample(requests, len(requests)):
             time.sleep(self.rng.uniform(0, self.max_delay_s))
             groups.put(Group(r.index, r.prompt_ids, [[1]] * sampling.n, [[0.0]] * sampling.n, version=self.loaded))
-        groups.put(("end", [], [{"iteration": iteration}]))
+        groups.put(IterationEnd([], [{"iteration": iteration}]))
 
     def close(self):
         self.closed = True

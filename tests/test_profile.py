@@ -13,7 +13,7 @@ def test_profile_traces_load_in_tensorboard_plugin(tmp_path):
     (run_dir,) = list(tmp_path.iterdir())
     traces = sorted((run_dir / "periodic_async" / "traces").glob("*.pt.trace.json"))
     workers = {t.name.split(".")[0] for t in traces}
-    assert workers == {"trainer", "rollout0"}, traces
+    assert workers == {"driver", "trainer0", "rollout0"}, traces
     for t in traces:  # Chrome/Perfetto trace format, with the stage recorder's ranges in it
         names = {e.get("name") for e in json.loads(t.read_text())["traceEvents"]}
         assert names & {"rollout", "update", "weight_sync"}, t
