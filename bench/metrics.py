@@ -62,6 +62,7 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
     one ended (end_i - end_{i-1}, as VERL times steps of its async trainers). For sync and
     periodic-async the spans never overlap and this changes nothing.
     """
+    events = [e for e in events if e["stage"] != Stage.EVAL.value]  # measurement, not training
     start, end = iteration_window(events)
     if prev_end is not None:
         start = max(start, prev_end)
