@@ -4,13 +4,13 @@ Metric names are ``name:cells``:
   speedup:<cell>/<ref>       median per-iteration TPSPD of a cell / median of the reference cell
   <switch>_gain:<on>/<off>   the same ratio for two cells differing in one switch (tri_model_gain,
                              shared_prompt_gain, async_gain)
-  overhead_share:<cell>      share of iteration wall time outside every stage of the main worker
+  overhead_share:<cell>      share of iteration wall time outside every stage of every worker
   accuracy:<cell>, reward:<cell>   final eval pass@1; training reward of the last 3 iterations
 """
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -53,13 +53,12 @@ def _measured(res: dict) -> list[dict]:
 
 
 def _overhead_shares(res: dict) -> list[float]:
-    """Per measured iteration: share of [start, end] in which the main worker recorded no stage."""
+    """Per measured iteration: share of [start, end] in which no worker recorded a stage (every worker
+    process is its own device now; the driver's queue waits count as covered)."""
     events = schema.load_events(res["_dir"]) if res.get("_dir") else []
-    steppers = Counter(e["worker"] for e in events if e["stage"] == "optimizer_step")
-    main = steppers.most_common(1)[0][0] if steppers else None
-    spans = defaultdict(list)  # iteration -> [(start, end)] of the main worker's stages
+    spans = defaultdict(list)  # iteration -> [(start, end)] of every worker's stages
     for e in events:
-        if e["worker"] == main and e["stage"] != "eval":
+        if e["stage"] != "eval":
             spans[e["iteration"]].append((e["start"], e["end"]))
     out = []
     for it in _measured(res):

@@ -11,15 +11,14 @@ Everything comes from the *sync* cell (results.json iterations, rollout_stats, s
 - training: (reward + advantage + old/ref log-probs + update seconds) / (prompt + response tokens);
   optimizer step, weight sync and the untimed remainder of the wall time: means per iteration
   (stage times through rlbench.reports.predict.stage_times).
-- devices: under the fair layout every sync worker is one process on one device, and the stage
-  seconds above are summed over those workers, so the costs are per device: rollout instances and
-  training units of one device each. At scale a pool is made of replicas of that unit (rollout
-  throughput proportional to their count, data-parallel training with dp_exponent 0.95, model.py);
-  no scaling exponent is needed unless one is given (`--exponent`, for a pool whose one process
-  spans several devices).
-- validate(): periodic-async cells are predicted by rlbench.reports.predict (the report's model: the
-  sync cell's decode-step table, per-token training cost, optimizer step and weight sync, replayed
-  through the async layout); sync and bounded-async cells by this discrete-event model.
+- devices: the sync cell ran on rollout_devices + train_devices, its rollout as one instance on all
+  of them and its training on all of them, so both reference device counts are that number.
+- scaling (not measurable from one sync cell, hence assumptions): on CPU a "device" is a core and
+  a pool is one process using its cores as intra-op threads; tiny models gain little from threads,
+  so rollout_exponent = train_exponent = 0.5 (between none, 0, and linear, 1); on accelerators 1.
+  validate() simulates the run as it ran (one process per pool). At scale a pool is made of
+  replicas of the measured unit: rollout instances of `devices` devices each (throughput
+  proportional to their count) and data-parallel training with dp_exponent 0.95 (model.py).
 """
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ from rlbench.errors import UserError
 from rlbench.simulate.events import instance, simulate
 from rlbench.simulate.model import Calibration, Workload
 
-CPU_EXPONENT = 1.0  # per-device workers: a pool scales by replicas, not threads
+CPU_EXPONENT = 0.5
 ACCEL_EXPONENT = 1.0
 
 
@@ -113,7 +112,7 @@ def calibrate(run_dir: Path, rollout_exponent: float | None = None,
     its = _measured(cell)
     cfg = cell.get("config") or {}
     slots = int((cfg.get("rollout") or {}).get("max_num_seqs") or 32)
-    devices = 1  # per-device costs: stage seconds are summed over the one-device workers
+    devices = int(its[0].get("devices") or 1)
     samples = schema.load_samples(Path(cell["_dir"]))
     if not samples:
         raise UserError(f"{cell['_dir']}: no samples.jsonl rows (response lengths) to calibrate from")
@@ -165,32 +164,15 @@ def validate(run_dir: Path, rollout_exponent: float | None = None,
         k = int(eng.get("staleness", eng.get("max_staleness", 1)) or 0)
         res = simulate(cal, wl, sched, n, m, staleness=k, tp=None,
                        shared_prompt=bool(eng.get("shared_prompt")))
-        predicted = res.tpspd
-        if sched == "periodic_async":  # the report's model, from the same sync cell
-            predicted = _report_prediction(run_dir, cell, n, m) or predicted
         rows.append({"cell": cell.get("cell"), "schedule": sched, "rollout_devices": n,
-                     "train_devices": m, "measured_tpspd": med, "predicted_tpspd": predicted,
-                     "error": predicted / med - 1, "predicted_idle": res.idle,
+                     "train_devices": m, "measured_tpspd": med, "predicted_tpspd": res.tpspd,
+                     "error": res.tpspd / med - 1, "predicted_idle": res.idle,
                      "measured_idle": _pool_idle((cell.get("aggregates") or {}).get("idle_frac", {}))})
     sync = next((r for r in rows if r["schedule"] == "sync"), None)
     for r in rows:  # speedups vs the sync cell, measured and predicted
         r["measured_speedup"] = r["measured_tpspd"] / sync["measured_tpspd"] if sync else None
         r["predicted_speedup"] = r["predicted_tpspd"] / sync["predicted_tpspd"] if sync else None
     return rows
-
-
-def _report_prediction(run_dir: Path, cell: dict, r: int, t: int) -> float | None:
-    """Predicted TPSPD of a periodic-async cell by rlbench.reports.predict, from the run's sync cell."""
-    from rlbench.reports.predict import predict_async
-
-    sync = find_sync_cell(load_cells(Path(run_dir)), Path(run_dir))
-    d = Path(sync["_dir"])
-    overlap = ((cell.get("config") or {}).get("engine") or {}).get("overlap", True)
-    try:
-        return predict_async(sync, schema.load_samples(d), schema.load_events(d), r, t, overlap=overlap,
-                             devices=cell.get("devices"))["predicted_tpspd"]
-    except UserError:
-        return None
 
 
 def _pool_idle(workers: dict) -> dict:

@@ -100,6 +100,8 @@ def cell_results(cfg, *, cell: str, framework: str, version: str | None, iterati
         "status": status, "error": error,
         "model": {"kind": cfg.model.kind, "path": cfg.model.path},
         "iterations": iterations, "evals": evals, "rollout_stats": [],
+        # The framework places its own workers; TPSPD divides by every device of its resource pools.
+        "placement": [], "devices": iterations[0]["devices"] if iterations else None,
         "aggregates": metrics.aggregate(iterations, evals) if iterations else {},
         "wall_s_total": sum(it["wall_s"] for it in iterations),
         "final_params_sha256": None,
