@@ -97,7 +97,9 @@ def write_baseline(run_dir: Path, baseline_path: Path, tolerances: dict | None =
     obj = {"schema_version": BASELINE_VERSION,
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "config": {"reference_cell": ref, "reference": cur["cells"][ref]["config"],
-                      "cells": {n: c["switches"] for n, c in cur["cells"].items()}},
+                      "cells": {n: c["switches"] for n, c in cur["cells"].items()},
+                      # every cell's full resolved config: check compares these, not a projection
+                      "cell_configs": {n: c["config"] for n, c in cur["cells"].items()}},
            "provenance": {**cur["cells"][ref]["provenance"], "run_dir": str(run_dir)},
            "statistics": BOOTSTRAP, "metrics": metrics,
            "notes": notes or "Written by `rlbench check --update`; tolerances: bench/baselines/README.md."}

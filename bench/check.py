@@ -78,7 +78,9 @@ def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
             diff.append(f"cell {cell} {'not in the baseline' if sw is None else 'has no config in this run'}")
             continue
         ref = base["config"]["reference"]
-        was = _flat({**ref, "engine": {**(ref.get("engine") or {}), **sw}})
+        full = (base["config"].get("cell_configs") or {}).get(cell)
+        # Baselines written before cell_configs existed: the reference config with the cell's switches.
+        was = _flat(full) if full else _flat({**ref, "engine": {**(ref.get("engine") or {}), **sw}})
         now = _flat(now)
         # A key the baseline predates counts as unchanged while the run leaves it at its default.
         was.update({k: v for k, v in _defaults().items() if k not in was and now.get(k) == v})

@@ -196,8 +196,9 @@ def test_key_newer_than_the_baseline_at_its_default_is_comparable(tmp_path, base
     """A config key added to rlbench after the baseline was measured does not make it stale, unless
     the run moves it off its default."""
     data = json.loads(baseline.read_text())
-    del data["config"]["reference"]["engine"]["share_devices"]
-    del data["config"]["reference"]["rollout"]["top_p"]
+    for cfg in [data["config"]["reference"], *data["config"]["cell_configs"].values()]:
+        del cfg["engine"]["share_devices"]
+        del cfg["rollout"]["top_p"]
     baseline.write_text(json.dumps(data))
     assert chk.check(async_run(tmp_path / "same"), baseline).config_diff == []
     moved = chk.check(async_run(tmp_path / "moved", overrides={"rollout": {"top_p": 0.9}}), baseline)
