@@ -98,6 +98,8 @@ def range_context(name: str, device):
 
     stack = contextlib.ExitStack()
     stack.enter_context(torch.profiler.record_function(name))
+    if device is None:
+        return stack
     if device.type == "cuda":
         stack.enter_context(torch.cuda.nvtx.range(name))
     elif device.type == "npu":  # pragma: no cover - needs an Ascend NPU

@@ -81,8 +81,7 @@ class Recorder:
         if self.device is not None:
             dev.synchronize(self.device)
         start = now()
-        ctx = dev.range_context(f"{stage.value}", self.device) if self.device is not None \
-            else contextlib.nullcontext()
+        ctx = dev.range_context(f"{stage.value}", self.device)  # the driver (no device): record_function only
         with ctx:
             yield
             if self.device is not None:
