@@ -17,6 +17,8 @@ response, with grad when grad is enabled):
                            the prompt is attended once (causal over P), the
                            responses as a batch [G, R_max] whose queries see
                            [shared prompt K/V | own causal K/V], O(G*R*(P+R)).
+- `packed_logprobs_flex`   the same packed stream with FlexAttention and a block
+                           mask (CUDA: compiled, with a backward; CPU: forward only).
 - `packed_logprobs_mask4d` the simple one: HF forward on the packed sequence
                            with an explicit [1, 1, L, L] mask, O((P+sum R)^2).
 
@@ -217,11 +219,48 @@ def _shared_prompt_attention(attn, q, k, v, layout: _Layout, resp_mask: torch.Te
     return torch.cat([out_p, out_r])                                             # [L, H*Dh]
 
 
-def _decoder_layer(layer, h, cos, sin, layout: _Layout, resp_mask) -> torch.Tensor:
-    """One pre-norm decoder layer on the packed stream h [L, D]; mirrors LlamaDecoderLayer.forward."""
+def _flex_attention(attn, q, k, v, block_mask) -> torch.Tensor:
+    """FlexAttention over the whole packed stream: q [L, H, Dh], k/v [L, Hkv, Dh] -> [L, H*Dh].
+
+    The block mask skips every key block no query of a block may see, so the cost follows the
+    allowed pairs (prompt causal + each response over prompt and itself), not L x L."""
+    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [L, h, Dh] -> [1, h, L, Dh]
+    out = _flex(q.device.type)(heads_first(q), heads_first(k), heads_first(v), block_mask=block_mask, scale=attn.scaling,
+                  enable_gqa=q.shape[1] != k.shape[1])  # [1, H, L, Dh]
+    return out[0].transpose(0, 1).reshape(q.shape[0], -1)
+
+
+_FLEX = {}
+
+
+def _flex(device_type: str):
+    """flex_attention, compiled once per process on CUDA (uncompiled it materialises the scores; on CPU,
+    where there is no backward anyway, it runs uncompiled for tests)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device_type != "cuda":
+        return flex_attention
+    if "fn" not in _FLEX:
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=True)
+    return _FLEX["fn"]
+
+
+def _flex_block_mask(layout: _Layout):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    seg, L = layout.segment_ids, layout.segment_ids.numel()
+
+    def allowed(b, h, q, kv):  # causal, and the key is in the prompt or in the query's own response
+        return (kv <= q) & ((seg[kv] == 0) | (seg[kv] == seg[q]))
+    return create_block_mask(allowed, None, None, L, L, device=seg.device)
+
+
+def _decoder_layer(layer, h, cos, sin, attend) -> torch.Tensor:
+    """One pre-norm decoder layer on the packed stream h [L, D]; mirrors LlamaDecoderLayer.forward.
+    attend(attn, q, k, v) -> [L, H*Dh] is the packed attention."""
     attn = layer.self_attn
     q, k, v = _qkv(attn, layer.input_layernorm(h), cos, sin)
-    h = h + attn.o_proj(_shared_prompt_attention(attn, q, k, v, layout, resp_mask))
+    h = h + attn.o_proj(attend(attn, q, k, v))
     return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
@@ -256,13 +295,29 @@ def packed_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     """
     _check_supported(model)
     layout = _layout(prompt_ids, responses, model.device)
-    base, R = model.model, layout.pad_index.shape[1]
-    resp_mask = _response_mask(layout.P, R, model.device)                      # [R, P+R]
+    resp_mask = _response_mask(layout.P, layout.pad_index.shape[1], model.device)  # [R, P+R]
+    return _packed(model, layout, temperature, partial(_shared_prompt_attention, layout=layout, resp_mask=resp_mask))
+
+
+def packed_logprobs_flex(model, prompt_ids: list[int], responses: list[list[int]],
+                         temperature: float = 1.0) -> list[torch.Tensor]:
+    """Shared-prompt packed log-probs with FlexAttention and a block mask -> G tensors [R_i].
+
+    The fastest exact layout on CUDA, where FlexAttention has a backward; on CPU it has none."""
+    _check_supported(model)
+    layout = _layout(prompt_ids, responses, model.device)
+    block_mask = _flex_block_mask(layout)
+    return _packed(model, layout, temperature, partial(_flex_attention, block_mask=block_mask))
+
+
+def _packed(model, layout: _Layout, temperature: float, attend) -> list[torch.Tensor]:
+    """The decoder layers on the packed stream with the given attention -> G tensors [R_i]."""
+    base = model.model
     h = base.embed_tokens(layout.input_ids)                                    # [L, D]
     cos, sin = base.rotary_emb(h[None], layout.position_ids[None])             # [1, L, Dh] each
     cos, sin = cos[0], sin[0]                                                  # [L, Dh]
     for layer in base.layers[: model.config.num_hidden_layers]:
-        h = _run_layer(layer, h, cos, sin, layout, resp_mask)                  # [L, D]
+        h = _run_layer(layer, h, cos, sin, attend)                             # [L, D]
     # The final norm is per token: normalise only the N positions that predict a token.
     logits = model.lm_head(base.norm(h[layout.pred_index]))                    # [N, V]
     return _token_logprobs(logits, layout.targets, temperature, layout.lengths)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU runs of issue 17, on a machine with one NVIDIA GPU, torch (CUDA) and no network, from the
+# repository root. pydantic and its needs travel as wheels in .whl/ (README "Numbers on a GPU").
+#
+#   bash scripts/gpu_session.sh probe     # GPU tests, micro-benchmarks, a 2-iteration 0.5B-shape run
+#   bash scripts/gpu_session.sh ablation  # configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all
+#
+# Everything goes to ${OUT:-gpu-out}/: log.txt, micro.json, and each run folder as a .tar.gz (traces
+# left out).
+set -uo pipefail
+phase=${1:-probe}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+
+pack() {  # pack <run folder> -> $OUT/<name>.tar.gz without traces
+    tar --exclude=traces -czf "$OUT/$(basename "$1").tar.gz" -C "$(dirname "$1")" "$(basename "$1")"
+}
+
+GPU_SET=(--set rollout.backend=builtin --set engine.share_devices=true)
+case "$phase" in
+probe)
+    echo "== GPU tests"; date
+    timeout 170 python3 -m pytest -q -m gpu tests/test_cuda.py tests/test_device.py -p no:cacheprovider
+    echo "== micro-benchmarks"; date
+    timeout 200 python3 scripts/micro.py --device cuda --out "$OUT/micro.json"
+    echo "== 0.5B shape, 2 iterations per cell"; date
+    timeout 170 rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml --out runs-gpu --no-progress \
+        "${GPU_SET[@]}" --set run.iterations=2 --set run.warmup_iterations=1 --set run.name=probe
+    for d in runs-gpu/*; do pack "$d"; done
+    ;;
+ablation)
+    echo "== 0.5B shape --ablation all"; date
+    timeout 560 rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all --out runs-gpu \
+        --no-progress "${GPU_SET[@]}" "${@:2}"
+    for d in runs-gpu/*; do pack "$d"; done
+    ;;
+*) echo "unknown phase $phase (probe | ablation)"; exit 2 ;;
+esac
+date

@@ -1,0 +1,104 @@
+"""The CUDA paths (marked gpu; skipped without a CUDA device): packed == unpacked, the built-in sampler
+== HF's forward, and a whole run (sync and periodic-async sharing the one GPU) on engine.device=cuda.
+
+Tolerances on CUDA (measured on an H100, issue 17; the CPU ones are in test_packing.py):
+- fp32: TF32 matmuls are off by default in PyTorch, but SDPA and cuBLAS pick other kernels for other
+  shapes, so the packed and unpacked paths round differently: log-probs atol 1e-4, gradients 1e-3 of
+  the parameter's largest entry.
+- bf16: 8 bits of mantissa; each path rounds every activation, so log-probs differ by up to ~0.1 on
+  these std-0.2 weights (a masking bug moves them by 1-10) and gradients by a few % (relative norm).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rlbench.engines.trainer import packing
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+LAYOUTS = {"shared_prompt": packing.packed_logprobs, "mask4d": packing.packed_logprobs_mask4d,
+           "flex": packing.packed_logprobs_flex}
+TOL = {torch.float32: (1e-4, 1e-3), torch.bfloat16: (0.15, 0.05)}  # (log-prob atol, gradient tolerance)
+
+
+def _model(dtype):
+    import transformers
+
+    cfg = transformers.Qwen2Config(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.0,
+                                   max_position_embeddings=1024, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p)) if "norm" in name else p.normal_(0.0, 0.2)
+    return model.to("cuda", dtype).train()
+
+
+def _run(model, fn, prompt, responses):
+    model.zero_grad(set_to_none=True)
+    lps = fn(model, prompt, responses)
+    torch.stack([lp.sum() for lp in lps]).sum().backward()
+    return [lp.detach().float() for lp in lps], {n: p.grad.float() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_packed_equals_unpacked_on_cuda(layout, dtype):
+    model = _model(dtype)
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, 64, (200,), generator=g).tolist()
+    responses = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (70, 1, 33, 64)]
+    ref_lp, ref_g = _run(model, packing.unpacked_logprobs, prompt, responses)
+    lp, grads = _run(model, LAYOUTS[layout], prompt, responses)
+    lp_tol, g_tol = TOL[dtype]
+    for a, b in zip(ref_lp, lp):
+        torch.testing.assert_close(b, a, atol=lp_tol, rtol=0)
+    for name, a in ref_g.items():
+        if dtype == torch.float32:
+            torch.testing.assert_close(grads[name], a, rtol=g_tol, atol=g_tol * a.abs().max().item(), msg=name)
+        else:
+            assert (grads[name] - a).norm() <= g_tol * a.norm() + 1e-6, name
+
+
+def test_sampler_logits_match_hf_on_cuda():
+    from rlbench.engines.rollout.sampler import BuiltinSampler
+
+    model = _model(torch.float32).eval()
+    ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([ids], device="cuda")).logits[0].float()
+    sampler = BuiltinSampler(model, 64, max_num_seqs=4)
+    for prefill_len in (1, 17, 40):
+        torch.testing.assert_close(sampler.debug_logits(ids, prefill_len), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_tiny_run_on_cuda(tmp_path, tiny_config_path):
+    """`rlbench run` (sync, barrier, periodic-async) on the GPU: the pools share cuda:0, TPSPD divides by
+    1 device, every worker says cuda:0, and the first iteration (same initial weights, per-sample seeds)
+    draws the same samples in every cell. Later ones may drift: CUDA reductions are not bitwise equal
+    across the two layouts' kernels, and one flipped token changes a sample."""
+    import subprocess
+    import sys
+
+    from rlbench import schema
+
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(tiny_config_path),
+                           "--out", str(tmp_path), "--no-progress", "--no-report",
+                           "--set", "engine.device=cuda", "--set", "engine.share_devices=true"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = list(tmp_path.iterdir())
+    rewards = {}
+    for cell in ("sync", "periodic_async_barrier", "periodic_async"):
+        res = schema.load_cell(run_dir / cell)
+        assert res["devices"] == 1
+        assert {p["device"] for p in res["placement"] if p["device"]} == {"cuda:0"}
+        for it in res["iterations"]:
+            assert it["devices"] == 1 and it["tpspd"] == pytest.approx(it["tokens"] / it["wall_s"])
+        rewards[cell] = res["iterations"][0]["reward_mean"]
+    assert rewards["periodic_async"] == rewards["sync"] == rewards["periodic_async_barrier"]
