@@ -27,7 +27,7 @@ pack() {  # pack <run folder> -> $OUT/<name>.tar.gz without traces
     tar --exclude=traces -czf "$OUT/$(basename "$1").tar.gz" -C "$(dirname "$1")" "$(basename "$1")"
 }
 
-GPU_SET=(--set rollout.backend=builtin --set engine.share_devices=true)
+GPU_SET=(--set rollout.backend=builtin)
 case "$phase" in
 probe)
     echo "== GPU tests"; date
@@ -41,9 +41,14 @@ probe)
     ;;
 ablation)
     echo "== 0.5B shape --ablation all"; date
-    timeout 560 rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all --out runs-gpu \
+    timeout 380 rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all --out runs-gpu \
         --no-progress "${GPU_SET[@]}" "${@:2}"
     for d in runs-gpu/*; do pack "$d"; done
+    echo "== GPU tests"; date
+    timeout 110 python3 -m pytest -q -m gpu tests/test_cuda.py -p no:cacheprovider --tb=short -k "flex or tiny_run"
+    echo "== shared-prompt train step on the Qwen2.5-7B shape"; date
+    timeout 90 python3 scripts/micro.py --device cuda --model configs/models/qwen2.5-7b.json --only packing \
+        --out "$OUT/micro-7b.json"
     ;;
 *) echo "unknown phase $phase (probe | ablation)"; exit 2 ;;
 esac
