@@ -3,7 +3,8 @@
 # repository root. pydantic and its needs travel as wheels in .whl/ (README "Numbers on a GPU").
 #
 #   bash scripts/gpu_session.sh probe     # GPU tests, micro-benchmarks, a 2-iteration 0.5B-shape run
-#   bash scripts/gpu_session.sh ablation  # configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all
+#   bash scripts/gpu_session.sh ablation  # configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all, flex + tiny-run tests
+#   bash scripts/gpu_session.sh packing7b # the shared-prompt train step on the Qwen2.5-7B shape
 #
 # Everything goes to ${OUT:-gpu-out}/: log.txt, micro.json, and each run folder as a .tar.gz (traces
 # left out).
@@ -41,15 +42,17 @@ probe)
     ;;
 ablation)
     echo "== 0.5B shape --ablation all"; date
-    timeout 380 rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all --out runs-gpu \
+    timeout 400 rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all --out runs-gpu \
         --no-progress "${GPU_SET[@]}" "${@:2}"
     for d in runs-gpu/*; do pack "$d"; done
     echo "== GPU tests"; date
-    timeout 110 python3 -m pytest -q -m gpu tests/test_cuda.py -p no:cacheprovider --tb=short -k "flex or tiny_run"
+    timeout 120 python3 -m pytest -q -m gpu tests/test_cuda.py -p no:cacheprovider --tb=short -k "flex or tiny_run"
+    ;;
+packing7b)
     echo "== shared-prompt train step on the Qwen2.5-7B shape"; date
     timeout 90 python3 scripts/micro.py --device cuda --model configs/models/qwen2.5-7b.json --only packing \
         --out "$OUT/micro-7b.json"
     ;;
-*) echo "unknown phase $phase (probe | ablation)"; exit 2 ;;
+*) echo "unknown phase $phase (probe | ablation | packing7b)"; exit 2 ;;
 esac
 date

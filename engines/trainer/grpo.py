@@ -55,7 +55,7 @@ def _sum_with_kl(pg: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor | 
                  kl_coef: float, kl_type: str) -> tuple[torch.Tensor, dict]:
     """Per-token policy loss pg [B, R] + kl_coef * KL(pi || ref), summed over valid tokens."""
     loss = pg
-    kl_sum = torch.zeros(())
+    kl_sum = torch.zeros((), device=logp.device)
     if ref_logp is not None and kl_coef > 0:
         kl = kl_penalty(logp, ref_logp, kl_type)
         loss = loss + kl_coef * kl
@@ -108,7 +108,8 @@ class PPOLoss:
 
     def __call__(self, logp, old, ref, mb, mask, version: int) -> tuple[torch.Tensor, dict]:
         t = self.t
-        return token_sum_loss(logp, old, ref, mb.advantages, mask, t.clip_ratio, t.kl_coef, t.kl_type)
+        adv = mb.advantages.to(logp.device)  # rewards and advantages are computed on the CPU
+        return token_sum_loss(logp, old, ref, adv, mask, t.clip_ratio, t.kl_coef, t.kl_type)
 
 
 class DecoupledPPOLoss:
@@ -133,7 +134,8 @@ class DecoupledPPOLoss:
             prox = old
         else:
             prox = loglinear_prox_logp(behav, logp, mb.behaviour_version, version)
-        pg, w, kept = decoupled_pg_loss(logp, prox, behav, mb.advantages[:, None], t.clip_ratio,
+        adv = mb.advantages.to(logp.device)[:, None]  # rewards and advantages are computed on the CPU
+        pg, w, kept = decoupled_pg_loss(logp, prox, behav, adv, t.clip_ratio,
                                         t.behav_imp_weight_cap)
         total, stats = _sum_with_kl(pg, logp, ref, mask, t.kl_coef, t.kl_type)
         stats["behav_imp_weight"] = (w * mask).sum().item()
@@ -147,9 +149,9 @@ def make_loss(cfg):
 
 
 def pad_logprobs(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """List of [R_i] tensors -> ([B, R_max] zero-padded, [B, R_max] float mask)."""
+    """List of [R_i] tensors -> ([B, R_max] zero-padded, [B, R_max] float mask on the rows' device)."""
     width = max(r.numel() for r in rows)
-    mask = torch.zeros(len(rows), width)
+    mask = torch.zeros(len(rows), width, device=rows[0].device)
     out = torch.stack([torch.nn.functional.pad(r, (0, width - r.numel())) for r in rows])
     for i, r in enumerate(rows):
         mask[i, : r.numel()] = 1.0
