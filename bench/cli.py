@@ -186,7 +186,7 @@ def config_cmd(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # Ctrl-C comes back from click as the return code 130, not raised
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
@@ -202,6 +202,10 @@ def main() -> None:
             e.show()
             sys.exit(2)
         raise
+    if code == 130:
+        print("interrupted: measured iterations are kept in the run folder", file=sys.stderr)
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,10 @@ class TrainConfig(Section):
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     clip_ratio: float = Field(0.2, gt=0, description="PPO clip epsilon.")
+    clip_ratio_c: float | None = Field(
+        3.0, gt=1, description="Dual-clip bound for negative advantages (VERL's clip_ratio_c): the per-token "
+        "loss of a token with A < 0 is at most -A * clip_ratio_c; null: plain PPO-clip. Sync and "
+        "periodic-async use it; bounded_async's decoupled loss has none (AReaL's default).")
     kl_coef: float = Field(0.001, ge=0, description="KL-to-reference coefficient (low_var_kl, VERL's k3).")
     kl_type: Literal["low_var_kl", "kl", "mse"] = Field("low_var_kl", description="KL estimator.")
     adv_eps: float = Field(1e-6, gt=0, description="Epsilon in the group std normalisation.")

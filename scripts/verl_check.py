@@ -76,10 +76,49 @@ def check_parquet(path: str) -> list[dict]:
     return rows
 
 
+def loss_cases() -> dict:
+    """VERL's default policy loss and GRPO advantages on seeded inputs (inputs kept in the output)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from verl.trainer.ppo import core_algos
+
+    g = torch.Generator().manual_seed(0)
+    B, R = 6, 5
+    old = -torch.rand(B, R, generator=g) * 3
+    new = old + torch.randn(B, R, generator=g) * 1.5  # ratios far outside [0.8, 1.2], some above 3
+    adv_seq = torch.randn(B, generator=g)
+    lengths = [5, 3, 1, 5, 4, 2]
+    mask = torch.tensor([[1.0] * n + [0.0] * (R - n) for n in lengths])
+    adv = adv_seq[:, None].expand(B, R).contiguous()
+    cfg = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
+                            "clip_ratio_c": 3.0, "global_batch_info": {}})
+    batch, metrics = core_algos.compute_policy_loss_vanilla(old, new, adv, mask, "token-mean", cfg)
+    per_token = torch.zeros(B, R)
+    for i in range(B):
+        for t in range(lengths[i]):
+            one = torch.zeros(B, R)
+            one[i, t] = 1.0
+            per_token[i, t] = core_algos.compute_policy_loss_vanilla(old, new, adv, one, "token-mean", cfg)[0]
+    rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]  # groups: [0] alone, [1..3], [4..7]
+    uid = ["a", "b", "b", "b", "c", "c", "c", "c"]
+    scores = torch.zeros(len(rewards), 3)
+    scores[:, -1] = torch.tensor(rewards)
+    grpo_adv, _ = core_algos.compute_grpo_outcome_advantage(scores, torch.ones(len(rewards), 3),
+                                                            __import__("numpy").array(uid, dtype=object))
+    return {"verl_version": verl.__version__, "clip_ratio": 0.2, "clip_ratio_c": 3.0,
+            "old": old.tolist(), "new": new.tolist(), "adv": adv_seq.tolist(), "lengths": lengths,
+            "pg_loss_token_mean": batch.item(), "pg_loss_per_token": per_token.tolist(),
+            "pg_clipfrac_lower": metrics["actor/pg_clipfrac_lower"],
+            "rewards": rewards, "uid": uid, "grpo_advantages": grpo_adv[:, 0].tolist()}
+
+
 def main() -> None:
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "command":
         print(json.dumps(check_command(json.load(sys.stdin))))
+    elif what == "loss":
+        print(json.dumps(loss_cases(), indent=1))
     elif what == "parquet" and len(sys.argv) > 2:
         print(json.dumps(check_parquet(sys.argv[2]), default=str))
     else:

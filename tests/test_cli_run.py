@@ -100,3 +100,29 @@ def test_malformed_data_line_exit_2(tmp_path):
                    "--no-progress", "--set", "data.source=gsm8k", "--set", f"data.path={data}")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"{data}:2" in proc.stderr
+
+
+def test_ctrl_c_exits_130_and_keeps_iterations(tmp_path):
+    """SIGINT to the process group, as a terminal's Ctrl-C sends it: exit 130, the cell's measured
+    iterations kept with status interrupted, the report still written."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out",
+                             str(tmp_path), "--no-progress", "--ablation", "none", "--set", "run.iterations=100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        its = list(tmp_path.glob("*/sync/" + schema.ITERATIONS))
+        if its and len(its[0].read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted" in err
+    (run_dir,) = list(tmp_path.iterdir())
+    res = schema.load_cell(run_dir / "sync")
+    assert res["status"] == "interrupted" and len(res["iterations"]) >= 2
+    assert (run_dir / "report.html").is_file()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import types
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,7 @@ def test_command_maps_config_to_verl_keys(tmp_path):
               "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.actor.optim.lr": "1e-06",
               "actor_rollout_ref.actor.use_kl_loss": "true", "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
               "actor_rollout_ref.actor.kl_loss_coef": "0.002", "actor_rollout_ref.actor.clip_ratio": "0.25",
+              "actor_rollout_ref.actor.clip_ratio_c": "3.0",
               "actor_rollout_ref.rollout.temperature": "0.9", "actor_rollout_ref.rollout.top_p": "0.95",
               "trainer.n_gpus_per_node": "8", "trainer.nnodes": "2", "trainer.total_training_steps": "10",
               "trainer.test_freq": "5", "trainer.val_before_train": "true",
@@ -244,3 +246,38 @@ def test_live_launch_streams_parses_and_saves(tmp_path):
     check_against_fixture(res, tmp_path / "verl_metrics.jsonl", META["n_gpus"])
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "complete"
     assert "Creating file logger" in (tmp_path / "verl.log").read_text()
+
+
+def test_policy_loss_and_advantages_match_verl():
+    """rlbench's default PPO loss == VERL 0.9.1's compute_policy_loss_vanilla (dual clip, clip_ratio_c=3),
+    per token and as the batch's token mean; group advantages == compute_grpo_outcome_advantage, a group
+    of one included. The numbers are VERL's own outputs (scripts/verl_check.py loss)."""
+    import torch
+
+    from rlbench.config import TrainConfig
+    from rlbench.engines.trainer import grpo
+
+    case = json.loads((FIX / "verl_loss_cases.json").read_text())
+    t = TrainConfig(clip_ratio=case["clip_ratio"], kl_coef=0.0)
+    assert t.clip_ratio_c == case["clip_ratio_c"]  # the default is VERL's
+    old, new = torch.tensor(case["old"]), torch.tensor(case["new"])
+    mask = torch.tensor([[1.0] * n + [0.0] * (old.shape[1] - n) for n in case["lengths"]])
+    mb = types.SimpleNamespace(advantages=torch.tensor(case["adv"]))
+    total, _ = grpo.PPOLoss(t)(new, old, None, mb, mask, 0)
+    assert total.item() / mask.sum().item() == pytest.approx(case["pg_loss_token_mean"], rel=1e-6)
+    per_token = grpo.ppo_clip_loss(new, old, mb.advantages[:, None], t.clip_ratio, t.clip_ratio_c) * mask
+    torch.testing.assert_close(per_token, torch.tensor(case["pg_loss_per_token"]), atol=1e-6, rtol=1e-6)
+    assert case["pg_clipfrac_lower"] > 0  # the cases reach the dual-clip bound
+    plain = grpo.ppo_clip_loss(new, old, mb.advantages[:, None], t.clip_ratio) * mask
+    assert not torch.allclose(plain, per_token)  # ... so a loss without it would fail above
+
+    rewards, uid = torch.tensor(case["rewards"]), case["uid"]
+    ours = torch.cat([grpo.group_advantages(rewards[[i for i, u in enumerate(uid) if u == g]], t.adv_eps)
+                      for g in dict.fromkeys(uid)])
+    torch.testing.assert_close(ours, torch.tensor(case["grpo_advantages"]), atol=1e-6, rtol=1e-6)
+
+
+@live
+def test_live_verl_loss_cases_equal_fixture():
+    fresh = json.loads(run_verl_py("scripts/verl_check.py", "loss"))
+    assert fresh == json.loads((FIX / "verl_loss_cases.json").read_text())

@@ -113,7 +113,10 @@ def verl_overrides(cfg, train_parquet, val_parquet, log_path, n_gpus: int, nnode
         f"{actor}.ppo_mini_batch_size": t.prompts_per_iteration // t.ppo_mini_batches,
         f"{actor}.ppo_micro_batch_size_per_gpu": t.micro_batch_size,
         f"{actor}.use_kl_loss": True, f"{actor}.kl_loss_coef": t.kl_coef, f"{actor}.kl_loss_type": t.kl_type,
-        f"{actor}.clip_ratio": t.clip_ratio, f"{actor}.entropy_coeff": 0, f"{actor}.loss_agg_mode": "token-mean",
+        f"{actor}.clip_ratio": t.clip_ratio,
+        # null = no dual clip; VERL always applies one, and a bound above exp(20) (its ratio clamp) never binds
+        f"{actor}.clip_ratio_c": t.clip_ratio_c if t.clip_ratio_c is not None else 1e9,
+        f"{actor}.entropy_coeff": 0, f"{actor}.loss_agg_mode": "token-mean",
         f"{rollout}.name": "vllm", f"{rollout}.n": r.group_size, f"{rollout}.temperature": r.temperature,
         f"{rollout}.top_p": r.top_p, f"{rollout}.seed": run.seed,
         f"{rollout}.tensor_model_parallel_size": rollout_tp,

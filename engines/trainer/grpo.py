@@ -13,10 +13,11 @@ import torch
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """[G] rewards of one group -> [G] advantages (r - mean) / (std + eps).
 
-    Like VERL's compute_grpo_outcome_advantage: unbiased std; a group of one has mean 0, std 1.
+    Like VERL's compute_grpo_outcome_advantage: unbiased std; a group of one has mean 0, std 1, so its
+    advantage is r / (1 + eps).
     """
     if rewards.numel() == 1:
-        return rewards.clone()
+        return rewards / (1.0 + eps)
     return (rewards - rewards.mean()) / (rewards.std() + eps)
 
 
@@ -33,21 +34,30 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_
     raise ValueError(f"unknown kl type {kind!r}")
 
 
-def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
-    """Per-token clipped surrogate -min(r*A, clip(r)*A) with r = exp(logp - old_logp). Shapes broadcast."""
-    ratio = torch.exp(logp - old_logp)
-    return torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
+def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float,
+                  clip_c: float | None = None) -> torch.Tensor:
+    """Per-token dual-clip PPO loss, as VERL's compute_policy_loss_vanilla. Shapes broadcast.
+
+    r = exp(clamp(logp - old_logp, -20, 20)); l = max(-A r, -A clip(r, 1 - clip, 1 + clip)); for A < 0 the
+    loss is further bounded by -A clip_c (dual clip: a huge ratio on a bad token cannot dominate the step).
+    clip_c None: plain PPO-clip (the decoupled loss uses it so, as AReaL's default c_clip=None).
+    """
+    ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))
+    loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
+    if clip_c is None:
+        return loss
+    return torch.where(adv < 0, torch.minimum(loss, -adv * clip_c), loss)
 
 
 def token_sum_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
                    adv: torch.Tensor, mask: torch.Tensor, clip: float, kl_coef: float,
-                   kl_type: str = "low_var_kl") -> tuple[torch.Tensor, dict]:
+                   kl_type: str = "low_var_kl", clip_c: float | None = None) -> tuple[torch.Tensor, dict]:
     """Sum over valid tokens of pg_loss + kl_coef * kl.
 
     logp/old_logp/ref_logp/mask: [B, R]; adv: [B] (one outcome advantage per sequence).
     Returns (loss_sum, stats with sums for logging).
     """
-    pg = ppo_clip_loss(logp, old_logp, adv[:, None], clip)
+    pg = ppo_clip_loss(logp, old_logp, adv[:, None], clip, clip_c)
     return _sum_with_kl(pg, logp, ref_logp, mask, kl_coef, kl_type)
 
 
@@ -109,7 +119,7 @@ class PPOLoss:
     def __call__(self, logp, old, ref, mb, mask, version: int) -> tuple[torch.Tensor, dict]:
         t = self.t
         adv = mb.advantages.to(logp.device)  # rewards and advantages are computed on the CPU
-        return token_sum_loss(logp, old, ref, adv, mask, t.clip_ratio, t.kl_coef, t.kl_type)
+        return token_sum_loss(logp, old, ref, adv, mask, t.clip_ratio, t.kl_coef, t.kl_type, t.clip_ratio_c)
 
 
 class DecoupledPPOLoss:
