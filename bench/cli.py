@@ -84,7 +84,9 @@ def _run_external(engine: str, cfg, out: Path, report: bool) -> None:
 def _preflight(cfg) -> None:
     """Reject bad data and missing files before any cell starts (exit code 2, no run folder)."""
     from rlbench.engines.data.source import load_dataset
+    from rlbench.engines.factory import check_supported
 
+    check_supported(cfg)
     load_dataset(cfg.data, cfg.run.seed)
     if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
         raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")

@@ -89,7 +89,8 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
         staleness_max=max(stale, default=0), staleness_mean=statistics.fmean(stale) if stale else 0.0,
         loss=train_stats.get("loss", 0.0), grad_norm=train_stats.get("grad_norm", 0.0),
         kl=train_stats.get("kl", 0.0), stage_s=dict(stage_s),
-        idle_frac=idle_fractions(events, start, end), rollout_occupancy=occupancy, warmup=warmup)
+        idle_frac=idle_fractions(events, start, end), rollout_occupancy=occupancy, warmup=warmup,
+        behav_imp_weight=train_stats.get("behav_imp_weight_mean"), behav_capped=train_stats.get("behav_capped_mean"))
 
 
 def _spread(values: list[float]) -> dict:

@@ -58,6 +58,9 @@ class IterationRecord:
     rollout_occupancy: float | None = None  # mean in-flight sequences / max_num_seqs
     warmup: bool = False
     eval_accuracy: float | None = None  # pass@1 measured after this iteration, if any
+    # bounded_async's decoupled loss, all-reduced over trainer ranks (None for the on-policy schedules):
+    behav_imp_weight: float | None = None  # token mean of pi_prox / pi_behav after the cap
+    behav_capped: float | None = None  # share of tokens masked out by train.behav_imp_weight_cap
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

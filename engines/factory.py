@@ -9,6 +9,17 @@ from rlbench.engines.rollout.worker import backend_spec
 from rlbench.engines.schedules.common import IterationInput
 
 
+def check_supported(cfg) -> None:
+    """Config keys the built-in engines do not implement are refused, never ignored (exit 2)."""
+    from rlbench.errors import UserError
+
+    if cfg.train.ppo_mini_batches != 1:
+        raise UserError(
+            f"train.ppo_mini_batches={cfg.train.ppo_mini_batches}: rlbench's built-in engines take one optimizer "
+            "step per iteration on the whole batch (the paper's periodic asynchrony needs it, and sync is "
+            "compared on the same update); allowed: 1. --engine verl and --engine mindspeed-rl honour it.")
+
+
 def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placement=None):
     """-> (schedule, eval_sampler). The schedule's trainer owns the training weights.
 
@@ -20,6 +31,7 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
     from rlbench.engines.rollout.worker import BUILTIN, build_backend
     from rlbench.stages import Recorder, Role
 
+    check_supported(cfg)
     e = cfg.engine
     policy = policy.to(device)
     in_process = placement is None or e.schedule == "sync" and e.sync_layout == "single_process"

@@ -255,4 +255,9 @@ def test_staleness_ablation_through_cli(tmp_path):
         ran_ahead += max(stale) > 0
         stages = {json.loads(line)["stage"] for line in (folder / "events.jsonl").read_text().splitlines()}
         assert ("old_logprob" in stages) == (sw["prox_logp"] != "loglinear"), cell["name"]
+        its = [json.loads(line) for line in (folder / "iterations.jsonl").read_text().splitlines()]
+        if sw["schedule"] == "bounded_async":  # the decoupled loss' diagnostics, reduced over the ranks
+            assert all(it["behav_imp_weight"] > 0 and 0 <= it["behav_capped"] <= 1 for it in its), cell["name"]
+        else:
+            assert all(it["behav_imp_weight"] is None and it["behav_capped"] is None for it in its)
     assert ran_ahead  # some bounded cell trained on samples of older weights

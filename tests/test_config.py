@@ -4,6 +4,8 @@ import sys
 
 import pytest
 
+from conftest import TINY
+
 from rlbench.config import CONFIG_DIR, load_config, parse_overrides
 from rlbench.errors import UserError
 
@@ -56,3 +58,13 @@ def test_missing_config_file(tmp_path):
 def test_bad_set_syntax():
     with pytest.raises(UserError, match="key=value"):
         parse_overrides(["train.lr"])
+
+
+def test_ppo_mini_batches_refused_by_builtin_sync_not_ignored(tmp_path):
+    """sync used to ignore train.ppo_mini_batches; the built-in engines now refuse it before any cell runs."""
+    out = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "none",
+                          "--set", "train.ppo_mini_batches=2", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "train.ppo_mini_batches=2" in out.stderr and "allowed: 1" in out.stderr
+    assert not any(tmp_path.iterdir())

@@ -55,7 +55,8 @@ def test_prefill_and_incremental_logits_match_hf(arch, heads, kv_heads):
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_batched_logprobs_match_hf(arch):
     """Many prompts of different lengths in flight, slots refilled and compacted: every behaviour
-    log-prob equals HF's log_softmax(logits / T) at that position (before top-p)."""
+    log-prob is that of the distribution sampled: HF's softmax(logits / T) at that position renormalised
+    over the top-p nucleus (vLLM's processed log-probs)."""
     model = tiny(arch)
     sampler = BuiltinSampler(model, eos_token_id=5, max_num_seqs=5)
     sp = SamplingParams(n=3, temperature=0.7, top_p=0.9, max_new_tokens=12, seed=4)
@@ -66,9 +67,12 @@ def test_batched_logprobs_match_hf(arch):
             with torch.no_grad():
                 logp = torch.log_softmax(model(ids).logits[0].double() / 0.7, -1)
             P = len(g.prompt_ids)
-            want = logp[P - 1:-1].gather(1, torch.tensor(resp)[:, None])[:, 0]
-            torch.testing.assert_close(torch.tensor(lps, dtype=torch.float64), want, atol=1e-4, rtol=0)
             probs = logp[P - 1:-1].exp()
+            vals = probs.sort(-1, descending=True).values
+            nucleus = (vals * ((vals.cumsum(-1) - vals) < 0.9)).sum(-1)  # [R] mass of the nucleus
+            assert (nucleus < 1 - 1e-3).any()  # the cut removes mass, so the renormalisation is tested
+            want = logp[P - 1:-1].gather(1, torch.tensor(resp)[:, None])[:, 0] - nucleus.log()
+            torch.testing.assert_close(torch.tensor(lps, dtype=torch.float64), want, atol=1e-4, rtol=0)
             mass_before = (probs * (probs > probs.gather(1, torch.tensor(resp)[:, None]))).sum(-1)
             assert (mass_before < 0.9 + 1e-9).all()  # every token lies inside the top-p nucleus
 
@@ -198,9 +202,11 @@ def test_top_p_candidates_equal_full_sort():
     nucleus = ((cum - vals) < top_p * p.sum(-1, keepdim=True)).sum(-1)
     assert nucleus[:4].max() < 256 < nucleus[4:8].min() and nucleus[4:8].max() < 4096 < nucleus[8:].min()
 
-    assert torch.equal(_top_p_sample(p, p.sum(-1), u, top_p), want)
+    tok, mass = _top_p_sample(p, p.sum(-1), u, top_p)
+    assert torch.equal(tok, want)
+    torch.testing.assert_close(mass, kept.sum(-1), rtol=1e-12, atol=0)  # the nucleus' mass, for the log-prob
     for i in (0, 5, 11):
-        assert _top_p_sample(p[i:i + 1], p[i:i + 1].sum(-1), u[i:i + 1], top_p).item() == want[i]
+        assert _top_p_sample(p[i:i + 1], p[i:i + 1].sum(-1), u[i:i + 1], top_p)[0].item() == want[i]
 
 
 def test_max_len():

@@ -64,7 +64,8 @@ _NUCLEUS_CANDIDATES = (256, 4096)  # top-k sizes tried before a full sort of the
 
 
 def _top_p_sample(p, total, u, top_p: float):
-    """p [k, V] unnormalised probabilities, total [k] = p.sum(-1), u [k] -> tokens [k] inside the nucleus.
+    """p [k, V] unnormalised probabilities, total [k] = p.sum(-1), u [k] -> (tokens [k] inside the nucleus,
+    nucleus mass [k] in p's units): the token was drawn with probability p[token] / mass.
 
     The nucleus: tokens in descending probability while the mass before them is < top_p. It is looked
     for among the top 256, then 4096 tokens; only rows whose nucleus is larger pay for a full stable sort
@@ -74,14 +75,17 @@ def _top_p_sample(p, total, u, top_p: float):
     V = p.shape[1]
     limit = top_p * total  # [k]
     tok, todo = torch.empty_like(u, dtype=torch.long), torch.arange(len(u), device=p.device)
+    mass = torch.empty_like(total)
     for k in [c for c in _NUCLEUS_CANDIDATES if c < V] + [V]:
         rows = p if len(todo) == len(u) else p[todo]
         vals, idx = rows.topk(k, -1) if k < V else rows.sort(dim=-1, descending=True, stable=True)
         cum = vals.cumsum(-1)  # [r, k]
         ok = cum[:, -1] >= limit[todo] if k < V else torch.ones_like(todo, dtype=torch.bool)  # nucleus within k
-        pick = _inverse_cdf(vals * ((cum - vals) < limit[todo, None]), u[todo])
+        kept = vals * ((cum - vals) < limit[todo, None])
+        pick = _inverse_cdf(kept, u[todo])
         tok[todo[ok]] = idx.gather(1, pick[:, None])[ok, 0]
+        mass[todo[ok]] = kept.sum(-1)[ok]
         todo = todo[~ok]
         if len(todo) == 0:
             break
-    return tok
+    return tok, mass
