@@ -32,9 +32,13 @@ class FakeTrainer:
 
     def __init__(self, rng: random.Random, max_delay_s: float):
         self.rng, self.max_delay_s, self.version = rng, max_delay_s, 0
+        self.wait_until = None  # a condition each iteration waits for before training (no fixed sleeps)
 
     def begin(self):
         self.iteration_rewards = {}
+        deadline = time.monotonic() + 30
+        while self.wait_until is not None and not self.wait_until() and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     train = Trainer.train  # the real pipeline (train_phases) over the fake parts below
     finish = Trainer.finish
@@ -98,10 +102,14 @@ def _input(m: int, prompts: int) -> IterationInput:
 
 
 def _run(k: int, iterations: int, prompts: int, rollout_s: float, train_s: float, seed: int = 0,
-         order: str = "arrival", fail_at: int | None = None):
-    """-> (outputs, pool) of a bounded_async run over the fakes."""
+         order: str = "arrival", fail_at: int | None = None, rollout_ahead: bool = False):
+    """-> (outputs, pool) of a bounded_async run over the fakes. rollout_ahead: every iteration starts
+    training only once the producer has dispatched every batch the bound admits (rollout infinitely
+    fast next to training, without relying on sleeps)."""
     trainer = FakeTrainer(random.Random(seed), train_s)
     pool = FakePool(trainer, random.Random(seed + 1), rollout_s, fail_at)
+    if rollout_ahead:
+        trainer.wait_until = lambda: len(pool.dispatched) >= min(trainer.version + k + 1, iterations)
     sched = BoundedAsyncSchedule(trainer, pool, Recorder("trainer", now()), lambda m: _input(m, prompts),
                                  iterations, k, order, timeout_s=10)
     outs = []
@@ -140,7 +148,7 @@ def test_staleness_bound_never_exceeded(k, iterations, prompts, rollout_s, train
 def test_fast_rollout_runs_exactly_k_ahead(k):
     """Instant rollout, slow training: the producer fills the bound, so iteration m trains on samples
     min(m, k) versions old (k = 0: strictly on-policy)."""
-    outs, _ = _run(k, iterations=5, prompts=3, rollout_s=0.0, train_s=0.06)
+    outs, _ = _run(k, iterations=5, prompts=3, rollout_s=0.0, train_s=0.0, rollout_ahead=True)
     for m, out in enumerate(outs):
         assert set(_staleness(out)) == {min(m, k)}, (m, _staleness(out))
 
@@ -158,11 +166,12 @@ def test_close_while_producer_waits_at_the_gate():
     deadline = time.monotonic() + 5
     while len(pool.dispatched) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.05)
     assert [m for m, _ in pool.dispatched] == [0, 1, 2]  # batch 3 waits for version 2 = 3 - k
+    assert sched._producer.is_alive()  # ... blocked at the gate when close() comes
     t = time.monotonic()
     sched.close()
     assert time.monotonic() - t < 2 and not sched._producer.is_alive()
+    assert [m for m, _ in pool.dispatched] == [0, 1, 2]  # batch 3 never went out
 
 
 @given(k=st.integers(0, 4), batch=st.integers(1, 8), ops=st.lists(st.booleans(), max_size=40))

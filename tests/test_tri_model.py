@@ -26,7 +26,13 @@ def test_tri_model_equals_three_passes(shared_prompt):
         mb.old = three.old_logprobs(policy, mb)
         mb.ref = three.ref_logprobs(ref, mb)
     logp3, old3, ref3 = three.update_logprobs(policy, ref, mb)
+    calls = {"policy": 0, "ref": 0}
+    hooks = [m.register_forward_hook(lambda *_, k=k: calls.__setitem__(k, calls[k] + 1))
+             for k, m in (("policy", policy.get_input_embeddings()), ("ref", ref.get_input_embeddings()))]
     logp1, old1, ref1 = TriModel(fn, temperature=0.8).update_logprobs(policy, ref, copy.copy(mb))
+    for h in hooks:
+        h.remove()
+    assert calls == {"policy": 1, "ref": 1}  # one policy forward serves pi_theta and pi_old
     for a, b in zip(logp1, logp3):
         assert a.requires_grad and torch.equal(a, b)
     for a, b in zip(old1, old3):
