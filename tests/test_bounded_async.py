@@ -98,7 +98,7 @@ class FakePool:
 
 def _input(m: int, prompts: int) -> IterationInput:
     requests = [PromptRequest(i, [3, 4, 5 + i]) for i in range(prompts)]
-    return IterationInput(m, requests, {i: "0" for i in range(prompts)}, SamplingParams(n=G, iteration=m))
+    return IterationInput(m, requests, {i: "0" for i in range(prompts)}, SamplingParams(n=G, max_new_tokens=4, iteration=m))
 
 
 def _run(k: int, iterations: int, prompts: int, rollout_s: float, train_s: float, seed: int = 0,
@@ -161,7 +161,8 @@ def test_worker_failure_reaches_the_trainer():
 def test_close_while_producer_waits_at_the_gate():
     trainer = FakeTrainer(random.Random(0), 0.0)
     pool = FakePool(trainer, random.Random(1), 0.0)
-    sched = BoundedAsyncSchedule(trainer, pool, Recorder("trainer", now()), lambda m: _input(m, 2), 10, 1)
+    sched = BoundedAsyncSchedule(trainer, pool, Recorder("trainer", now()), lambda m: _input(m, 2), 10, 1,
+                                 "arrival", timeout_s=10)
     sched.run_iteration(_input(0, 2))  # batches 1 (and then 2, once version 1 exists) run ahead
     deadline = time.monotonic() + 5
     while len(pool.dispatched) < 3 and time.monotonic() < deadline:
@@ -191,7 +192,7 @@ def test_version_must_match_the_first_iteration():
     trainer = FakeTrainer(random.Random(0), 0.0)
     trainer.version = 3
     sched = BoundedAsyncSchedule(trainer, FakePool(trainer, random.Random(1), 0.0), Recorder("trainer", now()),
-                                 lambda m: _input(m, 1), 2, 1)
+                                 lambda m: _input(m, 1), 2, 1, "arrival", timeout_s=10)
     with pytest.raises(ValueError, match="version"):
         sched.run_iteration(_input(0, 1))
     sched.close()

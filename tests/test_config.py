@@ -68,3 +68,24 @@ def test_ppo_mini_batches_refused_by_builtin_sync_not_ignored(tmp_path):
     assert out.returncode == 2, out.stderr
     assert "train.ppo_mini_batches=2" in out.stderr and "allowed: 1" in out.stderr
     assert not any(tmp_path.iterdir())
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def test_shipped_configs_hold_only_keys_that_differ_from_the_defaults():
+    """Defaults live in bench/config.py alone: a YAML value equal to the default is a second copy that
+    silently stops meaning anything when the default changes (write it as a comment instead)."""
+    import yaml
+
+    from rlbench.config import RunConfig
+
+    defaults = _leaves(RunConfig().model_dump(mode="json"))
+    for f in sorted(CONFIG_DIR.glob("*.yaml")):
+        raw = _leaves(yaml.safe_load(f.read_text()) or {})
+        same = [k for k, v in raw.items() if k in defaults and defaults[k] == (list(v) if isinstance(v, tuple) else v)]
+        assert not same, f"{f.name}: {same} equal the defaults"

@@ -67,7 +67,7 @@ def test_lognormal_deterministic_per_seed_and_batch_invariant():
 
 
 def test_lognormal_mean_and_long_tail():
-    sp = LengthSampling(max_new_tokens=100_000, response_length="lognormal", response_length_mean=200,
+    sp = LengthSampling(n=1, max_new_tokens=100_000, response_length="lognormal", response_length_mean=200,
                         response_length_sigma=1.0)
     xs = [target_length(sp, i, j) for i in range(500) for j in range(8)]  # 4000 samples
     mean = statistics.fmean(xs)
@@ -78,19 +78,19 @@ def test_lognormal_mean_and_long_tail():
 
 
 def test_lengths_clipped_to_max_new_tokens():
-    sp = LengthSampling(max_new_tokens=50, response_length="lognormal", response_length_mean=45,
+    sp = LengthSampling(n=1, max_new_tokens=50, response_length="lognormal", response_length_mean=45,
                         response_length_sigma=1.5)
     xs = [target_length(sp, i, 0) for i in range(2000)]
     assert min(xs) >= 1 and max(xs) == 50
-    assert target_length(LengthSampling(max_new_tokens=8, response_length="fixed", response_length_mean=0.2), 0, 0) == 1
-    assert target_length(LengthSampling(max_new_tokens=8, response_length="fixed", response_length_mean=80), 0, 0) == 8
+    assert target_length(LengthSampling(n=1, max_new_tokens=8, response_length="fixed", response_length_mean=0.2), 0, 0) == 1
+    assert target_length(LengthSampling(n=1, max_new_tokens=8, response_length="fixed", response_length_mean=80), 0, 0) == 8
 
 
 def test_sigma_zero_is_the_mean():
-    sp = LengthSampling(max_new_tokens=500, response_length="lognormal", response_length_mean=37,
+    sp = LengthSampling(n=1, max_new_tokens=500, response_length="lognormal", response_length_mean=37,
                         response_length_sigma=0.0)
     assert {target_length(sp, i, j) for i in range(10) for j in range(3)} == {37}
-    assert math.isclose(LengthSampling().response_length_sigma, load_config(TINY).rollout.response_length_sigma)
+    assert math.isclose(LengthSampling(n=1, max_new_tokens=1).response_length_sigma, load_config(TINY).rollout.response_length_sigma)
 
 
 def test_config_reaches_the_iteration_sampling():

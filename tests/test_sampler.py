@@ -98,7 +98,7 @@ def test_groups_stream_in_completion_order():
     """Request 1 hits EOS before request 0 does: its group is emitted first, while 0 is still running."""
     model = tiny()
     reqs = prompts(2, seed=5)
-    probe = by_index(BuiltinSampler(model, NO_EOS).generate(reqs, SamplingParams(n=1, greedy=True, max_new_tokens=20)))
+    probe = by_index(BuiltinSampler(model, NO_EOS, 8).generate(reqs, SamplingParams(n=1, greedy=True, max_new_tokens=20)))
     first = {}  # token -> first position in each greedy response
     for i in (0, 1):
         for t, tok in enumerate(probe[i].responses[0]):
@@ -139,13 +139,13 @@ def test_greedy_equals_hf_generate(arch):
     with torch.no_grad():
         hf = model.generate(torch.tensor([req.prompt_ids]), do_sample=False, max_new_tokens=24,
                             eos_token_id=NO_EOS, pad_token_id=0)[0, len(req.prompt_ids):].tolist()
-    g = BuiltinSampler(model, NO_EOS).generate([req], SamplingParams(n=1, greedy=True, max_new_tokens=24))[0]
+    g = BuiltinSampler(model, NO_EOS, 8).generate([req], SamplingParams(n=1, greedy=True, max_new_tokens=24))[0]
     assert g.responses[0] == hf and g.finished == [False]
 
 
 def test_load_weights_changes_outputs_and_version():
     model, other = tiny(seed=0), tiny(seed=1)
-    sampler = BuiltinSampler(tiny(seed=0), NO_EOS)
+    sampler = BuiltinSampler(tiny(seed=0), NO_EOS, 8)
     reqs, sp = prompts(3), SamplingParams(n=1, greedy=True, max_new_tokens=10)
     before = by_index(sampler.generate(reqs, sp))
     assert all(g.version == 0 for g in before.values())
@@ -176,7 +176,7 @@ def test_seeding():
 
 
 def test_tiny_top_p_is_greedy_and_low_temperature_too():
-    sampler = BuiltinSampler(tiny(), NO_EOS)
+    sampler = BuiltinSampler(tiny(), NO_EOS, 8)
     reqs = prompts(4)
     greedy = by_index(sampler.generate(reqs, SamplingParams(n=1, greedy=True, max_new_tokens=12)))
     for kw in (dict(top_p=1e-6), dict(temperature=1e-3)):
@@ -210,8 +210,8 @@ def test_top_p_candidates_equal_full_sort():
 
 
 def test_max_len():
-    sampler = BuiltinSampler(tiny(), NO_EOS, max_len=16)
+    sampler = BuiltinSampler(tiny(), NO_EOS, 8, max_len=16)
     g = sampler.generate([PromptRequest(0, list(range(10)))], SamplingParams(n=2, max_new_tokens=20))[0]
     assert [len(r) for r in g.responses] == [6, 6] and g.finished == [False, False]  # prompt + response <= 16
     with pytest.raises(ValueError, match="16 tokens.*max_len=16"):
-        sampler.generate([PromptRequest(0, list(range(16)))], SamplingParams())
+        sampler.generate([PromptRequest(0, list(range(16)))], SamplingParams(n=1, max_new_tokens=4))

@@ -7,10 +7,13 @@ from typing import Callable, Protocol
 
 @dataclass
 class SamplingParams:
-    n: int = 4  # G: samples per prompt
+    """How one batch is sampled. n and max_new_tokens come from the config (rollout.group_size,
+    rollout.max_new_tokens), never from a default here; temperature 1 and top_p 1 are the identity."""
+
+    n: int  # G: samples per prompt
+    max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 96
     seed: int = 0
     iteration: int = 0
     greedy: bool = False  # eval: argmax, n must be 1

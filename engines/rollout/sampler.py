@@ -77,7 +77,7 @@ class StepCosts:
 class BuiltinSampler:
     """`RolloutBackend` over an HF causal LM the sampler owns (the caller passes its own copy)."""
 
-    def __init__(self, model, eos_token_id: int, max_num_seqs: int = 32, device=None, max_len: int | None = None):
+    def __init__(self, model, eos_token_id: int, max_num_seqs: int, device=None, max_len: int | None = None):
         cfg = model.config
         if "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
             raise ValueError("BuiltinSampler does not implement sliding-window attention layers")

@@ -52,7 +52,7 @@ class BoundedAsyncSchedule:
     name = "bounded_async"
 
     def __init__(self, trainer, pool, recorder, future_input, iterations: int, max_staleness: int,
-                 consume_order: str = "arrival", timeout_s: float = 300.0):
+                 consume_order: str, timeout_s: float):
         """future_input(m) -> IterationInput of iteration m (the producer reads ahead of the runner);
         iterations: the last batch dispatched is iterations - 1."""
         self.trainer, self.pool, self.rec = trainer, pool, recorder

@@ -19,7 +19,7 @@ from rlbench.stages import Stage
 class PeriodicAsyncSchedule:
     name = "periodic_async"
 
-    def __init__(self, trainer, pool, recorder, consume_order: str = "arrival", timeout_s: float = 300.0,
+    def __init__(self, trainer, pool, recorder, consume_order: str, timeout_s: float,
                  overlap: bool = True):
         """overlap=False is the barrier variant: the same processes and devices, but training starts only
         when the iteration's last group has arrived (what the device split gives without overlap)."""
