@@ -2,7 +2,8 @@
 groups stream out as they finish."""
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampler import BuiltinSampler
@@ -16,7 +17,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(arch: str = "qwen2", seed: int = 0, heads: int = 4, kv_heads: int = 2):
-    cfg_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}[arch]
+    cfg_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM),
+                          "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]  # qwen3: per-head q/k norm
     # initializer_range wider than the default 0.02: varied, input-dependent tokens instead of one repeated token
     cfg = cfg_cls(vocab_size=V, hidden_size=16 * heads, num_hidden_layers=2, num_attention_heads=heads,
                   num_key_value_heads=kv_heads, intermediate_size=128, max_position_embeddings=256,
@@ -41,7 +43,8 @@ def by_index(groups):
     return {g.prompt_index: g for g in groups}
 
 
-@pytest.mark.parametrize("arch,heads,kv_heads", [("qwen2", 4, 2), ("llama", 4, 2), ("llama", 6, 2), ("qwen2", 4, 4)])
+@pytest.mark.parametrize("arch,heads,kv_heads", [("qwen2", 4, 2), ("llama", 4, 2), ("llama", 6, 2), ("qwen2", 4, 4),
+                                                   ("qwen3", 4, 2)])
 def test_prefill_and_incremental_logits_match_hf(arch, heads, kv_heads):
     model = tiny(arch, heads=heads, kv_heads=kv_heads)  # GQA with 2 and 3 query heads per kv head, and MHA
     ids = torch.randint(0, V, (24,), generator=torch.Generator().manual_seed(3)).tolist()

@@ -30,8 +30,8 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, _inverse_cdf, _top_p_sample, sample_seed,
                                               target_length)
@@ -79,8 +79,7 @@ class BuiltinSampler:
 
     def __init__(self, model, eos_token_id: int, max_num_seqs: int, device=None, max_len: int | None = None):
         cfg = model.config
-        if "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
-            raise ValueError("BuiltinSampler does not implement sliding-window attention layers")
+        layers.check_supported(model)
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
         self.eos_token_id = int(eos_token_id)
@@ -113,21 +112,10 @@ class BuiltinSampler:
 
     # ---------------------------------------------------------------- model pieces
 
-    def _qkv(self, layer, x, cos, sin):
-        """x [B, T, hidden] -> q [B, H, T, D], k and v [B, Hkv, T, D], RoPE applied to q and k."""
-        B, T, _ = x.shape
-        a, h = layer.self_attn, layer.input_layernorm(x)
-        q = a.q_proj(h).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = a.k_proj(h).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
-        v = a.v_proj(h).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)  # cos, sin [B, T, D]
-        return q, k, v
-
     @staticmethod
-    def _finish_layer(layer, x, o):
-        """Residual + o_proj of the attention output o [B, T, H*D], then the MLP block; -> [B, T, hidden]."""
-        x = x + layer.self_attn.o_proj(o)
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+    def _qkv(layer, x, cos, sin):
+        """x [B, T, hidden] -> q [B, H, T, D], k and v [B, Hkv, T, D] (engines/model/layers.py)."""
+        return (t.transpose(1, 2) for t in layers.attention_inputs(layer, x, cos, sin))
 
     def _logits(self, x):
         """Final norm and lm_head; fp32 logits [..., V] (a half-precision head is upcast after the matmul)."""
@@ -173,7 +161,7 @@ class BuiltinSampler:
         for layer in self.layers:
             q, k, v = self._qkv(layer, x, cos, sin)
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
-            x = self._finish_layer(layer, x, o.transpose(1, 2).reshape(1, P, -1))  # o [1, H, P, D]
+            x = layers.finish(layer, x, o.transpose(1, 2).reshape(1, P, -1))  # o [1, H, P, D]
             kv.append((k[0], v[0]))
         return kv, self._logits(x[0] if all_logits else x[0, -1])
 
@@ -197,7 +185,7 @@ class BuiltinSampler:
             # per kv head (head h uses kv head h // rep, as in HF's repeat_kv).
             q = q.reshape(B, self.n_kv, rep, self.head_dim)  # [B, Hkv, rep, D]
             o = F.scaled_dot_product_attention(q, kc[:B, :, :L], vc[:B, :, :L], attn_mask=mask, scale=self.scale)
-            x = self._finish_layer(layer, x, o.reshape(B, 1, -1))  # o [B, Hkv, rep, D]
+            x = layers.finish(layer, x, o.reshape(B, 1, -1))  # o [B, Hkv, rep, D]
         return self._logits(x[:, 0])
 
     def debug_logits(self, ids: list[int], prefill_len: int) -> torch.Tensor:

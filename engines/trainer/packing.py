@@ -31,13 +31,14 @@ or without bias, GQA, optional q_norm/k_norm, RoPE, full attention).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+from rlbench.engines.model import layers
 
 
 def group_token_counts(P: int, lengths: list[int], padded: bool = True) -> tuple[int, int]:
@@ -168,32 +169,6 @@ def packed_logprobs_mask4d(model, prompt_ids: list[int], responses: list[list[in
 # ----------------------------------------------------------------- packed, shared prompt (option B)
 
 
-def _check_supported(model) -> None:
-    types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
-    if types != {"full_attention"}:
-        raise NotImplementedError(f"packed_logprobs supports full attention only, model has layers {sorted(types)}")
-    if not hasattr(model.model.layers[0].self_attn, "q_proj"):
-        raise NotImplementedError(f"packed_logprobs needs Llama-style q/k/v/o projections, got {type(model).__name__}")
-
-
-def _rope(attn, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """RoPE with the model's own function (same module as its attention class)."""
-    apply_rotary_pos_emb = importlib.import_module(type(attn).__module__).apply_rotary_pos_emb
-    return apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)  # cos [L, Dh] -> [L, 1, Dh]
-
-
-def _qkv(attn, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """x [L, D] -> q [L, H, Dh], k and v [L, Hkv, Dh], RoPE applied."""
-    L, Dh = x.shape[0], attn.head_dim
-    q = attn.q_proj(x).view(L, -1, Dh)  # [L, H, Dh]
-    k = attn.k_proj(x).view(L, -1, Dh)  # [L, Hkv, Dh]
-    v = attn.v_proj(x).view(L, -1, Dh)  # [L, Hkv, Dh]
-    if hasattr(attn, "q_norm"):  # Qwen3: per-head RMSNorm before RoPE
-        q, k = attn.q_norm(q), attn.k_norm(k)
-    q, k = _rope(attn, q, k, cos, sin)
-    return q, k, v
-
-
 def _sdpa(attn, q, k, v, **kw) -> torch.Tensor:
     dropout = attn.attention_dropout if attn.training else 0.0
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=attn.scaling,
@@ -256,12 +231,10 @@ def _flex_block_mask(layout: _Layout):
 
 
 def _decoder_layer(layer, h, cos, sin, attend) -> torch.Tensor:
-    """One pre-norm decoder layer on the packed stream h [L, D]; mirrors LlamaDecoderLayer.forward.
+    """One pre-norm decoder layer on the packed stream h [L, D] (engines/model/layers.py).
     attend(attn, q, k, v) -> [L, H*Dh] is the packed attention."""
-    attn = layer.self_attn
-    q, k, v = _qkv(attn, layer.input_layernorm(h), cos, sin)
-    h = h + attn.o_proj(attend(attn, q, k, v))
-    return h + layer.mlp(layer.post_attention_layernorm(h))
+    q, k, v = layers.attention_inputs(layer, h, cos, sin)  # q [L, H, Dh], k/v [L, Hkv, Dh]
+    return layers.finish(layer, h, attend(layer.self_attn, q, k, v))
 
 
 def _run_layer(layer, *args) -> torch.Tensor:
@@ -293,7 +266,7 @@ def packed_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     Cost per layer: linear layers on P + sum(R_i) tokens; attention P^2/2 for the
     prompt plus G*R_max*(P+R_max) for the responses.
     """
-    _check_supported(model)
+    layers.check_supported(model)
     layout = _layout(prompt_ids, responses, model.device)
     resp_mask = _response_mask(layout.P, layout.pad_index.shape[1], model.device)  # [R, P+R]
     return _packed(model, layout, temperature, partial(_shared_prompt_attention, layout=layout, resp_mask=resp_mask))
@@ -304,7 +277,7 @@ def packed_logprobs_flex(model, prompt_ids: list[int], responses: list[list[int]
     """Shared-prompt packed log-probs with FlexAttention and a block mask -> G tensors [R_i].
 
     The fastest exact layout on CUDA, where FlexAttention has a backward; on CPU it has none."""
-    _check_supported(model)
+    layers.check_supported(model)
     layout = _layout(prompt_ids, responses, model.device)
     block_mask = _flex_block_mask(layout)
     return _packed(model, layout, temperature, partial(_flex_attention, block_mask=block_mask))
