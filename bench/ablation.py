@@ -119,7 +119,7 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
     cells = cells_for(name, base)
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
               "reference": cells[0][0],
-              "cells": [{"name": c, "dir": folder_name(c), "switches": switches(cfg), "exit_code": None}
+              "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None}
                         for c, cfg in cells]}
     schema.atomic_write_json(run_dir / schema.ABLATION, record)
     # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
@@ -142,15 +142,3 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
         if proc.exitcode == 2:
             raise UserError(f"cell {cell} rejected its input (see the error above)")
     return record
-
-
-def switches(cfg: RunConfig) -> dict:
-    e = cfg.engine
-    bounded = e.schedule == "bounded_async"  # the on-policy schedules have staleness 0 and no pi_prox
-    out = {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt,
-           "max_staleness": e.max_staleness if bounded else 0, "prox_logp": cfg.train.prox_logp if bounded else None,
-           "overlap": e.overlap if e.schedule == "periodic_async" else None,
-           "sync_layout": e.sync_layout if e.schedule == "sync" else None}
-    if cfg.run.workload:
-        out["workload"] = cfg.run.workload
-    return out

@@ -232,6 +232,20 @@ class RunConfig(Section):
         """Sequences per iteration: prompts x G."""
         return self.train.prompts_per_iteration * self.rollout.group_size
 
+    def switches(self) -> dict:
+        """What an ablation varies, as results.json records it: the schedule, the two optimisations and
+        the schedule's own options (None where the schedule has no such option)."""
+        e = self.engine
+        bounded = e.schedule == "bounded_async"  # the on-policy schedules have staleness 0 and no pi_prox
+        out = {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt,
+               "max_staleness": e.max_staleness if bounded else 0,
+               "prox_logp": self.train.prox_logp if bounded else None,
+               "overlap": e.overlap if e.schedule == "periodic_async" else None,
+               "sync_layout": e.sync_layout if e.schedule == "sync" else None}
+        if self.run.workload:
+            out["workload"] = self.run.workload
+        return out
+
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "cpu-default.yaml"

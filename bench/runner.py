@@ -15,11 +15,6 @@ from rlbench.stages import Recorder, Role, Stage, now
 from rlbench.writer import CellWriter
 
 
-def switches_of(cfg) -> dict:
-    from rlbench.ablation import switches
-    return switches(cfg)
-
-
 class CellRun:
     """State of one cell while it runs; `results()` is valid at any point."""
 
@@ -39,7 +34,7 @@ class CellRun:
     def results(self) -> dict:
         return {
             "schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": self.name,
-            "switches": switches_of(self.cfg), "config": self.cfg.model_dump(mode="json"),
+            "switches": self.cfg.switches(), "config": self.cfg.model_dump(mode="json"),
             "provenance": self.provenance, "status": self.status, "error": self.error,
             "model": self.model_info, "iterations": self.iterations, "evals": self.evals,
             "rollout_stats": self.rollout_stats,

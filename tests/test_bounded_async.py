@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
 from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
-from rlbench.engines.schedules.common import IterationEnd, IterationInput
+from rlbench.engines.rollout.base import IterationEnd
+from rlbench.engines.schedules.common import IterationInput
 from rlbench.engines.trainer.trainer import Trainer
 from rlbench.errors import WorkerError
 from rlbench.stages import Recorder, now

@@ -7,7 +7,7 @@ from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCa
 
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampler import BuiltinSampler
-from rlbench.engines.rollout.sampling import _top_p_sample, sample_seed
+from rlbench.engines.rollout.sampling import top_p_sample, sample_seed
 
 V = 64
 NO_EOS = V  # a token id the model never emits
@@ -205,11 +205,11 @@ def test_top_p_candidates_equal_full_sort():
     nucleus = ((cum - vals) < top_p * p.sum(-1, keepdim=True)).sum(-1)
     assert nucleus[:4].max() < 256 < nucleus[4:8].min() and nucleus[4:8].max() < 4096 < nucleus[8:].min()
 
-    tok, mass = _top_p_sample(p, p.sum(-1), u, top_p)
+    tok, mass = top_p_sample(p, p.sum(-1), u, top_p)
     assert torch.equal(tok, want)
     torch.testing.assert_close(mass, kept.sum(-1), rtol=1e-12, atol=0)  # the nucleus' mass, for the log-prob
     for i in (0, 5, 11):
-        assert _top_p_sample(p[i:i + 1], p[i:i + 1].sum(-1), u[i:i + 1], top_p)[0].item() == want[i]
+        assert top_p_sample(p[i:i + 1], p[i:i + 1].sum(-1), u[i:i + 1], top_p)[0].item() == want[i]
 
 
 def test_max_len():

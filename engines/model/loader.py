@@ -9,9 +9,9 @@ from rlbench.errors import UserError
 
 def load_policy(cfg, dataset, progress=None):
     """-> (model in eval mode, in model.dtype; tokenizer adapter; info dict)."""
-    from rlbench.engines.model.tiny import _quiet_transformers
+    from rlbench.engines.model.tiny import quiet_transformers
 
-    _quiet_transformers()  # no per-load progress bars (GGUF de-quantization has one) in our output
+    quiet_transformers()  # no per-load progress bars (GGUF de-quantization has one) in our output
     kind = cfg.model.kind
     if kind == "tiny":
         from rlbench.engines.data.task import format_prompt

@@ -21,7 +21,7 @@ import torch
 from rlbench.engines.model.tokenizer import CharTokenizer
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
     """No per-load progress bars from transformers in our own progress output."""
     from transformers.utils import logging as hf_logging
 
@@ -115,7 +115,7 @@ def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):
     """The warm-started tiny model from the cache, training and caching it on a first run."""
     from transformers import AutoModelForCausalLM
 
-    _quiet_transformers()
+    quiet_transformers()
     tok = CharTokenizer()
     folder = cache_root() / f"tiny-{cache_key(cfg)}"
     if (folder / "config.json").is_file():

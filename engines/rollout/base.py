@@ -38,6 +38,14 @@ class Group:
 
 
 @dataclass
+class IterationEnd:
+    """The rollout pool's last message of an iteration: its workers' stage events and sampler stats."""
+
+    events: list
+    stats: list[dict]
+
+
+@dataclass
 class PendingGroup:
     """One request's G samples while they are generated; becomes a Group when the last one finishes."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import queue
 
-from rlbench.engines.schedules.common import IterationEnd
+from rlbench.engines.rollout.base import IterationEnd
 
 
 class RolloutPool:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
-from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, _inverse_cdf, _top_p_sample, sample_seed,
+from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, inverse_cdf, top_p_sample, sample_seed,
                                               target_length)
 
 
@@ -221,9 +221,9 @@ class BuiltinSampler:
         p = (z - m).exp_()  # [k, V] unnormalised probabilities: one fewer pass over the vocabulary
         total = p.sum(-1)  # [k]
         if sp.top_p < 1.0:
-            tok, total = _top_p_sample(p, total, u, sp.top_p)
+            tok, total = top_p_sample(p, total, u, sp.top_p)
         else:
-            tok = _inverse_cdf(p, u)
+            tok = inverse_cdf(p, u)
         return tok, z.gather(1, tok[:, None])[:, 0] - m[:, 0] - total.log()
 
     def _record(self, rows, logits, sp: SamplingParams):

@@ -51,7 +51,7 @@ def target_length(sp: SamplingParams, index: int, j: int) -> int | None:
     return int(min(max(round(mean), 1), sp.max_new_tokens))
 
 
-def _inverse_cdf(w, u):
+def inverse_cdf(w, u):
     """w [k, n] >= 0 unnormalised weights, u [k] in [0, 1) -> column [k] drawn with P(i) = w[i] / sum(w).
 
     right=True picks the first column whose cdf exceeds u * total, so a zero-weight column never wins.
@@ -63,7 +63,7 @@ def _inverse_cdf(w, u):
 _NUCLEUS_CANDIDATES = (256, 4096)  # top-k sizes tried before a full sort of the vocabulary
 
 
-def _top_p_sample(p, total, u, top_p: float):
+def top_p_sample(p, total, u, top_p: float):
     """p [k, V] unnormalised probabilities, total [k] = p.sum(-1), u [k] -> (tokens [k] inside the nucleus,
     nucleus mass [k] in p's units): the token was drawn with probability p[token] / mass.
 
@@ -82,7 +82,7 @@ def _top_p_sample(p, total, u, top_p: float):
         cum = vals.cumsum(-1)  # [r, k]
         ok = cum[:, -1] >= limit[todo] if k < V else torch.ones_like(todo, dtype=torch.bool)  # nucleus within k
         kept = vals * ((cum - vals) < limit[todo, None])
-        pick = _inverse_cdf(kept, u[todo])
+        pick = inverse_cdf(kept, u[todo])
         tok[todo[ok]] = idx.gather(1, pick[:, None])[ok, 0]
         mass[todo[ok]] = kept.sum(-1)[ok]
         todo = todo[~ok]

@@ -5,7 +5,7 @@ through shared memory (local) or the Ray object store, finished groups leave thr
 """
 from __future__ import annotations
 
-import os
+from rlbench import faults
 
 BUILTIN = {"backend": "builtin"}
 
@@ -30,14 +30,6 @@ def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int
     return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)
 
 
-def fault_hook(iteration: int, role: str = "rollout") -> None:
-    """Test hook: RLBENCH_FAULT=<role>_exit:K (role: rollout, trainer) makes such a worker die at
-    iteration K (a crash, no goodbye)."""
-    spec = os.environ.get("RLBENCH_FAULT", "")
-    if spec.startswith(f"{role}_exit:") and int(spec.split(":")[1]) == iteration:
-        os._exit(17)
-
-
 class RolloutWorker:
     """A rollout worker (in a pinned process or a Ray actor, engines/hosts.py): a model copy behind the
     configured backend; hands on each group the moment its G samples are done (`emit`)."""
@@ -45,6 +37,7 @@ class RolloutWorker:
     def __init__(self, slot, model_config, weights, eos_token_id: int, max_num_seqs: int, spec: dict,
                  t0: float, emit):
         from rlbench import device as dev
+        from rlbench.engines.model.weights import build_model, load_state
         from rlbench.profiling import from_env
         from rlbench.stages import Recorder
 
@@ -59,6 +52,7 @@ class RolloutWorker:
 
     def sync(self, version: int, iteration: int, weights=None) -> None:
         """Load the published weights (this process's shared memory, or the given Ray object)."""
+        from rlbench.engines.model.weights import load_state
         from rlbench.stages import Stage
 
         with self.rec.stage(Stage.WEIGHT_SYNC, iteration):
@@ -68,7 +62,7 @@ class RolloutWorker:
         """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
         from rlbench.stages import Stage
 
-        fault_hook(iteration)
+        faults.exit_at(iteration)
         with self.rec.stage(Stage.ROLLOUT, iteration):
             self.sampler.generate(requests, sampling, on_group=self.emit)
         self.prof.step()
@@ -82,24 +76,3 @@ class RolloutWorker:
         close = getattr(self.sampler, "close", None)
         if close is not None:
             close()
-
-
-def load_state(weights) -> dict:
-    """Weights as they travel -> name -> tensor: shared-memory tensors (local processes) as they are, a
-    Ray object reference (in a list, so that it is fetched here) through the object store."""
-    if isinstance(weights, dict):
-        return weights
-    import ray
-
-    from rlbench.engines.ray_util import from_numpy
-
-    return from_numpy(ray.get(weights[0]))
-
-
-def build_model(model_config, device):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_config(model_config, attn_implementation="sdpa",
-                                             dtype=getattr(model_config, "dtype", None) or torch.float32)
-    return model.to(device).eval()

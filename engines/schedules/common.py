@@ -7,7 +7,7 @@ from __future__ import annotations
 import queue
 from dataclasses import dataclass, field
 
-from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
+from rlbench.engines.rollout.base import Group, IterationEnd, PromptRequest, SamplingParams
 from rlbench.errors import WorkerError
 from rlbench.stages import Stage
 
@@ -27,14 +27,6 @@ class IterationOutput:
     trained_version: int  # version of the weights the gradients were taken at
     train_stats: dict
     rollout_stats: list[dict] = field(default_factory=list)  # per rollout worker, sampler.last_stats
-
-
-@dataclass
-class IterationEnd:
-    """The rollout pool's last message of an iteration: its workers' stage events and sampler stats."""
-
-    events: list
-    stats: list[dict]
 
 
 class GroupReceiver:

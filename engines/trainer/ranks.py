@@ -38,7 +38,8 @@ class TrainerRank:
     def __init__(self, slot, rank: int, world: int, model_config, weights, cfg, tok, t0: float,
                  spec: dict | None, shared: dict | None, emit=None):
         from rlbench import device as dev
-        from rlbench.engines.rollout.worker import build_backend, build_model, load_state
+        from rlbench.engines.model.weights import build_model, load_state
+        from rlbench.engines.rollout import build_backend
         from rlbench.engines.trainer.trainer import Trainer
         from rlbench.profiling import from_env
         from rlbench.stages import Recorder
@@ -85,10 +86,10 @@ class TrainerRank:
 
     def train(self, k: int, groups: list, answers: dict) -> dict:
         """train_phases on this rank's groups (callable several times per iteration); -> rewards."""
-        from rlbench.engines.rollout.worker import fault_hook
+        from rlbench import faults
         from rlbench.engines.trainer.phases import train_phases
 
-        fault_hook(k, "trainer")
+        faults.exit_at(k, "trainer")
         return train_phases(self.trainer, self.rec, k, groups, answers)
 
     def step(self, k: int) -> tuple[dict, list]:
@@ -104,18 +105,18 @@ class TrainerRank:
 
     def iteration(self, k: int, requests: list, sampling, answers: dict) -> ColocatedResult:
         """sync: this rank's shard of iteration k, start to step (VERL's hybrid engine)."""
-        from rlbench.engines.rollout.worker import fault_hook
+        from rlbench import faults
         from rlbench.engines.trainer.phases import train_phases
         from rlbench.stages import Stage
 
         tr, rec = self.trainer, self.rec
         with rec.stage(Stage.WEIGHT_SYNC, k):  # local, but a real copy into the rollout engine
             self.sampler.load_weights(tr.weights(), tr.version)
-        fault_hook(k)
+        faults.exit_at(k)
         with rec.stage(Stage.ROLLOUT, k):
             groups = self.sampler.generate(requests, sampling)
         groups.sort(key=lambda g: g.prompt_index)  # dispatch order
-        fault_hook(k, "trainer")
+        faults.exit_at(k, "trainer")
         tr.begin()
         rewards = train_phases(tr, rec, k, groups, answers)
         stats, events = self.step(k)
