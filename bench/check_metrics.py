@@ -9,14 +9,12 @@ Metric names are ``name:cells``:
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from rlbench import schema
-from rlbench.errors import UserError
 from rlbench.metrics import union_length
 
 # switch -> (value with the switch on, value with it off)
@@ -29,27 +27,20 @@ def _read_cells(run_dir: Path) -> tuple[str, dict[str, dict]]:
     gets status "missing"."""
     run_dir = Path(run_dir)
     if schema.is_ablation(run_dir):
-        try:
-            abl = json.loads((run_dir / schema.ABLATION).read_text())
-        except json.JSONDecodeError as e:
-            raise UserError(f"{run_dir / schema.ABLATION}: not valid JSON ({e})") from None
+        abl = schema.read_ablation(run_dir)
         cells = {}
         for c in abl.get("cells") or []:
             d = run_dir / c["dir"]
             cells[c["name"]] = schema.load_cell(d) if schema.is_cell(d) else \
                 {"cell": c["name"], "status": "missing", "switches": c.get("switches") or {},
                  "error": f"no {schema.RESULTS} in {d} (exit code {c.get('exit_code')})"}
-        if not cells:
-            raise UserError(f"{run_dir / schema.ABLATION}: lists no cells")
         return abl.get("reference") or next(iter(cells)), cells
     res = schema.load_run(run_dir)[0]  # a cell folder, or a clear UserError
     return res.get("cell") or "cell", {res.get("cell") or "cell": res}
 
 
 def _measured(res: dict) -> list[dict]:
-    """Post-warm-up iterations (all of them if every iteration is warm-up, as metrics.aggregate)."""
-    its = res.get("iterations") or []
-    return [it for it in its if not it.get("warmup")] or its
+    return schema.measured(res.get("iterations") or [])
 
 
 def _overhead_shares(res: dict) -> list[float]:

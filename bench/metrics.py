@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from rlbench import schema
 from rlbench.schema import IterationRecord
 from rlbench.stages import IDLE_STAGES, TRAIN_STAGES, Role, Stage, role_of
 
@@ -52,6 +53,19 @@ def idle_fractions(events: list[dict], start: float, end: float) -> dict[str, fl
     return {w: max(0.0, 1.0 - union_length(iv) / wall) for w, iv in busy.items()}
 
 
+def record(*, iteration: int, start: float, wall_s: float, prompt_tokens: int, response_tokens: int,
+           devices: int, rollout_s: float, train_s: float, **rest) -> IterationRecord:
+    """An IterationRecord with its derived figures computed here, for every engine (built-in and external):
+    tokens, TPSPD = tokens / (wall_s * devices), rollout and train tokens per second of their stage time."""
+    tokens = prompt_tokens + response_tokens
+    return IterationRecord(
+        iteration=iteration, start=start, end=start + wall_s, wall_s=wall_s, prompt_tokens=prompt_tokens,
+        response_tokens=response_tokens, tokens=tokens, devices=devices,
+        tpspd=tokens / (wall_s * devices) if wall_s > 0 and devices > 0 else 0.0,
+        rollout_tokens_per_s=response_tokens / rollout_s if rollout_s > 0 else 0.0,
+        train_tokens_per_s=tokens / train_s if train_s > 0 else 0.0, **rest)
+
+
 def build_iteration(iteration: int, events: list[dict], samples: list[dict], devices: int,
                     train_stats: dict, warmup: bool, occupancy: float | None = None,
                     prev_end: float | None = None) -> IterationRecord:
@@ -66,10 +80,6 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
     start, end = iteration_window(events)
     if prev_end is not None:
         start = max(start, prev_end)
-    wall = end - start
-    p_tok = sum(s["prompt_len"] for s in samples)
-    r_tok = sum(s["response_len"] for s in samples)
-    tokens = p_tok + r_tok
     stage_s: dict[str, float] = defaultdict(float)
     for e in events:
         stage_s[e["stage"]] += e["end"] - e["start"]
@@ -77,12 +87,10 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
     train_span = union_length([(e["start"], e["end"]) for e in events if e["stage"] in TRAIN_STAGES])
     stale = [s["trained_version"] - s["behaviour_version"] for s in samples]
     lens = [s["response_len"] for s in samples]
-    return IterationRecord(
-        iteration=iteration, start=start, end=end, wall_s=wall, num_samples=len(samples),
-        prompt_tokens=p_tok, response_tokens=r_tok, tokens=tokens, devices=devices,
-        tpspd=tokens / (wall * devices) if wall > 0 else 0.0,
-        rollout_tokens_per_s=r_tok / rollout_span if rollout_span > 0 else 0.0,
-        train_tokens_per_s=tokens / train_span if train_span > 0 else 0.0,
+    return record(
+        iteration=iteration, start=start, wall_s=end - start, num_samples=len(samples),
+        prompt_tokens=sum(s["prompt_len"] for s in samples), response_tokens=sum(lens), devices=devices,
+        rollout_s=rollout_span, train_s=train_span,
         reward_mean=statistics.fmean(s["reward"] for s in samples) if samples else 0.0,
         response_len_mean=statistics.fmean(lens) if lens else 0.0,
         response_len_max=max(lens, default=0),
@@ -90,7 +98,8 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
         loss=train_stats.get("loss", 0.0), grad_norm=train_stats.get("grad_norm", 0.0),
         kl=train_stats.get("kl", 0.0), stage_s=dict(stage_s),
         idle_frac=idle_fractions(events, start, end), rollout_occupancy=occupancy, warmup=warmup,
-        behav_imp_weight=train_stats.get("behav_imp_weight_mean"), behav_capped=train_stats.get("behav_capped_mean"))
+        behav_imp_weight=train_stats.get("behav_imp_weight_mean"),
+        behav_capped=train_stats.get("behav_capped_mean"))
 
 
 def _spread(values: list[float]) -> dict:
@@ -102,7 +111,7 @@ def _spread(values: list[float]) -> dict:
 
 def aggregate(iterations: list[dict], evals: list[dict]) -> dict:
     """Aggregates over measured (post-warm-up) iterations; raw values stay in `iterations`."""
-    measured = [it for it in iterations if not it["warmup"]] or iterations
+    measured = schema.measured(iterations)
     stage_names = sorted({k for it in measured for k in it["stage_s"]})
     workers = sorted({k for it in measured for k in it["idle_frac"]})
     acc = [e["accuracy"] for e in evals]
@@ -124,6 +133,20 @@ def aggregate(iterations: list[dict], evals: list[dict]) -> dict:
         "total_tokens": sum(it["tokens"] for it in iterations),
         "total_train_wall_s": sum(it["wall_s"] for it in iterations),
     }
+
+
+def cell_result(*, cell: str, switches: dict, config: dict, provenance: dict, status: str, error: str | None,
+                model: dict, iterations: list[dict], evals: list[dict], placement: list[dict],
+                devices: int | None, wall_s_total: float, rollout_stats: list[dict] | None = None,
+                final_params_sha256: str | None = None, **extra) -> dict:
+    """results.json of a cell, the same keys for the built-in engines and the external adapters; the
+    aggregates are computed here from the iterations and evaluations."""
+    return {"schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": cell, "switches": switches,
+            "config": config, "provenance": provenance, "status": status, "error": error, "model": model,
+            "iterations": iterations, "evals": evals, "rollout_stats": rollout_stats or [],
+            "placement": placement, "devices": devices,
+            "aggregates": aggregate(iterations, evals) if iterations else {},
+            "wall_s_total": wall_s_total, "final_params_sha256": final_params_sha256, **extra}
 
 
 def _mean_or_none(xs):

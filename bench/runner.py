@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench import metrics, schema
+from rlbench import metrics
 from rlbench.errors import UserError
 from rlbench.stages import Recorder, Role, Stage, now
 from rlbench.writer import CellWriter
@@ -32,18 +32,13 @@ class CellRun:
         self.placement = None  # bench/placement.py Placement, once planned
 
     def results(self) -> dict:
-        return {
-            "schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": self.name,
-            "switches": self.cfg.switches(), "config": self.cfg.model_dump(mode="json"),
-            "provenance": self.provenance, "status": self.status, "error": self.error,
-            "model": self.model_info, "iterations": self.iterations, "evals": self.evals,
-            "rollout_stats": self.rollout_stats,
-            "placement": self.placement.records() if self.placement else [],
-            "devices": self.placement.devices if self.placement else None,
-            "aggregates": metrics.aggregate(self.iterations, self.evals) if self.iterations else {},
-            "wall_s_total": now() - self.t0,
-            "final_params_sha256": self.params_sha256,
-        }
+        return metrics.cell_result(
+            cell=self.name, switches=self.cfg.switches(), config=self.cfg.model_dump(mode="json"),
+            provenance=self.provenance, status=self.status, error=self.error, model=self.model_info,
+            iterations=self.iterations, evals=self.evals, rollout_stats=self.rollout_stats,
+            placement=self.placement.records() if self.placement else [],
+            devices=self.placement.devices if self.placement else None,
+            wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256)
 
     def save(self) -> Path:
         return self.writer.results(self.results())

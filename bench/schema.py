@@ -151,13 +151,39 @@ def load_samples(path: Path) -> list[dict]:
     return read_jsonl(Path(path) / SAMPLES)
 
 
+def read_ablation(path: Path) -> dict:
+    """ablation.json of an ablation folder: {name, reference, cells: [{name, dir, switches, exit_code}]}."""
+    from rlbench.errors import UserError
+
+    f = Path(path) / ABLATION
+    try:
+        abl = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{f}: not valid JSON ({e})") from None
+    if not isinstance(abl, dict) or not abl.get("cells"):
+        raise UserError(f"{f}: lists no cells")
+    return abl
+
+
+def measured(iterations: list[dict]) -> list[dict]:
+    """The iterations aggregates are taken over: post-warm-up ones, or all when every one is warm-up."""
+    return [it for it in iterations if not it.get("warmup")] or list(iterations)
+
+
+def ratio(num, den) -> float | None:
+    """num / den as a float; None where either is missing (None or NaN) or den is 0."""
+    if num is None or den is None or num != num or den != den or den == 0:
+        return None
+    return float(num) / float(den)
+
+
 def load_run(path: Path) -> list[dict]:
     """A cell folder or an ablation folder -> list of cell results (reference cell first)."""
     from rlbench.errors import UserError
 
     path = Path(path)
     if is_ablation(path):
-        abl = json.loads((path / ABLATION).read_text())
+        abl = read_ablation(path)
         return [load_cell(path / c["dir"]) for c in abl["cells"] if (path / c["dir"] / RESULTS).is_file()]
     if is_cell(path):
         return [load_cell(path)]

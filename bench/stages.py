@@ -23,9 +23,11 @@ class Stage(str, enum.Enum):
 
 # Stages that are not work: a worker in them is idle (bubble).
 IDLE_STAGES = {Stage.QUEUE_WAIT.value}
-# The training stages of an iteration (what "train time" means everywhere: metrics, predictions, checks).
-TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.ADVANTAGE.value,
-                Stage.UPDATE.value, Stage.OPTIMIZER_STEP.value)
+# The training stages of an iteration (what "train time" means everywhere: metrics, predictions, checks):
+# the per-sample ones, whose cost grows with the trained tokens, and the optimizer step, once per iteration.
+PER_SAMPLE_TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value,
+                           Stage.ADVANTAGE.value, Stage.UPDATE.value)
+TRAIN_STAGES = (*PER_SAMPLE_TRAIN_STAGES, Stage.OPTIMIZER_STEP.value)
 
 
 class Role(str, enum.Enum):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from rlbench import schema
 from rlbench.reports.data import load
 from rlbench.reports.tables import summary_frame, to_markdown
 
@@ -19,12 +20,6 @@ def match_cells(a: list[str], b: list[str]) -> tuple[list[tuple[int, int]], str]
     if common:
         return [(a.index(n), b.index(n)) for n in common], "name"
     return [(i, i) for i in range(min(len(a), len(b)))], "position"
-
-
-def _ratio(va, vb) -> float | None:
-    if va is None or vb is None or va != va or vb != vb or va == 0:
-        return None
-    return float(vb) / float(va)
 
 
 def compare(run_a, run_b) -> tuple[pd.DataFrame, str]:
@@ -42,7 +37,7 @@ def compare(run_a, run_b) -> tuple[pd.DataFrame, str]:
         for m in KEY_METRICS:
             va, vb = _value(fa, ia, m), _value(fb, ib, m)
             rows.append({"cell_a": fa["cell"][ia], "cell_b": fb["cell"][ib], "metric": m,
-                         "a": va, "b": vb, "b_over_a": _ratio(va, vb)})
+                         "a": va, "b": vb, "b_over_a": schema.ratio(vb, va)})
     df = pd.DataFrame(rows, columns=["cell_a", "cell_b", "metric", "a", "b", "b_over_a"])
     unmatched = sorted((set(fa["cell"]) ^ set(fb["cell"]))) if how == "name" else []
     text = (f"A: {ra.path} ({ra.name})\nB: {rb.path} ({rb.name})\ncells matched by {how}"

@@ -6,7 +6,6 @@ iterations, empty aggregates, no samples).
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +59,7 @@ class CellData:
 
     def measured(self) -> list[dict]:
         """Post-warm-up iterations (all of them when every iteration is warm-up, as metrics does)."""
-        its = self.iterations
-        return [it for it in its if not it.get("warmup")] or its
+        return schema.measured(self.iterations)
 
     def tpspd(self, key: str = "median") -> float | None:
         """TPSPD (tokens / s / device) from the aggregates: key is median, min or max."""
@@ -96,7 +94,7 @@ def load(run_dir) -> RunData:
                       events=schema.load_events(r["_dir"]), samples=schema.load_samples(r["_dir"]))
              for r in results]
     if schema.is_ablation(path):
-        abl = json.loads((path / schema.ABLATION).read_text())
+        abl = schema.read_ablation(path)
         reference = abl.get("reference") or (cells[0].name if cells else "")
         missing = [c["name"] for c in abl.get("cells", []) if not schema.is_cell(path / c["dir"])]
         cells.sort(key=lambda c: c.name != reference)  # stable: reference first, others in order

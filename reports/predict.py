@@ -30,14 +30,14 @@ import statistics
 from collections import defaultdict
 
 from rlbench.errors import UserError
-from rlbench.stages import TRAIN_STAGES, Role, Stage, role_of
+from rlbench.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 MODEL = ("per device, from the sync run: decode-step seconds by sequences in flight and refill seconds "
          "(continuous-batching replay of the measured response lengths), seconds per trained token, "
          "optimizer-step and weight-sync seconds; async = 2 weight syncs + trainer ranks taking groups "
          "as they arrive + step; nothing fitted")
 
-_TRAIN = set(TRAIN_STAGES) - {Stage.OPTIMIZER_STEP.value}
+_TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
 
 
 class StepCost:

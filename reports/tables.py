@@ -10,8 +10,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
+from rlbench import schema
 from rlbench.errors import UserError
+from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.predict import predict_async, rollout_share
 
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", "tpspd_median",
@@ -81,8 +82,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
         ref = reference_of(run, c)
         r, t = _split(c)
         row = {"cell": c.name, "predicted_from": sync.name, "overlap": _overlap(c), "rollout_devices": r,
-               "train_devices": t, "rollout_share_of_sync": None, "measured_speedup": _ratio(c.tpspd(), ref.tpspd()),
-               "predicted_speedup": None, "error_pct": None}
+               "train_devices": t, "rollout_share_of_sync": None,
+               "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()), "predicted_speedup": None, "error_pct": None}
         try:
             pred = predict_async(sync.result, sync.samples, sync.events, r, t, overlap=_overlap(c),
                                  devices=c.devices, reference_tpspd=ref.tpspd())
@@ -110,8 +111,8 @@ def attribution(sp: pd.DataFrame) -> list[dict]:
             out.append({"async": a["cell"], "barrier": b["cell"], "sync": a["predicted_from"],
                         "rollout_share_of_sync": a["rollout_share_of_sync"],
                         "split_measured": b["measured_speedup"], "split_predicted": b["predicted_speedup"],
-                        "overlap_measured": _ratio(a["measured_speedup"], b["measured_speedup"]),
-                        "overlap_predicted": _ratio(a["predicted_speedup"], b["predicted_speedup"]),
+                        "overlap_measured": schema.ratio(a["measured_speedup"], b["measured_speedup"]),
+                        "overlap_predicted": schema.ratio(a["predicted_speedup"], b["predicted_speedup"]),
                         "total_measured": a["measured_speedup"], "total_predicted": a["predicted_speedup"]})
     return out
 
@@ -156,10 +157,6 @@ def _overlap(c: CellData) -> bool:
 def _split(c: CellData) -> tuple[int, int]:
     eng = get_path(c.result, "config.engine") or {}
     return int(eng.get("rollout_devices") or 1), int(eng.get("train_devices") or 1)
-
-
-def _ratio(a, b) -> float | None:
-    return a / b if a is not None and b else None
 
 
 COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "rollout tok/s",

@@ -10,7 +10,6 @@ Tolerances on CUDA (measured on an H100, issue 17; the CPU ones are in test_pack
 """
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch

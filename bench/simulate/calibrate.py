@@ -58,8 +58,7 @@ def load_cells(run_dir: Path) -> list[dict]:
 
 
 def _measured(cell: dict) -> list[dict]:
-    its = cell.get("iterations") or []
-    return [it for it in its if not it.get("warmup")] or its
+    return schema.measured(cell.get("iterations") or [])
 
 
 def _decode_points(cell: dict, samples: list[dict], its: list[dict], slots: int) -> list[tuple]:

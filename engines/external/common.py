@@ -22,9 +22,7 @@ from pathlib import Path
 
 from rlbench import metrics, schema
 from rlbench.errors import UserError
-from rlbench.metrics import TRAIN_STAGES
-from rlbench.schema import IterationRecord
-from rlbench.stages import Stage
+from rlbench.stages import TRAIN_STAGES, Stage
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +51,11 @@ def make_iteration(*, iteration: int, start: float, wall_s: float, num_samples: 
     Token counts are sums over the iteration's samples; wall_s is the framework's iteration time
     (evaluation excluded, as in rlbench); devices are all devices of the run.
     """
-    tokens = prompt_tokens + response_tokens
-    rollout_s = stage_s.get(Stage.ROLLOUT.value, 0.0)
-    train_s = sum(v for k, v in stage_s.items() if k in TRAIN_STAGES)
-    rec = IterationRecord(
-        iteration=iteration, start=start, end=start + wall_s, wall_s=wall_s, num_samples=num_samples,
-        prompt_tokens=prompt_tokens, response_tokens=response_tokens, tokens=tokens, devices=devices,
-        tpspd=tokens / (wall_s * devices) if wall_s > 0 and devices > 0 else 0.0,
-        rollout_tokens_per_s=response_tokens / rollout_s if rollout_s > 0 else 0.0,
-        train_tokens_per_s=tokens / train_s if train_s > 0 else 0.0,
-        reward_mean=reward_mean, response_len_mean=response_len_mean,
+    rec = metrics.record(
+        iteration=iteration, start=start, wall_s=wall_s, num_samples=num_samples, prompt_tokens=prompt_tokens,
+        response_tokens=response_tokens, devices=devices, rollout_s=stage_s.get(Stage.ROLLOUT.value, 0.0),
+        train_s=sum(v for k, v in stage_s.items() if k in TRAIN_STAGES), reward_mean=reward_mean,
+        response_len_mean=response_len_mean,
         response_len_max=int(response_len_max), staleness_max=0, staleness_mean=0.0,
         loss=loss, grad_norm=grad_norm, kl=kl, stage_s=stage_s, idle_frac={},
         rollout_occupancy=None, warmup=warmup, eval_accuracy=eval_accuracy)
@@ -92,22 +85,14 @@ def cell_results(cfg, *, cell: str, framework: str, version: str | None, iterati
                  evals: list[dict], status: str, error: str | None = None,
                  warnings: list[str] | None = None, external: dict | None = None) -> dict:
     """A results.json dict with the keys of rlbench's own cells (bench/runner.py CellRun.results)."""
-    return {
-        "schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": cell,
-        "switches": {"engine": framework, "schedule": "sync", "tri_model": False, "shared_prompt": False},
-        "config": cfg.model_dump(mode="json"),
-        "provenance": {"framework": framework, "version": version},
-        "status": status, "error": error,
-        "model": {"kind": cfg.model.kind, "path": cfg.model.path},
-        "iterations": iterations, "evals": evals, "rollout_stats": [],
+    return metrics.cell_result(
+        cell=cell, switches={"engine": framework, "schedule": "sync", "tri_model": False, "shared_prompt": False},
+        config=cfg.model_dump(mode="json"), provenance={"framework": framework, "version": version},
+        status=status, error=error, model={"kind": cfg.model.kind, "path": cfg.model.path},
+        iterations=iterations, evals=evals,
         # The framework places its own workers; TPSPD divides by every device of its resource pools.
-        "placement": [], "devices": iterations[0]["devices"] if iterations else None,
-        "aggregates": metrics.aggregate(iterations, evals) if iterations else {},
-        "wall_s_total": sum(it["wall_s"] for it in iterations),
-        "final_params_sha256": None,
-        "warnings": warnings or [],
-        "external": external or {},
-    }
+        placement=[], devices=iterations[0]["devices"] if iterations else None,
+        wall_s_total=sum(it["wall_s"] for it in iterations), warnings=warnings or [], external=external or {})
 
 
 def run_logged(argv: list[str], log_path: Path, env: dict | None = None, cwd: Path | None = None,

@@ -37,6 +37,8 @@ def check_supported(model) -> None:
     """Full attention with Llama-style q/k/v/o projections, or NotImplementedError naming what differs."""
     types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
     if types != {"full_attention"}:
-        raise NotImplementedError(f"rlbench's own layers support full attention only, model has layers {sorted(types)}")
+        raise NotImplementedError(f"rlbench's own layers support full attention only, model has layers "
+                                  f"{sorted(types)}")
     if not hasattr(model.model.layers[0].self_attn, "q_proj"):
-        raise NotImplementedError(f"rlbench's own layers need Llama-style q/k/v/o projections, got {type(model).__name__}")
+        raise NotImplementedError("rlbench's own layers need Llama-style q/k/v/o projections, got "
+                                  f"{type(model).__name__}")

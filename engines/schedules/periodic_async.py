@@ -13,7 +13,6 @@ import queue
 import threading
 
 from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
-from rlbench.stages import Stage
 
 
 class PeriodicAsyncSchedule:
