@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-
 from rlbench.errors import UserError, WorkerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -157,14 +156,21 @@ app.command("simulate")(_simulate)
 
 
 @app.command()
-def env() -> None:
-    """What hardware and software rlbench sees."""
+def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the peak again (else cached)."),
+        dtype: str = typer.Option("float32", "--dtype", help="dtype of the matmul probe: float32, bfloat16, "
+                                  "float16.")) -> None:
+    """What hardware and software rlbench sees, and one device's measured peak (matmul FLOP/s, copy
+    bytes/s) that per-stage MFU and bandwidth utilisation are measured against."""
     import json
 
     from rlbench import device as dev
-    from rlbench import provenance
+    from rlbench import peak, provenance
 
-    typer.echo(json.dumps(provenance.collect(dev.resolve("auto")), indent=1))
+    device = dev.resolve("auto")
+    info = provenance.collect(device)
+    info["peak"] = peak.peak(device, dev.dtype(dtype, device), remeasure=remeasure)
+    info["peak_cache"] = str(peak.cache_path())
+    typer.echo(json.dumps(info, indent=1))
 
 
 @app.command("config")
@@ -175,7 +181,6 @@ def config_cmd(
 ) -> None:
     """Print the resolved configuration (or, with --docs, every key documented)."""
     import yaml
-
     from rlbench.config import RunConfig, load_config
 
     if docs:

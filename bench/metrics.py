@@ -14,6 +14,7 @@ from collections import defaultdict
 from rlbench import schema
 from rlbench.schema import IterationRecord
 from rlbench.stages import IDLE_STAGES, TRAIN_STAGES, Role, Stage, role_of
+from rlbench.utilisation import utilisation
 
 # Workers that hold no device of the run: their waiting is not a device's bubble.
 NOT_DEVICES = {Role.DRIVER.value, Role.EVAL.value}
@@ -68,7 +69,7 @@ def record(*, iteration: int, start: float, wall_s: float, prompt_tokens: int, r
 
 def build_iteration(iteration: int, events: list[dict], samples: list[dict], devices: int,
                     train_stats: dict, warmup: bool, occupancy: float | None = None,
-                    prev_end: float | None = None) -> IterationRecord:
+                    prev_end: float | None = None, work: dict | None = None) -> IterationRecord:
     """One IterationRecord from the iteration's events and trained samples.
 
     prev_end: end of the previous iteration. Under bounded staleness, batch i+1 is generated while
@@ -99,7 +100,7 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
         kl=train_stats.get("kl", 0.0), stage_s=dict(stage_s),
         idle_frac=idle_fractions(events, start, end), rollout_occupancy=occupancy, warmup=warmup,
         behav_imp_weight=train_stats.get("behav_imp_weight_mean"),
-        behav_capped=train_stats.get("behav_capped_mean"))
+        behav_capped=train_stats.get("behav_capped_mean"), work=work or {})
 
 
 def _spread(values: list[float]) -> dict:
@@ -109,8 +110,9 @@ def _spread(values: list[float]) -> dict:
             "n": len(values)}
 
 
-def aggregate(iterations: list[dict], evals: list[dict]) -> dict:
-    """Aggregates over measured (post-warm-up) iterations; raw values stay in `iterations`."""
+def aggregate(iterations: list[dict], evals: list[dict], peak: dict | None = None) -> dict:
+    """Aggregates over measured (post-warm-up) iterations; raw values stay in `iterations`. peak: one
+    device's measured peak (bench/peak.py), for the per-stage utilisation."""
     measured = schema.measured(iterations)
     stage_names = sorted({k for it in measured for k in it["stage_s"]})
     workers = sorted({k for it in measured for k in it["idle_frac"]})
@@ -132,6 +134,7 @@ def aggregate(iterations: list[dict], evals: list[dict]) -> dict:
         "measured_iterations": len(measured),
         "total_tokens": sum(it["tokens"] for it in iterations),
         "total_train_wall_s": sum(it["wall_s"] for it in iterations),
+        "utilisation": utilisation(measured, peak),
     }
 
 
@@ -145,7 +148,7 @@ def cell_result(*, cell: str, switches: dict, config: dict, provenance: dict, st
             "config": config, "provenance": provenance, "status": status, "error": error, "model": model,
             "iterations": iterations, "evals": evals, "rollout_stats": rollout_stats or [],
             "placement": placement, "devices": devices,
-            "aggregates": aggregate(iterations, evals) if iterations else {},
+            "aggregates": aggregate(iterations, evals, provenance.get("peak")) if iterations else {},
             "wall_s_total": wall_s_total, "final_params_sha256": final_params_sha256, **extra}
 
 

@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench import metrics
+from rlbench import metrics, utilisation
 from rlbench.errors import UserError
 from rlbench.stages import Recorder, Role, Stage, now
 from rlbench.writer import CellWriter
@@ -30,6 +30,7 @@ class CellRun:
         self.model_info: dict = {}
         self.params_sha256: str | None = None
         self.placement = None  # bench/placement.py Placement, once planned
+        self.shape: dict = {}  # the model's shape for the per-stage work counts (bench/utilisation.py)
 
     def results(self) -> dict:
         return metrics.cell_result(
@@ -47,7 +48,7 @@ class CellRun:
 def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
     """Run one cell in this process; returns its results dict (also written to folder/results.json)."""
     from rlbench import device as dev
-    from rlbench import provenance
+    from rlbench import peak, provenance
 
     run = CellRun(cfg, folder, name)
     schedule = None
@@ -63,6 +64,7 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
         schedule, eval_sampler = make_engine(cfg, policy, tok, run.t0, run.writer.event, device,
                                              dataset=dataset, placement=run.placement)
         run.provenance = provenance.collect(device)
+        run.provenance["peak"] = peak.peak(device, next(policy.parameters()).dtype)  # one device, one thread
         _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress)
         run.params_sha256 = params_digest(schedule.trainer.policy)
         run.status = "complete"
@@ -105,6 +107,7 @@ def _setup_model(cfg, run: CellRun, progress: bool):
         bar.close()
     run.model_info = {"kind": cfg.model.kind, **info,
                       "parameters": sum(p.numel() for p in policy.parameters())}
+    run.shape = utilisation.model_shape(policy)
     return dataset, policy, tok
 
 
@@ -159,7 +162,10 @@ def _iteration(cfg, run: CellRun, schedule, dataset, tok, k: int, do_eval, acc: 
     rec = metrics.build_iteration(k, run.writer.take_events(k), rows, run.placement.devices,
                                   out.train_stats, warmup=k < cfg.run.warmup_iterations,
                                   occupancy=_occupancy(out.rollout_stats),
-                                  prev_end=run.iterations[-1]["end"] if run.iterations else None)
+                                  prev_end=run.iterations[-1]["end"] if run.iterations else None,
+                                  work=utilisation.stage_work(
+                                      run.shape, rows, out.rollout_stats, shared_prompt=cfg.engine.shared_prompt,
+                                      tri_model=cfg.engine.tri_model, kl=cfg.train.kl_coef > 0))
     done = k + 1
     if done == cfg.run.iterations or (cfg.run.eval_every and done % cfg.run.eval_every == 0):
         acc = do_eval(done)

@@ -61,6 +61,8 @@ class IterationRecord:
     # bounded_async's decoupled loss, all-reduced over trainer ranks (None for the on-policy schedules):
     behav_imp_weight: float | None = None  # token mean of pi_prox / pi_behav after the cap
     behav_capped: float | None = None  # share of tokens masked out by train.behav_imp_weight_cap
+    # stage -> {"flops", "bytes"} the stage had to do (bench/utilisation.py); MFU and bandwidth use it
+    work: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

@@ -13,10 +13,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from rlbench.reports import predict
 from rlbench.reports.data import CellData, RunData
-from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, fmt
+from rlbench.reports.tables import (
+    COMPACT_HEAD,
+    attribution,
+    attribution_text,
+    compact_rows,
+    fmt,
+)
+from rlbench.reports.utilisation import NOTE as UTIL_NOTE
+from rlbench.reports.utilisation import peak_text, utilisation_frame
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;
@@ -136,6 +143,15 @@ def cell_html(c: CellData) -> str:
     return "\n".join(parts)
 
 
+def utilisation_html(run: RunData) -> str:
+    """MFU and bandwidth utilisation per cell and stage (reports/utilisation.py), with the peak used."""
+    df = utilisation_frame(run)
+    if not len(df):
+        return "<p>no utilisation recorded (cells without work counts or peak)</p>"
+    rows = [list(r) for r in df.itertuples(index=False)]
+    return table(rows, list(df.columns)) + f"<p>{esc(peak_text(run))}. {esc(UTIL_NOTE)}</p>"
+
+
 def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path]) -> str:
     """The whole document as one string."""
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -152,6 +168,7 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
             "(the rest are scored 0 whatever their number; summary.csv also has pass@1 in any "
             "format).</p>",
             "<h2>Periodic-async speedup: measured vs predicted</h2>", speedup_html(sp),
+            "<h2>Hardware utilisation per stage</h2>", utilisation_html(run),
             "<h2>Plots</h2>", plot_html(plots),
             "<h2>Cells</h2>", *[cell_html(c) for c in run.cells],
             "<h2>Reference figures from the literature</h2>",

@@ -9,11 +9,12 @@ import math
 
 import numpy as np
 import pandas as pd
-
 from rlbench import schema
 from rlbench.errors import UserError
 from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.predict import predict_async, rollout_share
+from rlbench.reports.utilisation import NOTE as UTIL_NOTE
+from rlbench.reports.utilisation import peak_text, utilisation_frame
 
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", "tpspd_median",
                 "tpspd_min", "tpspd_max", "speedup", "predicted_speedup", "rollout_share", "wall_s_median",
@@ -219,5 +220,9 @@ def write_summary(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     if len(sp):
         md += ["\n## Measured vs predicted periodic-async speedup (TPSPD ratio)\n", to_markdown(sp)]
         md += ["\n## Where the speedup comes from\n"] + [f"- {t}" for t in attribution_text(attribution(sp))]
+    util = utilisation_frame(run)
+    if len(util):
+        util.to_csv(run.path / "utilisation.csv", index=False)
+        md += ["\n## Hardware utilisation per stage\n", to_markdown(util), peak_text(run), "", UTIL_NOTE]
     (run.path / "summary.md").write_text("\n".join(md))
     return df, sp

@@ -51,6 +51,22 @@ def test_run_writes_valid_result_files(tiny_run):
     assert "results:" in proc.stdout and "TPSPD" in proc.stdout
 
 
+def test_run_records_per_stage_utilisation(tiny_run):
+    run_dir, _ = tiny_run
+    for res in schema.load_run(run_dir):
+        peak = res["provenance"]["peak"]
+        assert peak["matmul_flops_per_s"] > 0 and peak["copy_bytes_per_s"] > 0
+        util = res["aggregates"]["utilisation"]
+        assert {"rollout", "old_logprob", "ref_logprob", "update"} <= set(util)
+        assert 0 < util["update"]["mfu"] < 1 and 0 < util["rollout"]["bw_util"] < 1
+        its = schema.measured(res["iterations"])  # the counted work over the stage's seconds, by hand
+        flops = sum(it["work"]["update"]["flops"] for it in its)
+        assert flops > 0 and util["update"]["mfu"] == pytest.approx(
+            flops / sum(it["stage_s"]["update"] for it in its) / peak["matmul_flops_per_s"])
+    text = (run_dir / "summary.md").read_text()
+    assert "Hardware utilisation per stage" in text and (run_dir / "utilisation.csv").is_file()
+
+
 def test_same_seed_same_samples(tiny_run, tmp_path):
     run_dir, _ = tiny_run
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
