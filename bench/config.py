@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rlbench import components
 from rlbench.errors import UserError
 
 
@@ -78,7 +79,9 @@ class DataConfig(Section):
 
 
 class RolloutConfig(Section):
-    backend: Literal["builtin", "vllm"] = Field("builtin", description="Rollout backend.")
+    backend: Literal[tuple(components.BACKENDS)] = Field(
+        "builtin", description="Rollout backend: " + "; ".join(f"{c.name}: {c.summary}"
+                                                              for c in components.BACKENDS.values()) + ".")
     group_size: int = Field(8, ge=1, description="G: responses sampled per prompt (GRPO group).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (also applied to trainer log-probs).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
@@ -125,12 +128,8 @@ class TrainConfig(Section):
 
 
 class EngineConfig(Section):
-    # (bounded_async first: a literal error then reads "... 'sync' or 'periodic_async'", as before.)
-    schedule: Literal["bounded_async", "sync", "periodic_async"] = Field(
-        "sync", description="sync: VERL's hybrid engine, one colocated worker per device generating and training "
-        "its shard, gradients all-reduced; periodic_async: a rollout pool feeds finished groups to a training "
-        "pool inside each iteration (producer/consumer); bounded_async: rollout runs up to engine.max_staleness "
-        "weight versions ahead of training (AReaL-style), trained with the decoupled PPO loss.")
+    schedule: Literal[tuple(components.SCHEDULES)] = Field(
+        "sync", description="; ".join(f"{c.name}: {c.summary}" for c in components.SCHEDULES.values()) + ".")
     max_staleness: int = Field(
         1, ge=0, description="bounded_async: k, the most weight versions a trained sample may lag the trained "
         "weights (0: on-policy, 1: one-step-off).")
@@ -211,15 +210,8 @@ class RunConfig(Section):
             raise ValueError(
                 f"train.micro_batch_size={mbs} must divide rollout.group_size={g}: micro-batches never "
                 "straddle groups, so both schedules split the batch the same way")
-        if self.engine.schedule == "bounded_async" and self.train.ppo_mini_batches != 1:
-            raise ValueError(
-                "train.ppo_mini_batches must be 1 with engine.schedule=bounded_async: it consumes groups as "
-                "they arrive and takes one optimizer step per iteration, like periodic_async")
-        if self.engine.schedule == "periodic_async" and self.train.ppo_mini_batches != 1:
-            raise ValueError(
-                "train.ppo_mini_batches must be 1 with engine.schedule=periodic_async: the paper's "
-                "on-policy equivalence holds for one optimizer step per iteration (the whole batch); "
-                "several mini-batch steps would need groups that have not been generated yet")
+        for problem in components.SCHEDULES[self.engine.schedule].problems(self):
+            raise ValueError(problem)
         if self.engine.shared_prompt and self.rollout.group_size > 1 and mbs % self.rollout.group_size \
                 and self.rollout.group_size % mbs:
             raise ValueError("engine.shared_prompt needs micro_batch_size to divide group_size")
@@ -233,18 +225,8 @@ class RunConfig(Section):
         return self.train.prompts_per_iteration * self.rollout.group_size
 
     def switches(self) -> dict:
-        """What an ablation varies, as results.json records it: the schedule, the two optimisations and
-        the schedule's own options (None where the schedule has no such option)."""
-        e = self.engine
-        bounded = e.schedule == "bounded_async"  # the on-policy schedules have staleness 0 and no pi_prox
-        out = {"schedule": e.schedule, "tri_model": e.tri_model, "shared_prompt": e.shared_prompt,
-               "max_staleness": e.max_staleness if bounded else 0,
-               "prox_logp": self.train.prox_logp if bounded else None,
-               "overlap": e.overlap if e.schedule == "periodic_async" else None,
-               "sync_layout": e.sync_layout if e.schedule == "sync" else None}
-        if self.run.workload:
-            out["workload"] = self.run.workload
-        return out
+        """What an ablation varies, as results.json records it (bench/components.py)."""
+        return components.switches(self)
 
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"

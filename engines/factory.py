@@ -55,14 +55,25 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
         placement = plan(e, device.type, available=e.num_devices)
     session = _Session(cfg, policy, tok, t0, placement, trainer_in_process=in_process)
     try:
-        return SCHEDULES[e.schedule](cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset), eval_sampler
+        return builder(e.schedule)(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset), eval_sampler
     except BaseException:
         session.close()
         raise
 
 
+def builder(schedule: str):
+    """The schedule's `build(cfg, session, driver recorder, dataset)`, from the registry (bench/components.py)."""
+    import importlib
+
+    from rlbench.components import SCHEDULES
+
+    module, name = SCHEDULES[schedule].builder.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 class _Session:
-    """What the schedule builders share: the weights every worker starts from and how workers are hosted."""
+    """What the schedule builders get: the weights every worker starts from, how workers are hosted
+    (`trainer(role)`, `rollout_pool()`) and the iteration inputs (`future_inputs`)."""
 
     def __init__(self, cfg, policy, tok, t0: float, placement, trainer_in_process: bool = False):
         e = cfg.engine
@@ -86,7 +97,6 @@ class _Session:
             return self.shared
         if self._ref is None:
             import ray
-
             from rlbench.engines.ray_util import to_numpy
 
             self._ref = [ray.put(to_numpy(dict(self.policy.named_parameters())))]
@@ -129,49 +139,17 @@ class _Session:
             backend_spec(cfg), self.t0), owns_ray=self.trainer_in_process)  # else the trainer's host owns Ray
         return RolloutPool(host, self.shared)
 
+    def future_inputs(self, dataset):
+        """m -> IterationInput of iteration m, for a schedule that dispatches ahead of the runner."""
+        if dataset is None:
+            from rlbench.engines.data.source import load_dataset
+
+            dataset = load_dataset(self.cfg.data, self.cfg.run.seed)
+        return lambda m: iteration_input(self.cfg, dataset, self.tok, m)
+
     def close(self) -> None:
         for host in reversed(self.hosts):  # the trainer's host (first made) closes last: it owns Ray
             host.close()
-
-
-def _sync(cfg, session: _Session, rec, dataset):
-    from rlbench.engines.schedules.sync import DataParallelSync
-    from rlbench.stages import Role
-
-    return DataParallelSync(session.trainer(Role.COLOCATED), rec)
-
-
-def _periodic_async(cfg, session: _Session, rec, dataset):
-    from rlbench.engines.schedules.periodic_async import PeriodicAsyncSchedule
-    from rlbench.stages import Role
-
-    e = cfg.engine
-    trainer = session.trainer(Role.TRAINER)
-    return PeriodicAsyncSchedule(trainer, session.rollout_pool(), rec, e.consume_order, e.queue_timeout_s,
-                                 overlap=e.overlap)
-
-
-def _bounded_async(cfg, session: _Session, rec, dataset):
-    from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
-    from rlbench.stages import Role
-
-    e = cfg.engine
-    trainer = session.trainer(Role.TRAINER)
-    return BoundedAsyncSchedule(trainer, session.rollout_pool(), rec, _future_inputs(cfg, session.tok, dataset),
-                                cfg.run.iterations, e.max_staleness, e.consume_order, e.queue_timeout_s)
-
-
-# engine.schedule -> builder(cfg, session, driver recorder, dataset): a new schedule is one file and one line.
-SCHEDULES = {"sync": _sync, "periodic_async": _periodic_async, "bounded_async": _bounded_async}
-
-
-def _future_inputs(cfg, tok, dataset):
-    """m -> IterationInput of iteration m, for a schedule that dispatches ahead of the runner."""
-    if dataset is None:
-        from rlbench.engines.data.source import load_dataset
-
-        dataset = load_dataset(cfg.data, cfg.run.seed)
-    return lambda m: iteration_input(cfg, dataset, tok, m)
 
 
 def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
@@ -193,7 +171,11 @@ def evaluate(sampler, weights, version: int, cfg, dataset, tok) -> dict:
     """Greedy pass@1 on the eval split with the GSM8K strict rule (accuracy), plus two diagnostics: the
     share of responses the strict rule can read an answer from (format_rate), and pass@1 whatever the
     answer's format (accuracy_any_format)."""
-    from rlbench.engines.data.reward import any_format_correct, extract_solution, gsm8k_reward
+    from rlbench.engines.data.reward import (
+        any_format_correct,
+        extract_solution,
+        gsm8k_reward,
+    )
 
     sampler.load_weights(weights, version)
     requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(dataset.eval)]

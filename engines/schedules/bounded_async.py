@@ -160,3 +160,13 @@ class _Forward:
     def put(self, item) -> None:
         self.failed = self.failed or isinstance(item, BaseException)
         self.q.put(item)
+
+
+def build(cfg, session, rec, dataset):
+    """The registered builder (bench/components.py): rollout up to max_staleness versions ahead."""
+    from rlbench.stages import Role
+
+    e = cfg.engine
+    trainer = session.trainer(Role.TRAINER)
+    return BoundedAsyncSchedule(trainer, session.rollout_pool(), rec, session.future_inputs(dataset),
+                                cfg.run.iterations, e.max_staleness, e.consume_order, e.queue_timeout_s)

@@ -1,4 +1,5 @@
-"""What both schedules share: the per-iteration input/output and the trainer's group pipeline.
+"""What the schedules share: the per-iteration input/output, the interfaces a schedule drives (`Trainer`,
+`RolloutSource`) and offers (`Schedule`), and the trainer's group pipeline.
 
 Matching code in the two schedules keeps the same names and order (STYLE.md 3).
 """
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import queue
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from rlbench.engines.rollout.base import Group, IterationEnd, PromptRequest, SamplingParams
 from rlbench.errors import WorkerError
@@ -27,6 +29,49 @@ class IterationOutput:
     trained_version: int  # version of the weights the gradients were taken at
     train_stats: dict
     rollout_stats: list[dict] = field(default_factory=list)  # per rollout worker, sampler.last_stats
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """What a schedule trains with: the in-process Trainer or the data-parallel ranks (DataParallelTrainer)."""
+
+    def begin(self) -> None:
+        """Start an iteration's gradient accumulation."""
+
+    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> None:
+        """Accumulate the gradients of these groups (possibly handed on and running elsewhere)."""
+
+    def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
+        """All-reduce, clip and step; -> (step stats, rewards of every trained group)."""
+
+    def publish(self, iteration: int | None) -> dict:
+        """The current weights, where the rollout side reads them."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RolloutSource(Protocol):
+    """The producer side of the async schedules (engines/rollout/pool.py RolloutPool)."""
+
+    def publish(self, weights: dict, version: int, iteration: int) -> None:
+        """Every rollout worker loads these weights before its next batch."""
+
+    def produce(self, iteration: int, requests, sampling, groups: queue.Queue, timeout_s: float) -> None:
+        """Put each finished group on `groups` as it finishes, then an IterationEnd (or the error)."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Schedule(Protocol):
+    """What the runner drives: one call per iteration; `trainer` owns the training weights."""
+
+    trainer: Trainer
+
+    def run_iteration(self, inp: IterationInput) -> IterationOutput: ...
+
+    def close(self) -> None: ...
 
 
 class GroupReceiver:

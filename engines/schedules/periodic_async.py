@@ -15,6 +15,16 @@ import threading
 from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
 
 
+def build(cfg, session, rec, dataset):
+    """The registered builder (bench/components.py): a training pool fed by a rollout pool."""
+    from rlbench.stages import Role
+
+    e = cfg.engine
+    trainer = session.trainer(Role.TRAINER)
+    return PeriodicAsyncSchedule(trainer, session.rollout_pool(), rec, e.consume_order, e.queue_timeout_s,
+                                 overlap=e.overlap)
+
+
 class PeriodicAsyncSchedule:
     name = "periodic_async"
 

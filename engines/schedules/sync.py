@@ -16,6 +16,13 @@ from rlbench.engines.schedules.common import IterationInput, IterationOutput
 from rlbench.stages import Stage
 
 
+def build(cfg, session, rec, dataset):
+    """The registered builder (bench/components.py): colocated data-parallel ranks."""
+    from rlbench.stages import Role
+
+    return DataParallelSync(session.trainer(Role.COLOCATED), rec)
+
+
 class DataParallelSync:
     name = "sync"
 

@@ -1,0 +1,66 @@
+"""The registry of schedules and rollout backends (bench/components.py) is what config, switches and the
+engine factory read; every registered component resolves to real code."""
+import importlib
+import typing
+
+import pytest
+from rlbench import components
+from rlbench.config import EngineConfig, RolloutConfig, RunConfig, with_overrides
+from rlbench.engines.factory import builder
+from rlbench.engines.rollout.pool import RolloutPool
+from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
+from rlbench.engines.schedules.common import RolloutSource, Schedule, Trainer
+from rlbench.engines.schedules.periodic_async import PeriodicAsyncSchedule
+from rlbench.engines.schedules.sync import DataParallelSync, SyncSchedule
+from rlbench.engines.trainer.distributed import DataParallelTrainer
+from rlbench.engines.trainer.trainer import Trainer as InProcessTrainer
+from rlbench.simulate import SCHEDULES as SIMULATED
+
+
+def test_config_choices_are_the_registry():
+    assert set(typing.get_args(EngineConfig.model_fields["schedule"].annotation)) == set(components.SCHEDULES)
+    assert set(typing.get_args(RolloutConfig.model_fields["backend"].annotation)) == set(components.BACKENDS)
+    assert {s.value for s in components.Schedule} == set(components.SCHEDULES)
+    assert set(SIMULATED) == set(components.SCHEDULES)  # rlbench simulate models every schedule
+
+
+@pytest.mark.parametrize("name", sorted(components.SCHEDULES))
+def test_every_schedule_builder_resolves(name):
+    build = builder(name)
+    assert callable(build) and build.__name__ == "build"
+
+
+@pytest.mark.parametrize("name", sorted(components.BACKENDS))
+def test_every_backend_names_a_class(name):
+    module, attr = components.BACKENDS[name].builder.split(":")
+    assert module.startswith("rlbench.engines.rollout.")
+    assert importlib.util.find_spec(module) is not None and attr in open(importlib.util.find_spec(module).origin).read()
+
+
+def test_options_are_read_from_their_config_keys():
+    cfg = with_overrides(RunConfig(), {"engine": {"schedule": "bounded_async", "max_staleness": 3},
+                                       "train": {"prox_logp": "loglinear"}})
+    opts = components.SCHEDULES["bounded_async"].read(cfg)
+    assert (opts.max_staleness, opts.prox_logp, opts.consume_order) == (3, "loglinear", "arrival")
+    sw = cfg.switches()
+    assert sw["max_staleness"] == 3 and sw["prox_logp"] == "loglinear"
+    assert sw["overlap"] is None and sw["sync_layout"] is None  # other schedules' options: their absent values
+    sync = RunConfig().switches()
+    assert sync["max_staleness"] == 0 and sync["prox_logp"] is None and sync["sync_layout"] == "data_parallel"
+
+
+def test_a_schedule_refuses_what_it_cannot_do():
+    with pytest.raises(Exception, match="ppo_mini_batches must be 1 with engine.schedule=periodic_async"):
+        with_overrides(RunConfig(), {"engine": {"schedule": "periodic_async"}, "train": {"ppo_mini_batches": 2}})
+
+
+def test_the_engines_implement_the_protocols():
+    def has(cls, proto):
+        names = [n for n in vars(proto) if not n.startswith("_") and callable(getattr(proto, n))]
+        return names and all(callable(getattr(cls, n, None)) for n in names)
+
+    assert has(InProcessTrainer, Trainer) and has(DataParallelTrainer, Trainer)
+    assert has(RolloutPool, RolloutSource)
+    for cls in (SyncSchedule, DataParallelSync, PeriodicAsyncSchedule, BoundedAsyncSchedule):
+        assert has(cls, Schedule), cls
+    assert not has(RolloutPool, Trainer)  # the check can fail
