@@ -13,12 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-
-class Schedule(str, enum.Enum):
-    SYNC = "sync"
-    PERIODIC_ASYNC = "periodic_async"
-    BOUNDED_ASYNC = "bounded_async"
+from rlbench.stages import Schedule
 
 
 class Backend(str, enum.Enum):

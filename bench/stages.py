@@ -30,6 +30,14 @@ PER_SAMPLE_TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.RE
 TRAIN_STAGES = (*PER_SAMPLE_TRAIN_STAGES, Stage.OPTIMIZER_STEP.value)
 
 
+class Schedule(str, enum.Enum):
+    """engine.schedule: how rollout and training are interleaved (bench/components.py registers each)."""
+
+    SYNC = "sync"
+    PERIODIC_ASYNC = "periodic_async"
+    BOUNDED_ASYNC = "bounded_async"
+
+
 class Role(str, enum.Enum):
     """What a worker process does; its events are recorded as worker `<role><i>` (the driver: `driver`)."""
 
