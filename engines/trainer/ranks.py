@@ -54,7 +54,8 @@ class TrainerRank:
         self.sampler = None
         if spec is not None:  # colocated: this rank generates its own shard too
             self.sampler = build_backend(spec, model_config, tok.eos_token_id, cfg.rollout.max_num_seqs,
-                                         self.device, lambda: build_model(model_config, self.device))
+                                         self.device, lambda: build_model(model_config, self.device),
+                                         dict(policy.named_parameters()))
         self.prof = from_env(slot.worker, self.device.type)
 
     # ---------------------------------------------------------------- process group

