@@ -114,19 +114,26 @@ def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool) -> None:
         sys.exit(3)
 
 
-def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = True) -> dict:
-    """Run every cell in its own process; returns the ablation record (also ablation.json)."""
-    cells = cells_for(name, base)
+def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = True,
+                 seeds: list[int] | None = None) -> dict:
+    """Run every cell (once per seed, bench/seeds.py) in its own process; returns the ablation record
+    (also ablation.json)."""
+    from rlbench.seeds import expand
+
+    cells = expand(cells_for(name, base), seeds)
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
               "reference": cells[0][0],
-              "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None}
-                        for c, cfg in cells]}
+              "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None,
+                         **({"cell": schema.split_seeded(c)[0], "seed": s} if seeds else {})}
+                        for c, cfg, s in cells]}
+    if seeds:
+        record["seeds"] = seeds
     schema.atomic_write_json(run_dir / schema.ABLATION, record)
     # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
     # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ctx = mp.get_context("spawn")
-    for entry, (cell, cfg) in zip(record["cells"], cells):
+    for entry, (cell, cfg, _) in zip(record["cells"], cells):
         proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
                            args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
         proc.start()

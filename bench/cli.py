@@ -35,13 +35,19 @@ def run(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
     profile: bool = typer.Option(False, "--profile", help="Record torch.profiler traces per worker "
                                  "(run.profile_iterations after warm-up) into <cell>/traces for TensorBoard/Perfetto."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every cell once per seed, e.g. 0,1,2 (sets "
+                                        "run.seed); the report aggregates each cell over its seeds."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
     from rlbench.ablation import new_run_dir, run_ablation
     from rlbench.config import load_config
+    from rlbench.seeds import parse_seeds
 
     cfg = load_config(config, set_ + (["run.profile=true"] if profile else []))
+    seed_list = parse_seeds(seeds)
     if engine != "rlbench":
+        if seed_list:
+            raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
         _run_external(engine, cfg, out, report)
         return
     from rlbench.ablation import cells_for
@@ -50,7 +56,7 @@ def run(
     run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
     typer.echo(f"rlbench: {ablation} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
     try:
-        record = run_ablation(ablation, cfg, run_dir, progress=progress)
+        record = run_ablation(ablation, cfg, run_dir, progress=progress, seeds=seed_list)
     finally:
         _finish(run_dir, report)
     failed = [c for c in record["cells"] if c["exit_code"]]

@@ -5,7 +5,7 @@ import os
 
 
 def exit_at(iteration: int, role: str = "rollout") -> None:
-    """RLBENCH_FAULT=<role>_exit:K (role: rollout, trainer) makes such a worker die at
+    """RLBENCH_FAULT=<role>_exit:K (role: rollout, trainer, vllm_engine) makes such a worker die at
     iteration K (a crash, no goodbye)."""
     spec = os.environ.get("RLBENCH_FAULT", "")
     if spec.startswith(f"{role}_exit:") and int(spec.split(":")[1]) == iteration:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,20 @@ EVENTS = "events.jsonl"
 ITERATIONS = "iterations.jsonl"
 SAMPLES = "samples.jsonl"
 ABLATION = "ablation.json"
+
+# Multi-seed runs (`--seeds`): the cell `sync` of seed 2 is named and stored as `sync@seed2`;
+# ablation.json then lists "seeds" and each cell's base "cell" and "seed".
+_SEEDED = re.compile(r"^(?P<cell>.+)@seed(?P<seed>-?\d+)$")
+
+
+def seeded_name(cell: str, seed: int) -> str:
+    return f"{cell}@seed{seed}"
+
+
+def split_seeded(name: str) -> tuple[str, int | None]:
+    """'sync@seed2' -> ('sync', 2); a name without the suffix -> (name, None)."""
+    m = _SEEDED.match(name)
+    return (m["cell"], int(m["seed"])) if m else (name, None)
 
 
 @dataclass

@@ -3,19 +3,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlbench.reports.accuracy import curves
+from rlbench.reports.accuracy_html import accuracy_html
+from rlbench.reports.accuracy_plots import CAPTIONS, write_accuracy_plots
+from rlbench.reports.accuracy_table import write_accuracy_table
 from rlbench.reports.data import load
 from rlbench.reports.html import write_html
 from rlbench.reports.plots import write_plots
+from rlbench.reports.seeds import is_multi_seed, write_seed_summary
 from rlbench.reports.tables import write_summary
 
 
 def build_report(run_dir) -> Path:
-    """Write summary.csv, summary.md, plots/*.png and report.html into run_dir; returns the HTML path.
+    """Write summary.csv, summary.md, accuracy.csv, plots/*.png and report.html into run_dir; returns the
+    HTML path. A multi-seed run (--seeds) gets one aggregated row per cell (and summary_seeds.csv); its
+    per-cell plots show the first seed, the accuracy plots every seed.
 
     Works on whatever was measured: a single cell, an ablation, a cell that was interrupted or failed
     with zero iterations. Raises rlbench.errors.UserError when run_dir is not a run folder.
     """
     run = load(run_dir)
-    df, sp = write_summary(run)
-    plots = write_plots(run, df, sp)
-    return write_html(run, df, sp, plots)
+    if is_multi_seed(run):
+        df, sp, shown = write_seed_summary(run)
+    else:
+        (df, sp), shown = write_summary(run), run
+    plots = write_plots(shown, df, sp)
+    acc = write_accuracy_table(run)
+    target = acc["target"].iloc[0] if len(acc) else None
+    acc_plots = write_accuracy_plots(curves(run), acc, None if target != target else target, run.path / "plots")
+    section = ("Accuracy: time to target, final accuracy, throughput trade-off", accuracy_html(acc, acc_plots, CAPTIONS))
+    return write_html(run, df, sp, plots, sections=[section])

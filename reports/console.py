@@ -1,19 +1,27 @@
 """summary_table_text: a compact plain-text table of a run for the terminal (no colour, no rich)."""
 from __future__ import annotations
 
+from rlbench.reports.accuracy_html import accuracy_text
+from rlbench.reports.accuracy_table import accuracy_frame
 from rlbench.reports.data import load
+from rlbench.reports.seeds import aggregate, is_multi_seed, seed_frame
 from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame, summary_frame
 
 
 def summary_table_text(run_dir) -> str:
     """cell | TPSPD median (min–max) | speedup vs reference | rollout/train tokens/s | idle % per
     worker | pass@1 before→after | max staleness | status, as aligned plain text (TPSPD in
-    tokens/s/device)."""
+    tokens/s/device); a multi-seed run shows the median over seeds. Then the time-to-accuracy table."""
     run = load(run_dir)
-    rows = [COMPACT_HEAD] + compact_rows(summary_frame(run))
+    multi = is_multi_seed(run)
+    df = aggregate(seed_frame(run)) if multi else summary_frame(run)
+    sp = aggregate(seed_frame(run, speedup_frame), []) if multi else speedup_frame(run)
+    rows = [COMPACT_HEAD] + compact_rows(df)
     widths = [max(len(r[i]) for r in rows) for i in range(len(COMPACT_HEAD))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if multi:
+        lines.append("median over seeds; per seed: summary_seeds.csv")
     lines += ["", "rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
-              "measured device costs (reports/predict.py)."] + attribution_text(attribution(speedup_frame(run)))
-    return "\n".join(lines)
+              "measured device costs (reports/predict.py)."] + attribution_text(attribution(sp))
+    return "\n".join(lines + accuracy_text(accuracy_frame(run)))

@@ -152,8 +152,9 @@ def utilisation_html(run: RunData) -> str:
     return table(rows, list(df.columns)) + f"<p>{esc(peak_text(run))}. {esc(UTIL_NOTE)}</p>"
 
 
-def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path]) -> str:
-    """The whole document as one string."""
+def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path],
+           sections: list[tuple[str, str]] = ()) -> str:
+    """The whole document as one string; sections: (title, HTML body) after the speedup section."""
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     warn = [f'<p class="warn">cell {esc(c.name)}: {esc(c.status)} after {len(c.iterations)} '
             f"iterations</p>" for c in run.cells if c.status != "complete"]
@@ -169,6 +170,7 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
             "format).</p>",
             "<h2>Periodic-async speedup: measured vs predicted</h2>", speedup_html(sp),
             "<h2>Hardware utilisation per stage</h2>", utilisation_html(run),
+            *[f"<h2>{esc(title)}</h2>{body}" for title, body in sections],
             "<h2>Plots</h2>", plot_html(plots),
             "<h2>Cells</h2>", *[cell_html(c) for c in run.cells],
             "<h2>Reference figures from the literature</h2>",
@@ -178,9 +180,10 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
             + "\n".join(body) + "\n</body></html>\n")
 
 
-def write_html(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path]) -> Path:
+def write_html(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path],
+               sections: list[tuple[str, str]] = ()) -> Path:
     path = run.path / "report.html"
     tmp = path.with_name(".report.html.tmp")
-    tmp.write_text(render(run, df, sp, plots), encoding="utf-8")
+    tmp.write_text(render(run, df, sp, plots, sections), encoding="utf-8")
     tmp.replace(path)  # atomic: a reader never sees half a report
     return path

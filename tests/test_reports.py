@@ -24,7 +24,8 @@ from rlbench.reports.predict import StepCost, replay
 from rlbench.stages import Stage
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLOTS = ["tpspd", "speedup", "stage_breakdown", "timeline", "reward_accuracy", "staleness"]
+PLOTS = ["tpspd", "speedup", "stage_breakdown", "timeline", "reward_accuracy", "staleness", "accuracy_time",
+         "tpspd_accuracy"]
 
 
 @pytest.fixture

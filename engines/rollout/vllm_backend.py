@@ -186,7 +186,7 @@ class VLLMBackend:
         -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
         step by sequences in flight included, for the speedup prediction)."""
         from rlbench.engines.rollout.sampler import StepCosts
-        from rlbench.engines.rollout.worker import fault_hook
+        from rlbench import faults
 
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}
@@ -209,7 +209,7 @@ class VLLMBackend:
             for o in finished:
                 tokens += self._collect(o, *pending.pop(o.request_id), out, on_group)
             if out:
-                fault_hook(sampling.iteration, "vllm_engine")  # test hook: the engine dies mid-generation
+                faults.exit_at(sampling.iteration, "vllm_engine")  # test hook: the engine dies mid-generation
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
                            "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
         return out

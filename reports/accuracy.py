@@ -1,0 +1,123 @@
+"""Time-to-accuracy: does a schedule learn the same thing, and how soon (DESIGN.md §8, A-3PO's table).
+
+For every cell and seed, an accuracy curve: greedy pass@1 (strict GSM8K rule, and in any format) at each
+evaluation, against
+  - training wall time: seconds from the start of the first iteration to the end of the last iteration
+    before the evaluation, minus the time spent evaluating in between (evaluation is measurement, not
+    training; the same clock for every schedule, whether iterations overlap or not);
+  - trained samples: samples of the iterations before the evaluation.
+Per cell (over its seeds): final accuracy with a 95% interval (a t-interval of the mean over seeds; with
+one seed, the Wilson score interval over the eval problems), and the time and samples to reach a target
+accuracy. The target is the accuracy the reference cell (the first: sync) gains by its end, TARGET_SHARE
+of the way from its first evaluation to its last (medians over seeds), so it is a level the reference
+reaches and the question is who reaches it sooner. A crossing is interpolated linearly between the last
+evaluation below the target and the first at or above it; a seed that never reaches it counts as not
+reached.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from rlbench import schema
+from rlbench.reports.data import CellData, RunData
+from rlbench.stages import Stage
+
+TARGET_SHARE = 0.8
+# Student t quantile 0.975 for 1..30 degrees of freedom (beyond: the normal's 1.96).
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042]
+
+
+@dataclass
+class Curve:
+    """One cell of one seed: a point per evaluation."""
+
+    cell: str
+    seed: int | None
+    iteration: list[int] = field(default_factory=list)
+    wall_s: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    any_format: list[float | None] = field(default_factory=list)
+    n_eval: int | None = None
+
+
+def curve(c: CellData) -> Curve:
+    """Accuracy curve of one cell (name and seed from `cell@seedN`, else the config's run.seed)."""
+    base, seed = schema.split_seeded(c.name)
+    if seed is None:
+        seed = (c.result.get("config") or {}).get("run", {}).get("seed")
+    out = Curve(base, seed)
+    by_iter = {it["iteration"]: it for it in c.iterations}
+    t0 = min((it["start"] for it in c.iterations), default=0.0)
+    evals = [(e["start"], e["end"]) for e in c.events if e["stage"] == Stage.EVAL.value]
+    for ev in c.result.get("evals") or []:
+        k = ev["iteration"]
+        if k and (k - 1) not in by_iter:
+            continue  # an evaluation after an iteration that was not recorded
+        end = by_iter[k - 1]["end"] if k else t0
+        spent = sum(max(0.0, min(e, end) - max(s, t0)) for s, e in evals)
+        out.iteration.append(k)
+        out.wall_s.append(max(0.0, end - t0 - spent))
+        out.samples.append(sum(it["num_samples"] for i, it in by_iter.items() if i < k))
+        out.accuracy.append(ev["accuracy"])
+        out.any_format.append(ev.get("accuracy_any_format"))
+        out.n_eval = ev.get("n") or out.n_eval
+    return out
+
+
+def curves(run: RunData) -> dict[str, list[Curve]]:
+    """cell name (without seed) -> its curves, one per seed, in run order."""
+    out: dict[str, list[Curve]] = defaultdict(list)
+    for c in run.cells:
+        cv = curve(c)
+        if cv.accuracy:
+            out[cv.cell].append(cv)
+    return dict(out)
+
+
+def interval(values: list[float], n_eval: int | None) -> tuple[float, float, float, str]:
+    """(mean, low, high, method) of final accuracies: 95% t-interval over seeds, or Wilson for one."""
+    m = statistics.fmean(values)
+    if len(values) >= 2:
+        half = _t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+        return m, max(0.0, m - half), min(1.0, m + half), f"t-interval over {len(values)} seeds"
+    if not n_eval:
+        return m, m, m, "one seed, eval size unknown"
+    z, n = 1.96, n_eval
+    centre = (m + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(m * (1 - m) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return m, max(0.0, centre - half), min(1.0, centre + half), f"Wilson, {n} eval problems"
+
+
+def _t975(df: int) -> float:
+    return T975[df - 1] if df <= len(T975) else 1.96
+
+
+def target_accuracy(all_curves: dict[str, list[Curve]], reference: str) -> float | None:
+    """TARGET_SHARE of the reference cell's gain (median first and last evaluation over seeds); None when
+    the reference has no curve or did not improve."""
+    ref = all_curves.get(reference) or next(iter(all_curves.values()), [])
+    if not ref:
+        return None
+    first = statistics.median(c.accuracy[0] for c in ref)
+    last = statistics.median(c.accuracy[-1] for c in ref)
+    return first + TARGET_SHARE * (last - first) if last > first else None
+
+
+def crossing(cv: Curve, target: float, axis: str = "wall_s") -> float | None:
+    """Where the curve first reaches target on axis (wall_s or samples), interpolated; None if never."""
+    xs = getattr(cv, axis)
+    for i, a in enumerate(cv.accuracy):
+        if a >= target:
+            if i == 0:
+                return float(xs[0])
+            a0, x0 = cv.accuracy[i - 1], xs[i - 1]
+            return x0 + (target - a0) / (a - a0) * (xs[i] - x0)
+    return None

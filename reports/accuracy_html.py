@@ -1,0 +1,79 @@
+"""The report's time-to-accuracy section and its terminal text (reports/accuracy.py for the clock, the
+interval and the target)."""
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from rlbench.reports.accuracy import TARGET_SHARE
+from rlbench.reports.html import esc, table as html_table
+from rlbench.reports.tables import fmt
+
+HEAD = ["cell", "seeds", "TPSPD median [seeds]", "pass@1 first→final [95%]", "any format first→final [95%]",
+        "reached target", "time to target s [seeds]", "samples to target", "ref time / time", "train wall s",
+        "mixed groups % first→last"]
+
+
+def _m(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _span(v, lo, hi) -> str:
+    if _m(v):
+        return "–"
+    return fmt(v) if _m(lo) or _m(hi) or lo == hi else f"{fmt(v)} [{fmt(lo)}–{fmt(hi)}]"
+
+
+def _pct(a, b) -> str:
+    return "–" if _m(a) or _m(b) else f"{100 * a:.0f}→{100 * b:.0f}"
+
+
+def text_rows(table: pd.DataFrame) -> list[list[str]]:
+    """HEAD's columns of the accuracy table, as text."""
+    out = []
+    for r in table.to_dict("records"):
+        out.append([str(r["cell"]), str(r["seeds"]), _span(r["tpspd_median"], r["tpspd_seed_min"], r["tpspd_seed_max"]),
+                    f"{fmt(r['accuracy_first'])}→{_span(r['accuracy_final'], r['accuracy_final_lo'], r['accuracy_final_hi'])}",
+                    f"{fmt(r['any_format_first'])}→"
+                    f"{_span(r['any_format_final'], r['any_format_final_lo'], r['any_format_final_hi'])}",
+                    str(r["reached"]), _span(r["time_to_target_s"], r["time_to_target_s_min"], r["time_to_target_s_max"]),
+                    fmt(r["samples_to_target"]), fmt(r["time_ratio_vs_reference"]), fmt(r["train_wall_s"]),
+                    _pct(r["mixed_groups_first"], r["mixed_groups_last"])])
+    return out
+
+
+def explanation(table: pd.DataFrame) -> str:
+    target = table["target"].iloc[0] if len(table) else None
+    what = ("no target: the reference cell did not improve" if _m(target) else
+            f"target pass@1 {target:.3f}: {100 * TARGET_SHARE:.0f}% of the way from the reference cell's first "
+            "to its last evaluation (medians over seeds)")
+    return (f"Time-to-accuracy, {what}. Wall time is training time: from the first iteration's start, "
+            "evaluations excluded, the same clock for every schedule; a crossing is interpolated between "
+            "evaluations. Intervals: 95% t-interval of the mean over seeds (one seed: Wilson over the eval "
+            "problems); [a–b] after TPSPD and time: the spread over seeds. ref time / time > 1: reaches the "
+            "target sooner than the reference. Mixed groups: share of GRPO groups whose rewards differ (the "
+            "only ones with a gradient), first and last quarter of the iterations.")
+
+
+def accuracy_text(table: pd.DataFrame) -> list[str]:
+    """Aligned plain-text table plus its explanation, for the terminal; [] without evaluations."""
+    if not len(table):
+        return []
+    rows = [HEAD] + text_rows(table)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEAD))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return ["", *lines, explanation(table)]
+
+
+def accuracy_html(table: pd.DataFrame, plots: dict[str, Path], captions: dict[str, str]) -> str:
+    """The section's body: explanation, table, figures."""
+    if not len(table):
+        return "<p>No evaluations recorded.</p>"
+    figs = "".join(f'<figure><img alt="{esc(t)}" src="data:image/png;base64,'
+                   f'{base64.b64encode(Path(p).read_bytes()).decode("ascii")}"><figcaption><b>{esc(t)}.</b> '
+                   f"{esc(captions.get(t, ''))}</figcaption></figure>" for t, p in plots.items())
+    return f"<p>{esc(explanation(table))}</p>" + html_table(text_rows(table), HEAD) + figs

@@ -1,0 +1,100 @@
+"""Multi-seed runs (`rlbench run --seeds 0,1,2`): each seed's cells form a run of their own (per-seed
+tables, speedups against that seed's reference cell), then every cell is aggregated over its seeds.
+
+Files: summary.csv holds one row per cell (the median over seeds of every numeric column, `seeds`, and
+for the headline metrics `<metric>_seed_min` / `<metric>_seed_max`: the spread over seeds; tpspd_min /
+tpspd_max are the extremes over every seed's measured iterations); summary_seeds.csv keeps one row per
+cell and seed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pandas as pd
+
+from rlbench import schema
+from rlbench.reports.data import RunData
+from rlbench.reports.tables import attribution, attribution_text, speedup_frame, summary_frame, to_markdown
+
+SPREAD = ["tpspd_median", "speedup", "wall_s_median", "accuracy_after", "accuracy_any_format_after"]
+EXTREMES = {"tpspd_min": "min", "tpspd_max": "max", "staleness_max": "max"}
+
+
+def seeds_of(run: RunData) -> list[int]:
+    """The seeds of a multi-seed run (ablation.json "seeds"); [] for a run of one seed."""
+    path = run.path / schema.ABLATION
+    if run.kind != "ablation" or not path.is_file():
+        return []
+    return list(json.loads(path.read_text()).get("seeds") or [])
+
+
+def is_multi_seed(run: RunData) -> bool:
+    return len(seeds_of(run)) > 1
+
+
+def per_seed(run: RunData) -> dict[int, RunData]:
+    """seed -> the run of that seed's cells, named without the seed suffix, reference cell first."""
+    ref = schema.split_seeded(run.reference)[0]
+    out: dict[int, RunData] = {}
+    for seed in seeds_of(run):
+        cells = [replace(c, name=base) for c in run.cells
+                 for base, s in [schema.split_seeded(c.name)] if s == seed]
+        cells.sort(key=lambda c: c.name != ref)
+        missing = [schema.split_seeded(m)[0] for m in run.missing if schema.split_seeded(m)[1] == seed]
+        out[seed] = RunData(run.path, run.kind, run.name, ref, cells, run.predicted, missing)
+    return out
+
+
+def seed_frame(run: RunData, frame=summary_frame) -> pd.DataFrame:
+    """frame(run of one seed) for every seed, stacked, with a `seed` column after `cell`."""
+    parts = [frame(sub).assign(seed=seed) for seed, sub in per_seed(run).items() if sub.cells]
+    if not parts:
+        return frame(RunData(run.path, run.kind, run.name, run.reference, [])).assign(seed=None)
+    df = pd.concat(parts, ignore_index=True)
+    cols = list(df.columns)
+    cols.insert(1, cols.pop(cols.index("seed")))
+    return df[cols]
+
+
+def aggregate(per: pd.DataFrame, spread: list[str] = SPREAD) -> pd.DataFrame:
+    """One row per cell (first-seen order): numeric columns -> median over seeds (EXTREMES: min/max),
+    others -> the first seed's value; `seeds` counts them; `<m>_seed_min/_seed_max` for m in spread."""
+    rows = []
+    for cell, g in per.groupby("cell", sort=False):
+        row = {}
+        for col in per.columns.drop("seed"):
+            vals = g[col]
+            numeric = pd.api.types.is_numeric_dtype(vals) and not pd.api.types.is_bool_dtype(vals)
+            row[col] = getattr(vals, EXTREMES.get(col, "median"))() if numeric else vals.iloc[0]
+        row["seeds"] = len(g)
+        if "status" in g:
+            done = int((g["status"] == "complete").sum())
+            row["status"] = "complete" if done == len(g) else f"{done}/{len(g)} complete"
+        for m in spread:
+            if m in g:
+                row[f"{m}_seed_min"], row[f"{m}_seed_max"] = g[m].min(), g[m].max()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_seed_summary(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame, RunData]:
+    """summary.csv (per cell, aggregated), summary_seeds.csv (per cell and seed), summary.md; returns
+    (aggregated summary, aggregated speedups, the first seed's run for the per-cell plots)."""
+    per = seed_frame(run)
+    df = aggregate(per)
+    sp_per = seed_frame(run, speedup_frame)
+    sp = aggregate(sp_per, ["measured_speedup", "predicted_speedup"]) if len(sp_per) else speedup_frame(
+        RunData(run.path, run.kind, run.name, run.reference, []))
+    df.to_csv(run.path / "summary.csv", index=False)
+    per.to_csv(run.path / "summary_seeds.csv", index=False)
+    md = [f"# rlbench summary: {run.name} (seeds {', '.join(map(str, seeds_of(run)))})\n",
+          "Median over seeds; `_seed_min`/`_seed_max`: the spread over seeds.\n", to_markdown(df),
+          "\n## Per seed\n", to_markdown(per)]
+    if len(sp):
+        md += ["\n## Measured vs predicted periodic-async speedup (median over seeds)\n", to_markdown(sp)]
+        md += ["\n## Where the speedup comes from\n"] + [f"- {t}" for t in attribution_text(attribution(sp))]
+    (run.path / "summary.md").write_text("\n".join(md))
+    subs = per_seed(run)
+    first = next((s for s in subs.values() if s.cells), run)
+    return df, sp, first
