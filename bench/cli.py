@@ -3,6 +3,7 @@ so `rlbench --help`, `report`, `compare` and `check` are instant.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -47,6 +48,8 @@ def run(
         return
     from rlbench.ablation import cells_for
     cells_for(ablation, cfg)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    from rlbench import slowdown
+    slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     _preflight(cfg)
     run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
     typer.echo(f"rlbench: {ablation} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
