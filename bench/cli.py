@@ -132,9 +132,14 @@ def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...)
 
 @app.command("check")
 def check_cmd(
-    run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
+    run_dirs: list[Path] = typer.Argument(..., help="A run or ablation folder (several with --update or "
+                                          "--calibrate: repeated unchanged runs of one config)."),
     baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline JSON (e.g. bench/baselines/cpu-default.json)."),
-    update: bool = typer.Option(False, "--update", help="Write BASELINE from RUN_DIR instead of checking against it."),
+    update: bool = typer.Option(False, "--update", help="Write BASELINE from RUN_DIRS instead of checking against "
+                                "it; several runs calibrate its noise (value, standard error, inflation)."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Sensitivity study on RUN_DIRS (unchanged runs): "
+                                   "false-alarm rate and detection of planted 5/10/20%% slowdowns per metric, "
+                                   "from the recorded iterations; prints a Markdown table."),
     tolerance: list[str] = typer.Option([], "--tolerance", "-t",
                                         help="With --update: KIND_OR_METRIC=FRACTION, e.g. ratio=0.1 (default: "
                                              "keep the file's tolerances, else the built-in defaults)."),
@@ -144,10 +149,17 @@ def check_cmd(
     from rlbench.check import format_check, parse_tolerances, write_baseline
 
     if update:
-        path = write_baseline(run_dir, baseline, parse_tolerances(tolerance))
-        typer.echo(f"baseline written: {path}")
+        path = write_baseline(run_dirs, baseline, parse_tolerances(tolerance))
+        typer.echo(f"baseline written: {path} (from {len(run_dirs)} run(s))")
         return
-    result = do_check(run_dir, baseline)
+    if calibrate:
+        from rlbench.check_calibrate import format_study, study
+        typer.echo(format_study(study(run_dirs)))
+        return
+    if len(run_dirs) != 1:
+        raise UserError(f"check compares one run with the baseline, got {len(run_dirs)} (several runs: "
+                        "--update or --calibrate)")
+    result = do_check(run_dirs[0], baseline)
     typer.echo(format_check(result))
     if result.exit_code:
         sys.exit(result.exit_code)  # not typer.Exit: main() runs the app with standalone_mode=False
