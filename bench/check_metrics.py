@@ -7,7 +7,7 @@ per-iteration log-ratios; the metric's value is exp(median). Metric names are ``
   speedup:<cell>/<ref>            TPSPD of a cell / TPSPD of the reference cell
   <switch>_gain:<on>/<off>        the same for two cells differing in one switch (async_gain,
                                   tri_model_gain, shared_prompt_gain)
-  stage_cost:<stage>:<on>/<off>   device-seconds of one stage (all workers) in a cell / in the cell
+  stage_cost:<stage>:<on>/<off>   CPU seconds of one stage (all workers) in a cell / in the cell
                                   with one switch off: the async trainer's update and weight sync
                                   (schedule), the packed update (shared_prompt), the tri-model update
   queue_cost:<cell>               the async consumer's queue path: its queue_wait / the rollout time
@@ -84,15 +84,18 @@ def _overhead_shares(res: dict, events: list[dict]) -> list[float]:
     return out
 
 
-def stage_seconds(res: dict, events: list[dict]) -> dict[int, dict[str, float]]:
+def stage_seconds(res: dict, events: list[dict], cpu: bool = False) -> dict[int, dict[str, float]]:
     """{measured iteration: {stage: seconds summed over every worker}}; rollout is averaged over the
-    rollout workers instead (the queue path is compared with the rollout's wall time)."""
+    rollout workers instead (the queue path is compared with the rollout's wall time). cpu: the
+    recording thread's CPU seconds where events have them (a stage's work, steady on a shared
+    machine), else wall seconds."""
     keep = {it["iteration"] for it in _measured(res)}
     out: dict = defaultdict(lambda: defaultdict(float))
     rollers = defaultdict(set)
     for e in events:
         if e["iteration"] in keep:
-            out[e["iteration"]][e["stage"]] += e["end"] - e["start"]
+            use_cpu = cpu and e.get("cpu") is not None
+            out[e["iteration"]][e["stage"]] += e["cpu"] if use_cpu else e["end"] - e["start"]
             if e["stage"] == "rollout":
                 rollers[e["iteration"]].add(e["worker"])
     for k, workers in rollers.items():
@@ -141,15 +144,16 @@ def _throughput_metrics(cells: dict, ref: str) -> dict:
     return out
 
 
-def _component_metrics(cells: dict, stages: dict) -> dict:
+def _component_metrics(cells: dict, stages: dict, cpu: dict) -> dict:
+    """stage_cost rows from CPU seconds (work), queue_cost rows from wall seconds (waiting)."""
     out = {}
     for key, on, off in _pairs(cells):
         for stage in COMPONENT_STAGES[key]:
-            num = {k: s.get(stage, 0.0) for k, s in stages[on].items()}
-            den = {k: s.get(stage, 0.0) for k, s in stages[off].items()}
+            num = {k: s.get(stage, 0.0) for k, s in cpu[on].items()}
+            den = {k: s.get(stage, 0.0) for k, s in cpu[off].items()}
             out[f"stage_cost:{stage}:{on}/{off}"] = _paired(
                 num, den, "cost", "lower_is_better", [on, off],
-                f"{stage} ({STAGE_WHAT.get(stage, stage)}) device-seconds of {on} / of {off} ({key} on vs off)")
+                f"{stage} ({STAGE_WHAT.get(stage, stage)}) CPU seconds of {on} / of {off} ({key} on vs off)")
         if key == "schedule":
             out[f"same_accuracy:{on}/{off}"] = _same_accuracy(cells[on], cells[off], on, off)
     for name, per_it in stages.items():
@@ -199,7 +203,8 @@ def compute_metrics(run_dir: Path) -> dict:
     ref, cells = _read_cells(run_dir)
     events = {n: _events(r) for n, r in cells.items()}
     stages = {n: stage_seconds(r, events[n]) for n, r in cells.items()}
-    found = {**_throughput_metrics(cells, ref), **_component_metrics(cells, stages)}
+    cpu = {n: stage_seconds(r, events[n], cpu=True) for n, r in cells.items()}
+    found = {**_throughput_metrics(cells, ref), **_component_metrics(cells, stages, cpu)}
     metrics = {k: m for k, m in found.items() if m}
     for name, res in cells.items():
         metrics.update(_cell_metrics(name, res, events[name]))

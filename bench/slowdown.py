@@ -14,8 +14,10 @@ CELL      a cell name (`+tri_model`) or a schedule (`sync`, `periodic_async`, `b
           without it, every cell.
 
 The cell process resolves the spec once (`activate`) into RLBENCH_SLOW_STAGES=stage=fraction,...,
-which its worker processes inherit; `Recorder.stage` then busy-waits `fraction x duration` at the end
-of each such stage, inside the stage (a busy-wait, not a sleep: a real regression costs CPU too).
+which its worker processes inherit; `Recorder.stage` then busy-waits at the end of each such stage,
+inside it (a busy-wait, not a sleep: a real regression costs CPU too): `fraction x` the stage's CPU
+time of CPU time for a working stage (the stage does that much more work), `fraction x` its wall time
+for the queue wait (an idle stage, whose cost is waiting).
 """
 from __future__ import annotations
 
@@ -105,13 +107,24 @@ class _Cache:
 _plan = _Cache()
 
 
+IDLE = ("queue_wait",)  # stages that wait rather than work: slowed by wall time
+
+
 def extra_seconds(stage: str, duration: float) -> float:
     """Seconds to add to a stage that took `duration` (0.0 unless a planted slowdown names it)."""
     return _plan().get(stage, 0.0) * max(duration, 0.0)
 
 
-def burn(seconds: float) -> None:
-    """Busy-wait `seconds` of wall time (perf_counter)."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+def burn(seconds: float, clock=time.perf_counter) -> None:
+    """Busy-wait until `clock` (wall: perf_counter; CPU: thread_time) has advanced by `seconds`."""
+    end = clock() + seconds
+    while clock() < end:
         pass
+
+
+def plant(stage: str, wall: float, cpu: float) -> None:
+    """Called by the timer at the end of every stage: burn the planted extra, if any."""
+    if stage in IDLE:
+        burn(extra_seconds(stage, wall))
+    elif extra_seconds(stage, cpu):
+        burn(extra_seconds(stage, cpu), time.thread_time)

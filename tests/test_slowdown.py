@@ -52,23 +52,28 @@ def test_activate_exports_the_plan_for_worker_processes(monkeypatch):
 
 
 def test_recorder_stage_grows_by_the_fraction(monkeypatch):
-    """A slowed stage busy-waits f x its own duration inside the stage; an unslowed one does not. The
-    body's duration is measured inside it, so the comparison holds on a busy machine too."""
-    monkeypatch.setenv(slowdown.ACTIVE_ENV, "update=1.0")
+    """A slowed working stage busy-waits f x its own CPU time inside the stage; the queue wait f x its
+    wall time; an unslowed stage nothing. Durations are compared with what the stage body measured
+    of itself, so this holds on a busy machine too."""
+    monkeypatch.setenv(slowdown.ACTIVE_ENV, "update=1.0,queue_wait=0.5")
     burned = []
     real_burn = slowdown.burn
-    monkeypatch.setattr(slowdown, "burn", lambda s: (burned.append(s), real_burn(s)))
+    monkeypatch.setattr(slowdown, "burn", lambda s, clock=slowdown.time.perf_counter:
+                        (burned.append((s, clock)), real_burn(s, clock)))
     rec = Recorder("trainer0", t0=0.0)
-    inner = {}
-    for stage in (Stage.UPDATE, Stage.REWARD):
+    own = {}
+    for stage in (Stage.UPDATE, Stage.QUEUE_WAIT, Stage.REWARD):
         with rec.stage(stage, 0):
-            start = slowdown.time.perf_counter()
-            real_burn(0.05)  # the stage's own work
-            inner[stage.value] = slowdown.time.perf_counter() - start
-    upd, rew = rec.drain()
-    assert len(burned) == 1 and burned[0] >= inner["update"]  # only update, by >= its own work
-    assert upd.duration >= 2 * inner["update"]  # recorded: body + 1.0 x (body and the timer's overhead)
-    assert rew.duration >= inner["reward"]
+            t, c = slowdown.time.perf_counter(), slowdown.time.thread_time()
+            real_burn(0.05, slowdown.time.thread_time)  # the stage's own work: 0.05 s of CPU
+            own[stage.value] = (slowdown.time.perf_counter() - t, slowdown.time.thread_time() - c)
+    upd, queue, rew = rec.drain()
+    (s_upd, clock_upd), (s_q, clock_q) = burned  # reward: no burn
+    assert clock_upd is slowdown.time.thread_time and s_upd >= own["update"][1]
+    assert clock_q is slowdown.time.perf_counter and s_q >= 0.5 * own["queue_wait"][0]
+    assert upd.cpu >= 2 * own["update"][1] and upd.duration >= upd.cpu  # CPU time recorded too
+    assert queue.duration >= 1.5 * own["queue_wait"][0]
+    assert rew.cpu >= own["reward"][1]
 
 
 def test_cli_rejects_a_bad_spec_before_running(tmp_path):
