@@ -134,12 +134,14 @@ def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...)
 def check_cmd(
     run_dirs: list[Path] = typer.Argument(..., help="A run or ablation folder (several with --update or "
                                           "--calibrate: repeated unchanged runs of one config)."),
-    baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline JSON (e.g. bench/baselines/cpu-default.json)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", "-b",
+                                            help="Baseline JSON (e.g. bench/baselines/cpu-default.json); not "
+                                                 "needed with --calibrate."),
     update: bool = typer.Option(False, "--update", help="Write BASELINE from RUN_DIRS instead of checking against "
                                 "it; several runs calibrate its noise (value, standard error, inflation)."),
     calibrate: bool = typer.Option(False, "--calibrate", help="Sensitivity study on RUN_DIRS (unchanged runs): "
-                                   "false-alarm rate and detection of planted 5/10/20%% slowdowns per metric, "
-                                   "from the recorded iterations; prints a Markdown table."),
+                                   "false-alarm rate and detection of planted 5, 10 and 20 percent slowdowns per "
+                                   "component, from the recorded iterations; prints a Markdown table."),
     tolerance: list[str] = typer.Option([], "--tolerance", "-t",
                                         help="With --update: KIND_OR_METRIC=FRACTION, e.g. ratio=0.1 (default: "
                                              "keep the file's tolerances, else the built-in defaults)."),
@@ -148,13 +150,15 @@ def check_cmd(
     from rlbench.check import check as do_check
     from rlbench.check import format_check, parse_tolerances, write_baseline
 
-    if update:
-        path = write_baseline(run_dirs, baseline, parse_tolerances(tolerance))
-        typer.echo(f"baseline written: {path} (from {len(run_dirs)} run(s))")
-        return
     if calibrate:
         from rlbench.check_calibrate import format_study, study
         typer.echo(format_study(study(run_dirs)))
+        return
+    if baseline is None:
+        raise UserError("--baseline FILE is required (except with --calibrate)")
+    if update:
+        path = write_baseline(run_dirs, baseline, parse_tolerances(tolerance))
+        typer.echo(f"baseline written: {path} (from {len(run_dirs)} run(s))")
         return
     if len(run_dirs) != 1:
         raise UserError(f"check compares one run with the baseline, got {len(run_dirs)} (several runs: "
