@@ -48,6 +48,7 @@ class CellRun:
             "devices": self.placement.devices if self.placement else None,
             "aggregates": metrics.aggregate(self.iterations, self.evals) if self.iterations else {},
             "wall_s_total": now() - self.t0,
+            "clock_t0": self.t0,  # system-wide monotonic clock at the cell's time 0: cells on one time axis
             "final_params_sha256": self.params_sha256,
             **({"planted_slowdown": self.planted} if self.planted else {}),
         }
