@@ -50,6 +50,11 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
             ("+shared_prompt", {**ASYNC, "tri_model": True, "shared_prompt": True}),
             ("sync+tri_model", {**SYNC, "tri_model": True}),
             ("sync+tri_model+shared_prompt", {**SYNC, "tri_model": True, "shared_prompt": True})],
+    # The CI benchmark's cells (scripts/ci_bench.sh): the async chain of `all`, every switch pair that
+    # `rlbench check` compares (schedule, tri_model, shared_prompt) once, nothing twice: fewer cells,
+    # more iterations each in the CI budget.
+    "ci": [("sync", SYNC), ("+periodic_async", ASYNC), ("+tri_model", {**ASYNC, "tri_model": True}),
+           ("+shared_prompt", {**ASYNC, "tri_model": True, "shared_prompt": True})],
     "staleness": [("sync", SYNC), ("periodic_async", ASYNC)]
     + [(f"bounded_k{k}_{prox}", {**BOUNDED, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],

@@ -36,7 +36,7 @@ def _validate_metric(m, key: str, bad) -> None:
     if not _is_number(m.get("value")):
         raise bad(f"{key}.value", f"must be a number, got {m.get('value')!r}")
     for k, what in (("tolerance", "a relative fraction"), ("abs_tolerance", "an absolute floor"),
-                    ("se", "a standard error in log units")):
+                    ("se", "a standard error in log units"), ("run_sd", "a run-level spread in log units")):
         if (k in m or k == "tolerance") and not (_is_number(m.get(k)) and m[k] >= 0):
             raise bad(f"{key}.{k}", f"must be a number >= 0 ({what}), got {m.get(k)!r}")
     for k, allowed in (("direction", DIRECTIONS), ("kind", KINDS)):
@@ -103,8 +103,8 @@ def _pooled(runs: list[dict]) -> dict:
         if ms[0].get("samples"):
             key = next(iter(ms[0]["samples"]))
             m["samples"] = {key: [x for mm in ms for x in mm["samples"][key]]}
-        if n in paired:
-            m["value"], m["se"] = calib[n]
+        if n in paired and len(runs) > 1:
+            m["value"], m["se"], m["run_sd"] = calib[n]
         else:
             m["value"] = float(np.median([mm["value"] for mm in ms]))
         out[n] = m
@@ -141,7 +141,8 @@ def write_baseline(run_dirs, baseline_path: Path, tolerances: dict | None = None
                       # every cell's full resolved config: check compares these, not a projection
                       "cell_configs": {n: c["config"] for n, c in cur["cells"].items()}},
            "provenance": {**cur["cells"][ref]["provenance"], "run_dirs": [str(d) for d in run_dirs]},
-           "statistics": {**check_stats.DEFAULTS, "inflation": c, "runs": len(runs), "bootstrap": BOOTSTRAP},
+           "statistics": {**check_stats.DEFAULTS, "inflation": c if len(runs) == 1 else 1.0,
+                          "measured_inflation": c, "runs": len(runs), "bootstrap": BOOTSTRAP},
            "metrics": metrics,
            "notes": notes or "Written by `rlbench check --update` / `--calibrate`; bench/baselines/README.md."}
     schema.atomic_write_json(path, obj)

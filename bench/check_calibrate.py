@@ -61,7 +61,7 @@ def _judge_all(base: dict, cur: dict[str, np.ndarray], stats: dict, meta: dict) 
     """Metrics flagged worse for a current run given as {metric: log_ratios}."""
     flagged = set()
     for name, x in cur.items():
-        b = {**meta[name], "value": base[name][0], "se": base[name][1]}
+        b = {**meta[name], "value": base[name][0], "se": base[name][1], "run_sd": base[name][2]}
         if check_stats.verdict(b, {"samples": {"log_ratios": list(x)}}, stats)[0] == "worse":
             flagged.add(name)
     return flagged

@@ -4,11 +4,13 @@ beyond the noise this machine was measured to have (bench/baselines/README.md, "
 A metric's samples are per-iteration log-ratios x_k (bench/check_metrics.py). Its statistic is their
 20%-trimmed mean (robust to a stray iteration, nearly as efficient as the mean), with the
 Tukey-McLaughlin standard error. Per-iteration noise is not the whole story: a run also varies as a
-whole (which core a process lands on, what else the machine does), so the within-run error is scaled
-by an inflation factor `c` measured on repeated unchanged runs (`calibrate`). The change of a run
-against the baseline is d = stat(run) - stat(baseline) in log units, with standard error
-sqrt((c * se_run)^2 + se_base^2); it is a regression when it lies beyond z of them in the bad
-direction and beyond the metric's floor (`tolerance`).
+whole (what else the machine does while it runs), so a baseline calibrated from R unchanged runs
+(`calibrate`) stores, per metric, the run-level spread `run_sd` beyond the within-run error and the
+standard error `se` of its value (the mean over the runs). The change of a run against the baseline
+is d = stat(run) - log(baseline value), with standard error sqrt(se_run^2 + run_sd^2 + se^2); it is a
+regression when it lies beyond z of them in the bad direction and beyond the metric's floor
+(`tolerance`). A baseline from one run knows no run_sd: its within-run errors are scaled by the
+`inflation` factor instead (1 unless set).
 """
 from __future__ import annotations
 
@@ -39,15 +41,16 @@ def trimmed(x) -> tuple[float, float]:
 
 
 def change(base: dict, cur: dict, stats: dict) -> tuple[float, float]:
-    """(d, se_d) in log units for a metric with log_ratios samples on both sides. The baseline's own
-    error is its stored `se` (from several calibration runs) or, else, its samples' scaled by c."""
-    c = float(stats.get("inflation", 1.0))
+    """(d, se_d) in log units for a metric with log_ratios samples in the run."""
     s_cur, se_cur = trimmed(cur["samples"]["log_ratios"])
-    s_base = math.log(base["value"])
+    d = s_cur - math.log(base["value"])
+    if "run_sd" in base:  # calibrated from several runs
+        return d, math.sqrt(se_cur ** 2 + base["run_sd"] ** 2 + base["se"] ** 2)
+    c = float(stats.get("inflation", 1.0))
     se_base = base.get("se")
     if se_base is None:
         se_base = c * trimmed(base["samples"]["log_ratios"])[1]
-    return s_cur - s_base, math.sqrt((c * se_cur) ** 2 + se_base ** 2)
+    return d, math.sqrt((c * se_cur) ** 2 + se_base ** 2)
 
 
 def verdict(base: dict, cur: dict, stats: dict) -> tuple[str, tuple[float, float], str]:
@@ -64,19 +67,21 @@ def verdict(base: dict, cur: dict, stats: dict) -> tuple[str, tuple[float, float
     return ("worse" if bad else "better"), ci, note
 
 
-def calibrate(per_run: list[dict[str, list[float]]]) -> tuple[dict[str, tuple[float, float]], float]:
-    """From R unchanged runs ({metric: log_ratios} each): ({metric: (value, se of the baseline value)},
-    inflation c). c^2 = pooled between-run variance of the statistic / pooled within-run se^2, at
-    least 1; pooled over metrics because R is small. The baseline value is the mean over runs."""
+def calibrate(per_run: list[dict[str, list[float]]]) -> tuple[dict[str, tuple[float, float, float]], float]:
+    """From R unchanged runs ({metric: log_ratios} each): ({metric: (value, se, run_sd)}, inflation c).
+    value = exp(mean statistic over runs); run_sd^2 = between-run variance of the statistic minus the
+    mean within-run se^2 (at least 0); se^2 = (between-run variance, at least the mean within-run
+    se^2) / R. c^2 = pooled between-run variance / pooled within-run se^2 (for the record: how much
+    runs differ beyond their own iterations' noise)."""
     names = [n for n in per_run[0] if all(n in r for r in per_run)]
-    stats = {n: [trimmed(r[n]) for r in per_run] for n in names}
     R = len(per_run)
-    between = sum(np.var([s for s, _ in v], ddof=1) for v in stats.values()) if R > 1 else 0.0
-    within = sum(np.mean([se ** 2 for _, se in v]) for v in stats.values())
-    c = max(1.0, math.sqrt(between / within)) if R > 1 and within > 0 else 1.0
-    out = {}
-    for n, v in stats.items():
-        mean = float(np.mean([s for s, _ in v]))
-        se = c * math.sqrt(np.mean([e ** 2 for _, e in v])) / math.sqrt(R)
-        out[n] = (math.exp(mean), se)
+    out, between, within = {}, 0.0, 0.0
+    for n in names:
+        st = [trimmed(r[n]) for r in per_run]
+        m = np.array([a for a, _ in st])
+        w = float(np.mean([b ** 2 for _, b in st]))
+        v = float(np.var(m, ddof=1)) if R > 1 else w
+        between, within = between + v, within + w
+        out[n] = (math.exp(float(np.mean(m))), math.sqrt(max(v, w) / R), math.sqrt(max(0.0, v - w)))
+    c = math.sqrt(between / within) if R > 1 and within > 0 else 1.0
     return out, c

@@ -26,7 +26,7 @@ def _root(ctx: typer.Context) -> None:
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
     ablation: str = typer.Option("async", "--ablation", "-a",
-                                 help="Cells to run: async (sync vs periodic-async), tri_model, shared_prompt, all, "
+                                 help="Cells to run: async (sync vs periodic-async), tri_model, shared_prompt, all, ci (the CI benchmark), "
                                       "or none (just the configured engine)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
     engine: str = typer.Option("rlbench", "--engine", "-e",

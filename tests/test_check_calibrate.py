@@ -20,15 +20,16 @@ def test_trimmed_mean_ignores_a_stray_iteration():
 
 
 def test_calibrate_measures_between_run_spread():
-    """Runs whose level differs by more than their within-run error: inflation c > 1, and the baseline
-    value is the mean over runs."""
+    """Runs whose level differs by more than their within-run error: a run-level spread (run_sd) and
+    inflation c > 1; runs that differ only by their iterations' noise: run_sd near 0. The baseline value
+    is the mean over runs."""
     rng = np.random.default_rng(0)
     quiet = [{"m": list(0.1 + 0.01 * rng.standard_normal(40))} for _ in range(5)]
     shifted = [{"m": list(0.1 + off + 0.01 * rng.standard_normal(40))} for off in (-0.03, 0.0, 0.03, -0.02, 0.02)]
     (base_q, c_q), (base_s, c_s) = check_stats.calibrate(quiet), check_stats.calibrate(shifted)
-    (v_q, se_q), (v_s, se_s) = base_q["m"], base_s["m"]
-    assert v_q == pytest.approx(math.exp(0.1), rel=0.01) and c_q < 2
-    assert c_s > 5 and se_s > 3 * se_q
+    (v_q, se_q, sd_q), (v_s, se_s, sd_s) = base_q["m"], base_s["m"]
+    assert v_q == pytest.approx(math.exp(0.1), rel=0.01) and c_q < 2 and sd_q < 0.005
+    assert c_s > 5 and se_s > 3 * se_q and sd_s == pytest.approx(0.025, abs=0.01)
 
 
 def test_verdict_direction_and_interval():
