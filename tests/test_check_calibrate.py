@@ -73,3 +73,28 @@ def test_study_counts_detections_and_false_alarms(tmp_path):
     assert len(res["held_out"]) == 4
     text = check_calibrate.format_study(res)
     assert "| async trainer update (stage_cost:update:+periodic_async/sync) |" in text and "False alarms" in text
+
+
+def test_cli_calibrate_and_update_from_several_runs(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from rlbench import cli
+
+    runs = [str(write_run(tmp_path / f"u{i}", [Cell("sync", SYNC, 100.0), Cell("+periodic_async", ASYNC, 200.0)],
+                          seed=i)) for i in range(3)]
+    monkeypatch.setattr(sys, "argv", ["rlbench", "check", *runs, "--calibrate"])
+    with pytest.raises(SystemExit) as ex:
+        cli.main()
+        sys.exit(0)
+    assert (ex.value.code or 0) == 0
+    assert "| async trainer update" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["rlbench", "check", *runs, "--update", "--baseline", str(tmp_path / "b.json")])
+    with pytest.raises(SystemExit) as ex:
+        cli.main()
+        sys.exit(0)
+    assert (ex.value.code or 0) == 0 and "from 3 run(s)" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["rlbench", "check", *runs, "--baseline", str(tmp_path / "b.json")])
+    with pytest.raises(SystemExit) as ex:
+        cli.main()
+        sys.exit(0)
+    assert ex.value.code == 2 and "check compares one run" in capsys.readouterr().err
