@@ -22,6 +22,12 @@ DIRECTIONS = ("higher_is_better", "lower_is_better")
 # allows nothing; accuracy, which differs between machines, is judged loosely.
 DEFAULT_TOLERANCES = {"ratio": (0.02, 0.0), "cost": (0.02, 0.0), "accuracy": (0.25, 0.10),
                       "share": (0.50, 0.02), "invariant": (0.0, 0.0)}
+# metric name prefix -> (tolerance, floor) where a metric differs from its kind. Sync (data-parallel
+# all-reduce) and periodic-async (groups summed in arrival order) add the same gradients in another
+# order: rewards stay identical for ~75 iterations of the CI config, then one sample flips and the
+# final accuracy can differ by a problem or two of 64 (measured: bench/baselines/README.md). An
+# invariant is absolute: the tolerance is the allowed |value|.
+METRIC_TOLERANCES = {"same_accuracy": (2 / 64, 0.0)}
 BOOTSTRAP = {"method": "percentile bootstrap of the change (run - baseline) of the metric's statistic",
              "resamples": 2000, "confidence": 0.95, "seed": 0}
 
@@ -129,7 +135,7 @@ def write_baseline(run_dirs, baseline_path: Path, tolerances: dict | None = None
     pooled, c = _pooled(runs)
     metrics, given = {}, tolerances or {}
     for name, m in pooled.items():  # explicit by name > by kind > previous file > default
-        rel, floor = previous.get(name) or DEFAULT_TOLERANCES[m["kind"]]
+        rel, floor = previous.get(name) or METRIC_TOLERANCES.get(name.split(":")[0]) or DEFAULT_TOLERANCES[m["kind"]]
         rel = float(given.get(name, given.get(m["kind"], rel)))
         metrics[name] = {**m, "tolerance": rel, "abs_tolerance": floor}
     cur = runs[0]

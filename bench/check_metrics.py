@@ -13,6 +13,8 @@ per-iteration log-ratios; the metric's value is exp(median). Metric names are ``
   queue_cost:<cell>               the async consumer's queue path: its queue_wait / the rollout time
   overhead_share:<cell>           share of iteration wall time outside every stage of every worker
   same_accuracy:<on>/<off>        invariant: sync and periodic-async reach the same final accuracy
+                                  (up to floating-point summation order: tolerance 2 of 64 problems)
+  same_start:<on>/<off>           invariant: their iteration-0 rewards are identical (exactly)
   accuracy:<cell>, reward:<cell>  final eval pass@1; training reward of the last 3 iterations
 """
 from __future__ import annotations
@@ -156,6 +158,7 @@ def _component_metrics(cells: dict, stages: dict, cpu: dict) -> dict:
                 f"{stage} ({STAGE_WHAT.get(stage, stage)}) CPU seconds of {on} / of {off} ({key} on vs off)")
         if key == "schedule":
             out[f"same_accuracy:{on}/{off}"] = _same_accuracy(cells[on], cells[off], on, off)
+            out[f"same_start:{on}/{off}"] = _same_start(cells[on], cells[off], on, off)
     for name, per_it in stages.items():
         if any("queue_wait" in s for s in per_it.values()):
             out[f"queue_cost:{name}"] = _paired(
@@ -175,7 +178,18 @@ def _same_accuracy(on: dict, off: dict, on_name: str, off_name: str):
     if a is None or b is None:
         return None
     return _metric(a - b, "invariant", "higher_is_better", [on_name, off_name],
-                   f"final accuracy of {on_name} - of {off_name}: identical updates (DESIGN.md 1), so exactly 0")
+                   f"final accuracy of {on_name} - of {off_name}: the same updates up to summation order "
+                   "(DESIGN.md 1)")
+
+
+def _same_start(on: dict, off: dict, on_name: str, off_name: str):
+    """Iteration 0 of both schedules starts from the same weights with the same seeds: the same samples,
+    so exactly the same rewards, on every machine."""
+    a, b = (on.get("iterations") or [{}])[0], (off.get("iterations") or [{}])[0]
+    if "reward_mean" not in a or "reward_mean" not in b:
+        return None
+    return _metric(a["reward_mean"] - b["reward_mean"], "invariant", "higher_is_better", [on_name, off_name],
+                   f"training reward of iteration 0 of {on_name} - of {off_name}: same weights and seeds, exactly 0")
 
 
 def _cell_metrics(name: str, res: dict, events: list[dict]) -> dict:

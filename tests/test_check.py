@@ -109,7 +109,7 @@ PAIRED = {SPEEDUP, UPDATE_COST, "stage_cost:weight_sync:periodic_async/sync", "q
 
 def test_metrics_of_a_run(tmp_path):
     m = chk.compute_metrics(async_run(tmp_path / "r", overhead=0.05))["metrics"]
-    assert set(m) == PAIRED | {"same_accuracy:periodic_async/sync", "overhead_share:sync",
+    assert set(m) == PAIRED | {"same_accuracy:periodic_async/sync", "same_start:periodic_async/sync", "overhead_share:sync",
                                "overhead_share:periodic_async", "accuracy:sync", "accuracy:periodic_async",
                                "reward:sync", "reward:periodic_async"}
     assert m[SPEEDUP]["value"] == pytest.approx(2.0, rel=0.06)
@@ -120,6 +120,7 @@ def test_metrics_of_a_run(tmp_path):
     assert m["overhead_share:sync"]["value"] == pytest.approx(0.05, abs=1e-9)
     assert m["accuracy:periodic_async"] == {**m["accuracy:periodic_async"], "value": 0.40, "kind": "accuracy"}
     assert m["same_accuracy:periodic_async/sync"]["value"] == 0.0
+    assert m["same_start:periodic_async/sync"]["value"] == 0.0
 
 
 def test_switch_gains(tmp_path):
@@ -159,7 +160,7 @@ def test_identical_run_passes(tmp_path, baseline):
     result = chk.check(async_run(tmp_path / "again"), baseline)  # same seed: same numbers
     assert result.exit_code == 0
     assert all(r.mark != "worse" for r in result.rows)
-    assert format_last_line(result).startswith("PASS: 11 metric(s) compared")
+    assert format_last_line(result).startswith("PASS: 12 metric(s) compared")
 
 
 def format_last_line(result) -> str:
@@ -212,12 +213,16 @@ def test_accuracy_drop_fails(tmp_path, baseline):
 
 def test_accuracy_is_loose_across_machines_but_the_invariant_is_strict(tmp_path, baseline):
     """Both cells 0.05 lower (another machine's summation order): passes; periodic-async alone 1/64
-    lower than sync: the invariant fails although both accuracies are within tolerance."""
+    lower than sync: summation-order drift, passes; 3/64 lower: the invariant fails although both
+    accuracies are within the loose tolerance."""
     moved = write_run(tmp_path / "m", [Cell("sync", SYNC, 100.0, accuracy=0.35),
                                        Cell("periodic_async", ASYNC, 200.0, accuracy=0.35)])
     assert chk.check(moved, baseline).exit_code == 0
-    split = write_run(tmp_path / "s", [Cell("sync", SYNC, 100.0), Cell("periodic_async", ASYNC, 200.0,
+    drift = write_run(tmp_path / "d", [Cell("sync", SYNC, 100.0), Cell("periodic_async", ASYNC, 200.0,
                                                                       accuracy=0.40 - 1 / 64)])
+    assert row(chk.check(drift, baseline), "same_accuracy:periodic_async/sync").mark == "not significant"
+    split = write_run(tmp_path / "s", [Cell("sync", SYNC, 100.0), Cell("periodic_async", ASYNC, 200.0,
+                                                                      accuracy=0.40 - 3 / 64)])
     result = chk.check(split, baseline)
     assert row(result, "accuracy:periodic_async").mark == "not significant"
     assert row(result, "same_accuracy:periodic_async/sync").mark == "worse" and result.exit_code == 1
@@ -342,3 +347,15 @@ def test_cli_exit_codes(tmp_path, baseline, monkeypatch, capsys):
             cli.main()
             sys.exit(0)
         assert (ex.value.code or 0) == code, capsys.readouterr()
+
+
+def test_different_first_rewards_break_the_invariant(tmp_path, baseline):
+    """Iteration 0 of sync and periodic-async samples from the same weights with the same seeds: any
+    difference in its rewards is a bug (sampling, seeding, reward), flagged however small."""
+    run = async_run(tmp_path / "r")
+    path = run / "periodic_async" / schema.RESULTS
+    res = json.loads(path.read_text())
+    res["iterations"][0]["reward_mean"] += 1 / 32
+    path.write_text(json.dumps(res))
+    result = chk.check(run, baseline)
+    assert row(result, "same_start:periodic_async/sync").mark == "worse" and result.exit_code == 1
