@@ -50,6 +50,11 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
             ("+shared_prompt", {**ASYNC, "tri_model": True, "shared_prompt": True}),
             ("sync+tri_model", {**SYNC, "tri_model": True}),
             ("sync+tri_model+shared_prompt", {**SYNC, "tri_model": True, "shared_prompt": True})],
+    # The CI benchmark's cells (scripts/ci_bench.sh): the async chain of `all`, every switch pair that
+    # `rlbench check` compares (schedule, tri_model, shared_prompt) once, nothing twice: fewer cells,
+    # more iterations each in the CI budget.
+    "ci": [("sync", SYNC), ("+periodic_async", ASYNC), ("+tri_model", {**ASYNC, "tri_model": True}),
+           ("+shared_prompt", {**ASYNC, "tri_model": True, "shared_prompt": True})],
     "staleness": [("sync", SYNC), ("periodic_async", ASYNC)]
     + [(f"bounded_k{k}_{prox}", {**BOUNDED, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
@@ -98,12 +103,14 @@ def new_run_dir(root: Path, name: str) -> Path:
     return path
 
 
-def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool) -> None:
+def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, turns=None, index: int = 0) -> None:
     import sys
 
+    from rlbench.interleave import Pacer
     from rlbench.runner import run_cell
     try:
-        run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress)
+        run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress,
+                 pacer=Pacer(turns, index))
     except KeyboardInterrupt:
         sys.exit(130)
     except UserError as e:
@@ -133,6 +140,8 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
     # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ctx = mp.get_context("spawn")
+    if base.run.interleave and len(cells) > 1:
+        return _run_interleaved(ctx, cells, record, run_dir, progress)
     for entry, (cell, cfg, _) in zip(record["cells"], cells):
         proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
                            args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
@@ -149,3 +158,37 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
         if proc.exitcode == 2:
             raise UserError(f"cell {cell} rejected its input (see the error above)")
     return record
+
+
+def _run_interleaved(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
+    """Every cell in its own process at once, taking turns by iteration (bench/interleave.py)."""
+    from multiprocessing.connection import wait
+
+    from rlbench.interleave import Turns
+
+    turns = Turns(ctx, len(cells))
+    procs = {}
+    for i, (entry, (cell, cfg, _)) in enumerate(zip(record["cells"], cells)):
+        proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
+                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress, turns, i))
+        proc.start()
+        procs[proc.sentinel] = (i, proc, entry)
+    try:
+        while procs:
+            for sentinel in wait(list(procs)):
+                i, proc, entry = procs.pop(sentinel)
+                proc.join()
+                turns.leave(i)  # a cell that died mid-turn passes its turns on
+                entry["exit_code"] = proc.exitcode
+                schema.atomic_write_json(run_dir / schema.ABLATION, record)
+    except KeyboardInterrupt:
+        for i, proc, entry in procs.values():
+            proc.join(30)  # the children got the same SIGINT and are saving their results
+            entry["exit_code"] = 130
+        schema.atomic_write_json(run_dir / schema.ABLATION, record)
+        raise
+    rejected = [e["name"] for e in record["cells"] if e["exit_code"] == 2]
+    if rejected:
+        raise UserError(f"cell(s) {', '.join(rejected)} rejected their input (see the error above)")
+    return record
+

@@ -1,16 +1,12 @@
 """`rlbench check`: compare a run (or ablation) with a committed baseline; a regression exits 1.
 
 No absolute time is compared (machines differ and are noisy), only what a run measures against
-itself, plus accuracy. Metric names are ``name:cells``:
-  speedup:<cell>/<ref>       median per-iteration TPSPD of a cell / median of the reference cell
-  <switch>_gain:<on>/<off>   the same ratio for two cells differing in one switch (tri_model_gain,
-                             shared_prompt_gain, async_gain)
-  overhead_share:<cell>      share of iteration wall time outside every stage of the main worker
-  accuracy:<cell>, reward:<cell>   final eval pass@1; training reward of the last 3 iterations
-A change is 'worse'/'better' only beyond the metric's tolerance *and* beyond noise: a seeded
-percentile bootstrap (numpy; 2000 resamples; 95%) of the change run - baseline of the statistic
-(median, or ratio of medians) over the per-iteration samples must exclude 0. Without samples
-(accuracy, reward) the tolerance alone decides. Format and tolerances: bench/baselines/README.md.
+itself, plus accuracy. What is compared: bench/check_metrics.py. How: paired per-iteration ratios
+(speedups, gains, stage costs, the queue path) are judged by bench/check_stats.py against noise
+measured on this machine (`rlbench check --calibrate`); invariants (sync and periodic-async reach the
+same accuracy) strictly; cross-machine accuracy loosely, by tolerance; overhead shares by tolerance
+and a bootstrap. A failure names the component, its change and the 95% interval.
+Format, statistics and measured sensitivity: bench/baselines/README.md.
 """
 from __future__ import annotations
 
@@ -20,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlbench import check_stats
 from rlbench.baseline import BOOTSTRAP, DEFAULT_TOLERANCES, load_baseline, parse_tolerances, write_baseline
 from rlbench.check_metrics import compute_metrics
 
@@ -45,8 +42,9 @@ class Row:
     mark: str
     change: float | None = None  # current / baseline - 1
     delta: float | None = None  # current - baseline
-    ci: tuple[float, float] | None = None  # 95% bootstrap interval of delta
+    ci: tuple[float, float] | None = None  # 95% interval: of the relative change (ratio, cost), else of delta
     note: str = ""
+    description: str = ""  # what the metric measures (names the component in a failure)
 
 
 @dataclass
@@ -98,26 +96,30 @@ def _defaults() -> dict:
 
 
 def _bootstrap_delta(b: dict | None, c: dict | None) -> tuple[float, float] | None:
-    """95% percentile interval of (run statistic - baseline statistic), or None without samples."""
-    if not b or not c or set(b) != set(c) or min(len(v) for v in [*b.values(), *c.values()]) < MIN_SAMPLES:
+    """95% percentile interval of median(run values) - median(baseline values), or None without samples."""
+    if not b or not c or "values" not in b or "values" not in c or min(len(b["values"]), len(c["values"])) < MIN_SAMPLES:
         return None
     rng = np.random.default_rng(BOOTSTRAP["seed"])  # per metric: results do not depend on metric order
 
-    def stat(samples: dict) -> np.ndarray:  # [B] replicates of median(values) or median(num)/median(den)
-        med = {}
-        for k, v in samples.items():
-            x = np.asarray(v, dtype=float)
-            med[k] = np.median(x[rng.integers(0, len(x), (BOOTSTRAP["resamples"], len(x)))], axis=1)
-        return med["values"] if "values" in med else med["numerator"] / med["denominator"]
+    def stat(x) -> np.ndarray:  # [B] bootstrap replicates of the median
+        x = np.asarray(x, dtype=float)
+        return np.median(x[rng.integers(0, len(x), (BOOTSTRAP["resamples"], len(x)))], axis=1)
 
-    d = stat(c) - stat(b)
+    d = stat(c["values"]) - stat(b["values"])
     tail = (1 - BOOTSTRAP["confidence"]) / 2 * 100
     lo, hi = np.percentile(d, [tail, 100 - tail])
     return float(lo), float(hi)
 
 
-def _judge(b: dict, c: dict) -> tuple[str, tuple | None, str]:
-    """(mark, interval, note): worse/better only beyond tolerance and beyond noise."""
+def _judge(b: dict, c: dict, stats: dict) -> tuple[str, tuple | None, str]:
+    """(mark, interval, note): paired ratios against measured noise, invariants strictly, the rest
+    beyond tolerance and beyond noise."""
+    if b["kind"] == "invariant":
+        tol = b["tolerance"]
+        return ("worse" if abs(c["value"]) > tol else "not significant"), None, \
+            "invariant: must be 0" + (f" (+-{tol:g})" if tol else "")
+    if "log_ratios" in (b.get("samples") or {}) and "log_ratios" in (c.get("samples") or {}):
+        return check_stats.verdict(b, c, stats)
     delta = c["value"] - b["value"]
     allowed = max(b["tolerance"] * abs(b["value"]), b.get("abs_tolerance", 0.0))
     ci = _bootstrap_delta(b.get("samples"), c.get("samples"))
@@ -131,7 +133,8 @@ def _judge(b: dict, c: dict) -> tuple[str, tuple | None, str]:
 
 def _compare(name: str, base: dict, cur: dict, diffs: dict) -> Row:
     b, c = base["metrics"].get(name), cur["metrics"].get(name)
-    row = Row(name, (b or c)["kind"], b and b["value"], c and c["value"], "not comparable")
+    row = Row(name, (b or c)["kind"], b and b["value"], c and c["value"], "not comparable",
+              description=(b or c).get("description", ""))
     if b is None or c is None:
         row.note = "not in the baseline" if b is None else "not measured in this run"
         return row
@@ -142,7 +145,7 @@ def _compare(name: str, base: dict, cur: dict, diffs: dict) -> Row:
         diffs.update(dict.fromkeys(diff))
         row.note = "config differs: " + ", ".join(dict.fromkeys(d.split(":")[0] for d in diff))
         return row
-    row.mark, row.ci, row.note = _judge(b, c)
+    row.mark, row.ci, row.note = _judge(b, c, {**check_stats.DEFAULTS, **(base.get("statistics") or {})})
     return row
 
 
@@ -162,8 +165,7 @@ def check(run_dir: Path, baseline_path: Path) -> CheckResult:
     skipped = sum(r.mark == "not comparable" for r in res.rows)
     if worse:
         res.exit_code = 1
-        res.verdict = f"FAIL: {len(worse)} regression(s): " + ", ".join(
-            f"{r.metric} {_fmt_change(r) or r.current}" for r in worse)
+        res.verdict = f"FAIL: {len(worse)} regression(s):\n" + "\n".join(f"  {_fmt_failure(r)}" for r in worse)
     elif skipped == len(res.rows):  # a stale baseline must not turn the CI check into a silent pass
         res.exit_code = 2
         res.verdict = (f"STALE BASELINE: nothing comparable ({skipped} metric(s)); re-measure it with "
@@ -185,18 +187,34 @@ def _fmt_value(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def _fmt_ci(r: Row) -> str:
+    if r.ci is None:
+        return ""
+    if r.kind in ("ratio", "cost"):
+        return f"95% interval of the change [{r.ci[0]:+.1%}, {r.ci[1]:+.1%}]"
+    return f"95% CI of change [{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]"
+
+
+def _fmt_failure(r: Row) -> str:
+    """'stage_cost:update:+periodic_async/sync +10.4% (95% interval ...): what it measures'."""
+    what = f"{r.metric} {_fmt_change(r) or r.current}"
+    ci = _fmt_ci(r)
+    return what + (f" ({ci})" if ci else "") + (f": {r.description}" if r.description else "") + \
+        (f" [{r.note}]" if r.kind == "status" and r.note else "")
+
+
 def _fmt_change(r: Row) -> str:
     if r.delta is None:
         return ""
     rel = f"{r.change:+.1%}" if r.change is not None else ""
-    return rel if r.kind == "ratio" else f"{r.delta:+.3f}" + (f" ({rel})" if rel else "")
+    return rel if r.kind in ("ratio", "cost") else f"{r.delta:+.3f}" + (f" ({rel})" if rel and r.kind != "invariant" else "")
 
 
 def format_check(result: CheckResult) -> str:
     """Plain-text table (metric, baseline, current, change, mark, note); the last line is the verdict."""
     head = ("metric", "baseline", "current", "change", "mark", "note")
     body = [(r.metric, _fmt_value(r.baseline), _fmt_value(r.current), _fmt_change(r), r.mark,
-             r.note + (f"; 95% CI of change [{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]" if r.ci else ""))
+             r.note + (f"; {_fmt_ci(r)}" if r.ci else ""))
             for r in result.rows]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(5)]
     lines = [f"rlbench check: {result.run_dir} vs {result.baseline_path} "

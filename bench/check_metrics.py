@@ -1,11 +1,21 @@
 """What `rlbench check` compares, computed from a run's result files (reads files only).
 
-Metric names are ``name:cells``:
-  speedup:<cell>/<ref>       median per-iteration TPSPD of a cell / median of the reference cell
-  <switch>_gain:<on>/<off>   the same ratio for two cells differing in one switch (tri_model_gain,
-                             shared_prompt_gain, async_gain)
-  overhead_share:<cell>      share of iteration wall time outside every stage of every worker
-  accuracy:<cell>, reward:<cell>   final eval pass@1; training reward of the last 3 iterations
+Every performance metric is a *paired* per-iteration ratio: iteration k of one cell against iteration k
+of another (or two stages of the same iteration), so what drifts over a run on a shared machine
+cancels, all the more when the cells ran interleaved (run.interleave). The samples are the
+per-iteration log-ratios; the metric's value is exp(median). Metric names are ``name:cells``:
+  speedup:<cell>/<ref>            TPSPD of a cell / TPSPD of the reference cell
+  <switch>_gain:<on>/<off>        the same for two cells differing in one switch (async_gain,
+                                  tri_model_gain, shared_prompt_gain)
+  stage_cost:<stage>:<on>/<off>   CPU seconds of one stage (all workers) in a cell / in the cell
+                                  with one switch off: the async trainer's update and weight sync
+                                  (schedule), the packed update (shared_prompt), the tri-model update
+  queue_cost:<cell>               the async consumer's queue path: its queue_wait / the rollout time
+  overhead_share:<cell>           share of iteration wall time outside every stage of every worker
+  same_accuracy:<on>/<off>        invariant: sync and periodic-async reach the same final accuracy
+                                  (up to floating-point summation order: tolerance 2 of 64 problems)
+  same_start:<on>/<off>           invariant: their iteration-0 rewards are identical (exactly)
+  accuracy:<cell>, reward:<cell>  final eval pass@1; training reward of the last 3 iterations
 """
 from __future__ import annotations
 
@@ -19,7 +29,12 @@ from rlbench.metrics import union_length
 
 # switch -> (value with the switch on, value with it off)
 SWITCHES = {"schedule": ("periodic_async", "sync"), "tri_model": (True, False), "shared_prompt": (True, False)}
+# Keys that come with the schedule (sync's layout, periodic-async's overlap): not a second difference.
+SCHEDULE_KEYS = ("overlap", "sync_layout")
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
+# switch -> the stages whose cost that switch changes: what a regression of its component shows in
+COMPONENT_STAGES = {"schedule": ("update", "weight_sync"), "tri_model": ("update",), "shared_prompt": ("update",)}
+STAGE_WHAT = {"update": "gradient pass (forward + backward)", "weight_sync": "weight sync to the rollout engine"}
 
 
 def _read_cells(run_dir: Path) -> tuple[str, dict[str, dict]]:
@@ -43,14 +58,16 @@ def _measured(res: dict) -> list[dict]:
     return schema.measured(res.get("iterations") or [])
 
 
-def _overhead_shares(res: dict) -> list[float]:
+def _events(res: dict) -> list[dict]:
+    return [e for e in (schema.load_events(res["_dir"]) if res.get("_dir") else []) if e["stage"] != "eval"]
+
+
+def _overhead_shares(res: dict, events: list[dict]) -> list[float]:
     """Per measured iteration: share of [start, end] in which no worker recorded a stage (every worker
     process is its own device now; the driver's queue waits count as covered)."""
-    events = schema.load_events(res["_dir"]) if res.get("_dir") else []
     spans = defaultdict(list)  # iteration -> [(start, end)] of every worker's stages
     for e in events:
-        if e["stage"] != "eval":
-            spans[e["iteration"]].append((e["start"], e["end"]))
+        spans[e["iteration"]].append((e["start"], e["end"]))
     out = []
     for it in _measured(res):
         start, end = it["start"], it["end"]
@@ -60,45 +77,124 @@ def _overhead_shares(res: dict) -> list[float]:
     return out
 
 
+def stage_seconds(res: dict, events: list[dict], cpu: bool = False) -> dict[int, dict[str, float]]:
+    """{measured iteration: {stage: seconds summed over every worker}}; rollout is averaged over the
+    rollout workers instead (the queue path is compared with the rollout's wall time). cpu: the
+    recording thread's CPU seconds where events have them (a stage's work, steady on a shared
+    machine), else wall seconds."""
+    keep = {it["iteration"] for it in _measured(res)}
+    out: dict = defaultdict(lambda: defaultdict(float))
+    rollers = defaultdict(set)
+    for e in events:
+        if e["iteration"] in keep:
+            use_cpu = cpu and e.get("cpu") is not None
+            out[e["iteration"]][e["stage"]] += e["cpu"] if use_cpu else e["end"] - e["start"]
+            if e["stage"] == "rollout":
+                rollers[e["iteration"]].add(e["worker"])
+    for k, workers in rollers.items():
+        out[k]["rollout"] /= len(workers)
+    return out
+
+
 def _metric(value, kind: str, direction: str, cells: list[str], description: str, samples=None) -> dict:
     return {"value": float(value), "samples": samples, "direction": direction, "kind": kind,
             "cells": cells, "description": description}
 
 
-def _ratio(name: str, num: str, den: str, tpspd: dict, what: str) -> tuple[str, dict] | None:
-    if not tpspd[num] or not tpspd[den] or np.median(tpspd[den]) <= 0:
+def _paired(num: dict, den: dict, kind: str, direction: str, cells: list[str], description: str):
+    """Per-iteration log(num[k] / den[k]) over the iterations both have (positive values only)."""
+    x = [float(np.log(num[k] / den[k])) for k in sorted(set(num) & set(den)) if num[k] > 0 and den[k] > 0]
+    if not x:
         return None
-    value = float(np.median(tpspd[num]) / np.median(tpspd[den]))
-    return name, _metric(value, "ratio", "higher_is_better", [num, den],
-                         f"{what}: median TPSPD of {num} / median TPSPD of {den}",
-                         {"numerator": tpspd[num], "denominator": tpspd[den]})
+    return _metric(np.exp(np.median(x)), kind, direction, cells, description, {"log_ratios": x})
 
 
-def _switch_pairs(cells: dict, ref: str):
+def _pairs(cells: dict):
     """(switch, cell with it on, cell with it off) for two cells that differ in exactly that switch."""
     sw = {n: r.get("switches") or {} for n, r in cells.items()}
     for on_name, s_on in sw.items():
         for key, (on, off) in SWITCHES.items():
             if s_on.get(key) != on:
                 continue
-            for off_name, s_off in sw.items():  # a pair with the reference is a speedup row already
-                if s_off == {**s_on, key: off} and off_name != ref:
+            drop = SCHEDULE_KEYS if key == "schedule" else ()
+            want = {k: v for k, v in {**s_on, key: off}.items() if k not in drop}
+            for off_name, s_off in sw.items():
+                if {k: v for k, v in s_off.items() if k not in drop} == want:
                     yield key, on_name, off_name
 
 
-def _cell_metrics(name: str, res: dict) -> dict:
+def _throughput_metrics(cells: dict, ref: str) -> dict:
+    tpspd = {n: {it["iteration"]: float(it["tpspd"]) for it in _measured(r)} for n, r in cells.items()}
+    out = {}
+    for n in cells:
+        if n != ref:
+            out[f"speedup:{n}/{ref}"] = _paired(tpspd[n], tpspd[ref], "ratio", "higher_is_better", [n, ref],
+                                                f"TPSPD of {n} / TPSPD of {ref}, paired per iteration")
+    for key, on, off in _pairs(cells):
+        if off != ref:  # a pair with the reference is its speedup row already
+            out[f"{GAIN_NAMES[key]}:{on}/{off}"] = _paired(tpspd[on], tpspd[off], "ratio", "higher_is_better",
+                                                           [on, off], f"TPSPD gain of {key}, paired per iteration")
+    return out
+
+
+def _component_metrics(cells: dict, stages: dict, cpu: dict) -> dict:
+    """stage_cost rows from CPU seconds (work), queue_cost rows from wall seconds (waiting)."""
+    out = {}
+    for key, on, off in _pairs(cells):
+        for stage in COMPONENT_STAGES[key]:
+            num = {k: s.get(stage, 0.0) for k, s in cpu[on].items()}
+            den = {k: s.get(stage, 0.0) for k, s in cpu[off].items()}
+            out[f"stage_cost:{stage}:{on}/{off}"] = _paired(
+                num, den, "cost", "lower_is_better", [on, off],
+                f"{stage} ({STAGE_WHAT.get(stage, stage)}) CPU seconds of {on} / of {off} ({key} on vs off)")
+        if key == "schedule":
+            out[f"same_accuracy:{on}/{off}"] = _same_accuracy(cells[on], cells[off], on, off)
+            out[f"same_start:{on}/{off}"] = _same_start(cells[on], cells[off], on, off)
+    for name, per_it in stages.items():
+        if any("queue_wait" in s for s in per_it.values()):
+            out[f"queue_cost:{name}"] = _paired(
+                {k: s.get("queue_wait", 0.0) for k, s in per_it.items()},
+                {k: s.get("rollout", 0.0) for k, s in per_it.items()}, "cost", "lower_is_better", [name],
+                f"queue path of {name}: the consumer's queue_wait seconds / the rollout's, per iteration")
+    return out
+
+
+def _final_accuracy(res: dict):
+    evals = res.get("evals") or []
+    return evals[-1]["accuracy"] if evals and evals[-1].get("iteration", 0) > 0 else None
+
+
+def _same_accuracy(on: dict, off: dict, on_name: str, off_name: str):
+    a, b = _final_accuracy(on), _final_accuracy(off)
+    if a is None or b is None:
+        return None
+    return _metric(a - b, "invariant", "higher_is_better", [on_name, off_name],
+                   f"final accuracy of {on_name} - of {off_name}: the same updates up to summation order "
+                   "(DESIGN.md 1)")
+
+
+def _same_start(on: dict, off: dict, on_name: str, off_name: str):
+    """Iteration 0 of both schedules starts from the same weights with the same seeds: the same samples,
+    so exactly the same rewards, on every machine."""
+    a, b = (on.get("iterations") or [{}])[0], (off.get("iterations") or [{}])[0]
+    if "reward_mean" not in a or "reward_mean" not in b:
+        return None
+    return _metric(a["reward_mean"] - b["reward_mean"], "invariant", "higher_is_better", [on_name, off_name],
+                   f"training reward of iteration 0 of {on_name} - of {off_name}: same weights and seeds, exactly 0")
+
+
+def _cell_metrics(name: str, res: dict, events: list[dict]) -> dict:
     """overhead_share, accuracy and reward of one cell (those it has data for)."""
     out = {}
-    shares = _overhead_shares(res)
+    shares = _overhead_shares(res, events)
     if shares:
         out[f"overhead_share:{name}"] = _metric(
             np.median(shares), "share", "lower_is_better", [name],
-            "median share of iteration wall time outside every stage of the main worker",
-            {"values": shares})
-    evals = res.get("evals") or []
-    if evals and evals[-1].get("iteration", 0) > 0:  # the eval before training is no final accuracy
-        out[f"accuracy:{name}"] = _metric(evals[-1]["accuracy"], "accuracy", "higher_is_better", [name],
-                                          f"final eval pass@1 (after iteration {evals[-1].get('iteration')})")
+            "median share of iteration wall time outside every stage of every worker", {"values": shares})
+    acc = _final_accuracy(res)
+    if acc is not None:  # the eval before training is no final accuracy
+        out[f"accuracy:{name}"] = _metric(acc, "accuracy", "higher_is_better", [name],
+                                          f"final eval pass@1 (after iteration {res['evals'][-1].get('iteration')})")
     its = res.get("iterations") or []
     if its:
         out[f"reward:{name}"] = _metric(np.mean([it["reward_mean"] for it in its[-3:]]), "accuracy",
@@ -108,16 +204,16 @@ def _cell_metrics(name: str, res: dict) -> dict:
 
 def compute_metrics(run_dir: Path) -> dict:
     """Run or ablation folder -> {"reference", "cells": {name: {status, error, switches, config,
-    provenance}}, "metrics": {name: {value, samples, direction, kind, cells, description}}}."""
+    provenance, planted_slowdown}}, "metrics": {name: {value, samples, direction, kind, cells, description}}}."""
     ref, cells = _read_cells(run_dir)
-    tpspd = {n: [float(it["tpspd"]) for it in _measured(r)] for n, r in cells.items()}
-    found = [_ratio(f"speedup:{n}/{ref}", n, ref, tpspd, "TPSPD speedup over the reference")
-             for n in cells if n != ref]
-    found += [_ratio(f"{GAIN_NAMES[k]}:{on}/{off}", on, off, tpspd, f"TPSPD gain of {k}")
-              for k, on, off in _switch_pairs(cells, ref)]
-    metrics = dict(m for m in found if m)
+    events = {n: _events(r) for n, r in cells.items()}
+    stages = {n: stage_seconds(r, events[n]) for n, r in cells.items()}
+    cpu = {n: stage_seconds(r, events[n], cpu=True) for n, r in cells.items()}
+    found = {**_throughput_metrics(cells, ref), **_component_metrics(cells, stages, cpu)}
+    metrics = {k: m for k, m in found.items() if m}
     for name, res in cells.items():
-        metrics.update(_cell_metrics(name, res))
+        metrics.update(_cell_metrics(name, res, events[name]))
     info = {n: {"status": r.get("status", "?"), "error": r.get("error"), "switches": r.get("switches") or {},
-                "config": r.get("config"), "provenance": r.get("provenance") or {}} for n, r in cells.items()}
+                "config": r.get("config"), "provenance": r.get("provenance") or {},
+                "planted_slowdown": r.get("planted_slowdown") or {}} for n, r in cells.items()}
     return {"reference": ref, "cells": info, "metrics": metrics}

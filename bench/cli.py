@@ -3,6 +3,7 @@ so `rlbench --help`, `report`, `compare` and `check` are instant.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -24,7 +25,7 @@ def _root(ctx: typer.Context) -> None:
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
     ablation: str = typer.Option("async", "--ablation", "-a",
-                                 help="Cells to run: async (sync vs periodic-async), tri_model, shared_prompt, all, "
+                                 help="Cells to run: async (sync vs periodic-async), tri_model, shared_prompt, all, ci (the CI benchmark), "
                                       "or none (just the configured engine)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
     engine: str = typer.Option("rlbench", "--engine", "-e",
@@ -52,6 +53,8 @@ def run(
         return
     from rlbench.ablation import cells_for
     cells_for(ablation, cfg)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    from rlbench import slowdown
+    slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     _preflight(cfg)
     run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
     typer.echo(f"rlbench: {ablation} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
@@ -134,9 +137,16 @@ def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...)
 
 @app.command("check")
 def check_cmd(
-    run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
-    baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline JSON (e.g. bench/baselines/cpu-default.json)."),
-    update: bool = typer.Option(False, "--update", help="Write BASELINE from RUN_DIR instead of checking against it."),
+    run_dirs: list[Path] = typer.Argument(..., help="A run or ablation folder (several with --update or "
+                                          "--calibrate: repeated unchanged runs of one config)."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", "-b",
+                                            help="Baseline JSON (e.g. bench/baselines/cpu-default.json); not "
+                                                 "needed with --calibrate."),
+    update: bool = typer.Option(False, "--update", help="Write BASELINE from RUN_DIRS instead of checking against "
+                                "it; several runs calibrate its noise (value, standard error, inflation)."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Sensitivity study on RUN_DIRS (unchanged runs): "
+                                   "false-alarm rate and detection of planted 5, 10 and 20 percent slowdowns per "
+                                   "component, from the recorded iterations; prints a Markdown table."),
     tolerance: list[str] = typer.Option([], "--tolerance", "-t",
                                         help="With --update: KIND_OR_METRIC=FRACTION, e.g. ratio=0.1 (default: "
                                              "keep the file's tolerances, else the built-in defaults)."),
@@ -145,11 +155,20 @@ def check_cmd(
     from rlbench.check import check as do_check
     from rlbench.check import format_check, parse_tolerances, write_baseline
 
-    if update:
-        path = write_baseline(run_dir, baseline, parse_tolerances(tolerance))
-        typer.echo(f"baseline written: {path}")
+    if calibrate:
+        from rlbench.check_calibrate import format_study, study
+        typer.echo(format_study(study(run_dirs)))
         return
-    result = do_check(run_dir, baseline)
+    if baseline is None:
+        raise UserError("--baseline FILE is required (except with --calibrate)")
+    if update:
+        path = write_baseline(run_dirs, baseline, parse_tolerances(tolerance))
+        typer.echo(f"baseline written: {path} (from {len(run_dirs)} run(s))")
+        return
+    if len(run_dirs) != 1:
+        raise UserError(f"check compares one run with the baseline, got {len(run_dirs)} (several runs: "
+                        "--update or --calibrate)")
+    result = do_check(run_dirs[0], baseline)
     typer.echo(format_check(result))
     if result.exit_code:
         sys.exit(result.exit_code)  # not typer.Exit: main() runs the app with standalone_mode=False

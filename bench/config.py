@@ -193,6 +193,10 @@ class RunSection(Section):
                                  "(its overrides are already applied); reports group cells by it.")
     profile: bool = Field(False, description="Record torch.profiler traces per worker into <cell>/traces.")
     profile_iterations: int = Field(2, ge=1, description="Iterations traced (after the warm-up ones).")
+    interleave: bool = Field(False, description="Ablations: run the cells side by side, taking turns by "
+                             "iteration (cell 1 iteration k, cell 2 iteration k, ...), so a shared machine's "
+                             "drift hits every cell alike and `rlbench check` can pair their iterations. "
+                             "bounded_async producers run ahead and so may overlap other cells' turns.")
 
 
 class RunConfig(Section):

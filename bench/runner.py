@@ -31,6 +31,7 @@ class CellRun:
         self.params_sha256: str | None = None
         self.placement = None  # bench/placement.py Placement, once planned
         self.shape: dict = {}  # the model's shape for the per-stage work counts (bench/utilisation.py)
+        self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/slowdown.py); empty normally
 
     def results(self) -> dict:
         return metrics.cell_result(
@@ -39,20 +40,26 @@ class CellRun:
             iterations=self.iterations, evals=self.evals, rollout_stats=self.rollout_stats,
             placement=self.placement.records() if self.placement else [],
             devices=self.placement.devices if self.placement else None,
-            wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256)
+            wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256,
+            clock_t0=self.t0,  # system-wide monotonic clock at the cell's time 0: cells on one time axis
+            **({"planted_slowdown": self.planted} if self.planted else {}))
 
     def save(self) -> Path:
         return self.writer.results(self.results())
 
 
-def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
-    """Run one cell in this process; returns its results dict (also written to folder/results.json)."""
+def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) -> dict:
+    """Run one cell in this process; returns its results dict (also written to folder/results.json).
+    pacer (bench/interleave.py): when the cell takes turns with other cells; none when it runs alone."""
     from rlbench import device as dev
-    from rlbench import peak, provenance
+    from rlbench import peak, provenance, slowdown
+    from rlbench.interleave import Pacer
 
     run = CellRun(cfg, folder, name)
-    schedule = None
+    schedule, pacer = None, pacer or Pacer()
     try:
+        run.planted = slowdown.activate(name, cfg.switches())  # before any worker starts
+        pacer.setup()
         device = dev.resolve(cfg.engine.device)
         run.placement = _placement(cfg, device.type)
         dataset, policy, tok = _setup_model(cfg, run, progress)
@@ -65,7 +72,8 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
                                              dataset=dataset, placement=run.placement)
         run.provenance = provenance.collect(device)
         run.provenance["peak"] = peak.peak(device, next(policy.parameters()).dtype)  # one device, one thread
-        _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress)
+        _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress, pacer)
+        pacer.leave(wait_for_others=True)  # no teardown while another cell is being timed
         run.params_sha256 = params_digest(schedule.trainer.policy)
         run.status = "complete"
     except KeyboardInterrupt:
@@ -78,6 +86,7 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True) -> dict:
         run.status, run.error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
+        pacer.leave()  # a failed cell's turns pass to the others
         if schedule is not None:
             schedule.close()
         if run.status != "rejected" or run.iterations:
@@ -118,7 +127,7 @@ def _bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
-def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, progress: bool) -> None:
+def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, progress: bool, pacer) -> None:
     from rlbench.engines.factory import evaluate
 
     eval_rec = Recorder(Role.EVAL.value, run.t0, device=device, sink=run.writer.event)
@@ -133,9 +142,12 @@ def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, prog
     acc = do_eval(0)
     bar = _bar(cfg.run.iterations, f"{run.name}", progress)
     prof = _profiler(cfg, run, schedule, device)
+    pacer.ready()
     try:
         for k in range(cfg.run.iterations):
+            pacer.before(k)
             acc = _iteration(cfg, run, schedule, dataset, tok, k, do_eval, acc, bar)
+            pacer.after(k)
             prof.step()
     finally:
         prof.close()

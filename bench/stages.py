@@ -7,6 +7,8 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+from rlbench import slowdown
+
 
 class Stage(str, enum.Enum):
     ROLLOUT = "rollout"
@@ -66,6 +68,10 @@ class StageEvent:
     start: float  # seconds since the run's t0
     end: float
     devices: int = 1  # devices this worker occupies
+    # CPU seconds of the recording thread during the stage (where the work runs: one intra-op thread
+    # per worker). Unlike wall time it does not grow while another process holds the core, so stage
+    # costs compared by `rlbench check` stay steady on a shared machine; None for events from elsewhere.
+    cpu: float | None = None
 
     @property
     def duration(self) -> float:
@@ -90,17 +96,18 @@ class Recorder:
 
         if self.device is not None:
             dev.synchronize(self.device)
-        start = now()
+        start, cpu = now(), time.thread_time()
         ctx = dev.range_context(f"{stage.value}", self.device)  # the driver (no device): record_function only
         with ctx:
             yield
             if self.device is not None:
                 dev.synchronize(self.device)
-        self.add(stage, iteration, start, now())
+            slowdown.plant(stage.value, now() - start, time.thread_time() - cpu)  # RLBENCH_SLOW (tests of check)
+        self.add(stage, iteration, start, now(), time.thread_time() - cpu)
 
-    def add(self, stage: Stage, iteration: int, start: float, end: float) -> StageEvent:
+    def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None) -> StageEvent:
         ev = StageEvent(self.worker, Stage(stage).value, iteration, start - self.t0, end - self.t0,
-                        self.devices)
+                        self.devices, cpu)
         self.extend([ev])
         return ev
 

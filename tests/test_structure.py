@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"bench": "rlbench", "engines": "rlbench.engines", "reports": "rlbench.reports"}
 # The shared core: config models, stage recorder, result schema and writer, metrics, device and placement.
 CORE = {"rlbench." + m for m in ("config", "stages", "schema", "writer", "metrics", "device", "placement",
-                                 "profiling", "provenance", "errors", "faults", "peak", "components",
+                                 "profiling", "provenance", "errors", "faults", "slowdown", "peak", "components",
                                  "utilisation")}
 HARNESS = ("rlbench.cli", "rlbench.runner", "rlbench.ablation", "rlbench.check", "rlbench.check_metrics",
            "rlbench.baseline", "rlbench.simulate", "rlbench.reports")

@@ -1,0 +1,87 @@
+"""The statistics of `rlbench check` for paired ratios: how much a metric changed and whether that is
+beyond the noise this machine was measured to have (bench/baselines/README.md, "Verdict").
+
+A metric's samples are per-iteration log-ratios x_k (bench/check_metrics.py). Its statistic is their
+20%-trimmed mean (robust to a stray iteration, nearly as efficient as the mean), with the
+Tukey-McLaughlin standard error. Per-iteration noise is not the whole story: a run also varies as a
+whole (what else the machine does while it runs), so a baseline calibrated from R unchanged runs
+(`calibrate`) stores, per metric, the run-level spread `run_sd` beyond the within-run error and the
+standard error `se` of its value (the mean over the runs). The change of a run against the baseline
+is d = stat(run) - log(baseline value), with standard error sqrt(se_run^2 + run_sd^2 + se^2); it is a
+regression when it lies beyond z of them in the bad direction and beyond the metric's floor
+(`tolerance`). A baseline from one run knows no run_sd: its within-run errors are scaled by the
+`inflation` factor instead (1 unless set).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+TRIM = 0.2
+# z = 3.0 one-sided: a false alarm per metric of 0.13%; over the ~25 performance metrics of the CI
+# ablation, at most ~3% of unchanged runs fail (Bonferroni bound), inside the 1-in-20 target.
+DEFAULTS = {"statistic": f"{TRIM:.0%}-trimmed mean of per-iteration log-ratios", "z": 3.0, "inflation": 1.0,
+            "runs": 1}
+
+
+def trimmed(x) -> tuple[float, float]:
+    """(20%-trimmed mean, its standard error) of x; se is inf with fewer than 3 values."""
+    x = np.sort(np.asarray(x, dtype=float))
+    n = len(x)
+    if n == 0:
+        return float("nan"), float("inf")
+    g = int(math.floor(TRIM * n))
+    mean = float(np.mean(x[g:n - g])) if n - 2 * g > 0 else float(np.median(x))
+    if n < 3:
+        return mean, float("inf")
+    w = np.clip(x, x[g], x[n - 1 - g])  # winsorized
+    se = float(np.std(w, ddof=1) / ((1 - 2 * g / n) * math.sqrt(n)))
+    return mean, se
+
+
+def change(base: dict, cur: dict, stats: dict) -> tuple[float, float]:
+    """(d, se_d) in log units for a metric with log_ratios samples in the run."""
+    s_cur, se_cur = trimmed(cur["samples"]["log_ratios"])
+    d = s_cur - math.log(base["value"])
+    if "run_sd" in base:  # calibrated from several runs
+        return d, math.sqrt(se_cur ** 2 + base["run_sd"] ** 2 + base["se"] ** 2)
+    c = float(stats.get("inflation", 1.0))
+    se_base = base.get("se")
+    if se_base is None:
+        se_base = c * trimmed(base["samples"]["log_ratios"])[1]
+    return d, math.sqrt((c * se_cur) ** 2 + se_base ** 2)
+
+
+def verdict(base: dict, cur: dict, stats: dict) -> tuple[str, tuple[float, float], str]:
+    """(mark, 95% interval of the relative change, note) for a paired ratio metric."""
+    d, se = change(base, cur, stats)
+    z = float(stats.get("z", DEFAULTS["z"]))
+    floor = math.log1p(float(base.get("tolerance", 0.0)))
+    ci = (math.expm1(d - 1.96 * se), math.expm1(d + 1.96 * se))
+    bar = max(z * se, floor)
+    note = f"flagged beyond {math.expm1(bar):+.1%} (z={z:g} x se {se:.3f}, floor {math.expm1(floor):.0%})"
+    if abs(d) <= bar or not math.isfinite(se):
+        return "not significant", ci, note.replace("flagged", "within; flagged")
+    bad = d < 0 if base["direction"] == "higher_is_better" else d > 0
+    return ("worse" if bad else "better"), ci, note
+
+
+def calibrate(per_run: list[dict[str, list[float]]]) -> tuple[dict[str, tuple[float, float, float]], float]:
+    """From R unchanged runs ({metric: log_ratios} each): ({metric: (value, se, run_sd)}, inflation c).
+    value = exp(mean statistic over runs); run_sd^2 = between-run variance of the statistic minus the
+    mean within-run se^2 (at least 0); se^2 = (between-run variance, at least the mean within-run
+    se^2) / R. c^2 = pooled between-run variance / pooled within-run se^2 (for the record: how much
+    runs differ beyond their own iterations' noise)."""
+    names = [n for n in per_run[0] if all(n in r for r in per_run)]
+    R = len(per_run)
+    out, between, within = {}, 0.0, 0.0
+    for n in names:
+        st = [trimmed(r[n]) for r in per_run]
+        m = np.array([a for a, _ in st])
+        w = float(np.mean([b ** 2 for _, b in st]))
+        v = float(np.var(m, ddof=1)) if R > 1 else w
+        between, within = between + v, within + w
+        out[n] = (math.exp(float(np.mean(m))), math.sqrt(max(v, w) / R), math.sqrt(max(0.0, v - w)))
+    c = math.sqrt(between / within) if R > 1 and within > 0 else 1.0
+    return out, c
