@@ -11,11 +11,12 @@ from pathlib import Path
 from rlbench import schema
 from rlbench.config import RunConfig, with_overrides
 from rlbench.errors import UserError
+from rlbench.stages import Schedule
 
-SYNC = {"schedule": "sync"}
-ASYNC = {"schedule": "periodic_async"}
-BARRIER = {"schedule": "periodic_async", "overlap": False}
-BOUNDED = {"schedule": "bounded_async"}
+SYNC = {"schedule": Schedule.SYNC.value}
+ASYNC = {"schedule": Schedule.PERIODIC_ASYNC.value}
+BARRIER = {**ASYNC, "overlap": False}
+BOUNDED = {"schedule": Schedule.BOUNDED_ASYNC.value}
 
 # Workloads of `--ablation regime`, from training-dominated to rollout-dominated: overrides of the run's
 # config. Response lengths are drawn per sample (seeded, EOS ignored), so both schedules generate the same

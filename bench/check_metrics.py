@@ -23,12 +23,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-
 from rlbench import schema
 from rlbench.metrics import union_length
+from rlbench.stages import Schedule
 
 # switch -> (value with the switch on, value with it off)
-SWITCHES = {"schedule": ("periodic_async", "sync"), "tri_model": (True, False), "shared_prompt": (True, False)}
+SWITCHES = {"schedule": (Schedule.PERIODIC_ASYNC.value, Schedule.SYNC.value), "tri_model": (True, False), "shared_prompt": (True, False)}
 # Keys that come with the schedule (sync's layout, periodic-async's overlap): not a second difference.
 SCHEDULE_KEYS = ("overlap", "sync_layout")
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}

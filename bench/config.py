@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
 from rlbench import components
 from rlbench.errors import UserError
+from rlbench.stages import Schedule
 
 
 class Section(BaseModel):
@@ -129,7 +129,7 @@ class TrainConfig(Section):
 
 class EngineConfig(Section):
     schedule: Literal[tuple(components.SCHEDULES)] = Field(
-        "sync", description="; ".join(f"{c.name}: {c.summary}" for c in components.SCHEDULES.values()) + ".")
+        Schedule.SYNC.value, description="; ".join(f"{c.name}: {c.summary}" for c in components.SCHEDULES.values()) + ".")
     max_staleness: int = Field(
         1, ge=0, description="bounded_async: k, the most weight versions a trained sample may lag the trained "
         "weights (0: on-policy, 1: one-step-off).")
@@ -180,7 +180,7 @@ class EngineConfig(Section):
     @property
     def training_devices(self) -> int:
         """Devices that train: all of them under sync (colocated), the training pool otherwise."""
-        return self.num_devices if self.schedule == "sync" else self.train_devices
+        return self.num_devices if self.schedule == Schedule.SYNC else self.train_devices
 
 
 class RunSection(Section):

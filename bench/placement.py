@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlbench.errors import UserError
-from rlbench.stages import Role
+from rlbench.stages import Role, Schedule
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def plan(engine, kind: str, available: int) -> Placement:
             f"engine.rollout_devices={engine.rollout_devices} + engine.train_devices={engine.train_devices} "
             f"ask for {n} devices{shared}, but this machine has {available} {what}. Lower them, or set "
             "engine.share_devices=true to let the rollout and training pools share devices (e.g. one GPU).")
-    if engine.schedule == "sync":
+    if engine.schedule == Schedule.SYNC:
         slots = [Slot(f"{Role.COLOCATED.value}{i}", Role.COLOCATED.value, i, kind, 1) for i in range(n)]
     else:
         r, t = engine.rollout_devices, engine.train_devices

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlbench import metrics, utilisation
 from rlbench.errors import UserError
-from rlbench.stages import Recorder, Role, Stage, now
+from rlbench.stages import Recorder, Role, Schedule, Stage, now
 from rlbench.writer import CellWriter
 
 
@@ -100,7 +100,7 @@ def _placement(cfg, kind: str):
     from rlbench import device as dev
     from rlbench import placement
 
-    if cfg.engine.schedule == "sync" and cfg.engine.sync_layout == "single_process":
+    if cfg.engine.schedule == Schedule.SYNC and cfg.engine.sync_layout == "single_process":
         return placement.single_process(cfg.engine, kind, dev.available(kind))
     return placement.plan(cfg.engine, kind, dev.available(kind))
 

@@ -7,6 +7,7 @@ import random
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 from rlbench.engines.rollout.worker import backend_spec
 from rlbench.engines.schedules.common import IterationInput
+from rlbench.stages import Schedule
 
 
 def check_supported(cfg) -> None:
@@ -38,13 +39,13 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
     check_supported(cfg)
     e = cfg.engine
     policy = policy.to(device)
-    in_process = placement is None or e.schedule == "sync" and e.sync_layout == "single_process"
+    in_process = placement is None or e.schedule == Schedule.SYNC and e.sync_layout == "single_process"
     # Evaluation runs in this process between iterations, with the built-in sampler for every schedule.
     make_model = (lambda: copy.deepcopy(policy).eval())
     eval_sampler = build_backend(BUILTIN, policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs, device,
                                  make_model)
     dev.set_threads(e.num_devices if device.type == "cpu" else 1)
-    if in_process and e.schedule == "sync":
+    if in_process and e.schedule == Schedule.SYNC:
         from rlbench.engines.schedules.sync import SyncSchedule
         from rlbench.engines.trainer.trainer import Trainer
 

@@ -15,6 +15,7 @@ from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers
 from rlbench.reports.predict import predict_async, rollout_share
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
+from rlbench.stages import Schedule
 
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", "tpspd_median",
                 "tpspd_min", "tpspd_max", "speedup", "predicted_speedup", "rollout_share", "wall_s_median",
@@ -32,7 +33,7 @@ def summary_frame(run: RunData) -> pd.DataFrame:
     sp = speedup_frame(run).set_index("cell")["predicted_speedup"].to_dict() if run.cells else {}
     for row, c in zip(rows, run.cells):
         row["predicted_speedup"] = sp.get(c.name)
-        row["rollout_share"] = rollout_share(c.result, c.events) if c.schedule == "sync" else None
+        row["rollout_share"] = rollout_share(c.result, c.events) if c.schedule == Schedule.SYNC else None
     columns = BASE_COLUMNS + [f"stage_{s}_s" for s in stages] + [f"idle_{w}_pct" for w in workers] \
         + TAIL_COLUMNS
     return pd.DataFrame(rows, columns=columns)
@@ -78,7 +79,7 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
     rows = []
     for c in run.cells:
         sync = sync_twin(run, c)
-        if c.schedule != "periodic_async" or sync is None:
+        if c.schedule != Schedule.PERIODIC_ASYNC or sync is None:
             continue
         ref = reference_of(run, c)
         r, t = _split(c)
@@ -137,7 +138,7 @@ def attribution_text(rows: list[dict]) -> list[str]:
 def sync_twin(run: RunData, cell: CellData) -> CellData | None:
     """The sync cell of the same workload with the same optimisation switches, else that workload's first
     sync cell."""
-    syncs = [s for s in run.cells if s.schedule == "sync" and s.iterations
+    syncs = [s for s in run.cells if s.schedule == Schedule.SYNC and s.iterations
              and s.switches.get("workload") == cell.switches.get("workload")]
     same = [s for s in syncs if all(s.switches.get(k) == cell.switches.get(k)
                                     for k in ("tri_model", "shared_prompt"))]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rlbench import metrics, schema
 from rlbench.errors import UserError
-from rlbench.stages import TRAIN_STAGES, Stage
+from rlbench.stages import TRAIN_STAGES, Schedule, Stage
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def cell_results(cfg, *, cell: str, framework: str, version: str | None, iterati
                  warnings: list[str] | None = None, external: dict | None = None) -> dict:
     """A results.json dict with the keys of rlbench's own cells (bench/runner.py CellRun.results)."""
     return metrics.cell_result(
-        cell=cell, switches={"engine": framework, "schedule": "sync", "tri_model": False, "shared_prompt": False},
+        cell=cell, switches={"engine": framework, "schedule": Schedule.SYNC.value, "tri_model": False, "shared_prompt": False},
         config=cfg.model_dump(mode="json"), provenance={"framework": framework, "version": version},
         status=status, error=error, model={"kind": cfg.model.kind, "path": cfg.model.path},
         iterations=iterations, evals=evals,

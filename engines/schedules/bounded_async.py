@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 
 from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
-from rlbench.stages import Recorder, Stage
+from rlbench.stages import Recorder, Schedule, Stage
 
 
 @dataclass
@@ -49,7 +49,7 @@ class StalenessGate:
 
 
 class BoundedAsyncSchedule:
-    name = "bounded_async"
+    name = Schedule.BOUNDED_ASYNC.value
 
     def __init__(self, trainer, pool, recorder, future_input, iterations: int, max_staleness: int,
                  consume_order: str, timeout_s: float):

@@ -12,7 +12,12 @@ from __future__ import annotations
 import queue
 import threading
 
-from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
+from rlbench.engines.schedules.common import (
+    GroupReceiver,
+    IterationInput,
+    IterationOutput,
+)
+from rlbench.stages import Schedule
 
 
 def build(cfg, session, rec, dataset):
@@ -26,7 +31,7 @@ def build(cfg, session, rec, dataset):
 
 
 class PeriodicAsyncSchedule:
-    name = "periodic_async"
+    name = Schedule.PERIODIC_ASYNC.value
 
     def __init__(self, trainer, pool, recorder, consume_order: str, timeout_s: float,
                  overlap: bool = True):

@@ -13,7 +13,7 @@ idles: that bubble is what periodic asynchrony reclaims.
 from __future__ import annotations
 
 from rlbench.engines.schedules.common import IterationInput, IterationOutput
-from rlbench.stages import Stage
+from rlbench.stages import Schedule, Stage
 
 
 def build(cfg, session, rec, dataset):
@@ -24,7 +24,7 @@ def build(cfg, session, rec, dataset):
 
 
 class DataParallelSync:
-    name = "sync"
+    name = Schedule.SYNC.value
 
     def __init__(self, trainer, recorder):
         """trainer: a DataParallelTrainer over colocated ranks; recorder: the driver's (events route)."""
@@ -42,7 +42,7 @@ class DataParallelSync:
 
 
 class SyncSchedule:
-    name = "sync"
+    name = Schedule.SYNC.value
 
     def __init__(self, trainer, rollout, recorder):
         self.trainer, self.rollout, self.rec = trainer, rollout, recorder
