@@ -141,7 +141,7 @@ def aggregate(iterations: list[dict], evals: list[dict], peak: dict | None = Non
 def cell_result(*, cell: str, switches: dict, config: dict, provenance: dict, status: str, error: str | None,
                 model: dict, iterations: list[dict], evals: list[dict], placement: list[dict],
                 devices: int | None, wall_s_total: float, rollout_stats: list[dict] | None = None,
-                final_params_sha256: str | None = None, **extra) -> dict:
+                final_params_sha256: str | None = None, clock_t0: float | None = None, **extra) -> dict:
     """results.json of a cell, the same keys for the built-in engines and the external adapters; the
     aggregates are computed here from the iterations and evaluations."""
     return {"schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": cell, "switches": switches,
@@ -149,7 +149,9 @@ def cell_result(*, cell: str, switches: dict, config: dict, provenance: dict, st
             "iterations": iterations, "evals": evals, "rollout_stats": rollout_stats or [],
             "placement": placement, "devices": devices,
             "aggregates": aggregate(iterations, evals, provenance.get("peak")) if iterations else {},
-            "wall_s_total": wall_s_total, "final_params_sha256": final_params_sha256, **extra}
+            "wall_s_total": wall_s_total, "final_params_sha256": final_params_sha256,
+            "clock_t0": clock_t0,  # system-wide monotonic clock at the cell's time 0 (None: not ours)
+            **extra}
 
 
 def _mean_or_none(xs):

@@ -25,14 +25,12 @@ import os
 import time
 
 from rlbench.errors import UserError
-from rlbench.stages import Schedule
 
 ENV, ACTIVE_ENV = "RLBENCH_SLOW", "RLBENCH_SLOW_STAGES"
 STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "update", "optimizer_step",
           "weight_sync", "queue_wait")
 PACKED_STAGES = ("update", "old_logprob", "ref_logprob")
 ALIASES = {"queue": ("queue_wait",), "packing": PACKED_STAGES}
-SCHEDULES = tuple(s.value for s in Schedule)
 MAX_FRACTION = 10.0
 
 
