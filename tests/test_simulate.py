@@ -226,3 +226,11 @@ def test_no_torch_import():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_removed_exponent_option_exits_2_through_the_real_cli():
+    import subprocess
+    proc = subprocess.run([sys.executable, "-c", "from rlbench.cli import main; main()", "simulate",
+                           "--preset", "paper-7b", "--exponent", "1"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "No such option: --exponent" in proc.stderr, proc.stderr[-500:]
+    assert "Traceback" not in proc.stderr
