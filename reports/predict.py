@@ -259,12 +259,3 @@ def rollout_share(cell: dict, events: list[dict]) -> float | None:
             shares.append(d["rollout"] / it["wall_s"])
     return statistics.fmean(shares) if shares else None
 
-
-def stage_times(it: dict) -> dict[str, float]:
-    """An IterationRecord dict -> seconds of roll, train, opt, ws and the untimed rest (rlbench simulate's
-    calibration; stage seconds are summed over the iteration's workers)."""
-    st = it.get("stage_s") or {}
-    out = {"roll": st.get(Stage.ROLLOUT.value, 0.0), "train": sum(st.get(s, 0.0) for s in _TRAIN),
-           "opt": st.get(Stage.OPTIMIZER_STEP.value, 0.0), "ws": st.get(Stage.WEIGHT_SYNC.value, 0.0)}
-    out["other"] = max(0.0, it["wall_s"] - sum(out.values()))
-    return out
