@@ -6,7 +6,8 @@ in order); if a newer version exists than it holds, it first loads it (one weigh
 arrive as the continuous-batching replay of the measured lengths finishes them (predict.replay). The M
 trainer ranks take batch b's groups in arrival order (j-th to rank j mod M) once version b exists, then
 one optimizer step, then the trainer publishes version b + 1 (one weight sync). k = 0 is periodic-async
-iteration by iteration. Measured over the steady state (after k + 1 batches).
+iteration by iteration. Measured over the steady state (after k + 1 batches), which covers every
+batch once by default: a rate (tokens / span), where sync and periodic-async give the median over batches.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, fl
 def bounded(batches: list[SyncMeasurements], n: int, m: int, k: int,
             iterations: int | None = None) -> tuple[float, float, int, list[float]]:
     """-> (steady-state TPSPD on n + m devices, mean iteration seconds, largest staleness, iteration seconds)."""
-    total = iterations or max(8, 4 * (k + 1))
+    total = iterations or max(len(batches) + k + 1, 4 * (k + 1))  # the steady state sees every batch
     warm = min(k + 1, total - 2)
     ready = [0.0]  # ready[v]: when weights of version v are published
     free, held = [0.0] * n, [0] * n  # per rollout worker: free from, version held

@@ -43,7 +43,8 @@ def simulate(batches: list[SyncMeasurements], schedule: str, rollout_devices: in
              staleness: int = 1, overlap: bool = True, iterations: int | None = None) -> SimResult:
     """Predict one schedule on rollout_devices + train_devices (sync: colocated on their sum).
 
-    iterations: batches simulated by bounded_async (default max(8, 4(k + 1)), cycling through batches)."""
+    iterations: batches simulated by bounded_async (default: k + 1 warm-up batches, then every batch once;
+    at least 4(k + 1)), cycling through the batches."""
     if schedule not in SCHEDULES:
         raise UserError(f"schedule {schedule!r}: allowed {', '.join(SCHEDULES)}")
     if rollout_devices < 1 or train_devices < 1:
