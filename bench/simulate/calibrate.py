@@ -3,9 +3,10 @@
 The calibration is the report's (rlbench.reports.predict.measurements): per measured iteration, the
 sync ranks' decode-step seconds by sequences in flight and refill seconds, seconds per trained token,
 optimizer-step and weight-sync seconds, with that iteration's response lengths. validate() predicts
-each cell of the run from it with rlbench.reports.predict.predict_async, the function behind the
-report's measured-vs-predicted table, so the two give the same numbers; sync's row is in-sample.
-bounded_async cells, which the report does not predict, go through the simulator's bounded model.
+each cell of the run as the report's measured-vs-predicted table does (rlbench.reports.tables.
+speedup_frame over rlbench.reports.predict.predict_async), so the two give the same numbers; a sync
+cell's row is in-sample. bounded_async cells, which the report does not predict, go through the
+simulator's bounded model on the same costs.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from rlbench import schema
 from rlbench.errors import UserError
-from rlbench.reports.predict import SyncMeasurements, measurements, predict_async
+from rlbench.reports.predict import SyncMeasurements, measurements
 
 KNOWN = ("sync", "periodic_async", "bounded_async")
 
@@ -60,44 +61,45 @@ def calibrate(run_dir: Path) -> tuple[list[SyncMeasurements], dict]:
     return measurements(cell, samples, events), cell
 
 
-def _same_work(a: dict, b: dict) -> bool:
-    """Cells a prediction from sync cell a applies to: same workload and optimisation switches."""
-    keys = ("workload", "tri_model", "shared_prompt")
-    return all((a.get("switches") or {}).get(k) == (b.get("switches") or {}).get(k) for k in keys)
-
-
 def validate(run_dir: Path) -> list[dict]:
-    """Predict every cell of the run of the sync cell's workload and switches from the sync cell.
+    """Predict every cell of the run as the report does (rlbench.reports.tables: each cell from the sync
+    cell of its workload and switches, speedups over the first cell of its workload).
 
-    -> one row per cell: cell, schedule, split, devices, measured and predicted median TPSPD, error
-    (predicted / measured - 1), measured and predicted speedup over the sync cell's measured TPSPD."""
+    periodic_async cells: the report's measured-vs-predicted rows themselves; sync cells: their own
+    measurements replayed (in-sample); bounded_async cells: the simulator's bounded model on their sync
+    twin's costs. -> one row per cell: cell, schedule, overlap, split, devices, measured and predicted
+    median TPSPD, error (predicted / measured - 1), measured and predicted speedup, predicted_from."""
+    from rlbench.reports.data import load
+    from rlbench.reports.tables import reference_of, speedup_frame, sync_twin
     from rlbench.simulate.events import simulate
 
-    batches, sync = calibrate(run_dir)
-    samples, events = _inputs(sync)
-    ref = ((sync.get("aggregates") or {}).get("tpspd") or {}).get("median")
+    load_cells(Path(run_dir))  # a clear error for a missing folder
+    run = load(Path(run_dir))
+    report = speedup_frame(run).set_index("cell")
     rows = []
-    for cell in load_cells(Path(run_dir)):
-        sched, eng = _schedule(cell), _engine(cell)
-        med = ((cell.get("aggregates") or {}).get("tpspd") or {}).get("median")
-        if sched not in KNOWN or not med or not _same_work(sync, cell):
+    for c in run.cells:
+        med, ref, twin = c.tpspd(), reference_of(run, c).tpspd(), sync_twin(run, c)
+        if c.schedule not in KNOWN or not med or twin is None:
             continue
+        eng = _engine(c.result)
         n, m = int(eng.get("rollout_devices") or 1), int(eng.get("train_devices") or 1)
-        devices = int(cell.get("devices") or (cell.get("iterations") or [{}])[0].get("devices") or n + m)
-        overlap = eng.get("overlap", True) is not False
-        if sched == "sync":
-            walls = [b.sync_time()[0] for b in batches]  # in-sample: the measured ranks, each its shard
-            pred = statistics.median(b.tokens / (w * devices) for b, w in zip(batches, walls))
-            iter_s = statistics.median(walls)
-        elif sched == "periodic_async":
-            p = predict_async(sync, samples, events, n, m, overlap=overlap, devices=devices, reference_tpspd=ref)
-            pred, iter_s = p["predicted_tpspd"], p["predicted_iter_s"]
+        devices = int(c.devices or n + m)
+        pred = None
+        if c.schedule == "periodic_async":
+            sp = report.loc[c.name, "predicted_speedup"] if c.name in report.index else None
+            pred = None if sp is None or sp != sp else float(sp) * ref  # NaN: the report has no prediction
         else:
-            k = int(eng.get("max_staleness", eng.get("staleness", 1)) or 0)
-            res = simulate(batches, "bounded_async", n, m, staleness=k)
-            pred, iter_s = res.tpspd * (n + m) / devices, res.iter_s
-        rows.append({"cell": cell.get("cell"), "schedule": sched, "overlap": overlap, "rollout_devices": n,
-                     "train_devices": m, "devices": devices, "measured_tpspd": med, "predicted_tpspd": pred,
-                     "predicted_iter_s": iter_s, "error": pred / med - 1,
+            batches = measurements(twin.result, twin.samples, twin.events)
+            if c.schedule == "sync" and twin is c:  # in-sample: the measured ranks, each its shard
+                walls = [b.sync_time()[0] for b in batches]
+                pred = statistics.median(b.tokens / (w * devices) for b, w in zip(batches, walls))
+            elif c.schedule == "bounded_async":
+                k = int(eng.get("max_staleness", 1) or 0)
+                pred = simulate(batches, "bounded_async", n, m, staleness=k).tpspd * (n + m) / devices
+        if pred is None:
+            continue
+        rows.append({"cell": c.name, "schedule": c.schedule, "overlap": eng.get("overlap", True) is not False,
+                     "rollout_devices": n, "train_devices": m, "devices": devices, "predicted_from": twin.name,
+                     "measured_tpspd": med, "predicted_tpspd": pred, "error": pred / med - 1,
                      "measured_speedup": schema.ratio(med, ref), "predicted_speedup": schema.ratio(pred, ref)})
     return rows

@@ -157,10 +157,10 @@ def format_text(result: dict) -> str:
         body = [[v["cell"], _name(v), "colocated" if v["schedule"] == "sync" else
                  f"{v['rollout_devices']}+{v['train_devices']}", f"{v['measured_tpspd']:.1f}",
                  f"{v['predicted_tpspd']:.1f}", f"{100 * v['error']:+.1f}%", f"{v['measured_speedup']:.2f}x",
-                 f"{v['predicted_speedup']:.2f}x"] for v in result["validation"]]
+                 f"{v['predicted_speedup']:.2f}x", v["predicted_from"]] for v in result["validation"]]
         parts.append("the run's own cells (the report's model and numbers; sync is in-sample):\n" + _table(
             ["cell", "schedule", "split", "measured TPSPD", "predicted", "error", "meas. speedup",
-             "pred. speedup"], body))
+             "pred. speedup", "from"], body))
     if "paper" in result:
         p = result["paper"]
         body = [[r["variant"], r["split"], f"{r['tpspd']:.1f}", f"{r['speedup']:.2f}x", r["paper"]]
