@@ -129,6 +129,22 @@ def test_simulate_at_the_measured_split_reproduces_validation(tmp_path):
     assert simulate(bs, "periodic_async", 1, 1, overlap=False).tpspd < res.tpspd  # the tail: overlap pays
 
 
+def test_validate_predicts_a_bounded_cell_on_its_sync_twins_costs(tmp_path):
+    from rlbench import schema
+    abl = make_ablation(tmp_path / "abl")
+    make_cell(abl / "bounded_async", "bounded_async", "bounded_async")
+    meta = json.loads((abl / schema.ABLATION).read_text())
+    meta["cells"].append({"name": "bounded_async", "dir": "bounded_async", "exit_code": 0,
+                          "switches": {"schedule": "bounded_async", "tri_model": False, "shared_prompt": False}})
+    schema.atomic_write_json(abl / schema.ABLATION, meta)
+    rows = {r["cell"]: r for r in validate(abl)}
+    bs, _ = calibrate(abl)
+    k = json.loads((abl / "bounded_async" / schema.RESULTS).read_text())["config"]["engine"]["max_staleness"]
+    expect = simulate(bs, "bounded_async", 1, 1, staleness=k).tpspd  # 1 + 1 devices, as the cell ran
+    assert rows["bounded_async"]["predicted_tpspd"] == pytest.approx(expect, rel=1e-12)
+    assert rows["bounded_async"]["predicted_from"] == "sync"
+
+
 def test_calibrate_errors(tmp_path):
     with pytest.raises(UserError, match="not found"):
         calibrate(tmp_path / "missing")
