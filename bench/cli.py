@@ -230,7 +230,13 @@ def main() -> None:
         sys.exit(130)
     except Exception as e:  # click usage errors and the like
         import click
-        if isinstance(e, click.exceptions.ClickException):
+        usage = (click.exceptions.ClickException,)
+        try:  # typer >= 0.24 raises its own vendored copy of click's exceptions
+            from typer._click.exceptions import ClickException as TyperClickException
+            usage += (TyperClickException,)
+        except ImportError:
+            pass
+        if isinstance(e, usage):
             e.show()
             sys.exit(2)
         raise

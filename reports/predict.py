@@ -26,6 +26,7 @@ schedules, so a device's costs measured in the sync run carry over to the async 
 from __future__ import annotations
 
 import bisect
+import heapq
 import statistics
 from collections import defaultdict
 
@@ -71,35 +72,35 @@ def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dic
     pending = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
     left = {p: g for p in {s["prompt"] for s in pending}}
     done: dict[int, float] = {}
-    active: list[list[int]] = []  # [tokens still to generate, prompt]
-    t, i = 0.0, 0
+    active: list[tuple[int, int, int]] = []  # heap of (decode step it ends at, admission order, prompt)
+    t, i, step = 0.0, 0, 0
+
+    def retire(p: int):
+        left[p] -= 1
+        if left[p] == 0:
+            done[p] = t
 
     def fill():
         nonlocal i, t
-        while i < len(pending) and len(active) < slots:  # a sample may end on its first token: refill again
-            while i < len(pending) and len(active) < slots:
-                s = pending[i]
-                i += 1
-                active.append([max(1, int(s["response_len"])) - 1, s["prompt"]])  # first token: the prefill's
-            finish()
+        while i < len(pending) and len(active) < slots:
+            s = pending[i]
+            i += 1
+            todo = max(1, int(s["response_len"])) - 1  # the first token is the prefill's
+            if todo <= 0:
+                retire(s["prompt"])  # ended on its first token: its slot is free again at once
+            else:
+                heapq.heappush(active, (step + todo, i, s["prompt"]))
         t += cost.refill
-        finish()
-
-    def finish():
-        for a in [a for a in active if a[0] <= 0]:
-            active.remove(a)
-            left[a[1]] -= 1
-            if left[a[1]] == 0:
-                done[a[1]] = t
 
     fill()
-    while active:
-        t += cost(len(active))
-        for a in active:
-            a[0] -= 1
-        if any(a[0] <= 0 for a in active):
-            finish()
-            fill()
+    while active:  # jump to the next finishing sample: the number in flight is constant until then
+        k, c = active[0][0] - step, cost(len(active))
+        for _ in range(k):  # one addition per decode step, as a step-by-step replay sums them
+            t += c
+        step += k
+        while active and active[0][0] == step:
+            retire(heapq.heappop(active)[2])
+        fill()
     return done, t
 
 
@@ -158,13 +159,28 @@ class SyncMeasurements:
             steps = max(replay(self.shard(r, self.n), self.slots, self.g, unit)[1] for r in range(self.n))
             self.cost = StepCost({}, 0.0, 0, fallback_s=d["rollout"] / steps if steps else 0.0)
 
+    @classmethod
+    def stated(cls, cost: StepCost, c_tok: float, ws: float, opt: float, slots: int, g: int,
+               shared_prompt: bool, samples: list[dict], ranks: int = 1) -> "SyncMeasurements":
+        """The same model from given per-device costs instead of a run (rlbench simulate's presets, and
+        a measured batch re-dealt to other device counts). samples: rows (prompt, sample, prompt_len,
+        response_len); tokens = prompt + response per sample, as TPSPD counts them."""
+        self = cls.__new__(cls)
+        self.n, self.ws, self.opt, self.cost, self.c_tok = ranks, ws, opt, cost, c_tok
+        self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
+        self.tokens = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
+        self.measured_rollout = None
+        return self
+
     def shard(self, i: int, of: int) -> list[dict]:
         return [s for s in self.samples if s["prompt"] % of == i]
 
-    def sync_time(self) -> tuple[float, float]:
-        """(predicted sync wall time, predicted mean rollout seconds): the model's in-sample check."""
-        roll = [replay(self.shard(r, self.n), self.slots, self.g, self.cost)[1] for r in range(self.n)]
-        train = [self.c_tok * train_tokens(self.shard(r, self.n), self.shared_prompt) for r in range(self.n)]
+    def sync_time(self, ranks: int | None = None) -> tuple[float, float]:
+        """(predicted sync wall time, predicted mean rollout seconds) on `ranks` colocated ranks (default:
+        the measured count, the model's in-sample check), each generating and training its shard."""
+        n = ranks or self.n
+        roll = [replay(self.shard(r, n), self.slots, self.g, self.cost)[1] for r in range(n)]
+        train = [self.c_tok * train_tokens(self.shard(r, n), self.shared_prompt) for r in range(n)]
         return self.ws + max(a + b for a, b in zip(roll, train)) + self.opt, statistics.fmean(roll)
 
     def async_time(self, r: int, t: int, overlap: bool = True) -> float:
@@ -173,9 +189,11 @@ class SyncMeasurements:
         for i in range(r):
             shard = self.shard(i, r)
             done, _ = replay(shard, self.slots, self.g, self.cost)
+            groups = defaultdict(list)
+            for s in shard:
+                groups[s["prompt"]].append(s)
             for p, at in done.items():
-                group = [s for s in shard if s["prompt"] == p]
-                arrivals.append((at, self.c_tok * train_tokens(group, self.shared_prompt)))
+                arrivals.append((at, self.c_tok * train_tokens(groups[p], self.shared_prompt)))
         arrivals.sort()
         last = arrivals[-1][0] if arrivals else 0.0
         free = [0.0] * t
@@ -241,12 +259,3 @@ def rollout_share(cell: dict, events: list[dict]) -> float | None:
             shares.append(d["rollout"] / it["wall_s"])
     return statistics.fmean(shares) if shares else None
 
-
-def stage_times(it: dict) -> dict[str, float]:
-    """An IterationRecord dict -> seconds of roll, train, opt, ws and the untimed rest (rlbench simulate's
-    calibration; stage seconds are summed over the iteration's workers)."""
-    st = it.get("stage_s") or {}
-    out = {"roll": st.get(Stage.ROLLOUT.value, 0.0), "train": sum(st.get(s, 0.0) for s in _TRAIN),
-           "opt": st.get(Stage.OPTIMIZER_STEP.value, 0.0), "ws": st.get(Stage.WEIGHT_SYNC.value, 0.0)}
-    out["other"] = max(0.0, it["wall_s"] - sum(out.values()))
-    return out

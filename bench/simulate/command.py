@@ -22,18 +22,14 @@ def simulate(
                                                 help="Rollout pool shares to sweep, each in (0, 1) "
                                                      "(default 0.25,0.5,0.75)."),
     staleness: int = typer.Option(1, "--staleness", "-k", min=0, help="k of bounded_async."),
-    exponent: Optional[float] = typer.Option(
-        None, "--exponent", "-e", help="How one process's speed scales with its devices (CPU: intra-op "
-        "threads): time ~ devices^-e for rollout and training. Default 0.5 on CPU, 1 on accelerators; "
-        "log2(train tok/s of a 2-device sync cell / of a 1-device async trainer) measures it."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Output folder (default RUN_DIR/simulate or runs/simulate-PRESET)."),
 ) -> None:
-    """Predict sync / periodic-async / bounded-async TPSPD, speedups and idle shares at cluster scale
-    (discrete-event model calibrated from a run's sync cell); writes simulate.json and plots."""
+    """Predict sync / periodic-async / bounded-async TPSPD and speedups on N rollout + M training devices,
+    every device at the per-device costs measured in a run's data-parallel sync cell (the report's
+    measured-vs-predicted model, nothing fitted) or stated by a preset; writes simulate.json and plots."""
     from rlbench.simulate import format_text, parse_list, run_simulation
 
     result = run_simulation(run_dir, preset, parse_list(devices, int, "--devices"),
-                            parse_list(rollout_share, float, "--rollout-share"), out, staleness,
-                            exponent=exponent)
+                            parse_list(rollout_share, float, "--rollout-share"), out, staleness)
     typer.echo(format_text(result))

@@ -24,7 +24,7 @@ def plot_devices(result: dict, path: Path) -> Path:
             label="periodic_async (best split)")
     for i, share in enumerate(result["rollout_shares"]):
         ys = [next(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == "periodic_async"
-                   and r["rollout_share"] == share) for d in devices]
+                   and r["overlap"] and r["rollout_share"] == share) for d in devices]
         ax.plot(devices, ys, ls=STYLES[i % len(STYLES)], color="#1f77b4", alpha=0.55, lw=1,
                 label=f"periodic_async, rollout share {share:g}")
     bounded = [max(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == "bounded_async")

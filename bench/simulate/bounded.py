@@ -1,0 +1,58 @@
+"""Bounded staleness k (engines/schedules/bounded_async.py) from the report model's per-device costs.
+
+Batch b is dealt to the N rollout workers as periodic-async deals it (prompts i, i + N, ...). Worker i
+starts its shard when it is free and weights of version >= b - k exist (AReaL's admission rule, batches
+in order); if a newer version exists than it holds, it first loads it (one weight sync). Its groups
+arrive as the continuous-batching replay of the measured lengths finishes them (predict.replay). The M
+trainer ranks take batch b's groups in arrival order (j-th to rank j mod M) once version b exists, then
+one optimizer step, then the trainer publishes version b + 1 (one weight sync). k = 0 is periodic-async
+iteration by iteration. Measured over the steady state (after k + 1 batches), which covers every
+batch once by default: a rate (tokens / span), where sync and periodic-async give the median over batches.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rlbench.reports.predict import SyncMeasurements, replay, train_tokens
+
+
+def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, float]], float]:
+    """Worker i of n: [(seconds after its start, train seconds of the group)], its rollout seconds."""
+    shard = m.shard(i, n)
+    done, total = replay(shard, m.slots, m.g, m.cost)
+    groups = defaultdict(list)
+    for s in shard:
+        groups[s["prompt"]].append(s)
+    return [(at, m.c_tok * train_tokens(groups[p], m.shared_prompt)) for p, at in done.items()], total
+
+
+def bounded(batches: list[SyncMeasurements], n: int, m: int, k: int,
+            iterations: int | None = None) -> tuple[float, float, int, list[float]]:
+    """-> (steady-state TPSPD on n + m devices, mean iteration seconds, largest staleness, iteration seconds)."""
+    total = iterations or max(len(batches) + k + 1, 4 * (k + 1))  # the steady state sees every batch
+    warm = min(k + 1, total - 2)
+    ready = [0.0]  # ready[v]: when weights of version v are published
+    free, held = [0.0] * n, [0] * n  # per rollout worker: free from, version held
+    stale, tokens = [], 0
+    for b in range(total):
+        batch = batches[b % len(batches)]
+        gate = ready[max(0, b - k)]
+        arrivals = []
+        for i in range(n):
+            start = max(free[i], gate)
+            latest = max(v for v, t in enumerate(ready) if t <= start)
+            if latest > held[i]:
+                start, held[i] = start + batch.ws, latest
+            stale.append(b - held[i])
+            got, roll = _arrivals(batch, i, n)
+            arrivals += [(start + at, cost) for at, cost in got]
+            free[i] = start + roll
+        ranks = [ready[b]] * m
+        for j, (at, cost) in enumerate(sorted(arrivals)):
+            ranks[j % m] = max(ranks[j % m], at) + cost
+        ready.append(max(ranks) + batch.opt + batch.ws)
+        if b >= warm:
+            tokens += batch.tokens
+    span = ready[total] - ready[warm]
+    its = [ready[v + 1] - ready[v] for v in range(warm, total)]
+    return tokens / (span * (n + m)), span / len(its), max(stale[warm * n:], default=0), its
