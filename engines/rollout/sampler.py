@@ -365,3 +365,8 @@ class BuiltinSampler:
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
                            "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
         return out
+
+
+def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None):
+    """The registered builder (bench/components.py): a sampler owning the model make_model() returns."""
+    return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)

@@ -226,3 +226,9 @@ class VLLMBackend:
     def close(self) -> None:
         self.llm = None
         self._dir.cleanup()
+
+
+def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None):
+    """The registered builder (bench/components.py): a vLLM engine from the config and `state`."""
+    opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
+    return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state, **opts)

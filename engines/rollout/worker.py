@@ -11,26 +11,27 @@ BUILTIN = {"backend": "builtin"}
 
 
 def backend_spec(cfg) -> dict:
-    """The config's rollout backend as a small JSON-able dict (what worker processes receive)."""
-    r = cfg.rollout
-    return {"backend": r.backend, "dtype": cfg.model.dtype, "seed": cfg.run.seed,
-            "gpu_memory_utilization": r.gpu_memory_utilization, "max_model_len": r.max_model_len}
+    """The config's rollout backend as a small JSON-able dict (what worker processes receive): its name,
+    the run's dtype and seed, and the backend's own options (bench/components.py)."""
+    from rlbench.components import BACKENDS
+
+    backend = BACKENDS[cfg.rollout.backend]
+    return {"backend": backend.name, "dtype": cfg.model.dtype, "seed": cfg.run.seed,
+            **backend.read(cfg).model_dump()}
 
 
 def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
                   state: dict | None = None):
-    """The rollout backend `spec` names. make_model() -> the HF model the built-in sampler will own;
-    vLLM starts from the config and `state` (name -> tensor: the weights it loads from an HF directory;
-    None: dummy weights until load_weights)."""
-    if spec.get("backend", "builtin") == "vllm":
-        from rlbench.engines.rollout.vllm_backend import VLLMBackend
+    """The rollout backend `spec` names, by its registered `build` (bench/components.py). make_model() ->
+    the HF model the built-in sampler will own; vLLM starts from the config and `state` (name -> tensor:
+    the weights it loads from an HF directory; None: dummy weights until load_weights)."""
+    import importlib
 
-        opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
-        return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state,
-                           **opts)
-    from rlbench.engines.rollout.sampler import BuiltinSampler
+    from rlbench.components import BACKENDS
 
-    return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)
+    module, name = BACKENDS[spec.get("backend", "builtin")].builder.split(":")
+    build = getattr(importlib.import_module(module), name)
+    return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state)
 
 
 class RolloutWorker:
