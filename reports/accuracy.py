@@ -21,7 +21,6 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import pandas as pd
 
 from rlbench import schema
 from rlbench.reports.data import CellData, RunData
