@@ -135,7 +135,7 @@ def test_ctrl_c_exits_130_and_keeps_iterations(tmp_path):
         time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=300)  # saving results and writing the report; slow on a loaded machine
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted" in err
     (run_dir,) = list(tmp_path.iterdir())
