@@ -224,5 +224,12 @@ class VLLMBackend:
         return len(toks)
 
     def close(self) -> None:
+        """Drop the engine and its process-wide state (its process group), so that another engine can start
+        in this process (the tests' in-process schedules)."""
         self.llm = None
         self._dir.cleanup()
+        try:
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        except ImportError:  # another vLLM layout: the process ends soon anyway
+            return
+        cleanup_dist_env_and_memory()
