@@ -18,16 +18,17 @@ def backend_spec(cfg) -> dict:
 
 
 def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
-                  state: dict | None = None):
+                  state: dict | None = None, own_process_group: bool = False):
     """The rollout backend `spec` names. make_model() -> the HF model the built-in sampler will own;
     vLLM starts from the config and `state` (name -> tensor: the weights it loads from an HF directory;
-    None: dummy weights until load_weights)."""
+    None: dummy weights until load_weights); own_process_group: this process joins a torch.distributed
+    group of its own (colocated ranks), so vLLM's engine core must run in a child process."""
     if spec.get("backend", "builtin") == "vllm":
         from rlbench.engines.rollout.vllm_backend import VLLMBackend
 
         opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
         return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state,
-                           **opts)
+                           in_process=not own_process_group, **opts)
     from rlbench.engines.rollout.sampler import BuiltinSampler
 
     return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)
