@@ -164,6 +164,8 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
             f"reference cell {esc(run.reference)}; report written {esc(created)}</p>", *warn,
             "<h2>Summary</h2>", summary_html(df),
             "<p>TPSPD in tokens/s/device; stage columns: mean seconds per measured iteration; "
+            "weight sync: seconds per iteration moving the trainer's weights into the rollout engines "
+            "(summed over workers; the rollout backend in brackets); "
             "idle: % of the iteration wall time a worker ran no work stage; acc: greedy pass@1 with "
             "GSM8K's strict rule; ####-format: % of eval answers the strict rule can read "
             "(the rest are scored 0 whatever their number; summary.csv also has pass@1 in any "

@@ -22,7 +22,7 @@ BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", "tp
                 "rollout_tok_s", "train_tok_s"]
 DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_before",
                "accuracy_any_format_after"]  # first/last evaluation's diagnostics (built-in evaluation only)
-TAIL_COLUMNS = ["rollout_occupancy", "accuracy_before", "accuracy_after", *DIAGNOSTICS, "staleness_max",
+TAIL_COLUMNS = ["rollout_backend", "weight_sync_s_per_iter", "rollout_occupancy", "accuracy_before", "accuracy_after", *DIAGNOSTICS, "staleness_max",
                 "measured_iterations", "status"]
 
 
@@ -56,12 +56,22 @@ def _row(c: CellData, ref_tpspd: float | None, stages: list[str], workers: list[
               for key in DIAGNOSTICS},
            "staleness_max": agg.get("staleness_max"),
            "measured_iterations": agg.get("measured_iterations", 0), "status": c.status}
+    row.update(weight_sync_columns(c))
     stage_s, idle = agg.get("stage_s") or {}, agg.get("idle_frac") or {}
     for s in stages:
         row[f"stage_{s}_s"] = stage_s.get(s, 0.0) if agg else None
     for w in workers:
         row[f"idle_{w}_pct"] = 100.0 * idle[w] if w in idle else None
     return row
+
+
+def weight_sync_columns(c: CellData) -> dict:
+    """What moving the trainer's weights into the rollout engines costs per measured iteration: seconds
+    of weight_sync stages summed over workers (the trainer's publish and every rollout engine's load:
+    vLLM reloads in place, the built-in sampler copies from shared memory), and the backend."""
+    stage_s = c.aggregates.get("stage_s") or {}
+    return {"rollout_backend": get_path(c.result, "config.rollout.backend"),
+            "weight_sync_s_per_iter": stage_s.get("weight_sync") if c.aggregates else None}
 
 
 def _eval(c: CellData, index: int, key: str) -> float | None:
@@ -162,7 +172,7 @@ def _split(c: CellData) -> tuple[int, int]:
 
 
 COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "rollout tok/s",
-                "train tok/s", "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
+                "train tok/s", "weight sync s/iter", "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
 
 
 def compact_rows(df: pd.DataFrame) -> list[list[str]]:
@@ -181,8 +191,17 @@ def _compact(r: dict, idle_cols: list[str]) -> list[str]:
     acc = f"{fmt(r['accuracy_before'])}→{fmt(r['accuracy_after'])}"
     form = "–" if _missing(r["format_rate_before"]) or _missing(r["format_rate_after"]) else \
         f"{100 * r['format_rate_before']:.0f}→{100 * r['format_rate_after']:.0f}"
-    return [str(r["cell"]), tp, sp, pred, share, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), idle, acc, form,
+    return [str(r["cell"]), tp, sp, pred, share, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), _weight_sync(r),
+            idle, acc, form,
             fmt(r["staleness_max"]), str(r["status"])]
+
+
+def _weight_sync(r: dict) -> str:
+    """'0.0123 (vllm)': weight-sync seconds per iteration and the rollout backend that received them."""
+    if _missing(r.get("weight_sync_s_per_iter")):
+        return "–"
+    backend = r.get("rollout_backend")
+    return fmt(r["weight_sync_s_per_iter"]) + (f" ({backend})" if backend else "")
 
 
 def _missing(v) -> bool:

