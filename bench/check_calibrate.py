@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rlbench import check_stats
+from rlbench.baseline import DEFAULT_TOLERANCES
 from rlbench.check_metrics import compute_metrics
 from rlbench.errors import UserError
 
@@ -92,7 +93,7 @@ def study(run_dirs, pseudo_runs: int = PSEUDO_RUNS, seed: int = 0) -> dict:
     names = sorted(set.intersection(*(set(p) for p in paired)))
     meta = {n: {k: unchanged[0]["metrics"][n][k] for k in ("direction", "kind")} for n in names}
     for n in names:
-        meta[n]["tolerance"] = 0.02
+        meta[n]["tolerance"] = DEFAULT_TOLERANCES[meta[n]["kind"]][0]
     cells = unchanged[0]["cells"]
     targets = {s: {n for n in names if effect(n, stage, {c for c, i in cells.items() if _hit(i["switches"], c, want)})}
                for s, (stage, want) in SCENARIOS.items()}
