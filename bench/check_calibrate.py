@@ -33,7 +33,9 @@ PSEUDO_RUNS = 40  # per held-out run and scenario; unchanged scenario: twice tha
 SCENARIOS = {
     "async trainer update": ("update", {"schedule": "periodic_async"}),
     "shared-prompt packing": ("update", {"shared_prompt": True}),
-    "queue path": ("queue_wait", {"schedule": "periodic_async"}),
+    # Not "queue path": a busy-wait planted inside queue_wait is absorbed by the wait itself (the next
+    # group is already queued when it ends), so queue_wait / rollout does not move; shifting it here
+    # would report a detection that a real planted run (queue:0.10) did not show.
     "weight sync (async)": ("weight_sync", {"schedule": "periodic_async"}),
     "periodic-async iteration (TPSPD)": ("iteration", {"cell": "+periodic_async"}),
 }
