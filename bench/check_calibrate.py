@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rlbench import check_stats
+from rlbench.baseline import DEFAULT_TOLERANCES
 from rlbench.check_metrics import compute_metrics
 from rlbench.errors import UserError
 
@@ -32,7 +33,9 @@ PSEUDO_RUNS = 40  # per held-out run and scenario; unchanged scenario: twice tha
 SCENARIOS = {
     "async trainer update": ("update", {"schedule": "periodic_async"}),
     "shared-prompt packing": ("update", {"shared_prompt": True}),
-    "queue path": ("queue_wait", {"schedule": "periodic_async"}),
+    # Not "queue path": a busy-wait planted inside queue_wait is absorbed by the wait itself (the next
+    # group is already queued when it ends), so queue_wait / rollout does not move; shifting it here
+    # would report a detection that a real planted run (queue:0.10) did not show.
     "weight sync (async)": ("weight_sync", {"schedule": "periodic_async"}),
     "periodic-async iteration (TPSPD)": ("iteration", {"cell": "+periodic_async"}),
 }
@@ -92,7 +95,7 @@ def study(run_dirs, pseudo_runs: int = PSEUDO_RUNS, seed: int = 0) -> dict:
     names = sorted(set.intersection(*(set(p) for p in paired)))
     meta = {n: {k: unchanged[0]["metrics"][n][k] for k in ("direction", "kind")} for n in names}
     for n in names:
-        meta[n]["tolerance"] = 0.02
+        meta[n]["tolerance"] = DEFAULT_TOLERANCES[meta[n]["kind"]][0]
     cells = unchanged[0]["cells"]
     targets = {s: {n for n in names if effect(n, stage, {c for c, i in cells.items() if _hit(i["switches"], c, want)})}
                for s, (stage, want) in SCENARIOS.items()}

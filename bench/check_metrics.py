@@ -3,7 +3,7 @@
 Every performance metric is a *paired* per-iteration ratio: iteration k of one cell against iteration k
 of another (or two stages of the same iteration), so what drifts over a run on a shared machine
 cancels, all the more when the cells ran interleaved (run.interleave). The samples are the
-per-iteration log-ratios; the metric's value is exp(median). Metric names are ``name:cells``:
+per-iteration log-ratios; the metric's value is exp(their 20%-trimmed mean). Metric names are ``name:cells``:
   speedup:<cell>/<ref>            TPSPD of a cell / TPSPD of the reference cell
   <switch>_gain:<on>/<off>        the same for two cells differing in one switch (async_gain,
                                   tri_model_gain, shared_prompt_gain)
@@ -24,11 +24,13 @@ from pathlib import Path
 
 import numpy as np
 from rlbench import schema
+from rlbench.check_stats import trimmed
 from rlbench.metrics import union_length
 from rlbench.stages import Schedule
 
 # switch -> (value with the switch on, value with it off)
-SWITCHES = {"schedule": (Schedule.PERIODIC_ASYNC.value, Schedule.SYNC.value), "tri_model": (True, False), "shared_prompt": (True, False)}
+SWITCHES = {"schedule": (Schedule.PERIODIC_ASYNC.value, Schedule.SYNC.value), "tri_model": (True, False),
+            "shared_prompt": (True, False)}
 # Keys that come with the schedule (sync's layout, periodic-async's overlap): not a second difference.
 SCHEDULE_KEYS = ("overlap", "sync_layout")
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
@@ -106,7 +108,7 @@ def _paired(num: dict, den: dict, kind: str, direction: str, cells: list[str], d
     x = [float(np.log(num[k] / den[k])) for k in sorted(set(num) & set(den)) if num[k] > 0 and den[k] > 0]
     if not x:
         return None
-    return _metric(np.exp(np.median(x)), kind, direction, cells, description, {"log_ratios": x})
+    return _metric(np.exp(trimmed(x)[0]), kind, direction, cells, description, {"log_ratios": x})
 
 
 def _pairs(cells: dict):
