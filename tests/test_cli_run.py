@@ -118,6 +118,13 @@ def test_malformed_data_line_exit_2(tmp_path):
     assert f"{data}:2" in proc.stderr
 
 
+def clean_env() -> dict:
+    """A user's shell environment: without the thread settings and test hooks that in-process tests
+    earlier in the session may have left in this process's environment."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("RLBENCH_SLOW", "RLBENCH_FAULT", "RLBENCH_PROFILE", "OMP_", "MKL_"))}
+
+
 def test_ctrl_c_exits_130_and_keeps_iterations(tmp_path):
     """SIGINT to the process group, as a terminal's Ctrl-C sends it: exit 130, the cell's measured
     iterations kept with status interrupted, the report still written."""
@@ -126,7 +133,8 @@ def test_ctrl_c_exits_130_and_keeps_iterations(tmp_path):
 
     proc = subprocess.Popen([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out",
                              str(tmp_path), "--no-progress", "--ablation", "none", "--set", "run.iterations=100000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=clean_env())
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         its = list(tmp_path.glob("*/sync/" + schema.ITERATIONS))
