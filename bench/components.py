@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 from rlbench.stages import Schedule
@@ -22,30 +22,30 @@ class Backend(str, enum.Enum):
 
 
 class Options(BaseModel):
-    """A component's own options; each field names the config key it is read from (`key`)."""
+    """A component's own options; each field names the config key it is read from (`key`). No defaults and
+    no validation here: both live with the key in bench/config.py, and `read` always fills every field."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SyncOptions(Options):
-    sync_layout: Literal["data_parallel", "single_process"] = Field("data_parallel", json_schema_extra={
-        "key": "engine.sync_layout"})
+    sync_layout: str = Field(json_schema_extra={"key": "engine.sync_layout"})
 
 
 class PeriodicAsyncOptions(Options):
-    overlap: bool = Field(True, json_schema_extra={"key": "engine.overlap"})
-    consume_order: Literal["arrival", "dispatch"] = Field("arrival", json_schema_extra={"key": "engine.consume_order"})
+    overlap: bool = Field(json_schema_extra={"key": "engine.overlap"})
+    consume_order: str = Field(json_schema_extra={"key": "engine.consume_order"})
 
 
 class BoundedAsyncOptions(Options):
-    max_staleness: int = Field(1, ge=0, json_schema_extra={"key": "engine.max_staleness"})
-    prox_logp: Literal["recompute", "loglinear"] = Field("recompute", json_schema_extra={"key": "train.prox_logp"})
-    consume_order: Literal["arrival", "dispatch"] = Field("arrival", json_schema_extra={"key": "engine.consume_order"})
+    max_staleness: int = Field(json_schema_extra={"key": "engine.max_staleness"})
+    prox_logp: str = Field(json_schema_extra={"key": "train.prox_logp"})
+    consume_order: str = Field(json_schema_extra={"key": "engine.consume_order"})
 
 
 class VLLMOptions(Options):
-    gpu_memory_utilization: float = Field(0.4, json_schema_extra={"key": "rollout.gpu_memory_utilization"})
-    max_model_len: int | None = Field(None, json_schema_extra={"key": "rollout.max_model_len"})
+    gpu_memory_utilization: float = Field(json_schema_extra={"key": "rollout.gpu_memory_utilization"})
+    max_model_len: int | None = Field(json_schema_extra={"key": "rollout.max_model_len"})
 
 
 def _one_step_per_iteration(name: str, why: str) -> Callable:

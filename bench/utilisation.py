@@ -65,9 +65,7 @@ def stage_work(shape: dict, samples: list[dict], rollout_stats: list[dict], *, s
     prefill = _forward_flops(shape, sum(p for p, _ in groups.values()), sum(p * p for p, _ in groups.values()))
     context = sum(r * p + r * (r - 1) // 2 for p, rs in groups.values() for r in rs)  # keys read while decoding
     decode_tokens = sum(r for _, rs in groups.values() for r in rs)
-    decode = 2.0 * shape["matmul_params"] * decode_tokens \
-        + 4.0 * shape["layers"] * shape["heads"] * shape["head_dim"] * context
-    rollout = {"flops": prefill + decode}
+    rollout = {"flops": prefill + _forward_flops(shape, decode_tokens, context)}  # a token attends its context
     steps = sum(s.get("decode_steps") or 0 for s in rollout_stats if s)
     if steps:
         kv_bytes = 2 * shape["layers"] * shape["kv_heads"] * shape["head_dim"] * shape["param_bytes"]

@@ -84,3 +84,11 @@ def test_cli_rejects_a_bad_spec_before_running(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "RLBENCH_SLOW='update:lots'" in p.stderr and "0 < FRACTION" in p.stderr
     assert not any(tmp_path.iterdir())  # nothing run, no run folder
+
+
+def test_targets_are_every_timed_stage_but_eval():
+    """slowdown.py lists the stages itself (bench/stages.py imports it, so it cannot import them back)."""
+    from rlbench import slowdown
+    from rlbench.stages import Stage
+
+    assert set(slowdown.STAGES) == {s.value for s in Stage} - {Stage.EVAL.value}
