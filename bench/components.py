@@ -4,7 +4,7 @@ pydantic model of its own), what it refuses, and where its builder lives.
 Config choices (`engine.schedule`, `rollout.backend`), the switches results.json records, the ablation
 cells and the engine factory all read this table; adding a schedule is one entry here plus its module
 under engines/schedules/ with a `build(cfg, session, rec, dataset)` function (engines/factory.py).
-This is the core: it names builders by import path and imports no engine.
+This is the core: it names builders by import path, imported only when a component is built.
 """
 from __future__ import annotations
 
@@ -73,6 +73,13 @@ class Component:
             section, name = key.split(".")
             return getattr(getattr(cfg, section), name)
         return self.options(**{n: get(f.json_schema_extra["key"]) for n, f in self.options.model_fields.items()})
+
+    def build_function(self) -> Callable:
+        """The builder this entry names, imported now (only when the component is built)."""
+        import importlib
+
+        module, name = self.builder.split(":")
+        return getattr(importlib.import_module(module), name)
 
     def problems(self, cfg) -> list[str]:
         return [p for p in (check(cfg) for check in self.checks) if p]

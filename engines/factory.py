@@ -33,6 +33,7 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
     engine.sync_layout=single_process. `dataset`: bounded_async reads iterations ahead of the runner;
     without it, it is loaded again from the config (the same seeded split)."""
     from rlbench import device as dev
+    from rlbench.components import SCHEDULES
     from rlbench.engines.rollout.worker import BUILTIN, build_backend
     from rlbench.stages import Recorder, Role
 
@@ -60,20 +61,11 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
         placement = plan(e, device.type, available=e.num_devices)
     session = _Session(cfg, policy, tok, t0, placement, trainer_in_process=in_process)
     try:
-        return builder(e.schedule)(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset), eval_sampler
+        build = SCHEDULES[e.schedule].build_function()  # the schedule's build(), bench/components.py
+        return build(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset), eval_sampler
     except BaseException:
         session.close()
         raise
-
-
-def builder(schedule: str):
-    """The schedule's `build(cfg, session, driver recorder, dataset)`, from the registry (bench/components.py)."""
-    import importlib
-
-    from rlbench.components import SCHEDULES
-
-    module, name = SCHEDULES[schedule].builder.split(":")
-    return getattr(importlib.import_module(module), name)
 
 
 class _Session:

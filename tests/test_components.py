@@ -1,12 +1,10 @@
 """The registry of schedules and rollout backends (bench/components.py) is what config, switches and the
 engine factory read; every registered component resolves to real code."""
-import importlib
 import typing
 
 import pytest
 from rlbench import components
 from rlbench.config import EngineConfig, RolloutConfig, RunConfig, with_overrides
-from rlbench.engines.factory import builder
 from rlbench.engines.rollout.pool import RolloutPool
 from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
 from rlbench.engines.schedules.common import RolloutSource, Schedule, Trainer
@@ -26,15 +24,14 @@ def test_config_choices_are_the_registry():
 
 @pytest.mark.parametrize("name", sorted(components.SCHEDULES))
 def test_every_schedule_builder_resolves(name):
-    build = builder(name)
-    assert callable(build) and build.__name__ == "build"
+    build = components.SCHEDULES[name].build_function()
+    assert callable(build) and build.__name__ == "build" and build.__module__ == f"rlbench.engines.schedules.{name}"
 
 
 @pytest.mark.parametrize("name", sorted(components.BACKENDS))
 def test_every_backend_builder_resolves(name):
-    module, attr = components.BACKENDS[name].builder.split(":")
-    assert module.startswith("rlbench.engines.rollout.")  # importable without vLLM: it is imported lazily
-    assert callable(getattr(importlib.import_module(module), attr))
+    build = components.BACKENDS[name].build_function()  # importable without vLLM: it is imported lazily
+    assert callable(build) and build.__module__.startswith("rlbench.engines.rollout.")
 
 
 def test_backend_spec_carries_the_backends_own_options():

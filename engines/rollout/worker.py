@@ -27,12 +27,9 @@ def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int
     the weights it loads from an HF directory; None: dummy weights until load_weights); own_process_group:
     this process joins a torch.distributed group of its own (colocated ranks), so vLLM's engine core must
     run in a child process."""
-    import importlib
-
     from rlbench.components import BACKENDS
 
-    module, name = BACKENDS[spec.get("backend", "builtin")].builder.split(":")
-    build = getattr(importlib.import_module(module), name)
+    build = BACKENDS[spec.get("backend", "builtin")].build_function()
     return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state,
                  own_process_group=own_process_group)
 
