@@ -33,9 +33,7 @@ PSEUDO_RUNS = 40  # per held-out run and scenario; unchanged scenario: twice tha
 SCENARIOS = {
     "async trainer update": ("update", {"schedule": "periodic_async"}),
     "shared-prompt packing": ("update", {"shared_prompt": True}),
-    # Not "queue path": a busy-wait planted inside queue_wait is absorbed by the wait itself (the next
-    # group is already queued when it ends), so queue_wait / rollout does not move; shifting it here
-    # would report a detection that a real planted run (queue:0.10) did not show.
+    "queue path (async hand-off)": ("handoff", {"schedule": "periodic_async"}),
     "weight sync (async)": ("weight_sync", {"schedule": "periodic_async"}),
     "periodic-async iteration (TPSPD)": ("iteration", {"cell": "+periodic_async"}),
 }
@@ -53,7 +51,7 @@ def effect(metric: str, stage: str, cells: set[str]) -> int:
         num, _, den = pair.partition("/")
         return (s == stage) * ((num in cells) - (den in cells))
     if kind == "queue_cost":
-        return int(stage == "queue_wait" and rest in cells)
+        return int(stage == "handoff" and rest in cells)
     if kind == "speedup" or kind.endswith("_gain"):
         num, _, den = rest.partition("/")
         return (stage == "iteration") * ((den in cells) - (num in cells))

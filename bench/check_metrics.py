@@ -10,7 +10,8 @@ per-iteration log-ratios; the metric's value is exp(their 20%-trimmed mean). Met
   stage_cost:<stage>:<on>/<off>   CPU seconds of one stage (all workers) in a cell / in the cell
                                   with one switch off: the async trainer's update and weight sync
                                   (schedule), the packed update (shared_prompt), the tri-model update
-  queue_cost:<cell>               the async consumer's queue path: its queue_wait / the rollout time
+  queue_cost:<cell>               the queue path's work: CPU seconds the async consumer spends opening
+                                  the groups it takes off the queue (handoff) / the rollout's CPU seconds
   overhead_share:<cell>           share of iteration wall time outside every stage of every worker
   same_accuracy:<on>/<off>        invariant: sync and periodic-async reach the same final accuracy
                                   (up to floating-point summation order: tolerance 2 of 64 problems)
@@ -139,8 +140,8 @@ def _throughput_metrics(cells: dict, ref: str) -> dict:
     return out
 
 
-def _component_metrics(cells: dict, stages: dict, cpu: dict) -> dict:
-    """stage_cost rows from CPU seconds (work), queue_cost rows from wall seconds (waiting)."""
+def _component_metrics(cells: dict, cpu: dict) -> dict:
+    """stage_cost and queue_cost rows, from CPU seconds (work, steady on a shared machine)."""
     out = {}
     for key, on, off in _pairs(cells):
         for stage in COMPONENT_STAGES[key]:
@@ -152,12 +153,13 @@ def _component_metrics(cells: dict, stages: dict, cpu: dict) -> dict:
         if key == "schedule":
             out[f"same_accuracy:{on}/{off}"] = _same_accuracy(cells[on], cells[off], on, off)
             out[f"same_start:{on}/{off}"] = _same_start(cells[on], cells[off], on, off)
-    for name, per_it in stages.items():
-        if any("queue_wait" in s for s in per_it.values()):
+    for name, per_it in cpu.items():
+        if any("handoff" in s for s in per_it.values()):
             out[f"queue_cost:{name}"] = _paired(
-                {k: s.get("queue_wait", 0.0) for k, s in per_it.items()},
+                {k: s.get("handoff", 0.0) for k, s in per_it.items()},
                 {k: s.get("rollout", 0.0) for k, s in per_it.items()}, "cost", "lower_is_better", [name],
-                f"queue path of {name}: the consumer's queue_wait seconds / the rollout's, per iteration")
+                f"queue path of {name}: CPU seconds opening the groups taken off the queue (handoff) / "
+                "the rollout's CPU seconds, per iteration")
     return out
 
 
@@ -209,9 +211,8 @@ def compute_metrics(run_dir: Path) -> dict:
     provenance, planted_slowdown}}, "metrics": {name: {value, samples, direction, kind, cells, description}}}."""
     ref, cells = _read_cells(run_dir)
     events = {n: _events(r) for n, r in cells.items()}
-    stages = {n: stage_seconds(r, events[n]) for n, r in cells.items()}
     cpu = {n: stage_seconds(r, events[n], cpu=True) for n, r in cells.items()}
-    found = {**_throughput_metrics(cells, ref), **_component_metrics(cells, stages, cpu)}
+    found = {**_throughput_metrics(cells, ref), **_component_metrics(cells, cpu)}
     metrics = {k: m for k, m in found.items() if m}
     for name, res in cells.items():
         metrics.update(_cell_metrics(name, res, events[name]))

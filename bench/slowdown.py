@@ -5,9 +5,10 @@ slowdown, see whether check flags it. Like RLBENCH_FAULT it is opt-in and off un
 
     RLBENCH_SLOW=TARGET:FRACTION[@CELL][,TARGET:FRACTION[@CELL]...]
 
-TARGET    a stage name (update, weight_sync, queue_wait, rollout, reward, old_logprob, ref_logprob,
-          advantage, optimizer_step) or an alias: `queue` = queue_wait (the async consumer's queue
-          path), `packing` = the trainer stages that run the shared-prompt layout (update,
+TARGET    a stage name (update, weight_sync, handoff, queue_wait, rollout, reward, old_logprob,
+          ref_logprob, advantage, optimizer_step) or an alias: `queue` = handoff (the queue path's
+          work: the async consumer opening each group it takes off the queue; queue_wait is its idle
+          wait), `packing` = the trainer stages that run the shared-prompt layout (update,
           old_logprob, ref_logprob) in cells with shared_prompt on (no effect elsewhere).
 FRACTION  extra time as a fraction of the stage's own measured duration, 0 < FRACTION <= 10.
 CELL      a cell name (`+tri_model`) or a schedule (`sync`, `periodic_async`, `bounded_async`);
@@ -28,9 +29,9 @@ from rlbench.errors import UserError
 
 ENV, ACTIVE_ENV = "RLBENCH_SLOW", "RLBENCH_SLOW_STAGES"
 STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "update", "optimizer_step",
-          "weight_sync", "queue_wait")
+          "weight_sync", "queue_wait", "handoff")
 PACKED_STAGES = ("update", "old_logprob", "ref_logprob")
-ALIASES = {"queue": ("queue_wait",), "packing": PACKED_STAGES}
+ALIASES = {"queue": ("handoff",), "packing": PACKED_STAGES}
 MAX_FRACTION = 10.0
 
 

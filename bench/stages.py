@@ -20,6 +20,7 @@ class Stage(str, enum.Enum):
     OPTIMIZER_STEP = "optimizer_step"
     WEIGHT_SYNC = "weight_sync"
     QUEUE_WAIT = "queue_wait"
+    HANDOFF = "handoff"  # the consumer opening a group taken off the queue: the queue path's work
     EVAL = "eval"
 
 

@@ -15,6 +15,7 @@ STAGE_COLORS = {
     Stage.OPTIMIZER_STEP.value: "#DA8BC3",
     Stage.WEIGHT_SYNC.value: "#64B5CD",
     Stage.QUEUE_WAIT.value: "#D9D9D9",  # idle: pale, and hatched in the timeline
+    Stage.HANDOFF.value: "#8C8C8C",
     Stage.EVAL.value: "#CCB974",
 }
 _EXTRA = ["#2F4B7C", "#A05195", "#F95D6A", "#665191", "#FFA600", "#003F5C"]

@@ -39,7 +39,7 @@ def test_stages_for_selects_cells_schedules_and_packing():
     assert slowdown.stages_for(spec, "+periodic_async", ASYNC) == {"update": 0.1}
     assert slowdown.stages_for(spec, "sync", SYNC) == {"weight_sync": 0.2}
     assert slowdown.stages_for(spec, "+shared_prompt", PACKED) == {
-        "update": pytest.approx(0.15), "old_logprob": 0.05, "ref_logprob": 0.05, "queue_wait": 0.3}
+        "update": pytest.approx(0.15), "old_logprob": 0.05, "ref_logprob": 0.05, "handoff": 0.3}
 
 
 def test_activate_exports_the_plan_for_worker_processes(monkeypatch):

@@ -1,6 +1,7 @@
 """The rollout interface every backend implements (built-in sampler, vLLM)."""
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -35,6 +36,26 @@ class Group:
     behaviour_logprobs: list[list[float]]  # G lists, log pi_behav(token) at the sampling temperature
     version: int = 0  # weight version that generated every response of the group
     finished: list[bool] = field(default_factory=list)  # per response: ended with EOS (False: hit max_new_tokens)
+
+
+@dataclass
+class SealedGroup:
+    """A finished Group on the queue path between a rollout worker and the trainer's consumer.
+
+    The rollout worker seals it (pickles it once, inside its rollout stage); the consumer opens it
+    (Stage.HANDOFF, timed with its CPU time): the queue path's own work, which `rlbench check` compares.
+    The prompt index travels in the clear so a consumer can order groups without opening them.
+    """
+
+    prompt_index: int
+    payload: bytes
+
+    @classmethod
+    def seal(cls, group: Group) -> "SealedGroup":
+        return cls(group.prompt_index, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def open(self) -> Group:
+        return pickle.loads(self.payload)
 
 
 @dataclass

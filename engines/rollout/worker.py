@@ -1,11 +1,12 @@
 """A rollout worker: its own model copy behind the configured backend (built-in sampler or vLLM).
 
 It runs in a process pinned to its device or in a Ray actor (engines/hosts.py); weights arrive
-through shared memory (local) or the Ray object store, finished groups leave through `emit`.
+through shared memory (local) or the Ray object store, finished groups leave through `emit`, sealed (engines/rollout/base.py SealedGroup).
 """
 from __future__ import annotations
 
 from rlbench import faults
+from rlbench.engines.rollout.base import SealedGroup
 
 BUILTIN = {"backend": "builtin"}
 
@@ -69,7 +70,7 @@ class RolloutWorker:
 
         faults.exit_at(iteration)
         with self.rec.stage(Stage.ROLLOUT, iteration):
-            self.sampler.generate(requests, sampling, on_group=self.emit)
+            self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)))
         self.prof.step()
         return self.rec.drain(), dict(self.sampler.last_stats)
 

@@ -77,8 +77,9 @@ class Schedule(Protocol):
 class GroupReceiver:
     """The consumer side of the async schedules: takes finished groups off the producer's queue.
 
-    Groups come in arrival order, or re-ordered to dispatch order (prompt index 0, 1, ...) for the
-    bitwise equivalence test; waiting is recorded as queue_wait; a producer error is raised here.
+    Groups come sealed (SealedGroup), in arrival order, or re-ordered to dispatch order (prompt index
+    0, 1, ...) for the bitwise equivalence test; waiting is recorded as queue_wait, opening a group as
+    handoff (the queue path's work, with its CPU time); a producer error is raised here.
     """
 
     def __init__(self, rec, in_dispatch_order: bool, timeout_s: float):
@@ -90,13 +91,15 @@ class GroupReceiver:
             with self.rec.stage(Stage.QUEUE_WAIT, k):
                 while True:
                     if self.in_dispatch_order and next_index in pending:
-                        group = pending.pop(next_index)
+                        sealed = pending.pop(next_index)
                         break
                     item = self._get(arrived)
                     if not self.in_dispatch_order:
-                        group = item
+                        sealed = item
                         break
                     pending[item.prompt_index] = item
+            with self.rec.stage(Stage.HANDOFF, k):
+                group = sealed.open()
             next_index += 1
             yield group
 
