@@ -8,11 +8,12 @@ evaluation, against
   - trained samples: samples of the iterations before the evaluation.
 Per cell (over its seeds): final accuracy with a 95% interval (a t-interval of the mean over seeds; with
 one seed, the Wilson score interval over the eval problems), and the time and samples to reach a target
-accuracy. The target is the accuracy the reference cell (the first: sync) gains by its end, TARGET_SHARE
-of the way from its first evaluation to its last (medians over seeds), so it is a level the reference
-reaches and the question is who reaches it sooner. A crossing is interpolated linearly between the last
-evaluation below the target and the first at or above it; a seed that never reaches it counts as not
-reached.
+accuracy. The target is per seed: the accuracy the reference cell (the first: sync) of that seed gains by
+its end, TARGET_SHARE of the way from its first evaluation to its last, so it is a level the reference
+reaches and the question is who reaches it sooner (seeds start from different warm starts, so one target
+from medians could lie at or below a seed's start). A seed whose reference did not improve has no target.
+A crossing is interpolated linearly between the last evaluation below the target and the first at or
+above it; a seed that never reaches its target counts as not reached.
 """
 from __future__ import annotations
 
@@ -99,15 +100,17 @@ def _t975(df: int) -> float:
     return T975[df - 1] if df <= len(T975) else 1.96
 
 
-def target_accuracy(all_curves: dict[str, list[Curve]], reference: str) -> float | None:
-    """TARGET_SHARE of the reference cell's gain (median first and last evaluation over seeds); None when
-    the reference has no curve or did not improve."""
+def target_accuracy(all_curves: dict[str, list[Curve]], reference: str) -> dict:
+    """{seed: target}: TARGET_SHARE of the gain of that seed's reference curve (first to last evaluation);
+    seeds whose reference did not improve are left out."""
     ref = all_curves.get(reference) or next(iter(all_curves.values()), [])
-    if not ref:
-        return None
-    first = statistics.median(c.accuracy[0] for c in ref)
-    last = statistics.median(c.accuracy[-1] for c in ref)
-    return first + TARGET_SHARE * (last - first) if last > first else None
+    return {c.seed: c.accuracy[0] + TARGET_SHARE * (c.accuracy[-1] - c.accuracy[0])
+            for c in ref if c.accuracy[-1] > c.accuracy[0]}
+
+
+def typical_target(targets: dict) -> float | None:
+    """The median of the per-seed targets (what a table or plot shows as one line); None without any."""
+    return statistics.median(targets.values()) if targets else None
 
 
 def crossing(cv: Curve, target: float, axis: str = "wall_s") -> float | None:

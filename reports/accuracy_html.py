@@ -48,8 +48,9 @@ def text_rows(table: pd.DataFrame) -> list[list[str]]:
 def explanation(table: pd.DataFrame) -> str:
     target = table["target"].iloc[0] if len(table) else None
     what = ("no target: the reference cell did not improve" if _m(target) else
-            f"target pass@1 {target:.3f}: {100 * TARGET_SHARE:.0f}% of the way from the reference cell's first "
-            "to its last evaluation (medians over seeds)")
+            f"target pass@1 {target:.3f}: per seed, {100 * TARGET_SHARE:.0f}% of the way from that seed's "
+            "reference cell's first to its last evaluation (shown: the median over seeds); reached: seeds "
+            "that reached their target, of those whose reference improved")
     return (f"Time-to-accuracy, {what}. Wall time is training time: from the first iteration's start, "
             "evaluations excluded, the same clock for every schedule; a crossing is interpolated between "
             "evaluations. Intervals: 95% t-interval of the mean over seeds (one seed: Wilson over the eval "

@@ -2,7 +2,8 @@
 
 Columns: TPSPD (median over seeds of each seed's median, with the spread over seeds); accuracy (strict
 pass@1) and accuracy in any format at the first and the last evaluation, the last with a 95% interval
-(reports/accuracy.py says which); the target and, per cell, how many seeds reached it, the training wall
+(reports/accuracy.py says which); the target (median of the per-seed targets) and, per cell, how many of
+the seeds with a target reached theirs, the training wall
 time and trained samples to reach it (median over the seeds that did, with the spread), the reference's
 time over this cell's (> 1: reaches the target sooner); total training wall time; and the share of
 GRPO groups with non-zero reward variance (the only groups that produce a gradient) over the first and
@@ -16,7 +17,7 @@ from collections import defaultdict
 import pandas as pd
 
 from rlbench import schema
-from rlbench.reports.accuracy import Curve, crossing, curves, interval, target_accuracy
+from rlbench.reports.accuracy import Curve, crossing, curves, interval, target_accuracy, typical_target
 from rlbench.reports.data import CellData, RunData
 
 COLUMNS = ["cell", "seeds", "tpspd_median", "tpspd_seed_min", "tpspd_seed_max", "accuracy_first",
@@ -30,9 +31,9 @@ def accuracy_frame(run: RunData) -> pd.DataFrame:
     """One row per cell with at least one evaluation; the reference cell first."""
     all_curves = curves(run)
     reference = schema.split_seeded(run.reference)[0]
-    target = target_accuracy(all_curves, reference)
+    targets = target_accuracy(all_curves, reference)
     cells = _cells_by_name(run)
-    rows = [_row(name, cvs, cells.get(name, []), target) for name, cvs in all_curves.items()]
+    rows = [_row(name, cvs, cells.get(name, []), targets) for name, cvs in all_curves.items()]
     ref_time = next((r["time_to_target_s"] for r in rows if r["cell"] == reference), None)
     for r in rows:
         t = r["time_to_target_s"]
@@ -47,22 +48,23 @@ def _cells_by_name(run: RunData) -> dict[str, list[CellData]]:
     return out
 
 
-def _row(name: str, cvs: list[Curve], cells: list[CellData], target: float | None) -> dict:
+def _row(name: str, cvs: list[Curve], cells: list[CellData], targets: dict) -> dict:
     tp = [c.tpspd() for c in cells if c.tpspd() is not None]
     finals = [cv.accuracy[-1] for cv in cvs]
     acc, lo, hi, method = interval(finals, cvs[0].n_eval)
     anys = [cv.any_format[-1] for cv in cvs if cv.any_format[-1] is not None]
     any_m, any_lo, any_hi, _ = interval(anys, cvs[0].n_eval) if anys else (None, None, None, None)
-    times = [t for t in (crossing(cv, target) for cv in cvs) if t is not None] if target is not None else []
-    samples = [s for s in (crossing(cv, target, "samples") for cv in cvs) if s is not None] \
-        if target is not None else []
+    aimed = [cv for cv in cvs if cv.seed in targets]  # seeds with a target
+    times = [t for t in (crossing(cv, targets[cv.seed]) for cv in aimed) if t is not None]
+    samples = [s for s in (crossing(cv, targets[cv.seed], "samples") for cv in aimed) if s is not None]
     mixed = [mixed_group_shares(c) for c in cells]
     return {"cell": name, "seeds": len(cvs), "tpspd_median": _median(tp), "tpspd_seed_min": min(tp, default=None),
             "tpspd_seed_max": max(tp, default=None), "accuracy_first": _median(cv.accuracy[0] for cv in cvs),
             "accuracy_final": acc, "accuracy_final_lo": lo, "accuracy_final_hi": hi,
             "any_format_first": _median(cv.any_format[0] for cv in cvs), "any_format_final": any_m,
             "any_format_final_lo": any_lo, "any_format_final_hi": any_hi, "interval": method,
-            "target": target, "reached": f"{len(times)}/{len(cvs)}", "time_to_target_s": _median(times),
+            "target": typical_target(targets), "reached": f"{len(times)}/{len(aimed)}",
+            "time_to_target_s": _median(times),
             "time_to_target_s_min": min(times, default=None), "time_to_target_s_max": max(times, default=None),
             "samples_to_target": _median(samples), "train_wall_s": _median(cv.wall_s[-1] for cv in cvs),
             "mixed_groups_first": _median(m[0] for m in mixed), "mixed_groups_last": _median(m[1] for m in mixed)}

@@ -62,10 +62,9 @@ def test_accuracy_table_against_the_files(seeded):
     df = pd.read_csv(seeded / "accuracy.csv")
     assert list(df["cell"]) == list(CELLS)
     assert (df["seeds"] == 3).all()
-    first = statistics.median(cell_results(seeded, "sync", s)["evals"][0]["accuracy"] for s in SEEDS)
-    last = statistics.median(cell_results(seeded, "sync", s)["evals"][-1]["accuracy"] for s in SEEDS)
-    target = first + TARGET_SHARE * (last - first)
-    assert df["target"].tolist() == pytest.approx([target] * 3)
+    ev = {s: cell_results(seeded, "sync", s)["evals"] for s in SEEDS}
+    target = {s: e[0]["accuracy"] + TARGET_SHARE * (e[-1]["accuracy"] - e[0]["accuracy"]) for s, e in ev.items()}
+    assert df["target"].tolist() == pytest.approx([statistics.median(target.values())] * 3)
     for row in df.to_dict("records"):
         res = [cell_results(seeded, row["cell"], s) for s in SEEDS]
         finals = [r["evals"][-1]["accuracy"] for r in res]
@@ -79,12 +78,18 @@ def test_accuracy_table_against_the_files(seeded):
         assert row["mixed_groups_first"] == pytest.approx(6 / PROMPTS)  # fixture: 6 of 8 groups mixed, then 2
         assert row["mixed_groups_last"] == pytest.approx(2 / PROMPTS)
     sync, loglinear, stale = df.to_dict("records")
-    # target 0.52, crossings interpolated linearly: seed 0 between 6 (0.5) and 8 iterations (0.6),
-    # seed 1 between 6 (0.5) and 8 (0.55), seed 2 between 4 (0.4) and 6 (0.55)
+    # per-seed targets 0.52, 0.49, 0.52; crossings interpolated linearly: seed 0 between 6 (0.5) and 8
+    # iterations (0.6), seed 1 between 4 (0.45) and 6 (0.5), seed 2 between 4 (0.4) and 6 (0.55)
+    assert [target[s] for s in SEEDS] == pytest.approx([0.52, 0.49, 0.52])
     c4, c6, c8 = clock(4, 2.0), clock(6, 2.0), clock(8, 2.0)
-    times = [c6 + (target - 0.5) / 0.1 * (c8 - c6), c6 + (target - 0.5) / 0.05 * (c8 - c6),
-             c4 + (target - 0.4) / 0.15 * (c6 - c4)]
+    times = [c6 + (0.52 - 0.5) / 0.1 * (c8 - c6), c4 + (0.49 - 0.45) / 0.05 * (c6 - c4),
+             c4 + (0.52 - 0.4) / 0.15 * (c6 - c4)]
     assert [sync[f"time_to_target_s{k}"] for k in ("_min", "", "_max")] == pytest.approx(sorted(times))
+    # loglinear: seed 0 between 6 (0.5) and 8 (0.6), seed 1 between 2 (0.3) and 4 (0.5), seed 2 never
+    c2 = clock(2, 1.5)
+    ll = [clock(6, 1.5) + (0.52 - 0.5) / 0.1 * (clock(8, 1.5) - clock(6, 1.5)),
+          c2 + (0.49 - 0.3) / 0.2 * (clock(4, 1.5) - c2)]
+    assert loglinear["time_to_target_s"] == pytest.approx(statistics.median(ll))
     assert sync["reached"] == "3/3" and loglinear["reached"] == "2/3" and stale["reached"] == "0/3"
     assert math.isnan(stale["time_to_target_s"])
     assert loglinear["time_ratio_vs_reference"] == pytest.approx(sync["time_to_target_s"] /
