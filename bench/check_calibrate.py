@@ -51,7 +51,7 @@ def effect(metric: str, stage: str, cells: set[str]) -> int:
         num, _, den = pair.partition("/")
         return (s == stage) * ((num in cells) - (den in cells))
     if kind == "queue_cost":
-        return int(stage == "handoff" and rest in cells)
+        return int(stage == "handoff" and bool(set(rest.split(",")) & cells))
     if kind == "speedup" or kind.endswith("_gain"):
         num, _, den = rest.partition("/")
         return (stage == "iteration") * ((den in cells) - (num in cells))

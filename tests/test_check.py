@@ -119,7 +119,8 @@ def test_metrics_of_a_run(tmp_path):
     assert len(m[SPEEDUP]["samples"]["log_ratios"]) == 6  # warm-up iterations excluded, paired by iteration
     assert m[UPDATE_COST]["value"] == pytest.approx(0.5, rel=0.06)  # twice the TPSPD: half the update time
     assert (m[UPDATE_COST]["kind"], m[UPDATE_COST]["direction"]) == ("cost", "lower_is_better")
-    assert m["queue_cost:periodic_async"]["value"] == pytest.approx(0.01, rel=0.06)  # handoff CPU / rollout CPU
+    # handoff CPU per token over the run's rollout CPU per token
+    assert m["queue_cost:periodic_async"]["value"] == pytest.approx(0.01, rel=0.06)
     assert m["overhead_share:sync"]["value"] == pytest.approx(0.05, abs=1e-9)
     assert m["accuracy:periodic_async"] == {**m["accuracy:periodic_async"], "value": 0.40, "kind": "accuracy"}
     assert m["same_accuracy:periodic_async/sync"]["value"] == 0.0
@@ -201,6 +202,18 @@ def test_slower_queue_path_is_flagged(tmp_path, baseline):
     result = chk.check(run, baseline)
     r = row(result, "queue_cost:periodic_async")
     assert r.mark == "worse" and r.change == pytest.approx(0.20, abs=0.08) and result.exit_code == 1
+
+
+def test_queue_cost_pools_the_async_cells(tmp_path):
+    """One queue_cost row over every cell with a hand-off (they share the queue path): its samples are
+    the iterations, each summing the cells' handoff CPU per token."""
+    tri = {**ASYNC, "tri_model": True}
+    run = write_run(tmp_path / "r", [Cell("sync", SYNC, 100.0), Cell("periodic_async", ASYNC, 200.0),
+                                     Cell("+tri_model", tri, 220.0)])
+    m = chk.compute_metrics(run)["metrics"]
+    q = m["queue_cost:periodic_async,+tri_model"]
+    assert q["cells"] == ["periodic_async", "+tri_model"] and len(q["samples"]["log_ratios"]) == 6
+    assert not [k for k in m if k.startswith("queue_cost:") and k != "queue_cost:periodic_async,+tri_model"]
 
 
 def test_improvement_is_better_not_a_failure(tmp_path, baseline):

@@ -48,6 +48,7 @@ def test_effect_of_a_planted_slowdown_on_each_metric():
     assert e("stage_cost:weight_sync:+periodic_async/sync", "update", {"+periodic_async"}) == 0
     assert e("queue_cost:+tri_model", "handoff", {"+tri_model"}) == 1
     assert e("queue_cost:+tri_model", "queue_wait", {"+tri_model"}) == 0
+    assert e("queue_cost:+periodic_async,+tri_model", "handoff", {"+tri_model"}) == 1  # pooled over async cells
     assert e("speedup:+periodic_async/sync", "iteration", {"+periodic_async"}) == -1
     assert e("accuracy:sync", "iteration", {"sync"}) == 0
 
