@@ -229,8 +229,55 @@ def _cell_metrics(name: str, res: dict, events: list[dict]) -> dict:
 
 def compute_metrics(run_dir: Path) -> dict:
     """Run or ablation folder -> {"reference", "cells": {name: {status, error, switches, config,
-    provenance, planted_slowdown}}, "metrics": {name: {value, samples, direction, kind, cells, description}}}."""
+    provenance, planted_slowdown}}, "metrics": {name: {value, samples, direction, kind, cells, description}}}.
+    A multi-seed run (`--seeds`, cells `<cell>@seed<s>`) is measured per seed, then pooled per metric
+    (_pool_seeds): the same metric names as one seed's run, with more samples."""
     ref, cells = _read_cells(run_dir)
+    seeds = _split_seeds(ref, cells)
+    if seeds:
+        return _pool_seeds([_of_cells(r, c) for r, c in seeds.values()])
+    return _of_cells(ref, cells)
+
+
+def _split_seeds(ref: str, cells: dict) -> dict[int, tuple[str, dict]]:
+    """{seed: (reference, {cell: results})} with the seed suffix dropped; {} unless every cell has one
+    and there are several seeds."""
+    split = {n: schema.split_seeded(n) for n in cells}
+    seeds = sorted({s for _, s in split.values() if s is not None})
+    if len(seeds) < 2 or any(s is None for _, s in split.values()):
+        return {}
+    base_ref = schema.split_seeded(ref)[0]
+    return {seed: (base_ref, {b: cells[n] for n, (b, s) in split.items() if s == seed}) for seed in seeds}
+
+
+def _pool_seeds(parts: list[dict]) -> dict:
+    """One seed's metrics per part -> pooled: paired ratios and overhead shares concatenate their
+    per-iteration samples (value recomputed over all of them), accuracies average, an invariant keeps
+    its worst seed; a cell's status is its worst seed's."""
+    metrics = {}
+    for name in dict.fromkeys(n for p in parts for n in p["metrics"]):
+        ms = [p["metrics"][name] for p in parts if name in p["metrics"]]
+        m = {**ms[0], "description": f"{ms[0]['description']} (pooled over {len(ms)} seeds)"}
+        if all("log_ratios" in (x.get("samples") or {}) for x in ms):
+            x = [v for one in ms for v in one["samples"]["log_ratios"]]
+            m.update(value=float(np.exp(trimmed(x)[0])), samples={"log_ratios": x})
+        elif all("values" in (x.get("samples") or {}) for x in ms):
+            x = [v for one in ms for v in one["samples"]["values"]]
+            m.update(value=float(np.median(x)), samples={"values": x})
+        elif m["kind"] == "invariant":
+            m["value"] = max((x["value"] for x in ms), key=abs)
+        else:
+            m["value"] = float(np.mean([x["value"] for x in ms]))
+        metrics[name] = m
+    cells = {}
+    for p in parts:
+        for n, info in p["cells"].items():
+            if n not in cells or (info["status"] != "complete" and cells[n]["status"] == "complete"):
+                cells[n] = info
+    return {"reference": parts[0]["reference"], "cells": cells, "metrics": metrics}
+
+
+def _of_cells(ref: str, cells: dict) -> dict:
     events = {n: _events(r) for n, r in cells.items()}
     cpu = {n: stage_seconds(r, events[n], cpu=True) for n, r in cells.items()}
     found = {**_throughput_metrics(cells, ref), **_component_metrics(cells, cpu)}

@@ -1,13 +1,15 @@
 """compare(run_a, run_b): key metrics of two runs side by side, with the ratio B/A.
 
-Cells are matched by name where the runs share names, otherwise by position (reference first).
+Cells are matched by name where the runs share names, otherwise by position (reference first). A
+multi-seed run (`--seeds`) is compared per cell over its seeds: the medians summary.csv holds.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from rlbench import schema
-from rlbench.reports.data import load
+from rlbench.reports.data import RunData, load
+from rlbench.reports.seeds import aggregate, is_multi_seed, seed_frame
 from rlbench.reports.tables import summary_frame, to_markdown
 
 KEY_METRICS = ["tpspd_median", "speedup", "wall_s_median", "rollout_tok_s", "train_tok_s",
@@ -30,7 +32,7 @@ def compare(run_a, run_b) -> tuple[pd.DataFrame, str]:
     staleness_max (weight versions).
     """
     ra, rb = load(run_a), load(run_b)
-    fa, fb = summary_frame(ra), summary_frame(rb)
+    fa, fb = _summary(ra), _summary(rb)
     pairs, how = match_cells(list(fa["cell"]), list(fb["cell"]))
     rows = []
     for ia, ib in pairs:
@@ -44,6 +46,11 @@ def compare(run_a, run_b) -> tuple[pd.DataFrame, str]:
             + (f"; only in one run: {', '.join(unmatched)}" if unmatched else "") + "\n\n"
             + to_markdown(df))
     return df, text
+
+
+def _summary(run: RunData) -> pd.DataFrame:
+    """One row per cell: summary.csv's rows (for several seeds, the median over them)."""
+    return aggregate(seed_frame(run)) if is_multi_seed(run) else summary_frame(run)
 
 
 def _value(df: pd.DataFrame, row: int, metric: str):

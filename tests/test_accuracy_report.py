@@ -152,3 +152,15 @@ def test_single_seed_ablation_keeps_its_summary(tmp_path):
     assert acc["interval"].str.contains("Wilson").all()
     assert not (root / "summary_seeds.csv").exists()
     assert EVERY == 2  # the fixture's evaluation cadence the clock expectations assume
+
+
+def test_compare_aggregates_seeds_per_cell(seeded, tmp_path):
+    """compare on two multi-seed runs: one row per cell and metric, the median over seeds (summary.csv's)."""
+    from rlbench.reports.comparison import compare
+
+    other = make_seeded_ablation(tmp_path / "b", {"sync": ("sync", 1.0, SYNC)}, SEEDS)
+    df, text = compare(seeded, other)
+    assert set(df["cell_a"]) == {"sync"} and "cells matched by name" in text  # seeds folded into the cell
+    row = df[df["metric"] == "tpspd_median"].iloc[0]
+    assert row["a"] == pytest.approx(pd.read_csv(seeded / "summary.csv")["tpspd_median"][0])
+    assert row["b_over_a"] == pytest.approx(2.0, rel=0.01)  # twice as fast per iteration

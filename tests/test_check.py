@@ -376,3 +376,18 @@ def test_different_first_rewards_break_the_invariant(tmp_path, baseline):
     path.write_text(json.dumps(res))
     result = chk.check(run, baseline)
     assert row(result, "same_start:periodic_async/sync").mark == "worse" and result.exit_code == 1
+
+
+def test_a_multi_seed_run_is_checked_per_seed_and_pooled(tmp_path, baseline):
+    """`--seeds` cells (`<cell>@seed<s>`): metrics are paired within each seed, then pooled under the
+    one-seed names, so a multi-seed run checks against the same baseline with more samples."""
+    cells = [Cell(f"{name}@seed{s}", sw, tps) for s in (0, 1)
+             for name, sw, tps in (("sync", SYNC, 100.0), ("periodic_async", ASYNC, 200.0))]
+    run = write_run(tmp_path / "seeds", cells)
+    m = chk.compute_metrics(run)
+    assert set(m["cells"]) == {"sync", "periodic_async"} and m["reference"] == "sync"
+    assert len(m["metrics"][SPEEDUP]["samples"]["log_ratios"]) == 12  # 6 measured iterations x 2 seeds
+    assert m["metrics"][SPEEDUP]["value"] == pytest.approx(2.0, rel=0.06)
+    assert "same_start:periodic_async/sync" in m["metrics"]
+    result = chk.check(run, baseline)
+    assert row(result, SPEEDUP).mark == "not significant" and result.exit_code == 0
