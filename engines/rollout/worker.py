@@ -1,7 +1,8 @@
 """A rollout worker: its own model copy behind the configured backend (built-in sampler or vLLM).
 
 It runs in a process pinned to its device or in a Ray actor (engines/hosts.py); weights arrive
-through shared memory (local) or the Ray object store, finished groups leave through `emit`, sealed (engines/rollout/base.py SealedGroup).
+through shared memory (local) or the Ray object store, finished groups leave through `emit`, sealed
+(engines/rollout/base.py SealedGroup).
 """
 from __future__ import annotations
 
