@@ -11,8 +11,8 @@ per-iteration log-ratios; the metric's value is exp(their 20%-trimmed mean). Met
                                   with one switch off: the async trainer's update and weight sync
                                   (schedule), the packed update (shared_prompt), the tri-model update
   queue_cost:<cells>              the queue path's work, pooled over the async cells: CPU seconds the
-                                  consumer spends opening each group it takes off the queue (handoff)
-                                  per token, over the run's rollout CPU seconds per token
+                                  consumer spends opening the groups it takes off the queue (handoff)
+                                  / the trainer's CPU seconds scoring them (reward), per iteration
   overhead_share:<cell>           share of iteration wall time outside every stage of every worker
   same_accuracy:<on>/<off>        invariant: sync and periodic-async reach the same final accuracy
                                   (up to floating-point summation order: tolerance 2 of 64 problems)
@@ -162,26 +162,21 @@ def _component_metrics(cells: dict, cpu: dict) -> dict:
 
 def _queue_cost(cells: dict, cpu: dict):
     """The queue path's work, pooled over every cell that has one (the async cells share the code): per
-    iteration, the consumers' handoff CPU seconds per token handed on, over the run's rollout CPU seconds
-    per token (a run-level constant: machine speed cancels, and a hand-off costs ~0.1 ms, so an
-    iteration's rollout would add more noise than it removes)."""
+    iteration, the consumers' handoff CPU seconds (opening each group taken off the queue) over the
+    trainers' reward CPU seconds (scoring the same groups). Both are per-group Python work on the same
+    data, so machine speed and the iteration's lengths cancel; measured on 6 unchanged CI runs, this pair
+    varied least between runs (against the rollout, per token or absolute: 2-4x the run-level spread)."""
     names = [n for n in cells if any("handoff" in s for s in cpu[n].values())]
     if not names:
         return None
-    tokens = {n: {it["iteration"]: it["tokens"] for it in _measured(cells[n])} for n in names}
-    ks = sorted(set.intersection(*(set(cpu[n]) & set(tokens[n]) for n in names)))
+    ks = sorted(set.intersection(*(set(cpu[n]) for n in names)))
 
-    def per_token(stage: str) -> dict:
-        return {k: sum(cpu[n][k].get(stage, 0.0) for n in names) / max(sum(tokens[n][k] for n in names), 1)
-                for k in ks}
+    def pooled(stage: str) -> dict:
+        return {k: sum(cpu[n][k].get(stage, 0.0) for n in names) for k in ks}
 
-    rollout = [float(np.log(v)) for v in per_token("rollout").values() if v > 0]
-    if not rollout:
-        return None
-    level = float(np.exp(trimmed(rollout)[0]))
-    return _paired(per_token("handoff"), dict.fromkeys(ks, level), "cost", "lower_is_better", names,
+    return _paired(pooled("handoff"), pooled("reward"), "cost", "lower_is_better", names,
                    f"queue path of {', '.join(names)}: CPU seconds opening the groups taken off the queue "
-                   "(handoff) per token, per iteration, over the run's rollout CPU seconds per token")
+                   "(handoff) / CPU seconds scoring them (reward), per iteration")
 
 
 def _final_accuracy(res: dict):

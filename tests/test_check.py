@@ -43,7 +43,7 @@ def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int =
     cfg = with_overrides(RunConfig(), {**cell.overrides, "engine": cell.switches}).model_dump(mode="json")
     main = "colocated" if cell.switches["schedule"] == "sync" else "trainer"
     its, events, t = [], [], 0.0
-    stages = ["weight_sync", "rollout", "old_logprob", "update", "optimizer_step"]
+    stages = ["weight_sync", "rollout", "reward", "old_logprob", "update", "optimizer_step"]
     for k in range(iterations):
         tpspd = cell.tpspd * (1 + cell.noise * rng.standard_normal())
         tokens = 4000
@@ -55,7 +55,7 @@ def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int =
             s += d
         wall = (s - t) / (1 - cell.overhead)
         if main == "trainer":  # the async consumer waits on the queue while the rollout runs, then
-            # opens each group it takes off (handoff): 1% of the rollout's work
+            # opens each group it takes off (handoff): 1% of the rollout's (and the reward's) work
             roll = spans[1][2] - spans[1][1]
             spans.append(("queue_wait", spans[1][1], spans[1][2]))
             spans.append(("handoff", spans[1][2], spans[1][2] + 0.01 * roll * (1 + cell.slow.get("handoff", 0.0))
@@ -119,7 +119,7 @@ def test_metrics_of_a_run(tmp_path):
     assert len(m[SPEEDUP]["samples"]["log_ratios"]) == 6  # warm-up iterations excluded, paired by iteration
     assert m[UPDATE_COST]["value"] == pytest.approx(0.5, rel=0.06)  # twice the TPSPD: half the update time
     assert (m[UPDATE_COST]["kind"], m[UPDATE_COST]["direction"]) == ("cost", "lower_is_better")
-    # handoff CPU per token over the run's rollout CPU per token
+    # handoff CPU / reward CPU of the same iteration
     assert m["queue_cost:periodic_async"]["value"] == pytest.approx(0.01, rel=0.06)
     assert m["overhead_share:sync"]["value"] == pytest.approx(0.05, abs=1e-9)
     assert m["accuracy:periodic_async"] == {**m["accuracy:periodic_async"], "value": 0.40, "kind": "accuracy"}
@@ -206,7 +206,7 @@ def test_slower_queue_path_is_flagged(tmp_path, baseline):
 
 def test_queue_cost_pools_the_async_cells(tmp_path):
     """One queue_cost row over every cell with a hand-off (they share the queue path): its samples are
-    the iterations, each summing the cells' handoff CPU per token."""
+    the iterations, each summing the cells' handoff and reward CPU seconds."""
     tri = {**ASYNC, "tri_model": True}
     run = write_run(tmp_path / "r", [Cell("sync", SYNC, 100.0), Cell("periodic_async", ASYNC, 200.0),
                                      Cell("+tri_model", tri, 220.0)])
