@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams
+from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams, SealedGroup
 from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
 from rlbench.engines.rollout.base import IterationEnd
 from rlbench.engines.schedules.common import IterationInput
@@ -90,7 +90,8 @@ class FakePool:
             return
         for r in self.rng.sample(requests, len(requests)):
             time.sleep(self.rng.uniform(0, self.max_delay_s))
-            groups.put(Group(r.index, r.prompt_ids, [[1]] * sampling.n, [[0.0]] * sampling.n, version=self.loaded))
+            groups.put(SealedGroup.seal(Group(r.index, r.prompt_ids, [[1]] * sampling.n, [[0.0]] * sampling.n,
+                                              version=self.loaded)))
         groups.put(IterationEnd([], [{"iteration": iteration}]))
 
     def close(self):

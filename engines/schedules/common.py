@@ -58,7 +58,8 @@ class RolloutSource(Protocol):
         """Every rollout worker loads these weights before its next batch."""
 
     def produce(self, iteration: int, requests, sampling, groups: queue.Queue, timeout_s: float) -> None:
-        """Put each finished group on `groups` as it finishes, then an IterationEnd (or the error)."""
+        """Put each finished group on `groups` as it finishes (sealed: SealedGroup), then an IterationEnd
+        (or the error)."""
 
     def close(self) -> None: ...
 
