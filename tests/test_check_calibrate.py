@@ -71,10 +71,13 @@ def test_study_counts_detections_and_false_alarms(tmp_path):
     assert n == 40 and hit >= 36
     flagged, trials = res["false_alarms"]
     assert trials == 80 and flagged <= 8
+    assert res["detect_direct"]["async trainer update"][0.20] == (4, 4)  # each held-out run, as measured
+    assert res["false_alarms_direct"][1] == 4 and res["false_alarms_direct"][0] <= 1
     assert res["real"][0][2] and "stage_cost:update:+periodic_async/sync" in res["real"][0][2]
     assert len(res["held_out"]) == 4
     text = check_calibrate.format_study(res)
     assert "| async trainer update (stage_cost:update:+periodic_async/sync) |" in text and "False alarms" in text
+    assert "as measured 4/4" in text
 
 
 def test_cli_calibrate_and_update_from_several_runs(tmp_path, monkeypatch, capsys):
