@@ -101,32 +101,27 @@ def study(run_dirs, pseudo_runs: int = PSEUDO_RUNS, seed: int = 0) -> dict:
     fa, detect = [0, 0], {s: {f: [0, 0] for f in SIZES} for s in SCENARIOS}
     # As measured: each held-out run itself (no resampling), plain or with the slowdown shifted in.
     fa_direct, detect_direct = [0, 0], {s: {f: [0, 0] for f in SIZES} for s in SCENARIOS}
+    hits = {s: {c for c, info in cells.items() if _hit(info["switches"], c, want)}
+            for s, (_, want) in SCENARIOS.items()}
+
+    def trial(run: dict, base: dict, stats: dict, fas: list, detects: dict | None) -> None:
+        """One current run judged unchanged (into fas) and, unless detects is None, with each slowdown."""
+        fas[0] += bool(_judge_all(base, run, stats, meta))
+        fas[1] += 1
+        for s, (stage, _) in (SCENARIOS.items() if detects is not None else ()):
+            for f in SIZES:
+                shifted = {n: x + effect(n, stage, hits[s]) * math.log1p(f) for n, x in run.items()}
+                detects[s][f][0] += bool(_judge_all(base, shifted, stats, meta) & targets[s])
+                detects[s][f][1] += 1
+
     for i, cur in enumerate(paired):
         base, c = check_stats.calibrate([{n: p[n] for n in names} for j, p in enumerate(paired) if j != i])
         stats = {**check_stats.DEFAULTS, "inflation": c}
         n_it = min(len(cur[n]) for n in names)
-        own = {n: cur[n] for n in names}
-        fa_direct[0] += bool(_judge_all(base, own, stats, meta))
-        fa_direct[1] += 1
-        for s, (stage, want) in SCENARIOS.items():
-            hit = {c for c, info in cells.items() if _hit(info["switches"], c, want)}
-            for f in SIZES:
-                shifted = {n: x + effect(n, stage, hit) * math.log1p(f) for n, x in own.items()}
-                detect_direct[s][f][0] += bool(_judge_all(base, shifted, stats, meta) & targets[s])
-                detect_direct[s][f][1] += 1
+        trial({n: cur[n] for n in names}, base, stats, fa_direct, detect_direct)
         for b in range(2 * pseudo_runs):
             idx = rng.integers(0, n_it, n_it)
-            pseudo = {n: cur[n][idx] for n in names}
-            fa[0] += bool(_judge_all(base, pseudo, stats, meta))
-            fa[1] += 1
-            if b >= pseudo_runs:
-                continue
-            for s, (stage, want) in SCENARIOS.items():
-                hit = {c for c, info in cells.items() if _hit(info["switches"], c, want)}
-                for f in SIZES:
-                    shifted = {n: x + effect(n, stage, hit) * math.log1p(f) for n, x in pseudo.items()}
-                    detect[s][f][0] += bool(_judge_all(base, shifted, stats, meta) & targets[s])
-                    detect[s][f][1] += 1
+            trial({n: cur[n][idx] for n in names}, base, stats, fa, detect if b < pseudo_runs else None)
     base, c = check_stats.calibrate([{n: p[n] for n in names} for p in paired])
     stats = {**check_stats.DEFAULTS, "inflation": c}
     real = []
