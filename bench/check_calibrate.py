@@ -108,7 +108,9 @@ def study(run_dirs, pseudo_runs: int = PSEUDO_RUNS, seed: int = 0) -> dict:
         """One current run judged unchanged (into fas) and, unless detects is None, with each slowdown."""
         fas[0] += bool(_judge_all(base, run, stats, meta))
         fas[1] += 1
-        for s, (stage, _) in (SCENARIOS.items() if detects is not None else ()):
+        if detects is None:
+            return
+        for s, (stage, _) in SCENARIOS.items():
             for f in SIZES:
                 shifted = {n: x + effect(n, stage, hits[s]) * math.log1p(f) for n, x in run.items()}
                 detects[s][f][0] += bool(_judge_all(base, shifted, stats, meta) & targets[s])

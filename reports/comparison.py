@@ -8,9 +8,9 @@ from __future__ import annotations
 import pandas as pd
 
 from rlbench import schema
-from rlbench.reports.data import RunData, load
-from rlbench.reports.seeds import aggregate, is_multi_seed, seed_frame
-from rlbench.reports.tables import summary_frame, to_markdown
+from rlbench.reports.data import load
+from rlbench.reports.seeds import cell_summary
+from rlbench.reports.tables import to_markdown
 
 KEY_METRICS = ["tpspd_median", "speedup", "wall_s_median", "rollout_tok_s", "train_tok_s",
                "accuracy_after", "staleness_max"]
@@ -32,7 +32,7 @@ def compare(run_a, run_b) -> tuple[pd.DataFrame, str]:
     staleness_max (weight versions).
     """
     ra, rb = load(run_a), load(run_b)
-    fa, fb = _summary(ra), _summary(rb)
+    fa, fb = cell_summary(ra), cell_summary(rb)  # one row per cell (multi-seed: median over seeds)
     pairs, how = match_cells(list(fa["cell"]), list(fb["cell"]))
     rows = []
     for ia, ib in pairs:
@@ -46,11 +46,6 @@ def compare(run_a, run_b) -> tuple[pd.DataFrame, str]:
             + (f"; only in one run: {', '.join(unmatched)}" if unmatched else "") + "\n\n"
             + to_markdown(df))
     return df, text
-
-
-def _summary(run: RunData) -> pd.DataFrame:
-    """One row per cell: summary.csv's rows (for several seeds, the median over them)."""
-    return aggregate(seed_frame(run)) if is_multi_seed(run) else summary_frame(run)
 
 
 def _value(df: pd.DataFrame, row: int, metric: str):

@@ -4,8 +4,8 @@ from __future__ import annotations
 from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.reports.accuracy_table import accuracy_frame
 from rlbench.reports.data import load
-from rlbench.reports.seeds import aggregate, is_multi_seed, seed_frame
-from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame, summary_frame
+from rlbench.reports.seeds import cell_summary, is_multi_seed
+from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame
 
 
 def summary_table_text(run_dir) -> str:
@@ -14,8 +14,7 @@ def summary_table_text(run_dir) -> str:
     tokens/s/device); a multi-seed run shows the median over seeds. Then the time-to-accuracy table."""
     run = load(run_dir)
     multi = is_multi_seed(run)
-    df = aggregate(seed_frame(run)) if multi else summary_frame(run)
-    sp = aggregate(seed_frame(run, speedup_frame), []) if multi else speedup_frame(run)
+    df, sp = cell_summary(run), cell_summary(run, speedup_frame, [])
     rows = [COMPACT_HEAD] + compact_rows(df)
     widths = [max(len(r[i]) for r in rows) for i in range(len(COMPACT_HEAD))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]

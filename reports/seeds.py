@@ -78,6 +78,11 @@ def aggregate(per: pd.DataFrame, spread: list[str] = SPREAD) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def cell_summary(run: RunData, frame=summary_frame, spread: list[str] = SPREAD) -> pd.DataFrame:
+    """frame(run) with one row per cell: for a multi-seed run, aggregated over its seeds."""
+    return aggregate(seed_frame(run, frame), spread) if is_multi_seed(run) else frame(run)
+
+
 def write_seed_summary(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame, RunData]:
     """summary.csv (per cell, aggregated), summary_seeds.csv (per cell and seed), summary.md; returns
     (aggregated summary, aggregated speedups, the first seed's run for the per-cell plots)."""
