@@ -104,14 +104,13 @@ def new_run_dir(root: Path, name: str) -> Path:
     return path
 
 
-def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, turns=None, index: int = 0) -> None:
+def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None) -> None:
     import sys
 
     from rlbench.interleave import Pacer
     from rlbench.runner import run_cell
     try:
-        run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress,
-                 pacer=Pacer(turns, index))
+        run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress, pacer=Pacer(seat))
     except KeyboardInterrupt:
         sys.exit(130)
     except UserError as e:
@@ -141,7 +140,9 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
     # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ctx = mp.get_context("spawn")
-    if base.run.interleave and len(cells) > 1:
+    from rlbench import interleave
+
+    if base.run.interleave and (len(cells) > 1 or interleave.from_env()):
         return _run_interleaved(ctx, cells, record, run_dir, progress)
     for entry, (cell, cfg, _) in zip(record["cells"], cells):
         proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
@@ -161,35 +162,53 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
     return record
 
 
+def _ring_seats(cells, run_dir: Path):
+    """Seats for the cells in a turn ring: the one RLBENCH_RING names (a side of `rlbench check
+    --against`), else a new ring of this run alone. -> (seats, ring folder to remove at the end or None)."""
+    import tempfile
+
+    from rlbench import interleave
+
+    shared = interleave.from_env()
+    if shared:
+        folder, side = shared
+        return interleave.Ring(folder).register(side, [c for c, _, _ in cells]), None
+    folder = Path(tempfile.mkdtemp(prefix="rlbench-ring-"))
+    return interleave.Ring.create(folder).register(0, [c for c, _, _ in cells]), folder
+
+
 def _run_interleaved(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
     """Every cell in its own process at once, taking turns by iteration (bench/interleave.py)."""
+    import shutil
     from multiprocessing.connection import wait
 
-    from rlbench.interleave import Turns
-
-    turns = Turns(ctx, len(cells))
+    seats, own = _ring_seats(cells, run_dir)
     procs = {}
-    for i, (entry, (cell, cfg, _)) in enumerate(zip(record["cells"], cells)):
-        proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
-                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress, turns, i))
-        proc.start()
-        procs[proc.sentinel] = (i, proc, entry)
     try:
+        for seat, entry, (cell, cfg, _) in zip(seats, record["cells"], cells):
+            proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
+                               args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress, seat))
+            proc.start()
+            procs[proc.sentinel] = (seat, proc, entry)
         while procs:
             for sentinel in wait(list(procs)):
-                i, proc, entry = procs.pop(sentinel)
+                seat, proc, entry = procs.pop(sentinel)
                 proc.join()
-                turns.leave(i)  # a cell that died mid-turn passes its turns on
+                seat.leave()  # a cell that died mid-turn passes its turns on
                 entry["exit_code"] = proc.exitcode
                 schema.atomic_write_json(run_dir / schema.ABLATION, record)
     except KeyboardInterrupt:
-        for i, proc, entry in procs.values():
+        for seat, proc, entry in procs.values():
             proc.join(30)  # the children got the same SIGINT and are saving their results
             entry["exit_code"] = 130
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
         raise
+    finally:
+        for seat, _, _ in procs.values():
+            seat.leave()
+        if own:
+            shutil.rmtree(own, ignore_errors=True)
     rejected = [e["name"] for e in record["cells"] if e["exit_code"] == 2]
     if rejected:
         raise UserError(f"cell(s) {', '.join(rejected)} rejected their input (see the error above)")
     return record
-

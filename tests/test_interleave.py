@@ -1,45 +1,60 @@
 """Interleaved cells (bench/interleave.py): the turn order is cell 0, 1, 2 per iteration, no iteration
 starts before every cell is set up, a cell that leaves (done or dead) passes its turns on, and no
-cell tears down before all have left. Threads stand in for the cell processes (same primitives)."""
+cell tears down before all have left. Two sides (the two trees of `rlbench check --against`) take
+turns cell by cell, the side that goes first alternating by iteration. Threads stand in for the cell
+processes (the same ring folder, FIFOs and lock)."""
 from __future__ import annotations
 
-import multiprocessing as mp
+import json
+import subprocess
+import sys
 import threading
 
-from rlbench.interleave import Pacer, Turns
+import pytest
+
+from rlbench.interleave import GONE, Pacer, Ring, Seat
 
 
-def _cell(turns, i, iterations, log, die_at=None):
-    p = Pacer(turns, i)
+def _cell(seat, iterations, log, die_at=None, tag=None):
+    p = Pacer(seat)
     p.setup()
-    log.append(("setup", i))
+    name = tag(seat) if tag else (seat.index if seat else 0)
+    log.append(("setup", name))
     p.ready()
     for k in range(iterations):
         p.before(k)
         if k == die_at:
-            log.append(("died", i, k))
+            log.append(("died", name, k))
             p.leave()  # what the parent does for a dead child (and run_cell's finally does for a failed one)
             return
-        log.append(("it", i, k))
+        log.append(("it", name, k))
         p.after(k)
     p.leave(wait_for_others=True)
-    log.append(("teardown", i))
+    log.append(("teardown", name))
 
 
-def _run(n, iterations, die=None):
-    turns, log = Turns(mp.get_context("spawn"), n), []
-    threads = [threading.Thread(target=_cell, args=(turns, i, iterations, log, (die or {}).get(i)))
-               for i in reversed(range(n))]  # started in the "wrong" order on purpose
+def _threads(seats, iterations, log, die=None, tag=None):
+    threads = [threading.Thread(target=_cell, args=(s, iterations, log, (die or {}).get(s.id), tag))
+               for s in reversed(seats)]  # started in the "wrong" order on purpose
     for t in threads:
         t.start()
+    return threads
+
+
+def _join(threads, log):
     for t in threads:
         t.join(30)
     assert not any(t.is_alive() for t in threads), log
+
+
+def _run(tmp_path, n, iterations, die=None):
+    seats, log = Ring.create(tmp_path / "ring").register(0, [f"c{i}" for i in range(n)]), []
+    _join(_threads(seats, iterations, log, {f"s0c{i}": k for i, k in (die or {}).items()}), log)
     return log
 
 
-def test_round_robin_after_every_setup():
-    log = _run(3, 3)
+def test_round_robin_after_every_setup(tmp_path):
+    log = _run(tmp_path, 3, 3)
     assert log[:3] == [("setup", 0), ("setup", 1), ("setup", 2)]  # one after the other, in order
     its = [e for e in log if e[0] == "it"]
     assert its == [("it", i, k) for k in range(3) for i in range(3)]
@@ -47,8 +62,8 @@ def test_round_robin_after_every_setup():
     assert first_teardown > max(j for j, e in enumerate(log) if e[0] == "it")
 
 
-def test_a_dead_cell_passes_its_turns_on():
-    log = _run(3, 3, die={1: 1})
+def test_a_dead_cell_passes_its_turns_on(tmp_path):
+    log = _run(tmp_path, 3, 3, die={1: 1})
     its = [e for e in log if e[0] in ("it", "died")]
     assert its == [("it", 0, 0), ("it", 1, 0), ("it", 2, 0), ("it", 0, 1), ("died", 1, 1), ("it", 2, 1),
                    ("it", 0, 2), ("it", 2, 2)]
@@ -56,5 +71,63 @@ def test_a_dead_cell_passes_its_turns_on():
 
 def test_alone_never_waits():
     log = []
-    _cell(None, 0, 2, log)
+    _cell(None, 2, log)
     assert [e[0] for e in log] == ["setup", "it", "it", "teardown"]
+
+
+def test_two_sides_alternate_cell_by_cell(tmp_path):
+    """Old and new tree: iteration k of a cell runs on both sides back to back, old first on even k,
+    new first on odd k (ABBA), and nothing starts before both sides are set up."""
+    ring = Ring.create(tmp_path / "ring", sides=2)
+    log = []
+    tag = lambda s: f"{'AB'[s.side]}{s.index}"  # noqa: E731
+    a = ring.register(0, ["sync", "async"])
+    threads = _threads(a, 3, log, tag=tag)
+    b = ring.register(1, ["sync", "async"])  # the second tree registers later
+    _join(threads + _threads(b, 3, log, tag=tag), log)
+    setups = [e[1] for e in log if e[0] == "setup"]
+    assert set(setups[:2]) == {"A0", "B0"} and set(setups[2:]) == {"A1", "B1"}  # a cell index at a time
+    its = [(e[1], e[2]) for e in log if e[0] == "it"]
+    assert its == [("A0", 0), ("B0", 0), ("A1", 0), ("B1", 0),
+                   ("B0", 1), ("A0", 1), ("B1", 1), ("A1", 1),
+                   ("A0", 2), ("B0", 2), ("A1", 2), ("B1", 2)]
+
+
+def test_an_abandoned_side_does_not_block_the_other(tmp_path):
+    ring = Ring.create(tmp_path / "ring", sides=2)
+    log = []
+    threads = _threads(ring.register(0, ["sync", "async"]), 2, log)
+    ring.abandon(1)  # the other tree's `rlbench run` failed before it registered its cells
+    _join(threads, log)
+    assert [(e[1], e[2]) for e in log if e[0] == "it"] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+
+
+def test_a_seat_whose_process_died_is_passed(tmp_path):
+    """A cell process killed without its parent noticing (a whole tree killed): found by its pid."""
+    ring = Ring.create(tmp_path / "ring")
+    s0, s1 = ring.register(0, ["a", "b"])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    with ring._locked() as st:
+        st["seats"][s1.id].update(pid=int(dead), state="running")
+    log = []
+    _join(_threads([s0], 2, log), log)
+    assert [(e[1], e[2]) for e in log if e[0] == "it"] == [(0, 0), (0, 1)]
+    assert json.loads((ring.folder / "state.json").read_text())["seats"][s1.id]["state"] == GONE
+
+
+def test_a_ring_of_another_protocol_is_refused(tmp_path):
+    ring = Ring.create(tmp_path / "ring")
+    with ring._locked() as st:
+        st["protocol"] = 99
+    with pytest.raises(RuntimeError, match="protocol 99"):
+        ring.register(0, ["a"])
+
+
+def test_seats_pickle_as_folder_and_numbers(tmp_path):
+    import pickle
+
+    seat = Ring.create(tmp_path / "ring").register(1, ["x"])[0]
+    again = pickle.loads(pickle.dumps(seat))
+    assert (again.ring.folder, again.side, again.index, again.id) == (seat.ring.folder, 1, 0, "s1c0")
+    assert isinstance(again, Seat)
