@@ -106,6 +106,7 @@ def _pooled(runs: list[dict]) -> dict:
     for n in names:
         ms = [r["metrics"][n] for r in runs]
         m = dict(first[n])
+        m.pop("iterations", None)  # of one run's samples; a baseline pools several
         if ms[0].get("samples"):
             key = next(iter(ms[0]["samples"]))
             m["samples"] = {key: [x for mm in ms for x in mm["samples"][key]]}

@@ -21,7 +21,7 @@ from rlbench.baseline import BOOTSTRAP, DEFAULT_TOLERANCES, load_baseline, parse
 from rlbench.check_metrics import compute_metrics
 
 # The public API of `rlbench check`, baseline-file functions included.
-__all__ = ["check", "format_check", "compute_metrics", "load_baseline", "write_baseline", "parse_tolerances",
+__all__ = ["check", "verdict_of", "format_check", "compute_metrics", "load_baseline", "write_baseline", "parse_tolerances",
            "CheckResult", "Row", "MARKS", "DEFAULT_TOLERANCES"]
 
 MARKS = ("better", "worse", "not significant", "not comparable")
@@ -161,19 +161,27 @@ def check(run_dir: Path, baseline_path: Path) -> CheckResult:
     names = list(base["metrics"]) + [n for n in cur["metrics"] if n not in base["metrics"]]
     res.rows += [_compare(n, base, cur, diffs) for n in names]
     res.config_diff = list(diffs)
+    return verdict_of(res)
+
+
+def verdict_of(res: CheckResult) -> CheckResult:
+    """Set the verdict line and exit code from the rows: 1 when any row is worse, 2 when nothing was
+    comparable (a stale baseline must not turn the CI check into a silent pass)."""
     worse = [r for r in res.rows if r.mark == "worse"]
     skipped = sum(r.mark == "not comparable" for r in res.rows)
     if worse:
         res.exit_code = 1
         res.verdict = f"FAIL: {len(worse)} regression(s):\n" + "\n".join(f"  {_fmt_failure(r)}" for r in worse)
-    elif skipped == len(res.rows):  # a stale baseline must not turn the CI check into a silent pass
+    elif skipped == len(res.rows):
         res.exit_code = 2
         res.verdict = (f"STALE BASELINE: nothing comparable ({skipped} metric(s)); re-measure it with "
                        "`rlbench check RUN --update --baseline FILE`")
     else:
         better = sum(r.mark == "better" for r in res.rows)
         res.verdict = (f"PASS: {len(res.rows) - skipped} metric(s) compared, none worse beyond tolerance "
-                       "and noise" + (f"; {better} better (refresh with --update?)" if better else "")
+                       "and noise" + (f"; {better} better" + (" (refresh with --update?)"
+                                                             if res.baseline_info.get("kind") != "A/B" else "")
+                                      if better else "")
                        + (f"; {skipped} not comparable" if skipped else ""))
     return res
 
@@ -200,7 +208,7 @@ def _fmt_failure(r: Row) -> str:
     what = f"{r.metric} {_fmt_change(r) or r.current}"
     ci = _fmt_ci(r)
     return what + (f" ({ci})" if ci else "") + (f": {r.description}" if r.description else "") + \
-        (f" [{r.note}]" if r.kind == "status" and r.note else "")
+        (f" [{r.note}]" if (r.kind == "status" or r.current is None) and r.note else "")
 
 
 def _fmt_change(r: Row) -> str:
@@ -211,15 +219,20 @@ def _fmt_change(r: Row) -> str:
 
 
 def format_check(result: CheckResult) -> str:
-    """Plain-text table (metric, baseline, current, change, mark, note); the last line is the verdict."""
-    head = ("metric", "baseline", "current", "change", "mark", "note")
+    """Plain-text table (metric, baseline or old, current or new, change, mark, note); the last line is
+    the verdict."""
+    ab = result.baseline_info.get("kind") == "A/B"
+    head = ("metric", "old" if ab else "baseline", "new" if ab else "current", "change", "mark", "note")
     body = [(r.metric, _fmt_value(r.baseline), _fmt_value(r.current), _fmt_change(r), r.mark,
              r.note + (f"; {_fmt_ci(r)}" if r.ci else ""))
             for r in result.rows]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(5)]
-    lines = [f"rlbench check: {result.run_dir} vs {result.baseline_path} "
-             f"(baseline created {result.baseline_info.get('created') or '?'}, "
-             f"commit {result.baseline_info.get('git_commit') or '?'})"]
+    if ab:
+        lines = [f"rlbench check: {result.run_dir} against {result.baseline_path}, paired per iteration"]
+    else:
+        lines = [f"rlbench check: {result.run_dir} vs {result.baseline_path} "
+                 f"(baseline created {result.baseline_info.get('created') or '?'}, "
+                 f"commit {result.baseline_info.get('git_commit') or '?'})"]
     for row in [head, *body]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
     if result.config_diff:

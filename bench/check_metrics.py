@@ -107,10 +107,13 @@ def _metric(value, kind: str, direction: str, cells: list[str], description: str
 
 def _paired(num: dict, den: dict, kind: str, direction: str, cells: list[str], description: str):
     """Per-iteration log(num[k] / den[k]) over the iterations both have (positive values only)."""
-    x = [float(np.log(num[k] / den[k])) for k in sorted(set(num) & set(den)) if num[k] > 0 and den[k] > 0]
+    ks = [k for k in sorted(set(num) & set(den)) if num[k] > 0 and den[k] > 0]
+    x = [float(np.log(num[k] / den[k])) for k in ks]
     if not x:
         return None
-    return _metric(np.exp(trimmed(x)[0]), kind, direction, cells, description, {"log_ratios": x})
+    # "iterations": which iteration each sample is (`check --against` pairs the old and new tree by it)
+    return {**_metric(np.exp(trimmed(x)[0]), kind, direction, cells, description, {"log_ratios": x}),
+            "iterations": ks}
 
 
 def _pairs(cells: dict):
@@ -253,6 +256,7 @@ def _pool_seeds(parts: list[dict]) -> dict:
     for name in dict.fromkeys(n for p in parts for n in p["metrics"]):
         ms = [p["metrics"][name] for p in parts if name in p["metrics"]]
         m = {**ms[0], "description": f"{ms[0]['description']} (pooled over {len(ms)} seeds)"}
+        m.pop("iterations", None)  # iteration numbers repeat across seeds
         if all("log_ratios" in (x.get("samples") or {}) for x in ms):
             x = [v for one in ms for v in one["samples"]["log_ratios"]]
             m.update(value=float(np.exp(trimmed(x)[0])), samples={"log_ratios": x})

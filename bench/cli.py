@@ -137,38 +137,60 @@ def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...)
 
 @app.command("check")
 def check_cmd(
-    run_dirs: list[Path] = typer.Argument(..., help="A run or ablation folder (several with --update or "
-                                          "--calibrate: repeated unchanged runs of one config)."),
+    run_dirs: Optional[list[Path]] = typer.Argument(None, help="A run or ablation folder to judge against "
+                                                    "--baseline; an A/B folder to judge again; several with "
+                                                    "--update or --calibrate. None: an A/B run (--against)."),
+    against: str = typer.Option("accepted", "--against", help="A/B: run this commit or ref and this tree "
+                                "interleaved on this machine and judge new / old ('accepted': the commit in "
+                                "bench/baselines/ACCEPTED). Used when no RUN_DIRS and no --baseline are given."),
+    config: Path = typer.Option(Path("configs/ci-bench.yaml"), "--config", "-c", help="A/B: the workload "
+                                "(this tree's file, run by both trees)."),
+    ablation: str = typer.Option("ci", "--ablation", "-a", help="A/B: the cells both trees run."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="A/B: config overrides for both trees."),
+    out: Path = typer.Option(Path("runs"), "--out", "-o", help="A/B: folder that receives the A/B folder."),
     baseline: Optional[Path] = typer.Option(None, "--baseline", "-b",
-                                            help="Baseline JSON (e.g. bench/baselines/cpu-default.json); not "
-                                                 "needed with --calibrate."),
+                                            help="Baseline JSON (e.g. bench/baselines/cpu-default.json): for a "
+                                                 "machine that can run only one tree (a GPU runner)."),
     update: bool = typer.Option(False, "--update", help="Write BASELINE from RUN_DIRS instead of checking against "
                                 "it; several runs calibrate its noise (value, standard error, inflation)."),
-    calibrate: bool = typer.Option(False, "--calibrate", help="Sensitivity study on RUN_DIRS (unchanged runs): "
-                                   "false-alarm rate and detection of planted 5, 10 and 20 percent slowdowns per "
-                                   "component, from the recorded iterations; prints a Markdown table."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Sensitivity study on RUN_DIRS (unchanged runs, "
+                                   "or unchanged A/B folders): false-alarm rate and detection of planted 5, 10 "
+                                   "and 20 percent slowdowns per component; prints a Markdown table."),
     tolerance: list[str] = typer.Option([], "--tolerance", "-t",
                                         help="With --update: KIND_OR_METRIC=FRACTION, e.g. ratio=0.1 (default: "
                                              "keep the file's tolerances, else the built-in defaults)."),
 ) -> None:
-    """Compare a run with a committed baseline: table + verdict; exit 1 on a regression, 2 on bad input."""
+    """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
+    accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
+    baseline."""
+    from rlbench import against as ab
     from rlbench.check import check as do_check
     from rlbench.check import format_check, parse_tolerances, write_baseline
 
+    run_dirs = run_dirs or []
     if calibrate:
-        from rlbench.check_calibrate import format_study, study
+        if run_dirs and all(ab.is_ab(d) for d in run_dirs):
+            from rlbench.check_ab_power import format_study, study
+        else:
+            from rlbench.check_calibrate import format_study, study
         typer.echo(format_study(study(run_dirs)))
         return
-    if baseline is None:
-        raise UserError("--baseline FILE is required (except with --calibrate)")
-    if update:
+    if not run_dirs and baseline is None:
+        result = ab.judge(ab.run_ab(against, config, ablation, set_, out, echo=lambda m: typer.echo(m, err=True)))
+    elif len(run_dirs) == 1 and ab.is_ab(run_dirs[0]) and baseline is None:
+        result = ab.judge(run_dirs[0])
+    elif baseline is None:
+        raise UserError("--baseline FILE is required to judge a run folder (or give no RUN_DIRS for an A/B "
+                        "run against --against REF)")
+    elif update:
         path = write_baseline(run_dirs, baseline, parse_tolerances(tolerance))
         typer.echo(f"baseline written: {path} (from {len(run_dirs)} run(s))")
         return
-    if len(run_dirs) != 1:
+    elif len(run_dirs) != 1:
         raise UserError(f"check compares one run with the baseline, got {len(run_dirs)} (several runs: "
                         "--update or --calibrate)")
-    result = do_check(run_dirs[0], baseline)
+    else:
+        result = do_check(run_dirs[0], baseline)
     typer.echo(format_check(result))
     if result.exit_code:
         sys.exit(result.exit_code)  # not typer.Exit: main() runs the app with standalone_mode=False

@@ -6,7 +6,8 @@ slowdown, see whether check flags it. Like RLBENCH_FAULT it is opt-in and off un
     RLBENCH_SLOW=TARGET:FRACTION[@CELL][,TARGET:FRACTION[@CELL]...]
 
 TARGET    a stage name (update, weight_sync, handoff, queue_wait, rollout, reward, old_logprob,
-          ref_logprob, advantage, optimizer_step) or an alias: `queue` = handoff (the queue path's
+          ref_logprob, advantage, optimizer_step), `decode` (one decode step of the built-in sampler,
+          code every cell shares: the slowdown `rlbench check --against` must see), or an alias: `queue` = handoff (the queue path's
           work: the async consumer opening each group it takes off the queue; queue_wait is its idle
           wait), `packing` = the trainer stages that run the shared-prompt layout (update,
           old_logprob, ref_logprob) in cells with shared_prompt on (no effect elsewhere).
@@ -31,6 +32,7 @@ ENV, ACTIVE_ENV = "RLBENCH_SLOW", "RLBENCH_SLOW_STAGES"
 STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "update", "optimizer_step",
           "weight_sync", "queue_wait", "handoff")
 PACKED_STAGES = ("update", "old_logprob", "ref_logprob")
+STEPS = ("decode",)  # steps inside a stage, slowed where they run (engines/rollout/sampler.py)
 ALIASES = {"queue": ("handoff",), "packing": PACKED_STAGES}
 MAX_FRACTION = 10.0
 
@@ -43,9 +45,9 @@ def parse(spec: str) -> list[tuple[str, float, str | None]]:
         head, _, cell = raw.partition("@")
         target, _, frac = head.partition(":")
         target = target.strip()
-        if target not in STAGES and target not in ALIASES:
+        if target not in (*STAGES, *STEPS, *ALIASES):
             raise UserError(f"{ENV}={spec!r}: unknown target {target!r} in {raw!r}; allowed: "
-                            f"{', '.join((*STAGES, *ALIASES))}")
+                            f"{', '.join((*STAGES, *STEPS, *ALIASES))}")
         try:
             value = float(frac)
         except ValueError:
@@ -123,7 +125,8 @@ def burn(seconds: float, clock=time.perf_counter) -> None:
 
 
 def plant(stage: str, wall: float, cpu: float) -> None:
-    """Called by the timer at the end of every stage: burn the planted extra, if any."""
+    """Called by the timer at the end of every stage (and by the sampler after every decode step): burn
+    the planted extra, if any."""
     if stage in IDLE:
         burn(extra_seconds(stage, wall))
     elif extra_seconds(stage, cpu):

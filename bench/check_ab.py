@@ -1,0 +1,170 @@
+"""What `rlbench check --against REF` judges: the new tree against the old, paired iteration by iteration.
+
+Both trees ran the same workload as the two sides of one turn ring (bench/interleave.py): iteration k of
+a cell ran in the old tree and in the new one back to back, with the same seed, so both did the same
+work on the same machine at nearly the same moment. Every performance metric is a per-iteration
+log-ratio new/old, judged against this run's own iteration-to-iteration spread:
+  tpspd:<cell>                 TPSPD of the cell (wall time: everything the iteration does)
+  cost:<stage>:<cell>          CPU seconds of one stage, summed over the cell's workers, per unit of its
+                               work (UNITS): code every cell runs (the sampler's decode step, the
+                               optimizer, the log-prob forwards, the reward) shows here; between-cell
+                               ratios cancel it
+  speedup:..., *_gain:..., stage_cost:..., queue_cost:...
+                               the between-cell ratios of bench/check_metrics.py, new/old per iteration
+Within the new tree alone, strictly: same_accuracy and same_start (sync and periodic-async are the same
+updates). New against old, by tolerance: accuracy, reward, overhead_share. A metric the old tree has and
+the new one lacks is a failure; a cell of the new tree that did not complete is one too.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from rlbench import check_stats
+from rlbench.baseline import DEFAULT_TOLERANCES, METRIC_TOLERANCES
+from rlbench.check_metrics import _events, _measured, _read_cells, compute_metrics
+
+# stage -> (the iteration record's field that counts its work, None: once per iteration; unit; what runs)
+UNITS = {
+    "rollout": ("response_tokens", "generated token", "rollout engine: the sampler's prefill and decode steps"),
+    "old_logprob": ("tokens", "trained token", "old-policy log-prob forward"),
+    "ref_logprob": ("tokens", "trained token", "reference-policy log-prob forward"),
+    "update": ("tokens", "trained token", "gradient pass (forward + backward; tri-model and packed layouts)"),
+    "optimizer_step": (None, "iteration", "optimizer step"),
+    "weight_sync": (None, "iteration", "weight sync to the rollout engine"),
+    "reward": ("num_samples", "sample", "reward function"),
+    "advantage": ("num_samples", "sample", "group advantages"),
+    "handoff": ("num_samples", "sample", "queue path: the consumer opening each group taken off the queue"),
+}
+# A/B verdict: a paired metric is worse/better when its change lies beyond z standard errors of this
+# run's own per-iteration spread and beyond the floor. Chosen on unchanged A/B runs: bench/baselines/README.md.
+AB_STATS = {"z": 3.0, "floor": 0.05}
+
+
+def cell_tables(run_dir: Path) -> dict[str, dict[int, dict]]:
+    """{cell: {measured iteration: {"tpspd", "units": {field: n}, "cpu": {stage: CPU s, all workers}}}}."""
+    _, cells = _read_cells(run_dir)
+    out = {}
+    for name, res in cells.items():
+        if res.get("status") == "missing":
+            continue
+        table = {it["iteration"]: {"tpspd": float(it["tpspd"]), "cpu": defaultdict(float),
+                                   "units": {f: it[f] for f in ("response_tokens", "tokens", "num_samples")}}
+                 for it in _measured(res)}
+        for e in _events(res):
+            if e["iteration"] in table and e.get("cpu") is not None and e["stage"] in UNITS:
+                table[e["iteration"]]["cpu"][e["stage"]] += e["cpu"]
+        out[name] = table
+    return out
+
+
+def _per_unit(row: dict, stage: str) -> float:
+    field = UNITS[stage][0]
+    n = row["units"][field] if field else 1
+    return row["cpu"].get(stage, 0.0) / n if n else 0.0
+
+
+def _log_pairs(old: dict[int, float], new: dict[int, float]) -> list[float]:
+    ks = sorted(k for k in set(old) & set(new) if old[k] > 0 and new[k] > 0)
+    return [float(np.log(new[k] / old[k])) for k in ks]
+
+
+def paired_metrics(old_dir: Path, new_dir: Path) -> dict[str, dict]:
+    """{metric: {"kind", "direction", "description", "old", "new", "log_ratios"}} for every paired metric
+    either tree measures ("log_ratios" None where one of them lacks it)."""
+    t_old, t_new = cell_tables(old_dir), cell_tables(new_dir)
+    out: dict[str, dict] = {}
+
+    def add(name, kind, direction, desc, old: dict | None, new: dict | None):
+        pairs = _log_pairs(old, new) if old and new else None
+        out[name] = {"kind": kind, "direction": direction, "description": desc,
+                     "old": float(np.median(list(old.values()))) if old else None,
+                     "new": float(np.median(list(new.values()))) if new else None, "log_ratios": pairs}
+
+    for cell in dict.fromkeys([*t_old, *t_new]):
+        o, n = t_old.get(cell), t_new.get(cell)
+        add(f"tpspd:{cell}", "ratio", "higher_is_better", f"TPSPD of {cell}, new / old per iteration",
+            o and {k: r["tpspd"] for k, r in o.items()}, n and {k: r["tpspd"] for k, r in n.items()})
+        for stage, (_, unit, what) in UNITS.items():
+            has = {side: t and {k: _per_unit(r, stage) for k, r in t.items() if r["cpu"].get(stage)}
+                   for side, t in (("old", o), ("new", n))}
+            if has["old"] or has["new"]:
+                add(f"cost:{stage}:{cell}", "cost", "lower_is_better",
+                    f"{stage} ({what}) CPU seconds per {unit} in {cell}, new / old per iteration",
+                    has["old"] or None, has["new"] or None)
+    m_old, m_new = compute_metrics(old_dir)["metrics"], compute_metrics(new_dir)["metrics"]
+    for name in dict.fromkeys([*m_old, *m_new]):
+        m = m_old.get(name) or m_new[name]
+        if "log_ratios" not in (m.get("samples") or {}):
+            continue
+        per_it = {side: dict(zip(mm[name]["iterations"], np.exp(mm[name]["samples"]["log_ratios"])))
+                  if name in mm else None for side, mm in (("old", m_old), ("new", m_new))}
+        add(name, m["kind"], m["direction"], m["description"] + ", new / old", per_it["old"], per_it["new"])
+    return out
+
+
+def judge_paired(x: list[float], direction: str, stats: dict = AB_STATS) -> tuple[str, tuple, str, float]:
+    """(mark, 95% interval of the relative change, note, change) of per-iteration log-ratios new/old."""
+    d, se = check_stats.trimmed(x)
+    ci = (float(np.expm1(d - 1.96 * se)), float(np.expm1(d + 1.96 * se)))
+    bar = max(stats["z"] * se, np.log1p(stats["floor"]))
+    note = f"flagged beyond {np.expm1(bar):+.1%} (z={stats['z']:g} x se {se:.3f} over {len(x)} iterations, " \
+           f"floor {stats['floor']:.0%})"
+    if not np.isfinite(se) or abs(d) <= bar:
+        return "not significant", ci, note.replace("flagged", "within; flagged"), float(np.expm1(d))
+    bad = d < 0 if direction == "higher_is_better" else d > 0
+    return ("worse" if bad else "better"), ci, note, float(np.expm1(d))
+
+
+def tolerance_metrics(old_dir: Path, new_dir: Path) -> tuple[dict, dict]:
+    """The rest of check_metrics (accuracy, reward, overhead share, invariants) for old and new, with the
+    tolerances a baseline would carry."""
+    def with_tol(metrics: dict) -> dict:
+        out = {}
+        for name, m in metrics.items():
+            if "log_ratios" in (m.get("samples") or {}):
+                continue
+            rel, floor = METRIC_TOLERANCES.get(name.split(":")[0]) or DEFAULT_TOLERANCES[m["kind"]]
+            out[name] = {**m, "tolerance": rel, "abs_tolerance": floor}
+        return out
+
+    return with_tol(compute_metrics(old_dir)["metrics"]), with_tol(compute_metrics(new_dir)["metrics"])
+
+
+def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
+    """-> CheckResult (bench/check.py) of the new tree's run against the old tree's: exit_code 1 on a
+    regression, a metric lost, or a cell of the new tree that did not complete."""
+    from rlbench.check import CheckResult, Row, _judge, verdict_of
+
+    res = CheckResult(str(new_dir), label, baseline_info={"kind": "A/B"})
+    cells = compute_metrics(new_dir)["cells"]
+    res.rows = [Row(f"status:{n}", "status", "complete", c["status"], "worse", note=c.get("error") or "")
+                for n, c in cells.items() if c["status"] != "complete"]
+    for name, m in paired_metrics(old_dir, new_dir).items():
+        row = Row(name, m["kind"], m["old"], m["new"], "not comparable", description=m["description"])
+        if m["log_ratios"]:
+            row.mark, row.ci, row.note, row.change = judge_paired(m["log_ratios"], m["direction"], stats)
+            row.delta = m["new"] - m["old"]
+        elif m["old"] is not None:
+            row.mark, row.note = "worse", "measured by the old tree, missing in the new one"
+        else:
+            row.note = "new metric: the old tree does not measure it"
+        res.rows.append(row)
+    old_t, new_t = tolerance_metrics(old_dir, new_dir)
+    for name in dict.fromkeys([*old_t, *new_t]):
+        b, c = old_t.get(name), new_t.get(name)
+        row = Row(name, (b or c)["kind"], b and b["value"], c and c["value"], "not comparable",
+                  description=(b or c).get("description", ""))
+        if c is None:
+            row.mark, row.note = "worse", "measured by the old tree, missing in the new one"
+        elif c["kind"] == "invariant" or b is not None:  # an invariant holds within the new tree alone
+            row.delta = c["value"] - (b["value"] if b else 0.0)
+            row.change = c["value"] / b["value"] - 1 if b and b["value"] else None
+            row.mark, row.ci, row.note = _judge(b or c, c, {})
+        else:
+            row.note = "new metric: the old tree does not measure it"
+        res.rows.append(row)
+    verdict_of(res)
+    return res
