@@ -143,13 +143,13 @@ def _env(shim: Path | None, ring: Path, side: int) -> dict:
     return env
 
 
-def run_ab(ref: str, config: Path, ablation: str = "ci", sets: list[str] | None = None,
+def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] | None = None,
            out: Path = Path("runs"), echo=print) -> Path:
     """Run REF's tree and this one interleaved; -> the A/B folder (ab.json, old/, new/)."""
     from rlbench.ablation import new_run_dir
 
     named, sha = resolve(ref)
-    config = Path(config).resolve()
+    config = Path(config or source_root() / "configs" / "ci-bench.yaml").resolve()
     if not config.is_file():
         raise UserError(f"--config {config}: file not found")
     shim = materialise(sha)

@@ -143,8 +143,8 @@ def check_cmd(
     against: str = typer.Option("accepted", "--against", help="A/B: run this commit or ref and this tree "
                                 "interleaved on this machine and judge new / old ('accepted': the commit in "
                                 "bench/baselines/ACCEPTED). Used when no RUN_DIRS and no --baseline are given."),
-    config: Path = typer.Option(Path("configs/ci-bench.yaml"), "--config", "-c", help="A/B: the workload "
-                                "(this tree's file, run by both trees)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="A/B: the workload, run by both trees "
+                                          "(default: this tree's configs/ci-bench.yaml)."),
     ablation: str = typer.Option("ci", "--ablation", "-a", help="A/B: the cells both trees run."),
     set_: list[str] = typer.Option([], "--set", "-s", help="A/B: config overrides for both trees."),
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="A/B: folder that receives the A/B folder."),
