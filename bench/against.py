@@ -149,7 +149,7 @@ def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] 
     from rlbench.ablation import new_run_dir
 
     named, sha = resolve(ref)
-    config = Path(config or source_root() / "configs" / "ci-bench.yaml").resolve()
+    config = Path(config or source_root() / "configs" / "ci-ab.yaml").resolve()
     if not config.is_file():
         raise UserError(f"--config {config}: file not found")
     shim = materialise(sha)

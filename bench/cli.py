@@ -144,7 +144,7 @@ def check_cmd(
                                 "interleaved on this machine and judge new / old ('accepted': the commit in "
                                 "bench/baselines/ACCEPTED). Used when no RUN_DIRS and no --baseline are given."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="A/B: the workload, run by both trees "
-                                          "(default: this tree's configs/ci-bench.yaml)."),
+                                          "(default: this tree's configs/ci-ab.yaml)."),
     ablation: str = typer.Option("ci", "--ablation", "-a", help="A/B: the cells both trees run."),
     set_: list[str] = typer.Option([], "--set", "-s", help="A/B: config overrides for both trees."),
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="A/B: folder that receives the A/B folder."),
