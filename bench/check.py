@@ -135,8 +135,11 @@ def _compare(name: str, base: dict, cur: dict, diffs: dict) -> Row:
     b, c = base["metrics"].get(name), cur["metrics"].get(name)
     row = Row(name, (b or c)["kind"], b and b["value"], c and c["value"], "not comparable",
               description=(b or c).get("description", ""))
-    if b is None or c is None:
-        row.note = "not in the baseline" if b is None else "not measured in this run"
+    if b is None:
+        row.note = "not in the baseline"
+        return row
+    if c is None:  # lost: a metric the baseline has must not pass unseen
+        row.mark, row.note = "worse", "in the baseline, not measured in this run"
         return row
     row.delta = c["value"] - b["value"]
     row.change = c["value"] / b["value"] - 1 if b["value"] else None

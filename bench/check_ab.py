@@ -51,7 +51,7 @@ def cell_tables(run_dir: Path) -> dict[str, dict[int, dict]]:
         if res.get("status") == "missing":
             continue
         table = {it["iteration"]: {"tpspd": float(it["tpspd"]), "cpu": defaultdict(float),
-                                   "units": {f: it[f] for f in ("response_tokens", "tokens", "num_samples")}}
+                                   "units": {f: it.get(f) for f in ("response_tokens", "tokens", "num_samples")}}
                  for it in _measured(res)}
         for e in _events(res):
             if e["iteration"] in table and e.get("cpu") is not None and e["stage"] in UNITS:
@@ -62,8 +62,8 @@ def cell_tables(run_dir: Path) -> dict[str, dict[int, dict]]:
 
 def _per_unit(row: dict, stage: str) -> float:
     field = UNITS[stage][0]
-    n = row["units"][field] if field else 1
-    return row["cpu"].get(stage, 0.0) / n if n else 0.0
+    n = row["units"].get(field) if field else 1
+    return row["cpu"].get(stage, 0.0) / n if n else 0.0  # 0: no pair (an old result without the count)
 
 
 def _log_pairs(old: dict[int, float], new: dict[int, float]) -> list[float]:
@@ -108,9 +108,12 @@ def paired_metrics(old_dir: Path, new_dir: Path) -> dict[str, dict]:
 def judge_paired(x: list[float], direction: str, stats: dict = AB_STATS) -> tuple[str, tuple, str, float]:
     """(mark, 95% interval of the relative change, note, change) of per-iteration log-ratios new/old."""
     d, se = check_stats.trimmed(x)
-    ci = (float(np.expm1(d - 1.96 * se)), float(np.expm1(d + 1.96 * se)))
-    bar = max(stats["z"] * se, np.log1p(stats["floor"]))
-    note = f"flagged beyond {np.expm1(bar):+.1%} (z={stats['z']:g} x se {se:.3f} over {len(x)} iterations, " \
+    # Trimmed mean: its t has (n - 2g - 1) degrees of freedom (Tukey-McLaughlin).
+    df = len(x) - 2 * int(check_stats.TRIM * len(x)) - 1
+    t95, tz = check_stats.t_quantile(1.96, df), check_stats.t_quantile(stats["z"], df)
+    ci = (float(np.expm1(d - t95 * se)), float(np.expm1(d + t95 * se)))
+    bar = max(tz * se, np.log1p(stats["floor"]))
+    note = f"flagged beyond {np.expm1(bar):+.1%} (t={tz:.2g} x se {se:.3f} over {len(x)} iterations, " \
            f"floor {stats['floor']:.0%})"
     if not np.isfinite(se) or abs(d) <= bar:
         return "not significant", ci, note.replace("flagged", "within; flagged"), float(np.expm1(d))

@@ -63,6 +63,7 @@ def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int =
         events += [{"worker": "driver" if st in ("queue_wait", "handoff") else main, "stage": st, "iteration": k,
                     "devices": 1, "start": a, "end": b, "cpu": b - a} for st, a, b in spans]
         its.append({"iteration": k, "start": t, "end": t + wall, "wall_s": wall, "tokens": tokens,
+                    "response_tokens": tokens // 4, "num_samples": 32,
                     "devices": 2, "tpspd": tokens / (wall * 2), "rollout_tokens_per_s": 1.0,
                     "train_tokens_per_s": 1.0, "reward_mean": 0.3 + 0.02 * k, "staleness_max": 0,
                     "staleness_mean": 0.0, "stage_s": {}, "idle_frac": {}, "warmup": k < warmup})

@@ -1,0 +1,110 @@
+"""`rlbench check --against`'s judgement (bench/check_ab.py) on A/B folders written by hand: the old and
+the new tree's runs of the same cells (tests/test_check.py's realistic cell folders). A slowdown of code
+every cell runs must fail here although every between-cell ratio stays put; a metric the new tree lost
+fails; an unchanged pair passes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_check import ASYNC, SYNC, Cell, row, write_run
+
+from rlbench import check_ab, check_ab_power, check_stats, schema
+
+
+def cells(**kw):
+    return [Cell("sync", SYNC, 100.0, **kw), Cell("periodic_async", ASYNC, 200.0, **kw)]
+
+
+def ab_folder(path, seed_new=1, planted=None, commit="c0ffee", **new_kw):
+    """An A/B folder as `rlbench check --against` writes it (ab.json, old/<run>, new/<run>)."""
+    path.mkdir(parents=True)
+    write_run(path / "old" / "run", cells(), seed=0)
+    write_run(path / "new" / "run", cells(**new_kw), seed=seed_new)
+    schema.atomic_write_json(path / "ab.json", {"kind": "ab", "against": "HEAD", "old_commit": commit,
+                                                "new_commit": commit, "planted": planted or {}})
+    return path
+
+
+def test_unchanged_trees_pass(tmp_path):
+    ab = ab_folder(tmp_path / "ab")
+    res = check_ab.compare(ab / "old" / "run", ab / "new" / "run", "HEAD")
+    assert res.exit_code == 0, res.verdict
+    names = {r.metric for r in res.rows}
+    assert {"tpspd:sync", "tpspd:periodic_async", "cost:update:sync", "cost:rollout:periodic_async",
+            "cost:handoff:periodic_async", "speedup:periodic_async/sync", "same_start:periodic_async/sync",
+            "accuracy:sync"} <= names
+    assert row(res, "cost:update:sync").mark == "not significant"
+
+
+def test_shared_code_slowdown_fails_although_between_cell_ratios_hold(tmp_path):
+    """The update 20% slower in every cell: each cell's update cost per token rises; sync vs async
+    (what a stored baseline of between-cell ratios compares) does not move."""
+    ab = ab_folder(tmp_path / "ab", seed_new=0, slow={"update": 0.2})
+    res = check_ab.compare(ab / "old" / "run", ab / "new" / "run", "HEAD")
+    assert res.exit_code == 1
+    for cell in ("sync", "periodic_async"):
+        r = row(res, f"cost:update:{cell}")
+        assert r.mark == "worse" and r.change == pytest.approx(0.2, rel=1e-6)
+    assert row(res, "stage_cost:update:periodic_async/sync").mark == "not significant"
+    assert "cost:update:sync +20.0%" in res.verdict and "gradient pass" in res.verdict
+
+
+def test_a_faster_tree_is_better_not_a_failure(tmp_path):
+    ab = ab_folder(tmp_path / "ab", seed_new=0, slow={"rollout": -0.3})
+    res = check_ab.compare(ab / "old" / "run", ab / "new" / "run", "HEAD")
+    assert res.exit_code == 0 and row(res, "cost:rollout:sync").mark == "better"
+
+
+def test_a_metric_lost_in_the_new_tree_fails(tmp_path):
+    ab = ab_folder(tmp_path / "ab")
+    events = ab / "new" / "run" / "periodic_async" / schema.EVENTS
+    events.write_text("".join(l + "\n" for l in events.read_text().splitlines() if '"handoff"' not in l))
+    res = check_ab.compare(ab / "old" / "run", ab / "new" / "run", "HEAD")
+    r = row(res, "cost:handoff:periodic_async")
+    assert (r.mark, res.exit_code) == ("worse", 1) and "missing in the new one" in r.note
+
+
+def test_a_cell_that_failed_in_the_new_tree_fails(tmp_path):
+    ab = ab_folder(tmp_path / "ab", status="failed")
+    res = check_ab.compare(ab / "old" / "run", ab / "new" / "run", "HEAD")
+    assert res.exit_code == 1 and row(res, "status:sync").mark == "worse"
+
+
+def test_paired_verdict_needs_evidence():
+    rng = [0.1 + 0.01 * (-1) ** i for i in range(40)]  # +10.5%, tight
+    assert check_ab.judge_paired(rng, "lower_is_better")[0] == "worse"
+    assert check_ab.judge_paired(rng, "higher_is_better")[0] == "better"
+    assert check_ab.judge_paired([0.03] * 40, "lower_is_better")[0] == "not significant"  # under the 5% floor
+    noisy = [0.1, -0.2, 0.4]  # +10% on average, three iterations: far too few to tell
+    assert check_ab.judge_paired(noisy, "lower_is_better")[0] == "not significant"
+
+
+def test_t_quantiles_and_the_upper_bound():
+    assert check_stats.t_quantile(1.96, 10) == pytest.approx(2.228, abs=0.005)
+    assert check_stats.t_quantile(1.96, 30) == pytest.approx(2.042, abs=0.005)
+    assert check_stats.t_quantile(3.0, 1e9) == pytest.approx(3.0)
+    assert check_ab_power.upper_bound(0, 20) == pytest.approx(1 - 0.05 ** (1 / 20), abs=1e-6)
+    assert check_ab_power.upper_bound(1, 20) == pytest.approx(0.2161, abs=1e-3)
+
+
+def test_cli_judges_an_ab_folder_again(tmp_path):
+    ab = ab_folder(tmp_path / "ab", seed_new=0, slow={"optimizer_step": 0.25})
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(ab)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "cost:optimizer_step:sync +25.0%" in proc.stdout and "optimizer step" in proc.stdout
+    assert json.loads((ab / "ab.json").read_text())["verdict"]["exit_code"] == 1
+
+
+def test_power_study_from_ab_folders(tmp_path):
+    runs = [ab_folder(tmp_path / f"u{i}", seed_new=10 + i) for i in range(3)]
+    runs.append(ab_folder(tmp_path / "p", seed_new=0, planted={"RLBENCH_SLOW": "update:0.3"}, slow={"update": 0.3}))
+    res = check_ab_power.study(runs)
+    assert res["runs"] == 3 and all(code == 0 for _, (code, _) in res["end_to_end"])
+    assert res["detect"]["gradient pass (update)"][0.20] == (3, 3)
+    ((_, planted, flagged),) = res["planted"]
+    assert planted == {"RLBENCH_SLOW": "update:0.3"} and "cost:update:sync" in flagged
+    text = check_ab_power.format_study(res)
+    assert "False alarms: 0/3" in text and "| gradient pass (update) (cost:update:*) |" in text
