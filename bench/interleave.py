@@ -193,11 +193,12 @@ class Seat:
                 _advance(st)
 
     def setup(self) -> None:
-        """Cells set up one after the other (the first warms the model cache for the rest): after every
-        seat of a lower cell index. The sides set up the same cell at once (setup is not timed; on a
-        machine of two cores or more, that halves it)."""
+        """Cells set up one after the other: after every seat of a lower cell index. The sides set up the
+        same cell at once (setup is not timed; on two cores or more that halves it), except the very first,
+        which warms the model cache alone so that the other side finds it warm."""
         def ready(st: dict) -> bool:
-            return all(v["state"] != STARTING for v in st["seats"].values() if v["index"] < self.index)
+            return all(v["state"] != STARTING for v in st["seats"].values()
+                       if v["index"] < self.index or (v["index"] == self.index == 0 and v["side"] < self.side))
 
         with self.ring._locked() as st:
             st["seats"][self.id]["pid"] = os.getpid()

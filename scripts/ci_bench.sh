@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# CI performance check: `--ablation ci` on the CPU default with its cells interleaved (configs/ci-bench.yaml),
-# checked against the committed, calibrated baseline. Exit 1 when a compared component regressed (a
-# speedup or gain, the async update, packing, the queue path, weight sync), accuracy fell, or sync and
-# periodic-async stopped reaching the same accuracy. What it detects: bench/baselines/README.md.
+# CI performance gate: `rlbench check --against accepted` runs the accepted commit (bench/baselines/ACCEPTED)
+# and this tree on this machine, interleaved iteration by iteration (configs/ci-ab.yaml: the ci ablation's
+# four cells), and judges every metric new / old against the run's own noise. Exit 1 on a regression
+# (TPSPD of a cell, a stage's CPU cost per unit of work, a between-cell ratio, accuracy, an invariant),
+# 2 when the accepted commit is not in this clone or cannot run. What it detects: bench/baselines/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/rlbench-ci.XXXXXX")
 START=$SECONDS
-.venv/bin/rlbench run --config configs/ci-bench.yaml --ablation ci --out "$OUT" --no-progress --no-report
-RUN=$(ls -d "$OUT"/*/ | head -1)
-.venv/bin/rlbench check "$RUN" --baseline bench/baselines/cpu-default.json
-echo "ci_bench: benchmark and check took $((SECONDS - START)) s"
+.venv/bin/rlbench check --against accepted --out "$OUT"
+echo "ci_bench: A/B benchmark and check took $((SECONDS - START)) s"

@@ -1,0 +1,78 @@
+"""`rlbench check --against REF` (bench/against.py): REF is resolved in this clone (missing -> exit 2, never
+a pass), an old tree without the turn ring is refused, and a real A/B run of the two trees takes turns
+iteration by iteration with a planted slowdown reaching the new tree only, and failing there."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TINY
+
+from rlbench import against, schema
+from rlbench.errors import UserError
+
+PRE_RING = "78b7d34"  # the last commit before `check --against` existed (its interleave.py has no ring)
+
+
+def test_an_unknown_ref_is_an_error_that_says_why():
+    with pytest.raises(UserError, match="not in this clone"):
+        against.resolve("0123456789abcdef0123456789abcdef01234567")
+
+
+def test_accepted_names_a_commit_this_clone_has():
+    named, sha = against.resolve("accepted")
+    lines = [line for line in (ROOT / against.ACCEPTED).read_text().splitlines() if not line.startswith("#")]
+    assert named.startswith("accepted") and sha == lines[0].strip() and len(sha) == 40
+
+
+def test_a_missing_accepted_file_is_an_error(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    with pytest.raises(UserError, match="ACCEPTED not found"):
+        against.resolve("accepted", repo=tmp_path)
+
+
+def test_a_tree_without_the_turn_ring_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLBENCH_CACHE", str(tmp_path))
+    _, sha = against.resolve(PRE_RING)
+    with pytest.raises(UserError, match="predates"):
+        against.materialise(sha)
+    assert not (tmp_path / "trees" / sha).exists()  # nothing half-made is kept
+
+
+def test_the_shim_imports_the_old_tree_in_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLBENCH_CACHE", str(tmp_path))
+    _, sha = against.resolve("HEAD")
+    shim = against.materialise(sha)
+    code = "import rlbench.config as c, rlbench.engines.factory as f; print(c.CONFIG_DIR, f.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(shim)},
+                         capture_output=True, text=True, check=True).stdout.split()
+    tree = tmp_path / "trees" / sha / "tree"
+    assert out == [str(tree / "configs"), str(tree / "engines" / "factory.py")]
+    assert (Path(out[0]) / "cpu-default.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_a_real_ab_run_interleaves_and_catches_a_planted_decode_slowdown(tmp_path):
+    """HEAD (old) and this tree (new), one sync cell of cpu-tiny, 8 iterations: the sampler's decode step
+    made twice as slow in the new tree only (RLBENCH_SLOW=decode:1.0) must fail on the rollout cost."""
+    env = {**os.environ, "RLBENCH_SLOW": "decode:1.0"}
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", "--against", "HEAD", "--config", str(TINY),
+                           "--ablation", "none", "--set", "run.iterations=8", "--set", "run.warmup_iterations=1",
+                           "--set", "engine.schedule=sync", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "cost:rollout:sync" in proc.stdout.split("FAIL")[1]
+    (ab,) = list(tmp_path.iterdir())
+    record = json.loads((ab / against.AB_FILE).read_text())
+    assert record["planted"] == {"RLBENCH_SLOW": "decode:1.0"} and record["verdict"]["exit_code"] == 1
+    old, new = (schema.load_run(d)[0] for d in against.run_dirs(ab))
+    assert "planted_slowdown" not in old and new["planted_slowdown"] == {"decode": 1.0}
+    spans = sorted((r["clock_t0"] + it["start"], r["clock_t0"] + it["end"], side, it["iteration"])
+                   for side, r in (("old", old), ("new", new)) for it in r["iterations"])
+    assert [(s, k) for _, _, s, k in spans] == [(s, k) for k in range(8)
+                                              for s in (("old", "new") if k % 2 == 0 else ("new", "old"))]
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # never two timed iterations at once
