@@ -111,7 +111,7 @@ def _bootstrap_delta(b: dict | None, c: dict | None) -> tuple[float, float] | No
     return float(lo), float(hi)
 
 
-def _judge(b: dict, c: dict, stats: dict) -> tuple[str, tuple | None, str]:
+def judge(b: dict, c: dict, stats: dict) -> tuple[str, tuple | None, str]:
     """(mark, interval, note): paired ratios against measured noise, invariants strictly, the rest
     beyond tolerance and beyond noise."""
     if b["kind"] == "invariant":
@@ -148,7 +148,7 @@ def _compare(name: str, base: dict, cur: dict, diffs: dict) -> Row:
         diffs.update(dict.fromkeys(diff))
         row.note = "config differs: " + ", ".join(dict.fromkeys(d.split(":")[0] for d in diff))
         return row
-    row.mark, row.ci, row.note = _judge(b, c, {**check_stats.DEFAULTS, **(base.get("statistics") or {})})
+    row.mark, row.ci, row.note = judge(b, c, {**check_stats.DEFAULTS, **(base.get("statistics") or {})})
     return row
 
 

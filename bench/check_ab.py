@@ -24,7 +24,7 @@ import numpy as np
 
 from rlbench import check_stats
 from rlbench.baseline import DEFAULT_TOLERANCES, METRIC_TOLERANCES
-from rlbench.check_metrics import _events, _measured, _read_cells, compute_metrics
+from rlbench.check_metrics import compute_metrics, measured, read_cells, stage_events
 
 # stage -> (the iteration record's field that counts its work, None: once per iteration; unit; what runs)
 UNITS = {
@@ -45,15 +45,15 @@ AB_STATS = {"z": 3.0, "floor": 0.05}
 
 def cell_tables(run_dir: Path) -> dict[str, dict[int, dict]]:
     """{cell: {measured iteration: {"tpspd", "units": {field: n}, "cpu": {stage: CPU s, all workers}}}}."""
-    _, cells = _read_cells(run_dir)
+    _, cells = read_cells(run_dir)
     out = {}
     for name, res in cells.items():
         if res.get("status") == "missing":
             continue
         table = {it["iteration"]: {"tpspd": float(it["tpspd"]), "cpu": defaultdict(float),
                                    "units": {f: it.get(f) for f in ("response_tokens", "tokens", "num_samples")}}
-                 for it in _measured(res)}
-        for e in _events(res):
+                 for it in measured(res)}
+        for e in stage_events(res):
             if e["iteration"] in table and e.get("cpu") is not None and e["stage"] in UNITS:
                 table[e["iteration"]]["cpu"][e["stage"]] += e["cpu"]
         out[name] = table
@@ -139,7 +139,7 @@ def tolerance_metrics(old_dir: Path, new_dir: Path) -> tuple[dict, dict]:
 def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
     """-> CheckResult (bench/check.py) of the new tree's run against the old tree's: exit_code 1 on a
     regression, a metric lost, or a cell of the new tree that did not complete."""
-    from rlbench.check import CheckResult, Row, _judge, verdict_of
+    from rlbench.check import CheckResult, Row, judge, verdict_of
 
     res = CheckResult(str(new_dir), label, baseline_info={"kind": "A/B"})
     cells = compute_metrics(new_dir)["cells"]
@@ -165,7 +165,7 @@ def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
         elif c["kind"] == "invariant" or b is not None:  # an invariant holds within the new tree alone
             row.delta = c["value"] - (b["value"] if b else 0.0)
             row.change = c["value"] / b["value"] - 1 if b and b["value"] else None
-            row.mark, row.ci, row.note = _judge(b or c, c, {})
+            row.mark, row.ci, row.note = judge(b or c, c, {})
         else:
             row.note = "new metric: the old tree does not measure it"
         res.rows.append(row)

@@ -41,7 +41,7 @@ COMPONENT_STAGES = {"schedule": ("update", "weight_sync"), "tri_model": ("update
 STAGE_WHAT = {"update": "gradient pass (forward + backward)", "weight_sync": "weight sync to the rollout engine"}
 
 
-def _read_cells(run_dir: Path) -> tuple[str, dict[str, dict]]:
+def read_cells(run_dir: Path) -> tuple[str, dict[str, dict]]:
     """-> (reference cell, {cell: results dict}); a cell listed in ablation.json without results
     gets status "missing"."""
     run_dir = Path(run_dir)
@@ -58,11 +58,11 @@ def _read_cells(run_dir: Path) -> tuple[str, dict[str, dict]]:
     return res.get("cell") or "cell", {res.get("cell") or "cell": res}
 
 
-def _measured(res: dict) -> list[dict]:
+def measured(res: dict) -> list[dict]:
     return schema.measured(res.get("iterations") or [])
 
 
-def _events(res: dict) -> list[dict]:
+def stage_events(res: dict) -> list[dict]:
     return [e for e in (schema.load_events(res["_dir"]) if res.get("_dir") else []) if e["stage"] != "eval"]
 
 
@@ -73,7 +73,7 @@ def _overhead_shares(res: dict, events: list[dict]) -> list[float]:
     for e in events:
         spans[e["iteration"]].append((e["start"], e["end"]))
     out = []
-    for it in _measured(res):
+    for it in measured(res):
         start, end = it["start"], it["end"]
         covered = [(max(s, start), min(e, end)) for s, e in spans.get(it["iteration"], [])]
         if end > start and covered:
@@ -86,7 +86,7 @@ def stage_seconds(res: dict, events: list[dict], cpu: bool = False) -> dict[int,
     rollout workers instead (the queue path is compared with the rollout's wall time). cpu: the
     recording thread's CPU seconds where events have them (a stage's work, steady on a shared
     machine), else wall seconds."""
-    keep = {it["iteration"] for it in _measured(res)}
+    keep = {it["iteration"] for it in measured(res)}
     out: dict = defaultdict(lambda: defaultdict(float))
     rollers = defaultdict(set)
     for e in events:
@@ -131,7 +131,7 @@ def _pairs(cells: dict):
 
 
 def _throughput_metrics(cells: dict, ref: str) -> dict:
-    tpspd = {n: {it["iteration"]: float(it["tpspd"]) for it in _measured(r)} for n, r in cells.items()}
+    tpspd = {n: {it["iteration"]: float(it["tpspd"]) for it in measured(r)} for n, r in cells.items()}
     out = {}
     for n in cells:
         if n != ref:
@@ -230,7 +230,7 @@ def compute_metrics(run_dir: Path) -> dict:
     provenance, planted_slowdown}}, "metrics": {name: {value, samples, direction, kind, cells, description}}}.
     A multi-seed run (`--seeds`, cells `<cell>@seed<s>`) is measured per seed, then pooled per metric
     (_pool_seeds): the same metric names as one seed's run, with more samples."""
-    ref, cells = _read_cells(run_dir)
+    ref, cells = read_cells(run_dir)
     seeds = _split_seeds(ref, cells)
     if seeds:
         return _pool_seeds([_of_cells(r, c) for r, c in seeds.values()])
@@ -277,7 +277,7 @@ def _pool_seeds(parts: list[dict]) -> dict:
 
 
 def _of_cells(ref: str, cells: dict) -> dict:
-    events = {n: _events(r) for n, r in cells.items()}
+    events = {n: stage_events(r) for n, r in cells.items()}
     cpu = {n: stage_seconds(r, events[n], cpu=True) for n, r in cells.items()}
     found = {**_throughput_metrics(cells, ref), **_component_metrics(cells, cpu)}
     metrics = {k: m for k, m in found.items() if m}
