@@ -21,13 +21,13 @@ from rlbench.errors import UserError
 SIZES = (0.05, 0.10, 0.20)
 # component -> the metric prefixes a slowdown of it moves (per-unit CPU costs of its stage, in every cell)
 COMPONENTS = {
-    "sampler decode step (rollout)": ("cost:rollout:",),
-    "gradient pass (update)": ("cost:update:",),
-    "log-prob forwards (old, ref)": ("cost:old_logprob:", "cost:ref_logprob:"),
-    "optimizer step": ("cost:optimizer_step:",),
-    "weight sync": ("cost:weight_sync:",),
-    "reward": ("cost:reward:",),
-    "queue path (hand-off)": ("cost:handoff:",),
+    "sampler decode step (rollout)": ("cost:rollout",),
+    "gradient pass (update)": ("cost:update",),
+    "log-prob forwards (old, ref)": ("cost:old_logprob", "cost:ref_logprob"),
+    "optimizer step": ("cost:optimizer_step",),
+    "weight sync": ("cost:weight_sync",),
+    "reward": ("cost:reward",),
+    "queue path (hand-off)": ("cost:handoff",),
     "whole iteration (TPSPD)": ("tpspd:",),
 }
 
@@ -113,7 +113,8 @@ def format_study(res: dict) -> str:
              "|---|" + "---|" * len(SIZES)]
     for comp, row in res["detect"].items():
         cells = " | ".join(f"{h}/{t} ({h / t:.0%})" for h, t in row.values())
-        lines.append(f"| {comp} ({', '.join(p + '*' for p in COMPONENTS[comp])}) | {cells} |")
+        lines.append(f"| {comp} ({', '.join(p + ('*' if p.endswith(':') else '') for p in COMPONENTS[comp])}) "
+                     f"| {cells} |")
     lines += ["", f"False alarms: {len(alarms)}/{n} unchanged A/B runs failed end to end (every metric judged); "
                   f"95% upper bound {upper_bound(len(alarms), n):.1%}"]
     lines += [f"- false alarm {d}: {', '.join(w)}" for d, w in alarms]
