@@ -17,6 +17,28 @@ def test_every_shipped_config_validates():
         load_config(f)
 
 
+def test_every_accelerator_config_states_the_devices_it_occupies():
+    """A GPU/NPU config says in a `# devices: N GPU(s)|NPU(s)` line how many devices it needs, and its
+    placement occupies exactly that many, for every schedule (gpu-default on one GPU: pools shared)."""
+    import re
+
+    from rlbench.ablation import cells_for
+    from rlbench.placement import plan
+
+    files = [f for f in sorted(CONFIG_DIR.glob("*.yaml")) if load_config(f).engine.device in ("cuda", "npu")]
+    assert {"gpu-default.yaml", "gpu-2x.yaml"} <= {f.name for f in files}
+    for f in files:
+        found = re.search(r"^# devices: (\d+) ([GN]PU)s?\b", f.read_text(), re.M)
+        assert found, f"{f.name}: no '# devices: N GPU' line"
+        n, kind = int(found[1]), {"GPU": "cuda", "NPU": "npu"}[found[2]]
+        cfg = load_config(f)
+        assert cfg.engine.device == kind, f.name
+        for cell, c in cells_for("async", cfg):
+            assert plan(c.engine, kind, n).devices == n, (f.name, cell)
+        with pytest.raises(UserError):  # and it does not fit on fewer
+            plan(cfg.engine, kind, n - 1)
+
+
 def test_overrides_parse_yaml_scalars():
     assert parse_overrides(["train.lr=1e-3", "engine.tri_model=true", "run.name=x"]) == {
         "train": {"lr": 1e-3}, "engine": {"tri_model": True}, "run": {"name": "x"}}

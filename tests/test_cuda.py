@@ -1,7 +1,8 @@
 """The CUDA paths (marked gpu; skipped without a CUDA device): packed == unpacked, the built-in sampler
 == HF's forward, and a whole run (sync and periodic-async sharing the one GPU) on engine.device=cuda.
 
-Tolerances on CUDA (measured on an H100, issue 17; the CPU ones are in test_packing.py):
+Tolerances on CUDA (reasoned from the kernels, NOT yet measured: no GPU has been lent to this project's
+tasks, so these tests have never run; the CPU ones are in test_packing.py):
 - fp32: TF32 matmuls are off by default in PyTorch, but SDPA and cuBLAS pick other kernels for other
   shapes, so the packed and unpacked paths round differently: log-probs atol 1e-4, gradients 1e-3 of
   the parameter's largest entry.
