@@ -55,6 +55,40 @@ def cpu_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+# The variable that hides every other accelerator from a process, read when the runtime initialises.
+VISIBLE_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+def visible_env(kind: str, index: int, environ=None) -> dict[str, str]:
+    """The environment of a worker process that holds accelerator `index`: only that device visible, so
+    every library in the process (the built-in engine, vLLM, Ray) finds it as device 0. `index` counts
+    the devices the parent sees: under an inherited CUDA_VISIBLE_DEVICES=4,5, index 1 is physical 5. CPU
+    (cores are pinned by affinity): {}."""
+    var = VISIBLE_ENV.get(kind)
+    if var is None:
+        return {}
+    env = os.environ if environ is None else environ
+    seen = [d.strip() for d in env[var].split(",") if d.strip()] if env.get(var) is not None else None
+    if seen is not None and index >= len(seen):
+        from rlbench.errors import UserError
+        raise UserError(f"a worker needs {kind}:{index}, but {var}={env[var]!r} makes only {len(seen)} visible")
+    return {var: seen[index] if seen is not None else str(index)}
+
+
+def observe(kind: str) -> dict:
+    """What this process was actually given: its CPU affinity, intra-op threads, the accelerators it can
+    see and their name (recorded next to the plan; a mismatch fails the run)."""
+    import torch
+
+    out = {"affinity": cpu_cores(), "threads": torch.get_num_threads()}
+    var = VISIBLE_ENV.get(kind)
+    if var is not None:
+        out["visible"] = os.environ.get(var)
+        mod = _accel(torch.device(kind))
+        out["device_name"] = mod.get_device_name(0) if mod is not None and mod.device_count() else None
+    return out
+
+
 def pin(kind: str, index: int, threads: int) -> None:
     """Hold one device in this process: CPU core `index` (affinity + `threads` intra-op threads; one core
     holds one thread), or accelerator `index` as the current device."""

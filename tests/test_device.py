@@ -97,3 +97,57 @@ def test_npu_memory_and_sync():
     dev.synchronize(d)
     assert dev.memory(d)["peak_allocated"] >= x.numel() * 4
     assert dev.describe(d)["count"] >= 1
+
+
+# --- which accelerator each worker process sees (issue 26: placement correct before it first runs) ---
+
+
+def _worker_envs(kind: str, rollout: int, train: int, share: bool, parent_env: dict) -> dict[str, dict]:
+    from rlbench.config import RunConfig, with_overrides
+    from rlbench.device import visible_env
+    from rlbench.placement import plan
+
+    out = {}
+    for schedule in ("sync", "periodic_async"):
+        engine = with_overrides(RunConfig(), {"engine": {"schedule": schedule, "rollout_devices": rollout,
+                                                          "train_devices": train, "share_devices": share}}).engine
+        p = plan(engine, kind, available=8)
+        out |= {f"{schedule}/{s.worker}": visible_env(s.kind, s.index, parent_env) for s in p.slots}
+    return out
+
+
+def test_each_worker_sees_only_its_own_gpu_on_2_and_4_gpu_plans():
+    two = _worker_envs("cuda", 1, 1, False, {})
+    assert two == {"sync/colocated0": {"CUDA_VISIBLE_DEVICES": "0"}, "sync/colocated1": {"CUDA_VISIBLE_DEVICES": "1"},
+                   "periodic_async/rollout0": {"CUDA_VISIBLE_DEVICES": "0"},
+                   "periodic_async/trainer0": {"CUDA_VISIBLE_DEVICES": "1"}}
+    four = _worker_envs("cuda", 2, 2, False, {})
+    assert [four[f"sync/colocated{i}"]["CUDA_VISIBLE_DEVICES"] for i in range(4)] == ["0", "1", "2", "3"]
+    assert [four[f"periodic_async/{w}"]["CUDA_VISIBLE_DEVICES"] for w in ("rollout0", "rollout1", "trainer0",
+                                                                          "trainer1")] == ["0", "1", "2", "3"]
+    one = _worker_envs("cuda", 1, 1, True, {})  # one GPU, pools shared
+    assert one["periodic_async/rollout0"] == one["periodic_async/trainer0"] == {"CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_an_inherited_visible_list_is_mapped_not_overwritten():
+    from rlbench.device import visible_env
+
+    four = _worker_envs("cuda", 2, 2, False, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    assert [four[f"sync/colocated{i}"]["CUDA_VISIBLE_DEVICES"] for i in range(4)] == ["4", "5", "6", "7"]
+    assert visible_env("npu", 1, {"ASCEND_RT_VISIBLE_DEVICES": "2,3"}) == {"ASCEND_RT_VISIBLE_DEVICES": "3"}
+    assert visible_env("cpu", 1, {}) == {}
+    with pytest.raises(UserError, match="makes only 2 visible"):
+        visible_env("cuda", 2, {"CUDA_VISIBLE_DEVICES": "4,5"})
+
+
+def test_a_worker_observes_its_pinned_core_and_threads():
+    """A real pinned process reports what the OS gave it (the record placement mismatches are checked on)."""
+    import subprocess
+    import sys
+
+    code = ("from rlbench import device as d; d.pin('cpu', 1, 1); import json; print(json.dumps(d.observe('cpu')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    import json
+
+    seen = json.loads(out)
+    assert seen["threads"] == 1 and len(seen["affinity"]) == 1 and "visible" not in seen
