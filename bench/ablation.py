@@ -11,6 +11,7 @@ from pathlib import Path
 from rlbench import schema
 from rlbench.config import RunConfig, with_overrides
 from rlbench.errors import UserError
+from rlbench.regime import GRIDS
 from rlbench.stages import Schedule
 
 SYNC = {"schedule": Schedule.SYNC.value}
@@ -18,29 +19,17 @@ ASYNC = {"schedule": Schedule.PERIODIC_ASYNC.value}
 BARRIER = {**ASYNC, "overlap": False}
 BOUNDED = {"schedule": Schedule.BOUNDED_ASYNC.value}
 
-# Workloads of `--ablation regime`, from training-dominated to rollout-dominated: overrides of the run's
-# config. Response lengths are drawn per sample (seeded, EOS ignored), so both schedules generate the same
-# lengths; throughput only (no accuracy trend), hence few iterations and no evaluation in between.
-_SHORT = {"iterations": 8, "warmup_iterations": 2, "eval_every": 0}
-# Every sample in flight at once (as vLLM does with KV memory to spare): a decode step then costs about
-# the same whether 16 or 64 sequences advance, which is the regime the paper's long tail lives in.
-_WIDE = {"max_num_seqs": 64}
-WORKLOADS: dict[str, dict] = {
-    "train-heavy": {"rollout": {**_WIDE, "response_length": "fixed", "response_length_mean": 16,
-                                "max_new_tokens": 16}, "data": {"few_shot": 2}, "run": _SHORT},
-    "balanced": {"rollout": {**_WIDE, "response_length": "lognormal", "response_length_mean": 32,
-                             "response_length_sigma": 0.5, "max_new_tokens": 128}, "run": _SHORT},
-    "rollout-heavy": {"rollout": {**_WIDE, "response_length": "lognormal", "response_length_mean": 48,
-                                  "response_length_sigma": 1.0, "max_new_tokens": 512}, "run": _SHORT},
-    "long-tail": {"rollout": {**_WIDE, "response_length": "lognormal", "response_length_mean": 48,
-                              "response_length_sigma": 1.5, "max_new_tokens": 1024}, "run": _SHORT},
-}
+# Workloads of `--ablation regime` (the regime map) and `--ablation regime-quick` (the same axes at toy
+# sizes): config overrides laid over the run's config, one per grid point (bench/regime.py).
+WORKLOADS: dict[str, dict] = {name: over for grid in GRIDS.values() for name, over in grid.points().items()}
+# Every grid point runs the three cells of the async ladder, so each speedup splits into device split x overlap.
+_LADDER = (("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC))
 
 # name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
 ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     "async": [("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC)],
-    "regime": [(f"{w}/{c}", {**sw, "workload": w}) for w in WORKLOADS
-               for c, sw in (("sync", SYNC), ("periodic_async", ASYNC))],
+    **{name: [(f"{w}/{c}", {**sw, "workload": w}) for w in grid.points() for c, sw in _LADDER]
+       for name, grid in GRIDS.items()},
     "tri_model": [("sync", SYNC), ("sync+tri_model", {**SYNC, "tri_model": True}),
                   ("periodic_async", ASYNC), ("periodic_async+tri_model", {**ASYNC, "tri_model": True})],
     "shared_prompt": [("sync", SYNC), ("sync+shared_prompt", {**SYNC, "shared_prompt": True}),
