@@ -5,6 +5,8 @@ from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.reports.accuracy_table import accuracy_frame
 from rlbench.reports.data import load
 from rlbench.reports.seeds import cell_summary, is_multi_seed
+from rlbench.reports.regime import regime_frame
+from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame
 
 
@@ -22,5 +24,8 @@ def summary_table_text(run_dir) -> str:
     if multi:
         lines.append("median over seeds; per seed: summary_seeds.csv")
     lines += ["", "rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
-              "measured device costs (reports/predict.py)."] + attribution_text(attribution(sp))
+              "measured device costs (reports/predict.py)."]
+    regime = [] if multi else regime_lines(regime_frame(run, sp))
+    # a regime map: one sentence per point (its attribution included), then where periodic asynchrony pays
+    lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))
     return "\n".join(lines + accuracy_text(accuracy_frame(run)))

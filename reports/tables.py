@@ -13,6 +13,8 @@ from rlbench import schema
 from rlbench.errors import UserError
 from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.predict import predict_async, rollout_share
+from rlbench.reports.regime import regime_frame
+from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
 from rlbench.stages import Schedule
@@ -240,6 +242,9 @@ def write_summary(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     if len(sp):
         md += ["\n## Measured vs predicted periodic-async speedup (TPSPD ratio)\n", to_markdown(sp)]
         md += ["\n## Where the speedup comes from\n"] + [f"- {t}" for t in attribution_text(attribution(sp))]
+    regime = regime_lines(regime_frame(run, sp))
+    if regime:
+        md += ["\n## Where periodic asynchrony pays: the regime map\n"] + [f"- {t}" for t in regime]
     util = utilisation_frame(run)
     if len(util):
         util.to_csv(run.path / "utilisation.csv", index=False)
