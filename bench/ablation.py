@@ -11,7 +11,7 @@ from pathlib import Path
 from rlbench import schema
 from rlbench.config import RunConfig, with_overrides
 from rlbench.errors import UserError
-from rlbench.regime import GRIDS
+from rlbench.regime import POINTS
 from rlbench.stages import Schedule
 
 SYNC = {"schedule": Schedule.SYNC.value}
@@ -19,17 +19,18 @@ ASYNC = {"schedule": Schedule.PERIODIC_ASYNC.value}
 BARRIER = {**ASYNC, "overlap": False}
 BOUNDED = {"schedule": Schedule.BOUNDED_ASYNC.value}
 
-# Workloads of `--ablation regime` (the regime map) and `--ablation regime-quick` (the same axes at toy
-# sizes): config overrides laid over the run's config, one per grid point (bench/regime.py).
-WORKLOADS: dict[str, dict] = {name: over for grid in GRIDS.values() for name, over in grid.points().items()}
+# Workloads of `--ablation regime` (the regime map), `regime-quick` (the same axes at toy sizes) and
+# `regime-natural` (a pretrained model's own EOS tail): config overrides laid over the run's config, one
+# per point (bench/regime.py).
+WORKLOADS: dict[str, dict] = {name: over for points in POINTS.values() for name, over in points.items()}
 # Every grid point runs the three cells of the async ladder, so each speedup splits into device split x overlap.
 _LADDER = (("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC))
 
 # name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
 ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     "async": [("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC)],
-    **{name: [(f"{w}/{c}", {**sw, "workload": w}) for w in grid.points() for c, sw in _LADDER]
-       for name, grid in GRIDS.items()},
+    **{name: [(f"{w}/{c}", {**sw, "workload": w}) for w in points for c, sw in _LADDER]
+       for name, points in POINTS.items()},
     "tri_model": [("sync", SYNC), ("sync+tri_model", {**SYNC, "tri_model": True}),
                   ("periodic_async", ASYNC), ("periodic_async+tri_model", {**ASYNC, "tri_model": True})],
     "shared_prompt": [("sync", SYNC), ("sync+shared_prompt", {**SYNC, "shared_prompt": True}),

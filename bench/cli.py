@@ -25,8 +25,11 @@ def _root(ctx: typer.Context) -> None:
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
     ablation: str = typer.Option("async", "--ablation", "-a",
-                                 help="Cells to run: async (sync vs periodic-async), tri_model, shared_prompt, all, ci (the CI benchmark), "
-                                      "or none (just the configured engine)."),
+                                 help="Cells to run: async (sync vs periodic-async), regime (the regime map: sync, "
+                                      "barrier, periodic-async over response-length tails x batch sizes, ~10 min "
+                                      "on 2 cores), regime-quick (the same at toy sizes), regime-natural (SmolLM2's "
+                                      "own EOS tail; needs setup.sh --gguf), tri_model, shared_prompt, all, "
+                                      "staleness, ci (the CI benchmark), or none (just the configured engine)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
     engine: str = typer.Option("rlbench", "--engine", "-e",
                                help="rlbench (this harness's engines), verl or mindspeed-rl (the real peer "
@@ -118,12 +121,15 @@ def _finish(run_dir: Path, report: bool) -> None:
 
 
 @app.command("report")
-def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folder.")) -> None:
+def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
+               add: list[Path] = typer.Option([], "--add", help="Another run folder whose cells join this "
+                                              "report (e.g. `--ablation regime-natural` beside a regime map); "
+                                              "repeatable.")) -> None:
     """Write summary.csv/.md, plots and report.html into RUN_DIR."""
     from rlbench.reports import build_report, summary_table_text
 
-    typer.echo(summary_table_text(run_dir))
-    typer.echo(f"report: {build_report(run_dir)}")
+    typer.echo(summary_table_text(run_dir, add))
+    typer.echo(f"report: {build_report(run_dir, add)}")
 
 
 @app.command()

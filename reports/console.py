@@ -10,11 +10,12 @@ from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame
 
 
-def summary_table_text(run_dir) -> str:
+def summary_table_text(run_dir, add=()) -> str:
     """cell | TPSPD median (min–max) | speedup vs reference | rollout/train tokens/s | idle % per
     worker | pass@1 before→after | max staleness | status, as aligned plain text (TPSPD in
-    tokens/s/device); a multi-seed run shows the median over seeds. Then the time-to-accuracy table."""
-    run = load(run_dir)
+    tokens/s/device); a multi-seed run shows the median over seeds. Then the time-to-accuracy table.
+    add: other run folders whose cells join the table (reports/data.merge)."""
+    run = load(run_dir, add)
     multi = is_multi_seed(run)
     df, sp = cell_summary(run), cell_summary(run, speedup_frame, [])
     rows = [COMPACT_HEAD] + compact_rows(df)

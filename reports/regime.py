@@ -201,3 +201,36 @@ def _num(v) -> bool:
 
 def _or(v, default):
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def tail_key(r: dict) -> tuple:
+    """Points that draw the same lengths share a key: (response_length, max_new_tokens, sigma, mean);
+    EOS-ended responses have no drawn sigma or mean."""
+    if r["response_length"] == "eos":
+        return ("eos", r["max_new_tokens"], None, None)
+    return (r["response_length"], r["max_new_tokens"], r["length_sigma"], r["length_mean"])
+
+
+def length_frame(run: RunData, frame: pd.DataFrame) -> pd.DataFrame:
+    """The response lengths each tail produced (sync cells' measured iterations, pooled over the points
+    that share the tail): count, mean, percentiles, max, share cut at max_new_tokens; `lengths` holds
+    the sorted values for plotting. Drawn tails and EOS-ended ones side by side."""
+    groups: dict[tuple, dict] = {}
+    for r in frame.to_dict("records"):
+        g = groups.setdefault(tail_key(r), {"points": [], "lengths": [], "max_new_tokens": r["max_new_tokens"],
+                                            "response_length": r["response_length"]})
+        g["points"].append(r["point"])
+        sync = run.cell(r["sync"])
+        measured = {it["iteration"] for it in sync.measured()}
+        g["lengths"] += [int(s["response_len"]) for s in sync.samples if s["iteration"] in measured]
+    rows = []
+    for key, g in groups.items():
+        v = np.sort(np.asarray(g["lengths"], dtype=float))
+        if not len(v):
+            continue
+        rows.append({"tail": key, "points": ", ".join(g["points"]), "response_length": g["response_length"],
+                     "samples": len(v), "mean": float(v.mean()), "p50": float(np.percentile(v, 50)),
+                     "p90": float(np.percentile(v, 90)), "p99": float(np.percentile(v, 99)), "max": float(v[-1]),
+                     "max_over_mean": float(v[-1] / v.mean()),
+                     "cut_share": float((v >= (g["max_new_tokens"] or math.inf)).mean()), "lengths": v.tolist()})
+    return pd.DataFrame(rows)

@@ -13,9 +13,9 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from rlbench.reports.palette import stage_color
+from rlbench.reports.palette import cell_color, stage_color
 from rlbench.reports.plots import MARKERS, save
-from rlbench.reports.regime import STATISTICS, WIN, Crossover
+from rlbench.reports.regime import STATISTICS, WIN, Crossover, tail_key
 
 MEASURED, PREDICTED = "#333333", stage_color("rollout")
 
@@ -70,12 +70,25 @@ def _curves(ax, frame: pd.DataFrame, statistic: str, measured: Crossover | None,
     ax.legend(fontsize=7, frameon=False, loc="best")
 
 
+def tail_label(key: tuple) -> str:
+    """'σ 2, max 1536' for a drawn tail, 'EOS, max 384' for EOS-ended responses (regime.tail_key)."""
+    kind, max_tokens, sigma, _ = key
+    return f"EOS, max {max_tokens}" if kind == "eos" else f"σ {sigma:g}, max {max_tokens}" if kind == "lognormal" \
+        else f"{kind}, max {max_tokens}"
+
+
+def _order(key: tuple) -> tuple:
+    """Drawn tails by sigma then max (lightest first), EOS-ended ones last."""
+    kind, max_tokens, sigma, mean = key
+    return (kind == "eos", -math.inf if sigma is None else sigma, max_tokens or 0, mean or 0)
+
+
 def _grid(fig, ax, frame: pd.DataFrame):
     """Tails (rows, lightest first) by prompts per iteration (columns): measured speedup (predicted)."""
-    tails = sorted({(r["length_sigma"], r["max_new_tokens"], r["length_mean"]) for _, r in frame.iterrows()},
-                   key=lambda t: tuple(-math.inf if v is None or v != v else v for v in t))
-    cols = sorted({r["prompts"] for _, r in frame.iterrows()}, key=lambda v: -math.inf if v is None else v)
-    cell = {((r["length_sigma"], r["max_new_tokens"], r["length_mean"]), r["prompts"]): r for _, r in frame.iterrows()}
+    recs = frame.to_dict("records")
+    tails = sorted({tail_key(r) for r in recs}, key=_order)
+    cols = sorted({r["prompts"] for r in recs}, key=lambda v: -math.inf if v is None else v)
+    cell = {(tail_key(r), r["prompts"]): r for r in recs}
     values = [[_f(cell[(t, p)]["measured_speedup"]) if (t, p) in cell else math.nan for p in cols] for t in tails]
     flat = [v for row in values for v in row if not math.isnan(v)] or [WIN]
     norm = TwoSlopeNorm(vcenter=WIN, vmin=min(min(flat), WIN - 0.01), vmax=max(max(flat), WIN + 0.01))
@@ -88,7 +101,27 @@ def _grid(fig, ax, frame: pd.DataFrame):
                 ax.text(j, i, f"{_f(r['measured_speedup']):.2f}×\n(pred {_f(r['predicted_speedup']):.2f}×)",
                         ha="center", va="center", fontsize=8, color="white" if dark else "black")
     ax.set_xticks(range(len(cols)), [f"{p} prompts" for p in cols], fontsize=8)
-    ax.set_yticks(range(len(tails)), [f"σ {s:g}, max {m}" if s == s and s is not None else f"max {m}"
-                                      for s, m, _ in tails], fontsize=8)
+    ax.set_yticks(range(len(tails)), [tail_label(t) for t in tails], fontsize=8)
     ax.set_title("The map: measured speedup (predicted)", fontsize=10)
     fig.colorbar(img, ax=ax, fraction=0.05, label="measured speedup")
+
+
+def plot_lengths(lengths: pd.DataFrame, path: Path) -> Path | None:
+    """regime_lengths.png: share of responses at least x tokens long, per tail (regime.length_frame):
+    drawn tails solid, EOS-ended (a model's own) dashed; log axes show the tail."""
+    if not len(lengths):
+        return None
+    fig = Figure(figsize=(7.5, 4.0), layout="constrained")
+    ax = fig.subplots()
+    for i, r in enumerate(sorted(lengths.to_dict("records"), key=lambda r: _order(r["tail"]))):
+        v = r["lengths"]
+        surv = [1.0 - k / len(v) for k in range(len(v))]  # P(length >= v[k]) for sorted v
+        eos = r["response_length"] == "eos"
+        ax.step(v, surv, where="post", ls="--" if eos else "-", lw=2.0 if eos else 1.3, color=cell_color(i),
+                label=f"{tail_label(r['tail'])} ({r['points']}): mean {r['mean']:.0f}, max {r['max']:.0f}")
+    ax.set(xscale="log", yscale="log", xlabel="response length (tokens)", ylabel="share of responses ≥ length",
+           title="Response lengths per tail (sync cells, measured iterations)")
+    ax.title.set_fontsize(10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, frameon=False, loc="lower left")
+    return save(fig, path)

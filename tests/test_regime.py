@@ -63,12 +63,13 @@ def test_the_map_has_two_axes(name, config):
 
 
 def test_map_fits_the_model_and_the_quick_grid_is_quick():
-    from rlbench.regime import GRIDS, MAP as GRID, QUICK
+    from rlbench.regime import MAP as GRID
+    from rlbench.regime import POINTS, QUICK
 
     # prompt (about 80 tokens on the built-in task, 256 allowed) + response within the tiny model's 2048
     assert max(t.max_tokens for t in GRID.tails.values()) + 256 <= 2048
     assert QUICK.iterations <= 3 and max(t.max_tokens for t in QUICK.tails.values()) <= 128
-    names = [w for g in GRIDS.values() for w in g.points()]
+    names = [w for points in POINTS.values() for w in points]
     assert len(names) == len(set(names))  # WORKLOADS holds every grid's points under one name each
 
 
