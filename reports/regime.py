@@ -40,7 +40,8 @@ STATISTICS = {
 COLUMNS = ["point", "sync", "barrier", "async", "response_length", "length_mean", "length_sigma",
            "max_new_tokens", "prompts", "group_size", "max_num_seqs", *STATISTICS, "measured_speedup",
            "measured_min", "measured_max", "predicted_speedup", "error_pct", "split_measured",
-           "split_predicted", "overlap_measured", "overlap_predicted"]
+           "split_predicted", "overlap_measured", "overlap_predicted", "predicted_with_contention",
+           "contention_error_pct", "contention_kappa"]
 
 
 def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:
@@ -65,8 +66,15 @@ def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:
                      "predicted_speedup": a["predicted_speedup"], "error_pct": a["error_pct"],
                      "split_measured": b and b["measured_speedup"], "split_predicted": b and b["predicted_speedup"],
                      "overlap_measured": b and schema.ratio(a["measured_speedup"], b["measured_speedup"]),
-                     "overlap_predicted": b and schema.ratio(a["predicted_speedup"], b["predicted_speedup"])})
+                     "overlap_predicted": b and schema.ratio(a["predicted_speedup"], b["predicted_speedup"]),
+                     "predicted_with_contention": a["predicted_with_contention"],
+                     "contention_error_pct": _error_pct(a["predicted_with_contention"], a["measured_speedup"]),
+                     "contention_kappa": a["contention_kappa"]})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _error_pct(predicted, measured) -> float | None:
+    return 100 * (predicted / measured - 1) if _num(predicted) and _num(measured) and measured else None
 
 
 def _point(c: CellData) -> str:
@@ -187,9 +195,10 @@ def spearman(a: pd.Series, b: pd.Series) -> float | None:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def prediction_check(frame: pd.DataFrame, tolerance_pct: float = 10.0) -> dict:
-    """How many points the prediction meets within ±tolerance_pct, and the worst miss."""
-    errs = [(r["point"], float(r["error_pct"])) for r in frame.to_dict("records") if _num(r["error_pct"])]
+def prediction_check(frame: pd.DataFrame, tolerance_pct: float = 10.0, column: str = "error_pct") -> dict:
+    """How many points the prediction meets within ±tolerance_pct, and the worst miss (column: the error
+    of the model, or contention_error_pct for the proposed contention term)."""
+    errs = [(r["point"], float(r[column])) for r in frame.to_dict("records") if _num(r[column])]
     worst = max(errs, key=lambda e: abs(e[1]), default=(None, None))
     return {"points": len(errs), "within": sum(abs(e) <= tolerance_pct for _, e in errs),
             "tolerance_pct": tolerance_pct, "worst_point": worst[0], "worst_error_pct": worst[1]}

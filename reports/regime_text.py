@@ -50,6 +50,9 @@ def point_sentence(r: dict) -> str:
     why = "" if _missing(r["split_measured"]) else (
         f"; device split alone {x(r['split_measured'])} (predicted {x(r['split_predicted'])}) × overlap "
         f"{x(r['overlap_measured'])} (predicted {x(r['overlap_predicted'])})")
+    if not _missing(r["predicted_with_contention"]):
+        why += (f"; with the proposed contention term (κ {r['contention_kappa']:.2f}) predicted "
+                f"{x(r['predicted_with_contention'])} ({r['contention_error_pct']:+.0f}%)")
     return (f"{r['point']} ({setting(r)}): sync spends {stat_value('rollout_share', r['rollout_share'])} of its "
             f"iteration generating, its longest response is {stat_value('tail_ratio', r['tail_ratio'])} the mean: "
             f"periodic asynchrony {verdict}, {x(r['measured_speedup'])} measured{spread}, predicted "
@@ -98,8 +101,13 @@ def prediction_sentence(frame: pd.DataFrame) -> str | None:
     chk = prediction_check(frame)
     if not chk["points"]:
         return None
-    return (f"Prediction within ±{chk['tolerance_pct']:.0f}% at {chk['within']} of {chk['points']} points "
-            f"(worst: {chk['worst_point']}, {chk['worst_error_pct']:+.0f}%).")
+    out = (f"Prediction within ±{chk['tolerance_pct']:.0f}% at {chk['within']} of {chk['points']} points "
+           f"(worst: {chk['worst_point']}, {chk['worst_error_pct']:+.0f}%)")
+    con = prediction_check(frame, column="contention_error_pct")
+    if con["points"]:
+        out += (f"; with the proposed contention term (reports/contention.py): {con['within']} of {con['points']} "
+                f"(worst: {con['worst_point']}, {con['worst_error_pct']:+.0f}%)")
+    return out + "."
 
 
 def regime_lines(frame: pd.DataFrame) -> list[str]:
