@@ -227,3 +227,28 @@ def test_quick_map_through_the_cli(tmp_path):
     assert heavy["longest_response"].min() > light["longest_response"].max()
     assert proc.stdout.count("periodic asynchrony wins") + proc.stdout.count("periodic asynchrony loses") >= 4
     assert "Periodic asynchrony pays" in proc.stdout and (run_dir / "plots" / "regime.png").is_file()
+
+
+def test_report_add_puts_a_natural_tail_on_the_map(tmp_path):
+    """`rlbench report MAP --add NATURAL`: the other run's point joins the map, its EOS-ended lengths
+    beside the drawn ones; the outputs go into MAP's folder."""
+    base = make_regime(tmp_path / "map", {k: MAP[k] for k in ("flat-p8", "tail-p8")})
+    natural = make_regime(tmp_path / "natural", {"smollm2-eos": (True, 0.9, 4)})
+    for folder in natural.iterdir():
+        if (folder / schema.RESULTS).is_file():
+            res = json.loads((folder / schema.RESULTS).read_text())
+            res["config"]["rollout"]["response_length"] = "eos"
+            schema.atomic_write_json(folder / schema.RESULTS, res)
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "report", str(base), "--add", str(natural)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "smollm2-eos (EOS-ended responses (max 128 tokens)" in proc.stdout
+    f = pd.read_csv(base / "regime.csv")
+    assert list(f["point"]) == ["flat-p8", "tail-p8", "smollm2-eos"]
+    lengths = pd.read_csv(base / "regime_lengths.csv").set_index("tail")
+    assert lengths.loc["EOS, max 128", "points"] == "smollm2-eos" and lengths.loc["EOS, max 128", "max"] == 120
+    assert (base / "plots" / "regime_lengths.png").read_bytes()[:8] == PNG
+    assert not (natural / "regime.csv").exists()
+    clash = subprocess.run([sys.executable, "-m", "rlbench.cli", "report", str(base), "--add", str(base)],
+                           capture_output=True, text=True, timeout=300)
+    assert clash.returncode == 2 and "already in the report" in clash.stderr
