@@ -1,6 +1,7 @@
 """The regime map: one row per grid point of `--ablation regime`, and where periodic asynchrony pays.
 
-A point is a workload (switches.workload; a run without workloads is one point) with a sync cell, a
+A point is a workload (switches.workload, set by the regime ablations; cells without one, as in the
+tri_model or all ablations, are not points of a map) with a sync cell, a
 periodic-async cell and, where run, a barrier cell. Per point: the knobs that define it (the sync
 cell's resolved config), statistics of the sync cell that could explain the speedup (STATISTICS), the
 measured speedup with its spread over iterations, the prediction and the barrier attribution (both
@@ -45,14 +46,14 @@ COLUMNS = ["point", "sync", "barrier", "async", "response_length", "length_mean"
 
 
 def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:
-    """One row per point that has a sync cell and a periodic-async (overlap) cell, in run order.
+    """One row per point (a workload) that has a sync cell and a periodic-async (overlap) cell, in run order.
 
     sp: tables.speedup_frame(run). measured_min/max: the async cell's TPSPD over sync's, iteration by
     iteration (both cells draw the same lengths for iteration k, so the pairing removes the spread the
     tail itself puts between iterations); split: barrier / sync; overlap: async / barrier."""
     if not len(sp):
         return pd.DataFrame(columns=COLUMNS)
-    recs = sp.to_dict("records")
+    recs = [r for r in sp.to_dict("records") if run.cell(r["cell"]).switches.get("workload")]
     barrier = {_point(run.cell(r["cell"])): r for r in recs if not r["overlap"]}
     rows = []
     for a in (r for r in recs if r["overlap"]):
@@ -78,7 +79,7 @@ def _error_pct(predicted, measured) -> float | None:
 
 
 def _point(c: CellData) -> str:
-    return c.switches.get("workload") or c.name
+    return c.switches["workload"]
 
 
 def knobs(sync: CellData) -> dict:

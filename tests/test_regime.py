@@ -252,3 +252,20 @@ def test_report_add_puts_a_natural_tail_on_the_map(tmp_path):
     clash = subprocess.run([sys.executable, "-m", "rlbench.cli", "report", str(base), "--add", str(base)],
                            capture_output=True, text=True, timeout=300)
     assert clash.returncode == 2 and "already in the report" in clash.stderr
+
+
+def test_cells_without_workloads_make_no_map(tmp_path):
+    """An ablation of switches (two periodic-async cells, no workloads) is not a map of two points."""
+    run = make_ablation(tmp_path / "abl", names=("sync", "periodic_async"))
+    from conftest_reports import make_cell
+
+    make_cell(run / "periodic_async+tri_model", "periodic_async+tri_model", "periodic_async")
+    abl = json.loads((run / schema.ABLATION).read_text())
+    abl["cells"].append({"name": "periodic_async+tri_model", "dir": "periodic_async+tri_model",
+                         "switches": {"schedule": "periodic_async"}, "exit_code": 0})
+    schema.atomic_write_json(run / schema.ABLATION, abl)
+    from rlbench.reports.data import load
+
+    loaded = load(run)
+    assert len(speedup_frame(loaded)) == 2 and len(regime_frame(loaded, speedup_frame(loaded))) == 0
+    assert "Regime map" not in summary_table_text(run)
