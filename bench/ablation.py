@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from rlbench import schema
-from rlbench.config import RunConfig, with_overrides
+from rlbench.config import RunConfig, merge_trees, with_overrides
 from rlbench.errors import UserError
 from rlbench.regime import POINTS
 from rlbench.stages import Schedule
@@ -57,25 +57,29 @@ ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "p
 SWITCH_SECTION = {"prox_logp": "train"}  # switches outside the engine section
 
 
-def cells_for(name: str, base: RunConfig) -> list[tuple[str, RunConfig]]:
+def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list[tuple[str, RunConfig]]:
+    """The ablation's cells: base, then the cell's workload (a regime point), then `overrides` (the
+    user's --set tree: it still changes a workload's values, e.g. run.iterations for a first look), then
+    the cell's switches, which nothing overrides (they are what the cells differ in)."""
     if name == "none":
         return [(base.engine.schedule, base)]
     if name not in ABLATIONS:
         raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
-    return [(cell, with_overrides(base, _overrides({**ENGINE_OFF, **sw}))) for cell, sw in ABLATIONS[name]]
+    return [(cell, with_overrides(base, _overrides({**ENGINE_OFF, **sw}, overrides or {})))
+            for cell, sw in ABLATIONS[name]]
 
 
-def _overrides(switches: dict) -> dict:
+def _overrides(switches: dict, user: dict) -> dict:
     """Flat switches -> the nested override tree, each under its config section; a workload's overrides
-    are laid over the run's config and its name kept in run.name."""
+    (with the user's laid over them) go under the switches, its name is kept in run.workload."""
     tree: dict = {}
+    workload = switches.get("workload")
+    if workload:
+        tree = merge_trees(WORKLOADS[workload], user)
+        tree = merge_trees(tree, {"run": {"workload": workload}})
     for key, value in switches.items():
-        if key == "workload":
-            for section, keys in WORKLOADS[value].items():
-                tree.setdefault(section, {}).update(keys)
-            tree.setdefault("run", {})["workload"] = value
-            continue
-        tree.setdefault(SWITCH_SECTION.get(key, "engine"), {})[key] = value
+        if key != "workload":
+            tree = merge_trees(tree, {SWITCH_SECTION.get(key, "engine"): {key: value}})
     return tree
 
 
@@ -112,12 +116,12 @@ def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None
 
 
 def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = True,
-                 seeds: list[int] | None = None) -> dict:
+                 seeds: list[int] | None = None, overrides: dict | None = None) -> dict:
     """Run every cell (once per seed, bench/seeds.py) in its own process; returns the ablation record
-    (also ablation.json)."""
+    (also ablation.json). overrides: the user's --set tree (cells_for)."""
     from rlbench.seeds import expand
 
-    cells = expand(cells_for(name, base), seeds)
+    cells = expand(cells_for(name, base, overrides), seeds)
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
               "reference": cells[0][0],
               "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None,

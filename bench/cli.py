@@ -44,10 +44,11 @@ def run(
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
     from rlbench.ablation import new_run_dir, run_ablation
-    from rlbench.config import load_config
+    from rlbench.config import load_config, parse_overrides
     from rlbench.seeds import parse_seeds
 
-    cfg = load_config(config, set_ + (["run.profile=true"] if profile else []))
+    sets = set_ + (["run.profile=true"] if profile else [])
+    cfg, overrides = load_config(config, sets), parse_overrides(sets)
     seed_list = parse_seeds(seeds)
     if engine != "rlbench":
         if seed_list:
@@ -55,14 +56,14 @@ def run(
         _run_external(engine, cfg, out, report)
         return
     from rlbench.ablation import cells_for
-    cells_for(ablation, cfg)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    cells_for(ablation, cfg, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
     from rlbench import slowdown
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     _preflight(cfg)
     run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
     typer.echo(f"rlbench: {ablation} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
     try:
-        record = run_ablation(ablation, cfg, run_dir, progress=progress, seeds=seed_list)
+        record = run_ablation(ablation, cfg, run_dir, progress=progress, seeds=seed_list, overrides=overrides)
     finally:
         _finish(run_dir, report)
     failed = [c for c in record["cells"] if c["exit_code"]]

@@ -269,3 +269,15 @@ def test_cells_without_workloads_make_no_map(tmp_path):
     loaded = load(run)
     assert len(speedup_frame(loaded)) == 2 and len(regime_frame(loaded, speedup_frame(loaded))) == 0
     assert "Regime map" not in summary_table_text(run)
+
+
+def test_set_changes_a_point_but_not_what_its_cells_differ_in():
+    """--set lands on top of a workload (a first look at fewer iterations), never on the cell switches."""
+    from rlbench.ablation import cells_for
+    from rlbench.config import load_config, parse_overrides
+
+    sets = ["run.iterations=4", "run.warmup_iterations=1", "engine.overlap=false", "rollout.max_new_tokens=200"]
+    cells = cells_for("regime", load_config(None, sets), parse_overrides(sets))
+    assert {c.run.iterations for _, c in cells} == {4} and {c.rollout.max_new_tokens for _, c in cells} == {200}
+    assert [c.engine.overlap for _, c in cells[:3]] == [True, False, True]
+    assert {c.rollout.response_length_sigma for _, c in cells} == {0.5, 1.0, 1.5, 2.0}  # the rest of each point stays
