@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 
 from rlbench import schema
-from rlbench.config import RunConfig, with_overrides
+from rlbench.config import RunConfig, merge_trees, with_overrides
 from rlbench.errors import UserError
+from rlbench.regime import POINTS
 from rlbench.stages import Schedule
 
 SYNC = {"schedule": Schedule.SYNC.value}
@@ -18,29 +19,18 @@ ASYNC = {"schedule": Schedule.PERIODIC_ASYNC.value}
 BARRIER = {**ASYNC, "overlap": False}
 BOUNDED = {"schedule": Schedule.BOUNDED_ASYNC.value}
 
-# Workloads of `--ablation regime`, from training-dominated to rollout-dominated: overrides of the run's
-# config. Response lengths are drawn per sample (seeded, EOS ignored), so both schedules generate the same
-# lengths; throughput only (no accuracy trend), hence few iterations and no evaluation in between.
-_SHORT = {"iterations": 8, "warmup_iterations": 2, "eval_every": 0}
-# Every sample in flight at once (as vLLM does with KV memory to spare): a decode step then costs about
-# the same whether 16 or 64 sequences advance, which is the regime the paper's long tail lives in.
-_WIDE = {"max_num_seqs": 64}
-WORKLOADS: dict[str, dict] = {
-    "train-heavy": {"rollout": {**_WIDE, "response_length": "fixed", "response_length_mean": 16,
-                                "max_new_tokens": 16}, "data": {"few_shot": 2}, "run": _SHORT},
-    "balanced": {"rollout": {**_WIDE, "response_length": "lognormal", "response_length_mean": 32,
-                             "response_length_sigma": 0.5, "max_new_tokens": 128}, "run": _SHORT},
-    "rollout-heavy": {"rollout": {**_WIDE, "response_length": "lognormal", "response_length_mean": 48,
-                                  "response_length_sigma": 1.0, "max_new_tokens": 512}, "run": _SHORT},
-    "long-tail": {"rollout": {**_WIDE, "response_length": "lognormal", "response_length_mean": 48,
-                              "response_length_sigma": 1.5, "max_new_tokens": 1024}, "run": _SHORT},
-}
+# Workloads of `--ablation regime` (the regime map), `regime-quick` (the same axes at toy sizes) and
+# `regime-natural` (a pretrained model's own EOS tail): config overrides laid over the run's config, one
+# per point (bench/regime.py).
+WORKLOADS: dict[str, dict] = {name: over for points in POINTS.values() for name, over in points.items()}
+# Every grid point runs the three cells of the async ladder, so each speedup splits into device split x overlap.
+_LADDER = (("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC))
 
 # name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
 ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     "async": [("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC)],
-    "regime": [(f"{w}/{c}", {**sw, "workload": w}) for w in WORKLOADS
-               for c, sw in (("sync", SYNC), ("periodic_async", ASYNC))],
+    **{name: [(f"{w}/{c}", {**sw, "workload": w}) for w in points for c, sw in _LADDER]
+       for name, points in POINTS.items()},
     "tri_model": [("sync", SYNC), ("sync+tri_model", {**SYNC, "tri_model": True}),
                   ("periodic_async", ASYNC), ("periodic_async+tri_model", {**ASYNC, "tri_model": True})],
     "shared_prompt": [("sync", SYNC), ("sync+shared_prompt", {**SYNC, "shared_prompt": True}),
@@ -67,25 +57,29 @@ ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "p
 SWITCH_SECTION = {"prox_logp": "train"}  # switches outside the engine section
 
 
-def cells_for(name: str, base: RunConfig) -> list[tuple[str, RunConfig]]:
+def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list[tuple[str, RunConfig]]:
+    """The ablation's cells: base, then the cell's workload (a regime point), then `overrides` (the
+    user's --set tree: it still changes a workload's values, e.g. run.iterations for a first look), then
+    the cell's switches, which nothing overrides (they are what the cells differ in)."""
     if name == "none":
         return [(base.engine.schedule, base)]
     if name not in ABLATIONS:
         raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
-    return [(cell, with_overrides(base, _overrides({**ENGINE_OFF, **sw}))) for cell, sw in ABLATIONS[name]]
+    return [(cell, with_overrides(base, _overrides({**ENGINE_OFF, **sw}, overrides or {})))
+            for cell, sw in ABLATIONS[name]]
 
 
-def _overrides(switches: dict) -> dict:
+def _overrides(switches: dict, user: dict) -> dict:
     """Flat switches -> the nested override tree, each under its config section; a workload's overrides
-    are laid over the run's config and its name kept in run.name."""
+    (with the user's laid over them) go under the switches, its name is kept in run.workload."""
     tree: dict = {}
+    workload = switches.get("workload")
+    if workload:
+        tree = merge_trees(WORKLOADS[workload], user)
+        tree = merge_trees(tree, {"run": {"workload": workload}})
     for key, value in switches.items():
-        if key == "workload":
-            for section, keys in WORKLOADS[value].items():
-                tree.setdefault(section, {}).update(keys)
-            tree.setdefault("run", {})["workload"] = value
-            continue
-        tree.setdefault(SWITCH_SECTION.get(key, "engine"), {})[key] = value
+        if key != "workload":
+            tree = merge_trees(tree, {SWITCH_SECTION.get(key, "engine"): {key: value}})
     return tree
 
 
@@ -122,12 +116,12 @@ def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None
 
 
 def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = True,
-                 seeds: list[int] | None = None) -> dict:
+                 seeds: list[int] | None = None, overrides: dict | None = None) -> dict:
     """Run every cell (once per seed, bench/seeds.py) in its own process; returns the ablation record
-    (also ablation.json)."""
+    (also ablation.json). overrides: the user's --set tree (cells_for)."""
     from rlbench.seeds import expand
 
-    cells = expand(cells_for(name, base), seeds)
+    cells = expand(cells_for(name, base, overrides), seeds)
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
               "reference": cells[0][0],
               "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None,

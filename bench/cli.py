@@ -25,8 +25,11 @@ def _root(ctx: typer.Context) -> None:
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
     ablation: str = typer.Option("async", "--ablation", "-a",
-                                 help="Cells to run: async (sync vs periodic-async), tri_model, shared_prompt, all, ci (the CI benchmark), "
-                                      "or none (just the configured engine)."),
+                                 help="Cells to run: async (sync vs periodic-async), regime (the regime map: sync, "
+                                      "barrier, periodic-async over response-length tails x batch sizes, ~10 min "
+                                      "on 2 cores), regime-quick (the same at toy sizes), regime-natural (SmolLM2's "
+                                      "own EOS tail; needs setup.sh --gguf), tri_model, shared_prompt, all, "
+                                      "staleness, ci (the CI benchmark), or none (just the configured engine)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
     engine: str = typer.Option("rlbench", "--engine", "-e",
                                help="rlbench (this harness's engines), verl or mindspeed-rl (the real peer "
@@ -41,10 +44,11 @@ def run(
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
     from rlbench.ablation import new_run_dir, run_ablation
-    from rlbench.config import load_config
+    from rlbench.config import load_config, parse_overrides
     from rlbench.seeds import parse_seeds
 
-    cfg = load_config(config, set_ + (["run.profile=true"] if profile else []))
+    sets = set_ + (["run.profile=true"] if profile else [])
+    cfg, overrides = load_config(config, sets), parse_overrides(sets)
     seed_list = parse_seeds(seeds)
     if engine != "rlbench":
         if seed_list:
@@ -52,14 +56,14 @@ def run(
         _run_external(engine, cfg, out, report)
         return
     from rlbench.ablation import cells_for
-    cells_for(ablation, cfg)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    cells_for(ablation, cfg, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
     from rlbench import slowdown
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     _preflight(cfg)
     run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
     typer.echo(f"rlbench: {ablation} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
     try:
-        record = run_ablation(ablation, cfg, run_dir, progress=progress, seeds=seed_list)
+        record = run_ablation(ablation, cfg, run_dir, progress=progress, seeds=seed_list, overrides=overrides)
     finally:
         _finish(run_dir, report)
     failed = [c for c in record["cells"] if c["exit_code"]]
@@ -118,12 +122,15 @@ def _finish(run_dir: Path, report: bool) -> None:
 
 
 @app.command("report")
-def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folder.")) -> None:
+def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
+               add: list[Path] = typer.Option([], "--add", help="Another run folder whose cells join this "
+                                              "report (e.g. `--ablation regime-natural` beside a regime map); "
+                                              "repeatable.")) -> None:
     """Write summary.csv/.md, plots and report.html into RUN_DIR."""
     from rlbench.reports import build_report, summary_table_text
 
-    typer.echo(summary_table_text(run_dir))
-    typer.echo(f"report: {build_report(run_dir)}")
+    typer.echo(summary_table_text(run_dir, add))
+    typer.echo(f"report: {build_report(run_dir, add)}")
 
 
 @app.command()

@@ -268,10 +268,11 @@ def _scalar(raw: str) -> Any:
     return value
 
 
-def _merge(base: dict, over: dict) -> dict:
+def merge_trees(base: dict, over: dict) -> dict:
+    """base with over laid on it, section by section (nested dicts merge, other values replace)."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = merge_trees(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -319,9 +320,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
     path = Path(path) if path else DEFAULT_CONFIG
     tree = read_yaml(path)
     extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
-    return build_config(_merge(tree, extra), source=str(path))
+    return build_config(merge_trees(tree, extra), source=str(path))
 
 
 def with_overrides(cfg: RunConfig, over: dict) -> RunConfig:
     """A copy of cfg with nested overrides applied and re-validated."""
-    return build_config(_merge(cfg.model_dump(mode="json"), over), source="ablation cell")
+    return build_config(merge_trees(cfg.model_dump(mode="json"), over), source="ablation cell")

@@ -10,26 +10,30 @@ from rlbench.reports.accuracy_table import write_accuracy_table
 from rlbench.reports.data import load
 from rlbench.reports.html import write_html
 from rlbench.reports.plots import write_plots
+from rlbench.reports.regime_report import regime_section
 from rlbench.reports.seeds import is_multi_seed, write_seed_summary
-from rlbench.reports.tables import write_summary
+from rlbench.reports.tables import speedup_frame, write_summary
 
 
-def build_report(run_dir) -> Path:
+def build_report(run_dir, add=()) -> Path:
     """Write summary.csv, summary.md, accuracy.csv, plots/*.png and report.html into run_dir; returns the
     HTML path. A multi-seed run (--seeds) gets one aggregated row per cell (and summary_seeds.csv); its
-    per-cell plots show the first seed, the accuracy plots every seed.
+    per-cell plots and regime map show the first seed, the accuracy plots every seed. A run of several
+    points (`--ablation regime`) also gets regime.csv and plots/regime.png, at the top of the report.
+    add: other run folders whose cells join this report (written into run_dir).
 
     Works on whatever was measured: a single cell, an ablation, a cell that was interrupted or failed
     with zero iterations. Raises rlbench.errors.UserError when run_dir is not a run folder.
     """
-    run = load(run_dir)
+    run = load(run_dir, add)
     if is_multi_seed(run):
         df, sp, shown = write_seed_summary(run)
     else:
         (df, sp), shown = write_summary(run), run
     plots = write_plots(shown, df, sp)
+    headline = regime_section(shown, sp if shown is run else speedup_frame(shown))  # a regime map: first
     acc = write_accuracy_table(run)
     target = acc["target"].iloc[0] if len(acc) else None
     acc_plots = write_accuracy_plots(curves(run), acc, None if target != target else target, run.path / "plots")
     section = ("Accuracy: time to target, final accuracy, throughput trade-off", accuracy_html(acc, acc_plots, CAPTIONS))
-    return write_html(run, df, sp, plots, sections=[section])
+    return write_html(run, df, sp, plots, sections=[section], headline=headline)

@@ -5,14 +5,17 @@ from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.reports.accuracy_table import accuracy_frame
 from rlbench.reports.data import load
 from rlbench.reports.seeds import cell_summary, is_multi_seed
+from rlbench.reports.regime import regime_frame
+from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame
 
 
-def summary_table_text(run_dir) -> str:
+def summary_table_text(run_dir, add=()) -> str:
     """cell | TPSPD median (min–max) | speedup vs reference | rollout/train tokens/s | idle % per
     worker | pass@1 before→after | max staleness | status, as aligned plain text (TPSPD in
-    tokens/s/device); a multi-seed run shows the median over seeds. Then the time-to-accuracy table."""
-    run = load(run_dir)
+    tokens/s/device); a multi-seed run shows the median over seeds. Then the time-to-accuracy table.
+    add: other run folders whose cells join the table (reports/data.merge)."""
+    run = load(run_dir, add)
     multi = is_multi_seed(run)
     df, sp = cell_summary(run), cell_summary(run, speedup_frame, [])
     rows = [COMPACT_HEAD] + compact_rows(df)
@@ -22,5 +25,8 @@ def summary_table_text(run_dir) -> str:
     if multi:
         lines.append("median over seeds; per seed: summary_seeds.csv")
     lines += ["", "rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
-              "measured device costs (reports/predict.py)."] + attribution_text(attribution(sp))
+              "measured device costs (reports/predict.py)."]
+    regime = [] if multi else regime_lines(regime_frame(run, sp))
+    # a regime map: one sentence per point (its attribution included), then where periodic asynchrony pays
+    lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))
     return "\n".join(lines + accuracy_text(accuracy_frame(run)))

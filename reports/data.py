@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlbench import schema
+from rlbench.errors import UserError
 from rlbench.stages import Stage
 
 STAGE_ORDER = [s.value for s in Stage]  # one order for every table and plot
@@ -86,8 +87,14 @@ class RunData:
         return self.cells[0] if self.cells else None
 
 
-def load(run_dir) -> RunData:
-    """Read a cell folder or an ablation folder (raises rlbench.errors.UserError if it is neither)."""
+def load(run_dir, add=()) -> RunData:
+    """Read a cell folder or an ablation folder (raises rlbench.errors.UserError if it is neither), with
+    the cells of the `add` folders appended (merge)."""
+    run = _load_one(run_dir)
+    return merge(run, [_load_one(p) for p in add]) if add else run
+
+
+def _load_one(run_dir) -> RunData:
     path = Path(run_dir)
     results = schema.load_run(path)
     cells = [CellData(name=r.get("cell") or Path(r["_dir"]).name, dir=Path(r["_dir"]), result=r,
@@ -101,6 +108,20 @@ def load(run_dir) -> RunData:
         return RunData(path, "ablation", abl.get("name") or path.name, reference, cells,
                        abl.get("predicted"), missing)
     return RunData(path, "cell", cells[0].name, cells[0].name, cells)
+
+
+def merge(base: RunData, others: list[RunData]) -> RunData:
+    """base with the cells of other runs appended (`rlbench report RUN_DIR --add OTHER`): one report over
+    several run folders, e.g. a regime map and its natural-tail point; written into base's folder."""
+    cells = list(base.cells)
+    for other in others:
+        clash = sorted({c.name for c in other.cells} & {c.name for c in cells})
+        if clash:
+            raise UserError(f"--add {other.path}: cell name(s) {', '.join(clash)} already in the report; only runs "
+                            "with distinct cells (e.g. different --ablation names) can be reported together")
+        cells += other.cells
+    return RunData(base.path, base.kind, " + ".join([base.name, *(o.name for o in others)]), base.reference,
+                   cells, base.predicted, base.missing + [m for o in others for m in o.missing])
 
 
 def stages_in(cells: list[CellData]) -> list[str]:

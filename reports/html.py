@@ -153,8 +153,9 @@ def utilisation_html(run: RunData) -> str:
 
 
 def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path],
-           sections: list[tuple[str, str]] = ()) -> str:
-    """The whole document as one string; sections: (title, HTML body) after the speedup section."""
+           sections: list[tuple[str, str]] = (), headline: tuple[str, str] | None = None) -> str:
+    """The whole document as one string; sections: (title, HTML body) after the speedup section;
+    headline: (title, HTML body) first of all (the regime map, where the run has one)."""
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     warn = [f'<p class="warn">cell {esc(c.name)}: {esc(c.status)} after {len(c.iterations)} '
             f"iterations</p>" for c in run.cells if c.status != "complete"]
@@ -162,6 +163,7 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
     body = [f"<h1>rlbench report: {esc(run.name)}</h1>",
             f'<p class="meta">{esc(run.kind)} folder {esc(run.path.name)}; {len(run.cells)} cell(s); '
             f"reference cell {esc(run.reference)}; report written {esc(created)}</p>", *warn,
+            *([f"<h2>{esc(headline[0])}</h2>{headline[1]}"] if headline else []),
             "<h2>Summary</h2>", summary_html(df),
             "<p>TPSPD in tokens/s/device; stage columns: mean seconds per measured iteration; "
             "weight sync: seconds per iteration moving the trainer's weights into the rollout engines "
@@ -183,9 +185,9 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
 
 
 def write_html(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path],
-               sections: list[tuple[str, str]] = ()) -> Path:
+               sections: list[tuple[str, str]] = (), headline: tuple[str, str] | None = None) -> Path:
     path = run.path / "report.html"
     tmp = path.with_name(".report.html.tmp")
-    tmp.write_text(render(run, df, sp, plots, sections), encoding="utf-8")
+    tmp.write_text(render(run, df, sp, plots, sections, headline), encoding="utf-8")
     tmp.replace(path)  # atomic: a reader never sees half a report
     return path

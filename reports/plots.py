@@ -20,7 +20,8 @@ from rlbench.reports.timeline import plot_timeline
 DPI = 100
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P"]
-PLOT_FILES = ("tpspd.png", "speedup.png", "regime.png", "stage_breakdown.png", "timeline.png",
+# regime*.png are written by reports/regime_plot.py after these; listed so that no stale one survives
+PLOT_FILES = ("tpspd.png", "speedup.png", "regime.png", "regime_lengths.png", "stage_breakdown.png", "timeline.png",
               "reward_accuracy.png", "staleness.png")
 
 
@@ -150,26 +151,6 @@ def plot_speedup(sp: pd.DataFrame, path: Path) -> Path | None:
     return save(fig, path)
 
 
-def plot_regime(sp: pd.DataFrame, path: Path) -> Path | None:
-    """Measured and predicted speedup against sync's rollout share: where periodic asynchrony pays."""
-    rows = sp[sp["overlap"] & sp["rollout_share_of_sync"].notna()] if len(sp) else sp
-    if len(rows) < 2:
-        return None
-    fig = Figure(figsize=(6.0, 3.8))
-    ax = fig.subplots()
-    x = [100 * _num(v) for v in rows["rollout_share_of_sync"]]
-    ax.plot(x, [_num(v) for v in rows["measured_speedup"]], "o-", color="#333333", label="measured")
-    ax.plot(x, [_num(v) for v in rows["predicted_speedup"]], "s--", color=stage_color("rollout"), label="predicted")
-    for xv, y, c in zip(x, rows["measured_speedup"], rows["cell"]):
-        ax.annotate(str(c).split("/")[0], (xv, _num(y)), fontsize=7, textcoords="offset points", xytext=(3, 4))
-    ax.axhline(1.0, color="black", lw=0.8, ls="--")
-    ax.set(xlabel="sync: rollout share of the iteration (%)", ylabel="periodic-async / sync TPSPD",
-           title="Where periodic asynchrony pays")
-    ax.title.set_fontsize(10)
-    ax.legend(fontsize=8, frameon=False)
-    return save(fig, path)
-
-
 def write_plots(run: RunData, df: pd.DataFrame, sp: pd.DataFrame) -> dict[str, Path]:
     """All plots under <run>/plots/; returns {title: path} in report order."""
     d = run.path / "plots"
@@ -177,7 +158,6 @@ def write_plots(run: RunData, df: pd.DataFrame, sp: pd.DataFrame) -> dict[str, P
         (d / name).unlink(missing_ok=True)
     out = {"TPSPD per cell": plot_tpspd(df, d / "tpspd.png"),
            "Measured vs predicted speedup": plot_speedup(sp, d / "speedup.png"),
-           "Speedup against sync's rollout share": plot_regime(sp, d / "regime.png"),
            "Stage-time breakdown": plot_stage_breakdown(run, df, d / "stage_breakdown.png"),
            "Timeline of worker stages": plot_timeline(run, d / "timeline.png", save),
            "Reward and accuracy": plot_reward_accuracy(run, d / "reward_accuracy.png"),

@@ -12,7 +12,10 @@ import pandas as pd
 from rlbench import schema
 from rlbench.errors import UserError
 from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
+from rlbench.reports.contention import predict_contended
 from rlbench.reports.predict import predict_async, rollout_share
+from rlbench.reports.regime import regime_frame
+from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
 from rlbench.stages import Schedule
@@ -95,7 +98,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
         r, t = _split(c)
         row = {"cell": c.name, "predicted_from": sync.name, "overlap": _overlap(c), "rollout_devices": r,
                "train_devices": t, "rollout_share_of_sync": None,
-               "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()), "predicted_speedup": None, "error_pct": None}
+               "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()), "predicted_speedup": None, "error_pct": None,
+               "predicted_with_contention": None, "contention_kappa": None}
         try:
             pred = predict_async(sync.result, sync.samples, sync.events, r, t, overlap=_overlap(c),
                                  devices=c.devices, reference_tpspd=ref.tpspd())
@@ -105,9 +109,13 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
             row.update(rollout_share_of_sync=pred["rollout_share"], predicted_speedup=pred["predicted_speedup"])
             if row["measured_speedup"] and pred["predicted_speedup"]:
                 row["error_pct"] = 100 * (pred["predicted_speedup"] / row["measured_speedup"] - 1)
+            if (r, t) == (1, 1):  # the proposed contention term: a column beside the model, never in it
+                con = predict_contended(sync.result, sync.samples, sync.events, overlap=_overlap(c),
+                                        devices=c.devices, reference_tpspd=ref.tpspd())
+                row.update(predicted_with_contention=con["predicted_speedup"], contention_kappa=con["kappa"])
         rows.append(row)
     cols = ["cell", "predicted_from", "overlap", "rollout_devices", "train_devices", "rollout_share_of_sync",
-            "measured_speedup", "predicted_speedup", "error_pct"]
+            "measured_speedup", "predicted_speedup", "error_pct", "predicted_with_contention", "contention_kappa"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -240,6 +248,9 @@ def write_summary(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
     if len(sp):
         md += ["\n## Measured vs predicted periodic-async speedup (TPSPD ratio)\n", to_markdown(sp)]
         md += ["\n## Where the speedup comes from\n"] + [f"- {t}" for t in attribution_text(attribution(sp))]
+    regime = regime_lines(regime_frame(run, sp))
+    if regime:
+        md += ["\n## Where periodic asynchrony pays: the regime map\n"] + [f"- {t}" for t in regime]
     util = utilisation_frame(run)
     if len(util):
         util.to_csv(run.path / "utilisation.csv", index=False)

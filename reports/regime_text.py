@@ -1,0 +1,119 @@
+"""The regime map in words: one sentence per point, one for the crossover, one for the prediction.
+
+Renders what reports/regime.py computed; the terminal, summary.md and report.html all print these.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rlbench.reports.regime import STATISTICS, WIN, Crossover, prediction_check, verdict
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def x(v) -> str:
+    return "n/a" if _missing(v) else f"{v:.2f}×"
+
+
+def stat_value(name: str, v) -> str:
+    """A statistic's value in its unit: 36%, 8.2×, 412 tokens."""
+    if _missing(v):
+        return "n/a"
+    unit = STATISTICS[name].unit
+    return f"{100 * v:.0f}%" if unit == "share" else f"{v:.1f}×" if unit == "ratio" else f"{v:.0f} tokens"
+
+
+def setting(r: dict) -> str:
+    """'lognormal lengths (mean 96, sigma 2, max 1536 tokens), 16 prompts × G=4 = 64 samples in flight'"""
+    n = r["prompts"] * r["group_size"] if not (_missing(r["prompts"]) or _missing(r["group_size"])) else None
+    if r["response_length"] == "lognormal":
+        lengths = (f"lognormal lengths (mean {r['length_mean']:g}, sigma {r['length_sigma']:g}, "
+                   f"max {r['max_new_tokens']} tokens)")
+    elif r["response_length"] == "fixed":
+        lengths = f"fixed {r['length_mean']:g}-token responses"
+    else:
+        lengths = f"EOS-ended responses (max {r['max_new_tokens']} tokens)"
+    flight = "" if n is None else f", {r['prompts']} prompts × G={r['group_size']} = {n} samples"
+    if n is not None and not _missing(r["max_num_seqs"]):
+        flight += " in flight" if r["max_num_seqs"] >= n else f", {r['max_num_seqs']} in flight"
+    return lengths + flight
+
+
+def point_sentence(r: dict) -> str:
+    """What one point measured and predicted, and why (the barrier's split × overlap)."""
+    verdict = "wins" if (r["measured_speedup"] or 0) > WIN else "loses"
+    spread = "" if _missing(r["measured_min"]) else f" ({x(r['measured_min'])}–{x(r['measured_max'])} over iterations)"
+    err = "" if _missing(r["error_pct"]) else f" ({r['error_pct']:+.0f}%)"
+    why = "" if _missing(r["split_measured"]) else (
+        f"; device split alone {x(r['split_measured'])} (predicted {x(r['split_predicted'])}) × overlap "
+        f"{x(r['overlap_measured'])} (predicted {x(r['overlap_predicted'])})")
+    if not _missing(r["predicted_with_contention"]):
+        why += (f"; with the proposed contention term (κ {r['contention_kappa']:.2f}) predicted "
+                f"{x(r['predicted_with_contention'])} ({r['contention_error_pct']:+.0f}%)")
+    return (f"{r['point']} ({setting(r)}): sync spends {stat_value('rollout_share', r['rollout_share'])} of its "
+            f"iteration generating, its longest response is {stat_value('tail_ratio', r['tail_ratio'])} the mean: "
+            f"periodic asynchrony {verdict}, {x(r['measured_speedup'])} measured{spread}, predicted "
+            f"{x(r['predicted_speedup'])}{err}{why}.")
+
+
+def crossover_sentence(frame: pd.DataFrame) -> str | None:
+    """'periodic asynchrony pays here when …': the crossover along the statistic that explains the map
+    best, measured and predicted, and how the other statistics did."""
+    v = verdict(frame)
+    if v is None:
+        return None
+    name, best = v.statistic, v.ranked[0]
+    n = int(frame[name].notna().sum())
+    others = "; ".join(f"{STATISTICS[e['statistic']].label}: {e['misclassified']} misclassified, "
+                       f"ρ {_rho(e['spearman'])}" for e in v.ranked[1:])
+    evidence = (f"{STATISTICS[name].label} separates wins from losses best: {v.measured.misclassified} of {n} "
+                f"points on the wrong side of one threshold, Spearman ρ {_rho(best['spearman'])} with the "
+                f"measured speedup" + (f" (other statistics — {others})" if others else ""))
+    return f"{_verdict(v.measured, name, frame)}; predicted: {_short(v.predicted, name)}. {evidence}."
+
+
+def _verdict(c: Crossover, name: str, frame: pd.DataFrame) -> str:
+    if c.kind == "crossing":
+        return (f"Periodic asynchrony pays here when {STATISTICS[name].condition.format(stat_value(name, c.x))} "
+                f"(measured crossover, between {c.below} and {c.above})")
+    best = frame.loc[pd.to_numeric(frame["measured_speedup"]).idxmax()]
+    if c.kind == "everywhere":
+        return f"Periodic asynchrony pays at every point of this map (lowest speedup {x(frame['measured_speedup'].min())})"
+    return f"Periodic asynchrony pays nowhere on this map (best {x(best['measured_speedup'])}, at {best['point']})"
+
+
+def _short(c: Crossover | None, name: str) -> str:
+    if c is None:
+        return "n/a"
+    if c.kind == "crossing":
+        return f"{stat_value(name, c.x)} (between {c.below} and {c.above})"
+    return "pays at every point" if c.kind == "everywhere" else "pays nowhere"
+
+
+def _rho(v) -> str:
+    return "n/a" if _missing(v) else f"{v:.2f}"
+
+
+def prediction_sentence(frame: pd.DataFrame) -> str | None:
+    chk = prediction_check(frame)
+    if not chk["points"]:
+        return None
+    out = (f"Prediction within ±{chk['tolerance_pct']:.0f}% at {chk['within']} of {chk['points']} points "
+           f"(worst: {chk['worst_point']}, {chk['worst_error_pct']:+.0f}%)")
+    con = prediction_check(frame, column="contention_error_pct")
+    if con["points"]:
+        out += (f"; with the proposed contention term (reports/contention.py): {con['within']} of {con['points']} "
+                f"(worst: {con['worst_point']}, {con['worst_error_pct']:+.0f}%)")
+    return out + "."
+
+
+def regime_lines(frame: pd.DataFrame) -> list[str]:
+    """Every sentence of a map of at least 2 points (nothing for fewer: a single comparison is the
+    attribution sentence's)."""
+    if len(frame) < 2:
+        return []
+    lines = [point_sentence(r) for r in frame.to_dict("records")]
+    return lines + [s for s in (crossover_sentence(frame), prediction_sentence(frame)) if s]
