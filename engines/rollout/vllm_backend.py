@@ -208,8 +208,8 @@ class VLLMBackend:
         """G samples per request, one vLLM request each; on_group(group) the moment its G are done.
         -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
         step by sequences in flight included, for the speedup prediction)."""
+        from rlbench import faults, progress
         from rlbench.engines.rollout.sampler import StepCosts
-        from rlbench import faults
 
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}
@@ -228,11 +228,12 @@ class VLLMBackend:
             active = min(engine.get_num_unfinished_requests(), self.max_num_seqs)
             finished = [o for o in engine.step() if o.finished and o.request_id in pending]
             t = cost.step(t, active)
+            progress.beat()  # an engine step made: the hang watchdog's sign of progress
             steps, active_sum = steps + 1, active_sum + active
             for o in finished:
                 tokens += self._collect(o, *pending.pop(o.request_id), out, on_group)
             if out:
-                faults.exit_at(sampling.iteration, "vllm_engine")  # test hook: the engine dies mid-generation
+                faults.at(sampling.iteration, "vllm_engine")  # test hook: the engine dies mid-generation
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
                            "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
         return out
