@@ -106,8 +106,8 @@ def new_run_dir(root: Path, name: str) -> Path:
 
 def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None) -> None:
     """A cell process. It leads its own process group, so that whatever it starts (workers, vLLM engine
-    cores, resource trackers) can be found and ended after it (bench/procs.py); it is told by SIGTERM
-    when `rlbench run` dies, and then ends like a Ctrl-C and takes its group with it."""
+    cores, resource trackers) can be found and ended after it (bench/procs.py); it gets SIGTERM when
+    `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
     import signal
     import sys
 
@@ -116,7 +116,8 @@ def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None
     from rlbench.runner import run_cell
 
     procs.lead_own_group()
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a polite stop: save results, close workers
+    procs.interruptible()
+    procs.stop_group_on_sigterm()  # a polite stop, as Ctrl-C: results saved, workers closed
     procs.die_with_parent(signal.SIGTERM)
     try:
         run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress, pacer=Pacer(seat))

@@ -86,7 +86,7 @@ def check_memory(cfg, facts: ModelFacts, prompt_max: int, kind: str, capacity: i
         raise UserError(
             f"the run needs at least {need / GIB:.1f} GiB but the {where} is {capacity / GIB:.1f} GiB (a training "
             f"replica {train / GIB:.2f} GiB, a rollout replica {rollout / GIB:.2f} GiB; model "
-            f"{facts.params / 1e6:.3g}M parameters of {facts.dtype_bytes} bytes, sequences up to "
+            f"{facts.params:,} parameters of {facts.dtype_bytes} bytes, sequences up to "
             f"{prompt_max + cfg.rollout.max_new_tokens} tokens): lower train.micro_batch_size="
             f"{cfg.train.micro_batch_size}, rollout.max_num_seqs={cfg.rollout.max_num_seqs} or "
             f"rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or use a smaller model")

@@ -72,6 +72,11 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
     return fields[0], int(fields[1]), int(fields[2])
 
 
+def parent_pid(pid: int) -> int | None:
+    st = _stat(pid)
+    return st[1] if st else None
+
+
 def _pids() -> list[int]:
     try:
         return [int(p) for p in os.listdir("/proc") if p.isdigit()]
@@ -90,9 +95,10 @@ def group_members(pgid: int, spare: int | None = None) -> list[int]:
     return [p for p in _pids() if p != spare and (st := _stat(p)) and st[2] == pgid and st[0] not in "ZX"]
 
 
-def marked(token: str, spare: tuple[int, ...] = ()) -> list[int]:
-    """Live processes whose environment carries RUN_ENV=token (this user's processes only)."""
-    needle = f"{RUN_ENV}={token}".encode()
+def marked(token: str, spare: tuple[int, ...] = (), var: str = RUN_ENV) -> list[int]:
+    """Live processes whose environment carries var=token (this user's processes only). Tests and the
+    soak script set a variable of their own and find every process of the runs they start with it."""
+    needle = f"{var}={token}".encode()
     out = []
     for pid in _pids():
         if pid in spare:
@@ -146,6 +152,25 @@ def end_group(pgid: int, grace_s: float = 2.0, timeout_s: float = 10.0) -> list[
 def kill_group(pgid: int, spare: int | None = None, timeout_s: float = 10.0) -> list[int]:
     """Kill what is left of process group `pgid` (except `spare`); -> survivors after timeout_s."""
     return kill_all(lambda: group_members(pgid, spare), timeout_s)
+
+
+def interruptible() -> None:
+    """SIGINT raises KeyboardInterrupt in this process even if it was started with SIGINT ignored (a
+    background job of a non-interactive shell inherits that): the stops forwarded inside a run (Ctrl-C
+    passed on to a cell's group, a dead parent's SIGTERM) are SIGINTs and must not be ignored."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def stop_group_on_sigterm() -> None:
+    """SIGTERM to this process (a group leader) becomes SIGINT to its whole group: the same stop as a
+    Ctrl-C, so workers and the cell end the way they end on Ctrl-C, with the results saved. Once only:
+    the parent-death signal comes once per thread of the dead parent (measured: twice, 0.1 s apart, when
+    `rlbench run` was killed), and a second interrupt would cut the saving short."""
+    def stop(*_) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        forward(signal.SIGINT, os.getpgid(0))
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def forward(sig: int, pgid: int) -> None:

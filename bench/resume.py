@@ -48,18 +48,17 @@ def check_code(record: dict, run_dir: Path, digest: str) -> None:
 
 def plan(run_dir: Path, record: dict, cells: list, digest: str) -> list[str]:
     """Keep the verified complete cells, empty the folders of the rest and clear their exit codes;
-    -> the names of the cells kept."""
-    kept = []
-    for entry, (name, cfg, _) in zip(record["cells"], cells):
-        folder = Path(run_dir) / entry["dir"]
-        if entry["exit_code"] == 0 and _complete(folder):
-            _verify(folder, name, cfg.model_dump(mode="json"), digest)
-            kept.append(name)
-            continue
-        entry["exit_code"] = None
-        shutil.rmtree(folder, ignore_errors=True)  # re-run from the start: nothing of the old attempt stays
+    -> the names of the cells kept. Every kept cell is verified before anything is changed."""
+    keep = [entry["exit_code"] == 0 and _complete(Path(run_dir) / entry["dir"]) for entry in record["cells"]]
+    for entry, (name, cfg, _), kept in zip(record["cells"], cells, keep):
+        if kept:
+            _verify(Path(run_dir) / entry["dir"], name, cfg.model_dump(mode="json"), digest)
+    for entry, kept in zip(record["cells"], keep):
+        if not kept:
+            entry["exit_code"] = None
+            shutil.rmtree(Path(run_dir) / entry["dir"], ignore_errors=True)  # from the start: nothing old stays
     schema.atomic_write_json(Path(run_dir) / schema.ABLATION, record)
-    return kept
+    return [name for (name, _, _), kept in zip(cells, keep) if kept]
 
 
 def _complete(folder: Path) -> bool:

@@ -105,8 +105,8 @@ class Recorder:
             if self.device is not None:
                 dev.synchronize(self.device)
             slowdown.plant(stage.value, now() - start, time.thread_time() - cpu)  # RLBENCH_SLOW (tests of check)
-        self.add(stage, iteration, start, now(), time.thread_time() - cpu)
-        progress.leave(stage.value)
+        ev = self.add(stage, iteration, start, now(), time.thread_time() - cpu)
+        progress.leave(stage.value, ev.duration)
 
     def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None) -> StageEvent:
         ev = StageEvent(self.worker, Stage(stage).value, iteration, start - self.t0, end - self.t0,

@@ -163,9 +163,10 @@ class ProcessHost:
                 raise WorkerError(f"worker {names} died while {doing} (exit codes {dead})")
         return msg
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Ask every worker to stop (its close() runs), then terminate what is left; a worker the
-        watchdog found hung would never answer, so it is terminated at once."""
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Ask every worker to stop (its close() runs), then terminate what is left after timeout_s (a
+        worker stuck in a collective whose peer died never answers); a worker the watchdog found hung is
+        terminated at once."""
         for q in self.inbox.values():
             try:
                 q.put(None)
@@ -192,6 +193,7 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
     from rlbench import procs
 
     procs.die_with_parent(signal.SIGKILL)
+    procs.interruptible()  # a Ctrl-C passed on to the cell's group reaches the worker too
     obj = None
     try:
         from rlbench import device as dev

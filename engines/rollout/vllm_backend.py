@@ -248,8 +248,12 @@ class VLLMBackend:
         return len(toks)
 
     def close(self) -> None:
-        """Drop the engine and its process-wide state (its process group), so that another engine can start
-        in this process (the tests' in-process schedules)."""
+        """Shut the engine down, then drop it and its process-wide state (its process group), so that
+        another engine can start in this process (the tests' in-process schedules). With the engine core
+        in a child process (in_process=False) the shutdown is what ends that process and its workers;
+        dropping the reference alone left them running, re-parented to PID 1. (The cell's process group
+        is the backstop, bench/procs.py.)"""
+        shutdown_engine(self.llm)
         self.llm = None
         self._dir.cleanup()
         try:
@@ -257,6 +261,21 @@ class VLLMBackend:
         except ImportError:  # another vLLM layout: the process ends soon anyway
             return
         cleanup_dist_env_and_memory()
+
+
+def shutdown_engine(llm) -> None:
+    """vLLM's own shutdown of an `LLM`'s engine: `LLMEngine.shutdown()` where this vLLM has it, else its
+    engine-core client's `shutdown()` (v1: InprocClient / SyncMPClient), which stops the engine core
+    process and its workers. Errors are ignored: the process group kill follows anyway."""
+    engine = getattr(llm, "llm_engine", None)
+    for target in (engine, getattr(engine, "engine_core", None)):
+        stop = getattr(target, "shutdown", None)
+        if callable(stop):
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - already dead, or a vLLM that shuts down differently
+                continue
+            return
 
 
 def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
