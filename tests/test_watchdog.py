@@ -1,4 +1,5 @@
 """The hang watchdog: unit tests of its rule, and a planted hang through the real `rlbench run`."""
+import re
 import time
 
 import pytest
@@ -92,7 +93,8 @@ def test_planted_hang_auto_limit_from_measured_stages(tmp_path):
     """No fixed limit: 10x the longest stage so far, at least the floor (small here)."""
     proc, res = planted_hang(tmp_path, "sync", ["engine.hang_floor_s=3"])
     assert proc.returncode == 3, proc.stderr[-3000:]
-    assert "hang watchdog: worker colocated0 made no progress" in proc.stderr  # both ranks hang; both named
-    assert "worker colocated1 made no progress" in proc.stderr
+    # Both ranks hang; the one whose quiet time crosses the limit first is named (both, when together).
+    assert re.search(r"hang watchdog: worker colocated[01] made no progress .*in stage rollout of iteration 2",
+                     proc.stderr)
     assert "10x the longest stage so far" in proc.stderr and "engine.hang_floor_s=3s" in proc.stderr
     assert [it["iteration"] for it in res["iterations"]] == [0, 1]
