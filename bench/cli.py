@@ -155,7 +155,7 @@ def _preflight(cfg) -> None:
     """Reject bad data, missing files and limits the run cannot fit (bench/limits.py: context length,
     memory) before any cell starts (exit code 2, no run folder)."""
     from rlbench import device as dev
-    from rlbench import limits
+    from rlbench import limits, placement
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
@@ -164,9 +164,11 @@ def _preflight(cfg) -> None:
     dataset = load_dataset(cfg.data, cfg.run.seed)
     if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
         raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
+    kind = dev.resolve_kind(cfg.engine.device)
+    if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
+        placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
     facts, tok = model_facts(cfg)
     prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval)
-    kind = dev.resolve_kind(cfg.engine.device)
     limits.check(cfg, facts, prompt_max, kind, dev.memory_capacity(kind))
 
 

@@ -20,7 +20,9 @@ from rlbench.errors import UserError
 from rlbench.stages import Schedule
 
 GIB = 1 << 30
-PROCESS_OVERHEAD = 200 << 20  # Python + torch in every worker process (CPU runs), measured ~250 MB
+# Python + torch per process (CPU runs), a floor: RSS measured 450 MB per process of a tiny-model run, part of
+# it shared libraries.
+PROCESS_OVERHEAD = 200 << 20
 
 
 @dataclass
@@ -77,15 +79,16 @@ def check_memory(cfg, facts: ModelFacts, prompt_max: int, kind: str, capacity: i
         driver = rollout + facts.params * facts.dtype_bytes
         need = n_train * train + n_rollout * rollout + driver + procs * PROCESS_OVERHEAD
         where = "available memory"
+        note = f"{procs} processes of at least {PROCESS_OVERHEAD / GIB:.2f} GiB (Python, torch) each, "
     else:
         if cfg.rollout.backend == "vllm":  # vLLM takes its share of the GPU, whatever it needs
             rollout = cfg.rollout.gpu_memory_utilization * capacity
         need = train + rollout if sync or e.share_devices else max(train, rollout)
-        where = f"memory of one {kind} device"
+        where, note = f"memory of one {kind} device", ""
     if need > capacity:
         raise UserError(
-            f"the run needs at least {need / GIB:.1f} GiB but the {where} is {capacity / GIB:.1f} GiB (a training "
-            f"replica {train / GIB:.2f} GiB, a rollout replica {rollout / GIB:.2f} GiB; model "
+            f"the run needs at least {need / GIB:.1f} GiB but the {where} is {capacity / GIB:.1f} GiB ({note}a "
+            f"training replica {train / GIB:.2f} GiB, a rollout replica {rollout / GIB:.2f} GiB; model "
             f"{facts.params:,} parameters of {facts.dtype_bytes} bytes, sequences up to "
             f"{prompt_max + cfg.rollout.max_new_tokens} tokens): lower train.micro_batch_size="
             f"{cfg.train.micro_batch_size}, rollout.max_num_seqs={cfg.rollout.max_num_seqs} or "
