@@ -138,7 +138,7 @@ class ProcessHost:
                     if on_emit is None:
                         raise WorkerError(f"{msg.worker} emitted an item nobody waits for while {doing}")
                     on_emit(msg.item)
-            self.watchdog.check(doing)
+            self.watchdog.check(doing, self.workers)
         return [out[c.ref] for c in calls]
 
     def _value(self, reply: Reply, doing: str):
@@ -310,7 +310,7 @@ class RayHost:
                     self._ray.get(ref)
                 except Exception as e:  # noqa: BLE001 - a dead actor or an exception in it
                     raise actor_error(self._ray, e, c.worker, doing) from None
-            self.watchdog.check(doing)
+            self.watchdog.check(doing, self.workers)
         while self._forward(on_emit, 0, doing):  # an actor emits before its call returns: the rest is queued
             pass
         return [self._ray.get(c.ref) for c in calls]

@@ -80,11 +80,13 @@ class Watchdog:
             self._seen[hb.worker] = hb
             self.longest_s = max(self.longest_s, hb.longest_s)
 
-    def check(self, doing: str) -> None:
-        """WorkerError naming every watched worker that has shown no progress for longer than the limit."""
+    def check(self, doing: str, workers: list[str]) -> None:
+        """WorkerError naming every watched worker of `workers` (the calling host's: only it reads their
+        heartbeats, so only it knows how quiet they are) that has shown no progress for longer than the
+        limit."""
         limit, t = self.limit(), time.monotonic()
         with self._lock:
-            hung = sorted(w for w, n in self._outstanding.items() if n and t - self._last.get(w, t) > limit)
+            hung = sorted(w for w in workers if self._outstanding.get(w) and t - self._last.get(w, t) > limit)
             if hung:
                 lines = [self._describe(w, t - self._last[w]) for w in hung]
                 self.hung.update(hung)

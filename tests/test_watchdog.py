@@ -19,7 +19,7 @@ def test_idle_worker_is_not_watched():
     wd = Watchdog(limit_s=0.05, floor_s=1.0)
     wd.heartbeat(hb("rollout0", 1))
     time.sleep(0.1)
-    wd.check("waiting")  # no call outstanding: quiet is fine
+    wd.check("waiting", ["rollout0"])  # no call outstanding: quiet is fine
 
 
 def test_worker_with_a_call_and_no_progress_is_hung():
@@ -30,7 +30,7 @@ def test_worker_with_a_call_and_no_progress_is_hung():
     wd.heartbeat(hb("rollout0", 7))  # alive, but the count did not move
     time.sleep(0.05)
     with pytest.raises(WorkerError, match=r"worker rollout0 made no progress .*in stage rollout of iteration 2"):
-        wd.check("generating iteration 2")
+        wd.check("generating iteration 2", ["rollout0"])
     assert wd.hung == {"rollout0"}
 
 
@@ -40,10 +40,22 @@ def test_progress_restarts_the_clock_and_answers_end_the_watch():
     for beats in range(5):
         time.sleep(0.04)
         wd.heartbeat(hb("trainer0", beats))  # 0.2 s in all, but progress every 0.04 s
-        wd.check("training")
+        wd.check("training", ["trainer0"])
     wd.answered("trainer0")
     time.sleep(0.15)
-    wd.check("training")
+    wd.check("training", ["trainer0"])
+
+
+def test_a_host_judges_only_its_own_workers():
+    """A trainer rank's replies and heartbeats wait in its host's queue while the producer thread waits on
+    the rollout host; the rollout host must not call the unread trainer hung (it would, in a first rollout
+    longer than the limit)."""
+    wd = Watchdog(limit_s=0.05, floor_s=1.0)
+    wd.submitted("trainer0")
+    time.sleep(0.08)
+    wd.check("generating iteration 0", ["rollout0"])
+    with pytest.raises(WorkerError, match="trainer0"):
+        wd.check("training iteration 0", ["trainer0"])
 
 
 def test_auto_limit_is_factor_times_longest_stage_with_a_floor():
@@ -61,7 +73,7 @@ def test_silent_worker_is_hung_too():
     wd.submitted("rollout1")
     time.sleep(0.08)
     with pytest.raises(WorkerError, match="rollout1 .*no heartbeat received"):
-        wd.check("generating")
+        wd.check("generating", ["rollout0", "rollout1"])
 
 
 def planted_hang(tmp_path, schedule: str, sets: list[str]):
