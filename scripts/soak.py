@@ -48,7 +48,7 @@ def main() -> int:
     rows = []
     for i in range(args.runs):
         ending = ENDINGS[i % len(ENDINGS)]
-        schedule = ("sync", "periodic_async")[(i // len(ENDINGS)) % 2]
+        schedule = ("sync", "periodic_async")[(i + i // len(ENDINGS)) % 2]  # each ending under both, in turn
         rows.append(one_run(i, ending, schedule, args.config, out / f"{i:02d}-{ending}"))
         print(row_text(rows[-1]), file=sys.stderr, flush=True)
     time.sleep(10)
@@ -77,14 +77,17 @@ def one_run(i: int, ending: str, schedule: str, config: str, folder: Path) -> di
     t0 = time.monotonic()
     cmd = [sys.executable, "-m", "rlbench.cli", "run", "--config", config, "--out", str(folder), "--ablation",
            "none", "--no-progress", "--no-report", *[a for s in sets for a in ("--set", s)]]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's job
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "stderr.txt"  # a file, not a pipe: a leftover process holding a pipe would stall the soak
+    with open(log, "w") as err_file:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True, env=env,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a terminal's job
     if ending in ("ctrl_c", "kill_run", "kill_worker"):
         _wait_iterations(folder, proc, 2)
         _end(ending, proc, mark)
-    _, err = proc.communicate(timeout=900)
-    ended = time.monotonic()
+    proc.wait(timeout=900)
+    ended = time.monotonic()  # `rlbench run` exited (or was killed): the run's end
+    err = log.read_text()
     deadline = ended + 10
     while (left := procs.marked(mark, var=MARK)) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -105,7 +108,7 @@ def one_run(i: int, ending: str, schedule: str, config: str, folder: Path) -> di
 def _wait_iterations(folder: Path, proc, n: int) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        its = list(folder.glob("*/*/iterations.jsonl"))
+        its = list(folder.glob("*/*/iterations.jsonl"))  # <folder>/<run>/<cell>/
         if its and len(its[0].read_text().splitlines()) >= n:
             return
         time.sleep(0.3)
