@@ -99,10 +99,20 @@ def new_run_dir(root: Path, name: str) -> Path:
 
 
 def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None) -> None:
+    """A cell process. It leads its own process group, so that whatever it starts (workers, vLLM engine
+    cores, resource trackers) can be found and ended after it (bench/procs.py); it gets SIGTERM when
+    `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
+    import signal
     import sys
 
+    from rlbench import procs
     from rlbench.interleave import Pacer
     from rlbench.runner import run_cell
+
+    procs.lead_own_group()
+    procs.interruptible()
+    procs.stop_group_on_sigterm()  # a polite stop, as Ctrl-C: results saved, workers closed
+    procs.die_with_parent(signal.SIGTERM)
     try:
         run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress, pacer=Pacer(seat))
     except KeyboardInterrupt:
@@ -113,6 +123,28 @@ def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None
     except BaseException as e:  # noqa: BLE001 - result already written with status failed
         print(f"error in cell {name}: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(3)
+    finally:
+        import multiprocessing
+
+        if os.getppid() != multiprocessing.parent_process().pid:  # orphaned: nobody else will clean up
+            procs.kill_group(os.getpgid(0), spare=os.getpid())
+
+
+def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overrides: dict | None = None) -> dict:
+    """ablation.json's content before any cell ran: the cells, and what `--resume` needs to run them
+    again (the base config, the --set tree laid over regime points, the seeds, the code version)."""
+    from rlbench import provenance
+
+    record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
+              "reference": cells[0][0],
+              "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None,
+                         **({"cell": schema.split_seeded(c)[0], "seed": s} if seeds else {})}
+                        for c, cfg, s in cells],
+              "config": base.model_dump(mode="json"), "overrides": overrides or {},
+              "code_digest": provenance.code_digest()}
+    if seeds:
+        record["seeds"] = seeds
+    return record
 
 
 def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = True,
@@ -122,38 +154,80 @@ def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = Tru
     from rlbench.seeds import expand
 
     cells = expand(cells_for(name, base, overrides), seeds)
-    record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
-              "reference": cells[0][0],
-              "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None,
-                         **({"cell": schema.split_seeded(c)[0], "seed": s} if seeds else {})}
-                        for c, cfg, s in cells]}
-    if seeds:
-        record["seeds"] = seeds
+    record = new_record(name, base, cells, seeds, overrides)
     schema.atomic_write_json(run_dir / schema.ABLATION, record)
+    return run_cells(cells, record, run_dir, progress, base.run.interleave)
+
+
+def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bool) -> dict:
+    """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
+    in its own process; exit codes go into record and ablation.json as they come."""
     # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
     # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ctx = mp.get_context("spawn")
-    from rlbench import interleave
+    from rlbench import interleave as ring
 
-    if base.run.interleave and (len(cells) > 1 or interleave.from_env()):
-        return _run_interleaved(ctx, cells, record, run_dir, progress)
-    for entry, (cell, cfg, _) in zip(record["cells"], cells):
+    todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
+    if interleave and (len(cells) > 1 or ring.from_env()):
+        return _run_interleaved(ctx, [c for _, c in todo], [e for e, _ in todo], record, run_dir, progress)
+    for entry, (cell, cfg, _) in todo:
         proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
                            args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
-        proc.start()
+        _start(proc)
         try:
             proc.join()
         except KeyboardInterrupt:
-            proc.join(30)  # the child got the same SIGINT and is saving its results
+            _interrupt([proc])
             entry["exit_code"] = 130
             schema.atomic_write_json(run_dir / schema.ABLATION, record)
             raise
+        finally:
+            _reap(proc)
         entry["exit_code"] = proc.exitcode
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
         if proc.exitcode == 2:
             raise UserError(f"cell {cell} rejected its input (see the error above)")
     return record
+
+
+def _start(proc) -> None:
+    """Start a cell process as the leader of its own process group (it also does so itself: whichever
+    comes first; the parent cannot once the child has exec'd)."""
+    proc.start()
+    try:
+        os.setpgid(proc.pid, proc.pid)
+    except OSError:
+        pass
+
+
+def _interrupt(cell_procs) -> None:
+    """Ctrl-C reached `rlbench run` (the terminal's foreground group): pass it to every cell's group, as
+    the terminal would have, and give the cells time to save their results."""
+    import signal
+
+    from rlbench import procs
+
+    for proc in cell_procs:
+        procs.forward(signal.SIGINT, proc.pid)
+    for proc in cell_procs:
+        proc.join(30)
+
+
+def _reap(proc) -> None:
+    """After a cell process ended (or would not): end what is left of its process group (a vLLM engine
+    core that outlived its worker, a resource tracker), checked in /proc, within about 10 s."""
+    import sys
+
+    from rlbench import procs
+
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+    left = procs.end_group(proc.pid)
+    if left:
+        print(f"warning: processes of cell {proc.name} still alive after 10 s: {procs.describe(left)}",
+              file=sys.stderr)
 
 
 def _ring_seats(cells, run_dir: Path):
@@ -171,7 +245,7 @@ def _ring_seats(cells, run_dir: Path):
     return interleave.Ring.create(folder).register(0, [c for c, _, _ in cells]), folder
 
 
-def _run_interleaved(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
+def _run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path, progress: bool) -> dict:
     """Every cell in its own process at once, taking turns by iteration (bench/interleave.py)."""
     import shutil
     from multiprocessing.connection import wait
@@ -179,26 +253,28 @@ def _run_interleaved(ctx, cells, record: dict, run_dir: Path, progress: bool) ->
     seats, own = _ring_seats(cells, run_dir)
     procs = {}
     try:
-        for seat, entry, (cell, cfg, _) in zip(seats, record["cells"], cells):
+        for seat, entry, (cell, cfg, _) in zip(seats, entries, cells):
             proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
                                args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress, seat))
-            proc.start()
+            _start(proc)
             procs[proc.sentinel] = (seat, proc, entry)
         while procs:
             for sentinel in wait(list(procs)):
                 seat, proc, entry = procs.pop(sentinel)
                 proc.join()
+                _reap(proc)
                 seat.leave()  # a cell that died mid-turn passes its turns on
                 entry["exit_code"] = proc.exitcode
                 schema.atomic_write_json(run_dir / schema.ABLATION, record)
     except KeyboardInterrupt:
+        _interrupt([proc for _, proc, _ in procs.values()])
         for seat, proc, entry in procs.values():
-            proc.join(30)  # the children got the same SIGINT and are saving their results
             entry["exit_code"] = 130
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
         raise
     finally:
-        for seat, _, _ in procs.values():
+        for seat, proc, _ in procs.values():
+            _reap(proc)
             seat.leave()
         if own:
             shutil.rmtree(own, ignore_errors=True)

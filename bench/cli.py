@@ -24,12 +24,13 @@ def _root(ctx: typer.Context) -> None:
 @app.command()
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
-    ablation: str = typer.Option("async", "--ablation", "-a",
-                                 help="Cells to run: async (sync vs periodic-async), regime (the regime map: sync, "
-                                      "barrier, periodic-async over response-length tails x batch sizes, ~10 min "
-                                      "on 2 cores), regime-quick (the same at toy sizes), regime-natural (SmolLM2's "
-                                      "own EOS tail; needs setup.sh --gguf), tri_model, shared_prompt, all, "
-                                      "staleness, ci (the CI benchmark), or none (just the configured engine)."),
+    ablation: Optional[str] = typer.Option(None, "--ablation", "-a",
+                                           help="Cells to run: async (the default: sync vs periodic-async), regime (the "
+                                                "regime map: sync, barrier, periodic-async over response-length tails x "
+                                                "batch sizes, ~10 min on 2 cores), regime-quick (the same at toy sizes), "
+                                                "regime-natural (SmolLM2's own EOS tail; needs setup.sh --gguf), "
+                                                "tri_model, shared_prompt, all, staleness, ci (the CI benchmark), or "
+                                                "none (just the configured engine)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
     engine: str = typer.Option("rlbench", "--engine", "-e",
                                help="rlbench (this harness's engines), verl or mindspeed-rl (the real peer "
@@ -41,9 +42,29 @@ def run(
                                  "(run.profile_iterations after warm-up) into <cell>/traces for TensorBoard/Perfetto."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every cell once per seed, e.g. 0,1,2 (sets "
                                         "run.seed); the report aggregates each cell over its seeds."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Finish the run in RUN_DIR: its completed cells "
+                                          "are kept (after checking they match its config and this code), the "
+                                          "others run again from their start; the config, ablation and seeds are "
+                                          "the run's own."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
-    from rlbench.ablation import new_run_dir, run_ablation
+    from rlbench import procs
+
+    procs.mark_run()  # every process of this run carries the token: found and ended at the end
+    try:
+        if resume is not None:
+            _resume(resume, progress, report, refused={"--config": config, "--set": set_, "--ablation": ablation,
+                                                       "--seeds": seeds, "--engine": engine != "rlbench",
+                                                       "--profile": profile})
+        else:
+            _run_new(config, ablation or "async", set_, engine, out, report, progress, profile, seeds)
+    finally:
+        _sweep()
+
+
+def _run_new(config, ablation: str, set_: list[str], engine: str, out: Path, report: bool, progress: bool,
+             profile: bool, seeds: str | None) -> None:
+    from rlbench.ablation import cells_for, new_run_dir, run_ablation
     from rlbench.config import load_config, parse_overrides
     from rlbench.seeds import parse_seeds
 
@@ -55,7 +76,6 @@ def run(
             raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
         _run_external(engine, cfg, out, report)
         return
-    from rlbench.ablation import cells_for
     cells_for(ablation, cfg, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
     from rlbench import slowdown
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
@@ -66,10 +86,52 @@ def run(
         record = run_ablation(ablation, cfg, run_dir, progress=progress, seeds=seed_list, overrides=overrides)
     finally:
         _finish(run_dir, report)
+    _raise_failed(record)
+
+
+def _resume(run_dir: Path, progress: bool, report: bool, refused: dict) -> None:
+    """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept (bench/resume.py)."""
+    from rlbench import provenance, resume
+    from rlbench.ablation import run_cells
+
+    given = [opt for opt, value in refused.items() if value]
+    if given:
+        raise UserError(f"--resume {run_dir} runs that run's own configuration (its ablation.json); leave out "
+                        f"{', '.join(given)}")
+    record, base, cells = resume.load(run_dir)
+    digest = provenance.code_digest()
+    resume.check_code(record, run_dir, digest)
+    _preflight(base)
+    kept = resume.plan(run_dir, record, cells, digest)
+    typer.echo(f"rlbench: resuming {run_dir}: kept {len(kept)} completed cell(s) ({', '.join(kept) or 'none'}), "
+               f"running {len(cells) - len(kept)}", err=True)
+    try:
+        record = run_cells(cells, record, run_dir, progress, base.run.interleave)
+    finally:
+        _finish(run_dir, report)
+    _raise_failed(record)
+
+
+def _raise_failed(record: dict) -> None:
     failed = [c for c in record["cells"] if c["exit_code"]]
     if failed:
         raise WorkerError(f"{len(failed)} cell(s) failed: " + ", ".join(f"{c['name']} (exit {c['exit_code']})"
                                                                         for c in failed))
+
+
+def _sweep() -> None:
+    """The last backstop: any process still carrying this run's token (bench/procs.py) outside the
+    cells' process groups, which are ended as each cell ends, is ended here, except this process and its
+    multiprocessing resource tracker (it ends with this process and cleans up after it)."""
+    from multiprocessing import resource_tracker
+
+    from rlbench import procs
+
+    token = os.environ.get(procs.RUN_ENV)
+    spare = (os.getpid(), getattr(resource_tracker._resource_tracker, "_pid", None) or -1)
+    left = procs.kill_all(lambda: procs.marked(token, spare), timeout_s=10.0) if token else []
+    if left:
+        print(f"warning: processes of this run still alive: {procs.describe(left)}", file=sys.stderr)
 
 
 def _run_external(engine: str, cfg, out: Path, report: bool) -> None:
@@ -94,14 +156,24 @@ def _run_external(engine: str, cfg, out: Path, report: bool) -> None:
 
 
 def _preflight(cfg) -> None:
-    """Reject bad data and missing files before any cell starts (exit code 2, no run folder)."""
+    """Reject bad data, missing files and limits the run cannot fit (bench/limits.py: context length,
+    memory) before any cell starts (exit code 2, no run folder)."""
+    from rlbench import device as dev
+    from rlbench import limits, placement
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import check_supported
+    from rlbench.engines.model.loader import model_facts
 
     check_supported(cfg)
-    load_dataset(cfg.data, cfg.run.seed)
+    dataset = load_dataset(cfg.data, cfg.run.seed)
     if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
         raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
+    kind = dev.resolve_kind(cfg.engine.device)
+    if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
+        placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
+    facts, tok = model_facts(cfg)
+    prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval)
+    limits.check(cfg, facts, prompt_max, kind, dev.memory_capacity(kind))
 
 
 def _finish(run_dir: Path, report: bool) -> None:

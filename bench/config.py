@@ -156,7 +156,17 @@ class EngineConfig(Section):
     consume_order: Literal["arrival", "dispatch"] = Field(
         "arrival", description="periodic_async, bounded_async: train groups as they finish (arrival) or in "
         "dispatch order.")
-    queue_timeout_s: float = Field(300.0, gt=0, description="Longest wait for a worker process before failing.")
+    queue_timeout_s: float = Field(
+        300.0, gt=0, description="Longest a worker process (or Ray actor) may take to start, and the longest the "
+        "async trainer waits for the next rollout group, before the run fails.")
+    hang_timeout_s: float | None = Field(
+        None, gt=0, description="Hang watchdog: a worker that is asked to do something and shows no progress "
+        "(no stage starting or ending, no finished group, no decode step or micro-batch) for this many seconds "
+        "ends the run (exit 3) with a message naming the worker and its stage; measured iterations are kept. "
+        "null: 10x the longest stage measured so far, at least hang_floor_s.")
+    hang_floor_s: float = Field(
+        120.0, gt=0, description="Hang watchdog: the shortest automatic limit (used until stages have been "
+        "measured, and while they are short); see hang_timeout_s.")
     backend: Literal["local", "ray"] = Field(
         "local", description="local: every worker (colocated worker, rollout worker, trainer rank) is a local "
         "process pinned to its device; ray: the same workers are Ray actors holding their devices as Ray "

@@ -222,3 +222,27 @@ def describe(device) -> dict:
     elif "total" in (mem := memory(device)):
         info["memory_total"] = mem["total"]
     return info
+
+
+def memory_capacity(kind: str) -> int | None:
+    """Bytes of memory one device offers, found without initialising an accelerator (the limits checked
+    before a run, bench/limits.py): CPU: the machine's available memory (MemAvailable; every core shares
+    it); CUDA: the first GPU's total memory (nvidia-smi); None where it is not known (NPU, no nvidia-smi)."""
+    import subprocess
+
+    if kind == "cpu":
+        try:
+            for line in open("/proc/meminfo"):
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+    if kind == "cuda":
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout.split()
+            return int(out[0]) << 20 if out else None
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+    return None

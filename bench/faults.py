@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import os
+import time
 
 
-def exit_at(iteration: int, role: str = "rollout") -> None:
-    """RLBENCH_FAULT=<role>_exit:K (role: rollout, trainer, vllm_engine) makes such a worker die at
-    iteration K (a crash, no goodbye)."""
+def at(iteration: int, role: str = "rollout") -> None:
+    """RLBENCH_FAULT=<role>_exit:K makes such a worker (role: rollout, trainer, vllm_engine) die at
+    iteration K (a crash, no goodbye); <role>_hang:K makes it hang there instead (alive, no progress:
+    what the hang watchdog must catch)."""
     spec = os.environ.get("RLBENCH_FAULT", "")
-    if spec.startswith(f"{role}_exit:") and int(spec.split(":")[1]) == iteration:
+    kind, _, at_k = spec.partition(":")
+    if not at_k or int(at_k) != iteration:
+        return
+    if kind == f"{role}_exit":
         os._exit(17)
+    if kind == f"{role}_hang":
+        while True:  # a stuck generation or collective: the process lives on, nothing moves
+            time.sleep(3600)

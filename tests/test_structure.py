@@ -13,6 +13,7 @@ FOLDERS = {"bench": "rlbench", "engines": "rlbench.engines", "reports": "rlbench
 # The shared core: config models, stage recorder, result schema and writer, metrics, device and placement.
 CORE = {"rlbench." + m for m in ("config", "stages", "schema", "writer", "metrics", "device", "placement",
                                  "profiling", "provenance", "errors", "faults", "slowdown", "peak", "components",
+                                 "progress", "procs", "limits",
                                  "utilisation")}
 HARNESS = ("rlbench.cli", "rlbench.runner", "rlbench.ablation", "rlbench.check", "rlbench.check_metrics",
            "rlbench.baseline", "rlbench.simulate", "rlbench.reports")

@@ -193,3 +193,29 @@ def test_load_weights_changes_outputs_and_version(backend):
     b.load_weights(dict(model.named_parameters()), 4)  # back, for the other tests
     assert sorted((g.prompt_index, g.responses) for g in b.generate(_requests(4), greedy)) == before
 
+
+
+def test_close_shuts_the_vllm_engine_down_by_name():
+    """VLLMBackend.close asks vLLM to shut its engine down (what ends an engine core running in a child
+    process) instead of only dropping the reference: LLMEngine.shutdown where it exists, else the engine
+    core client's. Fakes stand in for vLLM; the real engine is covered by tests/test_vllm_cpu.py."""
+    from types import SimpleNamespace
+
+    from rlbench.engines.rollout.vllm_backend import shutdown_engine
+
+    calls = []
+    core = SimpleNamespace(shutdown=lambda: calls.append("engine_core"))
+    shutdown_engine(SimpleNamespace(llm_engine=SimpleNamespace(engine_core=core)))  # a vLLM without LLMEngine.shutdown
+    assert calls == ["engine_core"]
+    calls.clear()
+    engine = SimpleNamespace(engine_core=core, shutdown=lambda: calls.append("llm_engine"))
+    shutdown_engine(SimpleNamespace(llm_engine=engine))
+    assert calls == ["llm_engine"]
+
+    def broken():
+        raise RuntimeError("engine already dead")
+
+    calls.clear()
+    shutdown_engine(SimpleNamespace(llm_engine=SimpleNamespace(engine_core=core, shutdown=broken)))
+    assert calls == ["engine_core"]  # the next way is tried
+    shutdown_engine(None)  # nothing to shut down: no error

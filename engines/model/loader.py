@@ -31,6 +31,52 @@ def load_policy(cfg, dataset, progress=None):
     return model, tok, {**info, "dtype": cfg.model.dtype}
 
 
+def model_config_and_tokenizer(cfg):
+    """The policy's HF config and tokenizer without its weights (what the limits checked before a run
+    need: positions, shapes, prompt lengths). -> (config, tokenizer)."""
+    kind = cfg.model.kind
+    if kind == "tiny":
+        from rlbench.engines.model.tiny import tiny_config
+
+        tok = CharTokenizer()
+        return tiny_config(cfg.model, tok.vocab_size), tok
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rlbench.engines.model.tokenizer import HFTokenizer
+
+    if kind == "hf_config":
+        hf_cfg = _read_hf_config(cfg.model.path)
+        return hf_cfg, _hf_config_tokenizer(cfg.model, hf_cfg.vocab_size)
+    if kind == "hf":
+        path = Path(cfg.model.path)
+        if not (path / "config.json").is_file():
+            raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
+        return (AutoConfig.from_pretrained(path, local_files_only=True),
+                HFTokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True)))
+    f = gguf_file(cfg.model.path)
+    return (AutoConfig.from_pretrained(f.parent, gguf_file=f.name),
+            HFTokenizer(AutoTokenizer.from_pretrained(f.parent, gguf_file=f.name)))
+
+
+def model_facts(cfg):
+    """-> (bench/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
+    parameters are counted on the meta device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlbench.limits import ModelFacts
+
+    c, tok = model_config_and_tokenizer(cfg)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters())
+    heads = c.num_attention_heads
+    facts = ModelFacts(positions=int(c.max_position_embeddings), params=params, layers=c.num_hidden_layers,
+                       kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+                       head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads, vocab=c.vocab_size,
+                       dtype_bytes=_dtype(cfg.model.dtype).itemsize)
+    return facts, tok
+
+
 def _dtype(name: str):
     import torch
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
@@ -51,25 +97,32 @@ def _load_hf_config(cfg):
     """Randomly initialised weights (seeded by run.seed) of a named architecture: the real shapes and
     FLOPs of e.g. Qwen2.5-0.5B/7B without downloading weights. Built on the run's accelerator when it
     has one (fast), else on CPU. Keys starting with '_' in the JSON are notes, not config."""
-    import json
-
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from rlbench import device as dev
 
     f = config_file(cfg.model.path)
-    try:
-        values = {k: v for k, v in json.loads(f.read_text()).items() if not k.startswith("_")}
-        hf_cfg = AutoConfig.for_model(values.pop("model_type"), **values)
-    except (ValueError, KeyError, json.JSONDecodeError) as e:
-        raise UserError(f"model.path={cfg.model.path}: not a usable config.json ({type(e).__name__}: {e})") from None
+    hf_cfg = _read_hf_config(cfg.model.path)
     device = dev.resolve(cfg.engine.device)
     torch.manual_seed(cfg.run.seed)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(hf_cfg, dtype=_dtype(cfg.model.dtype), attn_implementation="sdpa")
     tok = _hf_config_tokenizer(cfg.model, hf_cfg.vocab_size)
     return model.eval(), tok, {"source": str(f), "random_init": True, "tokenizer": cfg.model.tokenizer or "char"}
+
+
+def _read_hf_config(spec: str):
+    """The HF config of an architecture JSON (model.path of kind hf_config); '_' keys are notes."""
+    import json
+
+    from transformers import AutoConfig
+
+    try:
+        values = {k: v for k, v in json.loads(config_file(spec).read_text()).items() if not k.startswith("_")}
+        return AutoConfig.for_model(values.pop("model_type"), **values)
+    except (ValueError, KeyError, json.JSONDecodeError) as e:
+        raise UserError(f"model.path={spec}: not a usable config.json ({type(e).__name__}: {e})") from None
 
 
 def _hf_config_tokenizer(mcfg, vocab_size: int):

@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from rlbench import slowdown
+from rlbench import progress, slowdown
 from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, inverse_cdf, top_p_sample, sample_seed,
@@ -357,6 +357,7 @@ class BuiltinSampler:
                 L += 1  # every live slot grew by one token
                 done = self._record(self._rows[:B], logits, sp)
                 steps, active_sum = steps + 1, active_sum + B
+                progress.beat()  # a step made: the hang watchdog's sign of progress
                 finished = bool(done.any())  # the one host sync per step
                 slowdown.plant("decode", 0.0, time.thread_time() - step_cpu)  # RLBENCH_SLOW=decode:F only
                 t = cost.step(t, B)

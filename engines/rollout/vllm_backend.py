@@ -208,8 +208,8 @@ class VLLMBackend:
         """G samples per request, one vLLM request each; on_group(group) the moment its G are done.
         -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
         step by sequences in flight included, for the speedup prediction)."""
+        from rlbench import faults, progress
         from rlbench.engines.rollout.sampler import StepCosts
-        from rlbench import faults
 
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}
@@ -228,11 +228,12 @@ class VLLMBackend:
             active = min(engine.get_num_unfinished_requests(), self.max_num_seqs)
             finished = [o for o in engine.step() if o.finished and o.request_id in pending]
             t = cost.step(t, active)
+            progress.beat()  # an engine step made: the hang watchdog's sign of progress
             steps, active_sum = steps + 1, active_sum + active
             for o in finished:
                 tokens += self._collect(o, *pending.pop(o.request_id), out, on_group)
             if out:
-                faults.exit_at(sampling.iteration, "vllm_engine")  # test hook: the engine dies mid-generation
+                faults.at(sampling.iteration, "vllm_engine")  # test hook: the engine dies mid-generation
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
                            "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
         return out
@@ -247,8 +248,12 @@ class VLLMBackend:
         return len(toks)
 
     def close(self) -> None:
-        """Drop the engine and its process-wide state (its process group), so that another engine can start
-        in this process (the tests' in-process schedules)."""
+        """Shut the engine down, then drop it and its process-wide state (its process group), so that
+        another engine can start in this process (the tests' in-process schedules). With the engine core
+        in a child process (in_process=False) the shutdown is what ends that process and its workers;
+        dropping the reference alone left them running, re-parented to PID 1. (The cell's process group
+        is the backstop, bench/procs.py.)"""
+        shutdown_engine(self.llm)
         self.llm = None
         self._dir.cleanup()
         try:
@@ -256,6 +261,21 @@ class VLLMBackend:
         except ImportError:  # another vLLM layout: the process ends soon anyway
             return
         cleanup_dist_env_and_memory()
+
+
+def shutdown_engine(llm) -> None:
+    """vLLM's own shutdown of an `LLM`'s engine: `LLMEngine.shutdown()` where this vLLM has it, else its
+    engine-core client's `shutdown()` (v1: InprocClient / SyncMPClient), which stops the engine core
+    process and its workers. Errors are ignored: the process group kill follows anyway."""
+    engine = getattr(llm, "llm_engine", None)
+    for target in (engine, getattr(engine, "engine_core", None)):
+        stop = getattr(target, "shutdown", None)
+        if callable(stop):
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - already dead, or a vLLM that shuts down differently
+                continue
+            return
 
 
 def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,

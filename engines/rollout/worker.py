@@ -69,8 +69,8 @@ class RolloutWorker:
         """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
         from rlbench.stages import Stage
 
-        faults.exit_at(iteration)
         with self.rec.stage(Stage.ROLLOUT, iteration):
+            faults.at(iteration)  # inside the stage: a planted hang is reported as a hang in rollout
             self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)))
         self.prof.step()
         return self.rec.drain(), dict(self.sampler.last_stats)

@@ -1,6 +1,7 @@
 """The trainer's group pipeline, phase by phase: what every schedule and every data-parallel rank runs."""
 from __future__ import annotations
 
+from rlbench import progress
 from rlbench.engines.rollout.base import Group
 from rlbench.stages import Stage
 
@@ -23,11 +24,14 @@ def train_phases(trainer, rec, k: int, groups: list[Group], answers: dict[int, s
         with rec.stage(Stage.OLD_LOGPROB, k):
             for mb in mbs:
                 trainer.old_logprobs(mb)
+                progress.beat()  # per micro-batch: a long stage still shows progress to the watchdog
     if trainer.plan.separate_phases:
         with rec.stage(Stage.REF_LOGPROB, k):
             for mb in mbs:
                 trainer.ref_logprobs(mb)
+                progress.beat()
     with rec.stage(Stage.UPDATE, k):
         for mb in mbs:
             trainer.accumulate(mb)
+            progress.beat()
     return rewards

@@ -90,7 +90,7 @@ class TrainerRank:
         from rlbench import faults
         from rlbench.engines.trainer.phases import train_phases
 
-        faults.exit_at(k, "trainer")
+        faults.at(k, "trainer")
         return train_phases(self.trainer, self.rec, k, groups, answers)
 
     def step(self, k: int) -> tuple[dict, list]:
@@ -113,11 +113,11 @@ class TrainerRank:
         tr, rec = self.trainer, self.rec
         with rec.stage(Stage.WEIGHT_SYNC, k):  # local, but a real copy into the rollout engine
             self.sampler.load_weights(tr.weights(), tr.version)
-        faults.exit_at(k)
         with rec.stage(Stage.ROLLOUT, k):
+            faults.at(k)  # inside the stage: a planted hang is reported as a hang in rollout
             groups = self.sampler.generate(requests, sampling)
         groups.sort(key=lambda g: g.prompt_index)  # dispatch order
-        faults.exit_at(k, "trainer")
+        faults.at(k, "trainer")
         tr.begin()
         rewards = train_phases(tr, rec, k, groups, answers)
         stats, events = self.step(k)

@@ -1,0 +1,67 @@
+"""Limits checked before any work starts: positions and memory, exit 2 naming the keys and the limit."""
+import pytest
+
+from test_cli_run import TINY, rlbench
+
+from rlbench import limits
+from rlbench.config import load_config
+from rlbench.errors import UserError
+
+# A 0.5B-like model in bfloat16 (Qwen2.5-0.5B's shape): 494M parameters, 24 layers, 2 KV heads of 64.
+HALF_B = limits.ModelFacts(positions=32768, params=494_000_000, layers=24, kv_heads=2, head_dim=64,
+                           vocab=151_936, dtype_bytes=2)
+GIB = 1 << 30
+
+
+def cfg(*sets):
+    return load_config(TINY, list(sets))
+
+
+def test_prompt_plus_max_new_tokens_must_fit_the_positions():
+    small = limits.ModelFacts(positions=2048, params=1, layers=1, kv_heads=1, head_dim=1, vocab=1, dtype_bytes=4)
+    limits.check_positions(cfg("rollout.max_new_tokens=1948"), small, prompt_max=100)  # 2048: fits exactly
+    with pytest.raises(UserError, match=r"100 tokens.*max_new_tokens=1949.*= 2049 tokens exceed the model's 2048 "
+                                        r"positions.*at most 1948"):
+        limits.check_positions(cfg("rollout.max_new_tokens=1949"), small, prompt_max=100)
+
+
+def test_drawn_lengths_are_named_when_they_set_the_cap():
+    small = limits.ModelFacts(positions=2048, params=1, layers=1, kv_heads=1, head_dim=1, vocab=1, dtype_bytes=4)
+    with pytest.raises(UserError, match="response_length=lognormal: drawn lengths are clipped to it"):
+        limits.check_positions(cfg("rollout.max_new_tokens=2100", "rollout.response_length=lognormal"), small, 50)
+
+
+def test_vllm_max_model_len_is_checked_against_prompt_and_positions():
+    c = cfg("rollout.backend=vllm", "rollout.max_model_len=512", "rollout.max_new_tokens=480")
+    with pytest.raises(UserError, match=r"exceed rollout.max_model_len=512.*at most 412"):
+        limits.check_positions(c, HALF_B, prompt_max=100)
+    with pytest.raises(UserError, match=r"rollout.max_model_len=40000 exceeds the model's 32768 positions"):
+        limits.check_positions(cfg("rollout.backend=vllm", "rollout.max_model_len=40000"), HALF_B, 100)
+
+
+def test_memory_estimate_counts_states_kv_and_logits():
+    c = cfg("rollout.max_new_tokens=384", "rollout.max_num_seqs=64", "train.micro_batch_size=4",
+            "model.dtype=bfloat16")
+    train, rollout = limits.replica_bytes(c, HALF_B, prompt_max=128)
+    weights = 494e6 * 2
+    assert train == pytest.approx(5 * weights + 4 * 384 * 151_936 * (2 + 4))
+    assert rollout == pytest.approx(weights + 64 * 512 * 2 * 24 * 2 * 64 * 2 + 64 * 151_936 * 4)
+
+
+def test_memory_refused_only_when_it_cannot_fit():
+    c = cfg("engine.device=cuda", "model.dtype=bfloat16")
+    limits.check_memory(c, HALF_B, 128, "cuda", 80 * GIB)  # a 0.5B model fits an 80 GB GPU
+    with pytest.raises(UserError, match=r"needs at least .* GiB but the memory of one cuda device is 4.0 GiB.*"
+                                        r"train.micro_batch_size=2, rollout.max_num_seqs=8"):
+        limits.check_memory(c, HALF_B, 128, "cuda", 4 * GIB)
+    with pytest.raises(UserError, match="available memory is 1.0 GiB"):  # CPU: every process of the run adds up
+        limits.check_memory(cfg(), HALF_B, 128, "cpu", 1 * GIB)
+
+
+def test_cli_refuses_past_the_positions_before_any_work(tmp_path):
+    """The issue's case: --set rollout.max_new_tokens=5000 on the tiny model (2048 positions)."""
+    proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
+                   "--set", "rollout.max_new_tokens=5000", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "rollout.max_new_tokens=5000" in proc.stderr and "2048 positions" in proc.stderr
+    assert not list(tmp_path.iterdir())  # no run folder: nothing started

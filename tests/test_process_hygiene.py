@@ -1,0 +1,120 @@
+"""Nothing left behind: after a run completes, fails, is killed or interrupted, no process it started is
+alive 10 s later. Processes are found by walking /proc for a variable only this test's run inherits, not
+by trusting any shutdown call."""
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from test_cli_run import TINY, clean_env
+
+from rlbench import procs, schema
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+MARK = "RLBENCH_TEST_MARK"
+GONE_WITHIN_S = 10.0
+
+
+def start(tmp_path, *sets: str, env: dict | None = None):
+    """`rlbench run` of the tiny config (sync: two colocated worker processes and a process group) in a
+    session of its own, as a terminal would start it; -> (process, mark)."""
+    mark = uuid.uuid4().hex
+    overrides = [a for s in ["engine.schedule=sync", *sets] for a in ("--set", s)]
+    proc = subprocess.Popen([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out",
+                             str(tmp_path), "--no-progress", "--no-report", "--ablation", "none", *overrides],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**clean_env(), MARK: mark, **(env or {})}, preexec_fn=as_in_a_terminal)
+    return proc, mark
+
+
+def as_in_a_terminal() -> None:
+    """A foreground job of a terminal gets Ctrl-C; a test run from a background job inherits SIGINT
+    ignored, so the child restores it (in the child, before exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def left_after(mark: str, since: float) -> list[str]:
+    """The run's processes still alive GONE_WITHIN_S after `since` (the run's end)."""
+    deadline = since + GONE_WITHIN_S
+    while (left := procs.marked(mark, var=MARK)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return procs.describe(left)
+
+
+def wait_for_iterations(proc, tmp_path, n: int = 2) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        its = list(tmp_path.glob("*/sync/" + schema.ITERATIONS))
+        if its and len(its[0].read_text().splitlines()) >= n:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"no {n} iterations: {proc.communicate()[1][-3000:]}")
+
+
+def test_completed_run_leaves_nothing(tmp_path):
+    proc, mark = start(tmp_path)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert left_after(mark, time.monotonic()) == []
+
+
+def test_failed_run_leaves_nothing(tmp_path):
+    proc, mark = start(tmp_path, env={"RLBENCH_FAULT": "trainer_exit:1"})
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 3, err[-3000:]
+    assert left_after(mark, time.monotonic()) == []
+
+
+def test_killed_run_leaves_nothing(tmp_path):
+    """SIGKILL to `rlbench run` itself: no cleanup code of it runs; its cell learns by the parent-death
+    signal, stops like a Ctrl-C and ends its process group."""
+    proc, mark = start(tmp_path, "run.iterations=100000")
+    wait_for_iterations(proc, tmp_path)
+    proc.kill()
+    proc.wait()
+    assert left_after(mark, time.monotonic()) == []
+    _, err = proc.communicate(timeout=60)
+    (run_dir,) = list(tmp_path.iterdir())
+    res = schema.load_cell(run_dir / "sync")
+    assert res["status"] == "interrupted" and len(res["iterations"]) >= 2, err[-3000:]  # saved what it measured
+
+
+def test_interrupted_run_leaves_nothing(tmp_path):
+    proc, mark = start(tmp_path, "run.iterations=100000")
+    wait_for_iterations(proc, tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert left_after(mark, time.monotonic()) == []
+
+
+def test_killed_worker_ends_the_run_and_leaves_nothing(tmp_path):
+    """The issue's vLLM case with the built-in engine: one worker killed from outside."""
+    proc, mark = start(tmp_path, "run.iterations=100000")
+    wait_for_iterations(proc, tmp_path)
+    workers = worker_pids(proc, mark)  # the cell's colocated ranks
+    assert len(workers) == 2, procs.describe(procs.marked(mark, var=MARK))
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3, err[-3000:]
+    assert "died" in err
+    assert left_after(mark, time.monotonic()) == []
+
+
+def worker_pids(proc, mark: str) -> list[int]:
+    """The worker processes of the run `proc` started: children of its cell process (not the resource
+    trackers)."""
+    run = [p for p in procs.marked(mark, var=MARK) if b"resource_tracker" not in _cmdline(p)]
+    cells = [p for p in run if procs.parent_pid(p) == proc.pid]
+    return [p for p in run if procs.parent_pid(p) in cells]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return b""

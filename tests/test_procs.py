@@ -1,0 +1,87 @@
+"""Process hygiene helpers (bench/procs.py) with ordinary child processes: parent-death signal, process
+groups, finding a run's processes in /proc. What vLLM's engine cores rely on, without vLLM."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from rlbench import procs
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+
+# A parent that starts a grandchild (sleeping, marked by the caller's variable) and prints its pid;
+# with_pdeathsig: the grandchild asks to die with its parent.
+PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+    print(child.pid, flush=True)
+    time.sleep(600)
+""")
+CHILD = "import time, signal\n{setup}\ntime.sleep(600)"
+WITH_PDEATHSIG = "import multiprocessing\nfrom rlbench import procs\nprocs.die_with_parent(signal.SIGKILL)"
+
+
+def start_family(child_setup: str, mark: str, new_group: bool = False):
+    env = {**os.environ, "TEST_MARK": mark}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD.format(setup=child_setup)],
+                              stdout=subprocess.PIPE, text=True, env=env, start_new_session=new_group)
+    child = int(parent.stdout.readline())
+    return parent, child
+
+
+def wait_gone(pid_list_fn, timeout_s=10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := pid_list_fn()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def test_child_dies_with_its_parent():
+    mark = uuid.uuid4().hex
+    parent, child = start_family(WITH_PDEATHSIG, mark)
+    time.sleep(1.0)  # the child has asked for the signal
+    assert sorted(procs.marked(mark, var="TEST_MARK")) == sorted([parent.pid, child])
+    parent.kill()
+    parent.wait()
+    assert wait_gone(lambda: procs.marked(mark, var="TEST_MARK")) == []
+
+
+def test_without_the_signal_the_orphan_lingers_and_the_group_kill_ends_it():
+    """The failure the issue saw (an engine core re-parented to PID 1) and the backstop that ends it."""
+    mark = uuid.uuid4().hex
+    parent, child = start_family("pass", mark, new_group=True)
+    parent.kill()
+    parent.wait()
+    time.sleep(0.5)
+    assert procs.marked(mark, var="TEST_MARK") == [child]  # orphaned, still alive
+    assert procs.group_members(parent.pid) == [child]  # but still in its parent's process group
+    assert procs.end_group(parent.pid, grace_s=0.2) == []
+    assert procs.marked(mark, var="TEST_MARK") == []
+
+
+def test_sigterm_to_a_group_leader_becomes_sigint_to_its_group():
+    code = textwrap.dedent("""
+        import signal, subprocess, sys, time
+        from rlbench import procs
+        procs.lead_own_group()
+        procs.stop_group_on_sigterm()
+        child = subprocess.Popen([sys.executable, "-c", "import time\\ntry:\\n time.sleep(600)\\n"
+                                  "except KeyboardInterrupt:\\n print('child interrupted', flush=True)"])
+        print(child.pid, flush=True)
+        try:
+            time.sleep(600)
+        except KeyboardInterrupt:
+            child.wait()
+            print("leader interrupted", flush=True)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p.stdout.readline()
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=30)
+    assert "child interrupted" in out and "leader interrupted" in out
