@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -182,7 +183,7 @@ def _run_sides(ring, sides, make_cmd, config, ablation, sets, ab: Path) -> list[
     for side, (shim, out) in enumerate(sides):
         log = open(ab / f"{out.name}.log", "w")
         procs.append((subprocess.Popen(make_cmd(config, ablation, sets, out), stdout=log, stderr=subprocess.STDOUT,
-                                       env=_env(shim, ring.folder, side)), log))
+                                       env=_env(shim, ring.folder, side), preexec_fn=_die_with_check), log))
     codes: list[int | None] = [None] * len(procs)
     try:
         while None in codes:
@@ -200,6 +201,14 @@ def _run_sides(ring, sides, make_cmd, config, ablation, sets, ab: Path) -> list[
                 proc.kill()
         raise
     return codes
+
+
+def _die_with_check() -> None:
+    """In each side's `rlbench run` (before exec): SIGTERM when this check dies, however it dies; the run
+    then ends its cells and workers as on any SIGTERM (bench/procs.py)."""
+    from rlbench import procs
+
+    procs.die_with_parent(signal.SIGTERM)
 
 
 def _tail(path: Path, n: int = 3000) -> str:
