@@ -87,10 +87,10 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
         raise
     finally:
         pacer.leave()  # a failed cell's turns pass to the others
+        if run.status != "rejected" or run.iterations:
+            run.save()  # before closing the workers: a stop that cuts the closing short loses nothing
         if schedule is not None:
             schedule.close()
-        if run.status != "rejected" or run.iterations:
-            run.save()
         run.writer.close()
     return run.results()
 
