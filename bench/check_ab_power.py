@@ -54,7 +54,7 @@ def _flagged(metrics: dict, shift: dict[str, float] | None = None) -> set[str]:
         if not m["log_ratios"]:
             continue
         x = [v + (shift or {}).get(name, 0.0) for v in m["log_ratios"]]
-        if check_ab.judge_paired(x, m["direction"])[0] == "worse":
+        if check_ab.judge_paired(x, m["direction"], floor=check_ab.floor_of(name))[0] == "worse":
             out.add(name)
     return out
 
@@ -108,7 +108,8 @@ def format_study(res: dict) -> str:
     alarms = [(d, w) for d, (code, w) in res["end_to_end"] if code]
     lines = [f"Unchanged A/B runs: {n} (each old = new commit, nothing planted; {len(res['metrics'])} paired "
              f"metrics each; z = {check_ab.AB_STATS['z']:g} on the t scale, floor "
-             f"{check_ab.AB_STATS['floor']:.0%})", "",
+             f"{check_ab.AB_STATS['floor']:.0%} per process pair, {check_ab.floor_of('speedup:a/b'):.1%} between "
+             f"two cells)", "",
              "| component (metrics a slowdown moves) | " + " | ".join(f"{f:.0%} slower" for f in SIZES) + " |",
              "|---|" + "---|" * len(SIZES)]
     for comp, row in res["detect"].items():
