@@ -84,9 +84,10 @@ def _log_pairs(old: dict, new: dict) -> list[float]:
     return [float(np.log(new[k] / old[k])) for k in ks]
 
 
-def paired_metrics(old_dir: Path, new_dir: Path) -> dict[str, dict]:
+def paired_metrics(old_dir: Path, new_dir: Path, computed: tuple[dict, dict] | None = None) -> dict[str, dict]:
     """{metric: {"kind", "direction", "description", "old", "new", "log_ratios"}} for every paired metric
-    either tree measures ("log_ratios" None where one of them lacks it)."""
+    either tree measures ("log_ratios" None where one of them lacks it). computed: both trees'
+    compute_metrics, where the caller has them already."""
     t_old, t_new = cell_tables(old_dir), cell_tables(new_dir)
     out: dict[str, dict] = {}
 
@@ -109,7 +110,8 @@ def paired_metrics(old_dir: Path, new_dir: Path) -> dict[str, dict]:
             add(f"cost:{stage}", "cost", "lower_is_better",
                 f"{stage} ({what}) CPU seconds per {unit}, every cell that runs it, new / old per iteration",
                 per["old"] or None, per["new"] or None)
-    m_old, m_new = compute_metrics(old_dir)["metrics"], compute_metrics(new_dir)["metrics"]
+    c_old, c_new = computed or (compute_metrics(old_dir), compute_metrics(new_dir))
+    m_old, m_new = c_old["metrics"], c_new["metrics"]
     for name in dict.fromkeys([*m_old, *m_new]):
         m = m_old.get(name) or m_new[name]
         if "log_ratios" not in (m.get("samples") or {}):
@@ -139,9 +141,9 @@ def judge_paired(x: list[float], direction: str, stats: dict = AB_STATS, floor: 
     return ("worse" if bad else "better"), ci, note, float(np.expm1(d))
 
 
-def tolerance_metrics(old_dir: Path, new_dir: Path) -> tuple[dict, dict]:
-    """The rest of check_metrics (accuracy, reward, overhead share, invariants) for old and new, with the
-    tolerances a baseline would carry."""
+def tolerance_metrics(c_old: dict, c_new: dict) -> tuple[dict, dict]:
+    """The rest of check_metrics (accuracy, reward, overhead share, invariants) of both trees'
+    compute_metrics, with the tolerances a baseline would carry."""
     def with_tol(metrics: dict) -> dict:
         out = {}
         for name, m in metrics.items():
@@ -151,7 +153,7 @@ def tolerance_metrics(old_dir: Path, new_dir: Path) -> tuple[dict, dict]:
             out[name] = {**m, "tolerance": rel, "abs_tolerance": floor}
         return out
 
-    return with_tol(compute_metrics(old_dir)["metrics"]), with_tol(compute_metrics(new_dir)["metrics"])
+    return with_tol(c_old["metrics"]), with_tol(c_new["metrics"])
 
 
 def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
@@ -160,10 +162,10 @@ def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
     from rlbench.check import CheckResult, Row, judge, verdict_of
 
     res = CheckResult(str(new_dir), label, baseline_info={"kind": "A/B"})
-    cells = compute_metrics(new_dir)["cells"]
+    computed = compute_metrics(old_dir), compute_metrics(new_dir)
     res.rows = [Row(f"status:{n}", "status", "complete", c["status"], "worse", note=c.get("error") or "")
-                for n, c in cells.items() if c["status"] != "complete"]
-    for name, m in paired_metrics(old_dir, new_dir).items():
+                for n, c in computed[1]["cells"].items() if c["status"] != "complete"]
+    for name, m in paired_metrics(old_dir, new_dir, computed).items():
         row = Row(name, m["kind"], m["old"], m["new"], "not comparable", description=m["description"])
         if m["log_ratios"]:
             row.mark, row.ci, row.note, row.change = judge_paired(m["log_ratios"], m["direction"], stats,
@@ -174,7 +176,7 @@ def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
         else:
             row.note = "new metric: the old tree does not measure it"
         res.rows.append(row)
-    old_t, new_t = tolerance_metrics(old_dir, new_dir)
+    old_t, new_t = tolerance_metrics(*computed)
     for name in dict.fromkeys([*old_t, *new_t]):
         b, c = old_t.get(name), new_t.get(name)
         row = Row(name, (b or c)["kind"], b and b["value"], c and c["value"], "not comparable",
