@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from rlbench.reports.cost_spread import SPREAD_PCT
 from rlbench.reports.regime import STATISTICS, WIN, Crossover, prediction_check, verdict
 
 
@@ -107,7 +108,30 @@ def prediction_sentence(frame: pd.DataFrame) -> str | None:
     if con["points"]:
         out += (f"; with the proposed contention term (reports/contention.py): {con['within']} of {con['points']} "
                 f"(worst: {con['worst_point']}, {con['worst_error_pct']:+.0f}%)")
-    return out + "."
+    return out + "." + _spread_clause(frame, chk["tolerance_pct"])
+
+
+def _spread_clause(frame: pd.DataFrame, tolerance_pct: float) -> str:
+    """Which misses ran the same work at different CPU costs in different cells (reports/cost_spread.py)."""
+    misses = [r for r in frame.to_dict("records") if not _missing(r["error_pct"]) and abs(r["error_pct"]) > tolerance_pct]
+    if not misses or "train_cost_spread_pct" not in frame:
+        return ""
+    spread = [r for r in misses if max(_or0(r["train_cost_spread_pct"]), _or0(r["rollout_cost_spread_pct"])) > SPREAD_PCT]
+    if not spread:
+        return f" The misses' cells paid the same CPU for the same work (within {SPREAD_PCT:.0f}%): the model misses there."
+    listed = "; ".join(f"{r['point']}: training {_pct(r['train_cost_spread_pct'])}, rollout "
+                       f"{_pct(r['rollout_cost_spread_pct'])}" for r in spread)
+    return (f" {len(spread)} of the {len(misses)} misses ran the same work at CPU costs more than {SPREAD_PCT:.0f}% "
+            f"apart between their cells ({listed}): the measurement moved under the prediction there; "
+            f"re-run those points on a quiet machine before reading the miss as the model's.")
+
+
+def _or0(v) -> float:
+    return 0.0 if _missing(v) else float(v)
+
+
+def _pct(v) -> str:
+    return "n/a" if _missing(v) else f"+{v:.0f}%"
 
 
 def regime_lines(frame: pd.DataFrame) -> list[str]:
