@@ -133,3 +133,43 @@ def test_cap_masks_tokens_but_keeps_them_in_the_token_mean():
     assert stats["tokens"] == n  # capped tokens still count in the token mean, as in AReaL
     assert stats["behav_capped_mean"] == pytest.approx(3 / n)
     assert stats["behav_imp_weight_mean"] == pytest.approx((n - 3) / n)  # w = 1 elsewhere, 0 when capped
+
+
+# ---------------------------------------------------------------- partial rollout: versions per token
+
+def test_loglinear_prox_per_token_versions():
+    """One response holding tokens of three versions (partial rollout): alpha per token."""
+    behav = torch.full((2, 3), L(0.2))
+    logp = torch.full((2, 3), L(0.8))
+    versions = torch.tensor([[5, 4, 3], [3, 3, 5]])  # d = [0, 1, 2], [2, 2, 0] at theta version 5
+    prox = grpo.loglinear_prox_logp(behav, logp, versions, theta_version=5)
+    assert torch.allclose(prox.exp(), torch.tensor([[0.2, 0.2, 0.4], [0.4, 0.4, 0.2]]), atol=1e-6)
+
+
+def test_decoupled_loss_on_a_mixed_version_response_hand_computed():
+    """pi_theta 0.5 and pi_behav 0.25 on every token, versions [3, 4, 5] at theta version 5, A = +1:
+    d = [2, 1, 0] -> alpha [1/2, 0, 0] -> pi_prox [sqrt(0.25 * 0.5), 0.25, 0.25]; w = pi_prox / pi_behav
+    = [sqrt 2, 1, 1]; r = pi_theta / pi_prox = [sqrt 2, 2, 2], clipped at 1.2: loss -1.2 w per token."""
+    from types import SimpleNamespace
+
+    t = SimpleNamespace(clip_ratio=0.2, behav_imp_weight_cap=5.0, kl_coef=0.0, kl_type="low_var_kl",
+                        prox_logp="loglinear")
+    loss_fn = grpo.DecoupledPPOLoss(t)
+    logp = torch.full((1, 3), L(0.5), dtype=torch.float64)
+    mb = SimpleNamespace(behaviour_logprobs=[[L(0.25)] * 3], advantages=torch.tensor([1.0]), behaviour_version=3,
+                         behaviour_token_versions=[[3, 4, 5]])
+    total, stats = loss_fn(logp, None, None, mb, torch.ones(1, 3, dtype=torch.float64), version=5)
+    assert total.item() == pytest.approx(-1.2 * (math.sqrt(2) + 1 + 1), abs=1e-9)
+    assert stats["behav_imp_weight"] == pytest.approx(math.sqrt(2) + 2, abs=1e-9)
+    mb.behaviour_token_versions = None  # the group's oldest version for every token: alpha 1/2 everywhere
+    whole, _ = loss_fn(logp, None, None, mb, torch.ones(1, 3, dtype=torch.float64), version=5)
+    assert whole.item() == pytest.approx(-1.2 * 3 * math.sqrt(2), abs=1e-9)
+
+
+def test_micro_batches_carry_the_token_versions_of_their_responses():
+    tr = _trainer(["engine.schedule=bounded_async", "engine.max_staleness=1", "train.prox_logp=loglinear"])
+    g = _groups()[0]
+    g.token_versions = [[0] * (len(r) - 1) + [1] for r in g.responses]
+    mbs = tr.micro_batches(g, tr.advantages(tr.rewards(g, "0")))
+    assert [v for mb in mbs for v in mb.behaviour_token_versions] == g.token_versions
+    assert all(len(v) == len(r) for mb in mbs for v, r in zip(mb.behaviour_token_versions, mb.responses))

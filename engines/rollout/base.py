@@ -34,8 +34,11 @@ class Group:
     prompt_ids: list[int]
     responses: list[list[int]]  # G token-id lists, EOS included when generated
     behaviour_logprobs: list[list[float]]  # G lists, log pi_behav(token) at the sampling temperature
-    version: int = 0  # weight version that generated every response of the group
+    version: int = 0  # weight version that generated the group's first tokens (the oldest, with partial rollout)
     finished: list[bool] = field(default_factory=list)  # per response: ended with EOS (False: hit max_new_tokens)
+    # Partial rollout only: per response, the weight version that generated each token (G lists, one
+    # entry per token). None: every token came from `version`.
+    token_versions: list[list[int]] | None = None
 
 
 @dataclass
@@ -76,18 +79,29 @@ class PendingGroup:
     responses: list = field(init=False)  # per sample j: token ids, behaviour log-probs, ended with EOS
     logprobs: list = field(init=False)
     finished: list = field(init=False)
+    versions: list = field(init=False)  # per sample j: its tokens' weight versions (partial rollout) or None
 
     def __post_init__(self):
         self.responses, self.logprobs, self.finished = [None] * self.g, [None] * self.g, [False] * self.g
+        self.versions = [None] * self.g
 
     def finish(self, j: int, tokens: list[int], logprobs: list[float], eos: bool, version: int,
-               out: list[Group], on_group: Callable[[Group], None] | None) -> None:
-        """Store sample j; when all G are done, append the group to out and hand it to on_group at once."""
+               out: list[Group], on_group: Callable[[Group], None] | None,
+               versions: list[int] | None = None) -> None:
+        """Store sample j; when all G are done, append the group to out and hand it to on_group at once.
+
+        versions: per token, the weight version that generated it, when weights changed mid-sequence
+        (partial rollout); the group's `version` is then the oldest of them."""
         self.responses[j], self.logprobs[j], self.finished[j] = tokens, logprobs, eos
+        self.versions[j] = versions
         self.done += 1
         if self.done == self.g:
+            per_token = [v if v is not None else [version] * len(t) for v, t in zip(self.versions, self.responses)]
+            seen = {x for v in per_token for x in v}
+            mixed = len(seen) > 1  # across tokens of a sample or across the group's samples
             group = Group(self.req.index, list(self.req.prompt_ids), self.responses, self.logprobs,
-                          version=version, finished=self.finished)
+                          version=min(seen, default=version), finished=self.finished,
+                          token_versions=per_token if mixed else None)
             out.append(group)
             if on_group is not None:
                 on_group(group)

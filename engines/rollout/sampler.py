@@ -16,6 +16,12 @@ q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode lo
 - Behaviour log-probs: log_softmax(logits / temperature)[token], taken *before* top-p filtering (the
   distribution the trainer recomputes; top-p only truncates where samples can land). Greedy: T = 1.
 - Stops: EOS (kept in the response, with its log-prob), max_new_tokens, or prompt + response = max_len.
+- Partial rollout (`generate(..., poll=...)`): at every token boundary the caller may hand over new
+  weights; the sampler loads them and continues the sequences in flight. resume_kv="recompute" (what
+  AReaL and verl's fully-async mode do: the interrupted requests are resubmitted with their partial
+  output, so the prefix is prefilled again under the new weights) rebuilds every live slot's K/V with
+  one prefill of prompt + tokens so far; "keep" (vLLM's pause_generation(mode="keep",
+  clear_cache=False)) continues on the stale cache. Every token records the version that sampled it.
 - Response lengths from a distribution (`LengthSampling`, rollout.response_length fixed | lognormal):
   each sample's length is drawn from its own seed and EOS does not stop it, so a randomly initialised
   model (which almost never samples EOS) still produces a realistic long tail of lengths.
@@ -34,7 +40,7 @@ import torch.nn.functional as F
 from rlbench import progress, slowdown
 from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
-from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, inverse_cdf, top_p_sample, sample_seed,
+from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, inverse_cdf, top_p_sample, sample_seed,
                                               target_length)
 
 
@@ -55,6 +61,7 @@ class StepCosts:
     def __init__(self):
         self.by_active: dict[int, list] = {}  # B -> [steps, seconds]
         self.refill_s, self.refills, self.prompts = 0.0, 0, 0
+        self.reload_s, self.reloads, self.recomputed_tokens = 0.0, 0, 0  # partial rollout's mid-generation loads
 
     def step(self, t: float, active: int) -> float:
         now = time.perf_counter()
@@ -70,15 +77,24 @@ class StepCosts:
         self.prompts += prompts
         return now
 
+    def reload(self, t: float, recomputed: int) -> float:
+        now = time.perf_counter()
+        self.reload_s += now - t
+        self.reloads += 1
+        self.recomputed_tokens += recomputed
+        return now
+
     def stats(self) -> dict:
         return {"step_s_by_active": {str(b): v for b, v in sorted(self.by_active.items())},
-                "refill_s": self.refill_s, "refills": self.refills}
+                "refill_s": self.refill_s, "refills": self.refills, "reload_s": self.reload_s,
+                "reloads": self.reloads, "recomputed_tokens": self.recomputed_tokens}
 
 
 class BuiltinSampler:
     """`RolloutBackend` over an HF causal LM the sampler owns (the caller passes its own copy)."""
 
-    def __init__(self, model, eos_token_id: int, max_num_seqs: int, device=None, max_len: int | None = None):
+    def __init__(self, model, eos_token_id: int, max_num_seqs: int, device=None, max_len: int | None = None,
+                 resume_kv: str = "recompute"):
         cfg = model.config
         layers.check_supported(model)
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -87,6 +103,10 @@ class BuiltinSampler:
         self.max_num_seqs = int(max_num_seqs)
         self.max_len = int(max_len or cfg.max_position_embeddings)
         self.version = 0
+        if resume_kv not in RESUME_KV:
+            raise ValueError(f"resume_kv must be one of {RESUME_KV}, got {resume_kv!r}")
+        self.resume_kv = resume_kv  # partial rollout: rebuild the live slots' K/V after new weights, or keep it
+        self._versions = False  # True inside a generate() with poll: per-token versions are reported
         self.last_stats: dict = {}
         m = self.model.model
         self.embed, self.layers, self.norm, self.lm_head = m.embed_tokens, list(m.layers), m.norm, self.model.lm_head
@@ -148,6 +168,7 @@ class BuiltinSampler:
         self._unif = torch.zeros(S, max_new, dtype=torch.float64, device=dev)  # pre-drawn uniforms
         self._out_tok = torch.zeros(S, max_new, **long)
         self._out_lp = torch.zeros(S, max_new, dtype=torch.float64, device=dev)
+        self._out_ver = torch.zeros(S, max_new, **long)  # weight version that sampled each token
         self._rows = torch.arange(S, device=dev)
         self._meta: list[tuple[_Request, int] | None] = [None] * S  # slot -> (request, sample index)
 
@@ -233,6 +254,7 @@ class BuiltinSampler:
         tok, lp = self._sample(logits, self._unif[rows, n], sp)
         self._out_tok[rows, n] = tok
         self._out_lp[rows, n] = lp
+        self._out_ver[rows, n] = self.version
         self._ngen[rows] = n + 1
         self._tok[rows] = tok
         done = n + 1 >= self._limit[rows]
@@ -278,7 +300,8 @@ class BuiltinSampler:
             n = int(self._ngen[slot])
             toks = self._out_tok[slot, :n].tolist()
             eos = self._eos_stops and toks[-1] == self.eos_token_id
-            r.finish(j, toks, self._out_lp[slot, :n].tolist(), eos, self.version, out, on_group)
+            versions = self._out_ver[slot, :n].tolist() if self._versions else None
+            r.finish(j, toks, self._out_lp[slot, :n].tolist(), eos, self.version, out, on_group, versions)
             tokens += n
         return tokens
 
@@ -310,11 +333,35 @@ class BuiltinSampler:
             src, dst = torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device)
             for c in self.k_cache + self.v_cache:
                 c[dst, :, :L] = c[src, :, :L]
-            for t in (self._tok, self._pos, self._ngen, self._limit, self._unif, self._out_tok, self._out_lp):
+            for t in (self._tok, self._pos, self._ngen, self._limit, self._unif, self._out_tok, self._out_lp,
+                      self._out_ver):
                 t[dst] = t[src]
             for s, d in zip(movers, holes):
                 self._meta[d], self._meta[s] = self._meta[s], None
         return B, int(self._pos[:B].max()) + 1 if B else 0
+
+    # ---------------------------------------------------------------- partial rollout
+
+    def _reload(self, B: int, pending: deque, state: dict, version: int) -> int:
+        """New weights at a token boundary: load them; with resume_kv="recompute" rebuild the K/V of every
+        live slot (0..B-1) by one prefill of its prompt and the tokens it has fed so far. Prompts prefilled
+        for samples not yet admitted are prefilled again when admitted. -> tokens recomputed."""
+        self.load_weights(state, version)
+        for r, _ in pending:
+            r.prefill = None
+        if self.resume_kv == "keep":
+            return 0
+        recomputed = 0
+        for slot in range(B):
+            r, _ = self._meta[slot]
+            n = int(self._ngen[slot])  # tokens sampled; the last one is fed by the next decode step
+            ids = list(r.req.prompt_ids) + self._out_tok[slot, :n - 1].tolist()
+            kv, _ = self._prefill(ids)  # K/V of positions [0, len(ids)) = [0, pos)
+            for (k, v), kc, vc in zip(kv, self.k_cache, self.v_cache):
+                kc[slot, :, :len(ids)] = k
+                vc[slot, :, :len(ids)] = v
+            recomputed += len(ids)
+        return recomputed
 
     # ---------------------------------------------------------------- the loop
 
@@ -331,12 +378,18 @@ class BuiltinSampler:
                                  f"so that a response fits in max_len={self.max_len}")
 
     def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
-                 on_group: Callable[[Group], None] | None = None) -> list[Group]:
+                 on_group: Callable[[Group], None] | None = None,
+                 poll: Callable[[], tuple[dict, int] | None] | None = None) -> list[Group]:
         """G samples per request with up to max_num_seqs in flight; on_group(group) the moment a group
-        is done. -> groups in completion order. Sets `last_stats` (decode steps, batch occupancy)."""
+        is done. -> groups in completion order. Sets `last_stats` (decode steps, batch occupancy).
+
+        poll (partial rollout): called at every token boundary; (state, version) -> load those weights
+        now and continue the sequences in flight (see _reload); None -> go on. With poll, every group
+        carries its tokens' versions (Group.token_versions) when they differ."""
         sp = sampling
         self._check(requests, sp)
         self._eos_stops = getattr(sp, "response_length", "eos") == "eos"
+        self._versions = poll is not None
         out: list[Group] = []
         steps = active_sum = 0
         cost = StepCosts()
@@ -351,6 +404,9 @@ class BuiltinSampler:
             B, L = self._compact()
             t = cost.refill(t, len(requests))
             while B:
+                update = poll() if poll is not None else None
+                if update is not None:
+                    t = cost.reload(t, self._reload(B, pending, *update))
                 step_cpu = time.thread_time()
                 logits = self._decode(B, L)
                 self._pos[:B] += 1

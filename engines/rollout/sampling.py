@@ -19,6 +19,8 @@ def sample_seed(seed: int, iteration: int, index: int, j: int) -> int:
 
 
 RESPONSE_LENGTHS = ("eos", "fixed", "lognormal")
+# Partial rollout: after new weights mid-sequence, rebuild the prefix's K/V under them, or keep the stale one
+RESUME_KV = ("recompute", "keep")
 
 
 @dataclass

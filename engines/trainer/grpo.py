@@ -83,9 +83,11 @@ def loglinear_prox_logp(behav_logp: torch.Tensor, logp: torch.Tensor, behav_vers
     log pi_prox = log pi_behav + alpha * (log pi_theta - log pi_behav), alpha = (v_prox - v_behav) /
     (v_theta - v_behav) with v_prox = v_theta - 1, clamped to [0, 1]: alpha = 1 - 1/d for staleness
     d = v_theta - v_behav >= 1 (d = 1: pi_prox = pi_behav), and 0 for d = 0.
-    behav_logp/logp: [B, R]; behav_version: int or [B]; theta_version: int. -> [B, R], no gradient.
+    behav_logp/logp: [B, R]; behav_version: int, [B] (per response) or [B, R] (per token: partial
+    rollout, where one response holds tokens of several versions); theta_version: int. -> [B, R], no gradient.
     """
-    v_behav = torch.as_tensor(behav_version, dtype=logp.dtype, device=logp.device).reshape(-1, 1)  # [B|1, 1]
+    v_behav = torch.as_tensor(behav_version, dtype=logp.dtype, device=logp.device)
+    v_behav = v_behav if v_behav.dim() == 2 else v_behav.reshape(-1, 1)  # [B, R] or [B|1, 1]
     d = float(theta_version) - v_behav
     alpha = torch.where(d > 0, (d - 1) / d.clamp_min(1), torch.zeros_like(d)).clamp(0.0, 1.0)
     return behav_logp + alpha * (logp.detach() - behav_logp)
@@ -144,7 +146,7 @@ class DecoupledPPOLoss:
         if self.needs_old_logprobs:
             prox = old
         else:
-            prox = loglinear_prox_logp(behav, logp, mb.behaviour_version, version)
+            prox = loglinear_prox_logp(behav, logp, behaviour_versions(mb, logp), version)
         adv = mb.advantages.to(logp.device)[:, None]  # rewards and advantages are computed on the CPU
         pg, w, kept = decoupled_pg_loss(logp, prox, behav, adv, t.clip_ratio,
                                         t.behav_imp_weight_cap)
@@ -152,6 +154,15 @@ class DecoupledPPOLoss:
         stats["behav_imp_weight"] = (w * mask).sum().item()
         stats["behav_capped"] = ((~kept).float() * mask).sum().item()
         return total, stats
+
+
+def behaviour_versions(mb, like: torch.Tensor):
+    """The micro-batch's behaviour versions: per token [B, R] when its responses mix versions (partial
+    rollout; padding positions get version 0, masked out of the loss), else the group's one version."""
+    if mb.behaviour_token_versions is None:
+        return mb.behaviour_version
+    rows = [torch.tensor(v, dtype=like.dtype, device=like.device) for v in mb.behaviour_token_versions]
+    return pad_logprobs(rows)[0]
 
 
 def make_loss(cfg):

@@ -31,7 +31,8 @@ class MicroBatch:
     old: list[torch.Tensor] | None = None  # per response [R_i], filled by the old_logprob phase
     ref: list[torch.Tensor] | None = None
     behaviour_logprobs: list[list[float]] | None = None  # per response [R_i]: log pi_behav from the rollout
-    behaviour_version: int = 0  # weight version that generated the group
+    behaviour_version: int = 0  # weight version that generated the group (the oldest of its tokens)
+    behaviour_token_versions: list[list[int]] | None = None  # per response [R_i], when versions mix (partial rollout)
 
 
 class Trainer:
@@ -80,8 +81,10 @@ class Trainer:
 
     def micro_batches(self, group: Group, advantages: torch.Tensor) -> list[MicroBatch]:
         k = self.cfg.train.micro_batch_size
+        tv = group.token_versions
         return [MicroBatch(group.prompt_index, group.prompt_ids, group.responses[i:i + k], advantages[i:i + k],
-                           behaviour_logprobs=group.behaviour_logprobs[i:i + k], behaviour_version=group.version)
+                           behaviour_logprobs=group.behaviour_logprobs[i:i + k], behaviour_version=group.version,
+                           behaviour_token_versions=tv[i:i + k] if tv is not None else None)
                 for i in range(0, len(group.responses), k)]
 
     @property
