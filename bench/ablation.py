@@ -12,44 +12,81 @@ from rlbench import schema
 from rlbench.config import RunConfig, merge_trees, with_overrides
 from rlbench.errors import UserError
 from rlbench.regime import POINTS
-from rlbench.stages import Schedule
+from rlbench.schedules import SCHEDULES, by_role
+from rlbench.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 
-SYNC = {"schedule": Schedule.SYNC.value}
-ASYNC = {"schedule": Schedule.PERIODIC_ASYNC.value}
-BARRIER = {**ASYNC, "overlap": False}
-BOUNDED = {"schedule": Schedule.BOUNDED_ASYNC.value}
+# The schedules by their role in these tables (each record says its role, bench/schedules/).
+_REF, _ASYNC, _BOUNDED = by_role(REFERENCE).name, by_role(PERIODIC).name, by_role(BOUNDED).name
+REF_SW = {"schedule": _REF}
+ASYNC_SW = {"schedule": _ASYNC}
+BARRIER_SW = {**ASYNC_SW, "overlap": False}
+BOUNDED_SW = {"schedule": _BOUNDED}
 
 # Workloads of `--ablation regime` (the regime map), `regime-quick` (the same axes at toy sizes) and
 # `regime-natural` (a pretrained model's own EOS tail): config overrides laid over the run's config, one
 # per point (bench/regime.py).
 WORKLOADS: dict[str, dict] = {name: over for points in POINTS.values() for name, over in points.items()}
 # Every grid point runs the three cells of the async ladder, so each speedup splits into device split x overlap.
-_LADDER = (("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC))
+_LADDER = ((_REF, REF_SW), (f"{_ASYNC}_barrier", BARRIER_SW), (_ASYNC, ASYNC_SW))
 
 # name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
 ABLATIONS: dict[str, list[tuple[str, dict]]] = {
-    "async": [("sync", SYNC), ("periodic_async_barrier", BARRIER), ("periodic_async", ASYNC)],
+    "async": list(_LADDER),
     **{name: [(f"{w}/{c}", {**sw, "workload": w}) for w in points for c, sw in _LADDER]
        for name, points in POINTS.items()},
-    "tri_model": [("sync", SYNC), ("sync+tri_model", {**SYNC, "tri_model": True}),
-                  ("periodic_async", ASYNC), ("periodic_async+tri_model", {**ASYNC, "tri_model": True})],
-    "shared_prompt": [("sync", SYNC), ("sync+shared_prompt", {**SYNC, "shared_prompt": True}),
-                      ("periodic_async", ASYNC),
-                      ("periodic_async+shared_prompt", {**ASYNC, "shared_prompt": True})],
-    "all": [("sync", SYNC), ("+periodic_async", ASYNC),
-            ("+tri_model", {**ASYNC, "tri_model": True}),
-            ("+shared_prompt", {**ASYNC, "tri_model": True, "shared_prompt": True}),
-            ("sync+tri_model", {**SYNC, "tri_model": True}),
-            ("sync+tri_model+shared_prompt", {**SYNC, "tri_model": True, "shared_prompt": True})],
+    "tri_model": [(_REF, REF_SW), (f"{_REF}+tri_model", {**REF_SW, "tri_model": True}),
+                  (_ASYNC, ASYNC_SW), (f"{_ASYNC}+tri_model", {**ASYNC_SW, "tri_model": True})],
+    "shared_prompt": [(_REF, REF_SW), (f"{_REF}+shared_prompt", {**REF_SW, "shared_prompt": True}),
+                      (_ASYNC, ASYNC_SW),
+                      (f"{_ASYNC}+shared_prompt", {**ASYNC_SW, "shared_prompt": True})],
+    "all": [(_REF, REF_SW), (f"+{_ASYNC}", ASYNC_SW),
+            ("+tri_model", {**ASYNC_SW, "tri_model": True}),
+            ("+shared_prompt", {**ASYNC_SW, "tri_model": True, "shared_prompt": True}),
+            (f"{_REF}+tri_model", {**REF_SW, "tri_model": True}),
+            (f"{_REF}+tri_model+shared_prompt", {**REF_SW, "tri_model": True, "shared_prompt": True})],
     # The CI benchmark's cells (scripts/ci_bench.sh): the async chain of `all`, every switch pair that
     # `rlbench check` compares (schedule, tri_model, shared_prompt) once, nothing twice: fewer cells,
     # more iterations each in the CI budget.
-    "ci": [("sync", SYNC), ("+periodic_async", ASYNC), ("+tri_model", {**ASYNC, "tri_model": True}),
-           ("+shared_prompt", {**ASYNC, "tri_model": True, "shared_prompt": True})],
-    "staleness": [("sync", SYNC), ("periodic_async", ASYNC)]
-    + [(f"bounded_k{k}_{prox}", {**BOUNDED, "max_staleness": k, "prox_logp": prox})
+    "ci": [(_REF, REF_SW), (f"+{_ASYNC}", ASYNC_SW), ("+tri_model", {**ASYNC_SW, "tri_model": True}),
+           ("+shared_prompt", {**ASYNC_SW, "tri_model": True, "shared_prompt": True})],
+    "staleness": [(_REF, REF_SW), (_ASYNC, ASYNC_SW)]
+    + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
 }
+
+
+def add_schedule_cells(table: dict, specs) -> dict:
+    """The schedules' own cells (each record's `cells`), added at the end of the ablations they name."""
+    for spec in specs:
+        for name, cells in spec.cells.items():
+            table.setdefault(name, []).extend((cell, {"schedule": spec.name, **sw}) for cell, sw in cells)
+    return table
+
+
+add_schedule_cells(ABLATIONS, SCHEDULES.values())
+# What each ablation compares: the `--ablation` help of `rlbench run` is made from this and ABLATIONS.
+ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic asynchrony",
+         "regime": "the regime map: that ladder over response-length tails x batch sizes, ~10 min on 2 cores",
+         "regime-quick": "the regime map at toy sizes",
+         "regime-natural": "SmolLM2's own EOS tail; needs setup.sh --gguf",
+         "tri_model": "the tri-model log-probs off and on, under both schedules",
+         "shared_prompt": "shared-prompt packing off and on, under both schedules",
+         "all": "the optimisations one after another, then on sync",
+         "ci": "the CI benchmark",
+         "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods"}
+
+
+def describe(name: str) -> str:
+    """`name (what it compares, N cells)`, for `rlbench run --help`."""
+    n = len(ABLATIONS[name])
+    return f"{name} ({ABOUT[name] + ', ' if name in ABOUT else ''}{n} cell{'s' * (n != 1)})"
+
+
+def help_text() -> str:
+    return ("Cells to run: " + ", ".join(describe(n) for n in ABLATIONS)
+            + ", or none (just the configured engine).")
+
+
 # Every switch's "off" value: a cell is the base config with these, then its own switches, so cells
 # differ only in their switches.
 ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "prox_logp": "recompute",

@@ -28,13 +28,14 @@ import numpy as np
 from rlbench import schema
 from rlbench.check_stats import trimmed
 from rlbench.metrics import union_length
-from rlbench.stages import Schedule
+from rlbench.schedules import by_role
+from rlbench.schedules.spec import PERIODIC, REFERENCE
 
-# switch -> (value with the switch on, value with it off)
-SWITCHES = {"schedule": (Schedule.PERIODIC_ASYNC.value, Schedule.SYNC.value), "tri_model": (True, False),
+# switch -> (value with the switch on, value with it off): the schedule pair is the periodic one over the reference
+SWITCHES = {"schedule": (by_role(PERIODIC).name, by_role(REFERENCE).name), "tri_model": (True, False),
             "shared_prompt": (True, False)}
-# Keys that come with the schedule (sync's layout, periodic-async's overlap): not a second difference.
-SCHEDULE_KEYS = ("overlap", "sync_layout")
+# Keys that come with the pair's schedules (their own recorded options): not a second difference.
+SCHEDULE_KEYS = (*by_role(REFERENCE).absent, *by_role(PERIODIC).absent)
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
 # switch -> the stages whose cost that switch changes: what a regression of its component shows in
 COMPONENT_STAGES = {"schedule": ("update", "weight_sync"), "tri_model": ("update",), "shared_prompt": ("update",)}

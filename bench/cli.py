@@ -15,6 +15,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
                   help="Benchmark synchronous vs periodic-asynchronous RL post-training (TPSPD, accuracy).")
 
 
+def ablation_help() -> str:
+    """`--ablation`'s help, made from the ablation registry (bench/ablation.py)."""
+    from rlbench.ablation import help_text
+
+    return help_text()
+
+
 @app.callback(invoke_without_command=True)
 def _root(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
@@ -25,12 +32,7 @@ def _root(ctx: typer.Context) -> None:
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
     ablation: Optional[str] = typer.Option(None, "--ablation", "-a",
-                                           help="Cells to run: async (the default: sync vs periodic-async), regime (the "
-                                                "regime map: sync, barrier, periodic-async over response-length tails x "
-                                                "batch sizes, ~10 min on 2 cores), regime-quick (the same at toy sizes), "
-                                                "regime-natural (SmolLM2's own EOS tail; needs setup.sh --gguf), "
-                                                "tri_model, shared_prompt, all, staleness, ci (the CI benchmark), or "
-                                                "none (just the configured engine)."),
+                                           help=ablation_help()),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
     engine: str = typer.Option("rlbench", "--engine", "-e",
                                help="rlbench (this harness's engines), verl or mindspeed-rl (the real peer "

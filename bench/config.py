@@ -1,7 +1,7 @@
 """Validated run configuration: one model per concern, defaults defined once here.
 
 YAML files in configs/ hold overrides only; `--set key=value` overrides those.
-Every field's description is its documentation and its CLI help (`rlbench run --help-config`).
+Every field's description is its documentation (`rlbench config --docs` lists them).
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from rlbench import components
+from rlbench import components, schedules
 from rlbench.errors import UserError
-from rlbench.stages import Schedule
+from rlbench.schedules.spec import REFERENCE
 
 
 class Section(BaseModel):
@@ -128,8 +128,9 @@ class TrainConfig(Section):
 
 
 class EngineConfig(Section):
-    schedule: Literal[tuple(components.SCHEDULES)] = Field(
-        Schedule.SYNC.value, description="; ".join(f"{c.name}: {c.summary}" for c in components.SCHEDULES.values()) + ".")
+    schedule: Literal[tuple(schedules.SCHEDULES)] = Field(
+        schedules.name_of(REFERENCE), description="; ".join(f"{c.name}: {c.summary}"
+                                                            for c in schedules.SCHEDULES.values()) + ".")
     max_staleness: int = Field(
         1, ge=0, description="bounded_async: k, the most weight versions a trained sample may lag the trained "
         "weights (0: on-policy, 1: one-step-off).")
@@ -190,7 +191,7 @@ class EngineConfig(Section):
     @property
     def training_devices(self) -> int:
         """Devices that train: all of them under sync (colocated), the training pool otherwise."""
-        return self.num_devices if self.schedule == Schedule.SYNC else self.train_devices
+        return self.num_devices if schedules.SCHEDULES[self.schedule].colocated else self.train_devices
 
 
 class RunSection(Section):
@@ -224,7 +225,7 @@ class RunConfig(Section):
             raise ValueError(
                 f"train.micro_batch_size={mbs} must divide rollout.group_size={g}: micro-batches never "
                 "straddle groups, so both schedules split the batch the same way")
-        for problem in components.SCHEDULES[self.engine.schedule].problems(self):
+        for problem in schedules.of(self).problems(self):
             raise ValueError(problem)
         if self.engine.shared_prompt and self.rollout.group_size > 1 and mbs % self.rollout.group_size \
                 and self.rollout.group_size % mbs:
@@ -239,8 +240,8 @@ class RunConfig(Section):
         return self.train.prompts_per_iteration * self.rollout.group_size
 
     def switches(self) -> dict:
-        """What an ablation varies, as results.json records it (bench/components.py)."""
-        return components.switches(self)
+        """What an ablation varies, as results.json records it (bench/schedules/)."""
+        return schedules.switches(self)
 
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"

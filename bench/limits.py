@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlbench import schedules
 from rlbench.errors import UserError
-from rlbench.stages import Schedule
 
 GIB = 1 << 30
 # Python + torch per process (CPU runs), a floor: RSS measured 450 MB per process of a tiny-model run, part of
@@ -71,7 +71,7 @@ def check_memory(cfg, facts: ModelFacts, prompt_max: int, kind: str, capacity: i
     """Summed over the run's processes on CPU (they share the RAM); the busiest device otherwise."""
     e = cfg.engine
     train, rollout = replica_bytes(cfg, facts, prompt_max)
-    sync = e.schedule == Schedule.SYNC
+    sync = schedules.SCHEDULES[e.schedule].colocated  # one replica of each kind per device
     if kind == "cpu":
         n_train, n_rollout = (e.num_devices, e.num_devices) if sync else (e.train_devices, e.rollout_devices)
         procs = (e.num_devices if sync else e.train_devices + e.rollout_devices) + 1  # + the driver

@@ -3,9 +3,9 @@
 A device is a GPU, an NPU, or on CPU one core. Every worker process holds whole devices, pinned, with
 one intra-op thread per CPU core:
 
-- sync (VERL's hybrid engine): one colocated worker per device; each generates and trains its shard
-  of the iteration, gradients are all-reduced (data parallel).
-- periodic_async / bounded_async: a rollout pool (one worker per device) and a training pool (one
+- the colocated layout (VERL's hybrid engine): one colocated worker per device; each generates and
+  trains its shard of the iteration, gradients are all-reduced (data parallel).
+- the pools layout: a rollout pool (one worker per device) and a training pool (one
   data-parallel trainer rank per device). The pools take disjoint devices unless
   `engine.share_devices` says they share them (one GPU); then they occupy max(rollout, train) devices.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlbench.errors import UserError
-from rlbench.stages import Role, Schedule
+from rlbench.stages import Role
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ def plan(engine, kind: str, available: int) -> Placement:
             f"engine.rollout_devices={engine.rollout_devices} + engine.train_devices={engine.train_devices} "
             f"ask for {n} devices{shared}, but this machine has {available} {what}. Lower them, or set "
             "engine.share_devices=true to let the rollout and training pools share devices (e.g. one GPU).")
-    if engine.schedule == Schedule.SYNC:
+    from rlbench import schedules
+
+    if schedules.SCHEDULES[engine.schedule].colocated:
         slots = [Slot(f"{Role.COLOCATED.value}{i}", Role.COLOCATED.value, i, kind, 1) for i in range(n)]
     else:
         r, t = engine.rollout_devices, engine.train_devices
@@ -76,7 +78,7 @@ def plan(engine, kind: str, available: int) -> Placement:
 
 
 def single_process(engine, kind: str, available: int) -> Placement:
-    """The old sync layout (engine.sync_layout=single_process), kept as a named variant for comparison:
+    """The old colocated layout (one process; the schedule record's `in_process`), kept as a named variant for comparison:
     one process with every device, n intra-op threads on CPU."""
     n = engine.num_devices  # both schedules of a comparison occupy the same
     plan(engine, kind, available)  # the same device check

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlbench import metrics, utilisation
 from rlbench.errors import UserError
-from rlbench.stages import Recorder, Role, Schedule, Stage, now
+from rlbench.stages import Recorder, Role, Stage, now
 from rlbench.writer import CellWriter
 
 
@@ -98,9 +98,9 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
 def _placement(cfg, kind: str):
     """Where every worker runs (bench/placement.py); refuses more devices than this machine has."""
     from rlbench import device as dev
-    from rlbench import placement
+    from rlbench import placement, schedules
 
-    if cfg.engine.schedule == Schedule.SYNC and cfg.engine.sync_layout == "single_process":
+    if schedules.of(cfg).in_process(cfg):  # one process with every device (the schedule's record says)
         return placement.single_process(cfg.engine, kind, dev.available(kind))
     return placement.plan(cfg.engine, kind, dev.available(kind))
 

@@ -33,20 +33,12 @@ PER_SAMPLE_TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.RE
 TRAIN_STAGES = (*PER_SAMPLE_TRAIN_STAGES, Stage.OPTIMIZER_STEP.value)
 
 
-class Schedule(str, enum.Enum):
-    """engine.schedule: how rollout and training are interleaved (bench/components.py registers each)."""
-
-    SYNC = "sync"
-    PERIODIC_ASYNC = "periodic_async"
-    BOUNDED_ASYNC = "bounded_async"
-
-
 class Role(str, enum.Enum):
     """What a worker process does; its events are recorded as worker `<role><i>` (the driver: `driver`)."""
 
-    COLOCATED = "colocated"  # sync: rollout and training of one shard on one device
-    ROLLOUT = "rollout"  # async schedules: the rollout pool
-    TRAINER = "trainer"  # async schedules: a data-parallel trainer rank
+    COLOCATED = "colocated"  # colocated layout: rollout and training of one shard on one device
+    ROLLOUT = "rollout"  # pools layout: the rollout pool
+    TRAINER = "trainer"  # pools layout: a data-parallel trainer rank
     DRIVER = "driver"  # dispatches, hands groups on, evaluates; holds no device of the run
     EVAL = "eval"
 

@@ -5,9 +5,7 @@ import copy
 import random
 
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
-from rlbench.engines.rollout.worker import backend_spec
 from rlbench.engines.schedules.common import IterationInput
-from rlbench.stages import Schedule
 
 
 def check_supported(cfg) -> None:
@@ -29,39 +27,34 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
     """-> (schedule, eval_sampler). The schedule's trainer owns the training weights.
 
     placement (bench/placement.py): where every worker runs; each holds its own copy of `policy`.
-    None: the trainer (and sync's rollout) run in this process: the tests' in-process reference, and
-    engine.sync_layout=single_process. `dataset`: bounded_async reads iterations ahead of the runner;
-    without it, it is loaded again from the config (the same seeded split)."""
+    None: the trainer (and a colocated schedule's rollout) run in this process: the tests' in-process
+    reference, and a config whose schedule record says it runs in process (`in_process`). `dataset`: a
+    schedule that runs ahead reads iterations ahead of the runner; without it, it is loaded again from the config (the same seeded split)."""
     from rlbench import device as dev
-    from rlbench.components import SCHEDULES
+    from rlbench import schedules
     from rlbench.engines.rollout.worker import BUILTIN, build_backend
     from rlbench.stages import Recorder, Role
 
     check_supported(cfg)
     e = cfg.engine
     policy = policy.to(device)
-    in_process = placement is None or e.schedule == Schedule.SYNC and e.sync_layout == "single_process"
+    spec = schedules.of(cfg)  # the schedule's record (bench/schedules/)
+    in_process = placement is None or spec.in_process(cfg)
     # Evaluation runs in this process between iterations, with the built-in sampler for every schedule.
     make_model = (lambda: copy.deepcopy(policy).eval())
     eval_sampler = build_backend(BUILTIN, policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs, device,
                                  make_model)
     dev.set_threads(e.num_devices if device.type == "cpu" else 1)
-    if in_process and e.schedule == Schedule.SYNC:
-        from rlbench.engines.schedules.sync import SyncSchedule
-        from rlbench.engines.trainer.trainer import Trainer
-
-        worker = placement.slots[0].worker if placement else Role.COLOCATED.value
-        rec = Recorder(worker, t0, device=device, devices=e.num_devices, sink=sink)
-        sampler = build_backend(backend_spec(cfg), policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs,
-                                device, make_model, dict(policy.named_parameters()))
-        return SyncSchedule(Trainer(policy, cfg, tok), sampler, rec), eval_sampler
+    if in_process and spec.in_process_builder:  # the whole schedule in this process
+        build = spec.build_in_process_function()
+        return build(cfg, policy, tok, t0, sink, device, placement, make_model), eval_sampler
     if placement is None:  # the tests' reference: the trainer in this process, rollout workers as planned
         from rlbench.placement import plan
 
         placement = plan(e, device.type, available=e.num_devices)
     session = _Session(cfg, policy, tok, t0, placement, trainer_in_process=in_process)
     try:
-        build = SCHEDULES[e.schedule].build_function()  # the schedule's build(), bench/components.py
+        build = spec.build_function()  # the schedule's build(), named by its record
         return build(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset), eval_sampler
     except BaseException:
         session.close()

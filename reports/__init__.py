@@ -2,13 +2,13 @@
 
 Imports of the core are limited to rlbench.schema, rlbench.stages and rlbench.errors (no engine
 code, no torch), so `rlbench report` and `rlbench compare` are fast and need no accelerator.
-The names below load on first use: `rlbench --help` and `rlbench simulate` import
-rlbench.reports.predict and must not pay for pandas and matplotlib (the report builder).
+Reports render; what they show is computed in the core (the speedup prediction: rlbench.predict).
+The names below load on first use, so importing rlbench.reports costs nothing until a report is built
+(pandas and matplotlib).
 """
 import importlib
 
-_WHERE = {"build_report": "build", "compare": "comparison", "summary_table_text": "console",
-          "predict_async": "predict"}
+_WHERE = {"build_report": "build", "compare": "comparison", "summary_table_text": "console"}
 __all__ = list(_WHERE)
 
 

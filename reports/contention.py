@@ -1,4 +1,4 @@
-"""A proposal for the term reports/predict.py leaves out: the two cores slowing each other.
+"""A proposal for the term bench/predict.py leaves out: the two cores slowing each other.
 
 On a 2-core CPU, a stage runs slower while the other core also computes (shared caches, memory
 bandwidth, SMT siblings): one run measured rollout and training about 35% slower together than alone.
@@ -29,7 +29,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from rlbench.reports.predict import StepCost, SyncMeasurements, replay, train_tokens
+from rlbench.predict import StepCost, SyncMeasurements, replay, train_tokens
 from rlbench.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 HEAVY = (Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.UPDATE.value)
@@ -165,7 +165,7 @@ def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], 
     predicted_speedup (None without kappa), relative to reference_tpspd (default: the sync cell's)."""
     import statistics
 
-    from rlbench.reports.predict import measurements
+    from rlbench.predict import measurements
 
     ms = measurements(sync_cell, samples, events)
     its = {it["iteration"] for it in sync_cell["iterations"] if not it.get("warmup")} \

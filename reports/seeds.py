@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import pandas as pd
 
-from rlbench import schema
+from rlbench import metric_table, schema
 from rlbench.reports.data import RunData
 from rlbench.reports.tables import attribution, attribution_text, speedup_frame, summary_frame, to_markdown
 
-SPREAD = ["tpspd_median", "speedup", "wall_s_median", "accuracy_after", "accuracy_any_format_after"]
-EXTREMES = {"tpspd_min": "min", "tpspd_max": "max", "staleness_max": "max"}
+SPREAD = metric_table.names(metric_table.SPREAD)  # bench/metric_table.py
+EXTREMES = metric_table.seed_extremes()
 
 
 def seeds_of(run: RunData) -> list[int]:

@@ -9,24 +9,23 @@ import math
 
 import numpy as np
 import pandas as pd
-from rlbench import schema
+from rlbench import metric_table, schedules, schema
 from rlbench.errors import UserError
-from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
+from rlbench.metric_table import SUMMARY
+from rlbench.predict import predict_async, rollout_share
 from rlbench.reports.contention import predict_contended
-from rlbench.reports.predict import predict_async, rollout_share
+from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
-from rlbench.stages import Schedule
+from rlbench.schedules.spec import MODEL_POOLS
 
-BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", "tpspd_median",
-                "tpspd_min", "tpspd_max", "speedup", "predicted_speedup", "rollout_share", "wall_s_median",
-                "rollout_tok_s", "train_tok_s"]
+# The summary's columns: what the cell is, then the reported metrics as bench/metric_table.py lists them.
+BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", *metric_table.names(SUMMARY, "head")]
 DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_before",
                "accuracy_any_format_after"]  # first/last evaluation's diagnostics (built-in evaluation only)
-TAIL_COLUMNS = ["rollout_backend", "weight_sync_s_per_iter", "rollout_occupancy", "accuracy_before", "accuracy_after", *DIAGNOSTICS, "staleness_max",
-                "measured_iterations", "status"]
+TAIL_COLUMNS = ["rollout_backend", *metric_table.names(SUMMARY, "tail"), "measured_iterations", "status"]
 
 
 def summary_frame(run: RunData) -> pd.DataFrame:
@@ -36,7 +35,7 @@ def summary_frame(run: RunData) -> pd.DataFrame:
     sp = speedup_frame(run).set_index("cell")["predicted_speedup"].to_dict() if run.cells else {}
     for row, c in zip(rows, run.cells):
         row["predicted_speedup"] = sp.get(c.name)
-        row["rollout_share"] = rollout_share(c.result, c.events) if c.schedule == Schedule.SYNC else None
+        row["rollout_share"] = rollout_share(c.result, c.events) if _colocated(c) else None
     columns = BASE_COLUMNS + [f"stage_{s}_s" for s in stages] + [f"idle_{w}_pct" for w in workers] \
         + TAIL_COLUMNS
     return pd.DataFrame(rows, columns=columns)
@@ -84,7 +83,7 @@ def _eval(c: CellData, index: int, key: str) -> float | None:
 
 
 def speedup_frame(run: RunData) -> pd.DataFrame:
-    """Measured vs predicted speedup of every periodic-async cell (reports/predict.py).
+    """Measured vs predicted speedup of every periodic-async cell (bench/predict.py).
 
     Each is predicted from the sync cell with the same switches and workload (its own measured
     device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its
@@ -92,7 +91,7 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
     rows = []
     for c in run.cells:
         sync = sync_twin(run, c)
-        if c.schedule != Schedule.PERIODIC_ASYNC or sync is None:
+        if _model(c) != MODEL_POOLS or sync is None:  # the report predicts the pools model
             continue
         ref = reference_of(run, c)
         r, t = _split(c)
@@ -153,10 +152,20 @@ def attribution_text(rows: list[dict]) -> list[str]:
     return out
 
 
+def _colocated(c: CellData) -> bool:
+    spec = schedules.get(c.schedule)
+    return spec is not None and spec.colocated
+
+
+def _model(c: CellData) -> str | None:
+    spec = schedules.get(c.schedule)
+    return spec and spec.model
+
+
 def sync_twin(run: RunData, cell: CellData) -> CellData | None:
     """The sync cell of the same workload with the same optimisation switches, else that workload's first
     sync cell."""
-    syncs = [s for s in run.cells if s.schedule == Schedule.SYNC and s.iterations
+    syncs = [s for s in run.cells if _colocated(s) and s.iterations
              and s.switches.get("workload") == cell.switches.get("workload")]
     same = [s for s in syncs if all(s.switches.get(k) == cell.switches.get(k)
                                     for k in ("tri_model", "shared_prompt"))]

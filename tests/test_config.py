@@ -49,7 +49,7 @@ def test_overrides_parse_yaml_scalars():
 @pytest.mark.parametrize("yaml_text, key, hint", [
     ("train:\n  learning_rate: 1\n", "train.learning_rate", "unknown key"),
     ("rollout:\n  group_size: many\n", "rollout.group_size", "integer"),
-    ("engine:\n  schedule: fast\n", "engine.schedule", "'sync', 'periodic_async' or 'bounded_async'"),
+    ("engine:\n  schedule: fast\n", "engine.schedule", "'sync', 'periodic_async', 'bounded_async' or 'one_step_off'"),
     ("rollout:\n  group_size: 4\ntrain:\n  micro_batch_size: 3\n", "micro_batch_size", "must divide"),
     ("engine:\n  schedule: periodic_async\ntrain:\n  ppo_mini_batches: 2\n", "ppo_mini_batches", "on-policy"),
     ("engine:\n  train_ranks: 2\n", "engine.train_ranks", "one data-parallel trainer rank per training device"),

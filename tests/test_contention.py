@@ -12,7 +12,7 @@ from rlbench.reports.contention import (
     predict_contended,
     training_points,
 )
-from rlbench.reports.predict import StepCost, SyncMeasurements
+from rlbench.predict import StepCost, SyncMeasurements
 
 
 def ev(worker, stage, k, start, end):

@@ -99,7 +99,7 @@ def test_calibrate_is_the_reports_measurements(tmp_path):
     bs, cell = calibrate(abl)
     assert cell["cell"] == "sync" and len(bs) == 3  # the warm-up iteration is left out
     # conftest: training phases 0.57 s per iteration over the sync cell's tokens
-    from rlbench.reports.predict import train_tokens
+    from rlbench.predict import train_tokens
     assert bs[0].c_tok == pytest.approx(0.57 / train_tokens(bs[0].samples, False), rel=1e-9)
     assert bs[0].opt == pytest.approx(0.05) and bs[0].ws == pytest.approx(0.05) and bs[0].g == 4
 

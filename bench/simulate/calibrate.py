@@ -1,10 +1,10 @@
 """Calibration from a run's data-parallel sync cell, and the check against the run's own cells.
 
-The calibration is the report's (rlbench.reports.predict.measurements): per measured iteration, the
+The calibration is the report's (rlbench.predict.measurements): per measured iteration, the
 sync ranks' decode-step seconds by sequences in flight and refill seconds, seconds per trained token,
 optimizer-step and weight-sync seconds, with that iteration's response lengths. validate() predicts
 each cell of the run as the report's measured-vs-predicted table does (rlbench.reports.tables.
-speedup_frame over rlbench.reports.predict.predict_async), so the two give the same numbers; a sync
+speedup_frame over rlbench.predict.predict_async), so the two give the same numbers; a sync
 cell's row is in-sample. bounded_async cells, which the report does not predict, go through the
 simulator's bounded model on the same costs.
 """
@@ -13,11 +13,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from rlbench import schema
+from rlbench import schedules, schema
 from rlbench.errors import UserError
-from rlbench.reports.predict import SyncMeasurements, measurements
-
-KNOWN = ("sync", "periodic_async", "bounded_async")
+from rlbench.predict import SyncMeasurements, measurements
+from rlbench.schedules.spec import MODEL_BOUNDED, MODEL_COLOCATED, MODEL_POOLS
 
 
 def _schedule(cell: dict) -> str:
@@ -38,7 +37,8 @@ def load_cells(run_dir: Path) -> list[dict]:
 
 def find_sync_cell(cells: list[dict], run_dir: Path) -> dict:
     for c in cells:
-        if _schedule(c) == "sync" and c.get("iterations"):
+        spec = schedules.get(_schedule(c))
+        if spec is not None and spec.model == MODEL_COLOCATED and c.get("iterations"):
             return c
     found = ", ".join(f"{c.get('cell')} ({_schedule(c)})" for c in cells) or "none"
     raise UserError(f"{run_dir}: no sync cell with measured iterations to calibrate from (cells: {found}); "
@@ -79,23 +79,24 @@ def validate(run_dir: Path) -> list[dict]:
     rows = []
     for c in run.cells:
         med, ref, twin = c.tpspd(), reference_of(run, c).tpspd(), sync_twin(run, c)
-        if c.schedule not in KNOWN or not med or twin is None:
+        spec = schedules.get(c.schedule)
+        if spec is None or not med or twin is None:
             continue
         eng = _engine(c.result)
         n, m = int(eng.get("rollout_devices") or 1), int(eng.get("train_devices") or 1)
         devices = int(c.devices or n + m)
         pred = None
-        if c.schedule == "periodic_async":
+        if spec.model == MODEL_POOLS:
             sp = report.loc[c.name, "predicted_speedup"] if c.name in report.index else None
             pred = None if sp is None or sp != sp else float(sp) * ref  # NaN: the report has no prediction
         else:
             batches = measurements(twin.result, twin.samples, twin.events)
-            if c.schedule == "sync" and twin is c:  # in-sample: the measured ranks, each its shard
+            if spec.model == MODEL_COLOCATED and twin is c:  # in-sample: the measured ranks, each its shard
                 walls = [b.sync_time()[0] for b in batches]
                 pred = statistics.median(b.tokens / (w * devices) for b, w in zip(batches, walls))
-            elif c.schedule == "bounded_async":
+            elif spec.model == MODEL_BOUNDED:
                 k = int(eng.get("max_staleness", 1) or 0)
-                pred = simulate(batches, "bounded_async", n, m, staleness=k).tpspd * (n + m) / devices
+                pred = simulate(batches, c.schedule, n, m, staleness=k).tpspd * (n + m) / devices
         if pred is None:
             continue
         rows.append({"cell": c.name, "schedule": c.schedule, "overlap": eng.get("overlap", True) is not False,

@@ -1,12 +1,13 @@
-"""The three schedules (DESIGN.md §1) on N rollout + M training devices, over batches of model.py.
+"""Every schedule (DESIGN.md §1) on N rollout + M training devices, over batches of model.py, by the cost
+model its record names (bench/schedules/):
 
-- sync: the data-parallel hybrid engine, N + M colocated ranks, each generating and training its shard
-  (prompts r, r + N + M, ...): weight sync + the slowest rank's rollout + training + optimizer step
-  (rlbench.reports.predict.SyncMeasurements.sync_time).
-- periodic_async: N rollout workers (prompts i, i + N, ...), M trainer ranks taking groups as they
-  arrive (j-th arrival to rank j mod M); 2 weight syncs + last rank done + step (.async_time);
+- colocated: the data-parallel hybrid engine (sync), N + M colocated ranks, each generating and training
+  its shard (prompts r, r + N + M, ...): weight sync + the slowest rank's rollout + training + optimizer step
+  (rlbench.predict.SyncMeasurements.sync_time).
+- pools: N rollout workers (prompts i, i + N, ...), M trainer ranks taking groups as they arrive
+  (j-th arrival to rank j mod M); 2 weight syncs + last rank done + step (.async_time);
   overlap=False is the barrier cell (training starts when the last group has arrived).
-- bounded_async(k): bounded.py, from the same costs.
+- bounded (k versions ahead; a record may pin k): bounded.py, from the same costs.
 
 TPSPD = batch tokens / (iteration seconds x (N + M)), the median over batches as the runner reports it.
 """
@@ -15,11 +16,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from rlbench import schedules
 from rlbench.errors import UserError
-from rlbench.reports.predict import SyncMeasurements
+from rlbench.predict import SyncMeasurements
+from rlbench.schedules.spec import BOUNDED, MODEL_BOUNDED, MODEL_COLOCATED, PERIODIC, REFERENCE
 from rlbench.simulate.bounded import bounded
 
-SCHEDULES = ("sync", "periodic_async", "bounded_async")
+SCHEDULES = tuple(schedules.SCHEDULES)  # every registered schedule, each by its record's cost model
+# The schedules the sweeps and the paper setting compare, by their role.
+REF, ASYNC, BOUNDED_K = (schedules.name_of(r) for r in (REFERENCE, PERIODIC, BOUNDED))
 
 
 @dataclass
@@ -54,11 +59,14 @@ def simulate(batches: list[SyncMeasurements], schedule: str, rollout_devices: in
     if not batches:
         raise UserError("nothing to simulate: no batches")
     n, m, d = rollout_devices, train_devices, rollout_devices + train_devices
-    if schedule == "bounded_async":
+    spec = schedules.SCHEDULES[schedule]
+    if spec.model == MODEL_BOUNDED:
+        staleness = spec.pinned.get("max_staleness", staleness)
         tpspd, iter_s, stale, its = bounded(batches, n, m, staleness, iterations)
         return SimResult(schedule, n, m, d, tpspd, iter_s, staleness=staleness, staleness_max=stale,
                          per_iteration_s=its)
-    walls = [b.sync_time(d)[0] if schedule == "sync" else b.async_time(n, m, overlap) for b in batches]
+    colocated = spec.model == MODEL_COLOCATED
+    walls = [b.sync_time(d)[0] if colocated else b.async_time(n, m, overlap) for b in batches]
     tpspd = statistics.median(b.tokens / (w * d) for b, w in zip(batches, walls))
     return SimResult(schedule, n, m, d, tpspd, statistics.median(walls),
-                     overlap=overlap or schedule == "sync", per_iteration_s=walls)
+                     overlap=overlap or colocated, per_iteration_s=walls)

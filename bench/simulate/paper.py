@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rlbench.reports.predict import SyncMeasurements
-from rlbench.simulate.events import simulate
+from rlbench.predict import SyncMeasurements
+from rlbench.simulate.events import ASYNC, BOUNDED_K, REF, simulate
 from rlbench.simulate.model import Costs, lognormal_samples, summary
 
 PAPER_DEVICES = 64
@@ -56,7 +56,7 @@ def paper_batches(costs: Costs = PAPER_COSTS, shared_prompt: bool = False,
 def best_split(batches: list[SyncMeasurements], devices: int, steps: int = 16, **knobs) -> dict:
     """Search rollout pools N = devices*j/steps (j = 1..steps-1) -> the periodic-async split with the best TPSPD."""
     cands = sorted({max(1, min(devices - 1, round(devices * j / steps))) for j in range(1, steps)})
-    results = [simulate(batches, "periodic_async", n, devices - n, **knobs) for n in cands]
+    results = [simulate(batches, ASYNC, n, devices - n, **knobs) for n in cands]
     best = max(results, key=lambda r: r.tpspd)
     return {"rollout_devices": best.rollout_devices, "train_devices": best.train_devices,
             "tpspd": best.tpspd, "result": best.to_dict(),
@@ -67,17 +67,17 @@ def paper_setting(devices: int = PAPER_DEVICES, costs: Costs = PAPER_COSTS) -> d
     """Sync vs periodic-async (best split) on `devices` devices, the optimised variant, bounded
     staleness 1, and how the async speedup depends on training throughput; with the paper's figures."""
     batches = paper_batches(costs)
-    sync = simulate(batches, "sync", devices // 2, devices - devices // 2)
+    sync = simulate(batches, REF, devices // 2, devices - devices // 2)
     pa = best_split(batches, devices)
     opt_batches = paper_batches(costs, shared_prompt=True, train_scale=TRI_MODEL_SCALE)
     opt = best_split(opt_batches, devices)
-    sync_opt = simulate(opt_batches, "sync", devices // 2, devices - devices // 2)
+    sync_opt = simulate(opt_batches, REF, devices // 2, devices - devices // 2)
     n = pa["rollout_devices"]
-    bounded = simulate(batches, "bounded_async", n, devices - n, staleness=1)
+    bounded = simulate(batches, BOUNDED_K, n, devices - n, staleness=1)
     sensitivity = []
     for tok_s in (250, 500, 1000, 2000, 4000):
         b_tok = paper_batches(replace(costs, train_s_per_token=1.0 / tok_s))
-        s = simulate(b_tok, "sync", devices // 2, devices - devices // 2)
+        s = simulate(b_tok, REF, devices // 2, devices - devices // 2)
         b = best_split(b_tok, devices, steps=8)
         sensitivity.append({"train_tokens_per_s_per_device": tok_s, "sync_tpspd": s.tpspd,
                             "async_tpspd": b["tpspd"], "async_speedup": b["tpspd"] / s.tpspd,

@@ -6,6 +6,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from rlbench.reports.plots import save
+from rlbench.simulate.events import ASYNC, BOUNDED_K, REF
 
 PLOT_FILES = ("tpspd_vs_devices.png", "tpspd_vs_share.png")
 STYLES = [":", "-.", (0, (5, 4)), (0, (1, 4)), (0, (3, 2, 1, 2))]
@@ -18,16 +19,16 @@ def plot_devices(result: dict, path: Path) -> Path:
     devices = result["devices"]
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.subplots()
-    sync = [next(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == "sync") for d in devices]
+    sync = [next(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == REF) for d in devices]
     ax.plot(devices, sync, "o-", color="#555555", label="sync (colocated)")
     ax.plot(devices, [b["tpspd"] for b in best], "s-", color="#1f77b4", lw=2,
             label="periodic_async (best split)")
     for i, share in enumerate(result["rollout_shares"]):
-        ys = [next(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == "periodic_async"
+        ys = [next(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == ASYNC
                    and r["overlap"] and r["rollout_share"] == share) for d in devices]
         ax.plot(devices, ys, ls=STYLES[i % len(STYLES)], color="#1f77b4", alpha=0.55, lw=1,
                 label=f"periodic_async, rollout share {share:g}")
-    bounded = [max(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == "bounded_async")
+    bounded = [max(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == BOUNDED_K)
                for d in devices]
     ax.plot(devices, bounded, "^--", color="#d62728", label=f"bounded_async k={result['staleness']} (best share)")
     ax.set_xscale("log", base=2)
@@ -51,7 +52,7 @@ def plot_share(result: dict, path: Path) -> Path:
         d, c = b["devices"], colors[i % len(colors)]
         xs = [p["rollout_devices"] / d for p in b["curve"]]
         ax.plot(xs, [p["tpspd"] for p in b["curve"]], "o-", ms=3, color=c, label=f"{d} devices")
-        sync = next(r["tpspd"] for r in result["rows"] if r["devices"] == d and r["schedule"] == "sync")
+        sync = next(r["tpspd"] for r in result["rows"] if r["devices"] == d and r["schedule"] == REF)
         ax.axhline(sync, color=c, ls="--", lw=0.8)
         ax.plot([b["rollout_devices"] / d], [b["tpspd"]], "*", ms=11, color=c)
     ax.set_xlabel("rollout share of the devices (periodic_async); dashed: sync")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlbench import schedules
 from rlbench.errors import UserError
 from rlbench.simulate import paper
 from rlbench.simulate.calibrate import calibrate, validate
-from rlbench.simulate.events import simulate
+from rlbench.simulate.events import ASYNC, BOUNDED_K, REF, simulate
 from rlbench.simulate.model import costs_of, prompts_of, rescale, summary
 
 PRESETS = ("paper-7b",)
@@ -56,12 +57,12 @@ def sweep(batches_for, devices, shares, staleness: int = 1) -> tuple[list, list]
     rows, best = [], []
     for d in devices:
         bs = batches_for(d)
-        sync = simulate(bs, "sync", d // 2, d - d // 2)
+        sync = simulate(bs, REF, d // 2, d - d // 2)
         rows.append(_row(d, None, sync, sync))
         for s in shares:
             n, m = split(d, s)
-            for res in (simulate(bs, "periodic_async", n, m), simulate(bs, "periodic_async", n, m, overlap=False),
-                        simulate(bs, "bounded_async", n, m, staleness=staleness)):
+            for res in (simulate(bs, ASYNC, n, m), simulate(bs, ASYNC, n, m, overlap=False),
+                        simulate(bs, BOUNDED_K, n, m, staleness=staleness)):
                 rows.append(_row(d, s, res, sync))
         b = paper.best_split(bs, d, steps=min(16, d))
         best.append({"devices": d, "rollout_devices": b["rollout_devices"],
@@ -137,9 +138,14 @@ def _table(head: list[str], body: list[list[str]]) -> str:
 
 
 def _name(r: dict) -> str:
-    if r["schedule"] == "bounded_async":
-        return f"bounded_async k={r['staleness']}"
+    if r.get("staleness") is not None:  # a bounded-staleness model's row
+        return f"{r['schedule']} k={r['staleness']}"
     return r["schedule"] + ("" if r.get("overlap", True) else " (barrier)")
+
+
+def _colocated(r: dict) -> bool:
+    spec = schedules.get(r["schedule"])
+    return spec is not None and spec.colocated
 
 
 def format_text(result: dict) -> str:
@@ -147,14 +153,14 @@ def format_text(result: dict) -> str:
     cal = result["calibration"]
     parts = [f"simulate: {result['source']} ({cal['device']}; {result['scaling']}; per-device costs, "
              "nothing fitted)"]
-    body = [[str(r["devices"]), "colocated" if r["schedule"] == "sync" else f"{r['rollout_devices']}+{r['train_devices']}",
+    body = [[str(r["devices"]), "colocated" if _colocated(r) else f"{r['rollout_devices']}+{r['train_devices']}",
              _name(r), f"{r['tpspd']:.1f}", f"{r['speedup']:.2f}x", f"{r['iter_s']:.3g}"] for r in result["rows"]]
     parts.append(_table(["devices", "split", "schedule", "pred. TPSPD", "vs sync", "iter s"], body))
     parts.append("best periodic-async split: " + "; ".join(
         f"{b['devices']} dev -> {b['rollout_devices']}+{b['train_devices']} ({b['speedup']:.2f}x)"
         for b in result["best_split"]))
     if "validation" in result:
-        body = [[v["cell"], _name(v), "colocated" if v["schedule"] == "sync" else
+        body = [[v["cell"], _name(v), "colocated" if _colocated(v) else
                  f"{v['rollout_devices']}+{v['train_devices']}", f"{v['measured_tpspd']:.1f}",
                  f"{v['predicted_tpspd']:.1f}", f"{100 * v['error']:+.1f}%", f"{v['measured_speedup']:.2f}x",
                  f"{v['predicted_speedup']:.2f}x", v["predicted_from"]] for v in result["validation"]]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rlbench import metrics, schema
 from rlbench.errors import UserError
-from rlbench.stages import TRAIN_STAGES, Schedule, Stage
+from rlbench.stages import TRAIN_STAGES, Stage
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,20 @@ def flag_tpspd(iterations: list[dict], framework_key: str) -> list[str]:
     return warnings
 
 
+def _reference() -> str:
+    """The peers' GRPO examples run the synchronous hybrid engine: the reference schedule's name."""
+    from rlbench import schedules
+    from rlbench.schedules.spec import REFERENCE
+
+    return schedules.name_of(REFERENCE)
+
+
 def cell_results(cfg, *, cell: str, framework: str, version: str | None, iterations: list[dict],
                  evals: list[dict], status: str, error: str | None = None,
                  warnings: list[str] | None = None, external: dict | None = None) -> dict:
     """A results.json dict with the keys of rlbench's own cells (bench/runner.py CellRun.results)."""
     return metrics.cell_result(
-        cell=cell, switches={"engine": framework, "schedule": Schedule.SYNC.value, "tri_model": False, "shared_prompt": False},
+        cell=cell, switches={"engine": framework, "schedule": _reference(), "tri_model": False, "shared_prompt": False},
         config=cfg.model_dump(mode="json"), provenance={"framework": framework, "version": version},
         status=status, error=error, model={"kind": cfg.model.kind, "path": cfg.model.path},
         iterations=iterations, evals=evals,

@@ -53,7 +53,7 @@ class _Request(PendingGroup):
 
 
 class StepCosts:
-    """Measured costs of one generate call, for the speedup prediction (reports/predict.py): seconds per
+    """Measured costs of one generate call, for the speedup prediction (bench/predict.py): seconds per
     decode step by sequences in flight, and per refill (retire finished samples, prefill and admit new
     ones). On CPU the step ends at the host sync that checks for finished samples, so these are the
     device's times; nothing is fitted from them."""

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 
 from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
-from rlbench.stages import Recorder, Schedule, Stage
+from rlbench.stages import Recorder, Stage
 
 
 @dataclass
@@ -49,8 +49,6 @@ class StalenessGate:
 
 
 class BoundedAsyncSchedule:
-    name = Schedule.BOUNDED_ASYNC.value
-
     def __init__(self, trainer, pool, recorder, future_input, iterations: int, max_staleness: int,
                  consume_order: str, timeout_s: float):
         """future_input(m) -> IterationInput of iteration m (the producer reads ahead of the runner);
@@ -163,10 +161,12 @@ class _Forward:
 
 
 def build(cfg, session, rec, dataset):
-    """The registered builder (bench/components.py): rollout up to max_staleness versions ahead."""
+    """The registered builder of every bounded-staleness schedule (bench/schedules/): rollout up to k versions
+    ahead, k as the schedule's record gives it (a pinned k, or engine.max_staleness)."""
+    from rlbench import schedules
     from rlbench.stages import Role
 
     e = cfg.engine
     trainer = session.trainer(Role.TRAINER)
     return BoundedAsyncSchedule(trainer, session.rollout_pool(), rec, session.future_inputs(dataset),
-                                cfg.run.iterations, e.max_staleness, e.consume_order, e.queue_timeout_s)
+                                cfg.run.iterations, schedules.of(cfg).staleness(cfg), e.consume_order, e.queue_timeout_s)

@@ -1,5 +1,5 @@
-"""What the schedules share: the per-iteration input/output, the interfaces a schedule drives (`Trainer`,
-`RolloutSource`) and offers (`Schedule`), and the trainer's group pipeline.
+"""What the schedules share: the per-iteration input/output, the interfaces a schedule drives
+(`SupportsTraining`, `RolloutSource`) and offers (`Schedule`), and the trainer's group pipeline.
 
 Matching code in the two schedules keeps the same names and order (STYLE.md 3).
 """
@@ -32,7 +32,7 @@ class IterationOutput:
 
 
 @runtime_checkable
-class Trainer(Protocol):
+class SupportsTraining(Protocol):
     """What a schedule trains with: the in-process Trainer or the data-parallel ranks (DataParallelTrainer)."""
 
     def begin(self) -> None:
@@ -68,7 +68,7 @@ class RolloutSource(Protocol):
 class Schedule(Protocol):
     """What the runner drives: one call per iteration; `trainer` owns the training weights."""
 
-    trainer: Trainer
+    trainer: SupportsTraining
 
     def run_iteration(self, inp: IterationInput) -> IterationOutput: ...
 

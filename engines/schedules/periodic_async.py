@@ -17,7 +17,6 @@ from rlbench.engines.schedules.common import (
     IterationInput,
     IterationOutput,
 )
-from rlbench.stages import Schedule
 
 
 def build(cfg, session, rec, dataset):
@@ -31,8 +30,6 @@ def build(cfg, session, rec, dataset):
 
 
 class PeriodicAsyncSchedule:
-    name = Schedule.PERIODIC_ASYNC.value
-
     def __init__(self, trainer, pool, recorder, consume_order: str, timeout_s: float,
                  overlap: bool = True):
         """overlap=False is the barrier variant: the same processes and devices, but training starts only

@@ -13,19 +13,31 @@ idles: that bubble is what periodic asynchrony reclaims.
 from __future__ import annotations
 
 from rlbench.engines.schedules.common import IterationInput, IterationOutput
-from rlbench.stages import Schedule, Stage
+from rlbench.stages import Stage
 
 
 def build(cfg, session, rec, dataset):
-    """The registered builder (bench/components.py): colocated data-parallel ranks."""
+    """The registered builder (bench/schedules/sync.py): colocated data-parallel ranks."""
     from rlbench.stages import Role
 
     return DataParallelSync(session.trainer(Role.COLOCATED), rec)
 
 
-class DataParallelSync:
-    name = Schedule.SYNC.value
+def build_in_process(cfg, policy, tok, t0: float, sink, device, placement, make_model):
+    """The record's in-process builder (engine.sync_layout=single_process, and the tests' in-process
+    reference): trainer and rollout backend in this process, on its devices."""
+    from rlbench.engines.rollout.worker import backend_spec, build_backend
+    from rlbench.engines.trainer.trainer import Trainer
+    from rlbench.stages import Recorder, Role
 
+    worker = placement.slots[0].worker if placement else Role.COLOCATED.value
+    rec = Recorder(worker, t0, device=device, devices=cfg.engine.num_devices, sink=sink)
+    sampler = build_backend(backend_spec(cfg), policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs,
+                            device, make_model, dict(policy.named_parameters()))
+    return SyncSchedule(Trainer(policy, cfg, tok), sampler, rec)
+
+
+class DataParallelSync:
     def __init__(self, trainer, recorder):
         """trainer: a DataParallelTrainer over colocated ranks; recorder: the driver's (events route)."""
         self.trainer, self.rec = trainer, recorder
@@ -42,8 +54,6 @@ class DataParallelSync:
 
 
 class SyncSchedule:
-    name = Schedule.SYNC.value
-
     def __init__(self, trainer, rollout, recorder):
         self.trainer, self.rollout, self.rec = trainer, rollout, recorder
 

@@ -8,7 +8,6 @@ no matter how the batch was split into micro-batches or in which order groups ar
 from __future__ import annotations
 
 import torch
-from rlbench.stages import Schedule
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -166,8 +165,11 @@ def behaviour_versions(mb, like: torch.Tensor):
 
 
 def make_loss(cfg):
-    """bounded_async trains on stale samples: the decoupled loss; sync and periodic_async: plain PPO."""
-    return (DecoupledPPOLoss if cfg.engine.schedule == Schedule.BOUNDED_ASYNC else PPOLoss)(cfg.train)
+    """The loss the schedule's record asks for: the decoupled loss for stale samples, plain PPO otherwise."""
+    from rlbench import schedules
+    from rlbench.schedules.spec import DECOUPLED
+
+    return (DecoupledPPOLoss if schedules.of(cfg).loss == DECOUPLED else PPOLoss)(cfg.train)
 
 
 def pad_logprobs(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,61 @@
+"""The schedule registry: each schedule is described once, by the `SCHEDULE` record (spec.py) of its own
+module here, and registered by one line of REGISTERED.
+
+Config choices, switches in results.json, placement, the loss, the simulator, the calibration, the
+ablation tables and `rlbench check` read these records; no other module names a schedule
+(tests/test_schedule_registry.py). A record names its engine code by import path (`builder`), imported
+only when the schedule is built, so this core package imports no engine.
+"""
+from __future__ import annotations
+
+import importlib
+
+from rlbench.schedules.spec import ScheduleSpec
+
+REGISTERED = (  # one line per schedule, "module:record", in table order
+    "rlbench.schedules.sync:SCHEDULE",
+    "rlbench.schedules.periodic_async:SCHEDULE",
+    "rlbench.schedules.bounded_async:SCHEDULE",
+    "rlbench.schedules.one_step_off:SCHEDULE",
+)
+
+
+def _load(entry: str) -> ScheduleSpec:
+    module, name = entry.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in map(_load, REGISTERED)}
+
+
+def get(name: str | None) -> ScheduleSpec | None:
+    """The record of `name`; None for names of no registered schedule (an external framework's cell)."""
+    return SCHEDULES.get(name) if name else None
+
+
+def of(cfg) -> ScheduleSpec:
+    """The record of the config's schedule."""
+    return SCHEDULES[cfg.engine.schedule]
+
+
+def by_role(role: str) -> ScheduleSpec:
+    """The schedule that plays `role` (spec.REFERENCE, PERIODIC, BOUNDED) in the built-in tables."""
+    return next(s for s in SCHEDULES.values() if s.role == role)
+
+
+def name_of(role: str) -> str:
+    return by_role(role).name
+
+
+def switches(cfg) -> dict:
+    """What an ablation varies, as results.json records it: the schedule, the two optimisations and every
+    schedule's recorded options (the selected schedule's values, the others' `absent` values)."""
+    sched = of(cfg)
+    out = {"schedule": sched.name, "tri_model": cfg.engine.tri_model, "shared_prompt": cfg.engine.shared_prompt}
+    for s in SCHEDULES.values():
+        out.update(s.absent)
+    own = sched.read(cfg).model_dump()
+    out.update({k: own[k] for k in sched.absent})
+    if cfg.run.workload:
+        out["workload"] = cfg.run.workload
+    return out

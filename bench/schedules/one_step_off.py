@@ -1,0 +1,34 @@
+"""one_step_off: VERL's one-step-off-policy schedule (recipe/one_step_off_policy): the rollout of
+iteration k+1 runs while iteration k trains, on weights one version old. That is bounded staleness with
+k = 1, so it runs the bounded-staleness engine and its decoupled PPO loss with k pinned to 1; it is
+registered under the name VERL users look for."""
+from pydantic import Field
+from rlbench.components import Options
+from rlbench.schedules.spec import DECOUPLED, MODEL_BOUNDED, POOLS, ScheduleSpec, one_step_per_iteration
+
+NAME = "one_step_off"
+
+
+class OneStepOffOptions(Options):
+    max_staleness: int = Field(json_schema_extra={"key": "engine.max_staleness"})
+    prox_logp: str = Field(json_schema_extra={"key": "train.prox_logp"})
+    consume_order: str = Field(json_schema_extra={"key": "engine.consume_order"})
+
+
+def _k_is_one(cfg) -> str | None:
+    # 0 is every ablation cell's "off" value of max_staleness (bench/ablation.py), not a request
+    if cfg.engine.max_staleness not in (0, 1):
+        return (f"engine.max_staleness={cfg.engine.max_staleness} with engine.schedule={NAME}: one-step-off is "
+                "k=1 by definition; use the bounded-staleness schedule for a larger k")
+    return None
+
+
+SCHEDULE = ScheduleSpec(
+    name=NAME,
+    summary="VERL's one-step-off policy: the next iteration's rollout runs while this one trains, on weights "
+            "one version old (bounded staleness, k=1, decoupled PPO loss)",
+    options=OneStepOffOptions, builder="rlbench.engines.schedules.bounded_async:build",
+    absent={"max_staleness": 0, "prox_logp": None}, pinned={"max_staleness": 1},
+    checks=(_k_is_one, one_step_per_iteration(NAME, "it consumes groups as they arrive and takes one optimizer "
+                                                    "step per iteration")),
+    layout=POOLS, model=MODEL_BOUNDED, loss=DECOUPLED, runs_ahead=True)
