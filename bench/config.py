@@ -134,6 +134,17 @@ class EngineConfig(Section):
     max_staleness: int = Field(
         1, ge=0, description="bounded_async: k, the most weight versions a trained sample may lag the trained "
         "weights (0: on-policy, 1: one-step-off).")
+    partial_rollout: bool = Field(
+        False, description="bounded_async: partial rollout (verl's fully-async partial_rollout, AReaL's "
+        "interruptible generation): after every optimizer step the rollout workers load the new weights at "
+        "their next token boundary and continue the sequences in flight, so one response holds tokens of "
+        "several versions; each token's version is recorded and the decoupled loss uses it. Built-in "
+        "sampler and local workers only.")
+    resume_kv: Literal["recompute", "keep"] = Field(
+        "recompute", description="partial_rollout: after new weights mid-sequence, recompute the K/V of "
+        "each sequence's prefix under them (what AReaL and verl do: interrupted requests are resubmitted "
+        "with their partial output) or keep the stale cache (vLLM's pause_generation(mode='keep') without "
+        "clearing it).")
     device: Literal["cpu", "cuda", "npu", "auto"] = Field("cpu", description="Accelerator type.")
     rollout_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the rollout pool: one rollout "
                                  "worker process per device. sync uses rollout_devices + train_devices colocated "
@@ -225,7 +236,7 @@ class RunConfig(Section):
             raise ValueError(
                 f"train.micro_batch_size={mbs} must divide rollout.group_size={g}: micro-batches never "
                 "straddle groups, so both schedules split the batch the same way")
-        for problem in schedules.of(self).problems(self):
+        for problem in schedules.of(self).problems(self) + schedules.foreign_options(self):
             raise ValueError(problem)
         if self.engine.shared_prompt and self.rollout.group_size > 1 and mbs % self.rollout.group_size \
                 and self.rollout.group_size % mbs:

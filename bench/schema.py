@@ -6,7 +6,9 @@ A *cell* folder (one engine run) holds:
   events.jsonl     - one StageEvent per line (worker, stage, iteration, start, end, devices)
   iterations.jsonl - one IterationRecord per line, appended and flushed as each iteration ends
   samples.jsonl    - one line per trained sample: iteration, prompt, sample, lengths, reward,
-                     behaviour_version, trained_version
+                     behaviour_version, trained_version (partial rollout, where a response mixes
+                     versions: behaviour_version is its oldest token's, plus behaviour_version_newest
+                     and tokens_by_version)
 An *ablation* folder holds ablation.json (kind="ablation": the cells, their switches, which cell is
 the reference) and one cell folder per cell.
 

@@ -83,6 +83,11 @@ class _Session:
         self.shared = None if self.ray else {n: p.detach().to("cpu").clone().share_memory_()
                                              for n, p in policy.named_parameters()}
         self._ref = None
+        self.mailbox = None  # partial rollout: new weights reach the rollout workers mid-generation
+        if e.partial_rollout:
+            from rlbench.engines.rollout.mailbox import WeightMailbox
+
+            self.mailbox = WeightMailbox(e.resume_kv)
 
     def weights(self):
         """How a worker gets the initial weights: the shared tensors, or a Ray object reference in a list."""
@@ -129,8 +134,8 @@ class _Session:
         cfg = self.cfg
         host = self.host(Role.ROLLOUT, RolloutWorker, lambda r, n: (
             self.policy.config, self.weights(), self.tok.eos_token_id, cfg.rollout.max_num_seqs,
-            backend_spec(cfg), self.t0), owns_ray=self.trainer_in_process)  # else the trainer's host owns Ray
-        return RolloutPool(host, self.shared)
+            backend_spec(cfg), self.t0, self.mailbox), owns_ray=self.trainer_in_process)  # else the trainer's host owns Ray
+        return RolloutPool(host, self.shared, self.mailbox)
 
     def future_inputs(self, dataset):
         """m -> IterationInput of iteration m, for a schedule that dispatches ahead of the runner."""

@@ -72,6 +72,8 @@ class FakePool:
     """The rollout pool interface (publish / produce / close): one worker that loads the latest published
     weights at the batch boundary and emits the batch's groups in random order after random delays."""
 
+    mailbox = None  # no partial rollout (RolloutPool.mailbox)
+
     def __init__(self, trainer, rng: random.Random, max_delay_s: float, fail_at: int | None = None):
         self.trainer, self.rng, self.max_delay_s, self.fail_at = trainer, rng, max_delay_s, fail_at
         self.published = self.loaded = None

@@ -103,3 +103,68 @@ def test_keep_continues_on_the_stale_cache():
             want = _token_logprobs(new, g.prompt_ids, resp)
             gaps += [abs(lps[t] - float(want[t])) for t, ver in enumerate(v) if ver == 1]
     assert max(gaps) > 1e-3
+
+
+# ---------------------------------------------------------------- the schedule (engine.partial_rollout)
+
+def test_without_a_weight_change_mid_sequence_it_is_bounded_async_bitwise():
+    """k = 0: a batch starts on the newest weights and the next version exists only after the batch is
+    trained, so no weight change falls inside a sequence: samples and parameters equal bounded-async's."""
+    from test_bounded_async import _train_params
+
+    base = ["engine.schedule=bounded_async", "engine.max_staleness=0", "engine.consume_order=dispatch"]
+    init, plain, p_samples, _ = _train_params(base)
+    _, partial, q_samples, _ = _train_params(base + ["engine.partial_rollout=true"])
+    assert p_samples == q_samples
+    assert any(not torch.equal(init[n], plain[n]) for n in plain)  # training moved the weights
+    for n in plain:
+        assert torch.equal(partial[n], plain[n]), n
+
+
+def test_a_real_run_interrupts_sequences_and_records_every_tokens_version(tmp_path):
+    """k = 2, long responses, the rollout worker's decode step made 6x slower (RLBENCH_SLOW) so that the
+    trainer steps while sequences are in flight: some responses hold tokens of two versions, recorded in
+    samples.jsonl, and no token is more than k versions older than the weights it trains."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import TINY
+
+    sets = ["engine.schedule=bounded_async", "engine.max_staleness=2", "engine.partial_rollout=true",
+            "train.prompts_per_iteration=2", "rollout.response_length=fixed", "rollout.response_length_mean=96",
+            "rollout.max_new_tokens=96", "run.iterations=4", "run.warmup_iterations=1"]
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "none",
+                           *[a for s in sets for a in ("--set", s)], "--out", str(tmp_path), "--no-progress",
+                           "--no-report"], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "RLBENCH_SLOW": "decode:5.0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (cell,) = [p for p in next(tmp_path.iterdir()).iterdir() if (p / "results.json").is_file()]
+    res = json.loads((cell / "results.json").read_text())
+    assert res["switches"]["partial_rollout"] is True
+    samples = [json.loads(line) for line in (cell / "samples.jsonl").read_text().splitlines()]
+    mixed = [s for s in samples if len(s.get("tokens_by_version", {})) > 1]
+    assert mixed, "no response held tokens of two versions"
+    for s in samples:
+        versions = {int(v): n for v, n in s.get("tokens_by_version", {str(s["behaviour_version"]): 1}).items()}
+        assert min(versions) == s["behaviour_version"] and max(versions) == s.get("behaviour_version_newest", min(versions))
+        assert 0 <= s["trained_version"] - s["behaviour_version"] <= 2
+        if "tokens_by_version" in s:
+            assert sum(versions.values()) == s["response_len"]
+    reloads = sum(w.get("reloads", 0) for it in res["rollout_stats"] for w in it["workers"])
+    recomputed = sum(w.get("recomputed_tokens", 0) for it in res["rollout_stats"] for w in it["workers"])
+    assert reloads >= 1 and recomputed > 0  # resume_kv=recompute rebuilt the prefixes' K/V
+
+
+@pytest.mark.parametrize("sets,message", [
+    (["engine.partial_rollout=true"], "is an option of engine.schedule=bounded_async"),
+    (["engine.schedule=bounded_async", "engine.partial_rollout=true", "rollout.backend=vllm"], "rollout.backend=builtin"),
+    (["engine.schedule=bounded_async", "engine.partial_rollout=true", "engine.backend=ray"], "engine.backend=local"),
+])
+def test_partial_rollout_is_refused_where_it_cannot_run(sets, message):
+    from rlbench.config import load_config
+    from rlbench.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        load_config(None, sets)

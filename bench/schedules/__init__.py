@@ -47,6 +47,23 @@ def name_of(role: str) -> str:
     return by_role(role).name
 
 
+def foreign_options(cfg) -> list[str]:
+    """Problems: options another schedule owns (ScheduleSpec.owns) set away from their defaults."""
+    selected = of(cfg)
+    out = []
+    for s in SCHEDULES.values():
+        if s is selected:
+            continue
+        for name in s.owns:
+            key = s.options.model_fields[name].json_schema_extra["key"]
+            section, field_name = key.split(".")
+            sec = getattr(cfg, section)
+            if getattr(sec, field_name) != type(sec).model_fields[field_name].default:
+                out.append(f"{key}={getattr(sec, field_name)} is an option of engine.schedule={s.name}, not of "
+                           f"engine.schedule={selected.name}")
+    return out
+
+
 def switches(cfg) -> dict:
     """What an ablation varies, as results.json records it: the schedule, the two optimisations and every
     schedule's recorded options (the selected schedule's values, the others' `absent` values)."""

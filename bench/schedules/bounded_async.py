@@ -1,6 +1,6 @@
 """bounded_async: rollout up to k weight versions ahead, decoupled PPO loss (engines/schedules/bounded_async.py)."""
 from pydantic import Field
-from rlbench.components import Options
+from rlbench.components import Options, RolloutBackendName
 from rlbench.schedules.spec import BOUNDED, DECOUPLED, MODEL_BOUNDED, POOLS, ScheduleSpec, one_step_per_iteration
 
 
@@ -8,6 +8,18 @@ class BoundedAsyncOptions(Options):
     max_staleness: int = Field(json_schema_extra={"key": "engine.max_staleness"})
     prox_logp: str = Field(json_schema_extra={"key": "train.prox_logp"})
     consume_order: str = Field(json_schema_extra={"key": "engine.consume_order"})
+    partial_rollout: bool = Field(json_schema_extra={"key": "engine.partial_rollout"})
+    resume_kv: str = Field(json_schema_extra={"key": "engine.resume_kv"})
+
+
+def _partial_rollout_where_supported(cfg) -> str | None:
+    """Partial rollout polls shared memory between decode steps: the built-in sampler in local workers."""
+    if cfg.engine.partial_rollout and (cfg.rollout.backend != RolloutBackendName.BUILTIN or cfg.engine.backend != "local"):
+        return ("engine.partial_rollout needs rollout.backend=builtin and engine.backend=local (got "
+                f"rollout.backend={cfg.rollout.backend}, engine.backend={cfg.engine.backend}): the built-in "
+                "sampler takes new weights between decode steps from shared memory; the vLLM backend drives "
+                "vLLM's synchronous engine, which cannot pause a request mid-generation")
+    return None
 
 
 SCHEDULE = ScheduleSpec(
@@ -15,7 +27,8 @@ SCHEDULE = ScheduleSpec(
     summary="rollout runs up to engine.max_staleness weight versions ahead of training (AReaL-style), trained "
             "with the decoupled PPO loss",
     options=BoundedAsyncOptions, builder="rlbench.engines.schedules.bounded_async:build",
-    absent={"max_staleness": 0, "prox_logp": None},
+    absent={"max_staleness": 0, "prox_logp": None, "partial_rollout": False},
+    owns=("partial_rollout", "resume_kv"),
     checks=(one_step_per_iteration("bounded_async", "it consumes groups as they arrive and takes one optimizer "
-                                   "step per iteration, like periodic_async"),),
+                                   "step per iteration, like periodic_async"), _partial_rollout_where_supported),
     layout=POOLS, model=MODEL_BOUNDED, loss=DECOUPLED, runs_ahead=True, role=BOUNDED)

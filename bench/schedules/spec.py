@@ -58,6 +58,9 @@ class ScheduleSpec(Component):
     # True where this config runs every phase in the driver's process; in_process_builder builds it
     # ("module:function", called with (cfg, policy, tok, t0, sink, device, placement, make_model)).
     in_process: Callable = _never
+    # Options only this schedule reads: set away from their defaults under another schedule, the config
+    # is refused (schedules.foreign_options) instead of the setting being silently ignored.
+    owns: tuple[str, ...] = ()
     in_process_builder: str | None = None
 
     @property

@@ -13,9 +13,10 @@ from rlbench.engines.rollout.base import IterationEnd
 
 
 class RolloutPool:
-    def __init__(self, host, shared: dict | None):
-        """host: the rollout workers' host; shared: the shared-memory weights (local host), or None (Ray)."""
-        self.host, self.shared = host, shared
+    def __init__(self, host, shared: dict | None, mailbox=None):
+        """host: the rollout workers' host; shared: the shared-memory weights (local host), or None (Ray);
+        mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py), or None."""
+        self.host, self.shared, self.mailbox = host, shared, mailbox
         self.names = host.workers
         self._syncs: list = []  # weight loads submitted, checked when the next batch is waited for
 
@@ -37,6 +38,16 @@ class RolloutPool:
             ref = [ray.put(to_numpy(weights))]  # in a list: each actor fetches it inside its timed stage
         # A worker answers requests in order, so the load precedes its next batch.
         self._syncs += [self.host.submit(n, "sync", version, iteration, ref) for n in self.names]
+
+    def post(self, weights: dict) -> None:
+        """Partial rollout: put `weights` where the workers read them, without a "sync" request (they take
+        them at their next token boundary, engines/rollout/mailbox.py)."""
+        import torch
+
+        if self.shared is not None and weights is not self.shared:
+            with torch.no_grad():
+                for n, t in weights.items():
+                    self.shared[n].copy_(t)
 
     def produce(self, iteration: int, requests, sampling, groups: queue.Queue, timeout_s: float) -> None:
         """Producer thread body: deal the iteration's prompts, put each finished group on `groups`, then an

@@ -346,7 +346,9 @@ class BuiltinSampler:
         """New weights at a token boundary: load them; with resume_kv="recompute" rebuild the K/V of every
         live slot (0..B-1) by one prefill of its prompt and the tokens it has fed so far. Prompts prefilled
         for samples not yet admitted are prefilled again when admitted. -> tokens recomputed."""
-        self.load_weights(state, version)
+        if state is not None:  # None: the caller has loaded them already
+            self.load_weights(state, version)
+        self.version = version
         for r, _ in pending:
             r.prefill = None
         if self.resume_kv == "keep":
@@ -384,7 +386,8 @@ class BuiltinSampler:
         is done. -> groups in completion order. Sets `last_stats` (decode steps, batch occupancy).
 
         poll (partial rollout): called at every token boundary; (state, version) -> load those weights
-        now and continue the sequences in flight (see _reload); None -> go on. With poll, every group
+        now (state None: the caller has loaded them) and continue the sequences in flight (see _reload);
+        None -> go on. With poll, every group
         carries its tokens' versions (Group.token_versions) when they differ."""
         sp = sampling
         self._check(requests, sp)

@@ -41,7 +41,9 @@ class RolloutWorker:
     configured backend; hands on each group the moment its G samples are done (`emit`)."""
 
     def __init__(self, slot, model_config, weights, eos_token_id: int, max_num_seqs: int, spec: dict,
-                 t0: float, emit):
+                 t0: float, mailbox=None, *, emit):
+        """mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py): new weights are taken
+        at the next token boundary, mid-generation; None: only at "sync" requests, between batches."""
         from rlbench import device as dev
         from rlbench.engines.model.weights import build_model, load_state
         from rlbench.profiling import from_env
@@ -51,8 +53,11 @@ class RolloutWorker:
         self.name, self.emit = slot.worker, emit
         self.shared = weights if isinstance(weights, dict) else None  # local: shared-memory tensors
         state = load_state(weights)
+        self.mailbox = mailbox
         self.sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
                                      lambda: build_model(model_config, device), state)
+        if mailbox is not None:
+            self.sampler.resume_kv = mailbox.resume_kv
         self.sampler.load_weights(state, 0)
         self.rec = Recorder(slot.worker, t0, device=device, devices=1)
         self.prof = from_env(slot.worker, device.type)  # a no-op unless the run asked for --profile
@@ -62,16 +67,45 @@ class RolloutWorker:
         from rlbench.engines.model.weights import load_state
         from rlbench.stages import Stage
 
+        if self.mailbox is not None:  # partial rollout: whatever shared memory holds now
+            self._take_posted(iteration)
+            return
         with self.rec.stage(Stage.WEIGHT_SYNC, iteration):
             self.sampler.load_weights(load_state(self.shared if weights is None else weights), version)
+
+    def _take_posted(self, iteration: int) -> None:
+        """Partial rollout, between batches: load the posted weights under the mailbox lock, unless taken
+        already mid-generation."""
+        from rlbench.engines.model.weights import load_state
+        from rlbench.stages import Stage
+
+        if self.sampler.version >= self.mailbox.version:
+            return
+        with self.rec.stage(Stage.WEIGHT_SYNC, iteration), self.mailbox.lock:
+            self.sampler.load_weights(load_state(self.shared), self.mailbox.version)
+
+    def _poll(self):
+        """Partial rollout, at a token boundary: newer weights posted -> copy them in now; -> (None, their
+        version) for the sampler, which then continues its sequences under them (None: nothing new)."""
+        from rlbench.engines.model.weights import load_state
+
+        if self.mailbox.version <= self.sampler.version:
+            return None
+        with self.mailbox.lock:
+            version = self.mailbox.version
+            self.sampler.load_weights(load_state(self.shared), version)
+        return None, version
 
     def generate(self, iteration: int, requests, sampling) -> tuple[list, dict]:
         """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
         from rlbench.stages import Stage
 
+        if self.mailbox is not None:
+            self._take_posted(iteration)  # posted while this worker was idle
+        partial = {"poll": self._poll} if self.mailbox is not None else {}  # only the built-in sampler polls
         with self.rec.stage(Stage.ROLLOUT, iteration):
             faults.at(iteration)  # inside the stage: a planted hang is reported as a hang in rollout
-            self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)))
+            self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)), **partial)
         self.prof.step()
         return self.rec.drain(), dict(self.sampler.last_stats)
 

@@ -16,6 +16,12 @@ trainer's newest version if the workers lack it; the worker loads it before the 
 step and the copy into the workers' shared memory exclude each other (one lock), so a publish never
 reads half-updated weights.
 
+Partial rollout (engine.partial_rollout, pool.mailbox set): after every optimizer step the consumer
+writes the new weights to shared memory and posts their version at once; the workers take them at
+their next token boundary and continue the sequences in flight (engines/rollout/mailbox.py), so a
+response can hold tokens of several versions, each recorded (Group.token_versions). Admission is
+unchanged: a batch still starts on weights at most k versions old; its tokens only get fresher.
+
 Stale samples need the decoupled PPO loss (trainer.loss is DecoupledPPOLoss for this schedule);
 with prox_logp=loglinear it needs no proximal forward pass, so there is no old_logprob stage.
 """
@@ -63,6 +69,7 @@ class BoundedAsyncSchedule:
         self._producer: threading.Thread | None = None
         self._stopping = False
         self._next = 0  # the iteration run_iteration expects next
+        self._published = None  # the weight version the workers were last given
 
     # ---------------------------------------------------------------- consumer (trainer thread)
 
@@ -80,6 +87,9 @@ class BoundedAsyncSchedule:
         version = tr.version
         with self._lock:  # no publish reads the weights mid-step
             stats, rewards = tr.finish(rec, k)
+            if self.pool.mailbox is not None:  # partial rollout: to the workers now, mid-generation
+                with rec.stage(Stage.WEIGHT_SYNC, k):
+                    self._post(k + 1)
             self._lock.notify_all()  # a new version may admit the next batch
         end = self.receiver.take_end(arrived)
         with self._lock:
@@ -100,6 +110,15 @@ class BoundedAsyncSchedule:
         elif k != self._next:
             raise ValueError(f"bounded_async runs iterations in order: expected {self._next}, got {k}")
 
+    def _post(self, m: int) -> None:
+        """Partial rollout: the trainer's weights into shared memory, their version posted, under the
+        mailbox lock (no worker copies half-written weights). Caller holds self._lock."""
+        box = self.pool.mailbox
+        with box.lock:
+            self.pool.post(self.trainer.publish(m))
+            box.post(self.trainer.version)
+        self._published = self.trainer.version
+
     def _queue(self, m: int) -> queue.Queue:
         with self._lock:
             return self._queues.setdefault(m, queue.Queue())
@@ -111,7 +130,6 @@ class BoundedAsyncSchedule:
         staleness gate admits it; stop at the first failure (the consumer raises it)."""
         gate = None
         pub_rec = Recorder(self.rec.worker, self.rec.t0, device=self.rec.device, devices=self.rec.devices)
-        published = None  # the version the workers hold
         m = first
         try:
             while m < self.iterations:
@@ -125,11 +143,13 @@ class BoundedAsyncSchedule:
                     if self._stopping:
                         return
                     version = self.trainer.version
-                    if version != published:  # new weights, loaded at this request boundary
-                        with pub_rec.stage(Stage.WEIGHT_SYNC, m):
+                    if version != self._published:  # new weights, loaded at this request boundary
+                        with pub_rec.stage(Stage.WEIGHT_SYNC, m), self._mailbox_lock():
                             self.pool.publish(self.trainer.publish(m), version, m)
+                            if self.pool.mailbox is not None:
+                                self.pool.mailbox.post(version)
                         self._publish_events[m] = pub_rec.drain()
-                        published = version
+                        self._published = version
                 out = _Forward(self._queue(m))
                 self.pool.produce(m, inp.requests, inp.sampling, out, self.timeout_s)
                 if out.failed:
@@ -137,6 +157,11 @@ class BoundedAsyncSchedule:
                 m += 1
         except BaseException as e:  # noqa: BLE001 - handed to the consumer thread
             self._queue(m).put(e)
+
+    def _mailbox_lock(self):
+        from contextlib import nullcontext
+
+        return self.pool.mailbox.lock if self.pool.mailbox is not None else nullcontext()
 
     def close(self) -> None:
         """Stop admitting batches, stop the workers (an in-flight batch is abandoned), end the producer."""
