@@ -18,3 +18,12 @@ def at(iteration: int, role: str = "rollout") -> None:
     if kind == f"{role}_hang":
         while True:  # a stuck generation or collective: the process lives on, nothing moves
             time.sleep(3600)
+
+
+def misplace(worker: str) -> None:
+    """RLBENCH_FAULT=misplace:<worker> gives that worker one intra-op thread more than its plan, after it
+    was pinned: what the placement check (engines/launch.py) must catch."""
+    if os.environ.get("RLBENCH_FAULT", "") == f"misplace:{worker}":
+        import torch
+
+        torch.set_num_threads(torch.get_num_threads() + 1)
