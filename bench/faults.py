@@ -16,6 +16,10 @@ def at(iteration: int, role: str = "rollout") -> None:
     if kind == f"{role}_exit":
         os._exit(17)
     if kind == f"{role}_hang":
+        import sys
+
+        # when the hang began (epoch seconds), for scripts/soak.py's watchdog detection time
+        print(f"rlbench fault: {kind} at iteration {iteration}, hung from t={time.time():.3f}", file=sys.stderr, flush=True)
         while True:  # a stuck generation or collective: the process lives on, nothing moves
             time.sleep(3600)
 
