@@ -54,6 +54,7 @@ class TrainerRank:
         self.sampler = None
         self._eval_sampler = None  # built on the first evaluation (engines/evaluation.py)
         self._model_config, self._eos, self._max_num_seqs = model_config, tok.eos_token_id, cfg.rollout.max_num_seqs
+        self._spec = spec
         if spec is not None:  # colocated: this rank generates its own shard too
             self.sampler = build_backend(spec, model_config, tok.eos_token_id, cfg.rollout.max_num_seqs,
                                          self.device, lambda: build_model(model_config, self.device),
@@ -142,15 +143,14 @@ class TrainerRank:
     def evaluate(self, requests: list, sampling) -> list:
         """Greedy evaluation answers of the current weights, generated on this rank's device with the
         built-in sampler (a colocated rank's own when it has one) -> groups (token ids)."""
-        from rlbench.engines.rollout.sampler import BuiltinSampler
+        from rlbench.engines.rollout import BUILTIN
 
         if self._eval_sampler is None:
-            if isinstance(self.sampler, BuiltinSampler):
+            if self._spec is not None and self._spec.get("backend") == BUILTIN["backend"]:
                 self._eval_sampler = self.sampler  # it loads the trainer's weights before every rollout
             else:
                 from rlbench.engines.model.weights import build_model
                 from rlbench.engines.rollout import build_backend
-                from rlbench.engines.rollout.worker import BUILTIN
 
                 self._eval_sampler = build_backend(BUILTIN, self._model_config, self._eos, self._max_num_seqs,
                                                    self.device, lambda: build_model(self._model_config, self.device))
