@@ -16,5 +16,18 @@ def at(iteration: int, role: str = "rollout") -> None:
     if kind == f"{role}_exit":
         os._exit(17)
     if kind == f"{role}_hang":
+        import sys
+
+        # when the hang began (epoch seconds), for scripts/soak.py's watchdog detection time
+        print(f"rlbench fault: {kind} at iteration {iteration}, hung from t={time.time():.3f}", file=sys.stderr, flush=True)
         while True:  # a stuck generation or collective: the process lives on, nothing moves
             time.sleep(3600)
+
+
+def misplace(worker: str) -> None:
+    """RLBENCH_FAULT=misplace:<worker> gives that worker one intra-op thread more than its plan, after it
+    was pinned: what the placement check (engines/launch.py) must catch."""
+    if os.environ.get("RLBENCH_FAULT", "") == f"misplace:{worker}":
+        import torch
+
+        torch.set_num_threads(torch.get_num_threads() + 1)

@@ -35,6 +35,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("train_tok_s", "tokens/s", "median", (SUMMARY, COMPARE), "training token rate, median"),
     Metric("weight_sync_s_per_iter", "s", "median", (SUMMARY,), "weight-sync seconds per iteration, all "
            "workers", "tail"),
+    Metric("host_cpu_pct", "% of a core", "median", (SUMMARY,), "CPU of every process of the cell (driver "
+           "included) per second of iteration, median", "tail"),
     Metric("rollout_occupancy", "fraction", "median", (SUMMARY,), "mean sequences in flight / max_num_seqs",
            "tail"),
     Metric("accuracy_before", "pass@1", "median", (SUMMARY,), "first evaluation", "tail"),

@@ -15,7 +15,7 @@ and evaluates; it holds no device of the run.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlbench.errors import UserError
 from rlbench.stages import Role
@@ -45,14 +45,15 @@ class Placement:
     slots: list[Slot]
     devices: int  # physical devices occupied: the TPSPD divisor
     kind: str
+    observed: dict = field(default_factory=dict)  # worker -> what it observed (engines/launch.py checks it)
 
     def of(self, role: Role) -> list[Slot]:
         return [s for s in self.slots if s.role == role.value]
 
     def records(self) -> list[dict]:
-        """One entry per process, the driver included (it holds no device)."""
+        """One entry per process, the driver included (it holds no device), each with what it observed."""
         driver = {"worker": Role.DRIVER.value, "role": Role.DRIVER.value, "device": None, "threads": 1}
-        return [s.record() for s in self.slots] + [driver]
+        return [{**r, "observed": self.observed.get(r["worker"])} for r in [s.record() for s in self.slots] + [driver]]
 
 
 def plan(engine, kind: str, available: int) -> Placement:

@@ -32,6 +32,7 @@ class CellRun:
         self.placement = None  # bench/placement.py Placement, once planned
         self.shape: dict = {}  # the model's shape for the per-stage work counts (bench/utilisation.py)
         self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/slowdown.py); empty normally
+        self.host_cpu = None  # bench/hostcpu.py HostCPU once the workers run
 
     def results(self) -> dict:
         return metrics.cell_result(
@@ -52,7 +53,9 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
     pacer (bench/interleave.py): when the cell takes turns with other cells; none when it runs alone."""
     from rlbench import device as dev
-    from rlbench import peak, provenance, slowdown
+    from rlbench import slowdown
+    from rlbench.engines import launch
+    from rlbench.hostcpu import HostCPU
     from rlbench.interleave import Pacer
 
     run = CellRun(cfg, folder, name)
@@ -68,11 +71,12 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
         if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
             from rlbench import profiling
             profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
-        schedule, eval_sampler = make_engine(cfg, policy, tok, run.t0, run.writer.event, device,
-                                             dataset=dataset, placement=run.placement)
-        run.provenance = provenance.collect(device)
-        run.provenance["peak"] = peak.peak(device, next(policy.parameters()).dtype)  # one device, one thread
-        _train(cfg, run, schedule, eval_sampler, dataset, tok, device, progress, pacer)
+        schedule, evaluator = make_engine(cfg, policy, tok, run.t0, run.writer.event, device,
+                                          dataset=dataset, placement=run.placement)
+        # the device's description and peak (one device, one thread), asked of a worker that holds it
+        run.provenance = launch.provenance(schedule, device, next(policy.parameters()).dtype)
+        run.host_cpu = HostCPU({w: o.get("pid") for w, o in run.placement.observed.items()})
+        _train(cfg, run, schedule, evaluator, dataset, tok, progress, pacer)
         pacer.leave(wait_for_others=True)  # no teardown while another cell is being timed
         run.params_sha256 = params_digest(schedule.trainer.policy)
         run.status = "complete"
@@ -87,6 +91,8 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
         raise
     finally:
         pacer.leave()  # a failed cell's turns pass to the others
+        if run.placement is not None:
+            run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
         if run.status != "rejected" or run.iterations:
             run.save()  # before closing the workers: a stop that cuts the closing short loses nothing
         if schedule is not None:
@@ -127,21 +133,19 @@ def _bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
-def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, progress: bool, pacer) -> None:
-    from rlbench.engines.factory import evaluate
-
-    eval_rec = Recorder(Role.EVAL.value, run.t0, device=device, sink=run.writer.event)
-    trainer = schedule.trainer
+def _train(cfg, run: CellRun, schedule, evaluator, dataset, tok, progress: bool, pacer) -> None:
+    # evaluator (engines/evaluation.py): on the trainer's worker, or here when the trainer is here
+    eval_rec = Recorder(Role.EVAL.value, run.t0, device=evaluator.device, sink=run.writer.event)
 
     def do_eval(done: int) -> float:
         with eval_rec.stage(Stage.EVAL, done):
-            res = evaluate(eval_sampler, trainer.weights(), trainer.version, cfg, dataset, tok)
+            res = evaluator(cfg, dataset, tok)
         run.evals.append({"iteration": done, **res})
         return res["accuracy"]
 
     acc = do_eval(0)
     bar = _bar(cfg.run.iterations, f"{run.name}", progress)
-    prof = _profiler(cfg, run, schedule, device)
+    prof = _profiler(cfg, run, schedule, evaluator.device)
     pacer.ready()
     try:
         for k in range(cfg.run.iterations):
@@ -156,11 +160,13 @@ def _train(cfg, run: CellRun, schedule, eval_sampler, dataset, tok, device, prog
 
 
 def _profiler(cfg, run: CellRun, schedule, device):
+    """device: this process's device (None: the driver, which holds none: CPU activity only)."""
     from rlbench.profiling import IterationProfiler
 
     trace_dir = str(run.folder / "traces") if cfg.run.profile else None
     worker = schedule.rec.worker
-    return IterationProfiler(trace_dir, worker, cfg.run.warmup_iterations, cfg.run.profile_iterations, device.type)
+    return IterationProfiler(trace_dir, worker, cfg.run.warmup_iterations, cfg.run.profile_iterations,
+                             device.type if device is not None else "cpu")
 
 
 def _iteration(cfg, run: CellRun, schedule, dataset, tok, k: int, do_eval, acc: float, bar) -> float:
@@ -168,7 +174,9 @@ def _iteration(cfg, run: CellRun, schedule, dataset, tok, k: int, do_eval, acc: 
     from rlbench.engines.factory import iteration_input
 
     inp = iteration_input(cfg, dataset, tok, k)
+    run.host_cpu.start()
     out = schedule.run_iteration(inp)
+    host_cpu = run.host_cpu.stop()  # every process's CPU seconds in the iteration (bench/hostcpu.py)
     rows = _sample_rows(k, out)
     run.writer.samples(rows)
     rec = metrics.build_iteration(k, run.writer.take_events(k), rows, run.placement.devices,
@@ -182,6 +190,7 @@ def _iteration(cfg, run: CellRun, schedule, dataset, tok, k: int, do_eval, acc: 
     if done == cfg.run.iterations or (cfg.run.eval_every and done % cfg.run.eval_every == 0):
         acc = do_eval(done)
         rec.eval_accuracy = acc
+    rec.host_cpu_s, rec.host_cpu_pct = host_cpu["host_cpu_s"], host_cpu["host_cpu_pct"]
     run.iterations.append(asdict(rec))
     run.rollout_stats.append({"iteration": k, "workers": out.rollout_stats})
     run.writer.iteration(rec)

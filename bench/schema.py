@@ -80,6 +80,9 @@ class IterationRecord:
     behav_capped: float | None = None  # share of tokens masked out by train.behav_imp_weight_cap
     # stage -> {"flops", "bytes"} the stage had to do (bench/utilisation.py); MFU and bandwidth use it
     work: dict[str, dict[str, float]] = field(default_factory=dict)
+    # bench/hostcpu.py: process -> CPU seconds in the iteration (driver included); the driver's % of a core
+    host_cpu_s: dict[str, float] = field(default_factory=dict)
+    host_cpu_pct: float | None = None
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import random
 
-from rlbench.engines.rollout.base import PromptRequest, SamplingParams
+from rlbench.engines.rollout.base import PromptRequest
 from rlbench.engines.schedules.common import IterationInput
 
 
@@ -24,38 +24,64 @@ def check_supported(cfg) -> None:
 
 
 def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placement=None):
-    """-> (schedule, eval_sampler). The schedule's trainer owns the training weights.
+    """-> (schedule, evaluator). The schedule's trainer owns the training weights; evaluator(cfg, dataset,
+    tok) -> the evaluation's accuracies (engines/evaluation.py).
 
-    placement (bench/placement.py): where every worker runs; each holds its own copy of `policy`.
+    placement (bench/placement.py): where every worker runs; each holds its own copy of `policy`, and this
+    process (the driver) holds no accelerator: `policy` stays on the CPU, evaluation runs on the trainer's
+    rank 0, and what every worker observed is checked against the plan (engines/launch.py).
     None: the trainer (and a colocated schedule's rollout) run in this process: the tests' in-process
     reference, and a config whose schedule record says it runs in process (`in_process`). `dataset`: a
-    schedule that runs ahead reads iterations ahead of the runner; without it, it is loaded again from the config (the same seeded split)."""
+    schedule that runs ahead reads iterations ahead of the runner; without it, it is loaded again from
+    the config (the same seeded split)."""
     from rlbench import device as dev
     from rlbench import schedules
-    from rlbench.engines.rollout.worker import BUILTIN, build_backend
+    from rlbench.engines.evaluation import WorkerEval
     from rlbench.stages import Recorder, Role
 
     check_supported(cfg)
-    e = cfg.engine
-    policy = policy.to(device)
     spec = schedules.of(cfg)  # the schedule's record (bench/schedules/)
-    in_process = placement is None or spec.in_process(cfg)
-    # Evaluation runs in this process between iterations, with the built-in sampler for every schedule.
+    if placement is None or spec.in_process(cfg):
+        return _in_process_engine(cfg, policy, tok, t0, sink, device, dataset, placement)
+    dev.set_threads(1)  # the driver dispatches and scores; the workers compute
+    session = _Session(cfg, policy, tok, t0, placement)
+    try:
+        build = spec.build_function()  # the schedule's build(), named by its record
+        schedule = build(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset)
+        session.check_observed()
+        return schedule, WorkerEval(schedule.trainer)
+    except BaseException:
+        session.close()
+        raise
+
+
+def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, placement):
+    """The trainer in this process (on `device`), evaluation here too; a schedule whose record has an
+    in-process builder runs whole here, the others' rollout workers as planned."""
+    from rlbench import device as dev
+    from rlbench import schedules
+    from rlbench.engines.evaluation import InProcessEval
+    from rlbench.engines.rollout.worker import BUILTIN, build_backend
+    from rlbench.stages import Recorder, Role
+
+    e = cfg.engine
+    spec = schedules.of(cfg)
+    policy = policy.to(device)
     make_model = (lambda: copy.deepcopy(policy).eval())
     eval_sampler = build_backend(BUILTIN, policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs, device,
                                  make_model)
     dev.set_threads(e.num_devices if device.type == "cpu" else 1)
-    if in_process and spec.in_process_builder:  # the whole schedule in this process
-        build = spec.build_in_process_function()
-        return build(cfg, policy, tok, t0, sink, device, placement, make_model), eval_sampler
-    if placement is None:  # the tests' reference: the trainer in this process, rollout workers as planned
-        from rlbench.placement import plan
+    if spec.in_process_builder:  # the whole schedule in this process
+        schedule = spec.build_in_process_function()(cfg, policy, tok, t0, sink, device, placement, make_model)
+        return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
+    from rlbench.placement import plan
 
-        placement = plan(e, device.type, available=e.num_devices)
-    session = _Session(cfg, policy, tok, t0, placement, trainer_in_process=in_process)
+    placement = plan(e, device.type, available=e.num_devices)  # rollout workers as planned
+    session = _Session(cfg, policy, tok, t0, placement, trainer_in_process=True)
     try:
-        build = spec.build_function()  # the schedule's build(), named by its record
-        return build(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset), eval_sampler
+        build = spec.build_function()
+        schedule = build(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset)
+        return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
     except BaseException:
         session.close()
         raise
@@ -145,6 +171,15 @@ class _Session:
             dataset = load_dataset(self.cfg.data, self.cfg.run.seed)
         return lambda m: iteration_input(self.cfg, dataset, self.tok, m)
 
+    def check_observed(self) -> None:
+        """Record what every worker observed next to the plan (results.json `placement`); a worker given
+        other than the plan (core, threads, visible device) ends the run (WorkerError, exit 3)."""
+        from rlbench.engines import launch
+
+        observed = {w: o for host in self.hosts for w, o in host.observed.items()}
+        self.placement.observed.update(observed)
+        launch.check(self.placement, observed, exact_device=not self.ray)
+
     def close(self) -> None:
         for host in reversed(self.hosts):  # the trainer's host (first made) closes last: it owns Ray
             host.close()
@@ -166,22 +201,9 @@ def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
 
 
 def evaluate(sampler, weights, version: int, cfg, dataset, tok) -> dict:
-    """Greedy pass@1 on the eval split with the GSM8K strict rule (accuracy), plus two diagnostics: the
-    share of responses the strict rule can read an answer from (format_rate), and pass@1 whatever the
-    answer's format (accuracy_any_format)."""
-    from rlbench.engines.data.reward import (
-        any_format_correct,
-        extract_solution,
-        gsm8k_reward,
-    )
+    """Greedy pass@1 of `weights` on the eval split with `sampler` in this process (engines/evaluation.py)."""
+    from rlbench.engines.evaluation import eval_inputs, score
 
     sampler.load_weights(weights, version)
-    requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(dataset.eval)]
-    sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=cfg.rollout.max_new_tokens,
-                              seed=cfg.run.seed, greedy=True)
-    groups = sampler.generate(requests, sampling)
-    texts = [(tok.decode(g.responses[0]), dataset.eval[g.prompt_index].answer) for g in groups]
-    n = len(dataset.eval)
-    return {"accuracy": sum(gsm8k_reward(t, a) for t, a in texts) / n, "n": n,
-            "format_rate": sum(extract_solution(t) is not None for t, _ in texts) / n,
-            "accuracy_any_format": sum(any_format_correct(t, a) for t, a in texts) / n}
+    requests, sampling = eval_inputs(cfg, dataset, tok)
+    return score(sampler.generate(requests, sampling), dataset, tok)

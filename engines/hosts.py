@@ -47,6 +47,7 @@ class Reply:
 class Ready:
     worker: str
     pid: int
+    observed: dict  # what the process was given: affinity, threads, visible devices (bench/device.py observe)
 
 
 @dataclass
@@ -69,14 +70,15 @@ class ProcessHost:
 
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog):
         """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
-        import torch.multiprocessing as mp  # shares tensors passed to a worker instead of copying them
+        from rlbench.engines import launch
 
-        ctx = mp.get_context("spawn")
+        ctx = _context()
         self.timeout_s, self.watchdog = timeout_s, watchdog
         self.out = ctx.Queue()
         self.inbox: dict[str, Any] = {}
         self.procs: dict[str, Any] = {}
         self.pids: dict[str, int] = {}
+        self.observed: dict[str, dict] = {}  # worker -> what it observed once started
         self._replies: dict[int, Reply] = {}
         self._calls = 0
         self._lock = threading.Lock()  # one reader of `out` at a time (a producer and a consumer thread)
@@ -85,8 +87,9 @@ class ProcessHost:
                 self.inbox[slot.worker] = ctx.Queue()
                 # Not daemonic: a worker may start processes of its own (vLLM's engine core).
                 p = ctx.Process(target=_serve, name=f"rlbench-{slot.worker}",
-                                args=(slot, cls, args_of(slot), self.inbox[slot.worker], self.out))
-                p.start()
+                                args=(launch.child_slot(slot), cls, args_of(slot), self.inbox[slot.worker], self.out))
+                with launch.environment(launch.start_env(slot)):  # only its accelerator visible, from its start
+                    p.start()
                 self.procs[slot.worker] = p
             self._wait_ready()
         except BaseException:
@@ -103,6 +106,7 @@ class ProcessHost:
             msg = self._next("starting")
             if isinstance(msg, Ready):
                 self.pids[msg.worker] = msg.pid
+                self.observed[msg.worker] = {**msg.observed, "pid": msg.pid}  # pid: bench/hostcpu.py reads it
             elif isinstance(msg, Reply) and not msg.ok:
                 raise WorkerError(f"{msg.worker} failed while starting:\n{msg.value}")
             elif msg is None and time.monotonic() > deadline:
@@ -184,8 +188,17 @@ class ProcessHost:
                 p.join(5)
 
 
+def _context():
+    """The multiprocessing context of worker processes (torch's: tensors passed to a worker are shared,
+    not copied); spawn, so a worker starts from a fresh interpreter with the environment it was given."""
+    import torch.multiprocessing as mp
+
+    return mp.get_context("spawn")
+
+
 def _serve(slot, cls, args: tuple, inbox, out) -> None:
     """A worker process: pin to the slot's device, build the object, answer requests until told to stop.
+    `slot` is the worker's view (engines/launch.py child_slot: its one visible accelerator is index 0).
     It dies with its parent (a cell that dies hard leaves no worker behind) and reports its progress
     for the hang watchdog from a thread."""
     import signal
@@ -199,8 +212,11 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
         from rlbench import device as dev
 
         dev.pin(slot.kind, slot.index, slot.threads)
+        from rlbench import faults
+
+        faults.misplace(slot.worker)  # test hook: a worker given other than its plan
         obj = cls(slot, *args, emit=lambda item: out.put(Emitted(slot.worker, item)))
-        out.put(Ready(slot.worker, os.getpid()))
+        out.put(Ready(slot.worker, os.getpid(), dev.observe(slot.kind)))
     except BaseException:  # noqa: BLE001 - reported, then this process ends
         out.put(Reply(-1, slot.worker, False, traceback.format_exc()))
         return
@@ -253,20 +269,24 @@ class RayHost:
         import ray
         from ray.util.queue import Queue
 
-        from rlbench.engines.ray_util import actor_resources, forwarded_env
+        from rlbench.engines import launch
+        from rlbench.engines.ray_util import forwarded_env
 
         self._ray, self.timeout_s, self.watchdog, self._owns_ray = ray, timeout_s, watchdog, owns_ray
         self.actors: dict[str, Any] = {}
         self.pids: dict[str, int] = {}
+        self.observed: dict[str, dict] = {}
         self.emitted = None
         try:
             self.emitted = Queue(actor_options={"num_cpus": 0})
             remote = ray.remote(max_restarts=0, max_task_retries=0)(_RayWorker)
+            sharing = launch.sharing(slots)
             for slot in slots:
                 self.actors[slot.worker] = remote.options(
-                    **actor_resources(slot.kind, slot.threads), runtime_env=forwarded_env()).remote(
+                    **launch.ray_options(slot, sharing[slot.worker]), runtime_env=forwarded_env()).remote(
                     slot, cls, args_of(slot), self.emitted)
             self.pids = self._started()
+            self.observed = dict(zip(self.actors, ray.get([a.observe.remote() for a in self.actors.values()])))
         except BaseException:
             self.close()
             raise
@@ -361,18 +381,25 @@ class _RayWorker:
     """Inside a Ray actor: pin, build the worker object, run its methods (same object as in a process)."""
 
     def __init__(self, slot, cls, args: tuple, emitted):
-        import dataclasses
-
         from rlbench import device as dev
+        from rlbench.engines import launch
 
-        if slot.kind != "cpu":  # Ray makes the actor's accelerator the only visible one: index 0
-            slot = dataclasses.replace(slot, index=0)
+        slot = launch.child_slot(slot)  # Ray makes the actor's accelerator the only visible one: index 0
+        self.kind = slot.kind
         dev.pin(slot.kind, slot.index, slot.threads)
         self.obj = cls(slot, *args, emit=emitted.put)
         self._heartbeats = _start_heartbeats(slot.worker, emitted.put)  # Ray calls run in one thread
 
     def pid(self) -> int:
         return os.getpid()
+
+    def observe(self) -> dict:
+        """What this actor was given (bench/device.py observe) and its Ray node (devices are per node)."""
+        import ray
+
+        from rlbench import device as dev
+
+        return {**dev.observe(self.kind), "node": ray.get_runtime_context().get_node_id()}
 
     def call(self, method: str, *args):
         return getattr(self.obj, method)(*args)

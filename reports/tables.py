@@ -59,6 +59,7 @@ def _row(c: CellData, ref_tpspd: float | None, stages: list[str], workers: list[
            "staleness_max": agg.get("staleness_max"),
            "measured_iterations": agg.get("measured_iterations", 0), "status": c.status}
     row.update(weight_sync_columns(c))
+    row["host_cpu_pct"] = host_cpu_pct(c)
     stage_s, idle = agg.get("stage_s") or {}, agg.get("idle_frac") or {}
     for s in stages:
         row[f"stage_{s}_s"] = stage_s.get(s, 0.0) if agg else None
@@ -74,6 +75,13 @@ def weight_sync_columns(c: CellData) -> dict:
     stage_s = c.aggregates.get("stage_s") or {}
     return {"rollout_backend": get_path(c.result, "config.rollout.backend"),
             "weight_sync_s_per_iter": stage_s.get("weight_sync") if c.aggregates else None}
+
+
+def host_cpu_pct(c: CellData) -> float | None:
+    """Host CPU % of a core: the driver's CPU seconds over the iteration's wall time (bench/hostcpu.py),
+    median over the measured iterations; None where it was not measured."""
+    vals = [it["host_cpu_pct"] for it in c.measured() if it.get("host_cpu_pct") is not None]
+    return float(np.median(vals)) if vals else None
 
 
 def _eval(c: CellData, index: int, key: str) -> float | None:
@@ -189,7 +197,7 @@ def _split(c: CellData) -> tuple[int, int]:
 
 
 COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "rollout tok/s",
-                "train tok/s", "weight sync s/iter", "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
+                "train tok/s", "weight sync s/iter", "host CPU % of a core", "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
 
 
 def compact_rows(df: pd.DataFrame) -> list[list[str]]:
@@ -208,8 +216,9 @@ def _compact(r: dict, idle_cols: list[str]) -> list[str]:
     acc = f"{fmt(r['accuracy_before'])}→{fmt(r['accuracy_after'])}"
     form = "–" if _missing(r["format_rate_before"]) or _missing(r["format_rate_after"]) else \
         f"{100 * r['format_rate_before']:.0f}→{100 * r['format_rate_after']:.0f}"
+    host = "–" if _missing(r.get("host_cpu_pct")) else f"{r['host_cpu_pct']:.1f}"
     return [str(r["cell"]), tp, sp, pred, share, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), _weight_sync(r),
-            idle, acc, form,
+            host, idle, acc, form,
             fmt(r["staleness_max"]), str(r["status"])]
 
 

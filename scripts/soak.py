@@ -98,10 +98,12 @@ def one_run(i: int, ending: str, schedule: str, config: str, folder: Path) -> di
     else:
         described = []
     measured, kept, status = _iterations(folder)
+    detect = _detection_s(folder, err) if ending == "hang" else None
     return {"run": i, "ending": ending, "schedule": schedule, "exit": proc.returncode,
             "wall_s": round(ended - t0, 1), "gone_s": round(gone_s, 1), "leftover": len(left),
             "leftover_procs": described, "shm_kb": (shm_bytes() - shm_before) // 1024,
             "measured": measured, "kept": kept, "lost": max(0, measured - kept), "status": status,
+            "detect_s": detect,
             "error": err.strip().splitlines()[-1][:100] if err.strip() else ""}
 
 
@@ -148,6 +150,18 @@ def _iterations(folder: Path) -> tuple[int, int, str]:
     return 0, 0, "no cell folder"
 
 
+def _detection_s(folder: Path, err: str) -> float | None:
+    """Hang watchdog detection time: from the moment the planted hang began (the fault hook prints it) to
+    the failed cell's results.json (written when the watchdog ended the run)."""
+    import re
+
+    m = re.search(r"hung from t=([0-9.]+)", err)
+    res = next(folder.glob("*/*/results.json"), None)
+    if not m or res is None:
+        return None
+    return round(res.stat().st_mtime - float(m.group(1)), 2)
+
+
 def shm_bytes() -> int:
     total = 0
     for f in Path("/dev/shm").iterdir() if Path("/dev/shm").is_dir() else []:
@@ -160,12 +174,13 @@ def shm_bytes() -> int:
 
 def row_text(r: dict) -> str:
     return (f"| {r['run']} | {r['ending']} | {r['schedule']} | {r['exit']} | {r['wall_s']} | {r['gone_s']} | "
-            f"{r['leftover']} | {r['shm_kb']} | {r['measured']} | {r['kept']} | {r['lost']} | {r['status']} |")
+            f"{r['leftover']} | {r['shm_kb']} | {r['measured']} | {r['kept']} | {r['lost']} | {r['status']} | "
+            f"{'' if r.get('detect_s') is None else r['detect_s']} |")
 
 
 def table(rows: list[dict], mem_before: int | None, mem_after: int | None) -> str:
     head = ("| run | ending | schedule | exit | wall s | all gone after s | leftover procs | /dev/shm growth KiB | "
-            "iterations measured | kept in results.json | lost | status |\n|" + "---|" * 12)
+            "iterations measured | kept in results.json | lost | status | watchdog detection s |\n|" + "---|" * 13)
     lines = [head] + [row_text(r) for r in rows]
     bad = [p for r in rows for p in r["leftover_procs"]]
     mem = (f"available memory before {mem_before / 2**30:.2f} GiB, 10 s after the last run "

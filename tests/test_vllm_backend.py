@@ -219,3 +219,66 @@ def test_close_shuts_the_vllm_engine_down_by_name():
     shutdown_engine(SimpleNamespace(llm_engine=SimpleNamespace(engine_core=core, shutdown=broken)))
     assert calls == ["engine_core"]  # the next way is tried
     shutdown_engine(None)  # nothing to shut down: no error
+
+
+# ---------------------------------------------------------------- weight sync paths (stand-ins for vLLM's worker)
+
+
+def test_reload_uses_the_in_place_reload_where_vllm_has_it_else_load_weights():
+    """reload_into against the two documented worker signatures: vLLM's reload_weights(weights_iterator=,
+    weights_path=, ...) and an older vLLM whose reload_weights takes no weights (then the model's own
+    load_weights, on GPU only: the CPU backend needs the in-place reload)."""
+    from types import SimpleNamespace
+
+    from rlbench.engines.rollout.vllm_backend import reload_into
+
+    items = [("w", torch.ones(2))]
+    got = []
+
+    class New:
+        def reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
+            got.append(("reload_weights", list(weights_iterator)))
+
+    class Old:
+        def __init__(self):
+            self.model_runner = SimpleNamespace(model=SimpleNamespace(
+                load_weights=lambda weights: got.append(("load_weights", list(weights)))))
+
+        def reload_weights(self):
+            got.append(("reload_weights", None))
+
+    assert reload_into(New(), items, cpu=True) == "reload_weights"
+    assert reload_into(Old(), items, cpu=False) == "load_weights"
+    assert got == [("reload_weights", items), ("load_weights", items)]
+    with pytest.raises(RuntimeError, match="needs for a weight sync"):
+        reload_into(Old(), items, cpu=True)
+
+
+def test_colocated_weights_cross_to_the_engine_process_through_shared_memory(tmp_path):
+    """SharedWeights: the trainer side writes every tensor (fp32 and bf16, odd sizes) into one mapped block;
+    the engine side maps it by path once and reloads from it; a later write is seen through the same
+    mapping after the name was removed (nothing left in /dev/shm)."""
+    import os
+
+    from rlbench.engines.rollout import vllm_backend as vb
+
+    state = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16), "c": torch.arange(4.0)}
+    shared = vb.SharedWeights(state)
+    shared.write(state)
+    seen = []
+
+    class Worker:
+        def reload_weights(self, weights_iterator=None, **kw):
+            seen.append({n: t.clone() for n, t in weights_iterator})
+
+    assert vb.reload_from_shared(Worker(), shared.path, shared.size, shared.layout, True) == "reload_weights"
+    shared.unlink()
+    assert not os.path.exists(shared.path)
+    new = {n: t * 2 for n, t in state.items()}
+    shared.write(new)
+    vb.reload_from_shared(Worker(), shared.path, shared.size, shared.layout, True)
+    for want, got in zip((state, new), seen):
+        assert set(got) == set(want)
+        for n in want:
+            assert got[n].dtype == want[n].dtype and torch.equal(got[n], want[n])
+    vb._MAPPED.pop(shared.path)

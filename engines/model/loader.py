@@ -95,19 +95,16 @@ def config_file(spec: str) -> Path:
 
 def _load_hf_config(cfg):
     """Randomly initialised weights (seeded by run.seed) of a named architecture: the real shapes and
-    FLOPs of e.g. Qwen2.5-0.5B/7B without downloading weights. Built on the run's accelerator when it
-    has one (fast), else on CPU. Keys starting with '_' in the JSON are notes, not config."""
+    FLOPs of e.g. Qwen2.5-0.5B/7B without downloading weights. Built on the CPU: this is the driver,
+    which holds no accelerator (every worker copies the weights to its own device). Keys starting with
+    '_' in the JSON are notes, not config."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlbench import device as dev
-
     f = config_file(cfg.model.path)
     hf_cfg = _read_hf_config(cfg.model.path)
-    device = dev.resolve(cfg.engine.device)
     torch.manual_seed(cfg.run.seed)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=_dtype(cfg.model.dtype), attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(hf_cfg, dtype=_dtype(cfg.model.dtype), attn_implementation="sdpa")
     tok = _hf_config_tokenizer(cfg.model, hf_cfg.vocab_size)
     return model.eval(), tok, {"source": str(f), "random_init": True, "tokenizer": cfg.model.tokenizer or "char"}
 

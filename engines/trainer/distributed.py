@@ -89,6 +89,14 @@ class DataParallelTrainer:
                 p.copy_(trained[name])
         return self._policy
 
+    def evaluate(self, requests: list, sampling) -> list:
+        """Rank 0 generates the evaluation answers on its device (the driver holds none); -> groups."""
+        return self._one("evaluate", "evaluating", requests, sampling)
+
+    def device_facts(self, dtype) -> tuple[dict, dict]:
+        """Rank 0's device description and measured peak (the driver holds no accelerator to ask)."""
+        return self._one("device_facts", "describing its device", dtype)
+
     def replica_weights(self) -> list[dict]:
         """Every rank's weights (tests: the replicas must stay identical)."""
         from rlbench.engines.ray_util import from_numpy

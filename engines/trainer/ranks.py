@@ -52,6 +52,9 @@ class TrainerRank:
         self.rec = Recorder(slot.worker, t0, device=self.device, devices=1)
         self.shared = shared if rank == 0 else None  # where rank 0 publishes weights (local processes)
         self.sampler = None
+        self._eval_sampler = None  # built on the first evaluation (engines/evaluation.py)
+        self._model_config, self._eos, self._max_num_seqs = model_config, tok.eos_token_id, cfg.rollout.max_num_seqs
+        self._spec = spec
         if spec is not None:  # colocated: this rank generates its own shard too
             self.sampler = build_backend(spec, model_config, tok.eos_token_id, cfg.rollout.max_num_seqs,
                                          self.device, lambda: build_model(model_config, self.device),
@@ -136,6 +139,30 @@ class TrainerRank:
         with ctx, torch.no_grad():
             for n, p in self.trainer.policy.named_parameters():
                 self.shared[n].copy_(p)
+
+    def evaluate(self, requests: list, sampling) -> list:
+        """Greedy evaluation answers of the current weights, generated on this rank's device with the
+        built-in sampler (a colocated rank's own when it has one) -> groups (token ids)."""
+        from rlbench.engines.rollout import BUILTIN
+
+        if self._eval_sampler is None:
+            if self._spec is not None and self._spec.get("backend") == BUILTIN["backend"]:
+                self._eval_sampler = self.sampler  # it loads the trainer's weights before every rollout
+            else:
+                from rlbench.engines.model.weights import build_model
+                from rlbench.engines.rollout import build_backend
+
+                self._eval_sampler = build_backend(BUILTIN, self._model_config, self._eos, self._max_num_seqs,
+                                                   self.device, lambda: build_model(self._model_config, self.device))
+        self._eval_sampler.load_weights(self.trainer.weights(), self.trainer.version)
+        return self._eval_sampler.generate(requests, sampling)
+
+    def device_facts(self, dtype) -> tuple[dict, dict]:
+        """This rank's device as results.json's provenance describes it, and its measured peak (bench/peak.py)."""
+        from rlbench import device as dev
+        from rlbench import peak
+
+        return dev.describe(self.device), peak.peak(self.device, dtype)
 
     def weights(self) -> dict:
         from rlbench.engines.ray_util import to_numpy
