@@ -16,7 +16,7 @@ FOLDERS = {"bench": "rlbench", "engines": "rlbench.engines", "reports": "rlbench
 CORE = {"rlbench." + m for m in ("config", "stages", "schema", "writer", "metrics", "device", "placement",
                                  "profiling", "provenance", "errors", "faults", "slowdown", "peak", "components",
                                  "progress", "procs", "limits",
-                                 "utilisation", "predict", "metric_table")}
+                                 "utilisation", "predict", "metric_table", "hostcpu")}
 HARNESS = ("rlbench.cli", "rlbench.runner", "rlbench.ablation", "rlbench.check", "rlbench.check_metrics",
            "rlbench.baseline", "rlbench.simulate", "rlbench.reports", "rlbench.check_stats", "rlbench.check_ab",
            "rlbench.check_ab_power", "rlbench.check_calibrate", "rlbench.against", "rlbench.interleave",
