@@ -17,7 +17,8 @@ from rlbench import schema
 from rlbench.reports.data import RunData
 from rlbench.reports.tables import attribution, attribution_text, speedup_frame, summary_frame, to_markdown
 
-SPREAD = ["tpspd_median", "speedup", "wall_s_median", "accuracy_after", "accuracy_any_format_after"]
+SPREAD = ["tpspd_median", "speedup", "wall_s_median", "accuracy_after", "accuracy_any_format_after",
+          "accuracy_heldout_gain", "accuracy_seen_after"]
 EXTREMES = {"tpspd_min": "min", "tpspd_max": "max", "staleness_max": "max"}
 
 

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 from rlbench import schema
 from rlbench.errors import UserError
+from rlbench.reports.heldout import COLUMNS as HELDOUT_COLUMNS
+from rlbench.reports.heldout import has_fact_split, heldout_columns
 from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.contention import predict_contended
 from rlbench.reports.predict import predict_async, rollout_share
@@ -39,6 +41,10 @@ def summary_frame(run: RunData) -> pd.DataFrame:
         row["rollout_share"] = rollout_share(c.result, c.events) if c.schedule == Schedule.SYNC else None
     columns = BASE_COLUMNS + [f"stage_{s}_s" for s in stages] + [f"idle_{w}_pct" for w in workers] \
         + TAIL_COLUMNS
+    if has_fact_split(run.cells):  # data.split fact: held-out and seen-fact accuracy side by side
+        columns += HELDOUT_COLUMNS
+        for row, c in zip(rows, run.cells):
+            row.update(heldout_columns(c))
     return pd.DataFrame(rows, columns=columns)
 
 
