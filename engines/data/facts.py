@@ -67,17 +67,17 @@ def _draw(stream: Iterator[Problem], n: int, want: str, seed: int, share: float,
 
 
 def fact_splits(train_size: int, eval_size: int, seed: int, min_steps: int, max_steps: int, max_number: int,
-                share: float) -> tuple[list[Problem], list[Problem], list[Problem]]:
+                share: float, max_operand: int | None = None) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """(train, held-out eval, seen-fact eval), each set from its own seed stream."""
     if not 0 < share < 1:
         raise ValueError(f"heldout_share must be in (0, 1), got {share}")
 
     def stream(name: str):
-        return _stream(random.Random(_seed(name, seed)), min_steps, max_steps, max_number)
+        return _stream(random.Random(_seed(name, seed)), min_steps, max_steps, max_number, max_operand)
 
     heldout = _draw(stream("eval"), eval_size, "heldout", seed, share, set())
-    train = _draw(_stream(random.Random(seed), min_steps, max_steps, max_number), train_size, "train", seed,
-                  share, set())
+    train = _draw(_stream(random.Random(seed), min_steps, max_steps, max_number, max_operand), train_size, "train",
+                  seed, share, set())
     seen = _draw(stream("seen"), eval_size, "train", seed, share, {p.question for p in train})
     return train, heldout, seen
 
