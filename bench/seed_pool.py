@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
 
 from rlbench import device, schema
 
@@ -40,10 +42,19 @@ def parallel_plan(todo) -> list[list[int]]:
     return core_slots(cfgs)
 
 
-def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[list[int]]) -> dict:
+@dataclass
+class CellProcess:
+    """How the ablation runs one cell process (bench/ablation.py's own functions, passed in)."""
+
+    main: Callable  # the process target: (config json, folder, name, progress)
+    start: Callable  # start it as the leader of its process group
+    reap: Callable  # after it ended: end what is left of its group
+    interrupt: Callable  # Ctrl-C: pass SIGINT to the cells still running
+
+
+def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[list[int]], cp: CellProcess) -> dict:
     """Run the seeds' queues of cells on the slots, a thread per slot starting and joining cell processes;
     exit codes go into record and ablation.json as they come (under a lock)."""
-    from rlbench.ablation import _cell_main, _reap, _start
 
     queues: dict = defaultdict(list)
     for item in todo:
@@ -59,18 +70,18 @@ def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[l
                     return
                 queue = pending.pop(0)
             for entry, (cell, cfg, _) in queue:
-                proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
+                proc = ctx.Process(target=cp.main, name=f"rlbench-cell-{cell}",
                                    args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
                 with lock:  # the child inherits the mask it is started with; the parent's is restored
                     mask = os.sched_getaffinity(0)
                     os.sched_setaffinity(0, cores)
                     try:
-                        _start(proc)
+                        cp.start(proc)
                     finally:
                         os.sched_setaffinity(0, mask)
                     procs.append(proc)
                 proc.join()
-                _reap(proc)
+                cp.reap(proc)
                 with lock:
                     entry["exit_code"] = proc.exitcode
                     schema.atomic_write_json(run_dir / schema.ABLATION, record)
@@ -82,9 +93,7 @@ def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[l
         for t in threads:
             t.join()
     except KeyboardInterrupt:
-        from rlbench.ablation import _interrupt
-
-        _interrupt([p for p in procs if p.is_alive()])
+        cp.interrupt([p for p in procs if p.is_alive()])
         raise
     rejected = [e["name"] for e, _ in todo if e["exit_code"] == 2]
     if rejected:

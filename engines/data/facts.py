@@ -8,7 +8,7 @@ and the reward are the built-in task's):
   - train (also the warm start's data and the few-shot examples): every step's fact on the train side;
   - eval (held out): every step's fact held out, so pass@1 on it counts computations the model never
     saw, in RL or in the warm start;
-  - seen: every step's fact on the train side, questions the train split does not hold: pass@1 on it is
+  - seen: every step's fact one that occurs in train, questions train does not hold: pass@1 on it is
     the seen-fact accuracy, which memorisation alone can raise.
 Problems that mix sides are dropped. A problem's result (the `#### N` number) may appear in training as
 the result of another fact: results are not facts.
@@ -20,7 +20,7 @@ import random
 import re
 from typing import Iterator
 
-from rlbench.engines.data.task import Problem, _seed, _stream
+from rlbench.engines.data.task import Problem, problem_stream, stream_seed
 
 Fact = tuple[int, str, int]
 _STEP = re.compile(r"^(\d+)([+\-*])(\d+)=(\d+)$")
@@ -51,8 +51,10 @@ def side(problem: Problem, seed: int, share: float) -> str:
     return "heldout" if held == {True} else "train" if held == {False} else "mixed"
 
 
-def _draw(stream: Iterator[Problem], n: int, want: str, seed: int, share: float, skip: set[str]) -> list[Problem]:
-    """n problems of the stream on side `want` whose questions are not in skip; bounded, never hangs."""
+def _draw(stream: Iterator[Problem], n: int, want: str, seed: int, share: float, skip: set[str],
+          known: set[Fact] | None = None) -> list[Problem]:
+    """n problems of the stream on side `want` whose questions are not in skip (and, given `known`, whose
+    facts all are in it); bounded, never hangs."""
     out: list[Problem] = []
     tries = 0
     while len(out) < n:
@@ -61,7 +63,8 @@ def _draw(stream: Iterator[Problem], n: int, want: str, seed: int, share: float,
             raise ValueError(f"could not draw {n} {want}-fact problems (data.heldout_share={share}); "
                              "raise data.heldout_share or data.max_number, or lower data.max_steps")
         p = next(stream)
-        if p.question not in skip and side(p, seed, share) == want:
+        if p.question not in skip and side(p, seed, share) == want and (
+                known is None or set(step_facts(p.solution)) <= known):
             out.append(p)
     return out
 
@@ -73,15 +76,20 @@ def fact_splits(train_size: int, eval_size: int, seed: int, min_steps: int, max_
         raise ValueError(f"heldout_share must be in (0, 1), got {share}")
 
     def stream(name: str):
-        return _stream(random.Random(_seed(name, seed)), min_steps, max_steps, max_number, max_operand)
+        return problem_stream(random.Random(stream_seed(name, seed)), min_steps, max_steps, max_number,
+                              max_operand)
 
     heldout = _draw(stream("eval"), eval_size, "heldout", seed, share, set())
-    train = _draw(_stream(random.Random(seed), min_steps, max_steps, max_number, max_operand), train_size, "train",
-                  seed, share, set())
-    seen = _draw(stream("seen"), eval_size, "train", seed, share, {p.question for p in train})
+    own = problem_stream(random.Random(seed), min_steps, max_steps, max_number, max_operand)
+    train = _draw(own, train_size, "train", seed, share, set())
+    trained = {f for p in train for f in step_facts(p.solution)}  # train-side facts the split really holds
+    seen = _draw(stream("seen"), eval_size, "train", seed, share, {p.question for p in train}, trained)
     return train, heldout, seen
 
 
-def fact_shots(k: int, seed: int, share: float) -> list[Problem]:
-    """k few-shot examples on the train side (the prompt must not show a held-out fact either)."""
-    return _draw(_stream(random.Random(_seed("shots", seed)), 1, 4, 20), k, "train", seed, share, set())
+def fact_shots(k: int, seed: int, share: float, dcfg) -> list[Problem]:
+    """k few-shot examples of the configured task (data config dcfg) on the train side: the prompt must not
+    show a held-out fact either."""
+    stream = problem_stream(random.Random(stream_seed("shots", seed)), dcfg.min_steps, dcfg.max_steps,
+                            dcfg.max_number, dcfg.max_operand)
+    return _draw(stream, k, "train", seed, share, set())

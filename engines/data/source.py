@@ -23,7 +23,7 @@ def load_dataset(dcfg, seed: int) -> Dataset:
 
         train, evl, seen = fact_splits(dcfg.train_size, dcfg.eval_size, seed, dcfg.min_steps, dcfg.max_steps,
                                        dcfg.max_number, dcfg.heldout_share, dcfg.max_operand)
-        shots = fact_shots(dcfg.few_shot, seed, dcfg.heldout_share) if dcfg.few_shot else []
+        shots = fact_shots(dcfg.few_shot, seed, dcfg.heldout_share, dcfg) if dcfg.few_shot else []
         return Dataset(train=train, eval=evl, shots=shots, seen=seen)
     if dcfg.source == "builtin":
         train, evl = builtin_splits(dcfg.train_size, dcfg.eval_size, seed, dcfg.min_steps,
