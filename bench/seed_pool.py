@@ -80,6 +80,7 @@ def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[l
                     finally:
                         os.sched_setaffinity(0, mask)
                     procs.append(proc)
+                    entry["cores"] = list(cores)  # ablation.json: the physical cores this cell ran on
                 proc.join()
                 cp.reap(proc)
                 with lock:
