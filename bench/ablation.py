@@ -208,6 +208,12 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bo
     todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
     if interleave and (len(cells) > 1 or ring.from_env()):
         return _run_interleaved(ctx, [c for _, c in todo], [e for e, _ in todo], record, run_dir, progress)
+    from rlbench.seed_pool import CellProcess, parallel_plan, run_parallel  # seeds side by side, own cores
+
+    slots = parallel_plan(todo)
+    if slots:
+        return run_parallel(ctx, todo, record, run_dir, progress, slots,
+                            CellProcess(_cell_main, _start, _reap, _interrupt))
     for entry, (cell, cfg, _) in todo:
         proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
                            args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))

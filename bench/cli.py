@@ -174,7 +174,7 @@ def _preflight(cfg) -> None:
     if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
         placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
     facts, tok = model_facts(cfg)
-    prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval)
+    prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval + dataset.seen)
     limits.check(cfg, facts, prompt_max, kind, dev.memory_capacity(kind))
 
 

@@ -68,6 +68,16 @@ class DataConfig(Section):
     max_steps: int = Field(6, ge=1, description="Built-in task: most reasoning steps (the long tail).")
     max_number: int = Field(5, ge=2, description="Built-in task: largest starting quantity.")
     few_shot: int = Field(0, ge=0, description="Solved examples prepended to every prompt (long prompts).")
+    max_operand: int | None = Field(
+        None, ge=1, description="Built-in task, split fact: largest number a step adds or subtracts (default: "
+        "max_number). A wide start range with small steps (max_number 99, max_operand 3) makes the skill "
+        "digit-wise (copy the tens, change the units, carry) rather than a table of facts.")
+    split: Literal["text", "fact"] = Field(
+        "text", description="Built-in task: text: eval questions differ from train in wording only (the same "
+        "arithmetic facts recur); fact: no eval step's operands+operator occur in train or the warm start, and "
+        "a second eval set of seen facts is scored beside it (accuracy_seen; engines/data/facts.py).")
+    heldout_share: float = Field(
+        0.25, gt=0, lt=1, description="Built-in task, split fact: share of the arithmetic facts held out for eval.")
 
     @model_validator(mode="after")
     def _check(self) -> "DataConfig":
@@ -75,6 +85,10 @@ class DataConfig(Section):
             raise ValueError("data.path is required when data.source is 'gsm8k'")
         if self.min_steps > self.max_steps:
             raise ValueError("data.min_steps must be <= data.max_steps")
+        if self.max_operand is not None and self.split != "fact":
+            raise ValueError("data.max_operand applies to data.split 'fact' only (set data.split: fact)")
+        if self.split == "fact" and self.source != "builtin":
+            raise ValueError("data.split 'fact' needs data.source 'builtin' (a GSM8K file has no fact split)")
         return self
 
 

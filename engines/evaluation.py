@@ -12,9 +12,15 @@ from __future__ import annotations
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 
 
+def _problems(dataset) -> list:
+    """The evaluation problems in one list: the eval split, then (split fact) the seen-fact set, which
+    rides along in the same generate call."""
+    return dataset.eval + dataset.seen
+
+
 def eval_inputs(cfg, dataset, tok) -> tuple[list[PromptRequest], SamplingParams]:
-    """The evaluation split's prompts and the greedy sampling every evaluation uses."""
-    requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(dataset.eval)]
+    """The evaluation problems' prompts and the greedy sampling every evaluation uses."""
+    requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(_problems(dataset))]
     sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=cfg.rollout.max_new_tokens,
                               seed=cfg.run.seed, greedy=True)
     return requests, sampling
@@ -23,14 +29,21 @@ def eval_inputs(cfg, dataset, tok) -> tuple[list[PromptRequest], SamplingParams]
 def score(groups, dataset, tok) -> dict:
     """Greedy pass@1 with the GSM8K strict rule (accuracy), plus two diagnostics: the share of responses
     the strict rule can read an answer from (format_rate), and pass@1 whatever the answer's format
-    (accuracy_any_format)."""
+    (accuracy_any_format). With data.split=fact, `accuracy` is on held-out facts and `accuracy_seen` on
+    facts trained on."""
     from rlbench.engines.data.reward import any_format_correct, extract_solution, gsm8k_reward
 
-    texts = [(tok.decode(g.responses[0]), dataset.eval[g.prompt_index].answer) for g in groups]
+    problems = _problems(dataset)
+    texts = [(tok.decode(g.responses[0]), problems[g.prompt_index].answer)
+             for g in sorted(groups, key=lambda g: g.prompt_index)]
     n = len(dataset.eval)
-    return {"accuracy": sum(gsm8k_reward(t, a) for t, a in texts) / n, "n": n,
-            "format_rate": sum(extract_solution(t) is not None for t, _ in texts) / n,
-            "accuracy_any_format": sum(any_format_correct(t, a) for t, a in texts) / n}
+    texts, seen = texts[:n], texts[n:]
+    out = {"accuracy": sum(gsm8k_reward(t, a) for t, a in texts) / n, "n": n,
+           "format_rate": sum(extract_solution(t) is not None for t, _ in texts) / n,
+           "accuracy_any_format": sum(any_format_correct(t, a) for t, a in texts) / n}
+    if seen:
+        out.update(accuracy_seen=sum(gsm8k_reward(t, a) for t, a in seen) / len(seen), n_seen=len(seen))
+    return out
 
 
 class InProcessEval:

@@ -45,6 +45,7 @@ class Curve:
     samples: list[int] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
     any_format: list[float | None] = field(default_factory=list)
+    seen: list[float | None] = field(default_factory=list)  # data.split fact: seen-fact pass@1, else None
     n_eval: int | None = None
 
 
@@ -68,6 +69,7 @@ def curve(c: CellData) -> Curve:
         out.samples.append(sum(it["num_samples"] for i, it in by_iter.items() if i < k))
         out.accuracy.append(ev["accuracy"])
         out.any_format.append(ev.get("accuracy_any_format"))
+        out.seen.append(ev.get("accuracy_seen"))
         out.n_eval = ev.get("n") or out.n_eval
     return out
 
@@ -94,6 +96,16 @@ def interval(values: list[float], n_eval: int | None) -> tuple[float, float, flo
     centre = (m + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(m * (1 - m) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return m, max(0.0, centre - half), min(1.0, centre + half), f"Wilson, {n} eval problems"
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float] | None:
+    """(mean, low, high): the 95% t-interval of the mean over seeds, not clipped (gains and times can
+    take any sign and size); None with fewer than two values."""
+    if len(values) < 2:
+        return None
+    m = statistics.fmean(values)
+    half = _t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return m, m - half, m + half
 
 
 def _t975(df: int) -> float:

@@ -17,14 +17,24 @@ from collections import defaultdict
 import pandas as pd
 
 from rlbench import schema
-from rlbench.reports.accuracy import Curve, crossing, curves, interval, target_accuracy, typical_target
+from rlbench.reports.accuracy import (
+    Curve,
+    crossing,
+    curves,
+    interval,
+    t_interval,
+    target_accuracy,
+    typical_target,
+)
 from rlbench.reports.data import CellData, RunData
 
 COLUMNS = ["cell", "seeds", "tpspd_median", "tpspd_seed_min", "tpspd_seed_max", "accuracy_first",
            "accuracy_final", "accuracy_final_lo", "accuracy_final_hi", "any_format_first", "any_format_final",
            "any_format_final_lo", "any_format_final_hi", "interval", "target", "reached", "time_to_target_s",
            "time_to_target_s_min", "time_to_target_s_max", "samples_to_target", "time_ratio_vs_reference",
-           "train_wall_s", "mixed_groups_first", "mixed_groups_last"]
+           "train_wall_s", "mixed_groups_first", "mixed_groups_last", "gain", "gain_lo", "gain_hi",
+           "time_to_target_s_mean", "time_to_target_s_lo", "time_to_target_s_hi", "seen_first", "seen_final",
+           "eval_split"]
 
 
 def accuracy_frame(run: RunData) -> pd.DataFrame:
@@ -58,7 +68,15 @@ def _row(name: str, cvs: list[Curve], cells: list[CellData], targets: dict) -> d
     times = [t for t in (crossing(cv, targets[cv.seed]) for cv in aimed) if t is not None]
     samples = [s for s in (crossing(cv, targets[cv.seed], "samples") for cv in aimed) if s is not None]
     mixed = [mixed_group_shares(c) for c in cells]
-    return {"cell": name, "seeds": len(cvs), "tpspd_median": _median(tp), "tpspd_seed_min": min(tp, default=None),
+    gains = [cv.accuracy[-1] - cv.accuracy[0] for cv in cvs]
+    gain = t_interval(gains) or (gains[0], None, None)
+    time_ci = t_interval(times) or (None,) * 3
+    seen = [cv for cv in cvs if cv.seen and cv.seen[0] is not None]
+    return {**dict(zip(["gain", "gain_lo", "gain_hi"], gain)),
+            **dict(zip(["time_to_target_s_mean", "time_to_target_s_lo", "time_to_target_s_hi"], time_ci)),
+            "seen_first": _median(cv.seen[0] for cv in seen), "seen_final": _median(cv.seen[-1] for cv in seen),
+            "eval_split": "fact" if seen else "text",
+            "cell": name, "seeds": len(cvs), "tpspd_median": _median(tp), "tpspd_seed_min": min(tp, default=None),
             "tpspd_seed_max": max(tp, default=None), "accuracy_first": _median(cv.accuracy[0] for cv in cvs),
             "accuracy_final": acc, "accuracy_final_lo": lo, "accuracy_final_hi": hi,
             "any_format_first": _median(cv.any_format[0] for cv in cvs), "any_format_final": any_m,

@@ -13,6 +13,8 @@ from rlbench import metric_table, schedules, schema
 from rlbench.errors import UserError
 from rlbench.metric_table import SUMMARY
 from rlbench.predict import predict_async, rollout_share
+from rlbench.reports.heldout import COLUMNS as HELDOUT_COLUMNS
+from rlbench.reports.heldout import has_fact_split, heldout_columns
 from rlbench.reports.contention import predict_contended
 from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.regime import regime_frame
@@ -38,6 +40,10 @@ def summary_frame(run: RunData) -> pd.DataFrame:
         row["rollout_share"] = rollout_share(c.result, c.events) if _colocated(c) else None
     columns = BASE_COLUMNS + [f"stage_{s}_s" for s in stages] + [f"idle_{w}_pct" for w in workers] \
         + TAIL_COLUMNS
+    if has_fact_split(run.cells):  # data.split fact: held-out and seen-fact accuracy side by side
+        columns += HELDOUT_COLUMNS
+        for row, c in zip(rows, run.cells):
+            row.update(heldout_columns(c))
     return pd.DataFrame(rows, columns=columns)
 
 

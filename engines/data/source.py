@@ -1,7 +1,7 @@
 """The configured problems: built-in task or a local GSM8K file, with train/eval splits and prompts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlbench.engines.data.task import Problem, builtin_splits, few_shot_examples, format_prompt
 
@@ -11,12 +11,20 @@ class Dataset:
     train: list[Problem]
     eval: list[Problem]
     shots: list[Problem]
+    seen: list[Problem] = field(default_factory=list)  # split fact: seen-fact eval problems (else none)
 
     def prompt_text(self, problem: Problem) -> str:
         return format_prompt(problem.question, self.shots)
 
 
 def load_dataset(dcfg, seed: int) -> Dataset:
+    if dcfg.source == "builtin" and dcfg.split == "fact":
+        from rlbench.engines.data.facts import fact_shots, fact_splits
+
+        train, evl, seen = fact_splits(dcfg.train_size, dcfg.eval_size, seed, dcfg.min_steps, dcfg.max_steps,
+                                       dcfg.max_number, dcfg.heldout_share, dcfg.max_operand)
+        shots = fact_shots(dcfg.few_shot, seed, dcfg.heldout_share, dcfg) if dcfg.few_shot else []
+        return Dataset(train=train, eval=evl, shots=shots, seen=seen)
     if dcfg.source == "builtin":
         train, evl = builtin_splits(dcfg.train_size, dcfg.eval_size, seed, dcfg.min_steps,
                                     dcfg.max_steps, dcfg.max_number)

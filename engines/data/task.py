@@ -56,7 +56,10 @@ def _step_count(rng: random.Random, lo: int, hi: int) -> int:
     return rng.choices(counts, weights=[0.5 ** i for i in range(len(counts))])[0]
 
 
-def _one(rng: random.Random, steps: int, max_number: int) -> Problem:
+def _one(rng: random.Random, steps: int, max_number: int, max_operand: int | None = None) -> Problem:
+    """max_operand: largest number a step adds or subtracts (default max_number; the start and the
+    start product's factor still go up to max_number)."""
+    step_max = max_operand or max_number
     theme = rng.choice([ITEMS, ITEMS, MONEY])  # items twice as often as money
     name, subj, obj_pron = rng.choice(NAMES)
     other = rng.choice([n for n, _, _ in NAMES if n != name])
@@ -82,7 +85,7 @@ def _one(rng: random.Random, steps: int, max_number: int) -> Problem:
             new = value * k
             sentences.append(rng.choice(theme["*"]).format(k=k, **fill))
         else:
-            b = rng.randint(1, min(max_number, value) if op == "-" else max_number)
+            b = rng.randint(1, min(step_max, value) if op == "-" else step_max)
             if op == "+" and value + b >= LIMIT:
                 continue
             k, new = b, value + b if op == "+" else value - b
@@ -93,28 +96,29 @@ def _one(rng: random.Random, steps: int, max_number: int) -> Problem:
     return Problem(" ".join(sentences), "\n".join(lines + [f"#### {value}"]), str(value))
 
 
-def _stream(rng: random.Random, min_steps: int, max_steps: int, max_number: int) -> Iterator[Problem]:
+def problem_stream(rng: random.Random, min_steps: int, max_steps: int, max_number: int,
+            max_operand: int | None = None) -> Iterator[Problem]:
     if not 1 <= min_steps <= max_steps:
         raise ValueError(f"need 1 <= min_steps <= max_steps, got {min_steps}, {max_steps}")
     if max_number < 2:
         raise ValueError(f"max_number must be >= 2, got {max_number}")
     while True:
-        yield _one(rng, _step_count(rng, min_steps, max_steps), max_number)
+        yield _one(rng, _step_count(rng, min_steps, max_steps), max_number, max_operand)
 
 
 def generate_problems(n: int, seed: int | str, min_steps: int = 1, max_steps: int = 4,
                       max_number: int = 20) -> list[Problem]:
     """n problems, the same for the same arguments (own RNG, never global state)."""
-    gen = _stream(random.Random(seed), min_steps, max_steps, max_number)
+    gen = problem_stream(random.Random(seed), min_steps, max_steps, max_number)
     return [next(gen) for _ in range(n)]
 
 
 def builtin_splits(train_size: int, eval_size: int, seed: int, min_steps: int = 1, max_steps: int = 4,
                    max_number: int = 20) -> tuple[list[Problem], list[Problem]]:
     """(train, eval): eval from its own seed stream; train skips any question eval holds."""
-    evl = generate_problems(eval_size, _seed("eval", seed), min_steps, max_steps, max_number)
+    evl = generate_problems(eval_size, stream_seed("eval", seed), min_steps, max_steps, max_number)
     held_out = {p.question for p in evl}
-    gen = _stream(random.Random(seed), min_steps, max_steps, max_number)
+    gen = problem_stream(random.Random(seed), min_steps, max_steps, max_number)
     train: list[Problem] = []
     tries = 0
     while len(train) < train_size:
@@ -129,7 +133,7 @@ def builtin_splits(train_size: int, eval_size: int, seed: int, min_steps: int = 
 
 def few_shot_examples(k: int, seed: int) -> list[Problem]:
     """k solved examples for the prompt, from a seed stream apart from train and eval."""
-    return generate_problems(k, _seed("shots", seed))
+    return generate_problems(k, stream_seed("shots", seed))
 
 
 def format_prompt(question: str, shots: Sequence[Problem] = ()) -> str:
@@ -138,6 +142,6 @@ def format_prompt(question: str, shots: Sequence[Problem] = ()) -> str:
     return f"{examples}Q: {question}\nA: "
 
 
-def _seed(stream: str, seed: int) -> str:
+def stream_seed(stream: str, seed: int) -> str:
     # str seeds are hashed with SHA-512 by random.Random: stable across runs and PYTHONHASHSEED.
     return f"rlbench-task:{stream}:{seed}"

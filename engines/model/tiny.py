@@ -108,6 +108,7 @@ def warm_start(model, tok: CharTokenizer, problems, format_prompt, steps: int, l
 
 def cache_key(cfg) -> str:
     """Everything that changes the warm-started weights."""
+    from rlbench.engines.data.facts import __file__ as facts_file
     from rlbench.engines.data.task import __file__ as task_file
 
     # Every data key shapes the train split (eval_size too: train skips the eval questions), except
@@ -117,7 +118,7 @@ def cache_key(cfg) -> str:
                      for f in (cfg.data.path, cfg.data.eval_path) if f]
     parts = {"model": cfg.model.model_dump(mode="json"), "data": data,
              "seed": cfg.run.seed, "torch": torch.__version__.split("+")[0],
-             "code": [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:12] for f in (task_file, __file__)]}
+             "code": [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:12] for f in (task_file, facts_file, __file__)]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
