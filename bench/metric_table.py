@@ -51,6 +51,10 @@ METRICS: tuple[Metric, ...] = (
            "right", "tail"),
     Metric("staleness_max", "versions", "max", (SUMMARY, COMPARE), "largest trained - behaviour version",
            "tail"),
+    # data.split=fact only: the summary adds these columns where a run has them (reports/heldout.py)
+    Metric("accuracy_heldout_gain", "pass@1", "median", (SPREAD,), "held-out facts: last minus first "
+           "evaluation", "tail"),
+    Metric("accuracy_seen_after", "pass@1", "median", (SPREAD,), "facts trained on: last evaluation", "tail"),
 )
 
 

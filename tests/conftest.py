@@ -90,3 +90,12 @@ def fixed_groups():
         responses = [torch.randint(3, 90, (int(n),), generator=g).tolist() for n in (3, 9, 5, 12)]
         out.append(Group(i, prompt, responses, [[0.0] * len(r) for r in responses]))
     return out
+
+
+def default_sigint() -> None:
+    """preexec_fn of a child that a test interrupts as a terminal's Ctrl-C would: SIGINT at its default,
+    even when pytest itself runs as a background job (which starts with SIGINT ignored, and children
+    inherit that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

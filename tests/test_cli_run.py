@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, default_sigint
 
 from rlbench import schema
 
@@ -134,7 +134,7 @@ def test_ctrl_c_exits_130_and_keeps_iterations(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out",
                              str(tmp_path), "--no-progress", "--ablation", "none", "--set", "run.iterations=100000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=clean_env())
+                            env=clean_env(), preexec_fn=default_sigint)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         its = list(tmp_path.glob("*/sync/" + schema.ITERATIONS))

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from conftest import default_sigint
 from rlbench import procs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
@@ -79,7 +80,7 @@ def test_sigterm_to_a_group_leader_becomes_sigint_to_its_group():
             child.wait()
             print("leader interrupted", flush=True)
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     p.stdout.readline()
     time.sleep(0.5)
     p.send_signal(signal.SIGTERM)
