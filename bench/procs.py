@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 
@@ -161,14 +162,27 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def stop_group_on_sigterm() -> None:
+HARD_STOP_S = 7.0  # the polite stop's time limit; then the group is killed (see stop_group_on_sigterm)
+
+
+def stop_group_on_sigterm(hard_stop_s: float = HARD_STOP_S) -> None:
     """SIGTERM to this process (a group leader) becomes SIGINT to its whole group: the same stop as a
     Ctrl-C, so workers and the cell end the way they end on Ctrl-C, with the results saved. Once only:
     the parent-death signal comes once per thread of the dead parent (measured: twice, 0.1 s apart, when
-    `rlbench run` was killed), and a second interrupt would cut the saving short."""
+    `rlbench run` was killed), and a second interrupt would cut the saving short.
+
+    A group still alive hard_stop_s later is killed (SIGKILL): on a loaded machine the polite stop of a
+    cell whose `rlbench run` was killed once took over 10 s (scripts/soak.py), and nothing of a run may
+    outlive it by more than 10 s. Every finished iteration is on disk by then (results.json is saved after
+    each one); only the cell's final status can be lost."""
     def stop(*_) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        forward(signal.SIGINT, os.getpgid(0))
+        pgid = os.getpgid(0)
+        # The timer first: the SIGINT below reaches this process too and raises KeyboardInterrupt here.
+        timer = threading.Timer(hard_stop_s, forward, (signal.SIGKILL, pgid))
+        timer.daemon = True  # a stop that finishes in time ends this process, and the timer with it
+        timer.start()
+        forward(signal.SIGINT, pgid)
 
     signal.signal(signal.SIGTERM, stop)
 

@@ -86,3 +86,34 @@ def test_sigterm_to_a_group_leader_becomes_sigint_to_its_group():
     p.send_signal(signal.SIGTERM)
     out, _ = p.communicate(timeout=30)
     assert "child interrupted" in out and "leader interrupted" in out
+
+
+def test_a_stop_that_takes_too_long_is_cut_short_by_killing_the_group():
+    """The polite stop (SIGINT to the group) has hard_stop_s; a leader still closing and a child that
+    ignores SIGINT are then killed, so nothing outlives the stop by much more than hard_stop_s."""
+    mark = uuid.uuid4().hex
+    code = textwrap.dedent("""
+        import signal, subprocess, sys, time
+        from rlbench import procs
+        procs.lead_own_group()
+        procs.stop_group_on_sigterm(hard_stop_s=1.0)
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time\\n"
+                                  "signal.signal(signal.SIGINT, signal.SIG_IGN)\\ntime.sleep(600)"])
+        print(child.pid, flush=True)
+        try:
+            time.sleep(600)
+        except KeyboardInterrupt:
+            print("closing slowly", flush=True)
+            time.sleep(600)  # a close that would take far too long
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint,
+                         env={**os.environ, "TEST_MARK": mark})
+    child = int(p.stdout.readline())
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.stdout.readline().strip() == "closing slowly"  # the polite stop began
+    p.wait(timeout=10)
+    assert p.returncode == -signal.SIGKILL and time.monotonic() - t0 < 5
+    assert wait_gone(lambda: procs.marked(mark, var="TEST_MARK"), timeout_s=3) == []
+    assert not os.path.exists(f"/proc/{child}") or procs.marked(mark, var="TEST_MARK") == []
