@@ -44,7 +44,7 @@ class _Process:
         slot, cls, args, inbox, out = self.args
         env = {k: os.environ.get(k) for k in VARS}
         _Process.started.append({"worker": slot.worker, "env": env, "slot": slot, "target": self.target.__name__})
-        from rlbench.engines.hosts import Ready
+        from rlbench.engines.host_messages import Ready
 
         var = "CUDA_VISIBLE_DEVICES" if slot.kind == "cuda" else "ASCEND_RT_VISIBLE_DEVICES"
         out.put(Ready(slot.worker, 1000 + len(_Process.started), {"threads": 1, "visible": env[var]}))
@@ -203,7 +203,7 @@ class _InlineHost:
     kept in the plan only); a call runs when it is submitted. Observes what a started worker would."""
 
     def __init__(self, slots, cls, args_of, timeout_s, watchdog, owns_ray=False):
-        from rlbench.engines.hosts import Call
+        from rlbench.engines.host_messages import Call
 
         self._call_cls, self.timeout_s, self._n = Call, timeout_s, 0
         self._emitted, self._values = [], {}

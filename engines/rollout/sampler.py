@@ -42,6 +42,7 @@ from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, inverse_cdf, top_p_sample, sample_seed,
                                               target_length)
+from rlbench.engines.rollout.step_costs import StepCosts
 
 
 @dataclass
@@ -50,44 +51,6 @@ class _Request(PendingGroup):
 
     prefill: tuple | None = None  # (K/V per layer [Hkv, P, D], last logits [V]) until all G are admitted
     admitted: int = 0  # samples given a slot so far
-
-
-class StepCosts:
-    """Measured costs of one generate call, for the speedup prediction (bench/predict.py): seconds per
-    decode step by sequences in flight, and per refill (retire finished samples, prefill and admit new
-    ones). On CPU the step ends at the host sync that checks for finished samples, so these are the
-    device's times; nothing is fitted from them."""
-
-    def __init__(self):
-        self.by_active: dict[int, list] = {}  # B -> [steps, seconds]
-        self.refill_s, self.refills, self.prompts = 0.0, 0, 0
-        self.reload_s, self.reloads, self.recomputed_tokens = 0.0, 0, 0  # partial rollout's mid-generation loads
-
-    def step(self, t: float, active: int) -> float:
-        now = time.perf_counter()
-        entry = self.by_active.setdefault(active, [0, 0.0])
-        entry[0] += 1
-        entry[1] += now - t
-        return now
-
-    def refill(self, t: float, prompts: int = 0) -> float:
-        now = time.perf_counter()
-        self.refill_s += now - t
-        self.refills += 1
-        self.prompts += prompts
-        return now
-
-    def reload(self, t: float, recomputed: int) -> float:
-        now = time.perf_counter()
-        self.reload_s += now - t
-        self.reloads += 1
-        self.recomputed_tokens += recomputed
-        return now
-
-    def stats(self) -> dict:
-        return {"step_s_by_active": {str(b): v for b, v in sorted(self.by_active.items())},
-                "refill_s": self.refill_s, "refills": self.refills, "reload_s": self.reload_s,
-                "reloads": self.reloads, "recomputed_tokens": self.recomputed_tokens}
 
 
 class BuiltinSampler:

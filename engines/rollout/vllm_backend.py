@@ -218,7 +218,7 @@ class VLLMBackend:
         -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
         step by sequences in flight included, for the speedup prediction)."""
         from rlbench import faults, progress
-        from rlbench.engines.rollout.sampler import StepCosts
+        from rlbench.engines.rollout.step_costs import StepCosts
 
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}

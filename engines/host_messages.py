@@ -1,0 +1,67 @@
+"""The small messages between the driver and its worker processes or actors (engines/hosts.py,
+engines/ray_host.py), and the heartbeat thread every worker runs for the hang watchdog."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rlbench.engines.watchdog import HEARTBEAT_S, Heartbeat
+
+POLL_S = 0.05  # how often a waiting driver checks that its workers are alive
+
+
+@dataclass
+class Request:
+    call: int
+    method: str
+    args: tuple
+
+
+@dataclass
+class Reply:
+    call: int
+    worker: str
+    ok: bool
+    value: Any  # the method's return value, or the worker's traceback text
+
+
+@dataclass
+class Ready:
+    worker: str
+    pid: int
+    observed: dict  # what the process was given: affinity, threads, visible devices (bench/device.py observe)
+
+
+@dataclass
+class Emitted:
+    worker: str
+    item: Any
+
+
+@dataclass
+class Call:
+    """A submitted method call; `ref` is the host's handle (a call number, or a Ray ObjectRef)."""
+
+    worker: str
+    method: str
+    ref: Any
+
+
+def start_heartbeats(worker: str, put: Callable) -> threading.Event:
+    """A daemon thread sending this process's progress count every HEARTBEAT_S; -> its stop event."""
+    from dataclasses import asdict
+
+    from rlbench import progress
+
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                put(Heartbeat(worker, **asdict(progress.snapshot())))
+            except Exception:  # noqa: BLE001 - the queue is closed: the process is ending
+                return
+
+    threading.Thread(target=run, name="heartbeat", daemon=True).start()
+    return stop

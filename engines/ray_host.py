@@ -1,0 +1,161 @@
+"""The Ray host (engine.backend=ray): the same workers as engines/hosts.py's local processes, as Ray
+actors holding their devices as Ray resources; the same submit / wait calls and WorkerErrors."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from rlbench.engines.host_messages import POLL_S, Call, start_heartbeats
+from rlbench.engines.watchdog import Heartbeat, Watchdog
+from rlbench.errors import WorkerError
+
+
+class RayHost:
+    """The same workers as Ray actors: one per slot, holding its device as a Ray resource."""
+
+    def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog, owns_ray: bool = False):
+        """The Ray session must be running (engines/ray_util.py `ensure_ray`); owns_ray: shut it down in
+        close(). timeout_s: the longest an actor may take to start; watchdog: bounds every call after that."""
+        import ray
+        from ray.util.queue import Queue
+
+        from rlbench.engines import launch
+        from rlbench.engines.ray_util import forwarded_env
+
+        self._ray, self.timeout_s, self.watchdog, self._owns_ray = ray, timeout_s, watchdog, owns_ray
+        self.actors: dict[str, Any] = {}
+        self.pids: dict[str, int] = {}
+        self.observed: dict[str, dict] = {}
+        self.emitted = None
+        try:
+            self.emitted = Queue(actor_options={"num_cpus": 0})
+            remote = ray.remote(max_restarts=0, max_task_retries=0)(_RayWorker)
+            sharing = launch.sharing(slots)
+            for slot in slots:
+                self.actors[slot.worker] = remote.options(
+                    **launch.ray_options(slot, sharing[slot.worker]), runtime_env=forwarded_env()).remote(
+                    slot, cls, args_of(slot), self.emitted)
+            self.pids = self._started()
+            self.observed = dict(zip(self.actors, ray.get([a.observe.remote() for a in self.actors.values()])))
+        except BaseException:
+            self.close()
+            raise
+
+    def _started(self) -> dict[str, int]:
+        """Every actor's pid once it is built; WorkerError naming the ones not started within timeout_s."""
+        from rlbench.engines.ray_util import actor_error
+
+        refs = {self.actors[n].pid.remote(): n for n in self.actors}
+        ready, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout_s)
+        if len(ready) < len(refs):
+            missing = ", ".join(sorted(refs[r] for r in refs if r not in ready))
+            raise WorkerError(f"worker {missing} did not start within engine.queue_timeout_s={self.timeout_s:g}s")
+        pids = {}
+        for ref, name in refs.items():
+            try:
+                pids[name] = self._ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - the actor failed while starting
+                raise actor_error(self._ray, e, name, "starting") from None
+        return pids
+
+    @property
+    def workers(self) -> list[str]:
+        return list(self.actors)
+
+    def submit(self, worker: str, method: str, *args) -> Call:
+        self.watchdog.submitted(worker)
+        return Call(worker, method, self.actors[worker].call.remote(method, *args))
+
+    def wait(self, calls: list[Call], doing: str, on_emit: Callable | None = None) -> list:
+        from rlbench.engines.ray_util import actor_error
+
+        pending = {c.ref: c for c in calls}
+        while pending:
+            self._forward(on_emit, POLL_S if on_emit else 0, doing)
+            ready, _ = self._ray.wait(list(pending), num_returns=len(pending), timeout=0 if on_emit else POLL_S)
+            for ref in ready:
+                c = pending.pop(ref)
+                self.watchdog.answered(c.worker)
+                try:
+                    self._ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - a dead actor or an exception in it
+                    raise actor_error(self._ray, e, c.worker, doing) from None
+            self.watchdog.check(doing, self.workers)
+        while self._forward(on_emit, 0, doing):  # an actor emits before its call returns: the rest is queued
+            pass
+        return [self._ray.get(c.ref) for c in calls]
+
+    def _forward(self, on_emit, wait_s: float, doing: str) -> int:
+        """Hand emitted items to on_emit and heartbeats to the watchdog; -> how many were taken."""
+        from ray.util.queue import Empty
+
+        if self.emitted is None:
+            return 0
+        try:
+            first = self.emitted.get(timeout=wait_s) if wait_s > 0 else self.emitted.get_nowait()
+        except Empty:
+            return 0
+        items = [first] + self.emitted.get_nowait_batch(self.emitted.qsize())
+        for item in items:
+            if isinstance(item, Heartbeat):
+                self.watchdog.heartbeat(item)
+            elif on_emit is None:
+                raise WorkerError(f"a worker emitted an item nobody waits for while {doing}")
+            else:
+                on_emit(item)
+        return len(items)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        ray = self._ray
+        if not ray.is_initialized():
+            return
+        stops = [a.stop.remote() for a in self.actors.values()]
+        if stops:
+            ray.wait(stops, num_returns=len(stops), timeout=timeout_s)
+        for a in self.actors.values():
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.actors = {}
+        if self.emitted is not None:
+            try:
+                self.emitted.shutdown(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+        if self._owns_ray:
+            ray.shutdown()
+
+
+class _RayWorker:
+    """Inside a Ray actor: pin, build the worker object, run its methods (same object as in a process)."""
+
+    def __init__(self, slot, cls, args: tuple, emitted):
+        from rlbench import device as dev
+        from rlbench.engines import launch
+
+        slot = launch.child_slot(slot)  # Ray makes the actor's accelerator the only visible one: index 0
+        self.kind = slot.kind
+        dev.pin(slot.kind, slot.index, slot.threads)
+        self.obj = cls(slot, *args, emit=emitted.put)
+        self._heartbeats = start_heartbeats(slot.worker, emitted.put)  # Ray calls run in one thread
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def observe(self) -> dict:
+        """What this actor was given (bench/device.py observe) and its Ray node (devices are per node)."""
+        import ray
+
+        from rlbench import device as dev
+
+        return {**dev.observe(self.kind), "node": ray.get_runtime_context().get_node_id()}
+
+    def call(self, method: str, *args):
+        return getattr(self.obj, method)(*args)
+
+    def stop(self) -> None:
+        self._heartbeats.set()
+        close = getattr(self.obj, "close", None)
+        if close is not None:
+            close()
