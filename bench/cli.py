@@ -16,8 +16,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
 
 
 def ablation_help() -> str:
-    """`--ablation`'s help, made from the ablation registry (bench/ablation.py)."""
-    from rlbench.ablation import help_text
+    """`--ablation`'s help, made from the ablation registry (bench/run/ablation.py)."""
+    from rlbench.run.ablation import help_text
 
     return help_text()
 
@@ -50,7 +50,7 @@ def run(
                                           "the run's own."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
-    from rlbench import procs
+    from rlbench.devices import procs
 
     procs.mark_run()  # every process of this run carries the token: found and ended at the end
     try:
@@ -66,9 +66,9 @@ def run(
 
 def _run_new(config, ablation: str, set_: list[str], engine: str, out: Path, report: bool, progress: bool,
              profile: bool, seeds: str | None) -> None:
-    from rlbench.ablation import cells_for, new_run_dir, run_ablation
+    from rlbench.run.ablation import cells_for, new_run_dir, run_ablation
     from rlbench.config import load_config, parse_overrides
-    from rlbench.seeds import parse_seeds
+    from rlbench.run.seeds import parse_seeds
 
     sets = set_ + (["run.profile=true"] if profile else [])
     cfg, overrides = load_config(config, sets), parse_overrides(sets)
@@ -79,7 +79,7 @@ def _run_new(config, ablation: str, set_: list[str], engine: str, out: Path, rep
         _run_external(engine, cfg, out, report)
         return
     cells_for(ablation, cfg, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
-    from rlbench import slowdown
+    from rlbench.planted import slowdown
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     _preflight(cfg)
     run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
@@ -92,9 +92,10 @@ def _run_new(config, ablation: str, set_: list[str], engine: str, out: Path, rep
 
 
 def _resume(run_dir: Path, progress: bool, report: bool, refused: dict) -> None:
-    """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept (bench/resume.py)."""
-    from rlbench import provenance, resume
-    from rlbench.ablation import run_cells
+    """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept (bench/run/resume.py)."""
+    from rlbench.results import provenance
+    from rlbench.run import resume
+    from rlbench.run.ablation import run_cells
 
     given = [opt for opt, value in refused.items() if value]
     if given:
@@ -122,12 +123,12 @@ def _raise_failed(record: dict) -> None:
 
 
 def _sweep() -> None:
-    """The last backstop: any process still carrying this run's token (bench/procs.py) outside the
+    """The last backstop: any process still carrying this run's token (bench/devices/procs.py) outside the
     cells' process groups, which are ended as each cell ends, is ended here, except this process and its
     multiprocessing resource tracker (it ends with this process and cleans up after it)."""
     from multiprocessing import resource_tracker
 
-    from rlbench import procs
+    from rlbench.devices import procs
 
     token = os.environ.get(procs.RUN_ENV)
     spare = (os.getpid(), getattr(resource_tracker._resource_tracker, "_pid", None) or -1)
@@ -138,7 +139,7 @@ def _sweep() -> None:
 
 def _run_external(engine: str, cfg, out: Path, report: bool) -> None:
     """One cell run by the real VERL / MindSpeed-RL, parsed into rlbench's result schema."""
-    from rlbench.ablation import new_run_dir
+    from rlbench.run.ablation import new_run_dir
 
     runners = {"verl": "rlbench.engines.external.verl:run_verl",
                "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed"}
@@ -158,10 +159,10 @@ def _run_external(engine: str, cfg, out: Path, report: bool) -> None:
 
 
 def _preflight(cfg) -> None:
-    """Reject bad data, missing files and limits the run cannot fit (bench/limits.py: context length,
+    """Reject bad data, missing files and limits the run cannot fit (bench/devices/limits.py: context length,
     memory) before any cell starts (exit code 2, no run folder)."""
-    from rlbench import device as dev
-    from rlbench import limits, placement
+    from rlbench.devices import device as dev
+    from rlbench.devices import limits, placement
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
@@ -180,7 +181,7 @@ def _preflight(cfg) -> None:
 
 def _finish(run_dir: Path, report: bool) -> None:
     """Table and report from whatever was measured, also after a failure or Ctrl-C."""
-    from rlbench import schema
+    from rlbench.results import schema
     from rlbench.reports import build_report, summary_table_text
 
     try:
@@ -244,16 +245,16 @@ def check_cmd(
     """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
     accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
     baseline."""
-    from rlbench import against as ab
-    from rlbench.check import check as do_check
-    from rlbench.check import format_check, parse_tolerances, write_baseline
+    from rlbench.check import against as ab
+    from rlbench.check.verdicts import check as do_check
+    from rlbench.check.verdicts import format_check, parse_tolerances, write_baseline
 
     run_dirs = run_dirs or []
     if calibrate:
         if run_dirs and all(ab.is_ab(d) for d in run_dirs):
-            from rlbench.check_ab_power import format_study, study
+            from rlbench.check.ab_power import format_study, study
         else:
-            from rlbench.check_calibrate import format_study, study
+            from rlbench.check.calibrate import format_study, study
         typer.echo(format_study(study(run_dirs)))
         return
     if not run_dirs and baseline is None:
@@ -291,8 +292,9 @@ def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the p
     bytes/s) that per-stage MFU and bandwidth utilisation are measured against."""
     import json
 
-    from rlbench import device as dev
-    from rlbench import peak, provenance
+    from rlbench.devices import device as dev
+    from rlbench.devices import peak
+    from rlbench.results import provenance
 
     device = dev.resolve("auto")
     info = provenance.collect(device)

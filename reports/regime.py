@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from rlbench import schema
+from rlbench.results import schema
 from rlbench.reports.cost_spread import point_spread
 from rlbench.reports.data import CellData, RunData, get_path
 

@@ -16,7 +16,7 @@ from matplotlib.patches import Patch
 
 from rlbench.reports.data import STAGE_ORDER, CellData, RunData, worker_sort_key
 from rlbench.reports.palette import stage_color
-from rlbench.stages import Stage
+from rlbench.record.stages import Stage
 
 MAX_ITERATIONS = 3
 ROW_IN = 0.45  # figure height per worker row, inches

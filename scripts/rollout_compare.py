@@ -45,7 +45,7 @@ def main() -> None:
 
     import torch
 
-    from rlbench import device as dev
+    from rlbench.devices import device as dev
     from rlbench.config import load_config
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input

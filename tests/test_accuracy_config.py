@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 
 from conftest import ROOT
-from rlbench import schema
+from rlbench.results import schema
 from rlbench.config import load_config
 
 ACCURACY = ROOT / "configs" / "cpu-accuracy.yaml"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest_accuracy import EVERY, G, N_EVAL, PROMPTS, clock, make_curve_cell, make_seeded_ablation
-from rlbench import schema
+from rlbench.results import schema
 from rlbench.reports import build_report, summary_table_text
 from rlbench.reports.accuracy import TARGET_SHARE, crossing, curve, interval
 from rlbench.reports.data import load

@@ -18,7 +18,7 @@ from rlbench.engines.rollout.base import IterationEnd
 from rlbench.engines.schedules.common import IterationInput
 from rlbench.engines.trainer.trainer import Trainer
 from rlbench.errors import WorkerError
-from rlbench.stages import Recorder, now
+from rlbench.record.stages import Recorder, now
 
 from conftest import TINY
 
@@ -205,7 +205,7 @@ def test_version_must_match_the_first_iteration():
 # ---------------------------------------------------------------- the real engine
 
 def _train_params(overrides: list[str], iterations: int = 3):
-    from rlbench import device as dev
+    from rlbench.devices import device as dev
     from rlbench.config import load_config
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input, make_engine
@@ -247,7 +247,7 @@ def test_k0_equals_sync():
 def test_staleness_ablation_cells():
     """`--ablation staleness`: sync, periodic-async, then bounded-async at k = 1, 2, 4 with each proximal
     policy, every cell's config carrying its switches."""
-    from rlbench.ablation import cells_for
+    from rlbench.run.ablation import cells_for
     from rlbench.config import load_config
 
     cells = cells_for("staleness", load_config(TINY))

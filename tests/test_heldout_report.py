@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest_accuracy import make_seeded_ablation
-from rlbench import schema
+from rlbench.results import schema
 from rlbench.reports import build_report
 from rlbench.reports.accuracy import crossing, curve, target_accuracy, curves
 from rlbench.reports.data import load

@@ -3,7 +3,7 @@ import pytest
 
 from test_cli_run import TINY, rlbench
 
-from rlbench import limits
+from rlbench.devices import limits
 from rlbench.config import load_config
 from rlbench.errors import UserError
 

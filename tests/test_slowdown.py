@@ -1,4 +1,4 @@
-"""Planted regressions (RLBENCH_SLOW, bench/slowdown.py): parsing, which cells and stages they reach,
+"""Planted regressions (RLBENCH_SLOW, bench/planted/slowdown.py): parsing, which cells and stages they reach,
 and that a slowed stage's recorded duration grows by the fraction (no timing thresholds on the machine:
 the busy-wait is compared with the stage's own measured duration)."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from rlbench import slowdown
+from rlbench.planted import slowdown
 from rlbench.errors import UserError
-from rlbench.stages import Recorder, Stage
+from rlbench.record.stages import Recorder, Stage
 
 ASYNC = {"schedule": "periodic_async", "shared_prompt": False}
 PACKED = {"schedule": "periodic_async", "shared_prompt": True}
@@ -87,8 +87,8 @@ def test_cli_rejects_a_bad_spec_before_running(tmp_path):
 
 
 def test_targets_are_every_timed_stage_but_eval():
-    """slowdown.py lists the stages itself (bench/stages.py imports it, so it cannot import them back)."""
-    from rlbench import slowdown
-    from rlbench.stages import Stage
+    """slowdown.py lists the stages itself (bench/record/stages.py imports it, so it cannot import them back)."""
+    from rlbench.planted import slowdown
+    from rlbench.record.stages import Stage
 
     assert set(slowdown.STAGES) == {s.value for s in Stage} - {Stage.EVAL.value}

@@ -6,7 +6,7 @@ import pytest
 
 from test_cli_run import TINY, clean_env, rlbench
 
-from rlbench import schema
+from rlbench.results import schema
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 from rlbench.errors import WorkerError
 

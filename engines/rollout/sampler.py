@@ -37,7 +37,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from rlbench import progress, slowdown
+from rlbench.record import progress
+from rlbench.planted import slowdown
 from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, inverse_cdf, top_p_sample, sample_seed,

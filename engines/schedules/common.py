@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from rlbench.engines.rollout.base import Group, IterationEnd, PromptRequest, SamplingParams
 from rlbench.errors import WorkerError
-from rlbench.stages import Stage
+from rlbench.record.stages import Stage
 
 
 @dataclass

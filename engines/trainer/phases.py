@@ -1,9 +1,9 @@
 """The trainer's group pipeline, phase by phase: what every schedule and every data-parallel rank runs."""
 from __future__ import annotations
 
-from rlbench import progress
+from rlbench.record import progress
 from rlbench.engines.rollout.base import Group
-from rlbench.stages import Stage
+from rlbench.record.stages import Stage
 
 
 def train_phases(trainer, rec, k: int, groups: list[Group], answers: dict[int, str]) -> dict[int, list[float]]:

@@ -37,12 +37,12 @@ class TrainerRank:
 
     def __init__(self, slot, rank: int, world: int, model_config, weights, cfg, tok, t0: float,
                  spec: dict | None, shared: dict | None, emit=None):
-        from rlbench import device as dev
+        from rlbench.devices import device as dev
         from rlbench.engines.model.weights import build_model, load_state
         from rlbench.engines.rollout import build_backend
         from rlbench.engines.trainer.trainer import Trainer
-        from rlbench.profiling import from_env
-        from rlbench.stages import Recorder
+        from rlbench.record.profiling import from_env
+        from rlbench.record.stages import Recorder
 
         self.device = dev.resolve(slot.kind, slot.index)
         self.rank, self.world, self.backend = rank, world, _BACKENDS[slot.kind]
@@ -90,7 +90,7 @@ class TrainerRank:
 
     def train(self, k: int, groups: list, answers: dict) -> dict:
         """train_phases on this rank's groups (callable several times per iteration); -> rewards."""
-        from rlbench import faults
+        from rlbench.planted import faults
         from rlbench.engines.trainer.phases import train_phases
 
         faults.at(k, "trainer")
@@ -98,7 +98,7 @@ class TrainerRank:
 
     def step(self, k: int) -> tuple[dict, list]:
         """All-reduce gradients and sums, then the ordinary Trainer.step; -> (stats, stage events)."""
-        from rlbench.stages import Stage
+        from rlbench.record.stages import Stage
 
         with self.rec.stage(Stage.OPTIMIZER_STEP, k):
             if self.world > 1:
@@ -109,9 +109,9 @@ class TrainerRank:
 
     def iteration(self, k: int, requests: list, sampling, answers: dict) -> ColocatedResult:
         """sync: this rank's shard of iteration k, start to step (VERL's hybrid engine)."""
-        from rlbench import faults
+        from rlbench.planted import faults
         from rlbench.engines.trainer.phases import train_phases
-        from rlbench.stages import Stage
+        from rlbench.record.stages import Stage
 
         tr, rec = self.trainer, self.rec
         with rec.stage(Stage.WEIGHT_SYNC, k):  # local, but a real copy into the rollout engine
@@ -133,7 +133,7 @@ class TrainerRank:
 
         import torch
 
-        from rlbench.stages import Stage
+        from rlbench.record.stages import Stage
 
         ctx = self.rec.stage(Stage.WEIGHT_SYNC, iteration) if iteration is not None else contextlib.nullcontext()
         with ctx, torch.no_grad():
@@ -158,9 +158,9 @@ class TrainerRank:
         return self._eval_sampler.generate(requests, sampling)
 
     def device_facts(self, dtype) -> tuple[dict, dict]:
-        """This rank's device as results.json's provenance describes it, and its measured peak (bench/peak.py)."""
-        from rlbench import device as dev
-        from rlbench import peak
+        """This rank's device as results.json's provenance describes it, and its measured peak (bench/devices/peak.py)."""
+        from rlbench.devices import device as dev
+        from rlbench.devices import peak
 
         return dev.describe(self.device), peak.peak(self.device, dtype)
 

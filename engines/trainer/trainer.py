@@ -17,7 +17,7 @@ from rlbench.engines.rollout.base import Group
 from rlbench.engines.trainer import grpo
 from rlbench.engines.trainer.logprob_plans import make_plan
 from rlbench.engines.trainer.phases import train_phases
-from rlbench.stages import Stage
+from rlbench.record.stages import Stage
 
 
 @dataclass
