@@ -16,7 +16,7 @@ CELL      a cell name (`+tri_model`) or a schedule (`sync`, `periodic_async`, `b
           without it, every cell.
 
 The cell process resolves the spec once (`activate`) into RLBENCH_SLOW_STAGES=stage=fraction,...,
-which its worker processes inherit; `Recorder.stage` then busy-waits at the end of each such stage,
+which its worker processes inherit; `Recorder.stage` then busy-waits (bench/planted/burn.py) at the end of each such stage,
 inside it (a busy-wait, not a sleep: a real regression costs CPU too): `fraction x` the stage's CPU
 time of CPU time for a working stage (the stage does that much more work), `fraction x` its wall time
 for the queue wait (an idle stage, whose cost is waiting).
@@ -24,13 +24,14 @@ for the queue wait (an idle stage, whose cost is waiting).
 from __future__ import annotations
 
 import os
-import time
 
 from rlbench.errors import UserError
+from rlbench.planted import burn
+from rlbench.planted.burn import ACTIVE_ENV
+from rlbench.record.stages import Stage
 
-ENV, ACTIVE_ENV = "RLBENCH_SLOW", "RLBENCH_SLOW_STAGES"
-STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "update", "optimizer_step",
-          "weight_sync", "queue_wait", "handoff")
+ENV = "RLBENCH_SLOW"
+STAGES = tuple(s.value for s in Stage if s != Stage.EVAL)  # every timed stage but the evaluation
 PACKED_STAGES = ("update", "old_logprob", "ref_logprob")
 STEPS = ("decode",)  # steps inside a stage, slowed where they run (engines/rollout/sampler.py)
 ALIASES = {"queue": ("handoff",), "packing": PACKED_STAGES}
@@ -82,52 +83,5 @@ def activate(cell: str, switches: dict) -> dict[str, float]:
         os.environ[ACTIVE_ENV] = ",".join(f"{s}={f}" for s, f in plan.items())
     else:
         os.environ.pop(ACTIVE_ENV, None)
-    _plan.cache_clear()
+    burn.forget()
     return plan
-
-
-def _plan_from(text: str) -> dict[str, float]:
-    return {s: float(f) for s, _, f in (p.partition("=") for p in text.split(",") if p)}
-
-
-class _Cache:
-    """The resolved plan of this process, re-read only when the variable changes (tests set it)."""
-
-    def __init__(self):
-        self.text, self.plan = None, {}
-
-    def __call__(self) -> dict[str, float]:
-        text = os.environ.get(ACTIVE_ENV, "")
-        if text != self.text:
-            self.text, self.plan = text, _plan_from(text)
-        return self.plan
-
-    def cache_clear(self) -> None:
-        self.text = None
-
-
-_plan = _Cache()
-
-
-IDLE = ("queue_wait",)  # stages that wait rather than work: slowed by wall time
-
-
-def extra_seconds(stage: str, duration: float) -> float:
-    """Seconds to add to a stage that took `duration` (0.0 unless a planted slowdown names it)."""
-    return _plan().get(stage, 0.0) * max(duration, 0.0)
-
-
-def burn(seconds: float, clock=time.perf_counter) -> None:
-    """Busy-wait until `clock` (wall: perf_counter; CPU: thread_time) has advanced by `seconds`."""
-    end = clock() + seconds
-    while clock() < end:
-        pass
-
-
-def plant(stage: str, wall: float, cpu: float) -> None:
-    """Called by the timer at the end of every stage (and by the sampler after every decode step): burn
-    the planted extra, if any."""
-    if stage in IDLE:
-        burn(extra_seconds(stage, wall))
-    elif extra_seconds(stage, cpu):
-        burn(extra_seconds(stage, cpu), time.thread_time)
