@@ -34,8 +34,8 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
     reference, and a config whose schedule record says it runs in process (`in_process`). `dataset`: a
     schedule that runs ahead reads iterations ahead of the runner; without it, it is loaded again from
     the config (the same seeded split)."""
-    from rlbench.devices import device as dev
     from rlbench import schedules
+    from rlbench.devices import device as dev
     from rlbench.engines.evaluation import WorkerEval
     from rlbench.record.stages import Recorder, Role
 
@@ -58,8 +58,8 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
 def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, placement):
     """The trainer in this process (on `device`), evaluation here too; a schedule whose record has an
     in-process builder runs whole here, the others' rollout workers as planned."""
-    from rlbench.devices import device as dev
     from rlbench import schedules
+    from rlbench.devices import device as dev
     from rlbench.engines.evaluation import InProcessEval
     from rlbench.engines.rollout.worker import BUILTIN, build_backend
     from rlbench.record.stages import Recorder, Role

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlbench.results import metric_table, schema
-from rlbench.results.metric_table import COMPARE
 from rlbench.reports.data import load
 from rlbench.reports.seeds import cell_summary
 from rlbench.reports.tables import to_markdown
+from rlbench.results import metric_table, schema
+from rlbench.results.metric_table import COMPARE
 
 KEY_METRICS = metric_table.names(COMPARE)  # bench/results/metric_table.py
 

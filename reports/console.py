@@ -4,9 +4,9 @@ from __future__ import annotations
 from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.reports.accuracy_table import accuracy_frame
 from rlbench.reports.data import load
-from rlbench.reports.seeds import cell_summary, is_multi_seed
 from rlbench.reports.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
+from rlbench.reports.seeds import cell_summary, is_multi_seed
 from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame
 
 

@@ -10,9 +10,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlbench.results import schema
 from rlbench.errors import UserError
 from rlbench.record.stages import Stage
+from rlbench.results import schema
 
 STAGE_ORDER = [s.value for s in Stage]  # one order for every table and plot
 

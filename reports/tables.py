@@ -9,19 +9,19 @@ import math
 
 import numpy as np
 import pandas as pd
-from rlbench.results import metric_table, schema
 from rlbench import schedules
-from rlbench.errors import UserError
-from rlbench.results.metric_table import SUMMARY
+from rlbench.costmodel.contention import predict_contended
 from rlbench.costmodel.predict import predict_async, rollout_share
+from rlbench.errors import UserError
+from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.heldout import COLUMNS as HELDOUT_COLUMNS
 from rlbench.reports.heldout import has_fact_split, heldout_columns
-from rlbench.costmodel.contention import predict_contended
-from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
+from rlbench.results import metric_table, schema
+from rlbench.results.metric_table import SUMMARY
 from rlbench.schedules.spec import MODEL_POOLS
 
 # The summary's columns: what the cell is, then the reported metrics as bench/results/metric_table.py lists them.

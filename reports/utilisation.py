@@ -3,8 +3,8 @@ measured peak (results.json aggregates.utilisation, provenance.peak; bench/resul
 from __future__ import annotations
 
 import pandas as pd
-from rlbench.reports.data import RunData
 from rlbench.record.stages import Stage
+from rlbench.reports.data import RunData
 
 COLUMNS = ["cell", "stage", "GFLOP/s per device", "MFU %", "GB/s per device", "bandwidth %"]
 NOTE = ("Per device: a stage's counted work (VERL's FLOP count: 2N per token and pass plus attention; "

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench.results import metrics, schema
 from rlbench.config import RunConfig
+from rlbench.results import metrics, schema
 
 G, PROMPTS, PROMPT_LEN, RESPONSE_LEN = 4, 8, 20, 12
 GAP, EVAL_S, EVERY, N_EVAL = 0.05, 0.5, 2, 64

@@ -10,8 +10,8 @@ import random
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench.results import metrics, schema
 from rlbench.config import RunConfig
+from rlbench.results import metrics, schema
 
 G, PROMPTS, PROMPT_LEN = 4, 8, 20
 STEP_S = 0.01  # seconds per decode step on 2 devices

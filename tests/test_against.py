@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT, TINY
 
 from rlbench.check import against
-from rlbench.results import schema
 from rlbench.errors import UserError
+from rlbench.results import schema
 
 PRE_RING = "78b7d34"  # the last commit before `check --against` existed (its interleave.py has no ring)
 

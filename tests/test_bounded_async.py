@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams, SealedGroup
-from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
 from rlbench.engines.rollout.base import IterationEnd
+from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
 from rlbench.engines.schedules.common import IterationInput
 from rlbench.engines.trainer.trainer import Trainer
 from rlbench.errors import WorkerError
@@ -205,8 +205,8 @@ def test_version_must_match_the_first_iteration():
 # ---------------------------------------------------------------- the real engine
 
 def _train_params(overrides: list[str], iterations: int = 3):
-    from rlbench.devices import device as dev
     from rlbench.config import load_config
+    from rlbench.devices import device as dev
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input, make_engine
     from rlbench.engines.model.loader import load_policy
@@ -247,8 +247,8 @@ def test_k0_equals_sync():
 def test_staleness_ablation_cells():
     """`--ablation staleness`: sync, periodic-async, then bounded-async at k = 1, 2, 4 with each proximal
     policy, every cell's config carrying its switches."""
-    from rlbench.run.ablation import cells_for
     from rlbench.config import load_config
+    from rlbench.run.ablation import cells_for
 
     cells = cells_for("staleness", load_config(TINY))
     assert [n for n, _ in cells] == ["sync", "periodic_async"] + [f"bounded_k{k}_{p}" for k in (1, 2, 4)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from rlbench.check import verdicts as chk
-from rlbench.results import schema
 from rlbench.config import RunConfig, with_overrides
 from rlbench.errors import UserError
+from rlbench.results import schema
 from rlbench.results.metrics import aggregate
 
 SYNC = {"schedule": "sync", "tri_model": False, "shared_prompt": False}

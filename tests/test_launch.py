@@ -274,13 +274,13 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
 def test_evaluation_on_the_worker_equals_evaluation_in_process():
     """The trainer's rank 0 evaluates (the driver only scores) and gets the same answers as the in-process
     evaluation of the same weights."""
-    from rlbench.devices import device as dev
     from rlbench.config import load_config
+    from rlbench.devices import device as dev
+    from rlbench.devices.placement import plan
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.evaluation import InProcessEval, WorkerEval
     from rlbench.engines.factory import make_engine
     from rlbench.engines.model.loader import load_policy
-    from rlbench.devices.placement import plan
     from rlbench.record.stages import now
 
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"), ["engine.schedule=periodic_async"])

@@ -17,11 +17,11 @@ import pytest
 from matplotlib import image as mpimg
 
 from conftest_reports import make_ablation, make_cell
-from rlbench.errors import UserError
 from rlbench.costmodel.predict import StepCost, predict_async, replay
+from rlbench.errors import UserError
+from rlbench.record.stages import Stage
 from rlbench.reports import build_report, compare, summary_table_text
 from rlbench.reports.palette import stage_color
-from rlbench.record.stages import Stage
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOTS = ["tpspd", "speedup", "stage_breakdown", "timeline", "reward_accuracy", "staleness", "accuracy_time",

@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlbench.run import interleave
-from rlbench.results import schema
 from rlbench.errors import UserError
+from rlbench.results import schema
+from rlbench.run import interleave
 
 ACCEPTED = Path("bench") / "baselines" / "ACCEPTED"
 PLANTED_ENV = ("RLBENCH_SLOW", "RLBENCH_SLOW_STAGES", "RLBENCH_FAULT")  # the new tree's alone
@@ -150,7 +150,7 @@ def _env(shim: Path | None, ring: Path, side: int) -> dict:
 def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] | None = None,
            out: Path = Path("runs"), echo=print) -> Path:
     """Run REF's tree and this one interleaved; -> the A/B folder (ab.json, old/, new/)."""
-    from rlbench.run.ablation import new_run_dir
+    from rlbench.run.around import new_run_dir
 
     named, sha = resolve(ref)
     config = Path(config or source_root() / "configs" / "ci-ab.yaml").resolve()

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from rlbench.check import stats as check_stats
-from rlbench.results import schema
 from rlbench.check.metrics import compute_metrics
 from rlbench.errors import UserError
+from rlbench.results import schema
 
 BASELINE_VERSION = 2  # 2: paired log-ratio samples, stage costs, invariants, calibrated noise
 KINDS = ("ratio", "cost", "accuracy", "share", "invariant")

@@ -25,8 +25,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from rlbench.results import schema
 from rlbench.check.stats import trimmed
+from rlbench.results import schema
 from rlbench.results.metrics import union_length
 from rlbench.schedules import by_role
 from rlbench.schedules.spec import PERIODIC, REFERENCE

@@ -11,9 +11,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from rlbench.record.stages import IDLE_STAGES, TRAIN_STAGES, Role, Stage, role_of
 from rlbench.results import schema
 from rlbench.results.schema import IterationRecord
-from rlbench.record.stages import IDLE_STAGES, TRAIN_STAGES, Role, Stage, role_of
 from rlbench.results.utilisation import utilisation
 
 # Workers that hold no device of the run: their waiting is not a device's bubble.

@@ -54,3 +54,16 @@ def collect(device=None) -> dict:
         info["device"] = dev.describe(device)
         info["cpu_threads"] = info["device"]["torch_threads"]
     return info
+
+
+def environment(dtype: str = "float32", remeasure: bool = False) -> dict:
+    """`rlbench env`: what hardware and software rlbench sees, and one device's measured peak (matmul
+    FLOP/s with a probe of `dtype`, copy bytes/s; cached unless remeasure)."""
+    from rlbench.devices import device as dev
+    from rlbench.devices import peak
+
+    device = dev.resolve("auto")
+    info = collect(device)
+    info["peak"] = peak.peak(device, dev.dtype(dtype, device), remeasure=remeasure)
+    info["peak_cache"] = str(peak.cache_path())
+    return info

@@ -1,16 +1,14 @@
 """Ablations: named lists of cells, each run in its own process with the same seed and config except
-its switches; one folder per cell plus ablation.json.
+its switches; one folder per cell plus ablation.json. `run_ablation` is what `rlbench run` does.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import multiprocessing as mp
 import os
 from pathlib import Path
 
-from rlbench.results import schema
 from rlbench.config import RunConfig, merge_trees, with_overrides
 from rlbench.errors import UserError
+from rlbench.results import schema
 from rlbench.run.regime import POINTS
 from rlbench.schedules import SCHEDULES, by_role
 from rlbench.schedules.spec import BOUNDED, PERIODIC, REFERENCE
@@ -124,49 +122,6 @@ def folder_name(cell: str) -> str:
     return cell.replace("+", "plus_").replace("/", "--").strip("_") or "cell"
 
 
-def new_run_dir(root: Path, name: str) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = Path(root) / f"{stamp}-{name}"
-    i = 1
-    while path.exists():
-        path = Path(root) / f"{stamp}-{name}-{i}"
-        i += 1
-    path.mkdir(parents=True)
-    return path
-
-
-def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None) -> None:
-    """A cell process. It leads its own process group, so that whatever it starts (workers, vLLM engine
-    cores, resource trackers) can be found and ended after it (bench/devices/procs.py); it gets SIGTERM when
-    `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
-    import signal
-    import sys
-
-    from rlbench.devices import procs
-    from rlbench.run.interleave import Pacer
-    from rlbench.run.cell import run_cell
-
-    procs.lead_own_group()
-    procs.interruptible()
-    procs.stop_group_on_sigterm()  # a polite stop, as Ctrl-C: results saved, workers closed
-    procs.die_with_parent(signal.SIGTERM)
-    try:
-        run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress, pacer=Pacer(seat))
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except BaseException as e:  # noqa: BLE001 - result already written with status failed
-        print(f"error in cell {name}: {type(e).__name__}: {e}", file=sys.stderr)
-        sys.exit(3)
-    finally:
-        import multiprocessing
-
-        if os.getppid() != multiprocessing.parent_process().pid:  # orphaned: nobody else will clean up
-            procs.kill_group(os.getpgid(0), spare=os.getpid())
-
-
 def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overrides: dict | None = None) -> dict:
     """ablation.json's content before any cell ran: the cells, and what `--resume` needs to run them
     again (the base config, the --set tree laid over regime points, the seeds, the code version)."""
@@ -184,144 +139,30 @@ def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overr
     return record
 
 
-def run_ablation(name: str, base: RunConfig, run_dir: Path, progress: bool = True,
-                 seeds: list[int] | None = None, overrides: dict | None = None) -> dict:
-    """Run every cell (once per seed, bench/run/seeds.py) in its own process; returns the ablation record
-    (also ablation.json). overrides: the user's --set tree (cells_for)."""
-    from rlbench.run.seeds import expand
+def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, report: bool = True,
+                 progress: bool = True, seeds: str | None = None) -> None:
+    """`rlbench run`: every cell of the ablation (once per seed, bench/run/seeds.py) in its own process
+    (bench/run/cells.py -> `run_cell`, bench/run/cell.py), then the table and report. sets: the --set
+    overrides; seeds: the --seeds text. Bad input is refused (exit 2) before anything runs."""
+    import typer
+    from rlbench.config import load_config, parse_overrides
+    from rlbench.planted import slowdown
+    from rlbench.run.around import finish, new_run_dir, preflight, raise_failed
+    from rlbench.run.cells import run_cells
+    from rlbench.run.seeds import expand, parse_seeds
 
-    cells = expand(cells_for(name, base, overrides), seeds)
-    record = new_record(name, base, cells, seeds, overrides)
-    schema.atomic_write_json(run_dir / schema.ABLATION, record)
-    return run_cells(cells, record, run_dir, progress, base.run.interleave)
-
-
-def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bool) -> dict:
-    """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
-    in its own process; exit codes go into record and ablation.json as they come."""
-    # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
-    # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    ctx = mp.get_context("spawn")
-    from rlbench.run import interleave as ring
-
-    todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
-    if interleave and (len(cells) > 1 or ring.from_env()):
-        return _run_interleaved(ctx, [c for _, c in todo], [e for e, _ in todo], record, run_dir, progress)
-    from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel  # seeds side by side, own cores
-
-    slots = parallel_plan(todo)
-    if slots:
-        return run_parallel(ctx, todo, record, run_dir, progress, slots,
-                            CellProcess(_cell_main, _start, _reap, _interrupt))
-    for entry, (cell, cfg, _) in todo:
-        proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
-                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
-        _start(proc)
-        try:
-            proc.join()
-        except KeyboardInterrupt:
-            _interrupt([proc])
-            entry["exit_code"] = 130
-            schema.atomic_write_json(run_dir / schema.ABLATION, record)
-            raise
-        finally:
-            _reap(proc)
-        entry["exit_code"] = proc.exitcode
-        schema.atomic_write_json(run_dir / schema.ABLATION, record)
-        if proc.exitcode == 2:
-            raise UserError(f"cell {cell} rejected its input (see the error above)")
-    return record
-
-
-def _start(proc) -> None:
-    """Start a cell process as the leader of its own process group (it also does so itself: whichever
-    comes first; the parent cannot once the child has exec'd)."""
-    proc.start()
+    base, overrides = load_config(config, sets), parse_overrides(sets)
+    seeds = parse_seeds(seeds)
+    cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
+    preflight(base)
+    run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")
+    typer.echo(f"rlbench: {name} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
     try:
-        os.setpgid(proc.pid, proc.pid)
-    except OSError:
-        pass
-
-
-def _interrupt(cell_procs) -> None:
-    """Ctrl-C reached `rlbench run` (the terminal's foreground group): pass it to every cell's group, as
-    the terminal would have, and give the cells time to save their results."""
-    import signal
-
-    from rlbench.devices import procs
-
-    for proc in cell_procs:
-        procs.forward(signal.SIGINT, proc.pid)
-    for proc in cell_procs:
-        proc.join(30)
-
-
-def _reap(proc) -> None:
-    """After a cell process ended (or would not): end what is left of its process group (a vLLM engine
-    core that outlived its worker, a resource tracker), checked in /proc, within about 10 s."""
-    import sys
-
-    from rlbench.devices import procs
-
-    if proc.is_alive():
-        proc.kill()
-        proc.join(5)
-    left = procs.end_group(proc.pid)
-    if left:
-        print(f"warning: processes of cell {proc.name} still alive after 10 s: {procs.describe(left)}",
-              file=sys.stderr)
-
-
-def _ring_seats(cells, run_dir: Path):
-    """Seats for the cells in a turn ring: the one RLBENCH_RING names (a side of `rlbench check
-    --against`), else a new ring of this run alone. -> (seats, ring folder to remove at the end or None)."""
-    import tempfile
-
-    from rlbench.run import interleave
-
-    shared = interleave.from_env()
-    if shared:
-        folder, side = shared
-        return interleave.Ring(folder).register(side, [c for c, _, _ in cells]), None
-    folder = Path(tempfile.mkdtemp(prefix="rlbench-ring-"))
-    return interleave.Ring.create(folder).register(0, [c for c, _, _ in cells]), folder
-
-
-def _run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path, progress: bool) -> dict:
-    """Every cell in its own process at once, taking turns by iteration (bench/run/interleave.py)."""
-    import shutil
-    from multiprocessing.connection import wait
-
-    seats, own = _ring_seats(cells, run_dir)
-    procs = {}
-    try:
-        for seat, entry, (cell, cfg, _) in zip(seats, entries, cells):
-            proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
-                               args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress, seat))
-            _start(proc)
-            procs[proc.sentinel] = (seat, proc, entry)
-        while procs:
-            for sentinel in wait(list(procs)):
-                seat, proc, entry = procs.pop(sentinel)
-                proc.join()
-                _reap(proc)
-                seat.leave()  # a cell that died mid-turn passes its turns on
-                entry["exit_code"] = proc.exitcode
-                schema.atomic_write_json(run_dir / schema.ABLATION, record)
-    except KeyboardInterrupt:
-        _interrupt([proc for _, proc, _ in procs.values()])
-        for seat, proc, entry in procs.values():
-            entry["exit_code"] = 130
+        cells = expand(cells, seeds)
+        record = new_record(name, base, cells, seeds, overrides)
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
-        raise
+        record = run_cells(cells, record, run_dir, progress, base.run.interleave)
     finally:
-        for seat, proc, _ in procs.values():
-            _reap(proc)
-            seat.leave()
-        if own:
-            shutil.rmtree(own, ignore_errors=True)
-    rejected = [e["name"] for e in record["cells"] if e["exit_code"] == 2]
-    if rejected:
-        raise UserError(f"cell(s) {', '.join(rejected)} rejected their input (see the error above)")
-    return record
+        finish(run_dir, report)
+    raise_failed(record)

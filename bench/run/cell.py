@@ -9,9 +9,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench.results import metrics, utilisation
 from rlbench.errors import UserError
 from rlbench.record.stages import Recorder, Role, Stage, now
+from rlbench.results import metrics, utilisation
 from rlbench.results.writer import CellWriter
 
 
@@ -53,8 +53,8 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
     pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone."""
     from rlbench.devices import device as dev
-    from rlbench.planted import slowdown
     from rlbench.engines import launch
+    from rlbench.planted import slowdown
     from rlbench.record.hostcpu import HostCPU
     from rlbench.run.interleave import Pacer
 
@@ -103,9 +103,9 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
 
 def _placement(cfg, kind: str):
     """Where every worker runs (bench/devices/placement.py); refuses more devices than this machine has."""
+    from rlbench import schedules
     from rlbench.devices import device as dev
     from rlbench.devices import placement
-    from rlbench import schedules
 
     if schedules.of(cfg).in_process(cfg):  # one process with every device (the schedule's record says)
         return placement.single_process(cfg.engine, kind, dev.available(kind))

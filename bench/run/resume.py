@@ -13,15 +13,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rlbench.results import schema
 from rlbench.errors import UserError
+from rlbench.results import schema
 
 
 def load(run_dir: Path) -> tuple[dict, object, list]:
     """-> (the ablation record, its base RunConfig, its cells as (name, config, seed)); UserError when
     RUN_DIR is not a run this rlbench can resume."""
-    from rlbench.run.ablation import cells_for
     from rlbench.config import build_config
+    from rlbench.run.ablation import cells_for
     from rlbench.run.seeds import expand
 
     path = Path(run_dir) / schema.ABLATION
@@ -91,3 +91,29 @@ def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
         elif va != vb:
             out.append(f"{prefix}{k}")
     return out
+
+
+def resume_run(run_dir: Path, progress: bool, report: bool, refused: dict) -> None:
+    """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept. refused: the
+    `rlbench run` options given with it ({option: value}): any set one is refused (exit 2)."""
+    import typer
+    from rlbench.results import provenance
+    from rlbench.run.around import finish, preflight, raise_failed
+    from rlbench.run.cells import run_cells
+
+    given = [opt for opt, value in refused.items() if value]
+    if given:
+        raise UserError(f"--resume {run_dir} runs that run's own configuration (its ablation.json); leave out "
+                        f"{', '.join(given)}")
+    record, base, cells = load(run_dir)
+    digest = provenance.code_digest()
+    check_code(record, run_dir, digest)
+    preflight(base)
+    kept = plan(run_dir, record, cells, digest)
+    typer.echo(f"rlbench: resuming {run_dir}: kept {len(kept)} completed cell(s) ({', '.join(kept) or 'none'}), "
+               f"running {len(cells) - len(kept)}", err=True)
+    try:
+        record = run_cells(cells, record, run_dir, progress, base.run.interleave)
+    finally:
+        finish(run_dir, report)
+    raise_failed(record)

@@ -14,9 +14,9 @@ import statistics
 from pathlib import Path
 
 from rlbench import schedules
-from rlbench.results import schema
-from rlbench.errors import UserError
 from rlbench.costmodel.predict import SyncMeasurements, measurements
+from rlbench.errors import UserError
+from rlbench.results import schema
 from rlbench.schedules.spec import MODEL_BOUNDED, MODEL_COLOCATED, MODEL_POOLS
 
 

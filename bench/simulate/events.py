@@ -17,8 +17,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from rlbench import schedules
-from rlbench.errors import UserError
 from rlbench.costmodel.predict import SyncMeasurements
+from rlbench.errors import UserError
 from rlbench.schedules.spec import BOUNDED, MODEL_BOUNDED, MODEL_COLOCATED, PERIODIC, REFERENCE
 from rlbench.simulate.bounded import bounded
 

@@ -20,9 +20,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench.results import metrics, schema
 from rlbench.errors import UserError
 from rlbench.record.stages import TRAIN_STAGES, Stage
+from rlbench.results import metrics, schema
 
 log = logging.getLogger(__name__)
 

@@ -37,13 +37,13 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from rlbench.planted import burn
-from rlbench.record import progress
 from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, inverse_cdf, top_p_sample, sample_seed,
                                               target_length)
 from rlbench.engines.rollout.step_costs import StepCosts
+from rlbench.planted import burn
+from rlbench.record import progress
 
 
 @dataclass

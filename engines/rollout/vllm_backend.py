@@ -217,9 +217,9 @@ class VLLMBackend:
         """G samples per request, one vLLM request each; on_group(group) the moment its G are done.
         -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
         step by sequences in flight included, for the speedup prediction)."""
+        from rlbench.engines.rollout.step_costs import StepCosts
         from rlbench.planted import faults
         from rlbench.record import progress
-        from rlbench.engines.rollout.step_costs import StepCosts
 
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}

@@ -6,8 +6,8 @@ through shared memory (local) or the Ray object store, finished groups leave thr
 """
 from __future__ import annotations
 
-from rlbench.planted import faults
 from rlbench.engines.rollout.base import SealedGroup
+from rlbench.planted import faults
 
 BUILTIN = {"backend": "builtin"}
 

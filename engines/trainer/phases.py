@@ -1,8 +1,8 @@
 """The trainer's group pipeline, phase by phase: what every schedule and every data-parallel rank runs."""
 from __future__ import annotations
 
-from rlbench.record import progress
 from rlbench.engines.rollout.base import Group
+from rlbench.record import progress
 from rlbench.record.stages import Stage
 
 

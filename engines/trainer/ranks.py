@@ -90,8 +90,8 @@ class TrainerRank:
 
     def train(self, k: int, groups: list, answers: dict) -> dict:
         """train_phases on this rank's groups (callable several times per iteration); -> rewards."""
-        from rlbench.planted import faults
         from rlbench.engines.trainer.phases import train_phases
+        from rlbench.planted import faults
 
         faults.at(k, "trainer")
         return train_phases(self.trainer, self.rec, k, groups, answers)
@@ -109,8 +109,8 @@ class TrainerRank:
 
     def iteration(self, k: int, requests: list, sampling, answers: dict) -> ColocatedResult:
         """sync: this rank's shard of iteration k, start to step (VERL's hybrid engine)."""
-        from rlbench.planted import faults
         from rlbench.engines.trainer.phases import train_phases
+        from rlbench.planted import faults
         from rlbench.record.stages import Stage
 
         tr, rec = self.trainer, self.rec
