@@ -30,6 +30,7 @@ class FakeTrainer:
 
     plan = SimpleNamespace(separate_phases=False)
     needs_old_pass = False
+    world = 1  # one rank: Trainer.finish reduces nothing
 
     def __init__(self, rng: random.Random, max_delay_s: float):
         self.rng, self.max_delay_s, self.version = rng, max_delay_s, 0
@@ -41,7 +42,7 @@ class FakeTrainer:
         while self.wait_until is not None and not self.wait_until() and time.monotonic() < deadline:
             time.sleep(0.001)
 
-    train = Trainer.train  # the real pipeline (train_phases) over the fake parts below
+    train = Trainer.train  # the real pipeline (the phases) over the fake parts below
     finish = Trainer.finish
     publish = Trainer.publish
 
