@@ -1,9 +1,10 @@
-"""Dependency direction (DESIGN.md §3): CLI -> runner -> engines -> core; the core imports no engine, report
+"""Dependency direction (DESIGN.md §3): CLI -> run -> engines -> core; the core imports no engine, report
 or CLI code; engines import no other engine's internals; no private names across modules; no cycles.
 
 Read from the source (every `import`, lazy ones inside functions included, and imports by name: a
 `module:attribute` string, as the registries name records and builders), so a violation fails here even
-when no test happens to execute the import. Every module is classified as core or harness (or engine)."""
+when no test happens to execute the import. Every module is classified, by its package, as core, harness
+or engine; a module nobody classified fails."""
 import ast
 import re
 from pathlib import Path
