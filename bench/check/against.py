@@ -28,16 +28,12 @@ from pathlib import Path
 
 from rlbench.errors import UserError
 from rlbench.results import schema
+from rlbench.results.provenance import source_root
 from rlbench.run import interleave
 
 ACCEPTED = Path("bench") / "baselines" / "ACCEPTED"
 PLANTED_ENV = ("RLBENCH_SLOW", "RLBENCH_SLOW_STAGES", "RLBENCH_FAULT")  # the new tree's alone
 AB_FILE = "ab.json"
-
-
-def source_root() -> Path:
-    """The folder this rlbench is imported from (its pyproject.toml, configs/ and git repository)."""
-    return Path(__file__).resolve().parent.parent
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> str:
@@ -108,7 +104,9 @@ def _mkdir(p: Path) -> Path:
 
 def _check_protocol(tree: Path, sha: str) -> None:
     """The old tree must take turns through the same ring protocol as this one."""
-    src = tree / "bench" / "interleave.py"
+    # bench/run/interleave.py; bench/interleave.py in a tree from before bench/ had subpackages
+    src = next((p for p in (tree / "bench" / "run" / "interleave.py", tree / "bench" / "interleave.py") if p.is_file()),
+               tree / "bench" / "run" / "interleave.py")
     found = re.search(r"^PROTOCOL = (\d+)", src.read_text(), re.M) if src.is_file() else None
     if not found or int(found[1]) != interleave.PROTOCOL:
         have = f"protocol {found[1]}" if found else "no turn ring (it predates `rlbench check --against`)"

@@ -7,8 +7,13 @@ import subprocess
 from pathlib import Path
 
 
+def source_root() -> Path:
+    """The folder this rlbench is imported from (its pyproject.toml, configs/ and git repository)."""
+    return Path(__file__).resolve().parents[2]  # bench/results/provenance.py -> the tree
+
+
 def git_commit() -> str | None:
-    root = Path(__file__).resolve().parent.parent
+    root = source_root()
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
