@@ -3,6 +3,7 @@ its switches; one folder per cell plus ablation.json. `run_ablation` is what `rl
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 from pathlib import Path
 
@@ -142,13 +143,12 @@ def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overr
 def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, report: bool = True,
                  progress: bool = True, seeds: str | None = None) -> None:
     """`rlbench run`: every cell of the ablation (once per seed, bench/run/seeds.py) in its own process
-    (bench/run/cells.py -> `run_cell`, bench/run/cell.py), then the table and report. sets: the --set
+    (run_cells -> `run_cell`, bench/run/cell.py), then the table and report. sets: the --set
     overrides; seeds: the --seeds text. Bad input is refused (exit 2) before anything runs."""
     import typer
     from rlbench.config import load_config, parse_overrides
     from rlbench.planted import slowdown
     from rlbench.run.around import finish, new_run_dir, preflight, raise_failed
-    from rlbench.run.cells import run_cells
     from rlbench.run.seeds import expand, parse_seeds
 
     base, overrides = load_config(config, sets), parse_overrides(sets)
@@ -166,3 +166,42 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
     finally:
         finish(run_dir, report)
     raise_failed(record)
+
+
+def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bool) -> dict:
+    """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
+    in its own process; exit codes go into record and ablation.json as they come."""
+    # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
+    # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    ctx = mp.get_context("spawn")
+    from rlbench.run import interleave as ring
+    from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
+
+    todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
+    if interleave and (len(cells) > 1 or ring.from_env()):
+        return run_interleaved(ctx, [c for _, c in todo], [e for e, _ in todo], record, run_dir, progress)
+    from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel  # seeds side by side, own cores
+
+    slots = parallel_plan(todo)
+    if slots:
+        return run_parallel(ctx, todo, record, run_dir, progress, slots,
+                            CellProcess(cell_main, start, reap, interrupt))
+    for entry, (cell, cfg, _) in todo:
+        proc = ctx.Process(target=cell_main, name=f"rlbench-cell-{cell}",
+                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
+        start(proc)
+        try:
+            proc.join()
+        except KeyboardInterrupt:
+            interrupt([proc])
+            entry["exit_code"] = 130
+            schema.atomic_write_json(run_dir / schema.ABLATION, record)
+            raise
+        finally:
+            reap(proc)
+        entry["exit_code"] = proc.exitcode
+        schema.atomic_write_json(run_dir / schema.ABLATION, record)
+        if proc.exitcode == 2:
+            raise UserError(f"cell {cell} rejected its input (see the error above)")
+    return record

@@ -99,7 +99,7 @@ def resume_run(run_dir: Path, progress: bool, report: bool, refused: dict) -> No
     import typer
     from rlbench.results import provenance
     from rlbench.run.around import finish, preflight, raise_failed
-    from rlbench.run.cells import run_cells
+    from rlbench.run.ablation import run_cells
 
     given = [opt for opt, value in refused.items() if value]
     if given:

@@ -1,10 +1,9 @@
-"""The cells of a run, each in its own process (`run_cell`, bench/run/cell.py, in `_cell_main`): one after
-another, side by side on their own cores (--seeds, bench/run/seed_pool.py), or taking turns by iteration
-(run.interleave, bench/run/interleave.py). Exit codes go into ablation.json as cells end.
+"""A cell's process: `cell_main` (-> `run_cell`, bench/run/cell.py) started as the leader of its own
+process group, Ctrl-C passed on to it, and what is left of its group reaped after it; and every cell at
+once, taking turns by iteration (run.interleave, bench/run/interleave.py).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from pathlib import Path
 
@@ -13,45 +12,7 @@ from rlbench.errors import UserError
 from rlbench.results import schema
 
 
-def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bool) -> dict:
-    """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
-    in its own process; exit codes go into record and ablation.json as they come."""
-    # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
-    # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    ctx = mp.get_context("spawn")
-    from rlbench.run import interleave as ring
-
-    todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
-    if interleave and (len(cells) > 1 or ring.from_env()):
-        return _run_interleaved(ctx, [c for _, c in todo], [e for e, _ in todo], record, run_dir, progress)
-    from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel  # seeds side by side, own cores
-
-    slots = parallel_plan(todo)
-    if slots:
-        return run_parallel(ctx, todo, record, run_dir, progress, slots,
-                            CellProcess(_cell_main, _start, _reap, _interrupt))
-    for entry, (cell, cfg, _) in todo:
-        proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
-                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
-        _start(proc)
-        try:
-            proc.join()
-        except KeyboardInterrupt:
-            _interrupt([proc])
-            entry["exit_code"] = 130
-            schema.atomic_write_json(run_dir / schema.ABLATION, record)
-            raise
-        finally:
-            _reap(proc)
-        entry["exit_code"] = proc.exitcode
-        schema.atomic_write_json(run_dir / schema.ABLATION, record)
-        if proc.exitcode == 2:
-            raise UserError(f"cell {cell} rejected its input (see the error above)")
-    return record
-
-
-def _start(proc) -> None:
+def start(proc) -> None:
     """Start a cell process as the leader of its own process group (it also does so itself: whichever
     comes first; the parent cannot once the child has exec'd)."""
     proc.start()
@@ -61,7 +22,7 @@ def _start(proc) -> None:
         pass
 
 
-def _interrupt(cell_procs) -> None:
+def interrupt(cell_procs) -> None:
     """Ctrl-C reached `rlbench run` (the terminal's foreground group): pass it to every cell's group, as
     the terminal would have, and give the cells time to save their results."""
     import signal
@@ -74,7 +35,7 @@ def _interrupt(cell_procs) -> None:
         proc.join(30)
 
 
-def _reap(proc) -> None:
+def reap(proc) -> None:
     """After a cell process ended (or would not): end what is left of its process group (a vLLM engine
     core that outlived its worker, a resource tracker), checked in /proc, within about 10 s."""
     import sys
@@ -90,7 +51,7 @@ def _reap(proc) -> None:
               file=sys.stderr)
 
 
-def _ring_seats(cells, run_dir: Path):
+def ring_seats(cells, run_dir: Path):
     """Seats for the cells in a turn ring: the one RLBENCH_RING names (a side of `rlbench check
     --against`), else a new ring of this run alone. -> (seats, ring folder to remove at the end or None)."""
     import tempfile
@@ -105,36 +66,36 @@ def _ring_seats(cells, run_dir: Path):
     return interleave.Ring.create(folder).register(0, [c for c, _, _ in cells]), folder
 
 
-def _run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path, progress: bool) -> dict:
+def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path, progress: bool) -> dict:
     """Every cell in its own process at once, taking turns by iteration (bench/run/interleave.py)."""
     import shutil
     from multiprocessing.connection import wait
 
-    seats, own = _ring_seats(cells, run_dir)
+    seats, own = ring_seats(cells, run_dir)
     procs = {}
     try:
         for seat, entry, (cell, cfg, _) in zip(seats, entries, cells):
-            proc = ctx.Process(target=_cell_main, name=f"rlbench-cell-{cell}",
+            proc = ctx.Process(target=cell_main, name=f"rlbench-cell-{cell}",
                                args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress, seat))
-            _start(proc)
+            start(proc)
             procs[proc.sentinel] = (seat, proc, entry)
         while procs:
             for sentinel in wait(list(procs)):
                 seat, proc, entry = procs.pop(sentinel)
                 proc.join()
-                _reap(proc)
+                reap(proc)
                 seat.leave()  # a cell that died mid-turn passes its turns on
                 entry["exit_code"] = proc.exitcode
                 schema.atomic_write_json(run_dir / schema.ABLATION, record)
     except KeyboardInterrupt:
-        _interrupt([proc for _, proc, _ in procs.values()])
+        interrupt([proc for _, proc, _ in procs.values()])
         for seat, proc, entry in procs.values():
             entry["exit_code"] = 130
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
         raise
     finally:
         for seat, proc, _ in procs.values():
-            _reap(proc)
+            reap(proc)
             seat.leave()
         if own:
             shutil.rmtree(own, ignore_errors=True)
@@ -144,7 +105,7 @@ def _run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Pat
     return record
 
 
-def _cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None) -> None:
+def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None) -> None:
     """A cell process. It leads its own process group, so that whatever it starts (workers, vLLM engine
     cores, resource trackers) can be found and ended after it (bench/devices/procs.py); it gets SIGTERM when
     `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
