@@ -3,7 +3,6 @@ so `rlbench --help`, `report`, `compare` and `check` are instant.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,8 +15,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
 
 
 def ablation_help() -> str:
-    """`--ablation`'s help, made from the ablation registry (bench/ablation.py)."""
-    from rlbench.ablation import help_text
+    """`--ablation`'s help, made from the ablation registry (bench/run/ablation.py)."""
+    from rlbench.run.ablation import help_text
 
     return help_text()
 
@@ -50,149 +49,24 @@ def run(
                                           "the run's own."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
-    from rlbench import procs
+    from rlbench.devices import procs
+    from rlbench.run.ablation import run_ablation
+    from rlbench.run.around import run_external, sweep
+    from rlbench.run.resume import resume_run
 
     procs.mark_run()  # every process of this run carries the token: found and ended at the end
+    sets = set_ + (["run.profile=true"] if profile else [])
     try:
         if resume is not None:
-            _resume(resume, progress, report, refused={"--config": config, "--set": set_, "--ablation": ablation,
-                                                       "--seeds": seeds, "--engine": engine != "rlbench",
-                                                       "--profile": profile})
+            resume_run(resume, progress, report, refused={"--config": config, "--set": set_, "--ablation": ablation,
+                                                          "--seeds": seeds, "--engine": engine != "rlbench",
+                                                          "--profile": profile})
+        elif engine != "rlbench":
+            run_external(engine, config, sets, seeds, out, report)
         else:
-            _run_new(config, ablation or "async", set_, engine, out, report, progress, profile, seeds)
+            run_ablation(ablation or "async", config, sets, out, report, progress, seeds)
     finally:
-        _sweep()
-
-
-def _run_new(config, ablation: str, set_: list[str], engine: str, out: Path, report: bool, progress: bool,
-             profile: bool, seeds: str | None) -> None:
-    from rlbench.ablation import cells_for, new_run_dir, run_ablation
-    from rlbench.config import load_config, parse_overrides
-    from rlbench.seeds import parse_seeds
-
-    sets = set_ + (["run.profile=true"] if profile else [])
-    cfg, overrides = load_config(config, sets), parse_overrides(sets)
-    seed_list = parse_seeds(seeds)
-    if engine != "rlbench":
-        if seed_list:
-            raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
-        _run_external(engine, cfg, out, report)
-        return
-    cells_for(ablation, cfg, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
-    from rlbench import slowdown
-    slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
-    _preflight(cfg)
-    run_dir = new_run_dir(out, cfg.run.name if ablation == "none" else f"{cfg.run.name}-{ablation}")
-    typer.echo(f"rlbench: {ablation} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
-    try:
-        record = run_ablation(ablation, cfg, run_dir, progress=progress, seeds=seed_list, overrides=overrides)
-    finally:
-        _finish(run_dir, report)
-    _raise_failed(record)
-
-
-def _resume(run_dir: Path, progress: bool, report: bool, refused: dict) -> None:
-    """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept (bench/resume.py)."""
-    from rlbench import provenance, resume
-    from rlbench.ablation import run_cells
-
-    given = [opt for opt, value in refused.items() if value]
-    if given:
-        raise UserError(f"--resume {run_dir} runs that run's own configuration (its ablation.json); leave out "
-                        f"{', '.join(given)}")
-    record, base, cells = resume.load(run_dir)
-    digest = provenance.code_digest()
-    resume.check_code(record, run_dir, digest)
-    _preflight(base)
-    kept = resume.plan(run_dir, record, cells, digest)
-    typer.echo(f"rlbench: resuming {run_dir}: kept {len(kept)} completed cell(s) ({', '.join(kept) or 'none'}), "
-               f"running {len(cells) - len(kept)}", err=True)
-    try:
-        record = run_cells(cells, record, run_dir, progress, base.run.interleave)
-    finally:
-        _finish(run_dir, report)
-    _raise_failed(record)
-
-
-def _raise_failed(record: dict) -> None:
-    failed = [c for c in record["cells"] if c["exit_code"]]
-    if failed:
-        raise WorkerError(f"{len(failed)} cell(s) failed: " + ", ".join(f"{c['name']} (exit {c['exit_code']})"
-                                                                        for c in failed))
-
-
-def _sweep() -> None:
-    """The last backstop: any process still carrying this run's token (bench/procs.py) outside the
-    cells' process groups, which are ended as each cell ends, is ended here, except this process and its
-    multiprocessing resource tracker (it ends with this process and cleans up after it)."""
-    from multiprocessing import resource_tracker
-
-    from rlbench import procs
-
-    token = os.environ.get(procs.RUN_ENV)
-    spare = (os.getpid(), getattr(resource_tracker._resource_tracker, "_pid", None) or -1)
-    left = procs.kill_all(lambda: procs.marked(token, spare), timeout_s=10.0) if token else []
-    if left:
-        print(f"warning: processes of this run still alive: {procs.describe(left)}", file=sys.stderr)
-
-
-def _run_external(engine: str, cfg, out: Path, report: bool) -> None:
-    """One cell run by the real VERL / MindSpeed-RL, parsed into rlbench's result schema."""
-    from rlbench.ablation import new_run_dir
-
-    runners = {"verl": "rlbench.engines.external.verl:run_verl",
-               "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed"}
-    if engine not in runners:
-        raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(runners)}")
-    import importlib
-
-    mod, fn = runners[engine].split(":")
-    run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
-    try:
-        getattr(importlib.import_module(mod), fn)(cfg, run_dir)
-    except UserError:
-        import shutil
-        shutil.rmtree(run_dir, ignore_errors=True)  # nothing measured: no half-made run folder
-        raise
-    _finish(run_dir, report)
-
-
-def _preflight(cfg) -> None:
-    """Reject bad data, missing files and limits the run cannot fit (bench/limits.py: context length,
-    memory) before any cell starts (exit code 2, no run folder)."""
-    from rlbench import device as dev
-    from rlbench import limits, placement
-    from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.factory import check_supported
-    from rlbench.engines.model.loader import model_facts
-
-    check_supported(cfg)
-    dataset = load_dataset(cfg.data, cfg.run.seed)
-    if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
-        raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
-    kind = dev.resolve_kind(cfg.engine.device)
-    if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
-        placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
-    facts, tok = model_facts(cfg)
-    prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval + dataset.seen)
-    limits.check(cfg, facts, prompt_max, kind, dev.memory_capacity(kind))
-
-
-def _finish(run_dir: Path, report: bool) -> None:
-    """Table and report from whatever was measured, also after a failure or Ctrl-C."""
-    from rlbench import schema
-    from rlbench.reports import build_report, summary_table_text
-
-    try:
-        if not schema.load_run(run_dir):
-            return
-    except UserError:
-        return
-    typer.echo(summary_table_text(run_dir))
-    if report:
-        path = build_report(run_dir)
-        typer.echo(f"report: {path}")
-    typer.echo(f"results: {run_dir}")
+        sweep()
 
 
 @app.command("report")
@@ -244,37 +118,11 @@ def check_cmd(
     """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
     accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
     baseline."""
-    from rlbench import against as ab
-    from rlbench.check import check as do_check
-    from rlbench.check import format_check, parse_tolerances, write_baseline
+    from rlbench.check.command import check
 
-    run_dirs = run_dirs or []
-    if calibrate:
-        if run_dirs and all(ab.is_ab(d) for d in run_dirs):
-            from rlbench.check_ab_power import format_study, study
-        else:
-            from rlbench.check_calibrate import format_study, study
-        typer.echo(format_study(study(run_dirs)))
-        return
-    if not run_dirs and baseline is None:
-        result = ab.judge(ab.run_ab(against, config, ablation, set_, out, echo=lambda m: typer.echo(m, err=True)))
-    elif len(run_dirs) == 1 and ab.is_ab(run_dirs[0]) and baseline is None:
-        result = ab.judge(run_dirs[0])
-    elif baseline is None:
-        raise UserError("--baseline FILE is required to judge a run folder (or give no RUN_DIRS for an A/B "
-                        "run against --against REF)")
-    elif update:
-        path = write_baseline(run_dirs, baseline, parse_tolerances(tolerance))
-        typer.echo(f"baseline written: {path} (from {len(run_dirs)} run(s))")
-        return
-    elif len(run_dirs) != 1:
-        raise UserError(f"check compares one run with the baseline, got {len(run_dirs)} (several runs: "
-                        "--update or --calibrate)")
-    else:
-        result = do_check(run_dirs[0], baseline)
-    typer.echo(format_check(result))
-    if result.exit_code:
-        sys.exit(result.exit_code)  # not typer.Exit: main() runs the app with standalone_mode=False
+    code = check(run_dirs or [], against, config, ablation, set_, out, baseline, update, calibrate, tolerance)
+    if code:
+        sys.exit(code)  # not typer.Exit: main() runs the app with standalone_mode=False
 
 
 # The simulate command lives with the simulator (no torch: 0.15 s to import).
@@ -291,14 +139,9 @@ def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the p
     bytes/s) that per-stage MFU and bandwidth utilisation are measured against."""
     import json
 
-    from rlbench import device as dev
-    from rlbench import peak, provenance
+    from rlbench.results import provenance
 
-    device = dev.resolve("auto")
-    info = provenance.collect(device)
-    info["peak"] = peak.peak(device, dev.dtype(dtype, device), remeasure=remeasure)
-    info["peak_cache"] = str(peak.cache_path())
-    typer.echo(json.dumps(info, indent=1))
+    typer.echo(json.dumps(provenance.environment(dtype, remeasure), indent=1))
 
 
 @app.command("config")
@@ -309,12 +152,11 @@ def config_cmd(
 ) -> None:
     """Print the resolved configuration (or, with --docs, every key documented)."""
     import yaml
-    from rlbench.config import RunConfig, load_config
+    from rlbench.config import documented_keys, load_config
 
     if docs:
-        for sec_name, sec in RunConfig.model_fields.items():
-            for key, f in sec.annotation.model_fields.items():
-                typer.echo(f"{sec_name}.{key} = {f.default!r}  # {f.description}")
+        for line in documented_keys():
+            typer.echo(line)
         return
     typer.echo(yaml.safe_dump(load_config(config, set_).model_dump(mode="json"), sort_keys=False))
 

@@ -362,3 +362,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 def with_overrides(cfg: RunConfig, over: dict) -> RunConfig:
     """A copy of cfg with nested overrides applied and re-validated."""
     return build_config(merge_trees(cfg.model_dump(mode="json"), over), source="ablation cell")
+
+
+def documented_keys() -> list[str]:
+    """`section.key = default  # description` for every key (`rlbench config --docs`)."""
+    return [f"{sec_name}.{key} = {f.default!r}  # {f.description}"
+            for sec_name, sec in RunConfig.model_fields.items() for key, f in sec.annotation.model_fields.items()]

@@ -26,7 +26,7 @@ from rlbench.engines.watchdog import Heartbeat, Watchdog
 from rlbench.errors import WorkerError
 
 class ProcessHost:
-    """One spawned process per slot, pinned to its device (bench/device.py `pin`), running cls(slot, *args)."""
+    """One spawned process per slot, pinned to its device (bench/devices/device.py `pin`), running cls(slot, *args)."""
 
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog):
         """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
@@ -66,7 +66,7 @@ class ProcessHost:
             msg = self._next("starting")
             if isinstance(msg, Ready):
                 self.pids[msg.worker] = msg.pid
-                self.observed[msg.worker] = {**msg.observed, "pid": msg.pid}  # pid: bench/hostcpu.py reads it
+                self.observed[msg.worker] = {**msg.observed, "pid": msg.pid}  # pid: bench/record/hostcpu.py reads it
             elif isinstance(msg, Reply) and not msg.ok:
                 raise WorkerError(f"{msg.worker} failed while starting:\n{msg.value}")
             elif msg is None and time.monotonic() > deadline:
@@ -163,16 +163,16 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
     for the hang watchdog from a thread."""
     import signal
 
-    from rlbench import procs
+    from rlbench.devices import procs
 
     procs.die_with_parent(signal.SIGKILL)
     procs.interruptible()  # a Ctrl-C passed on to the cell's group reaches the worker too
     obj = None
     try:
-        from rlbench import device as dev
+        from rlbench.devices import device as dev
 
         dev.pin(slot.kind, slot.index, slot.threads)
-        from rlbench import faults
+        from rlbench.planted import faults
 
         faults.misplace(slot.worker)  # test hook: a worker given other than its plan
         obj = cls(slot, *args, emit=lambda item: out.put(Emitted(slot.worker, item)))

@@ -1,18 +1,21 @@
 """Reports: tables, plots and a self-contained HTML report, read from result files only.
 
-Imports of the core are limited to rlbench.schema, rlbench.stages and rlbench.errors (no engine
-code, no torch), so `rlbench report` and `rlbench compare` are fast and need no accelerator.
-Reports render; what they show is computed in the core (the speedup prediction: rlbench.predict).
+Imports of the core are limited to the result schema and metric table (rlbench.results), the stage names
+(rlbench.record.stages), rlbench.errors, the schedule records and the cost model (no engine code, no torch), so `rlbench report` and `rlbench compare` are fast and need no accelerator.
+Reports render; what they show is computed in the core (the speedup prediction: rlbench.costmodel.predict).
 The names below load on first use, so importing rlbench.reports costs nothing until a report is built
 (pandas and matplotlib).
 """
 import importlib
 
-_WHERE = {"build_report": "build", "compare": "comparison", "summary_table_text": "console"}
+# Named as the registries name their code (`module:attribute`), so tests/test_structure.py sees these imports.
+_WHERE = {"build_report": "rlbench.reports.build:build_report", "compare": "rlbench.reports.comparison:compare",
+          "summary_table_text": "rlbench.reports.console:summary_table_text"}
 __all__ = list(_WHERE)
 
 
 def __getattr__(name: str):
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    module, attribute = _WHERE[name].split(":")
+    return getattr(importlib.import_module(module), attribute)

@@ -23,9 +23,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 
-from rlbench import schema
+from rlbench.record.stages import Stage
 from rlbench.reports.data import CellData, RunData
-from rlbench.stages import Stage
+from rlbench.results import schema
 
 TARGET_SHARE = 0.8
 # Student t quantile 0.975 for 1..30 degrees of freedom (beyond: the normal's 1.96).

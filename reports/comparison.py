@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlbench import metric_table, schema
-from rlbench.metric_table import COMPARE
 from rlbench.reports.data import load
 from rlbench.reports.seeds import cell_summary
 from rlbench.reports.tables import to_markdown
+from rlbench.results import metric_table, schema
+from rlbench.results.metric_table import COMPARE
 
-KEY_METRICS = metric_table.names(COMPARE)  # bench/metric_table.py
+KEY_METRICS = metric_table.names(COMPARE)  # bench/results/metric_table.py
 
 
 def match_cells(a: list[str], b: list[str]) -> tuple[list[tuple[int, int]], str]:

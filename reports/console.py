@@ -4,9 +4,9 @@ from __future__ import annotations
 from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.reports.accuracy_table import accuracy_frame
 from rlbench.reports.data import load
-from rlbench.reports.seeds import cell_summary, is_multi_seed
 from rlbench.reports.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
+from rlbench.reports.seeds import cell_summary, is_multi_seed
 from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame
 
 
@@ -25,7 +25,7 @@ def summary_table_text(run_dir, add=()) -> str:
     if multi:
         lines.append("median over seeds; per seed: summary_seeds.csv")
     lines += ["", "rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
-              "measured device costs (bench/predict.py)."]
+              "measured device costs (bench/costmodel/predict.py)."]
     regime = [] if multi else regime_lines(regime_frame(run, sp))
     # a regime map: one sentence per point (its attribution included), then where periodic asynchrony pays
     lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))

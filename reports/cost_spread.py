@@ -10,8 +10,8 @@ costs, cannot match the async cell: the spread says how far to trust that point,
 """
 from __future__ import annotations
 
+from rlbench.record.stages import Role, Stage, role_of
 from rlbench.reports.data import CellData
-from rlbench.stages import Role, Stage, role_of
 
 SPREAD_PCT = 10.0  # beyond this, a point's cells did not run the same code at the same speed
 TRAIN = (Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.UPDATE.value)

@@ -1,6 +1,6 @@
 """Load a run folder (one cell, or an ablation of cells) into plain objects the report parts share.
 
-Reports only read result files (DESIGN.md §3): this module uses `rlbench.schema` readers and nothing of
+Reports only read result files (DESIGN.md §3): this module uses `rlbench.results.schema` readers and nothing of
 the engines. Every accessor tolerates a cell that stopped early (status "interrupted"/"failed", zero
 iterations, empty aggregates, no samples).
 """
@@ -10,9 +10,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlbench import schema
 from rlbench.errors import UserError
-from rlbench.stages import Stage
+from rlbench.record.stages import Stage
+from rlbench.results import schema
 
 STAGE_ORDER = [s.value for s in Stage]  # one order for every table and plot
 

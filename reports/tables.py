@@ -9,21 +9,22 @@ import math
 
 import numpy as np
 import pandas as pd
-from rlbench import metric_table, schedules, schema
+from rlbench import schedules
+from rlbench.costmodel.contention import predict_contended
+from rlbench.costmodel.predict import predict_async, rollout_share
 from rlbench.errors import UserError
-from rlbench.metric_table import SUMMARY
-from rlbench.predict import predict_async, rollout_share
+from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.heldout import COLUMNS as HELDOUT_COLUMNS
 from rlbench.reports.heldout import has_fact_split, heldout_columns
-from rlbench.reports.contention import predict_contended
-from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
+from rlbench.results import metric_table, schema
+from rlbench.results.metric_table import SUMMARY
 from rlbench.schedules.spec import MODEL_POOLS
 
-# The summary's columns: what the cell is, then the reported metrics as bench/metric_table.py lists them.
+# The summary's columns: what the cell is, then the reported metrics as bench/results/metric_table.py lists them.
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", *metric_table.names(SUMMARY, "head")]
 DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_before",
                "accuracy_any_format_after"]  # first/last evaluation's diagnostics (built-in evaluation only)
@@ -84,7 +85,7 @@ def weight_sync_columns(c: CellData) -> dict:
 
 
 def host_cpu_pct(c: CellData) -> float | None:
-    """Host CPU % of a core: the driver's CPU seconds over the iteration's wall time (bench/hostcpu.py),
+    """Host CPU % of a core: the driver's CPU seconds over the iteration's wall time (bench/record/hostcpu.py),
     median over the measured iterations; None where it was not measured."""
     vals = [it["host_cpu_pct"] for it in c.measured() if it.get("host_cpu_pct") is not None]
     return float(np.median(vals)) if vals else None
@@ -97,7 +98,7 @@ def _eval(c: CellData, index: int, key: str) -> float | None:
 
 
 def speedup_frame(run: RunData) -> pd.DataFrame:
-    """Measured vs predicted speedup of every periodic-async cell (bench/predict.py).
+    """Measured vs predicted speedup of every periodic-async cell (bench/costmodel/predict.py).
 
     Each is predicted from the sync cell with the same switches and workload (its own measured
     device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its

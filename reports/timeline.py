@@ -14,9 +14,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from rlbench.record.stages import Stage
 from rlbench.reports.data import STAGE_ORDER, CellData, RunData, worker_sort_key
 from rlbench.reports.palette import stage_color
-from rlbench.stages import Stage
 
 MAX_ITERATIONS = 3
 ROW_IN = 0.45  # figure height per worker row, inches

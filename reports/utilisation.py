@@ -1,10 +1,10 @@
 """Per-stage hardware utilisation of every cell: MFU and memory-bandwidth utilisation against one device's
-measured peak (results.json aggregates.utilisation, provenance.peak; bench/utilisation.py says how)."""
+measured peak (results.json aggregates.utilisation, provenance.peak; bench/results/utilisation.py says how)."""
 from __future__ import annotations
 
 import pandas as pd
+from rlbench.record.stages import Stage
 from rlbench.reports.data import RunData
-from rlbench.stages import Stage
 
 COLUMNS = ["cell", "stage", "GFLOP/s per device", "MFU %", "GB/s per device", "bandwidth %"]
 NOTE = ("Per device: a stage's counted work (VERL's FLOP count: 2N per token and pass plus attention; "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-measure bench/baselines/cpu-default.json and the sensitivity of `rlbench check` on this machine:
 # N unchanged CI runs (configs/ci-bench.yaml, what scripts/ci_bench.sh runs), then one run per planted
-# slowdown given (RLBENCH_SLOW specs, bench/slowdown.py), then the study and the calibrated baseline.
+# slowdown given (RLBENCH_SLOW specs, bench/planted/slowdown.py), then the study and the calibrated baseline.
 #   bash scripts/check_calibrate.sh OUT_DIR N [SPEC ...]
 #   e.g. bash scripts/check_calibrate.sh /tmp/cal 6 update:0.10@periodic_async packing:0.10 queue:0.10@periodic_async
 # Each run is ~3 minutes on 2 cores; on a shared machine wrap heavy jobs in a lock (flock) so they

@@ -1,4 +1,4 @@
-"""`rlbench check --against REF` (bench/against.py): REF is resolved in this clone (missing -> exit 2, never
+"""`rlbench check --against REF` (bench/check/against.py): REF is resolved in this clone (missing -> exit 2, never
 a pass), an old tree without the turn ring is refused, and a real A/B run of the two trees takes turns
 iteration by iteration with a planted slowdown reaching the new tree only, and failing there."""
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TINY
 
-from rlbench import against, schema
+from rlbench.check import against
 from rlbench.errors import UserError
+from rlbench.results import schema
 
 PRE_RING = "78b7d34"  # the last commit before `check --against` existed (its interleave.py has no ring)
 

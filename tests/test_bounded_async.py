@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlbench.engines.rollout.base import Group, PromptRequest, SamplingParams, SealedGroup
-from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
 from rlbench.engines.rollout.base import IterationEnd
+from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
 from rlbench.engines.schedules.common import IterationInput
 from rlbench.engines.trainer.trainer import Trainer
 from rlbench.errors import WorkerError
-from rlbench.stages import Recorder, now
+from rlbench.record.stages import Recorder, now
 
 from conftest import TINY
 
@@ -30,6 +30,7 @@ class FakeTrainer:
 
     plan = SimpleNamespace(separate_phases=False)
     needs_old_pass = False
+    world = 1  # one rank: Trainer.finish reduces nothing
 
     def __init__(self, rng: random.Random, max_delay_s: float):
         self.rng, self.max_delay_s, self.version = rng, max_delay_s, 0
@@ -41,7 +42,7 @@ class FakeTrainer:
         while self.wait_until is not None and not self.wait_until() and time.monotonic() < deadline:
             time.sleep(0.001)
 
-    train = Trainer.train  # the real pipeline (train_phases) over the fake parts below
+    train = Trainer.train  # the real pipeline (the phases) over the fake parts below
     finish = Trainer.finish
     publish = Trainer.publish
 
@@ -205,8 +206,8 @@ def test_version_must_match_the_first_iteration():
 # ---------------------------------------------------------------- the real engine
 
 def _train_params(overrides: list[str], iterations: int = 3):
-    from rlbench import device as dev
     from rlbench.config import load_config
+    from rlbench.devices import device as dev
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input, make_engine
     from rlbench.engines.model.loader import load_policy
@@ -247,8 +248,8 @@ def test_k0_equals_sync():
 def test_staleness_ablation_cells():
     """`--ablation staleness`: sync, periodic-async, then bounded-async at k = 1, 2, 4 with each proximal
     policy, every cell's config carrying its switches."""
-    from rlbench.ablation import cells_for
     from rlbench.config import load_config
+    from rlbench.run.ablation import cells_for
 
     cells = cells_for("staleness", load_config(TINY))
     assert [n for n, _ in cells] == ["sync", "periodic_async"] + [f"bounded_k{k}_{p}" for k in (1, 2, 4)

@@ -1,6 +1,6 @@
 """`rlbench check`: regression verdicts against a baseline, on result folders written by hand.
 
-The folders follow rlbench.schema: an ablation folder with ablation.json and one cell folder per
+The folders follow rlbench.results.schema: an ablation folder with ablation.json and one cell folder per
 cell (results.json + events.jsonl), ~8 iterations per cell with noisy per-iteration TPSPD; a cell
 can have a stage slowed down (what RLBENCH_SLOW plants in a real run).
 """
@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from rlbench import check as chk
-from rlbench import schema
+from rlbench.check import verdicts as chk
 from rlbench.config import RunConfig, with_overrides
 from rlbench.errors import UserError
-from rlbench.metrics import aggregate
+from rlbench.results import schema
+from rlbench.results.metrics import aggregate
 
 SYNC = {"schedule": "sync", "tri_model": False, "shared_prompt": False}
 ASYNC = {**SYNC, "schedule": "periodic_async"}

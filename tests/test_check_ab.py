@@ -1,4 +1,4 @@
-"""`rlbench check --against`'s judgement (bench/check_ab.py) on A/B folders written by hand: the old and
+"""`rlbench check --against`'s judgement (bench/check/ab.py) on A/B folders written by hand: the old and
 the new tree's runs of the same cells (tests/test_check.py's realistic cell folders). A slowdown of code
 every cell runs must fail here although every between-cell ratio stays put; a metric the new tree lost
 fails; an unchanged pair passes."""
@@ -11,7 +11,8 @@ import sys
 import pytest
 from test_check import ASYNC, SYNC, Cell, row, write_run
 
-from rlbench import check_ab, check_ab_power, check_stats, schema
+from rlbench.check import ab as check_ab, ab_power as check_ab_power, stats as check_stats
+from rlbench.results import schema
 
 
 def cells(**kw):

@@ -1,5 +1,5 @@
-"""The statistics behind `rlbench check` (bench/check_stats.py) and its sensitivity study
-(`rlbench check --calibrate`, bench/check_calibrate.py), on hand-written run folders."""
+"""The statistics behind `rlbench check` (bench/check/stats.py) and its sensitivity study
+(`rlbench check --calibrate`, bench/check/calibrate.py), on hand-written run folders."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from rlbench import check_calibrate, check_stats, schema
+from rlbench.check import calibrate as check_calibrate, stats as check_stats
+from rlbench.results import schema
 from test_check import ASYNC, SYNC, Cell, write_run
 
 

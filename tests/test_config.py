@@ -22,8 +22,8 @@ def test_every_accelerator_config_states_the_devices_it_occupies():
     placement occupies exactly that many, for every schedule (gpu-default on one GPU: pools shared)."""
     import re
 
-    from rlbench.ablation import cells_for
-    from rlbench.placement import plan
+    from rlbench.devices.placement import plan
+    from rlbench.run.ablation import cells_for
 
     files = [f for f in sorted(CONFIG_DIR.glob("*.yaml")) if load_config(f).engine.device in ("cuda", "npu")]
     assert {"gpu-default.yaml", "gpu-2x.yaml"} <= {f.name for f in files}

@@ -1,9 +1,9 @@
-"""The proposed contention term (reports/contention.py) on synthetic sync cells with a known kappa."""
+"""The proposed contention term (bench/costmodel/contention.py) on synthetic sync cells with a known kappa."""
 from __future__ import annotations
 
 import pytest
 
-from rlbench.reports.contention import (
+from rlbench.costmodel.contention import (
     _two_workers,
     async_time_contended,
     estimate_kappa,
@@ -12,7 +12,7 @@ from rlbench.reports.contention import (
     predict_contended,
     training_points,
 )
-from rlbench.predict import StepCost, SyncMeasurements
+from rlbench.costmodel.predict import StepCost, SyncMeasurements
 
 
 def ev(worker, stage, k, start, end):

@@ -79,8 +79,8 @@ def test_parse_log_line_reads_loggers_format():
 
 
 def test_parse_fixture_into_rlbench_schema(tmp_path):
-    from rlbench.runner import CellRun
-    from rlbench.schema import RESULTS, atomic_write_json, load_cell
+    from rlbench.results.schema import RESULTS, atomic_write_json, load_cell
+    from rlbench.run.cell import CellRun
 
     res = ms.parse_mindspeed_log(LOG, fixture_cfg(), META["world_size"], version="05a90d7")
     check_against_log(res, LOG.read_text())

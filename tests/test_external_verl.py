@@ -137,8 +137,8 @@ def check_against_fixture(res: dict, path: Path, n_gpus: int) -> None:
 
 
 def test_parse_fixture_into_rlbench_schema(tmp_path):
-    from rlbench.runner import CellRun
-    from rlbench.schema import RESULTS, atomic_write_json, load_cell
+    from rlbench.results.schema import RESULTS, atomic_write_json, load_cell
+    from rlbench.run.cell import CellRun
 
     res = verl.parse_verl_jsonl(FIX / "verl_metrics.jsonl", fixture_cfg(), n_gpus=META["n_gpus"], version="0.9.1")
     check_against_fixture(res, FIX / "verl_metrics.jsonl", META["n_gpus"])

@@ -76,7 +76,7 @@ def test_pad_logprobs():
 
 
 def test_idle_fraction_ignores_events_outside_the_window():
-    from rlbench.metrics import idle_fractions
+    from rlbench.results.metrics import idle_fractions
 
     events = [{"worker": "w", "stage": "rollout", "start": 0.0, "end": 1.0},  # before the window
               {"worker": "w", "stage": "update", "start": 2.0, "end": 2.5}]

@@ -1,4 +1,4 @@
-"""Interleaved cells (bench/interleave.py): the turn order is cell 0, 1, 2 per iteration, no iteration
+"""Interleaved cells (bench/run/interleave.py): the turn order is cell 0, 1, 2 per iteration, no iteration
 starts before every cell is set up, a cell that leaves (done or dead) passes its turns on, and no
 cell tears down before all have left. Two sides (the two trees of `rlbench check --against`) take
 turns cell by cell, the side that goes first alternating by iteration. Threads stand in for the cell
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from rlbench.interleave import GONE, Pacer, Ring, Seat
+from rlbench.run.interleave import GONE, Pacer, Ring, Seat
 
 
 def _cell(seat, iterations, log, die_at=None, tag=None):

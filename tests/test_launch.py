@@ -23,7 +23,7 @@ VARS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
 
 def _plan(kind: str, schedule: str, rollout: int, train: int, share: bool = False, available: int = 8):
     from rlbench.config import RunConfig, with_overrides
-    from rlbench.placement import plan
+    from rlbench.devices.placement import plan
 
     engine = with_overrides(RunConfig(), {"engine": {"schedule": schedule, "rollout_devices": rollout,
                                                       "train_devices": train, "share_devices": share}}).engine
@@ -168,7 +168,7 @@ def test_cpu_workers_observe_their_own_core_and_the_result_records_it(tmp_path):
     """A real run on 2 cores: every worker reports its one core (different ones) and 1 thread, next to the
     plan in results.json; the driver says it initialised no accelerator."""
     from rlbench.config import load_config
-    from rlbench.runner import run_cell
+    from rlbench.run.cell import run_cell
 
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"),
                       ["engine.schedule=periodic_async", "run.iterations=2", "run.warmup_iterations=1"])
@@ -241,7 +241,7 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
 
     from rlbench.config import load_config
     from rlbench.engines import hosts
-    from rlbench.runner import run_cell
+    from rlbench.run.cell import run_cell
 
     for var in VARS:
         monkeypatch.delenv(var, raising=False)
@@ -274,14 +274,14 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
 def test_evaluation_on_the_worker_equals_evaluation_in_process():
     """The trainer's rank 0 evaluates (the driver only scores) and gets the same answers as the in-process
     evaluation of the same weights."""
-    from rlbench import device as dev
     from rlbench.config import load_config
+    from rlbench.devices import device as dev
+    from rlbench.devices.placement import plan
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.evaluation import InProcessEval, WorkerEval
     from rlbench.engines.factory import make_engine
     from rlbench.engines.model.loader import load_policy
-    from rlbench.placement import plan
-    from rlbench.stages import now
+    from rlbench.record.stages import now
 
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"), ["engine.schedule=periodic_async"])
     dataset = load_dataset(cfg.data, cfg.run.seed)

@@ -3,8 +3,8 @@ import pytest
 
 from test_cli_run import TINY, rlbench
 
-from rlbench import limits
 from rlbench.config import load_config
+from rlbench.devices import limits
 from rlbench.errors import UserError
 
 # A 0.5B-like model in bfloat16 (Qwen2.5-0.5B's shape): 494M parameters, 24 layers, 2 KV heads of 64.

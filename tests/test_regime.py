@@ -1,4 +1,4 @@
-"""The regime map: its grid (bench/regime.py), the crossover logic (reports/regime.py), the report's
+"""The regime map: its grid (bench/run/regime.py), the crossover logic (reports/regime.py), the report's
 headline on hand-written result folders (tests/conftest_regime.py), and a real quick map through the CLI."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from conftest import TINY
 from conftest_regime import MAP, make_regime
 from conftest_reports import make_ablation
-from rlbench import schema
 from rlbench.reports import build_report, summary_table_text
 from rlbench.reports.regime import crossover, explain, prediction_check, regime_frame, spearman, verdict
 from rlbench.reports.tables import speedup_frame
+from rlbench.results import schema
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -25,8 +25,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def _points(name: str, config=None) -> dict[str, dict]:
     """workload -> {cell suffix: RunConfig} of an ablation."""
-    from rlbench.ablation import cells_for
     from rlbench.config import load_config
+    from rlbench.run.ablation import cells_for
 
     out: dict[str, dict] = {}
     for cell, cfg in cells_for(name, load_config(config)):
@@ -63,8 +63,8 @@ def test_the_map_has_two_axes(name, config):
 
 
 def test_map_fits_the_model_and_the_quick_grid_is_quick():
-    from rlbench.regime import MAP as GRID
-    from rlbench.regime import POINTS, QUICK
+    from rlbench.run.regime import MAP as GRID
+    from rlbench.run.regime import POINTS, QUICK
 
     # prompt (about 80 tokens on the built-in task, 256 allowed) + response within the tiny model's 2048
     assert max(t.max_tokens for t in GRID.tails.values()) + 256 <= 2048
@@ -74,11 +74,11 @@ def test_map_fits_the_model_and_the_quick_grid_is_quick():
 
 
 def test_map_brackets_the_crossover_in_the_prediction_model():
-    """The evidence the grid was chosen on: bench/predict.py's model (nothing fitted) on the lengths these
+    """The evidence the grid was chosen on: bench/costmodel/predict.py's model (nothing fitted) on the lengths these
     seeds draw, at a decode step costing 6 trained tokens (what the README's regime runs imply): at least
     two points win by 5% or more and at least two lose. The measured map is the user's; this guards the grid."""
+    from rlbench.costmodel.predict import StepCost, SyncMeasurements
     from rlbench.engines.rollout.sampling import LengthSampling, target_length
-    from rlbench.predict import StepCost, SyncMeasurements
 
     c_tok = 4e-4
     speedups = {}
@@ -273,8 +273,8 @@ def test_cells_without_workloads_make_no_map(tmp_path):
 
 def test_set_changes_a_point_but_not_what_its_cells_differ_in():
     """--set lands on top of a workload (a first look at fewer iterations), never on the cell switches."""
-    from rlbench.ablation import cells_for
     from rlbench.config import load_config, parse_overrides
+    from rlbench.run.ablation import cells_for
 
     sets = ["run.iterations=4", "run.warmup_iterations=1", "engine.overlap=false", "rollout.max_new_tokens=200"]
     cells = cells_for("regime", load_config(None, sets), parse_overrides(sets))

@@ -1,6 +1,6 @@
 """Reports: tables, plots, self-contained HTML, compare, console table and the speedup prediction.
 
-Result folders are written by tests/conftest_reports.py with rlbench.metrics, as the runner does.
+Result folders are written by tests/conftest_reports.py with rlbench.results.metrics, as the runner does.
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import pytest
 from matplotlib import image as mpimg
 
 from conftest_reports import make_ablation, make_cell
+from rlbench.costmodel.predict import StepCost, predict_async, replay
 from rlbench.errors import UserError
-from rlbench.predict import StepCost, predict_async, replay
+from rlbench.record.stages import Stage
 from rlbench.reports import build_report, compare, summary_table_text
 from rlbench.reports.palette import stage_color
-from rlbench.stages import Stage
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOTS = ["tpspd", "speedup", "stage_breakdown", "timeline", "reward_accuracy", "staleness", "accuracy_time",
@@ -150,7 +150,7 @@ def sync_cell(step_s: float, train_s_per_token: float, samples: list[dict], rank
               ws: float = 0.01, opt: float = 0.02) -> tuple[dict, list[dict]]:
     """A consistent data-parallel sync cell: every rank's rollout is its shard's replay at step_s per decode
     step, its training train_s_per_token per token; -> (results dict, events)."""
-    from rlbench.predict import train_tokens
+    from rlbench.costmodel.predict import train_tokens
 
     iters = sorted({s["iteration"] for s in samples})
     its, events, stats, t = [], [], [], 0.0
@@ -224,16 +224,23 @@ def test_predict_without_iterations_is_a_user_error():
 def test_reports_import_only_the_result_core():
     code = ("import sys, rlbench.reports; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', "
-            "'rlbench.engines', 'rlbench.runner', 'rlbench.metrics', 'rlbench.config'))]; "
+            "'rlbench.engines', 'rlbench.run.cell', 'rlbench.results.metrics', 'rlbench.config'))]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    src = "\n".join(p.read_text() for p in Path(__file__).parent.parent.joinpath("reports").glob("*.py"))
-    used = {a or b for a, b in re.findall(r"from rlbench\.(\w+)|import rlbench\.(\w+)", src)}
-    used |= {n.strip() for names in re.findall(r"from rlbench import ([\w, ]+)", src) for n in names.split(",")}
-    # the result core, plus what the reports render: the cost model's predictions (predict), the schedule
+    root = Path(__file__).parent.parent
+    src = "\n".join(p.read_text() for p in root.joinpath("reports").glob("*.py"))
+    used = set()
+    for pkg, names in re.findall(r"from rlbench((?:\.\w+)*) import ([\w, ]+)", src):
+        for name in (n.split(" as ")[0].strip() for n in names.split(",")):
+            module = f"{pkg[1:]}.{name}".strip(".")  # `from rlbench.results import schema`: a module
+            path = root.joinpath("bench", *module.split("."))
+            used.add(module if path.with_suffix(".py").is_file() or path.is_dir() else pkg[1:])
+    used = {u for u in used if u.split(".")[0] != "reports"}
+    # the result core, plus what the reports render: the cost model's predictions (costmodel), the schedule
     # records (which cell is colocated, which one the cost model predicts) and the metric table
-    assert used <= {"schema", "stages", "errors", "reports", "predict", "schedules", "metric_table"}, used
+    assert used <= {"results.schema", "results.metric_table", "record.stages", "errors", "costmodel.predict",
+                    "costmodel.contention", "schedules", "schedules.spec"}, used
 
 
 def test_every_stage_has_its_own_colour():

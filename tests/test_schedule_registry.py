@@ -19,7 +19,7 @@ OTHER_MEANING = {
     ("engines/rollout/pool.py", "sync"): "the rollout worker's weight-sync message",
     ("reports/regime.py", "sync"): "the regime table's column of each point's reference cell",
     ("reports/tables.py", "sync"): "the attribution table's column of the reference cell",
-    ("bench/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
+    ("bench/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
     ("bench/simulate/paper.py", "sync"): "simulate.json keys of the reference's prediction (sync_tpspd, ...)",
 }
 
@@ -76,8 +76,8 @@ def test_the_scan_sees_a_name():
 
 def test_one_step_off_is_bounded_staleness_one():
     from rlbench.config import RunConfig, with_overrides
+    from rlbench.devices.placement import plan
     from rlbench.engines.trainer.grpo import DecoupledPPOLoss, make_loss
-    from rlbench.placement import plan
     from rlbench.simulate import simulate
     from rlbench.simulate.paper import paper_batches
 
@@ -95,8 +95,8 @@ def test_one_step_off_is_bounded_staleness_one():
 
 
 def test_a_records_cells_join_the_ablations_it_names():
-    from rlbench.ablation import add_schedule_cells
     from rlbench.components import Options
+    from rlbench.run.ablation import add_schedule_cells
 
     spec = ScheduleSpec(name="extra", summary="", options=Options, builder="x:y", layout=POOLS,
                         model=MODEL_BOUNDED, cells={"staleness": (("extra_k1", {"max_staleness": 1}),)})
@@ -120,7 +120,7 @@ def test_one_step_off_cell_through_cli(tmp_path):
 
 
 def test_ablation_help_is_made_from_the_registry():
-    from rlbench.ablation import ABLATIONS, help_text
+    from rlbench.run.ablation import ABLATIONS, help_text
 
     text = help_text()
     assert all(f"{name} (" in text for name in ABLATIONS) and "regime" in text and "staleness" in text
@@ -128,10 +128,10 @@ def test_ablation_help_is_made_from_the_registry():
 
 def test_reported_metrics_come_from_one_table():
     """The summary's columns, compare's key metrics and the seed spreads are the metric table's rows."""
-    from rlbench import metric_table
     from rlbench.reports.comparison import KEY_METRICS
     from rlbench.reports.seeds import EXTREMES, SPREAD
     from rlbench.reports.tables import BASE_COLUMNS, TAIL_COLUMNS
+    from rlbench.results import metric_table
 
     summary = [c for c in BASE_COLUMNS + TAIL_COLUMNS if c in {m.name for m in metric_table.METRICS}]
     assert summary == metric_table.names(metric_table.SUMMARY)

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from conftest import TINY
-from rlbench import schema
-from rlbench.ablation import cells_for
 from rlbench.config import load_config
 from rlbench.errors import UserError
-from rlbench.seeds import expand, parse_seeds
+from rlbench.results import schema
+from rlbench.run.ablation import cells_for
+from rlbench.run.seeds import expand, parse_seeds
 
 
 def rlbench(*args, timeout=600):

@@ -99,7 +99,7 @@ def test_calibrate_is_the_reports_measurements(tmp_path):
     bs, cell = calibrate(abl)
     assert cell["cell"] == "sync" and len(bs) == 3  # the warm-up iteration is left out
     # conftest: training phases 0.57 s per iteration over the sync cell's tokens
-    from rlbench.predict import train_tokens
+    from rlbench.costmodel.predict import train_tokens
     assert bs[0].c_tok == pytest.approx(0.57 / train_tokens(bs[0].samples, False), rel=1e-9)
     assert bs[0].opt == pytest.approx(0.05) and bs[0].ws == pytest.approx(0.05) and bs[0].g == 4
 
@@ -130,7 +130,7 @@ def test_simulate_at_the_measured_split_reproduces_validation(tmp_path):
 
 
 def test_validate_predicts_a_bounded_cell_on_its_sync_twins_costs(tmp_path):
-    from rlbench import schema
+    from rlbench.results import schema
     abl = make_ablation(tmp_path / "abl")
     make_cell(abl / "bounded_async", "bounded_async", "bounded_async")
     meta = json.loads((abl / schema.ABLATION).read_text())

@@ -1,4 +1,4 @@
-"""Planted regressions (RLBENCH_SLOW, bench/slowdown.py): parsing, which cells and stages they reach,
+"""Planted regressions (RLBENCH_SLOW, bench/planted/slowdown.py): parsing, which cells and stages they reach,
 and that a slowed stage's recorded duration grows by the fraction (no timing thresholds on the machine:
 the busy-wait is compared with the stage's own measured duration)."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from rlbench import slowdown
 from rlbench.errors import UserError
-from rlbench.stages import Recorder, Stage
+from rlbench.planted import burn, slowdown
+from rlbench.record.stages import Recorder, Stage
 
 ASYNC = {"schedule": "periodic_async", "shared_prompt": False}
 PACKED = {"schedule": "periodic_async", "shared_prompt": True}
@@ -46,31 +46,31 @@ def test_activate_exports_the_plan_for_worker_processes(monkeypatch):
     monkeypatch.setenv(slowdown.ENV, "update:0.5@periodic_async")
     assert slowdown.activate("+periodic_async", ASYNC) == {"update": 0.5}
     assert os.environ[slowdown.ACTIVE_ENV] == "update=0.5"
-    assert slowdown.extra_seconds("update", 2.0) == 1.0 and slowdown.extra_seconds("rollout", 2.0) == 0.0
+    assert burn.extra_seconds("update", 2.0) == 1.0 and burn.extra_seconds("rollout", 2.0) == 0.0
     assert slowdown.activate("sync", SYNC) == {}
-    assert slowdown.ACTIVE_ENV not in os.environ and slowdown.extra_seconds("update", 2.0) == 0.0
+    assert slowdown.ACTIVE_ENV not in os.environ and burn.extra_seconds("update", 2.0) == 0.0
 
 
 def test_recorder_stage_grows_by_the_fraction(monkeypatch):
     """A slowed working stage busy-waits f x its own CPU time inside the stage; the queue wait f x its
     wall time; an unslowed stage nothing. Durations are compared with what the stage body measured
     of itself, so this holds on a busy machine too."""
-    monkeypatch.setenv(slowdown.ACTIVE_ENV, "update=1.0,queue_wait=0.5")
+    monkeypatch.setenv(burn.ACTIVE_ENV, "update=1.0,queue_wait=0.5")
     burned = []
-    real_burn = slowdown.burn
-    monkeypatch.setattr(slowdown, "burn", lambda s, clock=slowdown.time.perf_counter:
+    real_burn = burn.burn
+    monkeypatch.setattr(burn, "burn", lambda s, clock=burn.time.perf_counter:
                         (burned.append((s, clock)), real_burn(s, clock)))
     rec = Recorder("trainer0", t0=0.0)
     own = {}
     for stage in (Stage.UPDATE, Stage.QUEUE_WAIT, Stage.REWARD):
         with rec.stage(stage, 0):
-            t, c = slowdown.time.perf_counter(), slowdown.time.thread_time()
-            real_burn(0.05, slowdown.time.thread_time)  # the stage's own work: 0.05 s of CPU
-            own[stage.value] = (slowdown.time.perf_counter() - t, slowdown.time.thread_time() - c)
+            t, c = burn.time.perf_counter(), burn.time.thread_time()
+            real_burn(0.05, burn.time.thread_time)  # the stage's own work: 0.05 s of CPU
+            own[stage.value] = (burn.time.perf_counter() - t, burn.time.thread_time() - c)
     upd, queue, rew = rec.drain()
     (s_upd, clock_upd), (s_q, clock_q) = burned  # reward: no burn
-    assert clock_upd is slowdown.time.thread_time and s_upd >= own["update"][1]
-    assert clock_q is slowdown.time.perf_counter and s_q >= 0.5 * own["queue_wait"][0]
+    assert clock_upd is burn.time.thread_time and s_upd >= own["update"][1]
+    assert clock_q is burn.time.perf_counter and s_q >= 0.5 * own["queue_wait"][0]
     assert upd.cpu >= 2 * own["update"][1] and upd.duration >= upd.cpu  # CPU time recorded too
     assert queue.duration >= 1.5 * own["queue_wait"][0]
     assert rew.cpu >= own["reward"][1]
@@ -87,8 +87,8 @@ def test_cli_rejects_a_bad_spec_before_running(tmp_path):
 
 
 def test_targets_are_every_timed_stage_but_eval():
-    """slowdown.py lists the stages itself (bench/stages.py imports it, so it cannot import them back)."""
-    from rlbench import slowdown
-    from rlbench.stages import Stage
+    """slowdown.py reads them from the Stage enum (the timer imports only bench/planted/burn.py)."""
+    from rlbench.planted import slowdown
+    from rlbench.record.stages import Stage
 
     assert set(slowdown.STAGES) == {s.value for s in Stage} - {Stage.EVAL.value}

@@ -59,7 +59,7 @@ def test_config_picks_the_backend(tiny_config_path):
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import make_engine
     from rlbench.engines.model.loader import load_policy
-    from rlbench.stages import now
+    from rlbench.record.stages import now
 
     cfg = load_config(tiny_config_path, ["rollout.backend=vllm"])
     policy, tok, _ = load_policy(cfg, load_dataset(cfg.data, cfg.run.seed))

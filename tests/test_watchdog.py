@@ -6,9 +6,9 @@ import pytest
 
 from test_cli_run import TINY, clean_env, rlbench
 
-from rlbench import schema
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 from rlbench.errors import WorkerError
+from rlbench.results import schema
 
 
 def hb(worker, beats, stage="rollout", longest=0.0):

@@ -16,7 +16,7 @@ class OneStepOffOptions(Options):
 
 
 def _k_is_one(cfg) -> str | None:
-    # 0 is every ablation cell's "off" value of max_staleness (bench/ablation.py), not a request
+    # 0 is every ablation cell's "off" value of max_staleness (bench/run/ablation.py), not a request
     if cfg.engine.max_staleness not in (0, 1):
         return (f"engine.max_staleness={cfg.engine.max_staleness} with engine.schedule={NAME}: one-step-off is "
                 "k=1 by definition; use the bounded-staleness schedule for a larger k")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rlbench.predict import SyncMeasurements, replay, train_tokens
+from rlbench.costmodel.predict import SyncMeasurements, replay, train_tokens
 
 
 def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, float]], float]:

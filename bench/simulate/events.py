@@ -3,7 +3,7 @@ model its record names (bench/schedules/):
 
 - colocated: the data-parallel hybrid engine (sync), N + M colocated ranks, each generating and training
   its shard (prompts r, r + N + M, ...): weight sync + the slowest rank's rollout + training + optimizer step
-  (rlbench.predict.SyncMeasurements.sync_time).
+  (rlbench.costmodel.predict.SyncMeasurements.sync_time).
 - pools: N rollout workers (prompts i, i + N, ...), M trainer ranks taking groups as they arrive
   (j-th arrival to rank j mod M); 2 weight syncs + last rank done + step (.async_time);
   overlap=False is the barrier cell (training starts when the last group has arrived).
@@ -17,8 +17,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from rlbench import schedules
+from rlbench.costmodel.predict import SyncMeasurements
 from rlbench.errors import UserError
-from rlbench.predict import SyncMeasurements
 from rlbench.schedules.spec import BOUNDED, MODEL_BOUNDED, MODEL_COLOCATED, PERIODIC, REFERENCE
 from rlbench.simulate.bounded import bounded
 

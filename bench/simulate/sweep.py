@@ -102,7 +102,7 @@ def _measured_its(cell: dict) -> list[int]:
 def run_simulation(run_dir: Path | None = None, preset: str | None = None, devices=None, shares=None,
                    out: Path | None = None, staleness: int = 1, plots: bool = True) -> dict:
     """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files')."""
-    from rlbench.schema import atomic_write_json
+    from rlbench.results.schema import atomic_write_json
 
     if run_dir is not None and not Path(run_dir).exists():
         raise UserError(f"{run_dir}: run folder not found")

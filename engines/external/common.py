@@ -20,9 +20,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench import metrics, schema
 from rlbench.errors import UserError
-from rlbench.stages import TRAIN_STAGES, Stage
+from rlbench.record.stages import TRAIN_STAGES, Stage
+from rlbench.results import metrics, schema
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _reference() -> str:
 def cell_results(cfg, *, cell: str, framework: str, version: str | None, iterations: list[dict],
                  evals: list[dict], status: str, error: str | None = None,
                  warnings: list[str] | None = None, external: dict | None = None) -> dict:
-    """A results.json dict with the keys of rlbench's own cells (bench/runner.py CellRun.results)."""
+    """A results.json dict with the keys of rlbench's own cells (bench/run/cell.py CellRun.results)."""
     return metrics.cell_result(
         cell=cell, switches={"engine": framework, "schedule": _reference(), "tri_model": False, "shared_prompt": False},
         config=cfg.model_dump(mode="json"), provenance={"framework": framework, "version": version},
@@ -145,7 +145,7 @@ def launch_and_record(argv: list[str], out: Path, log_path: Path, framework: str
                       env: dict | None = None, cwd: Path | None = None, echo: bool = True) -> dict:
     """Runs a peer framework, then parses what it logged and writes results.json whatever happened:
     a failed or interrupted run keeps the steps it finished. `parse()` -> cell results dict."""
-    from rlbench import provenance
+    from rlbench.results import provenance
 
     status, error = "failed", None
     try:

@@ -59,12 +59,12 @@ def model_config_and_tokenizer(cfg):
 
 
 def model_facts(cfg):
-    """-> (bench/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
+    """-> (bench/devices/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
     parameters are counted on the meta device."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlbench.limits import ModelFacts
+    from rlbench.devices.limits import ModelFacts
 
     c, tok = model_config_and_tokenizer(cfg)
     with torch.device("meta"):

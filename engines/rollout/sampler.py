@@ -37,12 +37,13 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from rlbench import progress, slowdown
 from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, inverse_cdf, top_p_sample, sample_seed,
                                               target_length)
 from rlbench.engines.rollout.step_costs import StepCosts
+from rlbench.planted import burn
+from rlbench.record import progress
 
 
 @dataclass
@@ -381,7 +382,7 @@ class BuiltinSampler:
                 steps, active_sum = steps + 1, active_sum + B
                 progress.beat()  # a step made: the hang watchdog's sign of progress
                 finished = bool(done.any())  # the one host sync per step
-                slowdown.plant("decode", 0.0, time.thread_time() - step_cpu)  # RLBENCH_SLOW=decode:F only
+                burn.plant("decode", 0.0, time.thread_time() - step_cpu)  # RLBENCH_SLOW=decode:F only
                 t = cost.step(t, B)
                 if finished:
                     tokens += self._retire(done.nonzero()[:, 0].tolist(), out, on_group)

@@ -116,7 +116,7 @@ def kv_cache_bytes(model_config, max_num_seqs: int, max_model_len: int, dtype: s
 
 def _bind_cpu_threads() -> None:
     """vLLM on CPU binds its OpenMP threads itself ("auto": cores of a NUMA node); bind them to the cores
-    this process is pinned to instead (bench/device.py `pin`), so the worker keeps its own device."""
+    this process is pinned to instead (bench/devices/device.py `pin`), so the worker keeps its own device."""
     if hasattr(os, "sched_getaffinity"):
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
 
@@ -217,8 +217,9 @@ class VLLMBackend:
         """G samples per request, one vLLM request each; on_group(group) the moment its G are done.
         -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
         step by sequences in flight included, for the speedup prediction)."""
-        from rlbench import faults, progress
         from rlbench.engines.rollout.step_costs import StepCosts
+        from rlbench.planted import faults
+        from rlbench.record import progress
 
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}
@@ -261,7 +262,7 @@ class VLLMBackend:
         another engine can start in this process (the tests' in-process schedules). With the engine core
         in a child process (in_process=False) the shutdown is what ends that process and its workers;
         dropping the reference alone left them running, re-parented to PID 1. (The cell's process group
-        is the backstop, bench/procs.py.)"""
+        is the backstop, bench/devices/procs.py.)"""
         shutdown_engine(self.llm)
         self.llm = None
         self._dir.cleanup()

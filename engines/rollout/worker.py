@@ -6,8 +6,8 @@ through shared memory (local) or the Ray object store, finished groups leave thr
 """
 from __future__ import annotations
 
-from rlbench import faults
 from rlbench.engines.rollout.base import SealedGroup
+from rlbench.planted import faults
 
 BUILTIN = {"backend": "builtin"}
 
@@ -44,10 +44,10 @@ class RolloutWorker:
                  t0: float, mailbox=None, *, emit):
         """mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py): new weights are taken
         at the next token boundary, mid-generation; None: only at "sync" requests, between batches."""
-        from rlbench import device as dev
+        from rlbench.devices import device as dev
         from rlbench.engines.model.weights import build_model, load_state
-        from rlbench.profiling import from_env
-        from rlbench.stages import Recorder
+        from rlbench.record.profiling import from_env
+        from rlbench.record.stages import Recorder
 
         device = dev.resolve(slot.kind, slot.index)
         self.name, self.emit = slot.worker, emit
@@ -65,7 +65,7 @@ class RolloutWorker:
     def sync(self, version: int, iteration: int, weights=None) -> None:
         """Load the published weights (this process's shared memory, or the given Ray object)."""
         from rlbench.engines.model.weights import load_state
-        from rlbench.stages import Stage
+        from rlbench.record.stages import Stage
 
         if self.mailbox is not None:  # partial rollout: whatever shared memory holds now
             self._take_posted(iteration)
@@ -77,7 +77,7 @@ class RolloutWorker:
         """Partial rollout, between batches: load the posted weights under the mailbox lock, unless taken
         already mid-generation."""
         from rlbench.engines.model.weights import load_state
-        from rlbench.stages import Stage
+        from rlbench.record.stages import Stage
 
         if self.sampler.version >= self.mailbox.version:
             return
@@ -98,7 +98,7 @@ class RolloutWorker:
 
     def generate(self, iteration: int, requests, sampling) -> tuple[list, dict]:
         """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
-        from rlbench.stages import Stage
+        from rlbench.record.stages import Stage
 
         if self.mailbox is not None:
             self._take_posted(iteration)  # posted while this worker was idle

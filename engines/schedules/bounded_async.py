@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass
 
 from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
-from rlbench.stages import Recorder, Stage
+from rlbench.record.stages import Recorder, Stage
 
 
 @dataclass
@@ -189,7 +189,7 @@ def build(cfg, session, rec, dataset):
     """The registered builder of every bounded-staleness schedule (bench/schedules/): rollout up to k versions
     ahead, k as the schedule's record gives it (a pinned k, or engine.max_staleness)."""
     from rlbench import schedules
-    from rlbench.stages import Role
+    from rlbench.record.stages import Role
 
     e = cfg.engine
     trainer = session.trainer(Role.TRAINER)

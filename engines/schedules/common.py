@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from rlbench.engines.rollout.base import Group, IterationEnd, PromptRequest, SamplingParams
 from rlbench.errors import WorkerError
-from rlbench.stages import Stage
+from rlbench.record.stages import Stage
 
 
 @dataclass
@@ -38,8 +38,9 @@ class SupportsTraining(Protocol):
     def begin(self) -> None:
         """Start an iteration's gradient accumulation."""
 
-    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> None:
-        """Accumulate the gradients of these groups (possibly handed on and running elsewhere)."""
+    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> dict[int, list[float]] | None:
+        """Accumulate the gradients of these groups: Trainer.train, here or (handed on, None returned) on the
+        data-parallel ranks."""
 
     def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
         """All-reduce, clip and step; -> (step stats, rewards of every trained group)."""

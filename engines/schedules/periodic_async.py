@@ -21,7 +21,7 @@ from rlbench.engines.schedules.common import (
 
 def build(cfg, session, rec, dataset):
     """The registered builder (bench/components.py): a training pool fed by a rollout pool."""
-    from rlbench.stages import Role
+    from rlbench.record.stages import Role
 
     e = cfg.engine
     trainer = session.trainer(Role.TRAINER)

@@ -1,24 +1,25 @@
 """Synchronous schedule (VERL's hybrid engine): every phase on every device, one after another.
 
 weight_sync -> rollout (whole shard) -> reward -> old_logprob -> ref_logprob -> advantage -> update
--> optimizer_step. While the last long responses are generated, the rest of the devices' capacity
-idles: that bubble is what periodic asynchrony reclaims.
+-> optimizer_step: the colocated iteration, written once in engines/trainer/colocated.py. While the last
+long responses are generated, the rest of the devices' capacity idles: that bubble is what periodic
+asynchrony reclaims.
 
 - `DataParallelSync` (the default, engine.sync_layout=data_parallel): one colocated rank per device,
-  each generating and training its shard of the iteration (prompt i on rank i mod N), gradients
-  all-reduced before the one optimizer step (engines/trainer/ranks.py).
-- `SyncSchedule`: everything in this process (engine.sync_layout=single_process, and the tests' in-process
-  reference): the trainer and the rollout backend share its devices.
+  each running the colocated iteration on its shard (prompt i on rank i mod N), gradients all-reduced
+  before the one optimizer step (engines/trainer/ranks.py).
+- `SyncSchedule`: the colocated iteration in this process (engine.sync_layout=single_process, and the
+  tests' in-process reference): the trainer and the rollout backend share its devices.
 """
 from __future__ import annotations
 
 from rlbench.engines.schedules.common import IterationInput, IterationOutput
-from rlbench.stages import Stage
+from rlbench.engines.trainer.colocated import colocated_iteration
 
 
 def build(cfg, session, rec, dataset):
     """The registered builder (bench/schedules/sync.py): colocated data-parallel ranks."""
-    from rlbench.stages import Role
+    from rlbench.record.stages import Role
 
     return DataParallelSync(session.trainer(Role.COLOCATED), rec)
 
@@ -28,7 +29,7 @@ def build_in_process(cfg, policy, tok, t0: float, sink, device, placement, make_
     reference): trainer and rollout backend in this process, on its devices."""
     from rlbench.engines.rollout.worker import backend_spec, build_backend
     from rlbench.engines.trainer.trainer import Trainer
-    from rlbench.stages import Recorder, Role
+    from rlbench.record.stages import Recorder, Role
 
     worker = placement.slots[0].worker if placement else Role.COLOCATED.value
     rec = Recorder(worker, t0, device=device, devices=cfg.engine.num_devices, sink=sink)
@@ -58,17 +59,9 @@ class SyncSchedule:
         self.trainer, self.rollout, self.rec = trainer, rollout, recorder
 
     def run_iteration(self, inp: IterationInput) -> IterationOutput:
-        k, tr, rec = inp.iteration, self.trainer, self.rec
-        with rec.stage(Stage.WEIGHT_SYNC, k):
-            self.rollout.load_weights(tr.weights(), tr.version)
-        with rec.stage(Stage.ROLLOUT, k):
-            groups = self.rollout.generate(inp.requests, inp.sampling)
-        groups.sort(key=lambda g: g.prompt_index)  # dispatch order
-        tr.begin()
-        tr.train(rec, k, groups, inp.answers)
-        version = tr.version
-        stats, rewards = tr.finish(rec, k)
-        return IterationOutput(groups, rewards, version, stats, [dict(self.rollout.last_stats)])
+        res = colocated_iteration(self.trainer, self.rollout, self.rec, inp.iteration, inp.requests, inp.sampling,
+                                  inp.answers)
+        return IterationOutput(res.groups, res.rewards, res.trained_version, res.stats, [res.rollout_stats])
 
     def close(self) -> None:
         self.trainer.close()

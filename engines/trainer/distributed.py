@@ -54,10 +54,11 @@ class DataParallelTrainer:
         """Every rank runs its shard (prompt i on rank i mod ranks) start to step; -> the merged
         (groups in dispatch order, rewards, rank 0's stats, rollout stats per rank)."""
         n = len(self.names)
-        results = self._all(lambda name: (name, "iteration", k, requests[self.names.index(name)::n], sampling,
-                                          answers), f"running iteration {k}")
+        done = self._all(lambda name: (name, "iteration", k, requests[self.names.index(name)::n], sampling,
+                                       answers), f"running iteration {k}")
         self.version += 1
-        rec.extend([ev for res in results for ev in res.events])
+        rec.extend([ev for _, events in done for ev in events])
+        results = [res for res, _ in done]
         groups = sorted((g for res in results for g in res.groups), key=lambda g: g.prompt_index)
         rewards = {i: r for res in results for i, r in res.rewards.items()}
         return groups, rewards, results[0].stats, [res.rollout_stats for res in results]

@@ -2,34 +2,23 @@
 
 Every rank holds a full replica: policy, reference model and AdamW state (VERL's FSDP would shard
 them; rlbench's models fit one device). Each rank accumulates the gradient of the token *sum* over
-its share of the iteration's groups (DESIGN.md §1); `step` all-reduces (SUM, torch.distributed: gloo
-on CPU, nccl on CUDA, hccl on NPU) the token count, the loss sums and every gradient, then every rank
-takes the same `Trainer.step` on the same numbers, so the replicas stay identical without a
-broadcast. With one rank nothing is reduced and the update is bitwise the single trainer's.
+its share of the iteration's groups (DESIGN.md §1) with the one trainer entry, `Trainer.train`;
+`step` is `Trainer.finish`, which all-reduces (SUM, torch.distributed: gloo on CPU, nccl on CUDA, hccl
+on NPU) the token count, the loss sums and every gradient, then every rank takes the same step on the
+same numbers, so the replicas stay identical without a broadcast. With one rank nothing is reduced and
+the update is bitwise the single trainer's.
 
 - Async schedules (`TrainerRank`, role trainer): the driver deals the groups as they arrive (the j-th
   group trained goes to rank j mod ranks) and returns at once, so ranks compute while it receives.
-- sync (`colocated=True`, role colocated, VERL's hybrid engine): each rank also owns a rollout backend
-  and runs its whole shard of the iteration: local weight sync, rollout, rewards, log-probs, gradients,
-  then the same all-reduced step.
+- sync (`spec` given, role colocated, VERL's hybrid engine): each rank also owns a rollout backend
+  and runs its whole shard of the iteration (colocated.py: local weight sync, rollout, `Trainer.train`,
+  the same all-reduced step).
 """
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 
 _BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
-
-
-@dataclass
-class ColocatedResult:
-    """What a colocated rank returns from one sync iteration."""
-
-    groups: list  # its shard's groups, dispatch order
-    rewards: dict  # prompt index -> [G]
-    stats: dict  # the (all-reduced) step stats
-    events: list  # its stage events
-    rollout_stats: dict
 
 
 class TrainerRank:
@@ -37,18 +26,18 @@ class TrainerRank:
 
     def __init__(self, slot, rank: int, world: int, model_config, weights, cfg, tok, t0: float,
                  spec: dict | None, shared: dict | None, emit=None):
-        from rlbench import device as dev
+        from rlbench.devices import device as dev
         from rlbench.engines.model.weights import build_model, load_state
         from rlbench.engines.rollout import build_backend
         from rlbench.engines.trainer.trainer import Trainer
-        from rlbench.profiling import from_env
-        from rlbench.stages import Recorder
+        from rlbench.record.profiling import from_env
+        from rlbench.record.stages import Recorder
 
         self.device = dev.resolve(slot.kind, slot.index)
         self.rank, self.world, self.backend = rank, world, _BACKENDS[slot.kind]
         policy = build_model(model_config, self.device).train()
         policy.load_state_dict({n: t.to(self.device) for n, t in load_state(weights).items()}, strict=False)
-        self.trainer = Trainer(policy, cfg, tok)  # its reference model is a copy of these initial weights
+        self.trainer = Trainer(policy, cfg, tok, world)  # its reference model is a copy of these initial weights
         self.rec = Recorder(slot.worker, t0, device=self.device, devices=1)
         self.shared = shared if rank == 0 else None  # where rank 0 publishes weights (local processes)
         self.sampler = None
@@ -89,42 +78,26 @@ class TrainerRank:
         self.trainer.begin()
 
     def train(self, k: int, groups: list, answers: dict) -> dict:
-        """train_phases on this rank's groups (callable several times per iteration); -> rewards."""
-        from rlbench import faults
-        from rlbench.engines.trainer.phases import train_phases
+        """Trainer.train on this rank's groups (callable several times per iteration); -> their rewards."""
+        from rlbench.planted import faults
 
         faults.at(k, "trainer")
-        return train_phases(self.trainer, self.rec, k, groups, answers)
+        return self.trainer.train(self.rec, k, groups, answers)
 
     def step(self, k: int) -> tuple[dict, list]:
-        """All-reduce gradients and sums, then the ordinary Trainer.step; -> (stats, stage events)."""
-        from rlbench.stages import Stage
-
-        with self.rec.stage(Stage.OPTIMIZER_STEP, k):
-            if self.world > 1:
-                self._all_reduce()
-            stats = self.trainer.step()
+        """The trainer's finish (all-reduce, then the same step on every rank); -> (stats, stage events)."""
+        stats, _ = self.trainer.finish(self.rec, k)
         self.prof.step()
         return stats, self.rec.drain()
 
-    def iteration(self, k: int, requests: list, sampling, answers: dict) -> ColocatedResult:
-        """sync: this rank's shard of iteration k, start to step (VERL's hybrid engine)."""
-        from rlbench import faults
-        from rlbench.engines.trainer.phases import train_phases
-        from rlbench.stages import Stage
+    def iteration(self, k: int, requests: list, sampling, answers: dict):
+        """sync: this rank's shard of iteration k, start to step (colocated.py, VERL's hybrid engine);
+        -> (ColocatedResult, stage events)."""
+        from rlbench.engines.trainer.colocated import colocated_iteration
 
-        tr, rec = self.trainer, self.rec
-        with rec.stage(Stage.WEIGHT_SYNC, k):  # local, but a real copy into the rollout engine
-            self.sampler.load_weights(tr.weights(), tr.version)
-        with rec.stage(Stage.ROLLOUT, k):
-            faults.at(k)  # inside the stage: a planted hang is reported as a hang in rollout
-            groups = self.sampler.generate(requests, sampling)
-        groups.sort(key=lambda g: g.prompt_index)  # dispatch order
-        faults.at(k, "trainer")
-        tr.begin()
-        rewards = train_phases(tr, rec, k, groups, answers)
-        stats, events = self.step(k)
-        return ColocatedResult(groups, rewards, stats, events, dict(self.sampler.last_stats))
+        result = colocated_iteration(self.trainer, self.sampler, self.rec, k, requests, sampling, answers)
+        self.prof.step()
+        return result, self.rec.drain()
 
     def publish(self, iteration: int | None) -> None:
         """Rank 0: copy the weights into the shared-memory tensors; timed as weight_sync of `iteration`
@@ -133,7 +106,7 @@ class TrainerRank:
 
         import torch
 
-        from rlbench.stages import Stage
+        from rlbench.record.stages import Stage
 
         ctx = self.rec.stage(Stage.WEIGHT_SYNC, iteration) if iteration is not None else contextlib.nullcontext()
         with ctx, torch.no_grad():
@@ -158,9 +131,9 @@ class TrainerRank:
         return self._eval_sampler.generate(requests, sampling)
 
     def device_facts(self, dtype) -> tuple[dict, dict]:
-        """This rank's device as results.json's provenance describes it, and its measured peak (bench/peak.py)."""
-        from rlbench import device as dev
-        from rlbench import peak
+        """This rank's device as results.json's provenance describes it, and its measured peak (bench/devices/peak.py)."""
+        from rlbench.devices import device as dev
+        from rlbench.devices import peak
 
         return dev.describe(self.device), peak.peak(self.device, dtype)
 
@@ -178,27 +151,3 @@ class TrainerRank:
         self.prof.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-
-    def _all_reduce(self) -> None:
-        """Sum token counts, the loss's sums and gradients over ranks (one flat buffer for the gradients)."""
-        import torch
-        import torch.distributed as dist
-
-        tr = self.trainer
-        params = list(tr.policy.parameters())
-        sums = [tr.tokens, tr.loss_sum, tr.kl_sum, *tr.extra_sums.values()]
-        # [len(sums) + n_params]: the sums, then 1 per parameter that has a gradient on this rank
-        counts = torch.tensor(sums + [p.grad is not None for p in params], dtype=torch.float64, device=self.device)
-        dist.all_reduce(counts)
-        reduced = counts[:len(sums)].tolist()
-        tr.tokens, tr.loss_sum, tr.kl_sum = int(reduced[0]), reduced[1], reduced[2]
-        tr.extra_sums = dict(zip(tr.extra_sums, reduced[3:]))
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])  # [sum of numel]
-        dist.all_reduce(flat)
-        offset = 0
-        for p, has in zip(params, counts[len(sums):].tolist()):
-            n = p.numel()
-            # A parameter no rank touched keeps grad None, as in one trainer (AdamW then skips it).
-            p.grad = flat[offset:offset + n].view_as(p).clone() if has else None
-            offset += n

@@ -1,9 +1,13 @@
 """The trainer every schedule drives: rewards, log-probs, GRPO loss, gradient accumulation, AdamW.
 
 One iteration = begin() -> train(groups) as groups come (each: rewards, advantages, micro-batches,
-log-probs, accumulate()) -> finish(), which steps; DataParallelTrainer has the same begin/train/finish.
+log-probs, accumulate(), which calls the loss) -> finish(), which steps. `train` is the one trainer
+entry of every schedule: sync calls it once with its whole shard, the async schedules once per arrived
+group, and on data-parallel ranks (ranks.py) it is this same method in the rank's process
+(DataParallelTrainer, distributed.py, has the same begin/train/finish on the driver).
 Gradients of token *sums* are accumulated and divided by the iteration's token count once, so the
-update is the full-batch token-mean update whatever the micro-batch split or arrival order.
+update is the full-batch token-mean update whatever the micro-batch split or arrival order; with
+several ranks, finish() all-reduces the sums and gradients first.
 """
 from __future__ import annotations
 
@@ -16,8 +20,8 @@ from rlbench.engines.data.reward import gsm8k_reward
 from rlbench.engines.rollout.base import Group
 from rlbench.engines.trainer import grpo
 from rlbench.engines.trainer.logprob_plans import make_plan
-from rlbench.engines.trainer.phases import train_phases
-from rlbench.stages import Stage
+from rlbench.record import progress
+from rlbench.record.stages import Stage
 
 
 @dataclass
@@ -36,8 +40,10 @@ class MicroBatch:
 
 
 class Trainer:
-    def __init__(self, policy, cfg, tokenizer):
-        self.cfg, self.tok = cfg, tokenizer
+    def __init__(self, policy, cfg, tokenizer, world: int = 1):
+        """world: data-parallel ranks training replicas of this policy (their process group joined before
+        the first finish); 1: nothing is reduced."""
+        self.cfg, self.tok, self.world = cfg, tokenizer, world
         self.policy = policy
         self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
         self.policy.train()  # dropout is 0 in the supported models; train() only matters for flags
@@ -60,14 +66,41 @@ class Trainer:
     def begin(self) -> None:
         self._reset()
 
-    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> None:
-        """All phases for these groups now, on rec (the sync batch, or one arrived group)."""
-        self.iteration_rewards.update(train_phases(self, rec, k, groups, answers))
+    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> dict[int, list[float]]:
+        """Reward, advantages, old/ref log-probs and gradient accumulation for these groups, phase by phase,
+        recorded on rec (the sync shard, or one arrived group); -> their rewards (prompt index -> [G])."""
+        rewards: dict[int, list[float]] = {}
+        with rec.stage(Stage.REWARD, k):
+            scores = [self.rewards(g, answers[g.prompt_index]) for g in groups]
+        mbs = []
+        with rec.stage(Stage.ADVANTAGE, k):
+            for g, r in zip(groups, scores):
+                rewards[g.prompt_index] = r.tolist()
+                mbs += self.micro_batches(g, self.advantages(r))
+        if self.needs_old_pass:  # not with tri-model (old = detached policy) nor A-3PO's loglinear pi_prox
+            with rec.stage(Stage.OLD_LOGPROB, k):
+                for mb in mbs:
+                    self.old_logprobs(mb)
+                    progress.beat()  # per micro-batch: a long stage still shows progress to the watchdog
+        if self.plan.separate_phases:
+            with rec.stage(Stage.REF_LOGPROB, k):
+                for mb in mbs:
+                    self.ref_logprobs(mb)
+                    progress.beat()
+        with rec.stage(Stage.UPDATE, k):
+            for mb in mbs:
+                self.accumulate(mb)  # -> the loss
+                progress.beat()
+        self.iteration_rewards.update(rewards)
+        return rewards
 
     def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
-        """The iteration's optimizer step, recorded on rec; -> (step stats, rewards of every group)."""
+        """The iteration's optimizer step (all-reduced over the ranks first), recorded on rec; -> (step
+        stats, rewards of every group)."""
         rewards = self.iteration_rewards
         with rec.stage(Stage.OPTIMIZER_STEP, k):
+            if self.world > 1:
+                self.all_reduce()
             stats = self.step()
         return stats, rewards
 
@@ -138,3 +171,27 @@ class Trainer:
     def publish(self, iteration: int | None) -> dict[str, torch.Tensor]:
         """The weights to hand to rollout workers (DataParallelTrainer's interface; nothing to copy here)."""
         return self.weights()
+
+    def all_reduce(self) -> None:
+        """Sum token counts, the loss's sums and gradients over the ranks (one flat buffer for the gradients),
+        so that every rank's step is the same step on the same numbers."""
+        import torch.distributed as dist
+
+        params = list(self.policy.parameters())
+        device = params[0].device
+        sums = [self.tokens, self.loss_sum, self.kl_sum, *self.extra_sums.values()]
+        # [len(sums) + n_params]: the sums, then 1 per parameter that has a gradient on this rank
+        counts = torch.tensor(sums + [p.grad is not None for p in params], dtype=torch.float64, device=device)
+        dist.all_reduce(counts)
+        reduced = counts[:len(sums)].tolist()
+        self.tokens, self.loss_sum, self.kl_sum = int(reduced[0]), reduced[1], reduced[2]
+        self.extra_sums = dict(zip(self.extra_sums, reduced[3:]))
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])  # [sum of numel]
+        dist.all_reduce(flat)
+        offset = 0
+        for p, has in zip(params, counts[len(sums):].tolist()):
+            n = p.numel()
+            # A parameter no rank touched keeps grad None, as in one trainer (AdamW then skips it).
+            p.grad = flat[offset:offset + n].view_as(p).clone() if has else None
+            offset += n

@@ -1,0 +1,250 @@
+"""`rlbench check --against REF`: benchmark the accepted commit and this tree on the same machine, in the
+same job, interleaved, and judge new / old (asv's `continuous`, pytest-benchmark's `compare`).
+
+1. REF (a commit or ref; default `accepted`: the commit in bench/baselines/ACCEPTED, moved on purpose when
+   a change is meant to move performance) is resolved in this tree's git repository. A clone without it
+   (shallow, or a commit never fetched) is an error, never a pass.
+2. The old tree is materialised once per commit (`git archive`, under the cache folder) and imported in
+   place through a generated package shim on PYTHONPATH: the same layout as an editable install, with
+   the installed dependencies of this environment (nothing re-downloaded).
+3. Both trees run the same workload (this tree's config file) as the two sides of one turn ring
+   (bench/run/interleave.py): iteration k of every cell runs old and new back to back, old first on even k,
+   new first on odd k. RLBENCH_SLOW and RLBENCH_FAULT (planted changes) reach only the new tree.
+4. bench/check/ab.py judges every metric new / old against this run's own iteration-to-iteration noise.
+Folder: <out>/<stamp>-check-<sha>/ with ab.json, old/ and new/ (the two runs), old.log and new.log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rlbench.errors import UserError
+from rlbench.results import schema
+from rlbench.results.provenance import source_root
+from rlbench.run import interleave
+
+ACCEPTED = Path("bench") / "baselines" / "ACCEPTED"
+PLANTED_ENV = ("RLBENCH_SLOW", "RLBENCH_SLOW_STAGES", "RLBENCH_FAULT")  # the new tree's alone
+AB_FILE = "ab.json"
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise UserError(f"git {' '.join(args)} in {repo}: {e}") from None
+    if check and out.returncode:
+        raise UserError(f"git {' '.join(args)} in {repo}: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def resolve(ref: str, repo: Path | None = None) -> tuple[str, str]:
+    """-> (what REF named, full commit sha); `accepted` reads bench/baselines/ACCEPTED. Exit 2 when the
+    clone does not have it."""
+    repo = repo or source_root()
+    if not _git(repo, "rev-parse", "--is-inside-work-tree", check=False):
+        raise UserError(f"--against {ref}: {repo} is not a git checkout (A/B needs the history)")
+    named = ref
+    if ref == "accepted":
+        path = repo / ACCEPTED
+        if not path.is_file():
+            raise UserError(f"--against accepted: {path} not found (it holds the accepted commit's sha)")
+        words = [w for line in path.read_text().splitlines() if not line.startswith("#") for w in line.split()]
+        if not words:
+            raise UserError(f"{path}: no commit in it (one sha on a line; '#' lines are comments)")
+        ref, named = words[0], f"accepted ({words[0][:12]})"
+    sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    if not sha:
+        shallow = _git(repo, "rev-parse", "--is-shallow-repository", check=False) == "true"
+        raise UserError(f"--against {named}: commit {ref!r} is not in this clone ({repo})"
+                        + ("; it is a shallow clone: `git fetch --unshallow` first" if shallow else
+                           "; fetch it (`git fetch origin`) or name a commit this clone has"))
+    return named, sha
+
+
+def materialise(sha: str, repo: Path | None = None) -> Path:
+    """The tree of commit sha, importable as `rlbench`: -> the shim folder to put on PYTHONPATH."""
+    from rlbench.engines.model.tiny import cache_root
+
+    repo = repo or source_root()
+    home = cache_root() / "trees" / sha
+    shim = home / "shim"
+    if (shim / "rlbench" / "__init__.py").is_file():
+        return shim
+    tmp = Path(tempfile.mkdtemp(prefix=f"{sha[:12]}-", dir=_mkdir(home.parent)))
+    try:
+        archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo, capture_output=True, timeout=300)
+        if archive.returncode:
+            raise UserError(f"git archive {sha}: {archive.stderr.decode(errors='replace').strip()}")
+        (tmp / "tree").mkdir()
+        subprocess.run(["tar", "-x", "-C", str(tmp / "tree")], input=archive.stdout, check=True, timeout=300)
+        _check_protocol(tmp / "tree", sha)
+        _write_shim(home / "tree", tmp / "shim")  # paths of where the tree will be, after the rename
+        if (shim / "rlbench" / "__init__.py").is_file():
+            return shim  # another check materialised it meanwhile: keep theirs (it may be running)
+        shutil.rmtree(home, ignore_errors=True)  # a half-made one from an interrupted check
+        os.replace(tmp, home)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return shim
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _check_protocol(tree: Path, sha: str) -> None:
+    """The old tree must take turns through the same ring protocol as this one."""
+    # bench/run/interleave.py; bench/interleave.py in a tree from before bench/ had subpackages
+    src = next((p for p in (tree / "bench" / "run" / "interleave.py", tree / "bench" / "interleave.py") if p.is_file()),
+               tree / "bench" / "run" / "interleave.py")
+    found = re.search(r"^PROTOCOL = (\d+)", src.read_text(), re.M) if src.is_file() else None
+    if not found or int(found[1]) != interleave.PROTOCOL:
+        have = f"protocol {found[1]}" if found else "no turn ring (it predates `rlbench check --against`)"
+        raise UserError(f"--against {sha[:12]}: that tree has {have}; this tree speaks protocol "
+                        f"{interleave.PROTOCOL}: name a commit at or after the one that introduced it")
+
+
+def _write_shim(tree: Path, shim: Path) -> None:
+    """shim/rlbench/__init__.py makes `rlbench` the tree's bench/ (and rlbench.engines its engines/, ...),
+    imported in place as pyproject's package-dir maps them, so paths relative to the source (configs/)
+    resolve as in a checkout."""
+    (shim / "rlbench").mkdir(parents=True)
+    init = tree / "bench" / "__init__.py"
+    (shim / "rlbench" / "__init__.py").write_text(
+        "# Generated by `rlbench check --against`: the package rlbench of the tree next to this folder.\n"
+        f"__path__ = [{str(tree / 'bench')!r}, {str(tree)!r}]\n"
+        f"__file__ = {str(init)!r}\n"
+        "exec(compile(open(__file__).read(), __file__, 'exec'))\n")
+
+
+def _run_cmd(config: Path, ablation: str, sets: list[str], out: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "rlbench.cli", "run", "--config", str(config), "--ablation", ablation,
+           "--out", str(out), "--no-progress", "--no-report", "--set", "run.interleave=true"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def _env(shim: Path | None, ring: Path, side: int) -> dict:
+    env = dict(os.environ)
+    env[interleave.ENV] = f"{ring}:{side}"
+    if shim is not None:  # the old tree: its package first, nothing planted
+        env["PYTHONPATH"] = os.pathsep.join([str(shim), *filter(None, [env.get("PYTHONPATH")])])
+        for key in PLANTED_ENV:
+            env.pop(key, None)
+    return env
+
+
+def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] | None = None,
+           out: Path = Path("runs"), echo=print) -> Path:
+    """Run REF's tree and this one interleaved; -> the A/B folder (ab.json, old/, new/)."""
+    from rlbench.run.around import new_run_dir
+
+    named, sha = resolve(ref)
+    config = Path(config or source_root() / "configs" / "ci-ab.yaml").resolve()
+    if not config.is_file():
+        raise UserError(f"--config {config}: file not found")
+    shim = materialise(sha)
+    ab = new_run_dir(out, f"check-{sha[:10]}")
+    ring = interleave.Ring.create(ab / "ring", sides=2)
+    record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ab", "against": named, "old_commit": sha,
+              "new_commit": _new_commit(), "config": str(config), "ablation": ablation, "sets": sets or [],
+              "planted": {k: os.environ[k] for k in PLANTED_ENV if os.environ.get(k)}}
+    schema.atomic_write_json(ab / AB_FILE, record)
+    echo(f"rlbench check: {ablation} on {config.name}, {named} (old) and this tree (new) interleaved -> {ab}")
+    t0 = time.monotonic()
+    codes = _run_sides(ring, [(shim, ab / "old"), (None, ab / "new")], _run_cmd, config, ablation, sets or [], ab)
+    shutil.rmtree(ab / "ring", ignore_errors=True)
+    record.update(exit_codes={"old": codes[0], "new": codes[1]}, wall_s=round(time.monotonic() - t0, 1))
+    schema.atomic_write_json(ab / AB_FILE, record)
+    if codes[0] != 0:
+        raise UserError(f"--against {named}: the old tree could not run the workload (exit {codes[0]}):\n"
+                        + _tail(ab / "old.log"))
+    if codes[1] == 2:
+        raise UserError(f"this tree rejected the workload (exit 2):\n" + _tail(ab / "new.log"))
+    return ab
+
+
+def _run_sides(ring, sides, make_cmd, config, ablation, sets, ab: Path) -> list[int]:
+    """Start both `rlbench run`s; a side that ends is abandoned in the ring (the other never waits for it).
+    Ctrl-C reaches both (same process group); their measured iterations are kept."""
+    procs = []
+    for side, (shim, out) in enumerate(sides):
+        log = open(ab / f"{out.name}.log", "w")
+        procs.append((subprocess.Popen(make_cmd(config, ablation, sets, out), stdout=log, stderr=subprocess.STDOUT,
+                                       env=_env(shim, ring.folder, side), preexec_fn=_die_with_check), log))
+    codes: list[int | None] = [None] * len(procs)
+    try:
+        while None in codes:
+            for side, (proc, log) in enumerate(procs):
+                if codes[side] is None and proc.poll() is not None:
+                    codes[side] = proc.returncode
+                    log.close()
+                    ring.abandon(side)
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        for proc, _ in procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        raise
+    return codes
+
+
+def _die_with_check() -> None:
+    """In each side's `rlbench run` (before exec): SIGTERM when this check dies, however it dies; the run
+    then ends its cells and workers as on any SIGTERM (bench/devices/procs.py)."""
+    from rlbench.devices import procs
+
+    procs.die_with_parent(signal.SIGTERM)
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    return text[-n:]
+
+
+def _new_commit() -> str | None:
+    from rlbench.results.provenance import git_commit
+
+    return git_commit()
+
+
+def run_dirs(ab: Path) -> tuple[Path, Path]:
+    """(old run folder, new run folder) of an A/B folder; a clear error when it is not one."""
+    ab = Path(ab)
+    found = []
+    for side in ("old", "new"):
+        runs = sorted(p for p in (ab / side).glob("*") if p.is_dir()) if (ab / side).is_dir() else []
+        if not runs:
+            raise UserError(f"{ab}: no {side}/ run in this A/B folder (was it interrupted before any cell ran?)")
+        found.append(runs[0])
+    return found[0], found[1]
+
+
+def is_ab(path: Path) -> bool:
+    return (Path(path) / AB_FILE).is_file()
+
+
+def judge(ab: Path):
+    """CheckResult of an A/B folder (bench/check/ab.py); the verdict is also saved in its ab.json."""
+    from rlbench.check import ab as check_ab
+
+    record = json.loads((Path(ab) / AB_FILE).read_text())
+    old, new = run_dirs(ab)
+    res = check_ab.compare(old, new, f"{record['against']} = {record['old_commit'][:12]}")
+    record["verdict"] = {"exit_code": res.exit_code, "line": res.verdict.splitlines()[0],
+                         "worse": [r.metric for r in res.rows if r.mark == "worse"]}
+    schema.atomic_write_json(Path(ab) / AB_FILE, record)
+    return res

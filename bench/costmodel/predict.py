@@ -1,0 +1,261 @@
+"""Predicted periodic-async time per iteration from a sync run's measured quantities (DESIGN.md §2).
+
+Pure Python over result files (results.json, events.jsonl, samples.jsonl); no engine code, nothing
+fitted. Under the fair layout (bench/devices/placement.py) every worker is one process on one device, in both
+schedules, so a device's costs measured in the sync run carry over to the async one:
+
+1. Rollout: the sampler records, per generate call, the seconds of each decode step by the number of
+   sequences in flight (`step_s_by_active`) and of each refill (retire finished samples, prefill and
+   admit new ones). A rollout worker is replayed through continuous batching (max_num_seqs slots,
+   prompts in dispatch order, G samples each, a finished slot refilled at once) with the iteration's
+   measured response lengths; every step costs the measured mean for its number of sequences in
+   flight (linear between measured counts, the nearest one outside them). Sync rank r gets prompts
+   r, r+N, ...; async rollout worker i gets prompts i, i+R, ... (the same sample seeds, so the same
+   responses). A group arrives when its last sample finishes.
+2. Training: seconds per trained token (reward + log-probs + advantage + update, summed over the sync
+   ranks, divided by their tokens: prompt + response, or prompt once per group with shared-prompt
+   packing). Optimizer step (with the all-reduce) and weight sync: the sync ranks' measured means; the
+   async weight sync is a publish by trainer rank 0 then a load by each rollout worker (2x).
+3. Async: groups in arrival order are dealt to the T trainer ranks (j-th to rank j mod T); a rank
+   trains a group when it has arrived and the rank is free. T = ws_publish + ws_load + (last rank
+   done) + optimizer step. Barrier (engine.overlap=false): the ranks start when the last group has
+   arrived. Sync (in-sample check of the model): ws + max over ranks (rollout + train) + step.
+4. Predicted TPSPD = iteration tokens / (T x devices); predicted speedup = median predicted TPSPD /
+   median measured TPSPD of the reference cell, the same ratio as the measured speedup.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import statistics
+from collections import defaultdict
+
+from rlbench.errors import UserError
+from rlbench.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
+
+MODEL = ("per device, from the sync run: decode-step seconds by sequences in flight and refill seconds "
+         "(continuous-batching replay of the measured response lengths), seconds per trained token, "
+         "optimizer-step and weight-sync seconds; async = 2 weight syncs + trainer ranks taking groups "
+         "as they arrive + step; nothing fitted")
+
+_TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
+
+
+class StepCost:
+    """Seconds of one decode step for B sequences in flight, from measured (B, steps, seconds) rows."""
+
+    def __init__(self, rows: dict, refill_s: float, refills: int, fallback_s: float | None = None):
+        pts = sorted((int(b), s / n) for b, (n, s) in rows.items() if n)
+        self.bs, self.cost = [b for b, _ in pts], [c for _, c in pts]
+        self.refill = refill_s / refills if refills else 0.0
+        self.fallback = fallback_s
+
+    def __call__(self, b: int) -> float:
+        if not self.bs:
+            return self.fallback or 0.0
+        i = bisect.bisect_left(self.bs, b)
+        if i < len(self.bs) and self.bs[i] == b:
+            return self.cost[i]
+        if i == 0:
+            return self.cost[0]
+        if i == len(self.bs):
+            return self.cost[-1]
+        b0, b1, c0, c1 = self.bs[i - 1], self.bs[i], self.cost[i - 1], self.cost[i]
+        return c0 + (c1 - c0) * (b - b0) / (b1 - b0)
+
+
+def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dict[int, float], float]:
+    """Continuous batching of one worker's samples as the built-in sampler runs it.
+
+    samples: rows (prompt, sample, response_len) of this worker's prompts. -> (prompt -> seconds from
+    the start of the generate call until its group's last sample finished, total seconds)."""
+    pending = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
+    left = {p: g for p in {s["prompt"] for s in pending}}
+    done: dict[int, float] = {}
+    active: list[tuple[int, int, int]] = []  # heap of (decode step it ends at, admission order, prompt)
+    t, i, step = 0.0, 0, 0
+
+    def retire(p: int):
+        left[p] -= 1
+        if left[p] == 0:
+            done[p] = t
+
+    def fill():
+        nonlocal i, t
+        while i < len(pending) and len(active) < slots:
+            s = pending[i]
+            i += 1
+            todo = max(1, int(s["response_len"])) - 1  # the first token is the prefill's
+            if todo <= 0:
+                retire(s["prompt"])  # ended on its first token: its slot is free again at once
+            else:
+                heapq.heappush(active, (step + todo, i, s["prompt"]))
+        t += cost.refill
+
+    fill()
+    while active:  # jump to the next finishing sample: the number in flight is constant until then
+        k, c = active[0][0] - step, cost(len(active))
+        for _ in range(k):  # one addition per decode step, as a step-by-step replay sums them
+            t += c
+        step += k
+        while active and active[0][0] == step:
+            retire(heapq.heappop(active)[2])
+        fill()
+    return done, t
+
+
+def train_tokens(rows: list[dict], shared_prompt: bool) -> int:
+    """Tokens the trainer processes for these samples (one group's or many): prompt once per group when packed."""
+    if not shared_prompt:
+        return sum(int(s["prompt_len"]) + int(s["response_len"]) for s in rows)
+    prompts = {s["prompt"]: int(s["prompt_len"]) for s in rows}
+    return sum(prompts.values()) + sum(int(s["response_len"]) for s in rows)
+
+
+def _durations(events: list[dict], k: int) -> dict:
+    """Iteration k's colocated-rank events -> mean weight sync, mean optimizer step, summed train seconds."""
+    mine = [e for e in events if e["iteration"] == k and role_of(e["worker"]) == Role.COLOCATED.value]
+    ranks = {e["worker"] for e in mine}
+    total = defaultdict(float)
+    step = defaultdict(float)  # rank -> optimizer step seconds
+    for e in mine:
+        total[e["stage"]] += e["end"] - e["start"]
+        if e["stage"] == Stage.OPTIMIZER_STEP.value:
+            step[e["worker"]] += e["end"] - e["start"]
+    n = max(1, len(ranks))
+    # The rank that reaches the all-reduce last waits least: its step is the step's cost; the others'
+    # also hold their wait for it (the sync bubble), which the replay accounts for by itself.
+    return {"ws": total[Stage.WEIGHT_SYNC.value] / n, "opt": min(step.values(), default=0.0),
+            "train": sum(v for s, v in total.items() if s in _TRAIN),
+            "rollout": total[Stage.ROLLOUT.value] / n, "ranks": len(ranks)}
+
+
+class SyncMeasurements:
+    """What one measured sync iteration says about the devices."""
+
+    def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict], cfg: dict):
+        d = _durations(events, it["iteration"])
+        if not d["ranks"]:
+            raise UserError(f"iteration {it['iteration']}: no colocated-rank events (a sync cell of the "
+                            "data-parallel layout is needed)")
+        self.n, self.ws, self.opt = d["ranks"], d["ws"], d["opt"]
+        self.samples, self.tokens = samples, it["tokens"]
+        self.shared_prompt = bool((cfg.get("engine") or {}).get("shared_prompt"))
+        self.slots = int((cfg.get("rollout") or {}).get("max_num_seqs") or 16)
+        self.g = int((cfg.get("rollout") or {}).get("group_size") or 1)
+        self.c_tok = d["train"] / max(1, train_tokens(samples, self.shared_prompt))
+        rows: dict = defaultdict(lambda: [0, 0.0])
+        refill_s, refills = 0.0, 0
+        for s in stats:
+            for b, (n, sec) in (s.get("step_s_by_active") or {}).items():
+                rows[b][0] += n
+                rows[b][1] += sec
+            refill_s += s.get("refill_s") or 0.0
+            refills += s.get("refills") or 0
+        self.cost = StepCost(dict(rows), refill_s, refills)
+        self.measured_rollout = d["rollout"]
+        if not rows:  # a backend without a step table (vLLM): every decode step costs the same
+            unit = StepCost({}, 0.0, 0, fallback_s=1.0)
+            steps = max(replay(self.shard(r, self.n), self.slots, self.g, unit)[1] for r in range(self.n))
+            self.cost = StepCost({}, 0.0, 0, fallback_s=d["rollout"] / steps if steps else 0.0)
+
+    @classmethod
+    def stated(cls, cost: StepCost, c_tok: float, ws: float, opt: float, slots: int, g: int,
+               shared_prompt: bool, samples: list[dict], ranks: int = 1) -> "SyncMeasurements":
+        """The same model from given per-device costs instead of a run (rlbench simulate's presets, and
+        a measured batch re-dealt to other device counts). samples: rows (prompt, sample, prompt_len,
+        response_len); tokens = prompt + response per sample, as TPSPD counts them."""
+        self = cls.__new__(cls)
+        self.n, self.ws, self.opt, self.cost, self.c_tok = ranks, ws, opt, cost, c_tok
+        self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
+        self.tokens = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
+        self.measured_rollout = None
+        return self
+
+    def shard(self, i: int, of: int) -> list[dict]:
+        return [s for s in self.samples if s["prompt"] % of == i]
+
+    def sync_time(self, ranks: int | None = None) -> tuple[float, float]:
+        """(predicted sync wall time, predicted mean rollout seconds) on `ranks` colocated ranks (default:
+        the measured count, the model's in-sample check), each generating and training its shard."""
+        n = ranks or self.n
+        roll = [replay(self.shard(r, n), self.slots, self.g, self.cost)[1] for r in range(n)]
+        train = [self.c_tok * train_tokens(self.shard(r, n), self.shared_prompt) for r in range(n)]
+        return self.ws + max(a + b for a, b in zip(roll, train)) + self.opt, statistics.fmean(roll)
+
+    def async_time(self, r: int, t: int, overlap: bool = True) -> float:
+        """Predicted periodic-async wall time on r rollout workers and t trainer ranks."""
+        arrivals = []  # (seconds after the rollout started, train seconds of the group)
+        for i in range(r):
+            shard = self.shard(i, r)
+            done, _ = replay(shard, self.slots, self.g, self.cost)
+            groups = defaultdict(list)
+            for s in shard:
+                groups[s["prompt"]].append(s)
+            for p, at in done.items():
+                arrivals.append((at, self.c_tok * train_tokens(groups[p], self.shared_prompt)))
+        arrivals.sort()
+        last = arrivals[-1][0] if arrivals else 0.0
+        free = [0.0] * t
+        for j, (at, cost) in enumerate(arrivals):
+            rank = j % t
+            free[rank] = max(free[rank], at if overlap else last) + cost
+        return 2 * self.ws + max(free + [last]) + self.opt
+
+
+def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> list[SyncMeasurements]:
+    """One SyncMeasurements per measured (post-warm-up) iteration of a sync cell."""
+    its = [it for it in sync_cell.get("iterations") or [] if not it.get("warmup")] \
+        or sync_cell.get("iterations") or []
+    if not its:
+        raise UserError(f"cell {sync_cell.get('cell')!r}: no iterations to predict from")
+    by_iter: dict[int, list[dict]] = defaultdict(list)
+    for s in samples:
+        by_iter[s["iteration"]].append(s)
+    stats = {r["iteration"]: r.get("workers") or [] for r in sync_cell.get("rollout_stats") or []}
+    cfg = sync_cell.get("config") or {}
+    return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg)
+            for it in its]
+
+
+def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], rollout_devices: int,
+                  train_devices: int, overlap: bool = True, devices: int | None = None,
+                  reference_tpspd: float | None = None) -> dict:
+    """Predict a periodic-async cell from a measured sync cell (model: module docstring).
+
+    devices: TPSPD divisor of the async run (default: the sync run's, the same physical devices);
+    reference_tpspd: the measured TPSPD the speedup is relative to (default: this sync cell's median).
+    -> predicted_speedup, predicted_iter_s, predicted_sync_iter_s (in-sample check), sync_iter_s,
+    rollout_share (sync's rollout seconds / wall), model text and the inputs used."""
+    if rollout_devices < 1 or train_devices < 1:
+        raise UserError(f"rollout_devices={rollout_devices}, train_devices={train_devices}: need >= 1")
+    ms = measurements(sync_cell, samples, events)
+    d = devices or int(sync_cell.get("devices") or ms[0].n)
+    its = [it for it in sync_cell["iterations"] if not it.get("warmup")] or sync_cell["iterations"]
+    pred = [m.async_time(rollout_devices, train_devices, overlap) for m in ms]
+    pred_sync = [m.sync_time() for m in ms]
+    sync_tpspd = statistics.median(it["tpspd"] for it in its)
+    ref = reference_tpspd or sync_tpspd
+    pred_tpspd = [m.tokens / (p * d) if p > 0 else 0.0 for m, p in zip(ms, pred)]
+    return {"predicted_speedup": statistics.median(pred_tpspd) / ref if ref else None,
+            "predicted_tpspd": statistics.median(pred_tpspd),
+            "predicted_iter_s": statistics.median(pred),
+            "predicted_sync_iter_s": statistics.median(p for p, _ in pred_sync),
+            "predicted_sync_rollout_s": statistics.median(r for _, r in pred_sync),
+            "sync_rollout_s": statistics.median(m.measured_rollout for m in ms),
+            "sync_iter_s": statistics.median(it["wall_s"] for it in its),
+            "rollout_share": rollout_share(sync_cell, events),
+            "model": MODEL, "rollout_devices": rollout_devices, "train_devices": train_devices,
+            "overlap": overlap, "devices": d, "iterations": [it["iteration"] for it in its]}
+
+
+def rollout_share(cell: dict, events: list[dict]) -> float | None:
+    """Share of a sync iteration's wall time its ranks spend generating (mean over ranks and iterations)."""
+    its = [it for it in cell.get("iterations") or [] if not it.get("warmup")] or cell.get("iterations") or []
+    shares = []
+    for it in its:
+        d = _durations(events, it["iteration"])
+        if d["ranks"] and it["wall_s"] > 0:
+            shares.append(d["rollout"] / it["wall_s"])
+    return statistics.fmean(shares) if shares else None
+

@@ -1,0 +1,248 @@
+"""All CPU/CUDA/NPU branching lives here (STYLE.md 6)."""
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+def resolve(kind: str = "cpu", index: int | None = None):
+    """'cpu' | 'cuda' | 'npu' | 'auto' -> torch.device; `index` picks one accelerator (cuda:i, npu:i).
+
+    torch_npu is imported only when asked for. On CPU the index is a core (see `pin`), not part of the
+    torch device."""
+    import torch
+
+    kind = resolve_kind(kind)
+    if kind == "npu" and not _npu_available():
+        from rlbench.errors import UserError
+        raise UserError("engine.device=npu but no Ascend NPU is usable here: needs torch_npu (pip install "
+                        "'rlbench[npu]', or Dockerfile.npu) and a visible NPU (allowed here: cpu, auto)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        from rlbench.errors import UserError
+        raise UserError("engine.device=cuda but no CUDA device is visible (allowed here: cpu, auto)")
+    if kind == "cpu" or index is None:
+        return torch.device(kind)
+    return torch.device(kind, index)
+
+
+def resolve_kind(kind: str) -> str:
+    """'auto' -> the accelerator type present ('cuda', 'npu') or 'cpu'; other kinds unchanged."""
+    if kind != "auto":
+        return kind
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "npu" if _npu_available() else "cpu"
+
+
+def available(kind: str) -> int:
+    """Physical devices of this kind the process may use: CPU cores in its affinity mask, visible GPUs/NPUs."""
+    if kind == "cpu":
+        return len(cpu_cores())
+    import torch
+
+    if kind == "cuda":
+        return torch.cuda.device_count()
+    if kind == "npu":
+        return torch.npu.device_count() if _npu_available() else 0
+    raise ValueError(f"unknown device kind {kind!r}")
+
+
+def cpu_cores() -> list[int]:
+    """The cores this process may run on, in order (its affinity mask; all cores where there is none)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+# The variable that hides every other accelerator from a process, read when the runtime initialises.
+VISIBLE_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+def visible_env(kind: str, index: int, environ=None) -> dict[str, str]:
+    """The environment of a worker process that holds accelerator `index`: only that device visible, so
+    every library in the process (the built-in engine, vLLM, Ray) finds it as device 0. `index` counts
+    the devices the parent sees: under an inherited CUDA_VISIBLE_DEVICES=4,5, index 1 is physical 5. CPU
+    (cores are pinned by affinity): {}."""
+    var = VISIBLE_ENV.get(kind)
+    if var is None:
+        return {}
+    env = os.environ if environ is None else environ
+    seen = [d.strip() for d in env[var].split(",") if d.strip()] if env.get(var) is not None else None
+    if seen is not None and index >= len(seen):
+        from rlbench.errors import UserError
+        raise UserError(f"a worker needs {kind}:{index}, but {var}={env[var]!r} makes only {len(seen)} visible")
+    return {var: seen[index] if seen is not None else str(index)}
+
+
+def observe(kind: str) -> dict:
+    """What this process was actually given: its CPU affinity, intra-op threads, the accelerators it can
+    see and their name (recorded next to the plan; a mismatch fails the run)."""
+    import torch
+
+    out = {"affinity": cpu_cores(), "threads": torch.get_num_threads()}
+    var = VISIBLE_ENV.get(kind)
+    if var is not None:
+        out["visible"] = os.environ.get(var)
+        mod = _accel(torch.device(kind))
+        out["device_name"] = mod.get_device_name(0) if mod is not None and mod.device_count() else None
+    return out
+
+
+def pin(kind: str, index: int, threads: int) -> None:
+    """Hold one device in this process: CPU core `index` (affinity + `threads` intra-op threads; one core
+    holds one thread), or accelerator `index` as the current device."""
+    set_threads(threads)
+    if kind == "cpu":
+        cores = cpu_cores()
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {cores[index % len(cores)]})
+        return
+    import torch
+
+    if kind == "cuda":
+        torch.cuda.set_device(index)
+    elif kind == "npu":  # pragma: no cover - needs an Ascend NPU
+        torch.npu.set_device(index)
+
+
+def _npu_available() -> bool:
+    """Imports torch_npu (it registers the 'npu' device with torch) only when an NPU is asked for."""
+    try:
+        import torch
+        import torch_npu  # noqa: F401
+    except ImportError:
+        return False
+    return bool(torch.npu.is_available())
+
+
+def synchronize(device) -> None:
+    """Wait for queued device work, so a clock read after it measures finished work."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "npu":
+        torch.npu.synchronize(device)
+
+
+def range_context(name: str, device):
+    """Profiler range: record_function everywhere, plus NVTX on CUDA and MSTX on NPU."""
+    import torch
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.profiler.record_function(name))
+    if device is None:
+        return stack
+    if device.type == "cuda":
+        stack.enter_context(torch.cuda.nvtx.range(name))
+    elif device.type == "npu":  # pragma: no cover - needs an Ascend NPU
+        try:
+            import torch_npu
+            stack.enter_context(torch_npu.npu.mstx.range(name))
+        except (ImportError, AttributeError):
+            pass
+    return stack
+
+
+def set_threads(n: int) -> None:
+    """On CPU a device is a core: a worker with n devices uses n intra-op threads."""
+    import torch
+
+    torch.set_num_threads(max(1, n))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, n))
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def dtype(name: str, device=None):
+    """Config dtype name -> torch dtype; refuses a half precision the device cannot compute in.
+
+    bfloat16 is the dtype for accelerators (A100/H100 and Ascend 910B compute in it natively); on CPU it
+    works but is slower than float32 for small models.
+    """
+    import torch
+
+    if name not in DTYPES:
+        from rlbench.errors import UserError
+        raise UserError(f"model.dtype={name!r}: allowed: {', '.join(DTYPES)}")
+    if name == "bfloat16" and device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        from rlbench.errors import UserError
+        raise UserError("model.dtype=bfloat16 but this GPU has no bfloat16 support (pre-Ampere); "
+                        "use model.dtype=float16 or float32")
+    return getattr(torch, name)
+
+
+def _accel(device):
+    """The torch.cuda / torch.npu module of an accelerator device, None on CPU."""
+    import torch
+
+    return {"cuda": torch.cuda, "npu": getattr(torch, "npu", None)}.get(device.type)
+
+
+def reset_peak_memory(device) -> None:
+    """Start a new peak for memory() (accelerators; on CPU the process peak cannot be reset)."""
+    mod = _accel(device)
+    if mod is not None:
+        mod.reset_peak_memory_stats(device)
+
+
+def memory(device) -> dict:
+    """Memory in bytes. Accelerator: allocated / reserved now, peak allocated, total of the device
+    (torch's caching allocator; vLLM's KV cache counts as allocated). CPU: the process's peak resident
+    set (ru_maxrss) and the machine's total."""
+    mod = _accel(device)
+    if mod is not None:
+        props = mod.get_device_properties(device)
+        return {"allocated": int(mod.memory_allocated(device)), "reserved": int(mod.memory_reserved(device)),
+                "peak_allocated": int(mod.max_memory_allocated(device)), "total": int(props.total_memory)}
+    import resource
+
+    info = {"peak_rss": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024}  # Linux: KiB
+    try:
+        info["total"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    return info
+
+
+def describe(device) -> dict:
+    import platform
+
+    import torch
+
+    info = {"type": device.type, "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    mod = _accel(device)
+    if mod is not None:
+        info["name"] = mod.get_device_name(device)
+        info["count"] = mod.device_count()
+        info["memory_total"] = int(mod.get_device_properties(device).total_memory)
+    elif "total" in (mem := memory(device)):
+        info["memory_total"] = mem["total"]
+    return info
+
+
+def memory_capacity(kind: str) -> int | None:
+    """Bytes of memory one device offers, found without initialising an accelerator (the limits checked
+    before a run, bench/devices/limits.py): CPU: the machine's available memory (MemAvailable; every core shares
+    it); CUDA: the first GPU's total memory (nvidia-smi); None where it is not known (NPU, no nvidia-smi)."""
+    import subprocess
+
+    if kind == "cpu":
+        try:
+            for line in open("/proc/meminfo"):
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+    if kind == "cuda":
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout.split()
+            return int(out[0]) << 20 if out else None
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+    return None

@@ -1,0 +1,88 @@
+"""The machine's peak, measured: what one device can do at best, the yardstick of per-stage utilisation.
+
+Two probes on one device with the threads one rlbench worker gets (CPU: one core, one intra-op thread):
+- matmul: a square matmul in the run's dtype, best of several; 2 n^3 FLOPs each -> peak FLOP/s.
+- copy: copying a buffer far larger than the caches, best of several; read + write bytes -> peak B/s.
+They are what a stage can reach with the same library on the same device (a practical peak, not the
+datasheet's), so a stage at 80% of it is close to the hardware limit. The result is cached per device
+name, threads, dtype and torch version (`rlbench env --remeasure` measures again).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+# Probe sizes: big enough to leave the caches and amortise dispatch, small enough for a few seconds.
+MATMUL_N = {"cpu": 512, "accel": 8192}
+COPY_BYTES = {"cpu": 256 << 20, "accel": 2 << 30}
+REPEATS = 5
+
+
+def cache_path() -> Path:
+    root = os.environ.get("RLBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rlbench")
+    return Path(root) / "peak.json"
+
+
+def _best(fn, sync, repeats: int) -> float:
+    fn()  # warm-up
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def measure(device, dtype, threads: int = 1) -> dict:
+    """-> {matmul_flops_per_s, copy_bytes_per_s, probe sizes} on `device` with `threads` intra-op threads."""
+    import torch
+    from rlbench.devices import device as dev
+
+    kind = "cpu" if device.type == "cpu" else "accel"
+    before = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        n = MATMUL_N[kind]
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        mm_s = _best(lambda: a @ b, lambda: dev.synchronize(device), REPEATS)
+        numel = COPY_BYTES[kind] // 4
+        src = torch.ones(numel, device=device)
+        dst = torch.empty_like(src)
+        copy_s = _best(lambda: dst.copy_(src), lambda: dev.synchronize(device), REPEATS)
+    finally:
+        torch.set_num_threads(before)
+    return {"matmul_flops_per_s": 2 * n ** 3 / mm_s, "copy_bytes_per_s": 2 * numel * 4 / copy_s,
+            "matmul_n": n, "copy_bytes": numel * 4, "dtype": str(dtype).replace("torch.", ""),
+            "threads": threads if device.type == "cpu" else None}
+
+
+def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
+    """The cached peak of this device (measured now when not cached or when remeasure)."""
+    import torch
+    from rlbench.devices import device as dev
+
+    info = dev.describe(device)
+    name = info.get("name") or info.get("cpu") or device.type
+    key = f"{name}|{device.type}|threads={threads}|{dtype}|torch={torch.__version__}"
+    path = cache_path()
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        cache = {}
+    if remeasure or key not in cache:
+        cache[key] = {**measure(device, dtype, threads), "device": name,
+                      "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cache, indent=1))
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only home: measured every time, still correct
+    return cache[key]

@@ -1,0 +1,124 @@
+"""One Stage enum and one timer. Every timing in rlbench is a StageEvent from `Recorder.stage`."""
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import time
+from dataclasses import asdict, dataclass
+
+from rlbench.planted import burn
+from rlbench.record import progress
+
+
+class Stage(str, enum.Enum):
+    ROLLOUT = "rollout"
+    REWARD = "reward"
+    OLD_LOGPROB = "old_logprob"
+    REF_LOGPROB = "ref_logprob"
+    ADVANTAGE = "advantage"
+    UPDATE = "update"
+    OPTIMIZER_STEP = "optimizer_step"
+    WEIGHT_SYNC = "weight_sync"
+    QUEUE_WAIT = "queue_wait"
+    HANDOFF = "handoff"  # the consumer opening a group taken off the queue: the queue path's work
+    EVAL = "eval"
+
+
+# Stages that are not work: a worker in them is idle (bubble).
+IDLE_STAGES = {Stage.QUEUE_WAIT.value}
+# The training stages of an iteration (what "train time" means everywhere: metrics, predictions, checks):
+# the per-sample ones, whose cost grows with the trained tokens, and the optimizer step, once per iteration.
+PER_SAMPLE_TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value,
+                           Stage.ADVANTAGE.value, Stage.UPDATE.value)
+TRAIN_STAGES = (*PER_SAMPLE_TRAIN_STAGES, Stage.OPTIMIZER_STEP.value)
+
+
+class Role(str, enum.Enum):
+    """What a worker process does; its events are recorded as worker `<role><i>` (the driver: `driver`)."""
+
+    COLOCATED = "colocated"  # colocated layout: rollout and training of one shard on one device
+    ROLLOUT = "rollout"  # pools layout: the rollout pool
+    TRAINER = "trainer"  # pools layout: a data-parallel trainer rank
+    DRIVER = "driver"  # dispatches, hands groups on, evaluates; holds no device of the run
+    EVAL = "eval"
+
+
+def role_of(worker: str) -> str:
+    """'rollout0' -> 'rollout'; names without an index are their own role."""
+    return worker.rstrip("0123456789")
+
+
+def now() -> float:
+    """System-wide monotonic clock (CLOCK_MONOTONIC on Linux), comparable across processes."""
+    return time.monotonic()
+
+
+@dataclass
+class StageEvent:
+    worker: str
+    stage: str
+    iteration: int
+    start: float  # seconds since the run's t0
+    end: float
+    devices: int = 1  # devices this worker occupies
+    # CPU seconds of the recording thread during the stage (where the work runs: one intra-op thread
+    # per worker). Unlike wall time it does not grow while another process holds the core, so stage
+    # costs compared by `rlbench check` stay steady on a shared machine; None for events from elsewhere.
+    cpu: float | None = None
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+class Recorder:
+    """Records (worker, stage, iteration, start, end) events with a device sync at both ends.
+
+    Events go to `sink` (a callable taking a StageEvent) as they finish, so nothing waits for the end
+    of the run to be written.
+    """
+
+    def __init__(self, worker: str, t0: float, device=None, devices: int = 1, sink=None):
+        self.worker, self.t0, self.device, self.devices = worker, t0, device, devices
+        self.events: list[StageEvent] = []
+        self.sink = sink
+
+    @contextlib.contextmanager
+    def stage(self, stage: Stage, iteration: int):
+        from rlbench.devices import device as dev
+
+        progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (bench/record/progress.py)
+        if self.device is not None:
+            dev.synchronize(self.device)
+        start, cpu = now(), time.thread_time()
+        ctx = dev.range_context(f"{stage.value}", self.device)  # the driver (no device): record_function only
+        with ctx:
+            yield
+            if self.device is not None:
+                dev.synchronize(self.device)
+            burn.plant(stage.value, now() - start, time.thread_time() - cpu,  # RLBENCH_SLOW (tests of check)
+                       idle=stage.value in IDLE_STAGES)
+        ev = self.add(stage, iteration, start, now(), time.thread_time() - cpu)
+        progress.leave(stage.value, ev.duration)
+
+    def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None) -> StageEvent:
+        ev = StageEvent(self.worker, Stage(stage).value, iteration, start - self.t0, end - self.t0,
+                        self.devices, cpu)
+        self.extend([ev])
+        return ev
+
+    def extend(self, events: list[StageEvent]) -> None:
+        """Events another recorder made (a data-parallel rank's), kept and sunk like this one's."""
+        for ev in events:
+            self.events.append(ev)
+            if self.sink is not None:
+                self.sink(ev)
+
+    def drain(self) -> list[StageEvent]:
+        out, self.events = self.events, []
+        return out
+
+
+def event_to_json(ev: StageEvent) -> str:
+    return json.dumps(asdict(ev))

