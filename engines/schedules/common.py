@@ -41,6 +41,10 @@ class SupportsTraining(Protocol):
     def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> None:
         """Accumulate the gradients of these groups (possibly handed on and running elsewhere)."""
 
+    def wait_trained(self, k: int) -> None:
+        """Return once the groups handed to train() are trained (their gradients accumulated); the weights
+        are unchanged until finish()."""
+
     def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
         """All-reduce, clip and step; -> (step stats, rewards of every trained group)."""
 

@@ -64,6 +64,9 @@ class Trainer:
         """All phases for these groups now, on rec (the sync batch, or one arrived group)."""
         self.iteration_rewards.update(train_phases(self, rec, k, groups, answers))
 
+    def wait_trained(self, k: int) -> None:
+        """Nothing to wait for: train() ran every phase in this process already."""
+
     def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
         """The iteration's optimizer step, recorded on rec; -> (step stats, rewards of every group)."""
         rewards = self.iteration_rewards
