@@ -1,0 +1,124 @@
+"""The families ladder of `--ablation families` (bench/families.py): one row per rung, what each rung buys
+over the one before as a factor, measured and predicted.
+
+Per rung: TPSPD (median, min–max over measured iterations), the factor over the rung before and the
+speedup over sync, idle per worker, the staleness histogram (trained samples of the measured iterations
+by trained − behaviour version; a sample's behaviour version is its oldest token's) and the token
+staleness (partial rollout: tokens of one response can come from several versions), accuracy first →
+final, and the prediction: every rung from the sync cell's measured costs alone (rlbench.simulate.
+calibrate.predict_cells: sync in-sample, barrier and periodic-async by the report's model, one-step-off
+and k2 by the bounded-staleness simulator, k2_partial by its partial-rollout model). Predicted factors
+are ratios of predicted TPSPDs, except the first (split), which is over sync's measured TPSPD as the
+report's predicted speedups are, so the predicted factors multiply to the last rung's predicted speedup.
+Rendering is families_text.py's.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pandas as pd
+from rlbench import families, schema
+from rlbench.errors import UserError
+from rlbench.reports.data import CellData, RunData, workers_in
+
+STALENESS_SHOWN = 3  # stale_0 .. stale_2 columns always (k = 2); more where a run has more
+HEAD = ["rung", "cell", "schedule", "adds", "factor_name", "tpspd_median", "tpspd_min", "tpspd_max", "factor",
+        "speedup", "predicted_tpspd", "predicted_factor", "predicted_speedup", "error_pct", "wall_s_median",
+        "token_staleness_mean", "accuracy_first", "accuracy_final", "status"]
+
+
+def is_families(run: RunData) -> bool:
+    """Every rung's cell is in the run (measured, or listed in ablation.json and not run)."""
+    names = {c.name for c in run.cells} | set(run.missing)
+    return all(r.cell in names for r in families.RUNGS)
+
+
+def families_frame(run: RunData) -> pd.DataFrame:
+    """One row per rung in ladder order (HEAD, then stale_<s> and idle_<worker>_pct columns)."""
+    cells = [run.cell(r.cell) for r in families.RUNGS]
+    predicted = _predictions(run)
+    ref = cells[0].tpspd() if cells[0] is not None else None
+    stale = {r.cell: _staleness(c) for r, c in zip(families.RUNGS, cells)}
+    depth = max([STALENESS_SHOWN - 1] + [s for h in stale.values() for s in h])
+    workers = workers_in([c for c in cells if c is not None])
+    rows, prev, prev_pred = [], None, None
+    for i, (rung, c) in enumerate(zip(families.RUNGS, cells)):
+        med = c.tpspd() if c is not None else None
+        pred = predicted.get(rung.cell)
+        row = {"rung": i, "cell": rung.cell, "schedule": rung.switches["schedule"], "adds": rung.adds,
+               "factor_name": rung.factor, "tpspd_median": med, "tpspd_min": c and c.tpspd("min"),
+               "tpspd_max": c and c.tpspd("max"), "factor": schema.ratio(med, prev) if i else None,
+               "speedup": schema.ratio(med, ref), "predicted_tpspd": pred,
+               "predicted_factor": schema.ratio(pred, ref if i == 1 else prev_pred) if i else None,
+               "predicted_speedup": schema.ratio(pred, ref),
+               "error_pct": 100 * (pred / med - 1) if pred and med else None,
+               "wall_s_median": c and (c.aggregates.get("wall_s") or {}).get("median"),
+               "token_staleness_mean": _token_staleness(c), **_accuracy(c),
+               "status": c.status if c is not None else "not run"}
+        row.update({f"stale_{s}": stale[rung.cell].get(s, 0) if c is not None else None for s in range(depth + 1)})
+        idle = (c.aggregates.get("idle_frac") or {}) if c is not None else {}
+        row.update({f"idle_{w}_pct": 100 * idle[w] if w in idle else None for w in workers})
+        rows.append(row)
+        prev, prev_pred = med, pred
+    columns = HEAD + [f"stale_{s}" for s in range(depth + 1)] + [f"idle_{w}_pct" for w in workers]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def ladder(frame: pd.DataFrame, key: str = "factor") -> list[tuple[str, float | None, list]]:
+    """The ladder line's factors (bench/families.py GROUPS): [(name, product of its rungs' factors or None,
+    [(rung factor name, value), ...])]; key: "factor" (measured) or "predicted_factor"."""
+    by_name = {r["factor_name"]: _num(r[key]) for r in frame.to_dict("records") if r["factor_name"]}
+    out = []
+    for name, parts in families.GROUPS:
+        values = [by_name.get(p) for p in parts]
+        total = None if any(v is None for v in values) else math.prod(values)
+        out.append((name, total, list(zip(parts, values))))
+    return out
+
+
+def _predictions(run: RunData) -> dict[str, float]:
+    """cell -> predicted TPSPD from its sync twin's measured costs (nothing from the async cells)."""
+    from rlbench.simulate.calibrate import predict_cells
+
+    try:
+        return {r["cell"]: r["predicted_tpspd"] for r in predict_cells(run)}
+    except UserError:  # no sync cell with measured iterations: no prediction
+        return {}
+
+
+def _measured_samples(c: CellData) -> list[dict]:
+    its = {it["iteration"] for it in c.measured()}
+    return [s for s in c.samples if s["iteration"] in its]
+
+
+def _staleness(c: CellData | None) -> dict[int, int]:
+    """Trained samples of the measured iterations by staleness (trained - behaviour version)."""
+    if c is None:
+        return {}
+    return dict(Counter(int(s["trained_version"]) - int(s["behaviour_version"]) for s in _measured_samples(c)))
+
+
+def _token_staleness(c: CellData | None) -> float | None:
+    """Mean over the measured iterations' response tokens of trained − the version that sampled the token."""
+    if c is None:
+        return None
+    total = count = 0
+    for s in _measured_samples(c):
+        by_version = s.get("tokens_by_version") or {str(s["behaviour_version"]): int(s["response_len"])}
+        for v, n in by_version.items():
+            total += (int(s["trained_version"]) - int(v)) * n
+            count += n
+    return total / count if count else None
+
+
+def _accuracy(c: CellData | None) -> dict:
+    evals = (c.result.get("evals") or []) if c is not None else []
+    return {"accuracy_first": evals[0].get("accuracy") if evals else None,
+            "accuracy_final": evals[-1].get("accuracy") if evals else None}
+
+
+def _num(v) -> float | None:
+    return None if v is None or v != v else float(v)
+
+
