@@ -2,7 +2,7 @@
 over the one before as a factor, measured and predicted.
 
 Per rung: TPSPD (median, min–max over measured iterations), the factor over the rung before and the
-speedup over sync, idle per worker, the staleness histogram (trained samples of the measured iterations
+speedup over sync, idle per worker over the measured span, the staleness histogram (trained samples of the measured iterations
 by trained − behaviour version; a sample's behaviour version is its oldest token's) and the token
 staleness (partial rollout: tokens of one response can come from several versions), accuracy first →
 final, and the prediction: every rung from the sync cell's measured costs alone (rlbench.simulate.
@@ -20,6 +20,7 @@ from collections import Counter
 import pandas as pd
 from rlbench import families, schema
 from rlbench.errors import UserError
+from rlbench.metrics import idle_fractions
 from rlbench.reports.data import CellData, RunData, workers_in
 
 STALENESS_SHOWN = 3  # stale_0 .. stale_2 columns always (k = 2); more where a run has more
@@ -57,7 +58,7 @@ def families_frame(run: RunData) -> pd.DataFrame:
                "token_staleness_mean": _token_staleness(c), **_accuracy(c),
                "status": c.status if c is not None else "not run"}
         row.update({f"stale_{s}": stale[rung.cell].get(s, 0) if c is not None else None for s in range(depth + 1)})
-        idle = (c.aggregates.get("idle_frac") or {}) if c is not None else {}
+        idle = _idle(c)
         row.update({f"idle_{w}_pct": 100 * idle[w] if w in idle else None for w in workers})
         rows.append(row)
         prev, prev_pred = med, pred
@@ -85,6 +86,16 @@ def _predictions(run: RunData) -> dict[str, float]:
         return {r["cell"]: r["predicted_tpspd"] for r in predict_cells(run)}
     except UserError:  # no sync cell with measured iterations: no prediction
         return {}
+
+
+def _idle(c: CellData | None) -> dict[str, float]:
+    """Worker -> share of the measured iterations' span in which it ran no work stage, over every event in
+    the span whichever iteration it belongs to: a stale rollout runs ahead of the iteration it feeds, so
+    the per-iteration idle of the summary (events of that iteration only) would call it idle."""
+    measured = c.measured() if c is not None else []
+    if not measured:
+        return {}
+    return idle_fractions(c.events, measured[0]["start"], measured[-1]["end"])
 
 
 def _measured_samples(c: CellData) -> list[dict]:
