@@ -181,6 +181,7 @@ def _preflight(cfg) -> None:
 def _finish(run_dir: Path, report: bool) -> None:
     """Table and report from whatever was measured, also after a failure or Ctrl-C."""
     from rlbench import schema
+    from rlbench.ladder import write_ladder
     from rlbench.reports import build_report, summary_table_text
 
     try:
@@ -188,6 +189,7 @@ def _finish(run_dir: Path, report: bool) -> None:
             return
     except UserError:
         return
+    write_ladder(run_dir)  # families.csv, which the table and the report show (a families ladder only)
     typer.echo(summary_table_text(run_dir))
     if report:
         path = build_report(run_dir)
@@ -201,8 +203,10 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
                                               "report (e.g. `--ablation regime-natural` beside a regime map); "
                                               "repeatable.")) -> None:
     """Write summary.csv/.md, plots and report.html into RUN_DIR."""
+    from rlbench.ladder import write_ladder
     from rlbench.reports import build_report, summary_table_text
 
+    write_ladder(run_dir)
     typer.echo(summary_table_text(run_dir, add))
     typer.echo(f"report: {build_report(run_dir, add)}")
 

@@ -5,7 +5,7 @@ from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.reports.accuracy_table import accuracy_frame
 from rlbench.reports.data import load
 from rlbench.reports.families_text import families_lines
-from rlbench.reports.seeds import cell_summary, is_multi_seed, per_seed
+from rlbench.reports.seeds import cell_summary, is_multi_seed
 from rlbench.reports.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame
@@ -30,5 +30,5 @@ def summary_table_text(run_dir, add=()) -> str:
     regime = [] if multi else regime_lines(regime_frame(run, sp))
     # a regime map: one sentence per point (its attribution included), then where periodic asynchrony pays
     lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))
-    lines += families_lines(next(iter(per_seed(run).values())) if multi else run)  # the first seed's ladder
+    lines += families_lines(run)  # families.csv (bench/ladder.py), where the run is a families ladder
     return "\n".join(lines + accuracy_text(accuracy_frame(run)))

@@ -14,10 +14,10 @@ from conftest_reports import make_cell
 from rlbench import families, schema
 from rlbench.ablation import ABLATIONS, cells_for
 from rlbench.config import load_config
+from rlbench.ladder import families_frame, is_families, write_ladder
 from rlbench.reports import build_report, summary_table_text
 from rlbench.reports.data import load
-from rlbench.reports.families import families_frame, is_families
-from rlbench.reports.families_text import ladder_line
+from rlbench.reports.families_text import ladder_line, read
 from rlbench.schedules import SCHEDULES
 from rlbench.schedules.spec import BOUNDED, ONE_STEP, PERIODIC, REFERENCE
 
@@ -72,6 +72,7 @@ def hand_ladder(tmp_path_factory):
         entries.append({"name": name, "dir": name, "switches": res["switches"], "exit_code": 0})
     schema.atomic_write_json(root / schema.ABLATION, {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation",
                                                       "name": "families", "reference": "sync", "cells": entries})
+    assert write_ladder(root) == root / "families.csv"
     return root
 
 
@@ -91,7 +92,7 @@ def test_factors_are_ratios_of_consecutive_rungs(hand_ladder):
 
 
 def test_ladder_line_has_the_issue_form(hand_ladder):
-    frame = families_frame(load(hand_ladder))
+    frame = read(load(hand_ladder))  # families.csv, as the terminal and the report read it
     line = ladder_line(frame)
     found = dict(FACTOR.findall(line))
     by = frame.set_index("factor_name")["factor"]
@@ -100,6 +101,8 @@ def test_ladder_line_has_the_issue_form(hand_ladder):
     for name in ("split", "overlap", "k=1", "k=2", "partial rollout"):
         assert float(found[name]) == pytest.approx(by[name], abs=0.006)
     assert line.endswith(f"= {frame['speedup'].iloc[-1]:.2f}× over sync")
+    predicted = dict(FACTOR.findall(ladder_line(frame, "predicted_factor")))
+    assert float(predicted["partial rollout"]) == pytest.approx(frame["predicted_factor"].iloc[-1], abs=0.006)
 
 
 def test_report_and_terminal(hand_ladder):
@@ -116,6 +119,8 @@ def test_other_ablations_have_no_ladder(tmp_path):
     from conftest_reports import make_ablation
 
     root = make_ablation(tmp_path)
+    (root / "families.csv").write_text("stale\n")  # left by an earlier ladder in this folder: removed
+    assert write_ladder(root) is None and not (root / "families.csv").exists()
     assert not is_families(load(root)) and "Families ladder" not in summary_table_text(root)
 
 

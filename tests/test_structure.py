@@ -20,7 +20,8 @@ CORE = {"rlbench." + m for m in ("config", "stages", "schema", "writer", "metric
 HARNESS = ("rlbench.cli", "rlbench.runner", "rlbench.ablation", "rlbench.check", "rlbench.check_metrics",
            "rlbench.baseline", "rlbench.simulate", "rlbench.reports", "rlbench.check_stats", "rlbench.check_ab",
            "rlbench.check_ab_power", "rlbench.check_calibrate", "rlbench.against", "rlbench.interleave",
-           "rlbench.seeds", "rlbench.resume", "rlbench.regime", "rlbench.seed_pool", "rlbench.families")
+           "rlbench.seeds", "rlbench.resume", "rlbench.regime", "rlbench.seed_pool", "rlbench.families",
+           "rlbench.ladder")
 # The registries: core modules that name engine builders by string, imported only when a component is built.
 REGISTRIES = ("rlbench.components", "rlbench.schedules")
 
