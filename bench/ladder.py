@@ -28,8 +28,8 @@ CSV = "families.csv"
 GROUP_OF = {part: name for name, parts in families.GROUPS for part in parts}  # rung factor -> line factor
 STALENESS_SHOWN = 3  # stale_0 .. stale_2 columns always (k = 2); more where a run has more
 HEAD = ["rung", "cell", "schedule", "adds", "factor_name", "ladder_factor", "tpspd_median", "tpspd_min",
-        "tpspd_max", "factor", "speedup", "predicted_tpspd", "predicted_factor", "predicted_speedup", "error_pct",
-        "wall_s_median", "token_staleness_mean", "accuracy_first", "accuracy_final", "status"]
+        "tpspd_max", "tpspd_span", "factor", "speedup", "predicted_tpspd", "predicted_factor", "predicted_speedup",
+        "error_pct", "wall_s_median", "token_staleness_mean", "accuracy_first", "accuracy_final", "status"]
 
 
 def write_ladder(run_dir) -> Path | None:
@@ -79,7 +79,7 @@ def _row(i: int, rung, c: CellData | None, pred: float | None, prev: dict | None
     ref = first["tpspd_median"] if first else med
     return {"rung": i, "cell": rung.cell, "schedule": rung.switches["schedule"], "adds": rung.adds,
             "factor_name": rung.factor, "ladder_factor": GROUP_OF.get(rung.factor), "tpspd_median": med,
-            "tpspd_min": c and c.tpspd("min"), "tpspd_max": c and c.tpspd("max"),
+            "tpspd_min": c and c.tpspd("min"), "tpspd_max": c and c.tpspd("max"), "tpspd_span": _span_rate(c),
             "factor": schema.ratio(med, prev["tpspd_median"]) if prev else None,
             "speedup": schema.ratio(med, ref), "predicted_tpspd": pred,
             # the split is over sync's measured TPSPD, as the report's predicted speedups are
@@ -99,6 +99,15 @@ def _predictions(run: RunData) -> dict[str, float]:
         return {r["cell"]: r["predicted_tpspd"] for r in predict_cells(run)}
     except UserError:  # no sync cell with measured iterations: no prediction
         return {}
+
+
+def _span_rate(c: CellData | None) -> float | None:
+    """Tokens of the measured iterations / (their summed wall time x devices): a rate over the measured span,
+    the statistic the bounded-staleness simulator predicts (under bounded staleness an iteration's wall time
+    is the gap between two steps, so the per-iteration TPSPDs whose median the ladder uses scatter widely)."""
+    measured = c.measured() if c is not None else []
+    wall = sum(it["wall_s"] * it["devices"] for it in measured)
+    return sum(it["tokens"] for it in measured) / wall if wall else None
 
 
 def _idle(c: CellData | None) -> dict[str, float]:
