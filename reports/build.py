@@ -8,6 +8,7 @@ from rlbench.reports.accuracy_html import accuracy_html
 from rlbench.reports.accuracy_plots import CAPTIONS, write_accuracy_plots
 from rlbench.reports.accuracy_table import write_accuracy_table
 from rlbench.reports.data import load
+from rlbench.reports.families_text import families_section
 from rlbench.reports.html import write_html
 from rlbench.reports.plots import write_plots
 from rlbench.reports.regime_report import regime_section
@@ -19,7 +20,8 @@ def build_report(run_dir, add=()) -> Path:
     """Write summary.csv, summary.md, accuracy.csv, plots/*.png and report.html into run_dir; returns the
     HTML path. A multi-seed run (--seeds) gets one aggregated row per cell (and summary_seeds.csv); its
     per-cell plots and regime map show the first seed, the accuracy plots every seed. A run of several
-    points (`--ablation regime`) also gets regime.csv and plots/regime.png, at the top of the report.
+    points (`--ablation regime`) also gets regime.csv and plots/regime.png, at the top of the report; a
+    families ladder (`--ablation families`) families.csv and its ladder there.
     add: other run folders whose cells join this report (written into run_dir).
 
     Works on whatever was measured: a single cell, an ablation, a cell that was interrupted or failed
@@ -31,7 +33,8 @@ def build_report(run_dir, add=()) -> Path:
     else:
         (df, sp), shown = write_summary(run), run
     plots = write_plots(shown, df, sp)
-    headline = regime_section(shown, sp if shown is run else speedup_frame(shown))  # a regime map: first
+    # a regime map or a families ladder: first
+    headline = regime_section(shown, sp if shown is run else speedup_frame(shown)) or families_section(shown)
     acc = write_accuracy_table(run)
     target = acc["target"].iloc[0] if len(acc) else None
     acc_plots = write_accuracy_plots(curves(run), acc, None if target != target else target, run.path / "plots")

@@ -43,6 +43,7 @@ class FakeTrainer:
             time.sleep(0.001)
 
     train = Trainer.train  # the real pipeline (the phases) over the fake parts below
+    wait_trained = Trainer.wait_trained
     finish = Trainer.finish
     publish = Trainer.publish
 

@@ -22,6 +22,9 @@ schedules, so a device's costs measured in the sync run carry over to the async 
    arrived. Sync (in-sample check of the model): ws + max over ranks (rollout + train) + step.
 4. Predicted TPSPD = iteration tokens / (T x devices); predicted speedup = median predicted TPSPD /
    median measured TPSPD of the reference cell, the same ratio as the measured speedup.
+5. Bounded staleness and partial rollout (rlbench simulate's bounded and partial models) run on the same
+   costs; partial rollout's recompute (a prefill of every sequence in flight) costs the refills' seconds per
+   prompt token they prefilled (an upper bound: a refill also admits and retires samples).
 """
 from __future__ import annotations
 
@@ -44,11 +47,13 @@ _TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
 class StepCost:
     """Seconds of one decode step for B sequences in flight, from measured (B, steps, seconds) rows."""
 
-    def __init__(self, rows: dict, refill_s: float, refills: int, fallback_s: float | None = None):
+    def __init__(self, rows: dict, refill_s: float, refills: int, fallback_s: float | None = None,
+                 prefill_s_per_token: float = 0.0):
         pts = sorted((int(b), s / n) for b, (n, s) in rows.items() if n)
         self.bs, self.cost = [b for b, _ in pts], [c for _, c in pts]
         self.refill = refill_s / refills if refills else 0.0
         self.fallback = fallback_s
+        self.prefill = prefill_s_per_token  # seconds per token prefilled again (partial rollout's recompute)
 
     def __call__(self, b: int) -> float:
         if not self.bs:
@@ -152,7 +157,9 @@ class SyncMeasurements:
                 rows[b][1] += sec
             refill_s += s.get("refill_s") or 0.0
             refills += s.get("refills") or 0
-        self.cost = StepCost(dict(rows), refill_s, refills)
+        prefilled = sum({s["prompt"]: int(s["prompt_len"]) for s in samples}.values())  # once per prompt
+        per_token = refill_s / prefilled if prefilled else 0.0
+        self.cost = StepCost(dict(rows), refill_s, refills, prefill_s_per_token=per_token)
         self.measured_rollout = d["rollout"]
         if not rows:  # a backend without a step table (vLLM): every decode step costs the same
             unit = StepCost({}, 0.0, 0, fallback_s=1.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from rlbench.config import RunConfig, merge_trees, with_overrides
 from rlbench.errors import UserError
 from rlbench.results import schema
+from rlbench.run import families
 from rlbench.run.regime import POINTS
 from rlbench.schedules import SCHEDULES, by_role
 from rlbench.schedules.spec import BOUNDED, PERIODIC, REFERENCE
@@ -51,6 +52,7 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     "staleness": [(_REF, REF_SW), (_ASYNC, ASYNC_SW)]
     + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
+    "families": list(families.CELLS),  # the async families as a ladder of factors (bench/run/families.py)
 }
 
 
@@ -72,7 +74,8 @@ ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic
          "shared_prompt": "shared-prompt packing off and on, under both schedules",
          "all": "the optimisations one after another, then on sync",
          "ci": "the CI benchmark",
-         "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods"}
+         "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
+         "families": families.ABOUT}
 
 
 def describe(name: str) -> str:
@@ -89,7 +92,7 @@ def help_text() -> str:
 # Every switch's "off" value: a cell is the base config with these, then its own switches, so cells
 # differ only in their switches.
 ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "prox_logp": "recompute",
-              "overlap": True}
+              "overlap": True, "partial_rollout": False}
 SWITCH_SECTION = {"prox_logp": "train"}  # switches outside the engine section
 
 

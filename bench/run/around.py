@@ -52,12 +52,14 @@ def finish(run_dir: Path, report: bool) -> None:
     """Table and report from whatever was measured, also after a failure or Ctrl-C."""
     from rlbench.reports import build_report, summary_table_text
     from rlbench.results import schema
+    from rlbench.run.ladder import write_ladder
 
     try:
         if not schema.load_run(run_dir):
             return
     except UserError:
         return
+    write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
     typer.echo(summary_table_text(run_dir))
     if report:
         path = build_report(run_dir)

@@ -4,7 +4,7 @@ k = 1, so it runs the bounded-staleness engine and its decoupled PPO loss with k
 registered under the name VERL users look for."""
 from pydantic import Field
 from rlbench.components import Options
-from rlbench.schedules.spec import DECOUPLED, MODEL_BOUNDED, POOLS, ScheduleSpec, one_step_per_iteration
+from rlbench.schedules.spec import DECOUPLED, MODEL_BOUNDED, ONE_STEP, POOLS, ScheduleSpec, one_step_per_iteration
 
 NAME = "one_step_off"
 
@@ -31,4 +31,4 @@ SCHEDULE = ScheduleSpec(
     absent={"max_staleness": 0, "prox_logp": None}, pinned={"max_staleness": 1},
     checks=(_k_is_one, one_step_per_iteration(NAME, "it consumes groups as they arrive and takes one optimizer "
                                                     "step per iteration")),
-    layout=POOLS, model=MODEL_BOUNDED, loss=DECOUPLED, runs_ahead=True)
+    layout=POOLS, model=MODEL_BOUNDED, loss=DECOUPLED, runs_ahead=True, role=ONE_STEP)

@@ -29,6 +29,7 @@ MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (bench/simulate/boun
 REFERENCE = "reference"  # the baseline every speedup is over
 PERIODIC = "periodic"  # the async ladder's cell (periodic asynchrony)
 BOUNDED = "bounded"  # the staleness sweep
+ONE_STEP = "one_step"  # the families ladder's k = 1 rung (bench/families.py)
 
 
 def _never(cfg) -> bool:
@@ -50,7 +51,7 @@ class ScheduleSpec(Component):
     model: str  # MODEL_COLOCATED, MODEL_POOLS or MODEL_BOUNDED
     loss: str = PPO
     runs_ahead: bool = False  # rollout of later iterations starts before this one is trained
-    role: str | None = None  # REFERENCE, PERIODIC, BOUNDED or None (no built-in ablation names it)
+    role: str | None = None  # REFERENCE, PERIODIC, BOUNDED, ONE_STEP or None (no built-in ablation names it)
     # Cells it adds at the end of named ablations: {ablation: ((cell name, switches), ...)}.
     cells: dict = field(default_factory=dict)
     # Option values the schedule pins (simulate reads max_staleness from here when present).

@@ -26,9 +26,22 @@ def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, fl
     return [(at, m.c_tok * train_tokens(groups[p], m.shared_prompt)) for p, at in done.items()], total
 
 
-def bounded(batches: list[SyncMeasurements], n: int, m: int, k: int,
-            iterations: int | None = None) -> tuple[float, float, int, list[float]]:
-    """-> (steady-state TPSPD on n + m devices, mean iteration seconds, largest staleness, iteration seconds)."""
+def at_batch_start(batch: SyncMeasurements, i: int, n: int, start: float, held: int,
+                   ready: list[float]) -> tuple[list[tuple[float, float]], float, int, int]:
+    """Worker i of n generates its shard of `batch` from `start`, first loading the newest published version
+    when it holds an older one (one weight sync). -> (arrivals [(time, train seconds of the group)], when
+    it is free again, the version its batch starts on, the version it holds at the end)."""
+    latest = max(v for v, t in enumerate(ready) if t <= start)
+    if latest > held:
+        start, held = start + batch.ws, latest
+    got, roll = _arrivals(batch, i, n)
+    return [(start + at, cost) for at, cost in got], start + roll, held, held
+
+
+def bounded(batches: list[SyncMeasurements], n: int, m: int, k: int, iterations: int | None = None,
+            worker=at_batch_start) -> tuple[float, float, int, list[float]]:
+    """-> (steady-state TPSPD on n + m devices, mean iteration seconds, largest staleness, iteration seconds).
+    worker: how a rollout worker generates a batch (at_batch_start; partial.py's mid_batch loads mid-batch)."""
     total = iterations or max(len(batches) + k + 1, 4 * (k + 1))  # the steady state sees every batch
     warm = min(k + 1, total - 2)
     ready = [0.0]  # ready[v]: when weights of version v are published
@@ -39,14 +52,9 @@ def bounded(batches: list[SyncMeasurements], n: int, m: int, k: int,
         gate = ready[max(0, b - k)]
         arrivals = []
         for i in range(n):
-            start = max(free[i], gate)
-            latest = max(v for v, t in enumerate(ready) if t <= start)
-            if latest > held[i]:
-                start, held[i] = start + batch.ws, latest
-            stale.append(b - held[i])
-            got, roll = _arrivals(batch, i, n)
-            arrivals += [(start + at, cost) for at, cost in got]
-            free[i] = start + roll
+            got, free[i], first, held[i] = worker(batch, i, n, max(free[i], gate), held[i], ready)
+            stale.append(b - first)
+            arrivals += got
         ranks = [ready[b]] * m
         for j, (at, cost) in enumerate(sorted(arrivals)):
             ranks[j % m] = max(ranks[j % m], at) + cost

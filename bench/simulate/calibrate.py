@@ -68,14 +68,20 @@ def validate(run_dir: Path) -> list[dict]:
 
     periodic_async cells: the report's measured-vs-predicted rows themselves; sync cells: their own
     measurements replayed (in-sample); bounded_async cells: the simulator's bounded model on their sync
-    twin's costs. -> one row per cell: cell, schedule, overlap, split, devices, measured and predicted
-    median TPSPD, error (predicted / measured - 1), measured and predicted speedup, predicted_from."""
+    twin's costs (partial.py's with partial rollout). -> one row per cell: cell, schedule, overlap,
+    partial_rollout, split, devices, measured and predicted median TPSPD, error (predicted / measured - 1),
+    measured and predicted speedup, predicted_from."""
     from rlbench.reports.data import load
+
+    load_cells(Path(run_dir))  # a clear error for a missing folder
+    return predict_cells(load(Path(run_dir)))
+
+
+def predict_cells(run) -> list[dict]:
+    """validate() over a loaded run (rlbench.reports.data.RunData)."""
     from rlbench.reports.tables import reference_of, speedup_frame, sync_twin
     from rlbench.simulate.events import simulate
 
-    load_cells(Path(run_dir))  # a clear error for a missing folder
-    run = load(Path(run_dir))
     report = speedup_frame(run).set_index("cell")
     rows = []
     for c in run.cells:
@@ -97,10 +103,13 @@ def validate(run_dir: Path) -> list[dict]:
                 pred = statistics.median(b.tokens / (w * devices) for b, w in zip(batches, walls))
             elif spec.model == MODEL_BOUNDED:
                 k = int(eng.get("max_staleness", 1) or 0)
-                pred = simulate(batches, c.schedule, n, m, staleness=k).tpspd * (n + m) / devices
+                res = simulate(batches, c.schedule, n, m, staleness=k, partial_rollout=bool(eng.get("partial_rollout")),
+                               resume_kv=eng.get("resume_kv") or "recompute")
+                pred = res.tpspd * (n + m) / devices
         if pred is None:
             continue
         rows.append({"cell": c.name, "schedule": c.schedule, "overlap": eng.get("overlap", True) is not False,
+                     "partial_rollout": bool(eng.get("partial_rollout")),
                      "rollout_devices": n, "train_devices": m, "devices": devices, "predicted_from": twin.name,
                      "measured_tpspd": med, "predicted_tpspd": pred, "error": pred / med - 1,
                      "measured_speedup": schema.ratio(med, ref), "predicted_speedup": schema.ratio(pred, ref)})

@@ -95,6 +95,7 @@ def summary(batches: list[SyncMeasurements]) -> dict:
 def costs_of(m: SyncMeasurements) -> dict:
     """One batch's per-device costs as JSON (calibration.json)."""
     return {"decode_step_s_by_active": dict(zip(m.cost.bs, m.cost.cost)), "refill_s": m.cost.refill,
+            "prefill_s_per_token": m.cost.prefill,
             "decode_step_fallback_s": m.cost.fallback, "train_s_per_token": m.c_tok,
             "optimizer_step_s": m.opt, "weight_sync_s": m.ws, "max_num_seqs": m.slots, "group_size": m.g,
             "shared_prompt": m.shared_prompt, "measured_ranks": m.n, "tokens": m.tokens}

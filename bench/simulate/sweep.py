@@ -138,9 +138,10 @@ def _table(head: list[str], body: list[list[str]]) -> str:
 
 
 def _name(r: dict) -> str:
+    partial = " + partial rollout" if r.get("partial_rollout") else ""
     if r.get("staleness") is not None:  # a bounded-staleness model's row
-        return f"{r['schedule']} k={r['staleness']}"
-    return r["schedule"] + ("" if r.get("overlap", True) else " (barrier)")
+        return f"{r['schedule']} k={r['staleness']}{partial}"
+    return r["schedule"] + ("" if r.get("overlap", True) else " (barrier)") + partial
 
 
 def _colocated(r: dict) -> bool:

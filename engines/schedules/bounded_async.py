@@ -85,6 +85,9 @@ class BoundedAsyncSchedule:
             tr.train(rec, k, [group], inp.answers)
             trained.append(group)
         version = tr.version
+        # The ranks train outside the lock: only the step writes the weights, and a producer kept waiting
+        # here could not admit the next batch while this one trains (no running ahead at all).
+        tr.wait_trained(k)
         with self._lock:  # no publish reads the weights mid-step
             stats, rewards = tr.finish(rec, k)
             if self.pool.mailbox is not None:  # partial rollout: to the workers now, mid-generation

@@ -42,6 +42,10 @@ class SupportsTraining(Protocol):
         """Accumulate the gradients of these groups: Trainer.train, here or (handed on, None returned) on the
         data-parallel ranks."""
 
+    def wait_trained(self, k: int) -> None:
+        """Return once the groups handed to train() are trained (their gradients accumulated); the weights
+        are unchanged until finish()."""
+
     def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
         """All-reduce, clip and step; -> (step stats, rewards of every trained group)."""
 

@@ -16,6 +16,7 @@ class DataParallelTrainer:
         self.names = host.workers
         self.version = 0
         self._pending: list = []  # this iteration's train calls, in order
+        self._shares: list = []  # their answers, once waited for (wait_trained)
         self._dealt = 0  # groups dealt to the ranks this iteration
         if len(self.names) > 1:
             local = shared is not None
@@ -27,7 +28,7 @@ class DataParallelTrainer:
 
     def begin(self) -> None:
         self._all(lambda n: (n, "begin"), "starting an iteration")
-        self._pending, self._dealt = [], 0
+        self._pending, self._shares, self._dealt = [], [], 0
 
     def train(self, rec, k: int, groups: list, answers: dict) -> None:
         """Deal the groups to the ranks and return at once: the ranks train while the schedule goes on."""
@@ -39,10 +40,16 @@ class DataParallelTrainer:
             mine = {g.prompt_index: answers[g.prompt_index] for g in share}
             self._pending.append(self.host.submit(self.names[r], "train", k, share, mine))
 
+    def wait_trained(self, k: int) -> None:
+        """Wait for the ranks' shares of the groups dealt so far. Training reads the weights and only the
+        step writes them, so a schedule can wait here without keeping a weight publish out."""
+        self._shares += self.host.wait(self._pending, f"training iteration {k}")
+        self._pending = []
+
     def finish(self, rec, k: int) -> tuple[dict, dict]:
         """Wait for the ranks' shares, all-reduce and step; -> (rank 0's step stats, rewards of every group)."""
-        shares = self.host.wait(self._pending, f"training iteration {k}")
-        self._pending = []
+        self.wait_trained(k)
+        shares, self._shares = self._shares, []
         steps = self._all(lambda n: (n, "step", k), f"stepping iteration {k}")
         self.version += 1
         rec.extend([ev for _, events in steps for ev in events])

@@ -94,6 +94,9 @@ class Trainer:
         self.iteration_rewards.update(rewards)
         return rewards
 
+    def wait_trained(self, k: int) -> None:
+        """Nothing to wait for: train() ran every phase in this process already."""
+
     def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
         """The iteration's optimizer step (all-reduced over the ranks first), recorded on rec; -> (step
         stats, rewards of every group)."""

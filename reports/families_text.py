@@ -1,0 +1,106 @@
+"""The families ladder in words and tables, from families.csv (computed by bench/run/ladder.py): the
+terminal's lines and the report's section.
+
+The ladder line groups the rungs' factors by their `ladder_factor` (the two staleness rungs form one
+factor, shown with its two steps in brackets); a group's factor is the product of its rungs'.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rlbench.reports.data import RunData
+from rlbench.reports.html import esc, table
+from rlbench.reports.tables import fmt
+
+TITLE = "The families ladder: where the speedup comes from"
+CSV = "families.csv"  # written by bench/run/ladder.py
+SHOWN = ["cell", "TPSPD median (min–max)", "factor", "predicted", "error", "vs sync", "staleness 0/1/2…",
+         "token staleness", "idle % per worker", "acc first→final", "status"]
+NOTE = ("Each rung adds one thing to the rung above it, on the same devices and config: the factor is its "
+        "TPSPD over that rung's (the ladder line multiplies the two staleness rungs into one factor). "
+        "Predicted: from the sync cell's measured device costs alone (decode seconds by sequences in "
+        "flight, refill and prefill seconds, seconds per trained token, optimizer step, weight sync), the "
+        "async cells replayed on those costs; nothing fitted, nothing read from the async cells. Staleness: "
+        "trained samples of the measured iterations by trained − behaviour version (a sample's behaviour "
+        "version is its oldest token's); token staleness: the mean over response tokens (partial rollout "
+        "makes later tokens fresher). Idle: share of the measured span a worker ran no work stage.")
+
+
+def read(run: RunData) -> pd.DataFrame | None:
+    """families.csv of the run folder (None where there is none: not a families ladder)."""
+    path = run.path / CSV
+    if not path.is_file():
+        return None
+    frame = pd.read_csv(path)
+    return frame.astype(object).where(frame.notna(), None)
+
+
+def x(v) -> str:
+    return "n/a" if v is None or v != v else f"{v:.2f}×"
+
+
+def ladder(frame: pd.DataFrame, key: str = "factor") -> list[tuple[str, float | None, list]]:
+    """[(line factor, product of its rungs' factors or None, [(rung factor name, value), ...])] in ladder
+    order; key: "factor" (measured) or "predicted_factor"."""
+    groups: dict[str, list] = {}
+    for r in frame.to_dict("records"):
+        if r["ladder_factor"]:
+            groups.setdefault(r["ladder_factor"], []).append((r["factor_name"], r[key]))
+    return [(name, None if any(v is None for _, v in steps) else math.prod(v for _, v in steps), steps)
+            for name, steps in groups.items()]
+
+
+def ladder_line(frame: pd.DataFrame, key: str = "factor") -> str:
+    """'split 0.76× · overlap 1.39× · staleness 1.10× (k=1 1.05×, k=2 1.05×) · partial rollout 1.20× = 1.40×
+    over sync'; key: "factor" (measured) or "predicted_factor"."""
+    parts = []
+    for name, total, steps in ladder(frame, key):
+        inner = f" ({', '.join(f'{p} {x(v)}' for p, v in steps)})" if len(steps) > 1 else ""
+        parts.append(f"{name} {x(total)}{inner}")
+    last = frame.iloc[-1]["speedup" if key == "factor" else "predicted_speedup"]
+    return " · ".join(parts) + f" = {x(last)} over {frame.iloc[0]['cell']}"
+
+
+def _row(r: dict, stale_cols: list[str], idle_cols: list[str]) -> list[str]:
+    tp = "–" if r["tpspd_median"] is None else \
+        f"{fmt(r['tpspd_median'])} ({fmt(r['tpspd_min'])}–{fmt(r['tpspd_max'])})"
+    err = "–" if r["error_pct"] is None else f"{r['error_pct']:+.0f}%"
+    idle = ", ".join(f"{c[5:-4]} {r[c]:.0f}" for c in idle_cols if r[c] is not None) or "–"
+    factor = "" if r["factor_name"] is None else f"{r['factor_name']} {x(r['factor'])}"
+    pred = "" if r["factor_name"] is None else x(r["predicted_factor"])
+    return [r["cell"], tp, factor, pred, err, x(r["speedup"]), "/".join(fmt(r[c]) for c in stale_cols),
+            fmt(r["token_staleness_mean"]), idle, f"{fmt(r['accuracy_first'])}→{fmt(r['accuracy_final'])}",
+            str(r["status"])]
+
+
+def families_rows(frame: pd.DataFrame) -> list[list[str]]:
+    stale = [c for c in frame.columns if c.startswith("stale_")]
+    idle = [c for c in frame.columns if c.startswith("idle_") and c.endswith("_pct")]
+    return [_row(r, stale, idle) for r in frame.to_dict("records")]
+
+
+def families_lines(run: RunData) -> list[str]:
+    """The terminal's ladder: the measured line, the predicted one, then one row per rung; [] without
+    families.csv."""
+    frame = read(run)
+    if frame is None:
+        return []
+    rows = [SHOWN] + families_rows(frame)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(SHOWN))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return ["", f"Families ladder ({CSV}):", f"  measured:  {ladder_line(frame)}",
+            f"  predicted: {ladder_line(frame, 'predicted_factor')}", *lines]
+
+
+def families_section(run: RunData) -> tuple[str, str] | None:
+    """(title, HTML body) for the report; None without families.csv."""
+    frame = read(run)
+    if frame is None:
+        return None
+    return TITLE, (f"<p><b>measured: {esc(ladder_line(frame))}</b></p>"
+                   f"<p>predicted: {esc(ladder_line(frame, 'predicted_factor'))}</p>"
+                   + table(families_rows(frame), SHOWN) + f"<p>{esc(NOTE)}</p>"
+                   + "<details><summary>Every column (families.csv)</summary>"
+                   + table([list(r) for r in frame.itertuples(index=False)], list(frame.columns)) + "</details>")

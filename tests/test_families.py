@@ -1,0 +1,147 @@
+"""`--ablation families` (bench/run/families.py, reports/families.py): six rungs on one config, the ladder of
+factors in the terminal, families.csv and the report, measured and predicted."""
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import TINY
+from conftest_reports import make_cell
+from rlbench.results import schema
+from rlbench.run import families
+from rlbench.run.ablation import ABLATIONS, cells_for
+from rlbench.config import load_config
+from rlbench.run.ladder import families_frame, is_families, write_ladder
+from rlbench.reports import build_report, summary_table_text
+from rlbench.reports.data import load
+from rlbench.reports.families_text import ladder_line, read
+from rlbench.schedules import SCHEDULES
+from rlbench.schedules.spec import BOUNDED, ONE_STEP, PERIODIC, REFERENCE
+
+FACTOR = re.compile(r"(split|overlap|staleness|k=1|k=2|partial rollout) ([0-9.]+)×")
+
+
+def test_six_rungs_from_the_records():
+    """The cells name the schedules through their records' roles; each rung changes one thing."""
+    cells = cells_for("families", load_config(TINY))
+    assert [c for c, _ in cells] == [r.cell for r in families.RUNGS] == [n for n, _ in ABLATIONS["families"]]
+    cfg = {c: x for c, x in cells}
+    role = {s.role: s.name for s in SCHEDULES.values()}
+    sync, barrier, periodic, one, k2, partial = (cfg[r.cell] for r in families.RUNGS)
+    assert sync.engine.schedule == role[REFERENCE]
+    assert (barrier.engine.schedule, barrier.engine.overlap) == (role[PERIODIC], False)
+    assert (periodic.engine.schedule, periodic.engine.overlap) == (role[PERIODIC], True)
+    assert one.engine.schedule == role[ONE_STEP] and one.switches()["max_staleness"] == 1
+    assert (k2.engine.schedule, k2.engine.max_staleness, k2.engine.partial_rollout) == (role[BOUNDED], 2, False)
+    assert (partial.engine.max_staleness, partial.engine.partial_rollout, partial.engine.resume_kv) == \
+        (2, True, "recompute")
+    for c in cells:  # the same devices and the same workload in every rung
+        assert c[1].model_dump(exclude={"engine", "train"}) == sync.model_dump(exclude={"engine", "train"})
+        assert c[1].train.model_dump(exclude={"prox_logp"}) == sync.train.model_dump(exclude={"prox_logp"})
+        eng = c[1].engine
+        assert (eng.rollout_devices, eng.train_devices, eng.share_devices) == \
+            (sync.engine.rollout_devices, sync.engine.train_devices, sync.engine.share_devices)
+
+
+# rung -> (schedule, stage-time scale: smaller is faster, engine settings the rung's config records)
+HAND = {"sync": ("sync", 1.0, {}), "barrier": ("periodic_async", 1.4, {"overlap": False}),
+        "periodic_async": ("periodic_async", 1.1, {}), "one_step_off": ("one_step_off", 0.9, {"max_staleness": 1}),
+        "k2": ("bounded_async", 0.8, {"max_staleness": 2}),
+        "k2_partial": ("bounded_async", 0.75, {"max_staleness": 2, "partial_rollout": True})}
+
+
+@pytest.fixture(scope="module")
+def hand_ladder(tmp_path_factory):
+    """Six hand-made cells (tests/conftest_reports.py) as a families ablation; one-step-off's samples one
+    version stale after the first iteration."""
+    root = tmp_path_factory.mktemp("families")
+    entries = []
+    for name, (schedule, scale, engine) in HAND.items():
+        folder = make_cell(root / name, name, schedule, scale=scale)
+        res = json.loads((folder / schema.RESULTS).read_text())
+        res["config"]["engine"].update(engine)
+        res["switches"].update(engine)
+        schema.atomic_write_json(folder / schema.RESULTS, res)
+        if name == "one_step_off":
+            rows = [json.loads(line) for line in (folder / schema.SAMPLES).read_text().splitlines()]
+            (folder / schema.SAMPLES).write_text("".join(
+                json.dumps({**r, "behaviour_version": max(0, r["trained_version"] - 1)}) + "\n" for r in rows))
+        entries.append({"name": name, "dir": name, "switches": res["switches"], "exit_code": 0})
+    schema.atomic_write_json(root / schema.ABLATION, {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation",
+                                                      "name": "families", "reference": "sync", "cells": entries})
+    assert write_ladder(root) == root / "families.csv"
+    return root
+
+
+def test_factors_are_ratios_of_consecutive_rungs(hand_ladder):
+    run = load(hand_ladder)
+    frame = families_frame(run)
+    assert is_families(run) and list(frame["cell"]) == list(HAND)
+    tp = list(frame["tpspd_median"])
+    assert list(frame["factor"])[1:] == pytest.approx([b / a for a, b in zip(tp, tp[1:])])
+    assert math.prod(frame["factor"][1:]) == pytest.approx(frame["speedup"].iloc[-1])
+    assert math.prod(frame["predicted_factor"][1:]) == pytest.approx(frame["predicted_speedup"].iloc[-1])
+    assert frame["predicted_tpspd"].notna().all()  # every rung predicted, partial rollout too
+    stale = frame.set_index("cell")[["stale_0", "stale_1", "stale_2"]]
+    assert stale.loc["one_step_off"].tolist() == [0, 96, 0] and stale.loc["k2"].tolist() == [96, 0, 0]
+    assert {"idle_colocated_pct", "idle_trainer_pct", "idle_rollout0_pct"} <= set(frame.columns)
+    assert frame["accuracy_final"].tolist() == [0.45] * 6
+
+
+def test_ladder_line_has_the_issue_form(hand_ladder):
+    frame = read(load(hand_ladder))  # families.csv, as the terminal and the report read it
+    line = ladder_line(frame)
+    found = dict(FACTOR.findall(line))
+    by = frame.set_index("factor_name")["factor"]
+    assert list(found) == ["split", "overlap", "staleness", "k=1", "k=2", "partial rollout"]
+    assert float(found["staleness"]) == pytest.approx(by["k=1"] * by["k=2"], abs=0.006)
+    for name in ("split", "overlap", "k=1", "k=2", "partial rollout"):
+        assert float(found[name]) == pytest.approx(by[name], abs=0.006)
+    assert line.endswith(f"= {frame['speedup'].iloc[-1]:.2f}× over sync")
+    predicted = dict(FACTOR.findall(ladder_line(frame, "predicted_factor")))
+    assert float(predicted["partial rollout"]) == pytest.approx(frame["predicted_factor"].iloc[-1], abs=0.006)
+
+
+def test_report_and_terminal(hand_ladder):
+    build_report(hand_ladder)
+    csv = pd.read_csv(hand_ladder / "families.csv")
+    assert len(csv) == 6 and list(csv["cell"]) == list(HAND)
+    html = (hand_ladder / "report.html").read_text()
+    assert "families ladder" in html and "partial rollout" in html
+    text = summary_table_text(hand_ladder)
+    assert "measured:  split" in text and "predicted: split" in text
+
+
+def test_other_ablations_have_no_ladder(tmp_path):
+    from conftest_reports import make_ablation
+
+    root = make_ablation(tmp_path)
+    (root / "families.csv").write_text("stale\n")  # left by an earlier ladder in this folder: removed
+    assert write_ladder(root) is None and not (root / "families.csv").exists()
+    assert not is_families(load(root)) and "Families ladder" not in summary_table_text(root)
+
+
+def test_families_through_the_cli(tmp_path):
+    """The ladder as a user runs it, on the tiny config: six cells complete, families.csv has six rows, and
+    the factors the terminal prints are the CSV's TPSPD ratios."""
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "families",
+                           "--set", "run.iterations=2", "--out", str(tmp_path), "--no-progress"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = next(tmp_path.iterdir())
+    csv = pd.read_csv(run_dir / "families.csv").set_index("cell")
+    assert list(csv.index) == [r.cell for r in families.RUNGS] and (csv["status"] == "complete").all()
+    assert csv["predicted_tpspd"].notna().all()
+    line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("measured:"))
+    found = dict(FACTOR.findall(line))
+    tp = csv["tpspd_median"]
+    ratio = {"split": tp["barrier"] / tp["sync"], "overlap": tp["periodic_async"] / tp["barrier"],
+             "k=1": tp["one_step_off"] / tp["periodic_async"], "k=2": tp["k2"] / tp["one_step_off"],
+             "staleness": tp["k2"] / tp["periodic_async"], "partial rollout": tp["k2_partial"] / tp["k2"]}
+    assert {k: float(v) for k, v in found.items()} == pytest.approx(ratio, abs=0.006)
+    stale = csv.loc["k2", [c for c in csv.columns if c.startswith("stale_")]]
+    assert stale.sum() > 0 and all(int(s.split("_")[1]) <= 2 for s in stale[stale > 0].index)
