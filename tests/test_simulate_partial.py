@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlbench.costmodel.predict import StepCost, SyncMeasurements
+from rlbench.costmodel.predict import StepCost, SyncMeasurements, replay_posted
 from rlbench.simulate import simulate
 from rlbench.simulate.bounded import bounded
 from rlbench.simulate.model import lognormal_samples
-from rlbench.simulate.partial import mid_batch, replay_partial
+from rlbench.simulate.partial import mid_batch
 
 BOUNDED_K = "bounded_async"
 
@@ -37,12 +37,12 @@ def test_replay_by_hand():
     rows = [{"prompt": 0, "sample": 0, "prompt_len": 10, "response_len": 5},
             {"prompt": 1, "sample": 0, "prompt_len": 10, "response_len": 9}]
     cost = StepCost({1: (1, 1.0), 2: (1, 1.0)}, 0.5, 1, prefill_s_per_token=0.01)
-    done, total, loaded, recomputed = replay_partial(rows, 2, 1, cost, [(3.2, 1)], 0.25)
+    done, total, loaded, recomputed = replay_posted(rows, 2, 1, cost, [(3.2, 1)], 0.25)
     assert done == pytest.approx({0: 5.01, 1: 9.51}) and total == pytest.approx(10.01)
     assert loaded == [1] and recomputed == 26
-    done, total, loaded, recomputed = replay_partial(rows, 2, 1, cost, [(3.2, 1)], 0.25, recompute=False)
+    done, total, loaded, recomputed = replay_posted(rows, 2, 1, cost, [(3.2, 1)], 0.25, recompute=False)
     assert done == pytest.approx({0: 4.75, 1: 9.25}) and (loaded, recomputed) == ([1], 0)
-    assert replay_partial(rows, 2, 1, cost, [], 0.25)[:2] == ({0: 4.5, 1: 9.0}, 9.5)  # predict.replay's
+    assert replay_posted(rows, 2, 1, cost, [], 0.25)[:2] == ({0: 4.5, 1: 9.0}, 9.5)  # predict.replay's
 
 
 def test_timeline_by_hand():

@@ -74,16 +74,31 @@ def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dic
 
     samples: rows (prompt, sample, response_len) of this worker's prompts. -> (prompt -> seconds from
     the start of the generate call until its group's last sample finished, total seconds)."""
+    done, t, _, _ = replay_posted(samples, slots, g, cost)
+    return done, t
+
+
+def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost, posts: list[tuple[float, int]] = (),
+                  load_s: float = 0.0, recompute: bool = True) -> tuple[dict[int, float], float, list[int], int]:
+    """replay with new weights taken mid-generation (partial rollout, bench/simulate/partial.py).
+
+    posts: [(seconds after the generate call started, version)] in time order. Before each decode step,
+    the newest version posted by then that the worker lacks is loaded: load_s, plus (recompute) the prefill
+    of every sequence in flight (prompt_len + tokens fed so far) at cost.prefill seconds per token.
+    -> (prompt -> seconds until its group's last sample finished, total seconds, the versions loaded, tokens
+    recomputed)."""
     pending = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
     left = {p: g for p in {s["prompt"] for s in pending}}
     done: dict[int, float] = {}
     active: list[tuple[int, int, int]] = []  # heap of (decode step it ends at, admission order, prompt)
-    t, i, step = 0.0, 0, 0
+    started: dict[int, tuple[int, int]] = {}  # admission order -> (decode step it was admitted at, prompt_len)
+    t, i, step, p = 0.0, 0, 0, 0  # p: the next post not yet taken
+    loaded, recomputed = [], 0
 
-    def retire(p: int):
-        left[p] -= 1
-        if left[p] == 0:
-            done[p] = t
+    def retire(prompt: int):
+        left[prompt] -= 1
+        if left[prompt] == 0:
+            done[prompt] = t
 
     def fill():
         nonlocal i, t
@@ -92,21 +107,34 @@ def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dic
             i += 1
             todo = max(1, int(s["response_len"])) - 1  # the first token is the prefill's
             if todo <= 0:
-                retire(s["prompt"])  # ended on its first token: its slot is free again at once
+                retire(s["prompt"])
             else:
                 heapq.heappush(active, (step + todo, i, s["prompt"]))
+                started[i] = (step, int(s.get("prompt_len", 0)))
         t += cost.refill
 
+    def reload():
+        nonlocal t, p, recomputed
+        while p < len(posts) and posts[p][0] <= t:  # the newest posted by now; older ones are skipped
+            p += 1
+        loaded.append(posts[p - 1][1])
+        # a sequence admitted at decode step a has fed prompt + (step - a) tokens: those are prefilled again
+        tokens = sum(started[order][1] + step - started[order][0] for _, order, _ in active) if recompute else 0
+        recomputed += tokens
+        t += load_s + tokens * cost.prefill
+
     fill()
-    while active:  # jump to the next finishing sample: the number in flight is constant until then
+    while active:
         k, c = active[0][0] - step, cost(len(active))
         for _ in range(k):  # one addition per decode step, as a step-by-step replay sums them
+            if p < len(posts) and posts[p][0] <= t:
+                reload()
             t += c
-        step += k
+            step += 1
         while active and active[0][0] == step:
             retire(heapq.heappop(active)[2])
         fill()
-    return done, t
+    return done, t, loaded, recomputed
 
 
 def train_tokens(rows: list[dict], shared_prompt: bool) -> int:

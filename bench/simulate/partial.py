@@ -18,74 +18,14 @@ and no weight-sync cost, it is bounded staleness exactly; with equal response le
 """
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 
-from rlbench.costmodel.predict import StepCost, SyncMeasurements, train_tokens
-
-
-def replay_partial(samples: list[dict], slots: int, g: int, cost: StepCost, posts: list[tuple[float, int]],
-                   load_s: float, recompute: bool = True) -> tuple[dict[int, float], float, list[int], int]:
-    """predict.replay with new weights taken mid-generation.
-
-    posts: [(seconds after the generate call started, version)] in time order. Before each decode step,
-    the newest version posted by then that the worker lacks is loaded: load_s, plus (recompute) the prefill
-    of every sequence in flight (prompt_len + tokens fed so far) at cost.prefill seconds per token.
-    -> (prompt -> seconds until its group's last sample finished, total seconds, the versions loaded, tokens
-    recomputed)."""
-    pending = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
-    left = {p: g for p in {s["prompt"] for s in pending}}
-    done: dict[int, float] = {}
-    active: list[tuple[int, int, int]] = []  # heap of (decode step it ends at, admission order, prompt)
-    started: dict[int, tuple[int, int]] = {}  # admission order -> (decode step it was admitted at, prompt_len)
-    t, i, step, p = 0.0, 0, 0, 0  # p: the next post not yet taken
-    loaded, recomputed = [], 0
-
-    def retire(prompt: int):
-        left[prompt] -= 1
-        if left[prompt] == 0:
-            done[prompt] = t
-
-    def fill():
-        nonlocal i, t
-        while i < len(pending) and len(active) < slots:
-            s = pending[i]
-            i += 1
-            todo = max(1, int(s["response_len"])) - 1  # the first token is the prefill's
-            if todo <= 0:
-                retire(s["prompt"])
-            else:
-                heapq.heappush(active, (step + todo, i, s["prompt"]))
-                started[i] = (step, int(s["prompt_len"]))
-        t += cost.refill
-
-    def reload():
-        nonlocal t, p, recomputed
-        while p < len(posts) and posts[p][0] <= t:  # the newest posted by now; older ones are skipped
-            p += 1
-        loaded.append(posts[p - 1][1])
-        # a sequence admitted at decode step a has fed prompt + (step - a) tokens: those are prefilled again
-        tokens = sum(started[order][1] + step - started[order][0] for _, order, _ in active) if recompute else 0
-        recomputed += tokens
-        t += load_s + tokens * cost.prefill
-
-    fill()
-    while active:
-        k, c = active[0][0] - step, cost(len(active))
-        for _ in range(k):  # one addition per decode step, as predict.replay
-            if p < len(posts) and posts[p][0] <= t:
-                reload()
-            t += c
-            step += 1
-        while active and active[0][0] == step:
-            retire(heapq.heappop(active)[2])
-        fill()
-    return done, t, loaded, recomputed
+from rlbench.costmodel.predict import SyncMeasurements, replay_posted, train_tokens
 
 
 def mid_batch(recompute: bool = True):
     """bounded.py's worker function with partial rollout: versions posted while the worker generates are
-    loaded at its next token boundary (replay_partial)."""
+    loaded at its next token boundary (costmodel.predict.replay_posted)."""
     def worker(batch: SyncMeasurements, i: int, n: int, start: float, held: int,
                ready: list[float]) -> tuple[list[tuple[float, float]], float, int, int]:
         latest = max(v for v, t in enumerate(ready) if t <= start)
@@ -93,7 +33,7 @@ def mid_batch(recompute: bool = True):
             start, held = start + batch.ws, latest
         posts = [(t - start, v) for v, t in enumerate(ready) if v > held and t > start]
         shard = batch.shard(i, n)
-        done, roll, loaded, _ = replay_partial(shard, batch.slots, batch.g, batch.cost, posts, batch.ws, recompute)
+        done, roll, loaded, _ = replay_posted(shard, batch.slots, batch.g, batch.cost, posts, batch.ws, recompute)
         groups = defaultdict(list)
         for s in shard:
             groups[s["prompt"]].append(s)
