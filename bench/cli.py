@@ -116,13 +116,18 @@ def check_cmd(
     tolerance: list[str] = typer.Option([], "--tolerance", "-t",
                                         help="With --update: KIND_OR_METRIC=FRACTION, e.g. ratio=0.1 (default: "
                                              "keep the file's tolerances, else the built-in defaults)."),
+    confirm: bool = typer.Option(True, "--confirm/--no-confirm", help="A/B: when the only failures are "
+                                 "paired performance metrics, run a second A/B with fresh processes and fail "
+                                 "only on what both runs flag (per-process offsets differ between runs; a "
+                                 "change of code does not). Two A/B folders as RUN_DIRS are judged this way."),
 ) -> None:
     """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
     accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
     baseline."""
     from rlbench.check.command import check
 
-    code = check(run_dirs or [], against, config, ablation, set_, out, baseline, update, calibrate, tolerance)
+    code = check(run_dirs or [], against, config, ablation, set_, out, baseline, update, calibrate, tolerance,
+                 confirm)
     if code:
         sys.exit(code)  # not typer.Exit: main() runs the app with standalone_mode=False
 

@@ -59,7 +59,8 @@ def test_the_shim_imports_the_old_tree_in_place(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_a_real_ab_run_interleaves_and_catches_a_planted_decode_slowdown(tmp_path):
     """HEAD (old) and this tree (new), one sync cell of cpu-tiny, 12 iterations: the sampler's decode step
-    made four times as slow in the new tree only (RLBENCH_SLOW=decode:3.0) must fail on the rollout cost.
+    made four times as slow in the new tree only (RLBENCH_SLOW=decode:3.0) must fail on the rollout cost,
+    in the first A/B run and in the second that confirms it (fresh processes; the default --confirm).
     (A 2x decode step measured as +75% rollout cost once in CI, inside the flag line of 7 paired iterations
     of a 2-core machine (+87%): the planted change must stand far outside the noise of so short a run.)"""
     env = {**os.environ, "RLBENCH_SLOW": "decode:3.0"}
@@ -68,10 +69,12 @@ def test_a_real_ab_run_interleaves_and_catches_a_planted_decode_slowdown(tmp_pat
                            "--set", "engine.schedule=sync", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "cost:rollout" in proc.stdout.split("FAIL")[1]
-    (ab,) = list(tmp_path.iterdir())
+    verdict = proc.stdout.split("\nFAIL")[1]
+    assert "confirmed by a second A/B run" in verdict and "cost:rollout: +" in verdict
+    ab, again = sorted(tmp_path.iterdir())
     record = json.loads((ab / against.AB_FILE).read_text())
     assert record["planted"] == {"RLBENCH_SLOW": "decode:3.0"} and record["verdict"]["exit_code"] == 1
+    assert record["confirmed_by"] == str(again.resolve()) and "cost:rollout" in record["combined_verdict"]["worse"]
     old, new = (schema.load_run(d)[0] for d in against.run_dirs(ab))
     assert "planted_slowdown" not in old and new["planted_slowdown"] == {"decode": 3.0}
     spans = sorted((r["clock_t0"] + it["start"], r["clock_t0"] + it["end"], side, it["iteration"])

@@ -11,7 +11,7 @@ import sys
 import pytest
 from test_check import ASYNC, SYNC, Cell, row, write_run
 
-from rlbench.check import ab as check_ab, ab_power as check_ab_power, stats as check_stats
+from rlbench.check import ab as check_ab, ab_power as check_ab_power, confirm, stats as check_stats
 from rlbench.results import schema
 
 
@@ -108,3 +108,48 @@ def test_power_study_from_ab_folders(tmp_path):
     assert planted == {"RLBENCH_SLOW": "update:0.3"} and "cost:update" in flagged
     text = check_ab_power.format_study(res)
     assert "False alarms: 0/3" in text and "| gradient pass (update) (cost:update) |" in text
+
+
+def _judge(ab):
+    return check_ab.compare(ab / "old" / "run", ab / "new" / "run", "HEAD")
+
+
+def test_a_flag_the_second_run_does_not_repeat_is_not_a_regression(tmp_path):
+    """First run: the rollout cost +10% (a per-process offset, say); second run: unchanged. Only paired
+    metrics failed, so a second run decides, and it does not confirm: pass, naming both measurements."""
+    first, second = _judge(ab_folder(tmp_path / "a", seed_new=0, slow={"rollout": 0.1})), _judge(ab_folder(tmp_path / "b"))
+    assert first.exit_code == 1 and confirm.needs_confirmation(first)
+    final = confirm.combine(first, second)
+    assert final.exit_code == 0, final.verdict
+    assert final.verdict.startswith("PASS") and "cost:rollout flagged in the first run (+10.0%" in final.verdict
+    assert row(final, "cost:rollout").mark == "not significant"
+
+
+def test_a_regression_both_runs_flag_fails_with_both_measurements(tmp_path):
+    first = _judge(ab_folder(tmp_path / "a", seed_new=0, slow={"rollout": 0.1}))
+    second = _judge(ab_folder(tmp_path / "b", seed_new=0, slow={"rollout": 0.2}))
+    final = confirm.combine(first, second)
+    assert final.exit_code == 1 and "confirmed by a second A/B run" in final.verdict
+    assert "cost:rollout: +10.0% [+10.0%, +10.0%] in the first run, +20.0% [+20.0%, +20.0%] in the second" in final.verdict
+
+
+def test_a_flag_only_in_the_second_run_is_not_confirmed_but_a_lost_cell_is_a_failure(tmp_path):
+    first = _judge(ab_folder(tmp_path / "a", seed_new=0, slow={"update": 0.2}))
+    second = _judge(ab_folder(tmp_path / "b", seed_new=0, slow={"rollout": 0.2}))
+    final = confirm.combine(first, second)
+    assert final.exit_code == 0 and "cost:rollout flagged only in the second run (+20.0%" in final.verdict
+    failed = _judge(ab_folder(tmp_path / "c", status="failed"))
+    assert not confirm.needs_confirmation(failed)  # a cell that did not complete fails at once
+    assert confirm.combine(first, failed).exit_code == 1
+
+
+def test_cli_judges_two_ab_folders_as_a_run_and_its_confirmation(tmp_path):
+    a = ab_folder(tmp_path / "a", seed_new=0, slow={"rollout": 0.1})
+    b = ab_folder(tmp_path / "b", seed_new=0, slow={"rollout": 0.1})
+    c = ab_folder(tmp_path / "c")
+    fail = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(b)], capture_output=True, text=True)
+    assert fail.returncode == 1 and "second A/B run (fresh processes), to confirm:" in fail.stdout
+    assert json.loads((a / "ab.json").read_text())["confirmed_by"] == str(b.resolve())
+    assert "cost:rollout" in json.loads((b / "ab.json").read_text())["combined_verdict"]["worse"]
+    ok = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(c)], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.rstrip().splitlines()[-1].startswith("PASS: nothing flagged by both")

@@ -46,6 +46,10 @@ UNITS = {
 # and new of one cell); a ratio between two cells carries two pairs' offsets, so sqrt(2) times it.
 # Chosen on unchanged A/B runs: bench/baselines/README.md.
 AB_STATS = {"z": 3.0, "floor": 0.06}
+# The confirming run (bench/check/confirm.py) judges only what the first run flagged, on fresh processes:
+# the same floor (offsets are as large), a lower t (the first run has screened already; the joint rate of
+# within-run noise is the product). Chosen on the 20 unchanged runs: bench/baselines/README.md.
+CONFIRM_STATS = {"z": 2.0, "floor": 0.06}
 BETWEEN_CELLS = ("speedup", "async_gain", "tri_model_gain", "shared_prompt_gain", "stage_cost")
 
 
@@ -170,7 +174,7 @@ def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
         if m["log_ratios"]:
             row.mark, row.ci, row.note, row.change = judge_paired(m["log_ratios"], m["direction"], stats,
                                                                   floor_of(name, stats))
-            row.delta = m["new"] - m["old"]
+            row.delta, row.paired = m["new"] - m["old"], True
         elif m["old"] is not None:
             row.mark, row.note = "worse", "measured by the old tree, missing in the new one"
         else:

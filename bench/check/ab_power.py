@@ -6,11 +6,16 @@
 - Detection, as measured: each unchanged run again, with a component's metrics shifted by log(1 + f),
   exactly what a slowdown f of that component's CPU time does to its per-unit cost in every cell
   (RLBENCH_SLOW burns f x the stage's CPU time). "Flagged" = one of the component's own metrics worse.
+- Confirmed (`--confirm`, bench/check/confirm.py): a paired metric fails only when the first A/B run flags
+  it and a second with fresh processes flags it again at the confirming flag line (CONFIRM_STATS); every
+  ordered pair of distinct unchanged runs stands for a run and its confirmation (pairs share runs, so the
+  pair counts are not independent trials: they estimate the rate).
 - Real planted runs (RLBENCH_SLOW in the new tree only) are the validation: reported with what they
   flagged.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -47,14 +52,15 @@ def _load(dirs) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
     return unchanged, planted
 
 
-def _flagged(metrics: dict, shift: dict[str, float] | None = None) -> set[str]:
-    """Paired metrics judged worse, with log-ratio shifts added to some."""
+def _flagged(metrics: dict, shift: dict[str, float] | None = None, stats: dict = check_ab.AB_STATS) -> set[str]:
+    """Paired metrics judged worse (by `stats`: the first run's flag line, or the confirming run's), with
+    log-ratio shifts added to some."""
     out = set()
     for name, m in metrics.items():
         if not m["log_ratios"]:
             continue
         x = [v + (shift or {}).get(name, 0.0) for v in m["log_ratios"]]
-        if check_ab.judge_paired(x, m["direction"], floor=check_ab.floor_of(name))[0] == "worse":
+        if check_ab.judge_paired(x, m["direction"], stats, check_ab.floor_of(name, stats))[0] == "worse":
             out.add(name)
     return out
 
@@ -78,18 +84,27 @@ def upper_bound(k: int, n: int, conf: float = 0.95) -> float:
 def study(dirs) -> dict:
     unchanged, planted = _load(dirs)
     end_to_end = [(d, check_ab_verdict(d)) for d, _, _ in unchanged]
-    detect = {}
+    detect, confirmed = {}, {}
     for comp, prefixes in COMPONENTS.items():
-        detect[comp] = {}
+        detect[comp], confirmed[comp] = {}, {}
         for f in SIZES:
-            hits = 0
+            hits, again = [], []
             for _, metrics, _ in unchanged:
                 own = [n for n in metrics if n.startswith(prefixes) and metrics[n]["log_ratios"]]
                 shift = {n: _sign(metrics[n]["direction"]) * math.log1p(f) for n in own}
-                hits += bool(_flagged(metrics, shift) & set(own))
-            detect[comp][f] = (hits, len(unchanged))
+                hits.append(_flagged(metrics, shift) & set(own))
+                again.append(_flagged(metrics, shift, check_ab.CONFIRM_STATS) & set(own))
+            detect[comp][f] = (sum(map(bool, hits)), len(unchanged))
+            pairs = list(itertools.permutations(range(len(unchanged)), 2))
+            confirmed[comp][f] = (sum(bool(hits[i] & again[j]) for i, j in pairs), len(pairs))
+    runs = [(d, _flagged(m), _flagged(m, stats=check_ab.CONFIRM_STATS), set(w))
+            for (d, m, _), (_, (_, w)) in zip(unchanged, end_to_end)]
+    # a run and its confirmation: fails when the first fails on anything but paired metrics, or both flag one
+    confirmed_alarms = [(a[0], b[0], sorted((a[3] - a[1]) or (a[1] & b[2])))
+                        for a, b in itertools.permutations(runs, 2) if (a[3] - a[1]) or (a[1] & b[2])]
     walls = [r.get("wall_s") for _, _, r in unchanged + planted if r.get("wall_s")]
-    return {"runs": len(unchanged), "end_to_end": end_to_end, "detect": detect,
+    return {"runs": len(unchanged), "end_to_end": end_to_end, "detect": detect, "confirmed": confirmed,
+            "confirmed_alarms": confirmed_alarms, "ordered_pairs": len(unchanged) * (len(unchanged) - 1),
             "metrics": sorted({n for _, m, _ in unchanged for n in m if m[n]["log_ratios"]}),
             "planted": [(d, r["planted"], sorted(_flagged(m))) for d, m, r in planted],
             "wall_s": (min(walls), max(walls)) if walls else None}
@@ -109,16 +124,23 @@ def format_study(res: dict) -> str:
     lines = [f"Unchanged A/B runs: {n} (each old = new commit, nothing planted; {len(res['metrics'])} paired "
              f"metrics each; z = {check_ab.AB_STATS['z']:g} on the t scale, floor "
              f"{check_ab.AB_STATS['floor']:.0%} per process pair, {check_ab.floor_of('speedup:a/b'):.1%} between "
-             f"two cells)", "",
+             f"two cells). Each cell: flagged by one run; then confirmed: flagged by the first run of an ordered pair "
+             f"and again by the second at the confirming line (t of z = {check_ab.CONFIRM_STATS['z']:g}, same floor)", "",
              "| component (metrics a slowdown moves) | " + " | ".join(f"{f:.0%} slower" for f in SIZES) + " |",
              "|---|" + "---|" * len(SIZES)]
     for comp, row in res["detect"].items():
-        cells = " | ".join(f"{h}/{t} ({h / t:.0%})" for h, t in row.values())
+        both = res["confirmed"][comp]
+        cells = " | ".join(f"{h}/{t} ({h / t:.0%}); confirmed {c}/{p} ({c / p:.0%})"
+                           for (h, t), (c, p) in zip(row.values(), both.values()))
         lines.append(f"| {comp} ({', '.join(p + ('*' if p.endswith(':') else '') for p in COMPONENTS[comp])}) "
                      f"| {cells} |")
     lines += ["", f"False alarms: {len(alarms)}/{n} unchanged A/B runs failed end to end (every metric judged); "
                   f"95% upper bound {upper_bound(len(alarms), n):.1%}"]
     lines += [f"- false alarm {d}: {', '.join(w)}" for d, w in alarms]
+    k, pairs = len(res["confirmed_alarms"]), res["ordered_pairs"]
+    lines.append(f"Confirmed (--confirm: a run fails on what a second run flags too): {k}/{pairs} ordered pairs "
+                 f"of distinct unchanged runs ({k / pairs:.1%})" if pairs else "")
+    lines += [f"- confirmed false alarm {a} then {b}: {', '.join(w)}" for a, b, w in res["confirmed_alarms"][:10]]
     lines += [f"- real planted run {d}: {p} -> flagged: {', '.join(f) or 'nothing'}" for d, p, f in res["planted"]]
     if res["wall_s"]:
         lines.append(f"A/B run wall time (both trees, setup included): {res['wall_s'][0]:.0f}-{res['wall_s'][1]:.0f} s")

@@ -237,14 +237,26 @@ def is_ab(path: Path) -> bool:
     return (Path(path) / AB_FILE).is_file()
 
 
-def judge(ab: Path):
-    """CheckResult of an A/B folder (bench/check/ab.py); the verdict is also saved in its ab.json."""
+def judge(ab: Path, confirming: bool = False):
+    """CheckResult of an A/B folder (bench/check/ab.py); the verdict is also saved in its ab.json.
+    confirming: the second run of bench/check/confirm.py (its flag line: CONFIRM_STATS)."""
     from rlbench.check import ab as check_ab
 
     record = json.loads((Path(ab) / AB_FILE).read_text())
     old, new = run_dirs(ab)
-    res = check_ab.compare(old, new, f"{record['against']} = {record['old_commit'][:12]}")
+    res = check_ab.compare(old, new, f"{record['against']} = {record['old_commit'][:12]}",
+                           check_ab.CONFIRM_STATS if confirming else check_ab.AB_STATS)
     record["verdict"] = {"exit_code": res.exit_code, "line": res.verdict.splitlines()[0],
                          "worse": [r.metric for r in res.rows if r.mark == "worse"]}
     schema.atomic_write_json(Path(ab) / AB_FILE, record)
     return res
+
+
+def record_confirmation(first: Path, second: Path, final) -> None:
+    """Both A/B folders name each other and carry the combined verdict (bench/check/confirm.py)."""
+    verdict = {"exit_code": final.exit_code, "line": final.verdict.splitlines()[0],
+               "worse": [r.metric for r in final.rows if r.mark == "worse"]}
+    for path, key, other in ((first, "confirmed_by", second), (second, "confirms", first)):
+        record = json.loads((Path(path) / AB_FILE).read_text())
+        record.update({key: str(Path(other).resolve()), "combined_verdict": verdict})
+        schema.atomic_write_json(Path(path) / AB_FILE, record)

@@ -45,6 +45,7 @@ class Row:
     ci: tuple[float, float] | None = None  # 95% interval: of the relative change (ratio, cost), else of delta
     note: str = ""
     description: str = ""  # what the metric measures (names the component in a failure)
+    paired: bool = False  # judged on per-iteration log-ratios against this run's noise (A/B; confirmable)
 
 
 @dataclass
@@ -221,9 +222,9 @@ def _fmt_change(r: Row) -> str:
     return rel if r.kind in ("ratio", "cost") else f"{r.delta:+.3f}" + (f" ({rel})" if rel and r.kind != "invariant" else "")
 
 
-def format_check(result: CheckResult) -> str:
+def format_check(result: CheckResult, verdict: bool = True) -> str:
     """Plain-text table (metric, baseline or old, current or new, change, mark, note); the last line is
-    the verdict."""
+    the verdict (verdict=False: the table alone)."""
     ab = result.baseline_info.get("kind") == "A/B"
     head = ("metric", "old" if ab else "baseline", "new" if ab else "current", "change", "mark", "note")
     body = [(r.metric, _fmt_value(r.baseline), _fmt_value(r.current), _fmt_change(r), r.mark,
@@ -240,5 +241,6 @@ def format_check(result: CheckResult) -> str:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
     if result.config_diff:
         lines.append("not comparable, config differs from the baseline's: " + "; ".join(result.config_diff))
-    lines.append(result.verdict)
+    if verdict:
+        lines.append(result.verdict)
     return "\n".join(line.rstrip() for line in lines)

@@ -1,0 +1,81 @@
+"""A flagged A/B run confirmed by a second one with fresh processes (`rlbench check --against`, `--confirm`).
+
+Every process of each tree carries an offset of its own (memory layout, which core), constant over its
+run, which no statistic inside one run can see; the floor of bench/check/ab.py covers it on the machine
+it was measured on. On another CPU type an offset can reach the floor (CI, 2026-11: cost:rollout +6.0% with
+no change to the rollout code). A second A/B run starts new processes, so their offsets are drawn afresh,
+while a change of code moves the metric again. So when the first run's only failures are paired
+performance metrics (judged against noise), a second run is made, and a paired metric is a regression
+only when both runs flag it. Everything else fails at once: a cell of the new tree that did not complete,
+a metric it lost, accuracy, an invariant (these do not depend on which process ran).
+"""
+from __future__ import annotations
+
+from rlbench.check.verdicts import CheckResult, Row, format_check
+
+CONFIRM_NOTE = "flagged in the first A/B run; the second run (fresh processes) decides"
+
+
+def needs_confirmation(first: CheckResult) -> bool:
+    """True when the first run failed and every failure is a paired performance metric."""
+    worse = [r for r in first.rows if r.mark == "worse"]
+    return bool(worse) and all(r.paired for r in worse)
+
+
+def combine(first: CheckResult, second: CheckResult) -> CheckResult:
+    """The verdict of two A/B runs: the second run's rows, a paired metric worse only where both runs flag
+    it; any other failure of the second run stands."""
+    flagged = {r.metric: r for r in first.rows if r.mark == "worse"}
+    res = CheckResult(second.run_dir, second.baseline_path, baseline_info=dict(second.baseline_info))
+    confirmed, cleared = [], []
+    for r in second.rows:
+        row = Row(**vars(r))
+        if r.paired and r.metric in flagged:
+            (confirmed if r.mark == "worse" else cleared).append((flagged[r.metric], r))
+        elif r.paired and r.mark == "worse":
+            row.mark = "not significant"
+            row.note = f"flagged in the second A/B run only, not in the first: not confirmed; {r.note}"
+            cleared.append((None, r))
+        res.rows.append(row)
+    res.exit_code = int(any(r.mark == "worse" for r in res.rows))
+    lines = [f"  {_twice(a, b)}" for a, b in confirmed]
+    twice = {b.metric for _, b in confirmed}
+    others = [r for r in res.rows if r.mark == "worse" and r.metric not in twice]
+    if res.exit_code:
+        res.verdict = (f"FAIL: {len(confirmed) + len(others)} regression(s)"
+                       + (", confirmed by a second A/B run with fresh processes" if confirmed else "") + ":\n"
+                       + "\n".join(lines + [f"  {_once(r)}" for r in others]))
+    else:
+        res.verdict = ("PASS: nothing flagged by both A/B runs; "
+                       + "; ".join(_not_confirmed(a, b) for a, b in cleared)
+                       + " (a per-process offset, not a change of code: bench/baselines/README.md)")
+    return res
+
+
+def _pct(r: Row | None) -> str:
+    if r is None or r.change is None:
+        return "not flagged"
+    ci = f" [{r.ci[0]:+.1%}, {r.ci[1]:+.1%}]" if r.ci else ""
+    return f"{r.change:+.1%}{ci}"
+
+
+def _twice(a: Row, b: Row) -> str:
+    return f"{b.metric}: {_pct(a)} in the first run, {_pct(b)} in the second" + (
+        f": {b.description}" if b.description else "")
+
+
+def _once(r: Row) -> str:
+    return f"{r.metric} {_pct(r) if r.change is not None else r.current}" + (f": {r.note}" if r.note else "")
+
+
+def _not_confirmed(a: Row | None, b: Row) -> str:
+    if a is None:
+        return f"{b.metric} flagged only in the second run ({_pct(b)})"
+    return f"{b.metric} flagged in the first run ({_pct(a)}), {_pct(b)} in the second (within its flag line)"
+
+
+def format_confirmed(first: CheckResult, second: CheckResult, final: CheckResult) -> str:
+    """Both runs' tables, then the combined verdict."""
+    return "\n".join([format_check(first, verdict=False), f"first run: {first.verdict.splitlines()[0]}", "",
+                      "second A/B run (fresh processes), to confirm:", format_check(second, verdict=False),
+                      f"second run: {second.verdict.splitlines()[0]}", "", final.verdict])
