@@ -149,8 +149,9 @@ def test_summary_table_text(ablation):
 def sync_cell(step_s: float, train_s_per_token: float, samples: list[dict], ranks: int = 2,
               ws: float = 0.01, opt: float = 0.02) -> tuple[dict, list[dict]]:
     """A consistent data-parallel sync cell: every rank's rollout is its shard's replay at step_s per decode
-    step, its training train_s_per_token per token; -> (results dict, events)."""
-    from rlbench.costmodel.predict import train_tokens
+    step, its training train_s_per_token per executed position (micro-batches of 4 padded to their longest
+    row, as the trainer runs them); -> (results dict, events)."""
+    from rlbench.costmodel.predict import train_work
 
     iters = sorted({s["iteration"] for s in samples})
     its, events, stats, t = [], [], [], 0.0
@@ -160,7 +161,7 @@ def sync_cell(step_s: float, train_s_per_token: float, samples: list[dict], rank
         for r in range(ranks):
             shard = [s for s in rows if s["prompt"] % ranks == r]
             _, roll_steps = replay(shard, 64, 4, StepCost({}, 0.0, 0, fallback_s=1.0))
-            roll, train = roll_steps * step_s, train_s_per_token * train_tokens(shard, False)
+            roll, train = roll_steps * step_s, train_s_per_token * train_work(shard, False, 4)
             w, c = f"colocated{r}", t
             for stage, d in (("weight_sync", ws), ("rollout", roll), ("update", train), ("optimizer_step", opt)):
                 events.append({"worker": w, "stage": stage, "iteration": k, "start": c, "end": c + d, "devices": 1})
@@ -189,7 +190,7 @@ FLAT = samples_with(lambda p, j: 50)
 
 
 def test_predict_sync_in_sample_and_long_tail_overlap():
-    cell, events = sync_cell(0.01, 0.002, TAIL)
+    cell, events = sync_cell(0.01, 0.001, TAIL)
     out = predict_async(cell, TAIL, events, 1, 1)
     assert out["predicted_sync_iter_s"] == pytest.approx(out["sync_iter_s"], rel=1e-6)  # the model's own check
     assert out["rollout_share"] > 0.3  # mean over the ranks: one generates the tail, the other idles
@@ -264,3 +265,27 @@ def test_chromium_screenshot(built, tmp_path):
     assert img.shape[:2] == (2000, 1280)
     assert img[..., :3].std() > 0.05  # text, tables and plots, not a blank page
     shutil.copy(shot, built / "screenshot.png")  # kept beside the report for a look by hand
+
+
+def test_training_work_counts_padding_packing_and_attention():
+    """The trainer runs each micro-batch as [rows, prompt + its longest response] (packed: one sequence), so
+    a group with one long response costs its padded batch; with the model's shape, forward FLOPs."""
+    from rlbench.costmodel.predict import train_tokens, train_work
+
+    rows = [{"prompt": 0, "sample": j, "prompt_len": 20, "response_len": n} for j, n in enumerate([10, 400, 5, 5])]
+    assert train_tokens(rows, False) == 4 * 20 + 420
+    assert train_work(rows, False, None) == train_tokens(rows, False)  # stated per-token costs: no padding
+    assert train_work(rows, False, 2) == 2 * 420 + 2 * 25  # micro-batches [10, 400] and [5, 5]
+    assert train_work(rows, False, 4) == 4 * 420
+    assert train_work(rows, True, 4) == 20 + 420  # packed: the prompt once, then every response
+    shape = {"matmul_params": 1000, "layers": 2, "heads": 4, "head_dim": 8}
+    assert train_work(rows, False, 2, shape) == 2000 * (2 * 420 + 2 * 25) + 256 * (2 * 420 ** 2 + 2 * 25 ** 2)
+
+
+def test_step_cost_beyond_the_measured_counts_follows_their_upper_half():
+    """An async rollout worker holds the whole batch, a sync rank its share: above the largest measured count
+    the step cost grows along the line through the upper half of the measured counts, never falls."""
+    cost = StepCost({"1": [1, 5.0], "2": [1, 2.0], "4": [1, 4.0]}, 0.0, 0)
+    assert cost(4) == 4.0 and cost(3) == 3.0 and cost(8) == pytest.approx(8.0)  # slope of (2, 2) and (4, 4)
+    flat = StepCost({"2": [1, 3.0], "4": [1, 2.0]}, 0.0, 0)
+    assert flat(16) == 2.0  # a falling line is not extrapolated

@@ -29,7 +29,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from rlbench.costmodel.predict import StepCost, SyncMeasurements, replay, train_tokens
+from rlbench.costmodel.predict import StepCost, SyncMeasurements, replay, train_work
 from rlbench.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 HEAVY = (Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.UPDATE.value)
@@ -53,15 +53,17 @@ def overlap_share(e: dict, others: list[dict]) -> float:
     return total / span
 
 
-def training_points(events: list[dict], samples: list[dict], iterations: set[int], shared_prompt: bool = False):
-    """(stage, f, tokens per second) of every heavy training stage of the sync ranks in `iterations`."""
+def training_points(events: list[dict], samples: list[dict], iterations: set[int], work=None):
+    """(stage, f, work per second) of every heavy training stage of the sync ranks in `iterations`; work:
+    rows -> units (SyncMeasurements.work: padded FLOPs), default the real tokens."""
+    work = work or (lambda rows: train_work(rows, False, None))
     ranks = sorted({e["worker"] for e in events if role_of(e["worker"]) == Role.COLOCATED.value})
     n, out = len(ranks), []
     for k in iterations:
         mine = [e for e in events if e["iteration"] == k and e["worker"] in ranks]
         rows = [s for s in samples if s["iteration"] == k]
         for r, w in enumerate(ranks):
-            tokens = train_tokens([s for s in rows if s["prompt"] % n == r], shared_prompt)
+            tokens = work([s for s in rows if s["prompt"] % n == r])
             others = [o for o in mine if o["worker"] != w and o["stage"] in COMPUTE]
             for e in mine:
                 if e["worker"] == w and e["stage"] in HEAVY and tokens and e["end"] > e["start"]:
@@ -109,7 +111,7 @@ def async_time_contended(m: SyncMeasurements, kappa: float, f_train: float, f_ro
     groups = defaultdict(list)
     for s in m.samples:
         groups[s["prompt"]].append(s)
-    jobs = sorted((at, m.c_tok * train_scale * train_tokens(groups[p], m.shared_prompt)) for p, at in done.items())
+    jobs = sorted((at, train_scale * m.train_s(groups[p])) for p, at in done.items())
     last = jobs[-1][0] if jobs else 0.0
     if not overlap:  # barrier: rollout alone, then training alone
         return 2 * m.ws + last + sum(j for _, j in jobs) + m.opt
@@ -170,7 +172,7 @@ def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], 
     ms = measurements(sync_cell, samples, events)
     its = {it["iteration"] for it in sync_cell["iterations"] if not it.get("warmup")} \
         or {it["iteration"] for it in sync_cell["iterations"]}
-    est = estimate_kappa(training_points(events, samples, its, ms[0].shared_prompt))
+    est = estimate_kappa(training_points(events, samples, its, ms[0].work))
     f_train, f_roll = mean_overlaps(events, its)
     out = {"kappa": est["kappa"], "reason": est["reason"], "f_train": f_train, "f_roll": f_roll,
            "predicted_speedup": None}

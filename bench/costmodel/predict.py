@@ -12,10 +12,17 @@ schedules, so a device's costs measured in the sync run carry over to the async 
    flight (linear between measured counts, the nearest one outside them). Sync rank r gets prompts
    r, r+N, ...; async rollout worker i gets prompts i, i+R, ... (the same sample seeds, so the same
    responses). A group arrives when its last sample finishes.
-2. Training: seconds per trained token (reward + log-probs + advantage + update, summed over the sync
-   ranks, divided by their tokens: prompt + response, or prompt once per group with shared-prompt
-   packing). Optimizer step (with the all-reduce) and weight sync: the sync ranks' measured means; the
-   async weight sync is a publish by trainer rank 0 then a load by each rollout worker (2x).
+   Above the largest count the sync ranks ran (an async rollout worker holds the whole batch, a sync rank
+   its share), the step cost grows along the line through the measured counts' upper half.
+2. Training: seconds per unit of executed training work (reward + log-probs + advantage + update, summed
+   over the sync ranks, divided by their work). The work is what the trainer runs, padding included
+   (`train_work`): each micro-batch of a group is one [rows, longest] batch (or, with shared-prompt
+   packing, one sequence: the prompt once, then every response), counted as forward FLOPs, 2 N per
+   position plus attention 4 L H Dh S^2 per sequence (bench/results/utilisation.py's count, with the
+   model's shape from results.json); so a group with one long response costs what its padded batch costs,
+   not what its real tokens would. Optimizer step (with the all-reduce) and weight sync: the sync ranks'
+   measured means; the async weight sync is a publish by trainer rank 0 then a load by each rollout
+   worker (2x).
 3. Async: groups in arrival order are dealt to the T trainer ranks (j-th to rank j mod T); a rank
    trains a group when it has arrived and the rank is free. T = ws_publish + ws_load + (last rank
    done) + optimizer step. Barrier (engine.overlap=false): the ranks start when the last group has
@@ -37,7 +44,8 @@ from rlbench.errors import UserError
 from rlbench.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 MODEL = ("per device, from the sync run: decode-step seconds by sequences in flight and refill seconds "
-         "(continuous-batching replay of the measured response lengths), seconds per trained token, "
+         "(continuous-batching replay of the measured response lengths), seconds per unit of executed training "
+         "work (padded micro-batches, forward FLOPs), "
          "optimizer-step and weight-sync seconds; async = 2 weight syncs + trainer ranks taking groups "
          "as they arrive + step; nothing fitted")
 
@@ -64,9 +72,19 @@ class StepCost:
         if i == 0:
             return self.cost[0]
         if i == len(self.bs):
-            return self.cost[-1]
+            return self.cost[-1] + self._slope() * (b - self.bs[-1])
         b0, b1, c0, c1 = self.bs[i - 1], self.bs[i], self.cost[i - 1], self.cost[i]
         return c0 + (c1 - c0) * (b - b0) / (b1 - b0)
+
+    def _slope(self) -> float:
+        """Seconds per extra sequence in flight beyond the measured counts: the least-squares line through
+        the upper half of them (>= 0; 0 with fewer than two)."""
+        if getattr(self, "_beyond", None) is None:
+            pts = [(b, c) for b, c in zip(self.bs, self.cost) if b >= self.bs[-1] / 2]
+            mb, mc = (sum(v) / len(pts) for v in zip(*pts))
+            den = sum((b - mb) ** 2 for b, _ in pts)
+            self._beyond = max(0.0, sum((b - mb) * (c - mc) for b, c in pts) / den) if den else 0.0
+        return self._beyond
 
 
 def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dict[int, float], float]:
@@ -145,6 +163,32 @@ def train_tokens(rows: list[dict], shared_prompt: bool) -> int:
     return sum(prompts.values()) + sum(int(s["response_len"]) for s in rows)
 
 
+def train_work(rows: list[dict], shared_prompt: bool, micro_batch: int | None, shape: dict | None = None) -> float:
+    """Executed training work of these samples: each group's responses in micro-batches of `micro_batch`
+    (in sample order, never straddling groups, as the trainer splits them), a micro-batch run as [rows,
+    prompt + its longest response] (padding included) or, packed, as one sequence of the prompt and its
+    responses. With the model's shape: forward FLOPs (2 N per position + 4 L H Dh S^2 per sequence);
+    without: positions. micro_batch None: the real tokens (train_tokens; stated costs per trained token)."""
+    if not micro_batch:
+        return float(train_tokens(rows, shared_prompt))
+    groups = defaultdict(list)
+    for s in rows:
+        groups[s["prompt"]].append(s)
+    positions = square = 0
+    for group in groups.values():
+        group.sort(key=lambda s: s["sample"])
+        for i in range(0, len(group), micro_batch):
+            chunk, p = group[i:i + micro_batch], int(group[0]["prompt_len"])
+            resp = [int(s["response_len"]) for s in chunk]
+            seqs = [(1, p + sum(resp))] if shared_prompt else [(len(chunk), p + max(resp))]  # (rows, length)
+            positions += sum(n * L for n, L in seqs)
+            square += sum(n * L * L for n, L in seqs)
+    if not shape:
+        return float(positions)
+    return 2.0 * shape["matmul_params"] * positions + \
+        4.0 * shape["layers"] * shape["heads"] * shape["head_dim"] * square
+
+
 def _durations(events: list[dict], k: int) -> dict:
     """Iteration k's colocated-rank events -> mean weight sync, mean optimizer step, summed train seconds."""
     mine = [e for e in events if e["iteration"] == k and role_of(e["worker"]) == Role.COLOCATED.value]
@@ -166,7 +210,8 @@ def _durations(events: list[dict], k: int) -> dict:
 class SyncMeasurements:
     """What one measured sync iteration says about the devices."""
 
-    def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict], cfg: dict):
+    def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict], cfg: dict,
+                 shape: dict | None = None):
         d = _durations(events, it["iteration"])
         if not d["ranks"]:
             raise UserError(f"iteration {it['iteration']}: no colocated-rank events (a sync cell of the "
@@ -176,7 +221,9 @@ class SyncMeasurements:
         self.shared_prompt = bool((cfg.get("engine") or {}).get("shared_prompt"))
         self.slots = int((cfg.get("rollout") or {}).get("max_num_seqs") or 16)
         self.g = int((cfg.get("rollout") or {}).get("group_size") or 1)
-        self.c_tok = d["train"] / max(1, train_tokens(samples, self.shared_prompt))
+        self.micro_batch = int((cfg.get("train") or {}).get("micro_batch_size") or self.g)
+        self.shape = shape
+        self.c_tok = d["train"] / max(1.0, self.work(samples))  # seconds per unit of train_work
         rows: dict = defaultdict(lambda: [0, 0.0])
         refill_s, refills = 0.0, 0
         for s in stats:
@@ -196,12 +243,15 @@ class SyncMeasurements:
 
     @classmethod
     def stated(cls, cost: StepCost, c_tok: float, ws: float, opt: float, slots: int, g: int,
-               shared_prompt: bool, samples: list[dict], ranks: int = 1) -> "SyncMeasurements":
+               shared_prompt: bool, samples: list[dict], ranks: int = 1, micro_batch: int | None = None,
+               shape: dict | None = None) -> "SyncMeasurements":
         """The same model from given per-device costs instead of a run (rlbench simulate's presets, and
         a measured batch re-dealt to other device counts). samples: rows (prompt, sample, prompt_len,
-        response_len); tokens = prompt + response per sample, as TPSPD counts them."""
+        response_len); tokens = prompt + response per sample, as TPSPD counts them. c_tok: seconds per
+        trained token, or (micro_batch given, a measured batch re-dealt) per unit of train_work."""
         self = cls.__new__(cls)
         self.n, self.ws, self.opt, self.cost, self.c_tok = ranks, ws, opt, cost, c_tok
+        self.micro_batch, self.shape = micro_batch, shape
         self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
         self.tokens = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
         self.measured_rollout = None
@@ -210,12 +260,23 @@ class SyncMeasurements:
     def shard(self, i: int, of: int) -> list[dict]:
         return [s for s in self.samples if s["prompt"] % of == i]
 
+    def work(self, rows: list[dict]) -> float:
+        return train_work(rows, self.shared_prompt, self.micro_batch, self.shape)
+
+    def train_s(self, rows: list[dict]) -> float:
+        """Predicted training seconds of these samples on one device."""
+        return self.c_tok * self.work(rows)
+
+    def s_per_token(self) -> float:
+        """Training seconds per trained token of this batch (what c_tok was before padding was counted)."""
+        return self.train_s(self.samples) / max(1, train_tokens(self.samples, self.shared_prompt))
+
     def sync_time(self, ranks: int | None = None) -> tuple[float, float]:
         """(predicted sync wall time, predicted mean rollout seconds) on `ranks` colocated ranks (default:
         the measured count, the model's in-sample check), each generating and training its shard."""
         n = ranks or self.n
         roll = [replay(self.shard(r, n), self.slots, self.g, self.cost)[1] for r in range(n)]
-        train = [self.c_tok * train_tokens(self.shard(r, n), self.shared_prompt) for r in range(n)]
+        train = [self.train_s(self.shard(r, n)) for r in range(n)]
         return self.ws + max(a + b for a, b in zip(roll, train)) + self.opt, statistics.fmean(roll)
 
     def async_time(self, r: int, t: int, overlap: bool = True) -> float:
@@ -228,7 +289,7 @@ class SyncMeasurements:
             for s in shard:
                 groups[s["prompt"]].append(s)
             for p, at in done.items():
-                arrivals.append((at, self.c_tok * train_tokens(groups[p], self.shared_prompt)))
+                arrivals.append((at, self.train_s(groups[p])))
         arrivals.sort()
         last = arrivals[-1][0] if arrivals else 0.0
         free = [0.0] * t
@@ -249,7 +310,8 @@ def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> li
         by_iter[s["iteration"]].append(s)
     stats = {r["iteration"]: r.get("workers") or [] for r in sync_cell.get("rollout_stats") or []}
     cfg = sync_cell.get("config") or {}
-    return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg)
+    shape = (sync_cell.get("model") or {}).get("shape")  # None in results from before it was recorded
+    return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg, shape)
             for it in its]
 
 

@@ -152,6 +152,7 @@ def _setup_model(cfg, run: CellRun, progress: bool):
     run.model_info = {"kind": cfg.model.kind, **info,
                       "parameters": sum(p.numel() for p in policy.parameters())}
     run.shape = utilisation.model_shape(policy)
+    run.model_info["shape"] = run.shape  # the speedup prediction's training work (costmodel/predict.py)
     return dataset, policy, tok
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rlbench.costmodel.predict import SyncMeasurements, replay, train_tokens
+from rlbench.costmodel.predict import SyncMeasurements, replay
 
 
 def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, float]], float]:
@@ -23,7 +23,7 @@ def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, fl
     groups = defaultdict(list)
     for s in shard:
         groups[s["prompt"]].append(s)
-    return [(at, m.c_tok * train_tokens(groups[p], m.shared_prompt)) for p, at in done.items()], total
+    return [(at, m.train_s(groups[p])) for p, at in done.items()], total
 
 
 def at_batch_start(batch: SyncMeasurements, i: int, n: int, start: float, held: int,

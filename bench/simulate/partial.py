@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rlbench.costmodel.predict import SyncMeasurements, replay_posted, train_tokens
+from rlbench.costmodel.predict import SyncMeasurements, replay_posted
 
 
 def mid_batch(recompute: bool = True):
@@ -37,6 +37,6 @@ def mid_batch(recompute: bool = True):
         groups = defaultdict(list)
         for s in shard:
             groups[s["prompt"]].append(s)
-        got = [(start + at, batch.c_tok * train_tokens(groups[q], batch.shared_prompt)) for q, at in done.items()]
+        got = [(start + at, batch.train_s(groups[q])) for q, at in done.items()]
         return got, start + roll, held, max([held, *loaded])
     return worker
