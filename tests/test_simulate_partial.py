@@ -1,7 +1,7 @@
 """The partial-rollout model (bench/simulate/partial.py): a hand-computed replay and timeline, what it reduces
 to, and the bounds that say what partial rollout can cost and buy in rlbench's engine."""
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlbench.costmodel.predict import StepCost, SyncMeasurements, replay_posted
@@ -68,19 +68,23 @@ def test_free_interruptions_are_bounded_staleness(seed, k, split, sigma, slots, 
     assert p.per_iteration_s == a.per_iteration_s and p.tpspd == a.tpspd and p.partial_rollout
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 10**6), k=st.integers(0, 3), split=st.sampled_from([(1, 1), (2, 1), (1, 2), (3, 2)]),
        ws=st.sampled_from([1e-3, 2e-2]), c_tok=st.sampled_from([1e-5, 1e-4, 5e-4]), sigma=st.sampled_from([0.3, 2.0]))
+@example(seed=0, k=2, split=(3, 2), ws=1e-3, c_tok=5e-4, sigma=0.3)
 def test_without_recompute_never_slower_than_one_load_per_iteration(seed, k, split, ws, c_tok, sigma):
     """Zero recompute cost (resume_kv=keep): partial rollout is never slower than bounded staleness but for
     the extra loads of versions that come out during one batch (each taken, where a batch boundary takes
-    the newest only): at most one weight sync per iteration. With recompute it is never faster."""
+    the newest only): at most one weight sync per iteration. With recompute it is never faster but for
+    skipped loads: a worker slowed by its recomputes can find a newer version posted and skip the one
+    between, at most one load per rollout worker and iteration (found: seed 0, k 2, 3 + 2 devices,
+    0.8800 s against 0.8817 s with 1 ms loads). Derandomized: the same examples in every run."""
     bs = _batches(seed, ws=ws, c_tok=c_tok, slots=16, sigma=sigma, prompts=8, g=4, prefill=1e-4)
     a = simulate(bs, BOUNDED_K, *split, staleness=k)
     keep = simulate(bs, BOUNDED_K, *split, staleness=k, partial_rollout=True, resume_kv="keep")
     rec = simulate(bs, BOUNDED_K, *split, staleness=k, partial_rollout=True)
     assert keep.iter_s <= a.iter_s + ws + 1e-12
-    assert rec.iter_s >= keep.iter_s - 1e-12
+    assert rec.iter_s >= keep.iter_s - split[0] * ws - 1e-12
 
 
 @pytest.mark.parametrize("split", [(1, 1), (2, 1), (1, 2)])
