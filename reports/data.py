@@ -78,6 +78,7 @@ class RunData:
     cells: list[CellData]
     predicted: object = None  # ablation.json "predicted", if any (free form)
     missing: list[str] = field(default_factory=list)  # ablation cells with no results.json
+    probe: dict | None = None  # contention_probe.json: the cores slowing each other, measured in this run
 
     def cell(self, name: str) -> CellData | None:
         return next((c for c in self.cells if c.name == name), None)
@@ -106,7 +107,7 @@ def _load_one(run_dir) -> RunData:
         missing = [c["name"] for c in abl.get("cells", []) if not schema.is_cell(path / c["dir"])]
         cells.sort(key=lambda c: c.name != reference)  # stable: reference first, others in order
         return RunData(path, "ablation", abl.get("name") or path.name, reference, cells,
-                       abl.get("predicted"), missing)
+                       abl.get("predicted"), missing, schema.read_contention_probe(path))
     return RunData(path, "cell", cells[0].name, cells[0].name, cells)
 
 
@@ -121,7 +122,8 @@ def merge(base: RunData, others: list[RunData]) -> RunData:
                             "with distinct cells (e.g. different --ablation names) can be reported together")
         cells += other.cells
     return RunData(base.path, base.kind, " + ".join([base.name, *(o.name for o in others)]), base.reference,
-                   cells, base.predicted, base.missing + [m for o in others for m in o.missing])
+                   cells, base.predicted, base.missing + [m for o in others for m in o.missing],
+                   base.probe or next((o.probe for o in others if o.probe), None))
 
 
 def stages_in(cells: list[CellData]) -> list[str]:

@@ -43,7 +43,8 @@ COLUMNS = ["point", "sync", "barrier", "async", "response_length", "length_mean"
            "max_new_tokens", "prompts", "group_size", "max_num_seqs", *STATISTICS, "measured_speedup",
            "measured_min", "measured_max", "predicted_speedup", "error_pct", "split_measured",
            "split_predicted", "overlap_measured", "overlap_predicted", "predicted_with_contention",
-           "contention_error_pct", "contention_kappa", "train_cost_spread_pct", "rollout_cost_spread_pct"]
+           "contention_error_pct", "contention_kappa", "contention_kappa_decode", "kappa_source",
+           "train_cost_spread_pct", "rollout_cost_spread_pct"]
 
 
 def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:
@@ -71,7 +72,8 @@ def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:
                      "overlap_predicted": b and schema.ratio(a["predicted_speedup"], b["predicted_speedup"]),
                      "predicted_with_contention": a["predicted_with_contention"],
                      "contention_error_pct": _error_pct(a["predicted_with_contention"], a["measured_speedup"]),
-                     "contention_kappa": a["contention_kappa"],
+                     "contention_kappa": a["contention_kappa"], "contention_kappa_decode": a["contention_kappa_decode"],
+                     "kappa_source": a["kappa_source"],
                      **point_spread(sync, b and run.cell(b["cell"]), cell)})
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -20,7 +20,8 @@ LENGTH_CAPTION = ("Response lengths each tail produced in the sync cells' measur
                   "added, a model's own EOS-ended ones; cut_share: responses stopped by max_new_tokens.")
 SHOWN = ["point", "rollout_share", "tail_ratio", "longest_response", "measured_speedup", "measured_min",
          "measured_max", "predicted_speedup", "error_pct", "split_measured", "split_predicted",
-         "overlap_measured", "overlap_predicted", "predicted_with_contention", "contention_kappa"]
+         "overlap_measured", "overlap_predicted", "predicted_with_contention", "contention_kappa",
+         "contention_kappa_decode"]
 
 
 def regime_section(run: RunData, sp: pd.DataFrame) -> tuple[str, str] | None:

@@ -52,7 +52,9 @@ def point_sentence(r: dict) -> str:
         f"; device split alone {x(r['split_measured'])} (predicted {x(r['split_predicted'])}) × overlap "
         f"{x(r['overlap_measured'])} (predicted {x(r['overlap_predicted'])})")
     if not _missing(r["predicted_with_contention"]):
-        why += (f"; with the proposed contention term (κ {r['contention_kappa']:.2f}) predicted "
+        kappa = (f"measured κ decode {r['contention_kappa_decode']:.2f}, training {r['contention_kappa']:.2f}"
+                 if r.get("kappa_source") == "probe" else f"κ {r['contention_kappa']:.2f}")
+        why += (f"; with the proposed contention term ({kappa}) predicted "
                 f"{x(r['predicted_with_contention'])} ({r['contention_error_pct']:+.0f}%)")
     return (f"{r['point']} ({setting(r)}): sync spends {stat_value('rollout_share', r['rollout_share'])} of its "
             f"iteration generating, its longest response is {stat_value('tail_ratio', r['tail_ratio'])} the mean: "

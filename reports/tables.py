@@ -113,7 +113,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
         row = {"cell": c.name, "predicted_from": sync.name, "overlap": _overlap(c), "rollout_devices": r,
                "train_devices": t, "rollout_share_of_sync": None,
                "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()), "predicted_speedup": None, "error_pct": None,
-               "predicted_with_contention": None, "contention_kappa": None}
+               "predicted_with_contention": None, "contention_kappa": None, "contention_kappa_decode": None,
+               "kappa_source": None}
         try:
             pred = predict_async(sync.result, sync.samples, sync.events, r, t, overlap=_overlap(c),
                                  devices=c.devices, reference_tpspd=ref.tpspd())
@@ -125,11 +126,15 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
                 row["error_pct"] = 100 * (pred["predicted_speedup"] / row["measured_speedup"] - 1)
             if (r, t) == (1, 1):  # the proposed contention term: a column beside the model, never in it
                 con = predict_contended(sync.result, sync.samples, sync.events, overlap=_overlap(c),
-                                        devices=c.devices, reference_tpspd=ref.tpspd())
-                row.update(predicted_with_contention=con["predicted_speedup"], contention_kappa=con["kappa"])
+                                        devices=c.devices, reference_tpspd=ref.tpspd(), probe=run.probe)
+                k = con["kappa"]
+                row.update(predicted_with_contention=con["predicted_speedup"], kappa_source=con["kappa_source"],
+                           contention_kappa=k[1] if isinstance(k, tuple) else k,
+                           contention_kappa_decode=k[0] if isinstance(k, tuple) else None)
         rows.append(row)
     cols = ["cell", "predicted_from", "overlap", "rollout_devices", "train_devices", "rollout_share_of_sync",
-            "measured_speedup", "predicted_speedup", "error_pct", "predicted_with_contention", "contention_kappa"]
+            "measured_speedup", "predicted_speedup", "error_pct", "predicted_with_contention", "contention_kappa",
+            "contention_kappa_decode", "kappa_source"]
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -115,9 +115,9 @@ def test_without_contention_it_is_the_model():
 
 def test_two_workers_slow_each_other_only_while_both_compute():
     # one job at 0 of 1 s, 3 s of rollout: together for 1.3 s (1 s of training at 1/1.3), then 2 s alone
-    assert _two_workers([(0.0, 1.0)], 3.0, 0.3) == pytest.approx(1.3 + 2.0)
+    assert _two_workers([(0.0, 1.0)], 3.0, 0.3, 0.3) == pytest.approx(1.3 + 2.0)
     # the job arrives when rollout ends: never together
-    assert _two_workers([(3.0, 1.0)], 3.0, 0.3) == pytest.approx(4.0)
+    assert _two_workers([(3.0, 1.0)], 3.0, 0.3, 0.3) == pytest.approx(4.0)
 
 
 def test_contention_makes_alone_phases_faster_than_the_sync_costs_say():
@@ -134,3 +134,39 @@ def test_predict_contended_on_a_synthetic_run():
     assert 0.0 < f_train < 1.0 and 0.0 < f_roll <= 1.0
     out = predict_contended(cell, samples, events)
     assert out["kappa"] == pytest.approx(KAPPA, rel=1e-6) and out["predicted_speedup"] > 0
+
+
+def test_each_side_slows_by_its_own_kappa():
+    # training slowed 50% while the rollout runs (1 s of work takes 1.5 s), the rollout not at all: the
+    # rollout ends at 3 s; the job's 1 s of work is done by 1.5 s, inside it
+    assert _two_workers([(0.0, 1.0)], 3.0, 0.0, 0.5) == pytest.approx(3.0)
+    # the rollout slowed 50% while the job trains: 1 s of training, during which 2/3 s of rollout work
+    assert _two_workers([(0.0, 1.0)], 3.0, 0.5, 0.0) == pytest.approx(1.0 + (3.0 - 1.0 / 1.5))
+    m = _batch()
+    assert async_time_contended(m, (0.0, 0.0), 0.7, 0.9) == pytest.approx(m.async_time(1, 1), rel=1e-12)
+
+
+def test_the_measured_probe_replaces_the_sync_cell_estimate():
+    cell, samples, events = synthetic_sync()
+    probe = {"decode": {"kappa": 0.05}, "train": {"kappa": 0.2}}
+    out = predict_contended(cell, samples, events, probe=probe)
+    assert out["kappa"] == (0.05, 0.2) and out["kappa_source"] == "probe" and out["predicted_speedup"] > 0
+    assert predict_contended(cell, samples, events)["kappa_source"] == "sync cell"
+    broken = {"decode": {"kappa": None}, "train": {"kappa": 0.2}}  # a side it could not measure: not used
+    assert predict_contended(cell, samples, events, probe=broken)["kappa_source"] == "sync cell"
+
+
+def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
+    """The calibration step for real: two pinned single-thread processes, three short phases; every rate
+    measured, kappa >= 0, the file written, no process left."""
+    import multiprocessing as mp
+
+    from rlbench.config import load_config
+    from rlbench.results import schema
+    from rlbench.run import contention_probe
+
+    r = contention_probe.measure(load_config(None, []).model.model_dump(mode="json"), tmp_path, phase_s=0.4)
+    for side in ("decode", "train"):
+        assert r[side]["alone_per_s"] > 0 and r[side]["together_per_s"] > 0 and r[side]["kappa"] >= 0
+    assert schema.read_contention_probe(tmp_path) == r
+    assert not mp.active_children()

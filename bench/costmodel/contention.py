@@ -96,13 +96,15 @@ def estimate_kappa(points: list[tuple[str, float, float]]) -> dict:
     return {**base, "kappa": float(np.average(estimates, weights=weights)), "reason": None}
 
 
-def async_time_contended(m: SyncMeasurements, kappa: float, f_train: float, f_roll: float,
+def async_time_contended(m: SyncMeasurements, kappa: float | tuple[float, float], f_train: float, f_roll: float,
                          overlap: bool = True) -> float:
     """Predicted periodic-async wall time on 1 rollout worker + 1 trainer rank with the contention term.
 
+    kappa: one for both sides, or (decode's, training's) as the calibration probe measures them.
     f_train, f_roll: mean overlap under which the sync cell measured its training and decode costs."""
-    s = kappa / (1.0 + kappa)
-    roll_scale, train_scale = 1.0 - s * f_roll, 1.0 - s * f_train  # measured (mixed) -> alone costs
+    k_roll, k_train = kappa if isinstance(kappa, tuple) else (kappa, kappa)
+    s_roll, s_train = k_roll / (1.0 + k_roll), k_train / (1.0 + k_train)
+    roll_scale, train_scale = 1.0 - s_roll * f_roll, 1.0 - s_train * f_train  # measured (mixed) -> alone costs
     cost = m.cost
     alone = StepCost({}, 0.0, 0, fallback_s=1.0)
     alone.bs, alone.cost = cost.bs, [c * roll_scale for c in cost.cost]
@@ -115,12 +117,13 @@ def async_time_contended(m: SyncMeasurements, kappa: float, f_train: float, f_ro
     last = jobs[-1][0] if jobs else 0.0
     if not overlap:  # barrier: rollout alone, then training alone
         return 2 * m.ws + last + sum(j for _, j in jobs) + m.opt
-    return 2 * m.ws + _two_workers(jobs, last, kappa) + m.opt
+    return 2 * m.ws + _two_workers(jobs, last, k_roll, k_train) + m.opt
 
 
-def _two_workers(jobs: list[tuple[float, float]], rollout_work: float, kappa: float) -> float:
+def _two_workers(jobs: list[tuple[float, float]], rollout_work: float, k_roll: float, k_train: float) -> float:
     """Wall time until the trainer has trained every job (arrival in rollout work-seconds, alone seconds),
-    both workers slowed to 1 / (1 + kappa) while the other also computes."""
+    the rollout worker slowed to 1 / (1 + k_roll), the trainer to 1 / (1 + k_train), while the other also
+    computes."""
     t, done_r, i, left = 0.0, 0.0, 0, 0.0  # time, rollout work done, next job, trainer work left on its job
     busy = False
     while True:
@@ -129,15 +132,16 @@ def _two_workers(jobs: list[tuple[float, float]], rollout_work: float, kappa: fl
         rolling = done_r < rollout_work - 1e-12
         if not busy and not rolling:
             return t
-        rate = 1.0 / (1.0 + kappa) if busy and rolling else 1.0
-        to_arrival = (jobs[i][0] - done_r) / rate if rolling and i < len(jobs) else float("inf")
-        to_rollout_end = (rollout_work - done_r) / rate if rolling else float("inf")
-        to_job = left / rate if busy else float("inf")
+        both = busy and rolling
+        r_rate, t_rate = (1.0 / (1.0 + k_roll), 1.0 / (1.0 + k_train)) if both else (1.0, 1.0)
+        to_arrival = (jobs[i][0] - done_r) / r_rate if rolling and i < len(jobs) else float("inf")
+        to_rollout_end = (rollout_work - done_r) / r_rate if rolling else float("inf")
+        to_job = left / t_rate if busy else float("inf")
         dt = min(to_arrival if not busy else float("inf"), to_rollout_end, to_job)
         t += dt
-        done_r = min(rollout_work, done_r + dt * rate) if rolling else done_r
+        done_r = min(rollout_work, done_r + dt * r_rate) if rolling else done_r
         if busy:
-            left -= dt * rate
+            left -= dt * t_rate
             if left <= 1e-12:
                 busy = False
 
@@ -160,11 +164,15 @@ def mean_overlaps(events: list[dict], iterations: set[int]) -> tuple[float, floa
 
 
 def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], overlap: bool = True,
-                      devices: int | None = None, reference_tpspd: float | None = None) -> dict:
+                      devices: int | None = None, reference_tpspd: float | None = None,
+                      probe: dict | None = None) -> dict:
     """The 1 + 1 prediction with the contention term (module docstring), from a measured sync cell.
 
-    -> kappa (None, with reason, where the sync cell cannot tell), f_train and f_roll, and
-    predicted_speedup (None without kappa), relative to reference_tpspd (default: the sync cell's)."""
+    probe: the run's contention_probe.json (bench/run/contention_probe.py): decode's and training's kappa
+    measured alone vs together, used instead of the estimate from the sync cell's events.
+    -> kappa (None, with reason, where neither can tell; a (decode, train) pair from the probe), its
+    source, f_train and f_roll, and predicted_speedup (None without kappa), relative to reference_tpspd
+    (default: the sync cell's)."""
     import statistics
 
     from rlbench.costmodel.predict import measurements
@@ -172,10 +180,12 @@ def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], 
     ms = measurements(sync_cell, samples, events)
     its = {it["iteration"] for it in sync_cell["iterations"] if not it.get("warmup")} \
         or {it["iteration"] for it in sync_cell["iterations"]}
-    est = estimate_kappa(training_points(events, samples, its, ms[0].work))
+    measured = probe and all((probe.get(k) or {}).get("kappa") is not None for k in ("decode", "train"))
+    est = ({"kappa": (probe["decode"]["kappa"], probe["train"]["kappa"]), "reason": None} if measured
+           else estimate_kappa(training_points(events, samples, its, ms[0].work)))
     f_train, f_roll = mean_overlaps(events, its)
     out = {"kappa": est["kappa"], "reason": est["reason"], "f_train": f_train, "f_roll": f_roll,
-           "predicted_speedup": None}
+           "kappa_source": "probe" if measured else "sync cell", "predicted_speedup": None}
     if est["kappa"] is None:
         return out
     d = devices or int(sync_cell.get("devices") or ms[0].n)

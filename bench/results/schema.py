@@ -32,6 +32,7 @@ EVENTS = "events.jsonl"
 ITERATIONS = "iterations.jsonl"
 SAMPLES = "samples.jsonl"
 ABLATION = "ablation.json"
+CONTENTION_PROBE = "contention_probe.json"  # the regime map's calibration step (bench/run/contention_probe.py)
 
 # Multi-seed runs (`--seeds`): the cell `sync` of seed 2 is named and stored as `sync@seed2`;
 # ablation.json then lists "seeds" and each cell's base "cell" and "seed".
@@ -210,3 +211,9 @@ def load_run(path: Path) -> list[dict]:
     if is_cell(path):
         return [load_cell(path)]
     raise UserError(f"{path}: neither a run folder ({RESULTS}) nor an ablation folder ({ABLATION})")
+
+
+def read_contention_probe(run_dir) -> dict | None:
+    """The run folder's contention_probe.json, or None where the run made none."""
+    path = Path(run_dir) / CONTENTION_PROBE
+    return json.loads(path.read_text()) if path.is_file() else None

@@ -165,10 +165,33 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
         cells = expand(cells, seeds)
         record = new_record(name, base, cells, seeds, overrides)
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
+        calibrate_contention(name, base, run_dir)
         record = run_cells(cells, record, run_dir, progress, base.run.interleave)
     finally:
         finish(run_dir, report)
     raise_failed(record)
+
+
+def calibrate_contention(name: str, base, run_dir: Path) -> None:
+    """The regime map's calibration step (bench/run/contention_probe.py), before its cells: how much decode
+    and training slow each other on two cores. Where it cannot run (not CPU, fewer than 2 cores, a model
+    other than the tiny one) or fails, the prediction keeps the sync cell's own estimate; nothing is lost."""
+    import typer
+    from rlbench.devices.device import cpu_cores
+    from rlbench.run import contention_probe
+
+    if name not in contention_probe.PROBED or base.engine.device != "cpu" or base.model.kind != "tiny" \
+            or len(cpu_cores()) < 2:
+        return
+    typer.echo("rlbench: contention probe: decode and training alone and together on the first two cores (~20 s)",
+               err=True)
+    try:
+        r = contention_probe.measure(base.model.model_dump(mode="json"), run_dir)
+    except Exception as e:  # a calibration that failed must not cost the map
+        typer.echo(f"rlbench: contention probe failed ({e}); the prediction uses the sync cell's estimate", err=True)
+        return
+    typer.echo(f"rlbench: contention probe: decode {r['decode']['kappa']:+.0%} slower and training "
+               f"{r['train']['kappa']:+.0%} slower while the other core computes", err=True)
 
 
 def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bool) -> dict:
