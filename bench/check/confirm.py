@@ -46,9 +46,9 @@ def combine(first: CheckResult, second: CheckResult) -> CheckResult:
                        + (", confirmed by a second A/B run with fresh processes" if confirmed else "") + ":\n"
                        + "\n".join(lines + [f"  {_once(r)}" for r in others]))
     else:
-        res.verdict = ("PASS: nothing flagged by both A/B runs; "
-                       + "; ".join(_not_confirmed(a, b) for a, b in cleared)
-                       + " (a per-process offset, not a change of code: bench/baselines/README.md)")
+        res.verdict = "PASS: nothing flagged by both A/B runs" + (
+            "; " + "; ".join(_not_confirmed(a, b) for a, b in cleared)
+            + " (a per-process offset, not a change of code: bench/baselines/README.md)" if cleared else "")
     return res
 
 
