@@ -117,7 +117,8 @@ def _judge(ab):
 def test_a_flag_the_second_run_does_not_repeat_is_not_a_regression(tmp_path):
     """First run: the rollout cost +10% (a per-process offset, say); second run: unchanged. Only paired
     metrics failed, so a second run decides, and it does not confirm: pass, naming both measurements."""
-    first, second = _judge(ab_folder(tmp_path / "a", seed_new=0, slow={"rollout": 0.1})), _judge(ab_folder(tmp_path / "b"))
+    first = _judge(ab_folder(tmp_path / "a", seed_new=0, slow={"rollout": 0.1}))
+    second = _judge(ab_folder(tmp_path / "b"))
     assert first.exit_code == 1 and confirm.needs_confirmation(first)
     final = confirm.combine(first, second)
     assert final.exit_code == 0, final.verdict
@@ -130,7 +131,8 @@ def test_a_regression_both_runs_flag_fails_with_both_measurements(tmp_path):
     second = _judge(ab_folder(tmp_path / "b", seed_new=0, slow={"rollout": 0.2}))
     final = confirm.combine(first, second)
     assert final.exit_code == 1 and "confirmed by a second A/B run" in final.verdict
-    assert "cost:rollout: +10.0% [+10.0%, +10.0%] in the first run, +20.0% [+20.0%, +20.0%] in the second" in final.verdict
+    assert ("cost:rollout: +10.0% [+10.0%, +10.0%] in the first run, +20.0% [+20.0%, +20.0%] in the second"
+            in final.verdict)
 
 
 def test_a_flag_only_in_the_second_run_is_not_confirmed_but_a_lost_cell_is_a_failure(tmp_path):
@@ -147,7 +149,8 @@ def test_cli_judges_two_ab_folders_as_a_run_and_its_confirmation(tmp_path):
     a = ab_folder(tmp_path / "a", seed_new=0, slow={"rollout": 0.1})
     b = ab_folder(tmp_path / "b", seed_new=0, slow={"rollout": 0.1})
     c = ab_folder(tmp_path / "c")
-    fail = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(b)], capture_output=True, text=True)
+    fail = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(b)], capture_output=True,
+                          text=True)
     assert fail.returncode == 1 and "second A/B run (fresh processes), to confirm:" in fail.stdout
     assert json.loads((a / "ab.json").read_text())["confirmed_by"] == str(b.resolve())
     assert "cost:rollout" in json.loads((b / "ab.json").read_text())["combined_verdict"]["worse"]

@@ -18,7 +18,7 @@ from conftest_reports import make_ablation, make_cell
 from rlbench.errors import UserError
 from rlbench.reports.data import load as load_report_run
 from rlbench.reports.tables import speedup_frame
-from rlbench.simulate import (Costs, calibrate, paper_setting, parse_list, rescale, run_simulation,
+from rlbench.simulate import (Costs, calibrate, format_text, paper_setting, parse_list, rescale, run_simulation,
                               simulate, validate)
 from rlbench.simulate.command import simulate as simulate_command
 
@@ -188,6 +188,9 @@ def test_run_simulation_from_run(tmp_path):
     saved = json.loads((out / "simulate.json").read_text())
     assert saved["validation"] and {r["devices"] for r in saved["rows"]} == {4, 8}
     assert {r["schedule"] for r in saved["rows"]} == {"sync", "periodic_async", "bounded_async"}
+    partial = [r for r in saved["rows"] if r["partial_rollout"]]  # one per device count and split
+    assert len(partial) == 2 and {r["schedule"] for r in partial} == {"bounded_async"}
+    assert "partial rollout" in format_text(res)
     assert "exponent" not in json.dumps(saved["calibration"])  # nothing fitted, nothing assumed
     for name in ("tpspd_vs_devices.png", "tpspd_vs_share.png", "calibration.json"):
         assert (out / name).stat().st_size > 0

@@ -125,7 +125,8 @@ def format_study(res: dict) -> str:
              f"metrics each; z = {check_ab.AB_STATS['z']:g} on the t scale, floor "
              f"{check_ab.AB_STATS['floor']:.0%} per process pair, {check_ab.floor_of('speedup:a/b'):.1%} between "
              f"two cells). Each cell: flagged by one run; then confirmed: flagged by the first run of an ordered pair "
-             f"and again by the second at the confirming line (t of z = {check_ab.CONFIRM_STATS['z']:g}, same floor)", "",
+             f"and again by the second at the confirming line (t of z = {check_ab.CONFIRM_STATS['z']:g}, "
+             "same floor)", "",
              "| component (metrics a slowdown moves) | " + " | ".join(f"{f:.0%} slower" for f in SIZES) + " |",
              "|---|" + "---|" * len(SIZES)]
     for comp, row in res["detect"].items():

@@ -83,8 +83,8 @@ def measure(model_cfg: dict, run_dir: Path, cores: tuple[int, int] = (0, 1), pha
     the cells' workers are placed); write and return contention_probe.json's record."""
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_work, args=(side, model_cfg, core, barrier, out, phase_s), name=f"rlbench-probe-{side}",
-                         daemon=True) for side, core in zip(("decode", "train"), cores)]
+    procs = [ctx.Process(target=_work, args=(side, model_cfg, core, barrier, out, phase_s),
+                         name=f"rlbench-probe-{side}", daemon=True) for side, core in zip(("decode", "train"), cores)]
     t0 = time.monotonic()
     for p in procs:
         p.start()

@@ -28,9 +28,12 @@ def plot_devices(result: dict, path: Path) -> Path:
                    and r["overlap"] and r["rollout_share"] == share) for d in devices]
         ax.plot(devices, ys, ls=STYLES[i % len(STYLES)], color="#1f77b4", alpha=0.55, lw=1,
                 label=f"periodic_async, rollout share {share:g}")
-    bounded = [max(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == BOUNDED_K)
-               for d in devices]
-    ax.plot(devices, bounded, "^--", color="#d62728", label=f"bounded_async k={result['staleness']} (best share)")
+    for partial, marker, label in ((False, "^--", ""), (True, "v:", " + partial rollout")):
+        rows_k = [[r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == BOUNDED_K
+                   and bool(r.get("partial_rollout")) == partial] for d in devices]
+        if all(rows_k):  # a simulate.json from before the partial rows has none
+            ax.plot(devices, [max(v) for v in rows_k], marker, color="#d62728",
+                    label=f"bounded_async k={result['staleness']}{label} (best share)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(devices, [str(d) for d in devices])
     ax.set_xlabel("devices (rollout + training)")

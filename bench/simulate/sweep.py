@@ -47,13 +47,14 @@ def split(devices: int, share: float) -> tuple[int, int]:
 def _row(d: int, share, res, sync) -> dict:
     return {"devices": d, "rollout_share": share, "rollout_devices": res.rollout_devices,
             "train_devices": res.train_devices, "schedule": res.schedule, "overlap": res.overlap,
-            "staleness": res.staleness, "tpspd": res.tpspd, "speedup": res.tpspd / sync.tpspd,
-            "iter_s": res.iter_s}
+            "staleness": res.staleness, "partial_rollout": res.partial_rollout, "tpspd": res.tpspd,
+            "speedup": res.tpspd / sync.tpspd, "iter_s": res.iter_s}
 
 
 def sweep(batches_for, devices, shares, staleness: int = 1) -> tuple[list, list]:
-    """-> (rows: sync + periodic-async, its barrier variant and bounded-async per split, best: the best
-    periodic-async split per count). batches_for(d) gives the batches simulated on d devices."""
+    """-> (rows: sync + periodic-async, its barrier variant, bounded-async and bounded-async with partial
+    rollout (recompute: its upper bound) per split, best: the best periodic-async split per count).
+    batches_for(d) gives the batches simulated on d devices."""
     rows, best = [], []
     for d in devices:
         bs = batches_for(d)
@@ -62,7 +63,8 @@ def sweep(batches_for, devices, shares, staleness: int = 1) -> tuple[list, list]
         for s in shares:
             n, m = split(d, s)
             for res in (simulate(bs, ASYNC, n, m), simulate(bs, ASYNC, n, m, overlap=False),
-                        simulate(bs, BOUNDED_K, n, m, staleness=staleness)):
+                        simulate(bs, BOUNDED_K, n, m, staleness=staleness),
+                        simulate(bs, BOUNDED_K, n, m, staleness=staleness, partial_rollout=True)):
                 rows.append(_row(d, s, res, sync))
         b = paper.best_split(bs, d, steps=min(16, d))
         best.append({"devices": d, "rollout_devices": b["rollout_devices"],
