@@ -32,7 +32,7 @@ TRAIN = {"rows": 4, "length": 256}
 PHASES = (("decode", True, False), ("train", False, True), ("both", True, True))
 
 
-def _work(side: str, mcfg: dict, core: int, barrier, out, phase_s: float) -> None:
+def _work(side: str, mcfg: dict, core: int, barrier, out, phase_s: float, decode: dict, train: dict) -> None:
     """One probe worker: pinned to `core`, runs its side's unit of work while its phase says so."""
     import torch
 
@@ -47,17 +47,17 @@ def _work(side: str, mcfg: dict, core: int, barrier, out, phase_s: float) -> Non
         from rlbench.engines.rollout.sampler import BuiltinSampler
         from rlbench.engines.rollout.sampling import LengthSampling
 
-        sampler = BuiltinSampler(model, 2, max_num_seqs=DECODE["sequences"])
-        requests = [PromptRequest(i, [3 + (i + t) % 120 for t in range(DECODE["prompt_len"])])
-                    for i in range(DECODE["sequences"])]
-        params = LengthSampling(n=1, max_new_tokens=DECODE["new_tokens"], seed=0, response_length="fixed",
-                                response_length_mean=DECODE["new_tokens"])
+        sampler = BuiltinSampler(model, 2, max_num_seqs=decode["sequences"])
+        requests = [PromptRequest(i, [3 + (i + t) % 120 for t in range(decode["prompt_len"])])
+                    for i in range(decode["sequences"])]
+        params = LengthSampling(n=1, max_new_tokens=decode["new_tokens"], seed=0, response_length="fixed",
+                                response_length_mean=decode["new_tokens"])
 
         def unit() -> int:  # tokens generated
             return sum(len(r) for g in sampler.generate(requests, params) for r in g.responses)
     else:
         model.train()
-        ids = torch.randint(3, 120, (TRAIN["rows"], TRAIN["length"]))
+        ids = torch.randint(3, 120, (train["rows"], train["length"]))
 
         def unit() -> int:  # positions trained
             model(input_ids=ids).logits.float().logsumexp(-1).mean().backward()
@@ -78,12 +78,13 @@ def _work(side: str, mcfg: dict, core: int, barrier, out, phase_s: float) -> Non
     out.put((side, rates))
 
 
-def measure(model_cfg: dict, run_dir: Path, cores: tuple[int, int] = (0, 1), phase_s: float = PHASE_S) -> dict:
+def measure(model_cfg: dict, run_dir: Path, cores: tuple[int, int] = (0, 1), phase_s: float = PHASE_S,
+            decode: dict = DECODE, train: dict = TRAIN) -> dict:
     """Run the three phases in two pinned processes (cores: positions in this process's affinity mask, as
     the cells' workers are placed); write and return contention_probe.json's record."""
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_work, args=(side, model_cfg, core, barrier, out, phase_s),
+    procs = [ctx.Process(target=_work, args=(side, model_cfg, core, barrier, out, phase_s, decode, train),
                          name=f"rlbench-probe-{side}", daemon=True) for side, core in zip(("decode", "train"), cores)]
     t0 = time.monotonic()
     for p in procs:
@@ -96,7 +97,7 @@ def measure(model_cfg: dict, run_dir: Path, cores: tuple[int, int] = (0, 1), pha
             if p.is_alive():
                 p.kill()
     record = {"schema_version": schema.SCHEMA_VERSION, "cores": list(cores), "phase_s": phase_s,
-              "decode_workload": DECODE, "train_workload": TRAIN, "wall_s": round(time.monotonic() - t0, 1)}
+              "decode_workload": decode, "train_workload": train, "wall_s": round(time.monotonic() - t0, 1)}
     for side, alone in (("decode", "decode"), ("train", "train")):
         r = got[side]
         record[side] = {"alone_per_s": r[alone], "together_per_s": r["both"],
