@@ -21,11 +21,14 @@ from rlbench.results import schema
 def interrupted(tmp_path_factory):
     """Two cells (one per seed) interrupted by Ctrl-C in the second: -> the run folder."""
     out = tmp_path_factory.mktemp("runs")
+    # Planted slowdowns keep the second cell mid-run when the signal lands: unslowed, a tiny cell's last
+    # iterations can finish between the poll below and the SIGINT (CI saw it complete, exit 130).
+    env = {**clean_env(), "RLBENCH_SLOW": "decode:10,update:10"}
     proc = subprocess.Popen([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out", str(out),
                              "--no-progress", "--no-report", "--ablation", "none", "--seeds", "0,1",
                              "--set", "run.iterations=6"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=clean_env(), preexec_fn=as_in_a_terminal)
+                            env=env, preexec_fn=as_in_a_terminal)
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None:
         second = list(out.glob("*/sync@seed1/" + schema.ITERATIONS))
