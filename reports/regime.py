@@ -44,7 +44,7 @@ COLUMNS = ["point", "sync", "barrier", "async", "response_length", "length_mean"
            "measured_min", "measured_max", "predicted_speedup", "error_pct", "split_measured",
            "split_predicted", "overlap_measured", "overlap_predicted", "predicted_with_contention",
            "contention_error_pct", "contention_kappa", "contention_kappa_decode", "kappa_source",
-           "train_cost_spread_pct", "rollout_cost_spread_pct"]
+           "train_cost_spread_pct", "rollout_cost_spread_pct", "descheduled_pct"]
 
 
 def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:

@@ -7,19 +7,21 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rlbench.reports.cost_spread import cpu_per_token, point_spread, spread_pct
+from rlbench.reports.cost_spread import cpu_per_token, descheduled_pct, point_spread, spread_pct
 from rlbench.reports.data import CellData
 from rlbench.reports.regime_text import prediction_sentence
 
 
-def _cell(name: str, train_cpu: float, roll_cpu: float, async_layout: bool) -> CellData:
-    """Two measured iterations (1, 2) after one warm-up (0), 100 tokens and 40 response tokens each."""
+def _cell(name: str, train_cpu: float, roll_cpu: float, async_layout: bool, wall: float = 1.0) -> CellData:
+    """Two measured iterations (1, 2) after one warm-up (0), 100 tokens and 40 response tokens each; every
+    stage `wall` seconds long."""
     its = [{"iteration": k, "warmup": k == 0, "tokens": 100, "response_tokens": 40} for k in range(3)]
     trainer, roller = ("trainer0", "rollout0") if async_layout else ("colocated0", "colocated0")
     events = []
     for k in range(3):
-        events += [{"worker": trainer, "stage": "update", "iteration": k, "start": 0, "end": 1, "cpu": train_cpu},
-                   {"worker": roller, "stage": "rollout", "iteration": k, "start": 0, "end": 1, "cpu": roll_cpu},
+        events += [{"worker": trainer, "stage": "update", "iteration": k, "start": 0, "end": wall, "cpu": train_cpu},
+                   {"worker": roller, "stage": "rollout", "iteration": k, "start": 0, "end": wall, "cpu": roll_cpu},
+                   {"worker": trainer, "stage": "queue_wait", "iteration": k, "start": 0, "end": 9, "cpu": 0.0},
                    {"worker": "driver", "stage": "update", "iteration": k, "start": 0, "end": 1, "cpu": 99.0}]
     return CellData(name, Path("."), {"iterations": its}, events=events)
 
@@ -40,10 +42,31 @@ def test_point_spread_flags_the_cell_that_ran_the_same_work_slower():
     sync = _cell("s", 2.0, 1.0, async_layout=False)
     barrier = _cell("b", 2.0, 1.0, async_layout=True)
     slow = _cell("a", 2.5, 1.8, async_layout=True)
-    assert point_spread(sync, barrier, slow) == pytest.approx({"train_cost_spread_pct": 25.0,
-                                                               "rollout_cost_spread_pct": 80.0})
+    spread = point_spread(sync, barrier, slow)
+    assert {k: spread[k] for k in ("train_cost_spread_pct", "rollout_cost_spread_pct")} == \
+        pytest.approx({"train_cost_spread_pct": 25.0, "rollout_cost_spread_pct": 80.0})
     same = point_spread(sync, barrier, _cell("a", 2.0, 1.0, async_layout=True))
-    assert same == {"train_cost_spread_pct": 0.0, "rollout_cost_spread_pct": 0.0}
+    assert same["train_cost_spread_pct"] == 0.0 and same["rollout_cost_spread_pct"] == 0.0
+
+
+def test_descheduled_is_compute_wall_time_without_cpu_time():
+    """A pinned worker that computes 1 CPU second in 1 s was never descheduled; in 2 s it waited half the time
+    for its core. Waiting stages (queue_wait: 9 s without CPU here) do not count."""
+    assert descheduled_pct(_cell("q", 1.0, 1.0, async_layout=True)) == pytest.approx(0.0)
+    assert descheduled_pct(_cell("b", 1.0, 1.0, async_layout=True, wall=2.0)) == pytest.approx(50.0)
+    busy = point_spread(_cell("s", 1.0, 1.0, False), _cell("b", 1.0, 1.0, True, wall=1.25),
+                        _cell("a", 1.0, 1.0, True))
+    assert busy["descheduled_pct"] == pytest.approx(20.0)
+
+
+def test_a_miss_on_a_busy_machine_is_named_as_such():
+    frame = _frame([{"point": "busy", "error_pct": -30.0, "train_cost_spread_pct": 1.0,
+                     "rollout_cost_spread_pct": 2.0, "descheduled_pct": 32.0},
+                    {"point": "ok", "error_pct": 2.0, "train_cost_spread_pct": 1.0, "rollout_cost_spread_pct": 2.0,
+                     "descheduled_pct": 1.0}])
+    text = prediction_sentence(frame)
+    assert "1 of the 1 misses ran while other work held the cores" in text and "busy: 32%" in text
+    assert "the model misses there" not in text
 
 
 def _frame(rows):

@@ -48,8 +48,27 @@ def test_every_point_runs_the_ladder_on_the_same_config(name, config):
             d["engine"].pop("schedule"), d["engine"].pop("overlap")
         assert dumps[0] == dumps[1] == dumps[2], workload
         sync = cells["sync"]
+        assert sync.run.interleave  # a point's cells take turns by iteration: drift hits all three alike
         assert sync.rollout.max_num_seqs >= sync.batch_size  # every sample in flight
         assert sync.rollout.response_length == "lognormal" and sync.run.eval_every == 0
+
+
+@pytest.mark.parametrize("name,config", [("regime", None), ("regime-quick", TINY)])
+def test_interleaved_map_takes_turns_point_by_point(name, config):
+    """The cells of one point (and seed) take turns together; the points run one after the other."""
+    from rlbench.config import load_config
+    from rlbench.run.ablation import cells_for, turn_groups
+
+    cells = [(c, cfg, seed) for seed in (0, 1) for c, cfg in cells_for(name, load_config(config))]
+    todo = [({"name": c}, (c, cfg, seed)) for c, cfg, seed in cells]
+    groups = turn_groups(todo, shared_ring=False)
+    assert len(groups) == 2 * len(_points(name, config))
+    for group in groups:
+        assert [e["name"].split("/")[1] for e, _ in group] == ["sync", "periodic_async_barrier", "periodic_async"]
+        assert len({(cfg.run.workload, seed) for _, (_, cfg, seed) in group}) == 1
+    assert turn_groups(todo, shared_ring=True) == [todo]  # check --against: one ring with the other tree
+    plain = [({"name": c}, (c, cfg, 0)) for c, cfg in cells_for("async", load_config(config))]
+    assert turn_groups(plain, shared_ring=False) == [plain]  # no workloads: every cell at once
 
 
 @pytest.mark.parametrize("name,config", [("regime", None), ("regime-quick", TINY)])

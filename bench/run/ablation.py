@@ -194,6 +194,19 @@ def calibrate_contention(name: str, base, run_dir: Path) -> None:
                f"{r['train']['kappa']:+.0%} slower while the other core computes", err=True)
 
 
+def turn_groups(todo: list, shared_ring: bool) -> list[list]:
+    """The cells that take turns together: the cells of one workload (a regime point, per seed) when the
+    cells have workloads, so a point's sync, barrier and periodic-async see the same machine iteration by
+    iteration while the points run one after the other (24 cells at once would not fit in memory);
+    otherwise, or in a ring shared with another tree (`check --against`), all of them."""
+    if shared_ring or not any(cfg.run.workload for _, (_, cfg, _) in todo):
+        return [todo]
+    groups: dict = {}
+    for entry, (cell, cfg, seed) in todo:
+        groups.setdefault((cfg.run.workload, seed), []).append((entry, (cell, cfg, seed)))
+    return list(groups.values())
+
+
 def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bool) -> dict:
     """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
     in its own process; exit codes go into record and ablation.json as they come."""
@@ -205,8 +218,11 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bo
     from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
 
     todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
+    interleave = interleave or any(cfg.run.interleave for _, cfg, _ in cells)  # a workload may ask for it
     if interleave and (len(cells) > 1 or ring.from_env()):
-        return run_interleaved(ctx, [c for _, c in todo], [e for e, _ in todo], record, run_dir, progress)
+        for group in turn_groups(todo, shared_ring=bool(ring.from_env())):
+            run_interleaved(ctx, [c for _, c in group], [e for e, _ in group], record, run_dir, progress)
+        return record
     from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel  # seeds side by side, own cores
 
     slots = parallel_plan(todo)

@@ -52,7 +52,8 @@ class Grid:
                             "max_num_seqs": prompts * self.group_size},
                 "train": {"prompts_per_iteration": prompts},
                 "data": {"eval_size": self.eval_size},
-                "run": {"iterations": self.iterations, "warmup_iterations": self.warmup, "eval_every": 0}}
+                "run": {"iterations": self.iterations, "warmup_iterations": self.warmup, "eval_every": 0,
+                        "interleave": True}}  # a point's cells take turns by iteration: drift hits all three
 
 
 # The full map, chosen to bracket the crossover on 2 CPU cores. Evidence: reports/predict.py's model
@@ -82,5 +83,5 @@ NATURAL = {"smollm2-eos": {
     "data": {"eval_size": 8},
     "rollout": {"response_length": "eos", "max_new_tokens": 256, "group_size": 4, "max_num_seqs": 16},
     "train": {"prompts_per_iteration": 4, "micro_batch_size": 2, "lr": 1.0e-5},
-    "run": {"iterations": 4, "warmup_iterations": 1, "eval_every": 0}}}
+    "run": {"iterations": 4, "warmup_iterations": 1, "eval_every": 0, "interleave": True}}}
 POINTS = {**{name: grid.points() for name, grid in GRIDS.items()}, "regime-natural": NATURAL}
