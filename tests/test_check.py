@@ -320,6 +320,21 @@ def test_key_newer_than_the_baseline_at_its_default_is_comparable(tmp_path, base
     assert moved.config_diff == ["rollout.top_p: - -> 0.9"]
 
 
+def test_baseline_with_a_key_renamed_since_is_comparable(tmp_path, baseline):
+    """Baselines and results written before engine.backend became engine.launcher read as the new name."""
+    data = json.loads(baseline.read_text())
+    configs = [data["config"]["reference"], *data["config"]["cell_configs"].values()]
+    for cfg in configs:
+        cfg["engine"]["backend"] = cfg["engine"].pop("launcher")
+    baseline.write_text(json.dumps(data))
+    run = async_run(tmp_path / "same")
+    assert chk.check(run, baseline).config_diff == []
+    for cfg in configs:
+        cfg["engine"]["backend"] = "ray"
+    baseline.write_text(json.dumps(data))
+    assert chk.check(run, baseline).config_diff == ["engine.launcher: ray -> local"]
+
+
 def test_run_name_does_not_matter(tmp_path, baseline):
     run = async_run(tmp_path / "renamed", overrides={"run": {"name": "other"}})
     assert all(r.mark != "not comparable" for r in chk.check(run, baseline).rows)
