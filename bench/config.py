@@ -193,18 +193,18 @@ class EngineConfig(Section):
     hang_floor_s: float = Field(
         120.0, gt=0, description="Hang watchdog: the shortest automatic limit (used until stages have been "
         "measured, and while they are short); see hang_timeout_s.")
-    backend: Literal["local", "ray"] = Field(
-        "local", description="local: every worker (colocated worker, rollout worker, trainer rank) is a local "
-        "process pinned to its device; ray: the same workers are Ray actors holding their devices as Ray "
-        "resources (needs `pip install 'rlbench[ray]'`).")
+    launcher: Literal["local", "ray"] = Field(
+        "local", description="How the workers are hosted. local: every worker (colocated worker, rollout worker, "
+        "trainer rank) is a local process pinned to its device; ray: the same workers are Ray actors holding "
+        "their devices as Ray resources (needs `pip install 'rlbench[ray]'`).")
     ray_address: str | None = Field(
-        None, description="backend=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
+        None, description="launcher=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
         "'ray://head:10001'); unset: start a local Ray instance for the run and stop it afterwards.")
 
     @model_validator(mode="after")
     def _check(self) -> "EngineConfig":
-        if self.ray_address and self.backend != "ray":
-            raise ValueError("engine.ray_address is only used with engine.backend=ray")
+        if self.ray_address and self.launcher != "ray":
+            raise ValueError("engine.ray_address is only used with engine.launcher=ray")
         return self
 
     @property
@@ -312,10 +312,14 @@ def merge_trees(base: dict, over: dict) -> dict:
     return out
 
 
+# Keys renamed since (old -> new). A config that still uses the old name is refused with the new one;
+# result files and baselines written before keep the old name, and `rlbench check` reads it as the new.
+RENAMED_KEYS = {"engine.backend": "engine.launcher"}  # "backend" is the rollout's (rollout.backend)
 # Keys that existed once: say what replaced them instead of only "unknown key".
 REMOVED_KEYS = {
     "engine.train_ranks": "removed: there is one data-parallel trainer rank per training device now "
                           "(engine.train_devices; under sync, one colocated worker per device)",
+    **{old: f"renamed to {new} (same values)" for old, new in RENAMED_KEYS.items()},
 }
 
 

@@ -95,7 +95,7 @@ class _Session:
         e = cfg.engine
         self.cfg, self.policy, self.tok, self.t0, self.placement = cfg, policy, tok, t0, placement
         self.trainer_in_process = trainer_in_process
-        self.ray = e.backend == "ray"
+        self.ray = e.launcher == "ray"
         self.owns_ray = False
         self.hosts: list = []
         from rlbench.engines.watchdog import Watchdog
@@ -130,7 +130,7 @@ class _Session:
         from rlbench.engines.hosts import make_host
 
         slots = self.placement.of(role)
-        host = make_host(self.cfg.engine.backend, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
+        host = make_host(self.cfg.engine.launcher, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
                          self.cfg.engine.queue_timeout_s, self.watchdog, owns_ray and self.owns_ray)
         self.hosts.append(host)
         return host

@@ -1,8 +1,8 @@
-"""Where a worker object lives: a local process pinned to its device, or a Ray actor (engine.backend=ray).
+"""Where a worker object lives: a local process pinned to its device, or a Ray actor (engine.launcher=ray).
 
 Both hosts (the Ray one in engines/ray_host.py) run the same worker classes (plain Python objects:
 engines/trainer/ranks.py, engines/rollout/worker.py) and offer the same calls, so a schedule has one code path whatever the
-backend:
+launcher:
 
     call = host.submit(worker, "method", *args)      # returns at once
     values = host.wait([call, ...], doing="...")     # in order; emitted items go to on_emit meanwhile
@@ -201,10 +201,10 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
         close()
 
 
-def make_host(backend: str, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog,
+def make_host(launcher: str, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog,
               owns_ray: bool = False):
-    """The host engine.backend names: local processes or Ray actors."""
-    if backend == "ray":
+    """The host engine.launcher names: local processes or Ray actors."""
+    if launcher == "ray":
         from rlbench.engines.ray_host import RayHost
 
         return RayHost(slots, cls, args_of, timeout_s, watchdog, owns_ray)

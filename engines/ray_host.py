@@ -1,4 +1,4 @@
-"""The Ray host (engine.backend=ray): the same workers as engines/hosts.py's local processes, as Ray
+"""The Ray host (engine.launcher=ray): the same workers as engines/hosts.py's local processes, as Ray
 actors holding their devices as Ray resources; the same submit / wait calls and WorkerErrors."""
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def ensure_ray(address: str | None, devices: int, device_kind: str) -> bool:
         import ray
         import ray.util.queue  # noqa: F401
     except ImportError:
-        raise UserError("engine.backend=ray needs Ray: pip install 'rlbench[ray]'") from None
+        raise UserError("engine.launcher=ray needs Ray: pip install 'rlbench[ray]'") from None
     if ray.is_initialized():
         return False
     init_ray(ray, address, None, devices, device_kind)
@@ -54,7 +54,7 @@ def actor_resources(device_kind: str, share: int) -> dict:
         return {"num_cpus": 1, "num_gpus": 1}
     if device_kind == "npu":
         return {"num_cpus": 1, "resources": {"NPU": 1}}
-    raise UserError(f"engine.backend=ray: no Ray placement for device '{device_kind}' (allowed: cpu, cuda, npu)")
+    raise UserError(f"engine.launcher=ray: no Ray placement for device '{device_kind}' (allowed: cpu, cuda, npu)")
 
 
 def forwarded_env() -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from rlbench.check import verdicts as chk
 from rlbench.config import RunConfig, with_overrides
 from rlbench.errors import UserError
-from rlbench.results import schema
+from rlbench.results import metric_table, schema
 from rlbench.results.metrics import aggregate
 
 SYNC = {"schedule": "sync", "tri_model": False, "shared_prompt": False}
@@ -128,13 +129,17 @@ def test_metrics_of_a_run(tmp_path):
     assert m["same_start:periodic_async/sync"]["value"] == 0.0
 
 
-def test_switch_gains(tmp_path):
+def every_pair_run(path):
+    """Cells that pair on every switch, one pair (async_gain) away from the reference."""
     tri = {**ASYNC, "tri_model": True}
-    run = write_run(tmp_path / "r", [Cell("sync", SYNC, 100.0), Cell("+periodic_async", ASYNC, 200.0),
-                                     Cell("+tri_model", tri, 220.0),
-                                     Cell("+shared_prompt", {**tri, "shared_prompt": True}, 275.0),
-                                     Cell("sync+tri_model", {**SYNC, "tri_model": True}, 110.0)])
-    m = chk.compute_metrics(run)["metrics"]
+    return write_run(path, [Cell("sync", SYNC, 100.0), Cell("+periodic_async", ASYNC, 200.0),
+                            Cell("+tri_model", tri, 220.0),
+                            Cell("+shared_prompt", {**tri, "shared_prompt": True}, 275.0),
+                            Cell("sync+tri_model", {**SYNC, "tri_model": True}, 110.0)])
+
+
+def test_switch_gains(tmp_path):
+    m = chk.compute_metrics(every_pair_run(tmp_path / "r"))["metrics"]
     assert m["tri_model_gain:+tri_model/+periodic_async"]["value"] == pytest.approx(1.1, rel=0.08)
     assert m["shared_prompt_gain:+shared_prompt/+tri_model"]["value"] == pytest.approx(1.25, rel=0.08)
     assert m["async_gain:+tri_model/sync+tri_model"]["value"] == pytest.approx(2.0, rel=0.08)
@@ -144,6 +149,26 @@ def test_switch_gains(tmp_path):
     # component costs exist for every pair, the reference's included
     assert {"stage_cost:update:+periodic_async/sync", "stage_cost:update:+shared_prompt/+tri_model",
             "stage_cost:update:sync+tri_model/sync", "stage_cost:weight_sync:+tri_model/sync+tri_model"} <= set(m)
+
+
+def test_check_computes_the_metric_families_the_table_declares(tmp_path):
+    """Every metric family `rlbench check` computes, against a baseline or (`--against`) the old tree, is a
+    CHECK row of bench/results/metric_table.py, and every CHECK row is computed."""
+    from rlbench.check import ab, baseline, metrics
+
+    run = every_pair_run(tmp_path / "r")
+    computed = {*chk.compute_metrics(run)["metrics"], *ab.paired_metrics(run, run)}
+    declared = metric_table.CHECK_FAMILIES
+    assert {metric_table.family(n) for n in computed} == set(declared)
+    assert {*metrics.GAIN_NAMES.values(), *baseline.METRIC_TOLERANCES} <= set(declared)
+    for row in declared.values():
+        assert row.kind in metric_table.CHECK_KINDS and row.direction in metric_table.DIRECTIONS, row.name
+        assert row.seeds in ("pooled", "mean", "worst", "each") and row.unit and row.what, row.name
+
+
+def test_the_stored_cpu_baseline_loads_with_declared_families():
+    base = chk.load_baseline(Path(__file__).resolve().parent.parent / "bench" / "baselines" / "cpu-default.json")
+    assert {metric_table.family(n) for n in base["metrics"]} <= set(metric_table.CHECK_FAMILIES)
 
 
 def test_update_round_trip(tmp_path, baseline):
@@ -293,6 +318,21 @@ def test_key_newer_than_the_baseline_at_its_default_is_comparable(tmp_path, base
     assert chk.check(async_run(tmp_path / "same"), baseline).config_diff == []
     moved = chk.check(async_run(tmp_path / "moved", overrides={"rollout": {"top_p": 0.9}}), baseline)
     assert moved.config_diff == ["rollout.top_p: - -> 0.9"]
+
+
+def test_baseline_with_a_key_renamed_since_is_comparable(tmp_path, baseline):
+    """Baselines and results written before engine.backend became engine.launcher read as the new name."""
+    data = json.loads(baseline.read_text())
+    configs = [data["config"]["reference"], *data["config"]["cell_configs"].values()]
+    for cfg in configs:
+        cfg["engine"]["backend"] = cfg["engine"].pop("launcher")
+    baseline.write_text(json.dumps(data))
+    run = async_run(tmp_path / "same")
+    assert chk.check(run, baseline).config_diff == []
+    for cfg in configs:
+        cfg["engine"]["backend"] = "ray"
+    baseline.write_text(json.dumps(data))
+    assert chk.check(run, baseline).config_diff == ["engine.launcher: ray -> local"]
 
 
 def test_run_name_does_not_matter(tmp_path, baseline):

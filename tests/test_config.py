@@ -53,6 +53,7 @@ def test_overrides_parse_yaml_scalars():
     ("rollout:\n  group_size: 4\ntrain:\n  micro_batch_size: 3\n", "micro_batch_size", "must divide"),
     ("engine:\n  schedule: periodic_async\ntrain:\n  ppo_mini_batches: 2\n", "ppo_mini_batches", "on-policy"),
     ("engine:\n  train_ranks: 2\n", "engine.train_ranks", "one data-parallel trainer rank per training device"),
+    ("engine:\n  backend: ray\n", "engine.backend", "renamed to engine.launcher"),
 ])
 def test_bad_config_names_key(tmp_path, yaml_text, key, hint):
     f = tmp_path / "bad.yaml"
@@ -60,6 +61,15 @@ def test_bad_config_names_key(tmp_path, yaml_text, key, hint):
     with pytest.raises(UserError) as e:
         load_config(f)
     assert key in str(e.value) and hint in str(e.value) and str(f) in str(e.value)
+
+
+def test_renamed_key_is_one_clear_error_exit_2(tmp_path):
+    """engine.backend (how workers are hosted) is engine.launcher now; "backend" is the rollout's."""
+    out = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--set", "engine.backend=ray", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "engine.backend: renamed to engine.launcher (same values)" in out.stderr
+    assert load_config(None, ["engine.launcher=ray"]).engine.launcher == "ray"
 
 
 def test_bad_config_exit_code_2_through_cli(tmp_path):

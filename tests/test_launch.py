@@ -254,7 +254,7 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if schedule == "sync" else 2)
     monkeypatch.setattr(torch.cuda, "_lazy_init", no_init)
-    monkeypatch.setattr(hosts, "make_host", lambda backend, *a: _InlineHost(*a))
+    monkeypatch.setattr(hosts, "make_host", lambda launcher, *a: _InlineHost(*a))
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"),
                       ["engine.device=cuda", f"engine.schedule={schedule}", "run.iterations=2",
                        f"engine.share_devices={str(schedule == 'sync').lower()}",

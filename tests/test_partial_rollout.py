@@ -160,7 +160,7 @@ def test_a_real_run_interrupts_sequences_and_records_every_tokens_version(tmp_pa
 @pytest.mark.parametrize("sets,message", [
     (["engine.partial_rollout=true"], "is an option of engine.schedule=bounded_async"),
     (["engine.schedule=bounded_async", "engine.partial_rollout=true", "rollout.backend=vllm"], "rollout.backend=builtin"),
-    (["engine.schedule=bounded_async", "engine.partial_rollout=true", "engine.backend=ray"], "engine.backend=local"),
+    (["engine.schedule=bounded_async", "engine.partial_rollout=true", "engine.launcher=ray"], "engine.launcher=local"),
 ])
 def test_partial_rollout_is_refused_where_it_cannot_run(sets, message):
     from rlbench.config import load_config

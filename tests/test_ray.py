@@ -1,4 +1,4 @@
-"""engine.backend=ray: the same worker classes as Ray actors (engines/hosts.py), one code path.
+"""engine.launcher=ray: the same worker classes as Ray actors (engines/hosts.py), one code path.
 
 On a local Ray instance the run must train exactly like the local processes (bitwise: the same dealing
 and the same all-reduce), record the same workers' events and turn a dead actor into exit code 3 with
@@ -6,7 +6,7 @@ the measured iterations kept and no actor left behind.
 """
 import pytest
 
-ray = pytest.importorskip("ray", reason="engine.backend=ray needs Ray: pip install 'rlbench[ray]'")
+ray = pytest.importorskip("ray", reason="engine.launcher=ray needs Ray: pip install 'rlbench[ray]'")
 
 import torch  # noqa: E402
 
@@ -19,7 +19,7 @@ from test_cli_run import fault_keeps_iterations, rlbench  # noqa: E402
 @pytest.mark.parametrize("schedule", ["sync", "periodic_async"])
 def test_ray_trains_bitwise_like_local_processes(schedule):
     local = train_engine([f"engine.schedule={schedule}"])
-    remote = train_engine([f"engine.schedule={schedule}", "engine.backend=ray"])
+    remote = train_engine([f"engine.schedule={schedule}", "engine.launcher=ray"])
     assert not ray.is_initialized()  # the run's own Ray instance is gone with the schedule
     assert remote["samples"] == local["samples"] and remote["rewards"] == local["rewards"]
     for n, p in local["params"].items():
@@ -32,7 +32,7 @@ def test_ray_trains_bitwise_like_local_processes(schedule):
 
 def test_ray_run_writes_the_local_schema(tmp_path):
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
-                   "--no-report", "--set", "engine.schedule=periodic_async", "--set", "engine.backend=ray",
+                   "--no-report", "--set", "engine.schedule=periodic_async", "--set", "engine.launcher=ray",
                    timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = list(tmp_path.iterdir())
@@ -45,5 +45,5 @@ def test_ray_run_writes_the_local_schema(tmp_path):
 
 
 def test_dead_ray_rollout_actor_keeps_measured_iterations(tmp_path):
-    fault_keeps_iterations(tmp_path, "rollout_exit:2", ["engine.schedule=periodic_async", "engine.backend=ray"],
+    fault_keeps_iterations(tmp_path, "rollout_exit:2", ["engine.schedule=periodic_async", "engine.launcher=ray"],
                            "periodic_async", "rollout0 died", "_RayWorker")

@@ -3,18 +3,16 @@
 Both trees ran the same workload as the two sides of one turn ring (bench/run/interleave.py): iteration k of
 a cell ran in the old tree and in the new one back to back, with the same seed, so both did the same
 work on the same machine at nearly the same moment. Every performance metric is a per-iteration
-log-ratio new/old, judged against this run's own iteration-to-iteration spread:
-  tpspd:<cell>                 TPSPD of the cell (wall time: everything the iteration does)
-  cost:<stage>                 CPU seconds of one stage, summed over a cell's workers, per unit of its
-                               work (UNITS), paired per cell and iteration and pooled over the cells
-                               that run it: code every cell runs (the sampler's decode step, the
-                               optimizer, the log-prob forwards, the reward) shows here; between-cell
-                               ratios cancel it
-  speedup:..., *_gain:..., stage_cost:..., queue_cost:...
-                               the between-cell ratios of bench/check/metrics.py, new/old per iteration
-Within the new tree alone, strictly: same_accuracy and same_start (sync and periodic-async are the same
-updates). New against old, by tolerance: accuracy, reward, overhead_share. A metric the old tree has and
-the new one lacks is a failure; a cell of the new tree that did not complete is one too.
+log-ratio new/old, judged against this run's own iteration-to-iteration spread: TPSPD of every cell
+(tpspd:<cell>, wall time: everything the iteration does); CPU seconds of each stage per unit of its work
+(cost:<stage>, UNITS), paired per cell and iteration and pooled over the cells that run it, so code
+every cell runs (the sampler's decode step, the optimizer, the log-prob forwards, the reward) shows
+although between-cell ratios cancel it; and the between-cell ratios of bench/check/metrics.py (speedup,
+the switch gains, stage_cost, queue_cost). Within the new tree alone, strictly: the invariants
+(same_accuracy, same_start: sync and periodic-async are the same updates). New against old, by
+tolerance: accuracy, reward, overhead_share. Every family is a CHECK row of
+bench/results/metric_table.py. A metric the old tree has and the new one lacks is a failure; a cell of
+the new tree that did not complete is one too.
 """
 from __future__ import annotations
 
@@ -26,6 +24,7 @@ import numpy as np
 from rlbench.check import stats as check_stats
 from rlbench.check.baseline import DEFAULT_TOLERANCES, METRIC_TOLERANCES
 from rlbench.check.metrics import compute_metrics, measured, read_cells, stage_events
+from rlbench.results.metric_table import CHECK_FAMILIES, check_metric, family
 
 # stage -> (the iteration record's field that counts its work, None: once per iteration; unit; what runs)
 UNITS = {
@@ -50,12 +49,13 @@ AB_STATS = {"z": 3.0, "floor": 0.06}
 # the same floor (offsets are as large), a lower t (the first run has screened already; the joint rate of
 # within-run noise is the product). Chosen on the 20 unchanged runs: bench/baselines/README.md.
 CONFIRM_STATS = {"z": 2.0, "floor": 0.06}
-BETWEEN_CELLS = ("speedup", "async_gain", "tri_model_gain", "shared_prompt_gain", "stage_cost")
+# The families that are a ratio between two cells (`<a>/<b>` in their names)
+BETWEEN_CELLS = tuple(f for f, row in CHECK_FAMILIES.items() if "/" in row.name)
 
 
 def floor_of(metric: str, stats: dict = AB_STATS) -> float:
     """The metric's floor as a relative change: the base floor, x sqrt(2) in log units between two cells."""
-    pairs = 2 if metric.split(":")[0] in BETWEEN_CELLS else 1
+    pairs = 2 if family(metric) in BETWEEN_CELLS else 1
     return float(np.expm1(np.log1p(stats["floor"]) * np.sqrt(pairs)))
 
 
@@ -95,15 +95,16 @@ def paired_metrics(old_dir: Path, new_dir: Path, computed: tuple[dict, dict] | N
     t_old, t_new = cell_tables(old_dir), cell_tables(new_dir)
     out: dict[str, dict] = {}
 
-    def add(name, kind, direction, desc, old: dict | None, new: dict | None):
+    def add(name: str, declared: dict, old: dict | None, new: dict | None):
         pairs = _log_pairs(old, new) if old and new else None
-        out[name] = {"kind": kind, "direction": direction, "description": desc,
+        out[name] = {"kind": declared["kind"], "direction": declared["direction"],
+                     "description": declared["description"],
                      "old": float(np.median(list(old.values()))) if old else None,
                      "new": float(np.median(list(new.values()))) if new else None, "log_ratios": pairs}
 
     for cell in dict.fromkeys([*t_old, *t_new]):
         o, n = t_old.get(cell), t_new.get(cell)
-        add(f"tpspd:{cell}", "ratio", "higher_is_better", f"TPSPD of {cell}, new / old per iteration",
+        add(*check_metric("tpspd", cell=cell),
             o and {k: r["tpspd"] for k, r in o.items()}, n and {k: r["tpspd"] for k, r in n.items()})
     for stage, (_, unit, what) in UNITS.items():
         # Pooled over the cells: the stage's code is shared, and one measurement varies ~10-25% on a
@@ -111,9 +112,7 @@ def paired_metrics(old_dir: Path, new_dir: Path, computed: tuple[dict, dict] | N
         per = {side: {(c, k): _per_unit(r, stage) for c, t in tables.items() for k, r in t.items()
                       if r["cpu"].get(stage)} for side, tables in (("old", t_old), ("new", t_new))}
         if per["old"] or per["new"]:
-            add(f"cost:{stage}", "cost", "lower_is_better",
-                f"{stage} ({what}) CPU seconds per {unit}, every cell that runs it, new / old per iteration",
-                per["old"] or None, per["new"] or None)
+            add(*check_metric("cost", stage=stage, stage_what=what, unit=unit), per["old"] or None, per["new"] or None)
     c_old, c_new = computed or (compute_metrics(old_dir), compute_metrics(new_dir))
     m_old, m_new = c_old["metrics"], c_new["metrics"]
     for name in dict.fromkeys([*m_old, *m_new]):
@@ -122,7 +121,7 @@ def paired_metrics(old_dir: Path, new_dir: Path, computed: tuple[dict, dict] | N
             continue
         per_it = {side: dict(zip(mm[name]["iterations"], np.exp(mm[name]["samples"]["log_ratios"])))
                   if name in mm else None for side, mm in (("old", m_old), ("new", m_new))}
-        add(name, m["kind"], m["direction"], m["description"] + ", new / old", per_it["old"], per_it["new"])
+        add(name, {**m, "description": m["description"] + ", new / old"}, per_it["old"], per_it["new"])
     return out
 
 
@@ -153,7 +152,7 @@ def tolerance_metrics(c_old: dict, c_new: dict) -> tuple[dict, dict]:
         for name, m in metrics.items():
             if "log_ratios" in (m.get("samples") or {}):
                 continue
-            rel, floor = METRIC_TOLERANCES.get(name.split(":")[0]) or DEFAULT_TOLERANCES[m["kind"]]
+            rel, floor = METRIC_TOLERANCES.get(family(name)) or DEFAULT_TOLERANCES[m["kind"]]
             out[name] = {**m, "tolerance": rel, "abs_tolerance": floor}
         return out
 

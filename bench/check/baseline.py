@@ -14,16 +14,15 @@ from rlbench.check import stats as check_stats
 from rlbench.check.metrics import compute_metrics
 from rlbench.errors import UserError
 from rlbench.results import schema
+from rlbench.results.metric_table import CHECK_KINDS, DIRECTIONS, family
 
 BASELINE_VERSION = 2  # 2: paired log-ratio samples, stage costs, invariants, calibrated noise
-KINDS = ("ratio", "cost", "accuracy", "share", "invariant")
-DIRECTIONS = ("higher_is_better", "lower_is_better")
 # kind -> (relative tolerance, absolute floor); why these values: bench/baselines/README.md. For ratio
 # and cost the tolerance is only a floor under the measured noise (bench/check/stats.py); an invariant
 # allows nothing; accuracy, which differs between machines, is judged loosely.
 DEFAULT_TOLERANCES = {"ratio": (0.05, 0.0), "cost": (0.05, 0.0), "accuracy": (0.25, 0.10),
                       "share": (0.50, 0.02), "invariant": (0.0, 0.0)}
-# metric name prefix -> (tolerance, floor) where a metric differs from its kind. Sync (data-parallel
+# metric family -> (tolerance, floor) where a metric differs from its kind. Sync (data-parallel
 # all-reduce) and periodic-async (groups summed in arrival order) add the same gradients in another
 # order: rewards stay identical for ~75 iterations of the CI config, then one sample flips and the
 # final accuracy can differ by a problem or two of 64 (measured: bench/baselines/README.md). An
@@ -46,7 +45,7 @@ def _validate_metric(m, key: str, bad) -> None:
                     ("se", "a standard error in log units"), ("run_sd", "a run-level spread in log units")):
         if (k in m or k == "tolerance") and not (_is_number(m.get(k)) and m[k] >= 0):
             raise bad(f"{key}.{k}", f"must be a number >= 0 ({what}), got {m.get(k)!r}")
-    for k, allowed in (("direction", DIRECTIONS), ("kind", KINDS)):
+    for k, allowed in (("direction", DIRECTIONS), ("kind", CHECK_KINDS)):
         if m.get(k) not in allowed:
             raise bad(f"{key}.{k}", f"must be one of {', '.join(allowed)}, got {m.get(k)!r}")
     s = m.get("samples")
@@ -137,7 +136,7 @@ def write_baseline(run_dirs, baseline_path: Path, tolerances: dict | None = None
     pooled, c = _pooled(runs)
     metrics, given = {}, tolerances or {}
     for name, m in pooled.items():  # explicit by name > by kind > previous file > default
-        rel, floor = previous.get(name) or METRIC_TOLERANCES.get(name.split(":")[0]) or DEFAULT_TOLERANCES[m["kind"]]
+        rel, floor = previous.get(name) or METRIC_TOLERANCES.get(family(name)) or DEFAULT_TOLERANCES[m["kind"]]
         rel = float(given.get(name, given.get(m["kind"], rel)))
         metrics[name] = {**m, "tolerance": rel, "abs_tolerance": floor}
     cur = runs[0]

@@ -3,21 +3,10 @@
 Every performance metric is a *paired* per-iteration ratio: iteration k of one cell against iteration k
 of another (or two stages of the same iteration), so what drifts over a run on a shared machine
 cancels, all the more when the cells ran interleaved (run.interleave). The samples are the
-per-iteration log-ratios; the metric's value is exp(their 20%-trimmed mean). Metric names are ``name:cells``:
-  speedup:<cell>/<ref>            TPSPD of a cell / TPSPD of the reference cell
-  <switch>_gain:<on>/<off>        the same for two cells differing in one switch (async_gain,
-                                  tri_model_gain, shared_prompt_gain)
-  stage_cost:<stage>:<on>/<off>   CPU seconds of one stage (all workers) in a cell / in the cell
-                                  with one switch off: the async trainer's update and weight sync
-                                  (schedule), the packed update (shared_prompt), the tri-model update
-  queue_cost:<cells>              the queue path's work, pooled over the async cells: CPU seconds the
-                                  consumer spends opening the groups it takes off the queue (handoff)
-                                  / the trainer's CPU seconds scoring them (reward), per iteration
-  overhead_share:<cell>           share of iteration wall time outside every stage of every worker
-  same_accuracy:<on>/<off>        invariant: sync and periodic-async reach the same final accuracy
-                                  (up to floating-point summation order: tolerance 2 of 64 problems)
-  same_start:<on>/<off>           invariant: their iteration-0 rewards are identical (exactly)
-  accuracy:<cell>, reward:<cell>  final eval pass@1; training reward of the last 3 iterations
+per-iteration log-ratios; the metric's value is exp(their 20%-trimmed mean). Metric names are
+``family:cells``; the families, their kinds, directions and descriptions are the CHECK rows of
+bench/results/metric_table.py (speedups, switch gains, stage costs, the queue path's cost, overhead
+shares, the sync = periodic-async invariants, accuracy and reward).
 """
 from __future__ import annotations
 
@@ -27,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from rlbench.check.stats import trimmed
 from rlbench.results import schema
+from rlbench.results.metric_table import CHECK_FAMILIES, check_metric, family
 from rlbench.results.metrics import union_length
 from rlbench.schedules import by_role
 from rlbench.schedules.spec import PERIODIC, REFERENCE
@@ -36,6 +26,7 @@ SWITCHES = {"schedule": (by_role(PERIODIC).name, by_role(REFERENCE).name), "tri_
             "shared_prompt": (True, False)}
 # Keys that come with the pair's schedules (their own recorded options): not a second difference.
 SCHEDULE_KEYS = (*by_role(REFERENCE).absent, *by_role(PERIODIC).absent)
+# switch -> its gain's family (bench/results/metric_table.py)
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
 # switch -> the stages whose cost that switch changes: what a regression of its component shows in
 COMPONENT_STAGES = {"schedule": ("update", "weight_sync"), "tri_model": ("update",), "shared_prompt": ("update",)}
@@ -101,20 +92,22 @@ def stage_seconds(res: dict, events: list[dict], cpu: bool = False) -> dict[int,
     return out
 
 
-def _metric(value, kind: str, direction: str, cells: list[str], description: str, samples=None) -> dict:
-    return {"value": float(value), "samples": samples, "direction": direction, "kind": kind,
-            "cells": cells, "description": description}
+def _metric(family_name: str, fields: dict, value, cells: list[str], samples=None, **extra) -> dict[str, dict]:
+    """{name: metric} of one metric of a family bench/results/metric_table.py declares: name, kind,
+    direction and description from its row, the name and description filled in with `fields`."""
+    name, declared = check_metric(family_name, **fields)
+    return {name: {"value": float(value), "samples": samples, **declared, "cells": cells, **extra}}
 
 
-def _paired(num: dict, den: dict, kind: str, direction: str, cells: list[str], description: str):
-    """Per-iteration log(num[k] / den[k]) over the iterations both have (positive values only)."""
+def _paired(num: dict, den: dict, family_name: str, cells: list[str], fields: dict) -> dict[str, dict]:
+    """{name: metric} of the per-iteration log(num[k] / den[k]) over the iterations both have (positive
+    values only); {} where there are none."""
     ks = [k for k in sorted(set(num) & set(den)) if num[k] > 0 and den[k] > 0]
     x = [float(np.log(num[k] / den[k])) for k in ks]
     if not x:
-        return None
+        return {}
     # "iterations": which iteration each sample is (`check --against` pairs the old and new tree by it)
-    return {**_metric(np.exp(trimmed(x)[0]), kind, direction, cells, description, {"log_ratios": x}),
-            "iterations": ks}
+    return _metric(family_name, fields, np.exp(trimmed(x)[0]), cells, {"log_ratios": x}, iterations=ks)
 
 
 def _pairs(cells: dict):
@@ -136,12 +129,10 @@ def _throughput_metrics(cells: dict, ref: str) -> dict:
     out = {}
     for n in cells:
         if n != ref:
-            out[f"speedup:{n}/{ref}"] = _paired(tpspd[n], tpspd[ref], "ratio", "higher_is_better", [n, ref],
-                                                f"TPSPD of {n} / TPSPD of {ref}, paired per iteration")
+            out.update(_paired(tpspd[n], tpspd[ref], "speedup", [n, ref], {"cell": n, "ref": ref}))
     for key, on, off in _pairs(cells):
         if off != ref:  # a pair with the reference is its speedup row already
-            out[f"{GAIN_NAMES[key]}:{on}/{off}"] = _paired(tpspd[on], tpspd[off], "ratio", "higher_is_better",
-                                                           [on, off], f"TPSPD gain of {key}, paired per iteration")
+            out.update(_paired(tpspd[on], tpspd[off], GAIN_NAMES[key], [on, off], {"on": on, "off": off}))
     return out
 
 
@@ -152,19 +143,16 @@ def _component_metrics(cells: dict, cpu: dict) -> dict:
         for stage in COMPONENT_STAGES[key]:
             num = {k: s.get(stage, 0.0) for k, s in cpu[on].items()}
             den = {k: s.get(stage, 0.0) for k, s in cpu[off].items()}
-            out[f"stage_cost:{stage}:{on}/{off}"] = _paired(
-                num, den, "cost", "lower_is_better", [on, off],
-                f"{stage} ({STAGE_WHAT.get(stage, stage)}) CPU seconds of {on} / of {off} ({key} on vs off)")
+            out.update(_paired(num, den, "stage_cost", [on, off], {
+                "stage": stage, "stage_what": STAGE_WHAT.get(stage, stage), "on": on, "off": off, "switch": key}))
         if key == "schedule":
-            out[f"same_accuracy:{on}/{off}"] = _same_accuracy(cells[on], cells[off], on, off)
-            out[f"same_start:{on}/{off}"] = _same_start(cells[on], cells[off], on, off)
-    queue = _queue_cost(cells, cpu)
-    if queue:
-        out[f"queue_cost:{','.join(queue['cells'])}"] = queue
+            out.update(_same_accuracy(cells[on], cells[off], on, off))
+            out.update(_same_start(cells[on], cells[off], on, off))
+    out.update(_queue_cost(cells, cpu))
     return out
 
 
-def _queue_cost(cells: dict, cpu: dict):
+def _queue_cost(cells: dict, cpu: dict) -> dict[str, dict]:
     """The queue path's work, pooled over every cell that has one (the async cells share the code): per
     iteration, the consumers' handoff CPU seconds (opening each group taken off the queue) over the
     trainers' reward CPU seconds (scoring the same groups). Both are per-group Python work on the same
@@ -172,15 +160,14 @@ def _queue_cost(cells: dict, cpu: dict):
     varied least between runs (against the rollout, per token or absolute: 2-4x the run-level spread)."""
     names = [n for n in cells if any("handoff" in s for s in cpu[n].values())]
     if not names:
-        return None
+        return {}
     ks = sorted(set.intersection(*(set(cpu[n]) for n in names)))
 
     def pooled(stage: str) -> dict:
         return {k: sum(cpu[n][k].get(stage, 0.0) for n in names) for k in ks}
 
-    return _paired(pooled("handoff"), pooled("reward"), "cost", "lower_is_better", names,
-                   f"queue path of {', '.join(names)}: CPU seconds opening the groups taken off the queue "
-                   "(handoff) / CPU seconds scoring them (reward), per iteration")
+    return _paired(pooled("handoff"), pooled("reward"), "queue_cost", names,
+                   {"cells": ",".join(names), "cell_list": ", ".join(names)})
 
 
 def _final_accuracy(res: dict):
@@ -188,23 +175,21 @@ def _final_accuracy(res: dict):
     return evals[-1]["accuracy"] if evals and evals[-1].get("iteration", 0) > 0 else None
 
 
-def _same_accuracy(on: dict, off: dict, on_name: str, off_name: str):
+def _same_accuracy(on: dict, off: dict, on_name: str, off_name: str) -> dict[str, dict]:
     a, b = _final_accuracy(on), _final_accuracy(off)
     if a is None or b is None:
-        return None
-    return _metric(a - b, "invariant", "higher_is_better", [on_name, off_name],
-                   f"final accuracy of {on_name} - of {off_name}: the same updates up to summation order "
-                   "(DESIGN.md 1)")
+        return {}
+    return _metric("same_accuracy", {"on": on_name, "off": off_name}, a - b, [on_name, off_name])
 
 
-def _same_start(on: dict, off: dict, on_name: str, off_name: str):
+def _same_start(on: dict, off: dict, on_name: str, off_name: str) -> dict[str, dict]:
     """Iteration 0 of both schedules starts from the same weights with the same seeds: the same samples,
     so exactly the same rewards, on every machine."""
     a, b = (on.get("iterations") or [{}])[0], (off.get("iterations") or [{}])[0]
     if "reward_mean" not in a or "reward_mean" not in b:
-        return None
-    return _metric(a["reward_mean"] - b["reward_mean"], "invariant", "higher_is_better", [on_name, off_name],
-                   f"training reward of iteration 0 of {on_name} - of {off_name}: same weights and seeds, exactly 0")
+        return {}
+    return _metric("same_start", {"on": on_name, "off": off_name}, a["reward_mean"] - b["reward_mean"],
+                   [on_name, off_name])
 
 
 def _cell_metrics(name: str, res: dict, events: list[dict]) -> dict:
@@ -212,17 +197,13 @@ def _cell_metrics(name: str, res: dict, events: list[dict]) -> dict:
     out = {}
     shares = _overhead_shares(res, events)
     if shares:
-        out[f"overhead_share:{name}"] = _metric(
-            np.median(shares), "share", "lower_is_better", [name],
-            "median share of iteration wall time outside every stage of every worker", {"values": shares})
+        out.update(_metric("overhead_share", {"cell": name}, np.median(shares), [name], {"values": shares}))
     acc = _final_accuracy(res)
     if acc is not None:  # the eval before training is no final accuracy
-        out[f"accuracy:{name}"] = _metric(acc, "accuracy", "higher_is_better", [name],
-                                          f"final eval pass@1 (after iteration {res['evals'][-1].get('iteration')})")
+        out.update(_metric("accuracy", {"cell": name, "iteration": res["evals"][-1].get("iteration")}, acc, [name]))
     its = res.get("iterations") or []
     if its:
-        out[f"reward:{name}"] = _metric(np.mean([it["reward_mean"] for it in its[-3:]]), "accuracy",
-                                        "higher_is_better", [name], "mean training reward, last 3 iterations")
+        out.update(_metric("reward", {"cell": name}, np.mean([it["reward_mean"] for it in its[-3:]]), [name]))
     return out
 
 
@@ -250,23 +231,22 @@ def _split_seeds(ref: str, cells: dict) -> dict[int, tuple[str, dict]]:
 
 
 def _pool_seeds(parts: list[dict]) -> dict:
-    """One seed's metrics per part -> pooled: paired ratios and overhead shares concatenate their
-    per-iteration samples (value recomputed over all of them), accuracies average, an invariant keeps
-    its worst seed; a cell's status is its worst seed's."""
+    """One seed's metrics per part -> pooled as the metric table's `seeds` says: paired ratios and overhead
+    shares concatenate their per-iteration samples (value recomputed over all of them), accuracies
+    average, an invariant keeps its worst seed; a cell's status is its worst seed's."""
     metrics = {}
     for name in dict.fromkeys(n for p in parts for n in p["metrics"]):
         ms = [p["metrics"][name] for p in parts if name in p["metrics"]]
         m = {**ms[0], "description": f"{ms[0]['description']} (pooled over {len(ms)} seeds)"}
         m.pop("iterations", None)  # iteration numbers repeat across seeds
-        if all("log_ratios" in (x.get("samples") or {}) for x in ms):
-            x = [v for one in ms for v in one["samples"]["log_ratios"]]
-            m.update(value=float(np.exp(trimmed(x)[0])), samples={"log_ratios": x})
-        elif all("values" in (x.get("samples") or {}) for x in ms):
-            x = [v for one in ms for v in one["samples"]["values"]]
-            m.update(value=float(np.median(x)), samples={"values": x})
-        elif m["kind"] == "invariant":
+        how = CHECK_FAMILIES[family(name)].seeds
+        if how == "pooled":
+            key = next(iter(m["samples"]))  # log_ratios (a paired ratio) or values (a share)
+            x = [v for one in ms for v in one["samples"][key]]
+            m.update(value=float(np.exp(trimmed(x)[0]) if key == "log_ratios" else np.median(x)), samples={key: x})
+        elif how == "worst":
             m["value"] = max((x["value"] for x in ms), key=abs)
-        else:
+        else:  # mean
             m["value"] = float(np.mean([x["value"] for x in ms]))
         metrics[name] = m
     cells = {}
@@ -280,8 +260,7 @@ def _pool_seeds(parts: list[dict]) -> dict:
 def _of_cells(ref: str, cells: dict) -> dict:
     events = {n: stage_events(r) for n, r in cells.items()}
     cpu = {n: stage_seconds(r, events[n], cpu=True) for n, r in cells.items()}
-    found = {**_throughput_metrics(cells, ref), **_component_metrics(cells, cpu)}
-    metrics = {k: m for k, m in found.items() if m}
+    metrics = {**_throughput_metrics(cells, ref), **_component_metrics(cells, cpu)}
     for name, res in cells.items():
         metrics.update(_cell_metrics(name, res, events[name]))
     info = {n: {"status": r.get("status", "?"), "error": r.get("error"), "switches": r.get("switches") or {},

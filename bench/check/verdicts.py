@@ -1,11 +1,12 @@
 """`rlbench check`: compare a run (or ablation) with a committed baseline; a regression exits 1.
 
 No absolute time is compared (machines differ and are noisy), only what a run measures against
-itself, plus accuracy. What is compared: bench/check/metrics.py. How: paired per-iteration ratios
-(speedups, gains, stage costs, the queue path) are judged by bench/check/stats.py against noise
-measured on this machine (`rlbench check --calibrate`); invariants (sync and periodic-async reach the
-same accuracy) strictly; cross-machine accuracy loosely, by tolerance; overhead shares by tolerance
-and a bootstrap. A failure names the component, its change and the 95% interval.
+itself, plus accuracy. What is compared: bench/check/metrics.py, each metric family a CHECK row of
+bench/results/metric_table.py. How: paired per-iteration ratios (speedups, gains, stage costs, the
+queue path) are judged by bench/check/stats.py against noise measured on this machine (`rlbench check
+--calibrate`); invariants (sync and periodic-async reach the same accuracy) strictly; cross-machine
+accuracy loosely, by tolerance; overhead shares by tolerance and a bootstrap. A failure names the
+component, its change and the 95% interval.
 Format, statistics and measured sensitivity: bench/baselines/README.md.
 """
 from __future__ import annotations
@@ -67,6 +68,14 @@ def _flat(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+def _flat_config(tree: dict) -> dict:
+    """A resolved config as flat keys, a key renamed since under its name now (results and baselines
+    written before the rename keep the old one)."""
+    from rlbench.config import RENAMED_KEYS
+
+    return {RENAMED_KEYS.get(k, k): v for k, v in _flat(tree).items()}
+
+
 def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
     """Keys that matter and differ between the baseline's and the run's config of these cells."""
     diff = []
@@ -79,8 +88,8 @@ def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
         ref = base["config"]["reference"]
         full = (base["config"].get("cell_configs") or {}).get(cell)
         # Baselines written before cell_configs existed: the reference config with the cell's switches.
-        was = _flat(full) if full else _flat({**ref, "engine": {**(ref.get("engine") or {}), **sw}})
-        now = _flat(now)
+        was = _flat_config(full or {**ref, "engine": {**(ref.get("engine") or {}), **sw}})
+        now = _flat_config(now)
         # A key the baseline predates counts as unchanged while the run leaves it at its default.
         was.update({k: v for k, v in _defaults().items() if k not in was and now.get(k) == v})
         diff += [f"{k}: {was.get(k, '-')} -> {now.get(k, '-')}" for k in sorted(set(was) | set(now))

@@ -14,9 +14,10 @@ class BoundedAsyncOptions(Options):
 
 def _partial_rollout_where_supported(cfg) -> str | None:
     """Partial rollout polls shared memory between decode steps: the built-in sampler in local workers."""
-    if cfg.engine.partial_rollout and (cfg.rollout.backend != RolloutBackendName.BUILTIN or cfg.engine.backend != "local"):
-        return ("engine.partial_rollout needs rollout.backend=builtin and engine.backend=local (got "
-                f"rollout.backend={cfg.rollout.backend}, engine.backend={cfg.engine.backend}): the built-in "
+    if cfg.engine.partial_rollout and (cfg.rollout.backend != RolloutBackendName.BUILTIN
+                                       or cfg.engine.launcher != "local"):
+        return ("engine.partial_rollout needs rollout.backend=builtin and engine.launcher=local (got "
+                f"rollout.backend={cfg.rollout.backend}, engine.launcher={cfg.engine.launcher}): the built-in "
                 "sampler takes new weights between decode steps from shared memory; the vLLM backend drives "
                 "vLLM's synchronous engine, which cannot pause a request mid-generation")
     return None

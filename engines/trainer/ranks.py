@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import socket
 
-_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+_DIST_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}  # torch.distributed's, per device kind
 
 
 class TrainerRank:
@@ -34,7 +34,7 @@ class TrainerRank:
         from rlbench.record.stages import Recorder
 
         self.device = dev.resolve(slot.kind, slot.index)
-        self.rank, self.world, self.backend = rank, world, _BACKENDS[slot.kind]
+        self.rank, self.world, self.dist_backend = rank, world, _DIST_BACKENDS[slot.kind]
         policy = build_model(model_config, self.device).train()
         policy.load_state_dict({n: t.to(self.device) for n, t in load_state(weights).items()}, strict=False)
         self.trainer = Trainer(policy, cfg, tok, world)  # its reference model is a copy of these initial weights
@@ -69,7 +69,7 @@ class TrainerRank:
 
         import torch.distributed as dist
 
-        dist.init_process_group(self.backend, init_method=f"tcp://{address}", rank=self.rank,
+        dist.init_process_group(self.dist_backend, init_method=f"tcp://{address}", rank=self.rank,
                                 world_size=self.world, timeout=datetime.timedelta(seconds=timeout_s))
 
     # ---------------------------------------------------------------- the trainer interface
