@@ -43,6 +43,10 @@ class ModelConfig(Section):
         0.5, ge=0, le=1, description="Tiny model: share of warm-start solutions that end GSM8K-style "
         "(`#### N`); the rest end `The answer is N.`, as an instruct model answers before RL teaches it the "
         "format the strict reward accepts.")
+    warmstart_direct_share: float = Field(
+        0.0, ge=0, le=1, description="Tiny model: share of warm-start problems answered directly (`#### N` "
+        "alone, the working left out), as an instruct model often answers before RL; sampling still works "
+        "the steps out sometimes, which RL can reinforce.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype (bfloat16 recommended on accelerators).")
 
@@ -72,6 +76,10 @@ class DataConfig(Section):
         None, ge=1, description="Built-in task, split fact: largest number a step adds or subtracts (default: "
         "max_number). A wide start range with small steps (max_number 99, max_operand 3) makes the skill "
         "digit-wise (copy the tens, change the units, carry) rather than a table of facts.")
+    operators: str = Field(
+        "+-*", description="Built-in task, split fact: the operations a step may use, '+' and any of '-', '*' "
+        "(without '*' no problem starts with a product either): '+-' keeps the skill to adding and subtracting "
+        "digit by digit.")
     split: Literal["text", "fact"] = Field(
         "text", description="Built-in task: text: eval questions differ from train in wording only (the same "
         "arithmetic facts recur); fact: no eval step's operands+operator occur in train or the warm start, and "
@@ -87,6 +95,10 @@ class DataConfig(Section):
             raise ValueError("data.min_steps must be <= data.max_steps")
         if self.max_operand is not None and self.split != "fact":
             raise ValueError("data.max_operand applies to data.split 'fact' only (set data.split: fact)")
+        if "+" not in self.operators or set(self.operators) - set("+-*"):
+            raise ValueError(f"data.operators must hold '+' and only '+', '-', '*' (got {self.operators!r})")
+        if self.operators != "+-*" and self.split != "fact":
+            raise ValueError("data.operators applies to data.split 'fact' only (set data.split: fact)")
         if self.split == "fact" and self.source != "builtin":
             raise ValueError("data.split 'fact' needs data.source 'builtin' (a GSM8K file has no fact split)")
         return self

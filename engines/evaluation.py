@@ -9,7 +9,12 @@ iteration, so it is excluded from TPSPD.
 """
 from __future__ import annotations
 
+import re
+
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
+
+
+WORKED = re.compile(r"\d\s*[-+*x/]\s*\d+\s*=")  # a worked step, `47+2=` (an answer alone has none)
 
 
 def _problems(dataset) -> list:
@@ -27,9 +32,9 @@ def eval_inputs(cfg, dataset, tok) -> tuple[list[PromptRequest], SamplingParams]
 
 
 def score(groups, dataset, tok) -> dict:
-    """Greedy pass@1 with the GSM8K strict rule (accuracy), plus two diagnostics: the share of responses
-    the strict rule can read an answer from (format_rate), and pass@1 whatever the answer's format
-    (accuracy_any_format). With data.split=fact, `accuracy` is on held-out facts and `accuracy_seen` on
+    """Greedy pass@1 with the GSM8K strict rule (accuracy), plus three diagnostics: the share of responses
+    the strict rule can read an answer from (format_rate), pass@1 whatever the answer's format
+    (accuracy_any_format), and the share that work a step out before answering (worked_rate). With data.split=fact, `accuracy` is on held-out facts and `accuracy_seen` on
     facts trained on."""
     from rlbench.engines.data.reward import any_format_correct, extract_solution, gsm8k_reward
 
@@ -40,7 +45,8 @@ def score(groups, dataset, tok) -> dict:
     texts, seen = texts[:n], texts[n:]
     out = {"accuracy": sum(gsm8k_reward(t, a) for t, a in texts) / n, "n": n,
            "format_rate": sum(extract_solution(t) is not None for t, _ in texts) / n,
-           "accuracy_any_format": sum(any_format_correct(t, a) for t, a in texts) / n}
+           "accuracy_any_format": sum(any_format_correct(t, a) for t, a in texts) / n,
+           "worked_rate": sum(bool(WORKED.search(t)) for t, _ in texts) / n}
     if seen:
         out.update(accuracy_seen=sum(gsm8k_reward(t, a) for t, a in seen) / len(seen), n_seen=len(seen))
     return out

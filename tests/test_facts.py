@@ -9,6 +9,7 @@ from rlbench.config import load_config
 from rlbench.engines.data.facts import fact_splits, is_heldout, side, step_facts
 from rlbench.engines.data.reward import gsm8k_reward
 from rlbench.engines.data.source import load_dataset
+from rlbench.engines.data.task import TaskShape
 
 HELDOUT = ROOT / "configs" / "cpu-heldout.yaml"
 LINE = re.compile(r"^(\d+)([+\-*])(\d+)=(\d+)$")
@@ -47,7 +48,7 @@ def test_heldout_config_eval_facts_never_occur_in_training(seed):
 
 def test_a_leak_is_caught():
     """The check above can fail: a train problem moved into eval shares its facts with training."""
-    train, evl, _ = fact_splits(400, 40, seed=0, min_steps=1, max_steps=1, max_number=20, share=0.25)
+    train, evl, _ = fact_splits(400, 40, 0, TaskShape(1, 1, 20), share=0.25)
     assert not computations(evl) & computations(train)
     assert computations(evl + train[:1]) & computations(train)
 
@@ -64,12 +65,12 @@ def test_split_is_seeded_and_about_the_share():
     assert 0.2 < len(held0) / len(facts) < 0.3
     assert held0 == {f for f in facts if is_heldout(f, 0, 0.25)}
     assert held0 != {f for f in facts if is_heldout(f, 1, 0.25)}  # another seed holds out other facts
-    a = fact_splits(300, 30, seed=4, min_steps=1, max_steps=2, max_number=20, share=0.3)
-    assert a == fact_splits(300, 30, seed=4, min_steps=1, max_steps=2, max_number=20, share=0.3)
+    a = fact_splits(300, 30, 4, TaskShape(1, 2, 20), share=0.3)
+    assert a == fact_splits(300, 30, 4, TaskShape(1, 2, 20), share=0.3)
 
 
 def test_multi_step_problems_are_whole_on_one_side():
-    train, evl, seen = fact_splits(300, 30, seed=1, min_steps=2, max_steps=3, max_number=20, share=0.4)
+    train, evl, seen = fact_splits(300, 30, 1, TaskShape(2, 3, 20), share=0.4)
     assert all(len(step_facts(p.solution)) >= 2 for p in evl)
     assert {side(p, 1, 0.4) for p in evl} == {"heldout"}
     assert {side(p, 1, 0.4) for p in train + seen} == {"train"}

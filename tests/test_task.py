@@ -69,3 +69,30 @@ def test_format_prompt_puts_shots_first():
     assert prompt.startswith(f"Q: {shots[0].question}\nA: {shots[0].solution}\n\nQ: {shots[1].question}")
     assert prompt.endswith("\n\nQ: How many?\nA: ")
     assert format_prompt("How many?") == "Q: How many?\nA: "
+
+
+def test_the_default_stream_is_unchanged_by_the_operators_option():
+    """data.operators (split fact) must not move the problems every other config draws: pinned digest."""
+    import hashlib
+
+    drawn = [(p.question, p.solution) for p in generate_problems(300, 5, 1, 6, 99)]
+    assert hashlib.sha256(repr(drawn).encode()).hexdigest()[:16] == "4af79f654735707f"
+
+
+def test_operators_without_products_draw_none():
+    import random
+
+    from rlbench.engines.data.task import TaskShape
+
+    stream = TaskShape(1, 3, 99, 3, "+-").stream(random.Random(0))
+    problems = [next(stream) for _ in range(500)]
+    ops = {LINE.match(line).group(2) for p in problems for line in p.solution.split("\n")[:-1]}
+    assert ops == {"+", "-"}
+    assert {LINE.match(p.solution.split("\n")[0]).group(2) for p in problems} == {"+", "-"}  # no product start
+
+
+def test_answer_only_leaves_the_working_out():
+    from rlbench.engines.data.task import answer_only
+
+    assert answer_only("5+3=8\n8-2=6\n#### 6") == "#### 6"
+    assert answer_only("#### 6") == "#### 6"

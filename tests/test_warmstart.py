@@ -41,10 +41,27 @@ def test_cache_key_covers_what_shapes_the_warm_start(tmp_path):
     assert key() == base
     assert key("data.few_shot=5") == base  # warm-start prompts are zero-shot
     for change in ("data.eval_size=64", "data.max_steps=3", "model.warmstart_gsm8k_share=1.0", "run.seed=1",
-                   "model.warmstart_steps=10"):
+                   "model.warmstart_steps=10", "model.warmstart_direct_share=0.5"):
         assert key(change) != base, change
     data = tmp_path / "train.jsonl"
     data.write_text('{"question": "q", "answer": "#### 1"}\n')
     first = key("data.source=gsm8k", f"data.path={data}")
     data.write_text('{"question": "q", "answer": "#### 2"}\n')
     assert key("data.source=gsm8k", f"data.path={data}") != first  # same path, other content
+
+
+def test_direct_answers_leave_the_working_out_in_the_configured_share():
+    """model.warmstart_direct_share: that share of the problems is answered `#### N` alone, the same problems
+    every epoch; with a chat-style ending a direct answer is `The answer is N.` alone."""
+    import random
+
+    from rlbench.engines.model.tiny import _answer_directly
+
+    problems = generate_problems(1000, seed=3)
+    direct = _answer_directly(problems, 0.4, random.Random(0))
+    assert direct == _answer_directly(problems, 0.4, random.Random(0))
+    alone = [d.solution == f"#### {p.answer}" for d, p in zip(direct, problems)]
+    assert sum(alone) / len(alone) == pytest.approx(0.4, abs=0.05)
+    assert all(d.solution == p.solution for d, p, a in zip(direct, problems, alone) if not a)
+    assert _answer_directly(problems, 0.0, random.Random(0)) == problems
+    assert chat_style("#### 6", "6") == "The answer is 6."

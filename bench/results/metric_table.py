@@ -68,6 +68,10 @@ METRICS: tuple[Metric, ...] = (
            "tail"),
     Metric("accuracy_any_format_after", "fraction", "median", (SUMMARY, SPREAD), "last evaluation: last number "
            "right", "tail"),
+    Metric("worked_rate_before", "fraction", "median", (SUMMARY,), "first evaluation: answers that work a step "
+           "out before the answer", "tail"),
+    Metric("worked_rate_after", "fraction", "median", (SUMMARY,), "last evaluation: answers that work a step "
+           "out before the answer", "tail"),
     Metric("staleness_max", "versions", "max", (SUMMARY, COMPARE), "largest trained - behaviour version",
            "tail"),
     # data.split=fact only: the summary adds these columns where a run has them (reports/heldout.py)

@@ -20,7 +20,7 @@ import random
 import re
 from typing import Iterator
 
-from rlbench.engines.data.task import Problem, problem_stream, stream_seed
+from rlbench.engines.data.task import Problem, TaskShape, stream_seed
 
 Fact = tuple[int, str, int]
 _STEP = re.compile(r"^(\d+)([+\-*])(\d+)=(\d+)$")
@@ -69,18 +69,17 @@ def _draw(stream: Iterator[Problem], n: int, want: str, seed: int, share: float,
     return out
 
 
-def fact_splits(train_size: int, eval_size: int, seed: int, min_steps: int, max_steps: int, max_number: int,
-                share: float, max_operand: int | None = None) -> tuple[list[Problem], list[Problem], list[Problem]]:
+def fact_splits(train_size: int, eval_size: int, seed: int, shape: TaskShape,
+                share: float) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """(train, held-out eval, seen-fact eval), each set from its own seed stream."""
     if not 0 < share < 1:
         raise ValueError(f"heldout_share must be in (0, 1), got {share}")
 
     def stream(name: str):
-        return problem_stream(random.Random(stream_seed(name, seed)), min_steps, max_steps, max_number,
-                              max_operand)
+        return shape.stream(random.Random(stream_seed(name, seed)))
 
     heldout = _draw(stream("eval"), eval_size, "heldout", seed, share, set())
-    own = problem_stream(random.Random(seed), min_steps, max_steps, max_number, max_operand)
+    own = shape.stream(random.Random(seed))
     train = _draw(own, train_size, "train", seed, share, set())
     trained = {f for p in train for f in step_facts(p.solution)}  # train-side facts the split really holds
     seen = _draw(stream("seen"), eval_size, "train", seed, share, {p.question for p in train}, trained)
@@ -90,6 +89,5 @@ def fact_splits(train_size: int, eval_size: int, seed: int, min_steps: int, max_
 def fact_shots(k: int, seed: int, share: float, dcfg) -> list[Problem]:
     """k few-shot examples of the configured task (data config dcfg) on the train side: the prompt must not
     show a held-out fact either."""
-    stream = problem_stream(random.Random(stream_seed("shots", seed)), dcfg.min_steps, dcfg.max_steps,
-                            dcfg.max_number, dcfg.max_operand)
+    stream = TaskShape.of(dcfg).stream(random.Random(stream_seed("shots", seed)))
     return _draw(stream, k, "train", seed, share, set())

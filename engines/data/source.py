@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlbench.engines.data.task import Problem, builtin_splits, few_shot_examples, format_prompt
+from rlbench.engines.data.task import Problem, TaskShape, builtin_splits, few_shot_examples, format_prompt
 
 
 @dataclass
@@ -21,8 +21,7 @@ def load_dataset(dcfg, seed: int) -> Dataset:
     if dcfg.source == "builtin" and dcfg.split == "fact":
         from rlbench.engines.data.facts import fact_shots, fact_splits
 
-        train, evl, seen = fact_splits(dcfg.train_size, dcfg.eval_size, seed, dcfg.min_steps, dcfg.max_steps,
-                                       dcfg.max_number, dcfg.heldout_share, dcfg.max_operand)
+        train, evl, seen = fact_splits(dcfg.train_size, dcfg.eval_size, seed, TaskShape.of(dcfg), dcfg.heldout_share)
         shots = fact_shots(dcfg.few_shot, seed, dcfg.heldout_share, dcfg) if dcfg.few_shot else []
         return Dataset(train=train, eval=evl, shots=shots, seen=seen)
     if dcfg.source == "builtin":

@@ -56,9 +56,11 @@ def _step_count(rng: random.Random, lo: int, hi: int) -> int:
     return rng.choices(counts, weights=[0.5 ** i for i in range(len(counts))])[0]
 
 
-def _one(rng: random.Random, steps: int, max_number: int, max_operand: int | None = None) -> Problem:
+def _one(rng: random.Random, steps: int, max_number: int, max_operand: int | None = None,
+         operators: str = "+-*") -> Problem:
     """max_operand: largest number a step adds or subtracts (default max_number; the start and the
-    start product's factor still go up to max_number)."""
+    start product's factor still go up to max_number). operators: the steps allowed; without `*` no
+    problem starts with a product either."""
     step_max = max_operand or max_number
     theme = rng.choice([ITEMS, ITEMS, MONEY])  # items twice as often as money
     name, subj, obj_pron = rng.choice(NAMES)
@@ -69,7 +71,7 @@ def _one(rng: random.Random, steps: int, max_number: int, max_operand: int | Non
     qty = (lambda v: f"${v}") if money else str
 
     sentences, lines = [], []
-    if rng.random() < 0.3:  # start with a product: "buys 3 bags of 4 apples" -> 3*4=12
+    if "*" in operators and rng.random() < 0.3:  # start with a product: "buys 3 bags of 4 apples" -> 3*4=12
         a, b = rng.randint(2, 5), rng.randint(2, max_number)
         value = a * b
         sentences.append(rng.choice(theme["start_mul"]).format(a=a, b=b, **fill))
@@ -79,7 +81,7 @@ def _one(rng: random.Random, steps: int, max_number: int, max_operand: int | Non
         sentences.append(rng.choice(theme["start"]).format(x=qty(value), **fill))
     while len(lines) < steps:
         ops = ["+", "+"] + (["-", "-"] if value > 0 else []) + (["*"] if 0 < value * 2 < LIMIT else [])
-        op = rng.choice(ops)
+        op = rng.choice([o for o in ops if o in operators])
         if op == "*":
             k = rng.choice([f for f in (2, 3) if value * f < LIMIT])
             new = value * k
@@ -97,13 +99,33 @@ def _one(rng: random.Random, steps: int, max_number: int, max_operand: int | Non
 
 
 def problem_stream(rng: random.Random, min_steps: int, max_steps: int, max_number: int,
-            max_operand: int | None = None) -> Iterator[Problem]:
+                   max_operand: int | None = None, operators: str = "+-*") -> Iterator[Problem]:
     if not 1 <= min_steps <= max_steps:
         raise ValueError(f"need 1 <= min_steps <= max_steps, got {min_steps}, {max_steps}")
     if max_number < 2:
         raise ValueError(f"max_number must be >= 2, got {max_number}")
+    if "+" not in operators or set(operators) - set("+-*"):
+        raise ValueError(f"operators must hold '+' and only '+', '-', '*', got {operators!r}")
     while True:
-        yield _one(rng, _step_count(rng, min_steps, max_steps), max_number, max_operand)
+        yield _one(rng, _step_count(rng, min_steps, max_steps), max_number, max_operand, operators)
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """What problems the built-in task draws: steps per problem, number range, operators."""
+    min_steps: int = 1
+    max_steps: int = 4
+    max_number: int = 20
+    max_operand: int | None = None
+    operators: str = "+-*"
+
+    @classmethod
+    def of(cls, dcfg) -> "TaskShape":
+        """From the data config (data.min_steps, max_steps, max_number, max_operand, operators)."""
+        return cls(dcfg.min_steps, dcfg.max_steps, dcfg.max_number, dcfg.max_operand, dcfg.operators)
+
+    def stream(self, rng: random.Random) -> Iterator[Problem]:
+        return problem_stream(rng, self.min_steps, self.max_steps, self.max_number, self.max_operand, self.operators)
 
 
 def generate_problems(n: int, seed: int | str, min_steps: int = 1, max_steps: int = 4,
@@ -129,6 +151,11 @@ def builtin_splits(train_size: int, eval_size: int, seed: int, min_steps: int = 
         if p.question not in held_out:
             train.append(p)
     return train, evl
+
+
+def answer_only(solution: str) -> str:
+    """The solution without its working: "5+3=8\n8-2=6\n#### 6" -> "#### 6" (chat-style endings kept)."""
+    return solution.rsplit("\n", 1)[-1]
 
 
 def few_shot_examples(k: int, seed: int) -> list[Problem]:

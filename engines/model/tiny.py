@@ -2,7 +2,8 @@
 deterministic supervised pass on the built-in task so RL starts from "sometimes right".
 
 Like an instruct model before RL, it learns two ways to end a solution: GSM8K's `#### 6` (a share
-model.warmstart_gsm8k_share of the warm-start solutions) and `The answer is 6.` (the rest). The strict
+model.warmstart_gsm8k_share of the warm-start solutions) and `The answer is 6.` (the rest), and, with
+model.warmstart_direct_share, two ways to answer: working each step out first, or the answer alone. The strict
 GSM8K reward accepts only the first, so RL has two things to learn: the answer format the reward
 checks (fast) and the arithmetic (slowly). Evaluation reports both (accuracy, accuracy_any_format).
 
@@ -61,8 +62,8 @@ def build_tiny(mcfg, vocab_size: int, seed: int):
 def chat_style(solution: str, answer: str) -> str:
     """The solution with its `#### N` line replaced by a chat model's ending, which the strict
     GSM8K rule scores 0."""
-    worked = solution.rsplit("\n", 1)[0]
-    return f"{worked}\nThe answer is {answer}."
+    worked, _, _ = solution.rpartition("\n")  # empty for a direct answer: the ending alone
+    return f"{worked}\nThe answer is {answer}." if worked else f"The answer is {answer}."
 
 
 def _sft_batch(tok: CharTokenizer, problems, format_prompt, gsm8k_style: list[bool]):
@@ -81,11 +82,14 @@ def _sft_batch(tok: CharTokenizer, problems, format_prompt, gsm8k_style: list[bo
 
 
 def warm_start(model, tok: CharTokenizer, problems, format_prompt, steps: int, lr: float, batch: int,
-               seed: int, gsm8k_share: float = 1.0, progress=None) -> list[float]:
+               seed: int, gsm8k_share: float = 1.0, progress=None, direct_share: float = 0.0) -> list[float]:
     """Deterministic supervised pass (fixed order, fixed seed); returns the loss curve.
 
-    gsm8k_share: each solution ends GSM8K-style (`#### N`) with this probability, else chat-style."""
+    gsm8k_share: each solution ends GSM8K-style (`#### N`) with this probability, else chat-style.
+    direct_share: this share of the problems is answered directly, the working left out (task.answer_only)."""
     rng = random.Random(seed)
+    if direct_share:
+        problems = _answer_directly(problems, direct_share, random.Random(f"direct:{seed}"))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / steps))
     model.train()
@@ -104,6 +108,14 @@ def warm_start(model, tok: CharTokenizer, problems, format_prompt, steps: int, l
             progress(step + 1, steps, losses[-1])
     model.eval()
     return losses
+
+
+def _answer_directly(problems, share: float, rng: random.Random) -> list:
+    """The warm start's copy of the problems with a `share` of them answered without the working (the same
+    problems every epoch: which questions the teacher answers directly is fixed, not redrawn per step)."""
+    from rlbench.engines.data.task import Problem, answer_only
+
+    return [Problem(p.question, answer_only(p.solution), p.answer) if rng.random() < share else p for p in problems]
 
 
 def cache_key(cfg) -> str:
@@ -135,7 +147,7 @@ def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):
     model = build_tiny(cfg.model, tok.vocab_size, cfg.run.seed)
     losses = warm_start(model, tok, train_problems, format_prompt, cfg.model.warmstart_steps,
                         cfg.model.warmstart_lr, cfg.model.warmstart_batch, cfg.run.seed,
-                        cfg.model.warmstart_gsm8k_share, progress)
+                        cfg.model.warmstart_gsm8k_share, progress, cfg.model.warmstart_direct_share)
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     info = {"steps": cfg.model.warmstart_steps, "final_loss": losses[-1] if losses else None, "cached": False}
