@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -83,7 +84,9 @@ def test_two_sides_alternate_cell_by_cell(tmp_path):
     tag = lambda s: f"{'AB'[s.side]}{s.index}"  # noqa: E731
     a = ring.register(0, ["sync", "async"])
     threads = _threads(a, 3, log, tag=tag)
-    b = ring.register(1, ["sync", "async"])  # the second tree registers later
+    while ("setup", "A0") not in log:  # the second tree registers later: after A0 is set up (CI's race)
+        time.sleep(0.01)
+    b = ring.register(1, ["sync", "async"])
     _join(threads + _threads(b, 3, log, tag=tag), log)
     setups = [e[1] for e in log if e[0] == "setup"]
     assert setups[:2] == ["A0", "B0"] and set(setups[2:]) == {"A1", "B1"}  # A0 warms the cache, then by index

@@ -195,8 +195,11 @@ class Seat:
     def setup(self) -> None:
         """Cells set up one after the other: after every seat of a lower cell index. The sides set up the
         same cell at once (setup is not timed; on two cores or more that halves it), except the very first,
-        which warms the model cache alone so that the other side finds it warm."""
+        which warms the model cache alone so that the other side finds it warm. A later cell waits for
+        every side to register, so a side that registers late still sets up cell by cell with the other."""
         def ready(st: dict) -> bool:
+            if self.index > 0 and len(st["registered"]) < st["sides"]:
+                return False  # a side that registers late sets up its lower cells first
             return all(v["state"] != STARTING for v in st["seats"].values()
                        if v["index"] < self.index or (v["index"] == self.index == 0 and v["side"] < self.side))
 
