@@ -67,7 +67,7 @@ def add_schedule_cells(table: dict, specs) -> dict:
 add_schedule_cells(ABLATIONS, SCHEDULES.values())
 # What each ablation compares: the `--ablation` help of `rlbench run` is made from this and ABLATIONS.
 ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic asynchrony",
-         "regime": "the regime map: that ladder over response-length tails x batch sizes, ~10 min on 2 cores",
+         "regime": "the regime map: that ladder over response-length tails x batch sizes, ~13 min on 2 cores",
          "regime-quick": "the regime map at toy sizes",
          "regime-natural": "SmolLM2's own EOS tail; needs setup.sh --gguf",
          "tri_model": "the tri-model log-probs off and on, under both schedules",

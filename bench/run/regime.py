@@ -61,7 +61,7 @@ class Grid:
 # (the README's quiet-machine regime runs imply about 6): light and medium lose at both batch sizes
 # (0.56-0.97x: training-dominated), heavy wins at both (1.08-1.30x), long sits near the crossover
 # (0.90-1.30x). G = 4 gives 8 or 16 groups, so the last group's unoverlapped training is small. The
-# heavy clip stays below the tiny model's 2048 positions (prompt + response). About 10-12 minutes on 2 quiet
+# heavy clip stays below the tiny model's 2048 positions (prompt + response). About 12-14 minutes on 2 quiet
 # cores (24 cells: ~13 s start-up each, then 10 iterations of 1-5 s).
 MAP = Grid(tails={"light": Tail(48, 0.5, 128), "medium": Tail(48, 1.0, 512), "long": Tail(64, 1.5, 1024),
                   "heavy": Tail(96, 2.0, 1536)},
