@@ -83,12 +83,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("speedup:{cell}/{ref}", "x", "pooled", (CHECK,), "TPSPD of {cell} / TPSPD of {ref}, paired per "
            "iteration", kind="ratio", direction="higher_is_better"),
     # the same for two cells differing in one switch (a pair with the reference is its speedup row)
-    Metric("async_gain:{on}/{off}", "x", "pooled", (CHECK,), "TPSPD gain of schedule, paired per iteration",
-           kind="ratio", direction="higher_is_better"),
-    Metric("tri_model_gain:{on}/{off}", "x", "pooled", (CHECK,), "TPSPD gain of tri_model, paired per "
-           "iteration", kind="ratio", direction="higher_is_better"),
-    Metric("shared_prompt_gain:{on}/{off}", "x", "pooled", (CHECK,), "TPSPD gain of shared_prompt, paired per "
-           "iteration", kind="ratio", direction="higher_is_better"),
+    *(Metric(f"{name}_gain:{{on}}/{{off}}", "x", "pooled", (CHECK,), f"TPSPD gain of {switch}, paired per "
+             "iteration", kind="ratio", direction="higher_is_better")
+      for name, switch in (("async", "schedule"), ("tri_model", "tri_model"), ("shared_prompt", "shared_prompt"))),
     # the stages a switch changes: the async trainer's update and weight sync (schedule), the packed update
     # (shared_prompt), the tri-model update
     Metric("stage_cost:{stage}:{on}/{off}", "x", "pooled", (CHECK,), "{stage} ({stage_what}) CPU seconds of "
