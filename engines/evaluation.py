@@ -34,8 +34,8 @@ def eval_inputs(cfg, dataset, tok) -> tuple[list[PromptRequest], SamplingParams]
 def score(groups, dataset, tok) -> dict:
     """Greedy pass@1 with the GSM8K strict rule (accuracy), plus three diagnostics: the share of responses
     the strict rule can read an answer from (format_rate), pass@1 whatever the answer's format
-    (accuracy_any_format), and the share that work a step out before answering (worked_rate). With data.split=fact, `accuracy` is on held-out facts and `accuracy_seen` on
-    facts trained on."""
+    (accuracy_any_format), and the share that work a step out before answering (worked_rate). With
+    data.split=fact, `accuracy` is on held-out facts and `accuracy_seen` on facts trained on."""
     from rlbench.engines.data.reward import any_format_correct, extract_solution, gsm8k_reward
 
     problems = _problems(dataset)

@@ -121,22 +121,21 @@ def _spread_clause(frame: pd.DataFrame, tolerance_pct: float) -> str:
     busy = [r for r in misses if _or0(r.get("descheduled_pct")) > BUSY_PCT]
     spread = [r for r in misses if r not in busy
               and max(_or0(r["train_cost_spread_pct"]), _or0(r["rollout_cost_spread_pct"])) > SPREAD_PCT]
-    out = ""
+    if not busy and not spread:
+        return (f" The misses' cells paid the same CPU for the same work (within {SPREAD_PCT:.0f}%) on cores no "
+                f"other work held: the model misses there.")
+    said = []
     if busy:
         listed = "; ".join(f"{r['point']}: {r['descheduled_pct']:.0f}%" for r in busy)
-        out += (f" {len(busy)} of the {len(misses)} misses ran while other work held the cores (their workers "
-                f"waited for a core for part of their compute time: {listed}): re-run those points on a quiet "
-                f"machine before reading the miss as the model's.")
+        said.append(f"{len(busy)} of the {len(misses)} misses ran while other work held the cores (their workers "
+                    f"waited for a core for part of their compute time: {listed})")
     if spread:
         listed = "; ".join(f"{r['point']}: training {_pct(r['train_cost_spread_pct'])}, rollout "
                            f"{_pct(r['rollout_cost_spread_pct'])}" for r in spread)
-        out += (f" {len(spread)} of the {len(misses)} misses ran the same work at CPU costs more than "
-                f"{SPREAD_PCT:.0f}% apart between their cells ({listed}): the measurement moved under the "
-                f"prediction there; re-run those points on a quiet machine before reading the miss as the model's.")
-    if not busy and not spread:
-        out = (f" The misses' cells paid the same CPU for the same work (within {SPREAD_PCT:.0f}%) on cores no other "
-               f"work held: the model misses there.")
-    return out
+        said.append(f"{len(spread)} of the {len(misses)} misses ran the same work at CPU costs more than "
+                    f"{SPREAD_PCT:.0f}% apart between their cells ({listed}): the measurement moved under the "
+                    f"prediction there")
+    return f" {'; '.join(said)}: re-run those points on a quiet machine before reading the miss as the model's."
 
 
 def _or0(v) -> float:

@@ -26,8 +26,9 @@ from rlbench.schedules.spec import MODEL_POOLS
 
 # The summary's columns: what the cell is, then the reported metrics as bench/results/metric_table.py lists them.
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", *metric_table.names(SUMMARY, "head")]
+# first/last evaluation's diagnostics (built-in evaluation only)
 DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_before",
-               "accuracy_any_format_after", "worked_rate_before", "worked_rate_after"]  # first/last evaluation's diagnostics (built-in evaluation only)
+               "accuracy_any_format_after", "worked_rate_before", "worked_rate_after"]
 TAIL_COLUMNS = ["rollout_backend", *metric_table.names(SUMMARY, "tail"), "measured_iterations", "status"]
 
 

@@ -1,112 +1,17 @@
-"""`rlbench check`: regression verdicts against a baseline, on result folders written by hand.
-
-The folders follow rlbench.results.schema: an ablation folder with ablation.json and one cell folder per
-cell (results.json + events.jsonl), ~8 iterations per cell with noisy per-iteration TPSPD; a cell
-can have a stage slowed down (what RLBENCH_SLOW plants in a real run).
-"""
+"""`rlbench check`: regression verdicts against a baseline, on result folders written by hand
+(tests/check_runs.py); the baseline file itself: test_check_baseline.py."""
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
 import pytest
 
+from check_runs import (ASYNC, SPEEDUP, SYNC, Cell, async_run, baseline,  # noqa: F401  (baseline: a fixture)
+                        row, write_run)
 from rlbench.check import verdicts as chk
-from rlbench.config import RunConfig, with_overrides
 from rlbench.errors import UserError
 from rlbench.results import metric_table, schema
-from rlbench.results.metrics import aggregate
-
-SYNC = {"schedule": "sync", "tri_model": False, "shared_prompt": False}
-ASYNC = {**SYNC, "schedule": "periodic_async"}
-SPEEDUP = "speedup:periodic_async/sync"
-
-
-@dataclass
-class Cell:
-    name: str
-    switches: dict
-    tpspd: float  # mean per-iteration TPSPD
-    noise: float = 0.03  # relative per-iteration spread
-    accuracy: float = 0.40
-    overhead: float = 0.02  # share of each iteration outside the main worker's stages
-    status: str = "complete"
-    overrides: dict = field(default_factory=dict)  # config overrides (besides the switches)
-    slow: dict = field(default_factory=dict)  # {stage: fraction} that stage takes longer (iteration too)
-
-
-def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int = 2) -> None:
-    """One realistic cell folder: results.json (iterations, evals, aggregates) and events.jsonl."""
-    rng = np.random.default_rng(seed)
-    cfg = with_overrides(RunConfig(), {**cell.overrides, "engine": cell.switches}).model_dump(mode="json")
-    main = "colocated" if cell.switches["schedule"] == "sync" else "trainer"
-    its, events, t = [], [], 0.0
-    stages = ["weight_sync", "rollout", "reward", "old_logprob", "update", "optimizer_step"]
-    for k in range(iterations):
-        tpspd = cell.tpspd * (1 + cell.noise * rng.standard_normal())
-        tokens = 4000
-        covered = tokens / (tpspd * 2) * (1 - cell.overhead)
-        spans, s = [], t
-        for stage in stages:  # the gap (harness overhead) is at the end
-            d = covered / len(stages) * (1 + cell.slow.get(stage, 0.0))
-            spans.append((stage, s, s + d))
-            s += d
-        wall = (s - t) / (1 - cell.overhead)
-        if main == "trainer":  # the async consumer waits on the queue while the rollout runs, then
-            # opens each group it takes off (handoff): 1% of the rollout's (and the reward's) work
-            roll = spans[1][2] - spans[1][1]
-            spans.append(("queue_wait", spans[1][1], spans[1][2]))
-            spans.append(("handoff", spans[1][2], spans[1][2] + 0.01 * roll * (1 + cell.slow.get("handoff", 0.0))
-                          * (1 + cell.noise * rng.standard_normal())))
-        events += [{"worker": "driver" if st in ("queue_wait", "handoff") else main, "stage": st, "iteration": k,
-                    "devices": 1, "start": a, "end": b, "cpu": b - a} for st, a, b in spans]
-        its.append({"iteration": k, "start": t, "end": t + wall, "wall_s": wall, "tokens": tokens,
-                    "response_tokens": tokens // 4, "num_samples": 32,
-                    "devices": 2, "tpspd": tokens / (wall * 2), "rollout_tokens_per_s": 1.0,
-                    "train_tokens_per_s": 1.0, "reward_mean": 0.3 + 0.02 * k, "staleness_max": 0,
-                    "staleness_mean": 0.0, "stage_s": {}, "idle_frac": {}, "warmup": k < warmup})
-        t += wall + 0.5
-    evals = [{"iteration": 0, "accuracy": 0.30, "n": 64}, {"iteration": iterations, "accuracy": cell.accuracy, "n": 64}]
-    res = {"schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": cell.name,
-           "switches": cell.switches, "config": cfg, "status": cell.status, "error": None,
-           "provenance": {"git_commit": "abc123", "torch": "2.x"}, "iterations": its, "evals": evals,
-           "aggregates": aggregate(its, evals)}
-    folder.mkdir(parents=True)
-    schema.atomic_write_json(folder / schema.RESULTS, res)
-    (folder / schema.EVENTS).write_text("".join(json.dumps(e) + "\n" for e in events))
-
-
-def write_run(path, cells: list[Cell], seed: int = 0):
-    """An ablation folder; the first cell is the reference."""
-    path.mkdir(parents=True)
-    entries = [{"name": c.name, "dir": c.name.replace("+", "plus_"), "switches": c.switches, "exit_code": 0}
-               for c in cells]
-    schema.atomic_write_json(path / schema.ABLATION, {"schema_version": schema.SCHEMA_VERSION,
-                                                      "kind": "ablation", "name": "async",
-                                                      "reference": cells[0].name, "cells": entries})
-    for i, (c, e) in enumerate(zip(cells, entries)):
-        write_cell(path / e["dir"], c, seed=seed * 100 + i)
-    return path
-
-
-def async_run(path, speedup: float = 2.0, seed: int = 0, **kw):
-    """sync vs periodic_async; kw go to both cells (Cell fields)."""
-    return write_run(path, [Cell("sync", SYNC, 100.0, **kw), Cell("periodic_async", ASYNC, 100.0 * speedup, **kw)],
-                     seed=seed)
-
-
-def row(result, metric):
-    return next(r for r in result.rows if r.metric == metric)
-
-
-@pytest.fixture
-def baseline(tmp_path):
-    run = async_run(tmp_path / "base")
-    return chk.write_baseline(run, tmp_path / "baseline.json")
-
 
 UPDATE_COST = "stage_cost:update:periodic_async/sync"
 PAIRED = {SPEEDUP, UPDATE_COST, "stage_cost:weight_sync:periodic_async/sync", "queue_cost:periodic_async"}
@@ -164,26 +69,6 @@ def test_check_computes_the_metric_families_the_table_declares(tmp_path):
     for row in declared.values():
         assert row.kind in metric_table.CHECK_KINDS and row.direction in metric_table.DIRECTIONS, row.name
         assert row.seeds in ("pooled", "mean", "worst", "each") and row.unit and row.what, row.name
-
-
-def test_the_stored_cpu_baseline_loads_with_declared_families():
-    base = chk.load_baseline(Path(__file__).resolve().parent.parent / "bench" / "baselines" / "cpu-default.json")
-    assert {metric_table.family(n) for n in base["metrics"]} <= set(metric_table.CHECK_FAMILIES)
-
-
-def test_update_round_trip(tmp_path, baseline):
-    data = json.loads(baseline.read_text())
-    assert data["schema_version"] == 2 and data["config"]["reference_cell"] == "sync"
-    assert data["config"]["cells"]["periodic_async"]["schedule"] == "periodic_async"
-    assert data["config"]["reference"]["rollout"]["group_size"] == RunConfig().rollout.group_size
-    assert data["provenance"]["git_commit"] == "abc123"
-    assert data["statistics"]["runs"] == 1 and data["statistics"]["inflation"] == 1.0
-    sp = data["metrics"][SPEEDUP]
-    assert (sp["kind"], sp["direction"], sp["tolerance"]) == ("ratio", "higher_is_better", 0.05)
-    assert len(sp["samples"]["log_ratios"]) == 6
-    result = chk.check(tmp_path / "base", baseline)  # the very run the baseline came from
-    assert result.exit_code == 0 and result.verdict.startswith("PASS")
-    assert {r.mark for r in result.rows} == {"not significant"}
 
 
 def test_identical_run_passes(tmp_path, baseline):
@@ -298,48 +183,6 @@ def test_calibrated_baseline_from_several_runs(tmp_path):
     assert chk.check(async_run(tmp_path / "again", seed=20), path).exit_code == 0
 
 
-def test_different_config_is_not_comparable(tmp_path, baseline):
-    run = async_run(tmp_path / "g8", speedup=1.2, overrides={"rollout": {"group_size": 16}})
-    result = chk.check(run, baseline)
-    r = row(result, SPEEDUP)
-    assert r.mark == "not comparable" and "rollout.group_size" in r.note
-    assert result.config_diff == [f"rollout.group_size: {RunConfig().rollout.group_size} -> 16"]
-    assert result.exit_code == 2 and "STALE BASELINE: nothing comparable" in result.verdict  # never a silent pass
-
-
-def test_key_newer_than_the_baseline_at_its_default_is_comparable(tmp_path, baseline):
-    """A config key added to rlbench after the baseline was measured does not make it stale, unless
-    the run moves it off its default."""
-    data = json.loads(baseline.read_text())
-    for cfg in [data["config"]["reference"], *data["config"]["cell_configs"].values()]:
-        del cfg["engine"]["share_devices"]
-        del cfg["rollout"]["top_p"]
-    baseline.write_text(json.dumps(data))
-    assert chk.check(async_run(tmp_path / "same"), baseline).config_diff == []
-    moved = chk.check(async_run(tmp_path / "moved", overrides={"rollout": {"top_p": 0.9}}), baseline)
-    assert moved.config_diff == ["rollout.top_p: - -> 0.9"]
-
-
-def test_baseline_with_a_key_renamed_since_is_comparable(tmp_path, baseline):
-    """Baselines and results written before engine.backend became engine.launcher read as the new name."""
-    data = json.loads(baseline.read_text())
-    configs = [data["config"]["reference"], *data["config"]["cell_configs"].values()]
-    for cfg in configs:
-        cfg["engine"]["backend"] = cfg["engine"].pop("launcher")
-    baseline.write_text(json.dumps(data))
-    run = async_run(tmp_path / "same")
-    assert chk.check(run, baseline).config_diff == []
-    for cfg in configs:
-        cfg["engine"]["backend"] = "ray"
-    baseline.write_text(json.dumps(data))
-    assert chk.check(run, baseline).config_diff == ["engine.launcher: ray -> local"]
-
-
-def test_run_name_does_not_matter(tmp_path, baseline):
-    run = async_run(tmp_path / "renamed", overrides={"run": {"name": "other"}})
-    assert all(r.mark != "not comparable" for r in chk.check(run, baseline).rows)
-
-
 def test_failed_cell_fails(tmp_path, baseline):
     run = write_run(tmp_path / "r", [Cell("sync", SYNC, 100.0), Cell("periodic_async", ASYNC, 200.0, status="failed")])
     result = chk.check(run, baseline)
@@ -350,39 +193,6 @@ def test_failed_cell_fails(tmp_path, baseline):
     assert row(result, "status:sync").current == "missing" and row(result, SPEEDUP).mark == "worse"
     with pytest.raises(UserError, match="every cell complete and nothing planted"):
         chk.write_baseline(run, tmp_path / "b2.json")
-
-
-def test_update_keeps_hand_tuned_tolerances(tmp_path, baseline):
-    data = json.loads(baseline.read_text())
-    data["metrics"][SPEEDUP]["tolerance"] = 0.3
-    baseline.write_text(json.dumps(data))
-    chk.write_baseline(async_run(tmp_path / "new"), baseline)
-    assert json.loads(baseline.read_text())["metrics"][SPEEDUP]["tolerance"] == 0.3
-
-
-@pytest.mark.parametrize("breaker, key", [
-    (lambda d: "{not json", "not valid JSON"),
-    (lambda d: json.dumps({k: v for k, v in d.items() if k != "metrics"}), "'metrics': missing"),
-    (lambda d: json.dumps({**d, "metrics": {**d["metrics"], SPEEDUP: {**d["metrics"][SPEEDUP], "tolerance": "ten"}}}),
-     f"metrics.{SPEEDUP}.tolerance"),
-    (lambda d: json.dumps({**d, "schema_version": 99}), "'schema_version'"),
-    (lambda d: json.dumps({**d, "metrics": {**d["metrics"], SPEEDUP: {**d["metrics"][SPEEDUP],
-                                                                     "samples": {"numerator": [1.0]}}}}),
-     f"metrics.{SPEEDUP}.samples"),
-    (lambda d: json.dumps({**d, "metrics": {"x": {**d["metrics"][SPEEDUP], "direction": "up"}}}), "metrics.x.direction"),
-])
-def test_malformed_baseline_is_a_user_error(tmp_path, baseline, breaker, key):
-    baseline.write_text(breaker(json.loads(baseline.read_text())))
-    with pytest.raises(UserError) as err:
-        chk.check(tmp_path / "base", baseline)
-    assert str(baseline) in str(err.value) and key in str(err.value)
-
-
-def test_missing_baseline_and_run(tmp_path, baseline):
-    with pytest.raises(UserError, match="baseline file not found"):
-        chk.check(tmp_path / "base", tmp_path / "nope.json")
-    with pytest.raises(UserError, match="neither a run folder"):
-        chk.check(tmp_path, baseline)
 
 
 def test_parse_tolerances():

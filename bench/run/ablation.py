@@ -166,7 +166,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
         record = new_record(name, base, cells, seeds, overrides)
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
         calibrate_contention(name, base, run_dir)
-        record = run_cells(cells, record, run_dir, progress, base.run.interleave)
+        record = run_cells(cells, record, run_dir, progress)
     finally:
         finish(run_dir, report)
     raise_failed(record)
@@ -207,9 +207,11 @@ def turn_groups(todo: list, shared_ring: bool) -> list[list]:
     return list(groups.values())
 
 
-def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bool) -> dict:
+def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
     """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
-    in its own process; exit codes go into record and ablation.json as they come."""
+    in its own process; exit codes go into record and ablation.json as they come. Cells take turns by
+    iteration (bench/run/interleave.py) when any cell's config asks for it (run.interleave: the user's, or
+    a regime point's)."""
     # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
     # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -218,7 +220,7 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool, interleave: bo
     from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
 
     todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
-    interleave = interleave or any(cfg.run.interleave for _, cfg, _ in cells)  # a workload may ask for it
+    interleave = any(cfg.run.interleave for _, cfg, _ in cells)
     if interleave and (len(cells) > 1 or ring.from_env()):
         for group in turn_groups(todo, shared_ring=bool(ring.from_env())):
             run_interleaved(ctx, [c for _, c in group], [e for e, _ in group], record, run_dir, progress)

@@ -113,7 +113,7 @@ def resume_run(run_dir: Path, progress: bool, report: bool, refused: dict) -> No
     typer.echo(f"rlbench: resuming {run_dir}: kept {len(kept)} completed cell(s) ({', '.join(kept) or 'none'}), "
                f"running {len(cells) - len(kept)}", err=True)
     try:
-        record = run_cells(cells, record, run_dir, progress, base.run.interleave)
+        record = run_cells(cells, record, run_dir, progress)
     finally:
         finish(run_dir, report)
     raise_failed(record)
