@@ -114,6 +114,13 @@ class _Session:
             from rlbench.engines.rollout.mailbox import WeightMailbox
 
             self.mailbox = WeightMailbox(e.resume_kv)
+        self.gate = None  # rollout that runs ahead: held between iterations (engines/rollout/gate.py)
+        from rlbench import schedules
+
+        if schedules.of(cfg).runs_ahead and not self.ray:
+            from rlbench.engines.rollout.gate import RolloutGate
+
+            self.gate = RolloutGate()
 
     def weights(self):
         """How a worker gets the initial weights: the shared tensors, or a Ray object reference in a list."""
@@ -160,8 +167,9 @@ class _Session:
         cfg = self.cfg
         host = self.host(Role.ROLLOUT, RolloutWorker, lambda r, n: (
             self.policy.config, self.weights(), self.tok.eos_token_id, cfg.rollout.max_num_seqs,
-            backend_spec(cfg), self.t0, self.mailbox), owns_ray=self.trainer_in_process)  # else the trainer's host owns Ray
-        return RolloutPool(host, self.shared, self.mailbox)
+            backend_spec(cfg), self.t0, self.mailbox, self.gate),
+            owns_ray=self.trainer_in_process)  # else the trainer's host owns Ray
+        return RolloutPool(host, self.shared, self.mailbox, self.gate)
 
     def future_inputs(self, dataset):
         """m -> IterationInput of iteration m, for a schedule that dispatches ahead of the runner."""

@@ -2,9 +2,9 @@
 
 For every cell and seed, an accuracy curve: greedy pass@1 (strict GSM8K rule, and in any format) at each
 evaluation, against
-  - training wall time: seconds from the start of the first iteration to the end of the last iteration
-    before the evaluation, minus the time spent evaluating in between (evaluation is measurement, not
-    training; the same clock for every schedule, whether iterations overlap or not);
+  - training wall time: the summed windows of the iterations before the evaluation (each iteration's
+    TPSPD window, docs/metrics.md: nothing between iterations, no evaluation, no other cell's turn; the
+    same clock for every schedule, whether iterations overlap or not);
   - trained samples: samples of the iterations before the evaluation.
 Per cell (over its seeds): final accuracy with a 95% interval (a t-interval of the mean over seeds; with
 one seed, the Wilson score interval over the eval problems), and the time and samples to reach a target
@@ -23,7 +23,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 
-from rlbench.record.stages import Stage
 from rlbench.reports.data import CellData, RunData
 from rlbench.results import schema
 
@@ -56,16 +55,12 @@ def curve(c: CellData) -> Curve:
         seed = (c.result.get("config") or {}).get("run", {}).get("seed")
     out = Curve(base, seed)
     by_iter = {it["iteration"]: it for it in c.iterations}
-    t0 = min((it["start"] for it in c.iterations), default=0.0)
-    evals = [(e["start"], e["end"]) for e in c.events if e["stage"] == Stage.EVAL.value]
     for ev in c.result.get("evals") or []:
         k = ev["iteration"]
         if k and (k - 1) not in by_iter:
             continue  # an evaluation after an iteration that was not recorded
-        end = by_iter[k - 1]["end"] if k else t0
-        spent = sum(max(0.0, min(e, end) - max(s, t0)) for s, e in evals)
         out.iteration.append(k)
-        out.wall_s.append(max(0.0, end - t0 - spent))
+        out.wall_s.append(sum(it["wall_s"] for i, it in by_iter.items() if i < k))
         out.samples.append(sum(it["num_samples"] for i, it in by_iter.items() if i < k))
         out.accuracy.append(ev["accuracy"])
         out.any_format.append(ev.get("accuracy_any_format"))

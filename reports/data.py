@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlbench.errors import UserError
-from rlbench.record.stages import Stage
+from rlbench.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.results import schema
 
 STAGE_ORDER = [s.value for s in Stage]  # one order for every table and plot
@@ -127,18 +127,18 @@ def merge(base: RunData, others: list[RunData]) -> RunData:
 
 
 def stages_in(cells: list[CellData]) -> list[str]:
-    """Stage names for table columns: every Stage but eval (it is not part of an iteration), in enum
+    """Stage names for table columns: every Stage but eval and paused (not part of an iteration), in enum
     order, then any other name found in the aggregates or events."""
-    names = [s for s in STAGE_ORDER if s != Stage.EVAL.value]
+    names = [s for s in STAGE_ORDER if s not in OUTSIDE_STAGES]
     extra = {k for c in cells for k in c.aggregates.get("stage_s", {})} | {e["stage"] for c in cells
                                                                            for e in c.events}
-    return names + sorted(extra - set(STAGE_ORDER))
+    return names + sorted(extra - set(STAGE_ORDER) - OUTSIDE_STAGES)
 
 
 def workers_in(cells: list[CellData]) -> list[str]:
     """Worker names over all cells: trainer-like workers first, then rollout workers, by name."""
     names = {w for c in cells for w in c.aggregates.get("idle_frac", {})}
-    names |= {e["worker"] for c in cells for e in c.events if e["stage"] != Stage.EVAL.value}
+    names |= {e["worker"] for c in cells for e in c.events if e["stage"] not in OUTSIDE_STAGES}
     return sorted(names, key=worker_sort_key)
 
 

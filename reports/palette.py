@@ -17,6 +17,7 @@ STAGE_COLORS = {
     Stage.QUEUE_WAIT.value: "#D9D9D9",  # idle: pale, and hatched in the timeline
     Stage.HANDOFF.value: "#8C8C8C",
     Stage.EVAL.value: "#CCB974",
+    Stage.PAUSED.value: "#F0F0F0",  # held between iterations: in no window
 }
 _EXTRA = ["#2F4B7C", "#A05195", "#F95D6A", "#665191", "#FFA600", "#003F5C"]
 CELL_COLORS = ["#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2",

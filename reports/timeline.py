@@ -14,7 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from rlbench.record.stages import Stage
+from rlbench.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.reports.data import STAGE_ORDER, CellData, RunData, worker_sort_key
 from rlbench.reports.palette import stage_color
 
@@ -26,13 +26,13 @@ def shown_iterations(c: CellData, limit: int = MAX_ITERATIONS) -> list[int]:
     """The first `limit` measured iterations; for a cell without records, those its events name."""
     its = [it["iteration"] for it in c.measured()]
     if not its:
-        its = sorted({e["iteration"] for e in c.events if e["stage"] != Stage.EVAL.value})
+        its = sorted({e["iteration"] for e in c.events if e["stage"] not in OUTSIDE_STAGES})
     return its[:limit]
 
 
 def _events(c: CellData, its: list[int]) -> list[dict]:
     keep = set(its)
-    return [e for e in c.events if e["iteration"] in keep and e["stage"] != Stage.EVAL.value]
+    return [e for e in c.events if e["iteration"] in keep and e["stage"] not in OUTSIDE_STAGES]
 
 
 def _draw(ax, c: CellData) -> set[str]:

@@ -43,7 +43,7 @@ def test_curve_clock_and_samples_match_the_files(tmp_path):
     assert cv.accuracy == [e["accuracy"] for e in res["evals"]]
     assert cv.any_format == [e["accuracy_any_format"] for e in res["evals"]]
     assert cv.samples == [k * PROMPTS * G for k in cv.iteration]
-    # evaluation time is not training time: the clock skips the 0.5 s evaluations in between
+    # evaluation and the gaps between iterations are not training time: the clock sums the windows
     assert cv.wall_s == pytest.approx([clock(k, 2.0) for k in cv.iteration])
     its = res["iterations"]
     assert cv.wall_s[-1] < its[-1]["end"] - its[0]["start"] - 1.0  # three evaluations of 0.5 s in between

@@ -75,6 +75,7 @@ class FakePool:
     weights at the batch boundary and emits the batch's groups in random order after random delays."""
 
     mailbox = None  # no partial rollout (RolloutPool.mailbox)
+    gate = None  # never held between iterations (RolloutPool.gate)
 
     def __init__(self, trainer, rng: random.Random, max_delay_s: float, fail_at: int | None = None):
         self.trainer, self.rng, self.max_delay_s, self.fail_at = trainer, rng, max_delay_s, fail_at

@@ -2,7 +2,9 @@
 factors in the terminal, families.csv and the report, measured and predicted."""
 import json
 import math
+import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -125,14 +127,28 @@ def test_other_ablations_have_no_ladder(tmp_path):
     assert not is_families(load(root)) and "Families ladder" not in summary_table_text(root)
 
 
-def test_families_through_the_cli(tmp_path):
-    """The ladder as a user runs it, on the tiny config: six cells complete, families.csv has six rows, and
-    the factors the terminal prints are the CSV's TPSPD ratios."""
+# Between iterations 1|2, 3|4 and 5|6 the driver sleeps (RLBENCH_PAUSE): what an evaluation or another cell's
+# turn does to a cell. Decode is made 3x slower (RLBENCH_SLOW) so that generation dominates an iteration:
+# a rollout that ran on during the pause would then make the next iteration much faster.
+PAUSE_S, PAUSED, ITERATIONS = 1.0, (2, 4, 6), 8
+
+
+@pytest.fixture(scope="module")
+def families_run(tmp_path_factory):
+    """The ladder as a user runs it, on the tiny config with generation-bound iterations and planted pauses."""
+    out = tmp_path_factory.mktemp("families-cli")
+    env = {**os.environ, "RLBENCH_PAUSE": f"{PAUSE_S}@{','.join(map(str, PAUSED))}", "RLBENCH_SLOW": "decode:3"}
     proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "families",
-                           "--set", "run.iterations=2", "--out", str(tmp_path), "--no-progress"],
-                          capture_output=True, text=True, timeout=900)
+                           "--set", f"run.iterations={ITERATIONS}", "--set", "rollout.response_length=fixed",
+                           "--out", str(out), "--no-progress"], capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = next(tmp_path.iterdir())
+    return proc, next(out.iterdir())
+
+
+def test_families_through_the_cli(families_run):
+    """Six cells complete, families.csv has six rows, and the factors the terminal prints are the CSV's
+    TPSPD ratios."""
+    proc, run_dir = families_run
     csv = pd.read_csv(run_dir / "families.csv").set_index("cell")
     assert list(csv.index) == [r.cell for r in families.RUNGS] and (csv["status"] == "complete").all()
     assert csv["predicted_tpspd"].notna().all()
@@ -145,3 +161,27 @@ def test_families_through_the_cli(tmp_path):
     assert {k: float(v) for k, v in found.items()} == pytest.approx(ratio, abs=0.006)
     stale = csv.loc["k2", [c for c in csv.columns if c.startswith("stale_")]]
     assert stale.sum() > 0 and all(int(s.split("_")[1]) <= 2 for s in stale[stale > 0].index)
+
+
+def test_a_pause_between_iterations_changes_no_schedules_tpspd(families_run):
+    """One window for every schedule: the iterations after a 1 s pause have the TPSPD of the others. Before
+    the window was one, a bounded-staleness iteration after the pause measured about 0.2x the others (the
+    pause inside its window); with its rollout running on through the pause it measures about 4.5x (work
+    done outside every window credited to it). Every registered schedule is among the six rungs."""
+    _, run_dir = families_run
+    seen = set()
+    for rung in families.RUNGS:
+        res = json.loads((run_dir / rung.cell / schema.RESULTS).read_text())
+        seen.add(res["config"]["engine"]["schedule"])
+        its = schema.measured(res["iterations"])
+        after = statistics.median(it["tpspd"] for it in its if it["iteration"] in PAUSED)
+        others = statistics.median(it["tpspd"] for it in its if it["iteration"] not in PAUSED)
+        assert 0.6 < after / others < 1.7, (rung.cell, after, others)
+        held = [e for e in schema.load_events(run_dir / rung.cell) if e["stage"] == "paused"]
+        for it, e in ((it, e) for it in res["iterations"] for e in held):  # no window holds a held gap
+            assert min(it["end"], e["end"]) - max(it["start"], e["start"]) < 1e-3, (rung.cell, it["iteration"])
+        if res["config"]["engine"]["schedule"] in ("bounded_async", "one_step_off"):  # its rollout runs ahead
+            assert sorted(e["iteration"] for e in held if e["end"] - e["start"] >= PAUSE_S) == list(PAUSED)
+        else:
+            assert not held
+    assert seen == set(SCHEDULES)

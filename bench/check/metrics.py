@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from rlbench.check.stats import trimmed
+from rlbench.record.stages import OUTSIDE_STAGES
 from rlbench.results import schema
 from rlbench.results.metric_table import CHECK_FAMILIES, check_metric, family
 from rlbench.results.metrics import union_length
@@ -55,7 +56,8 @@ def measured(res: dict) -> list[dict]:
 
 
 def stage_events(res: dict) -> list[dict]:
-    return [e for e in (schema.load_events(res["_dir"]) if res.get("_dir") else []) if e["stage"] != "eval"]
+    return [e for e in (schema.load_events(res["_dir"]) if res.get("_dir") else [])
+            if e["stage"] not in OUTSIDE_STAGES]
 
 
 def _overhead_shares(res: dict, events: list[dict]) -> list[float]:

@@ -31,7 +31,7 @@ from rlbench.planted.burn import ACTIVE_ENV
 from rlbench.record.stages import Stage
 
 ENV = "RLBENCH_SLOW"
-STAGES = tuple(s.value for s in Stage if s != Stage.EVAL)  # every timed stage but the evaluation
+STAGES = tuple(s.value for s in Stage if s not in (Stage.EVAL, Stage.PAUSED))  # every timed stage of the work
 PACKED_STAGES = ("update", "old_logprob", "ref_logprob")
 STEPS = ("decode",)  # steps inside a stage, slowed where they run (engines/rollout/sampler.py)
 ALIASES = {"queue": ("handoff",), "packing": PACKED_STAGES}

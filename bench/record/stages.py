@@ -23,10 +23,15 @@ class Stage(str, enum.Enum):
     QUEUE_WAIT = "queue_wait"
     HANDOFF = "handoff"  # the consumer opening a group taken off the queue: the queue path's work
     EVAL = "eval"
+    # The rollout workers of a schedule that runs ahead, held between two iterations (engines/rollout/gate.py):
+    # recorded by the driver from the gate's closing to its opening; outside every iteration's window.
+    PAUSED = "paused"
 
 
 # Stages that are not work: a worker in them is idle (bubble).
 IDLE_STAGES = {Stage.QUEUE_WAIT.value}
+# Stages that are not part of any iteration's work or window: measurement, and the held gap between iterations.
+OUTSIDE_STAGES = {Stage.EVAL.value, Stage.PAUSED.value}
 # The training stages of an iteration (what "train time" means everywhere: metrics, predictions, checks):
 # the per-sample ones, whose cost grows with the trained tokens, and the optimizer step, once per iteration.
 PER_SAMPLE_TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value,
@@ -83,6 +88,7 @@ class Recorder:
         self.worker, self.t0, self.device, self.devices = worker, t0, device, devices
         self.events: list[StageEvent] = []
         self.sink = sink
+        self._open: list[list] = []  # [stage, iteration, start, cpu] of the stages being timed, innermost last
 
     @contextlib.contextmanager
     def stage(self, stage: Stage, iteration: int):
@@ -91,16 +97,37 @@ class Recorder:
         progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (bench/record/progress.py)
         if self.device is not None:
             dev.synchronize(self.device)
-        start, cpu = now(), time.thread_time()
+        opened = [stage, iteration, now(), time.thread_time()]
+        self._open.append(opened)
         ctx = dev.range_context(f"{stage.value}", self.device)  # the driver (no device): record_function only
-        with ctx:
-            yield
-            if self.device is not None:
-                dev.synchronize(self.device)
-            burn.plant(stage.value, now() - start, time.thread_time() - cpu,  # RLBENCH_SLOW (tests of check)
-                       idle=stage.value in IDLE_STAGES)
-        ev = self.add(stage, iteration, start, now(), time.thread_time() - cpu)
+        try:
+            with ctx:
+                yield
+                if self.device is not None:
+                    dev.synchronize(self.device)
+                _, _, start, cpu = opened  # a suspend() inside moved them
+                burn.plant(stage.value, now() - start, time.thread_time() - cpu,  # RLBENCH_SLOW (tests of check)
+                           idle=stage.value in IDLE_STAGES)
+        finally:
+            self._open.remove(opened)
+        ev = self.add(stage, iteration, opened[2], now(), time.thread_time() - opened[3])
         progress.leave(stage.value, ev.duration)
+
+    def suspend(self, wait) -> None:
+        """Run wait() outside the innermost open stage: its event ends here and a new one of the same stage
+        starts when wait() returns, so a held rollout worker's waiting is in no stage (engines/rollout/gate.py)."""
+        if not self._open:
+            wait()
+            return
+        opened = self._open[-1]
+        stage, iteration, start, cpu = opened
+        if self.device is not None:
+            from rlbench.devices import device as dev
+
+            dev.synchronize(self.device)
+        self.add(stage, iteration, start, now(), time.thread_time() - cpu)
+        wait()
+        opened[2], opened[3] = now(), time.thread_time()
 
     def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None) -> StageEvent:
         ev = StageEvent(self.worker, Stage(stage).value, iteration, start - self.t0, end - self.t0,

@@ -2,16 +2,19 @@
 
 TPSPD = (prompt + response tokens of every sample trained in the iteration, no padding)
         / (iteration wall time * number of devices of the run)
-which is VERL's perf/throughput and MindSpeed-RL's e2e_tps. The iteration's wall time is the span of
-its stage events (weight sync to optimizer step); evaluation is measurement, not training, and is
-excluded.
+which is VERL's perf/throughput and MindSpeed-RL's e2e_tps. One window for every schedule
+(docs/metrics.md): an iteration's wall time runs from its first work event (its weight sync), and not
+before the previous iteration ended nor before the rollout workers were released for it, to its last
+work event (its optimizer step). Nothing between iterations (evaluation, the driver's bookkeeping,
+another interleaved cell's turn) is inside it, and a schedule whose rollout runs ahead holds its rollout
+workers meanwhile (engines/rollout/gate.py), so no work done outside a window is credited.
 """
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
 
-from rlbench.record.stages import IDLE_STAGES, TRAIN_STAGES, Role, Stage, role_of
+from rlbench.record.stages import IDLE_STAGES, OUTSIDE_STAGES, TRAIN_STAGES, Role, Stage, role_of
 from rlbench.results import schema
 from rlbench.results.schema import IterationRecord
 from rlbench.results.utilisation import utilisation
@@ -35,9 +38,18 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def iteration_window(events: list[dict]) -> tuple[float, float]:
-    work = [e for e in events if e["stage"] != Stage.EVAL.value]
-    return min(e["start"] for e in work), max(e["end"] for e in work)
+def iteration_window(events: list[dict], prev_end: float | None = None) -> tuple[float, float]:
+    """[start, end] of an iteration from its events: its work events' span, starting no earlier than the
+    previous iteration's end (prev_end) and no earlier than the end of the pause that held the rollout
+    workers before it (a `paused` event, schedules that run ahead). Under bounded staleness the next
+    batch generates while this one trains, so its work starts inside the previous window; the part
+    before this window is counted there, once, and the held gap between the two in neither."""
+    work = [e for e in events if e["stage"] not in OUTSIDE_STAGES]
+    start, end = min(e["start"] for e in work), max(e["end"] for e in work)
+    floors = [e["end"] for e in events if e["stage"] == Stage.PAUSED.value]
+    if prev_end is not None:
+        floors.append(prev_end)
+    return max([start, *floors]), end
 
 
 def idle_fractions(events: list[dict], start: float, end: float) -> dict[str, float]:
@@ -49,7 +61,7 @@ def idle_fractions(events: list[dict], start: float, end: float) -> dict[str, fl
             continue
         busy.setdefault(e["worker"], [])
         s, t = max(e["start"], start), min(e["end"], end)  # clipped to the window
-        if t > s and e["stage"] not in IDLE_STAGES and e["stage"] != Stage.EVAL.value:
+        if t > s and e["stage"] not in IDLE_STAGES and e["stage"] not in OUTSIDE_STAGES:
             busy[e["worker"]].append((s, t))
     return {w: max(0.0, 1.0 - union_length(iv) / wall) for w, iv in busy.items()}
 
@@ -72,15 +84,12 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
                     prev_end: float | None = None, work: dict | None = None) -> IterationRecord:
     """One IterationRecord from the iteration's events and trained samples.
 
-    prev_end: end of the previous iteration. Under bounded staleness, batch i+1 is generated while
-    batch i trains, so event spans overlap; the iteration's wall time then starts where the previous
-    one ended (end_i - end_{i-1}, as VERL times steps of its async trainers). For sync and
-    periodic-async the spans never overlap and this changes nothing.
+    prev_end: end of the previous iteration's window. The window (iteration_window) is the same rule for
+    every schedule; for sync and periodic-async it is the span of the iteration's events, which never
+    overlap the previous one's.
     """
-    events = [e for e in events if e["stage"] != Stage.EVAL.value]  # measurement, not training
-    start, end = iteration_window(events)
-    if prev_end is not None:
-        start = max(start, prev_end)
+    start, end = iteration_window(events, prev_end)
+    events = [e for e in events if e["stage"] not in OUTSIDE_STAGES]  # measurement and held gaps: not work
     stage_s: dict[str, float] = defaultdict(float)
     for e in events:
         stage_s[e["stage"]] += e["end"] - e["start"]

@@ -54,6 +54,7 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
     pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone."""
     from rlbench.engines.factory import iteration_input
+    from rlbench.planted import pause
     from rlbench.run.interleave import Pacer
     from rlbench.run.iteration_log import IterationLog
 
@@ -63,6 +64,7 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
         with IterationLog(cfg, run, evaluator, dataset, tok, progress) as log:  # evaluates before iteration 0
             pacer.ready()
             for k in range(cfg.run.iterations):
+                pause.before(k)  # RLBENCH_PAUSE only: a planted gap between iterations
                 pacer.before(k)
                 inp = iteration_input(cfg, dataset, tok, k)
                 run.host_cpu.start()
@@ -109,10 +111,11 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
     from rlbench.devices import device as dev
     from rlbench.engines import launch
     from rlbench.engines.factory import make_engine
-    from rlbench.planted import slowdown
+    from rlbench.planted import pause, slowdown
     from rlbench.record.hostcpu import HostCPU
 
     run.planted = slowdown.activate(run.name, cfg.switches())  # before any worker starts
+    pause.check()
     pacer.setup()
     device = dev.resolve(cfg.engine.device)
     run.placement = _placement(cfg, device.type)

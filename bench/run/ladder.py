@@ -112,13 +112,19 @@ def _span_rate(c: CellData | None) -> float | None:
 
 
 def _idle(c: CellData | None) -> dict[str, float]:
-    """Worker -> share of the measured iterations' span in which it ran no work stage, over every event in
-    the span whichever iteration it belongs to: a stale rollout runs ahead of the iteration it feeds, so
-    the per-iteration idle of the summary (events of that iteration only) would call it idle."""
+    """Worker -> share of the measured iterations' windows in which it ran no work stage, over every event in
+    them whichever iteration it belongs to: a stale rollout runs ahead of the iteration it feeds, so
+    the per-iteration idle of the summary (events of that iteration only) would call it idle. What lies
+    between two windows (evaluation, a held gap) is in neither."""
     measured = c.measured() if c is not None else []
-    if not measured:
+    total = sum(it["end"] - it["start"] for it in measured)
+    if not total:
         return {}
-    return idle_fractions(c.events, measured[0]["start"], measured[-1]["end"])
+    idle: dict[str, float] = {}
+    for it in measured:
+        for w, frac in idle_fractions(c.events, it["start"], it["end"]).items():
+            idle[w] = idle.get(w, 0.0) + frac * (it["end"] - it["start"]) / total
+    return idle
 
 
 def _measured_samples(c: CellData) -> list[dict]:

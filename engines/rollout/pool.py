@@ -13,10 +13,11 @@ from rlbench.engines.rollout.base import IterationEnd
 
 
 class RolloutPool:
-    def __init__(self, host, shared: dict | None, mailbox=None):
+    def __init__(self, host, shared: dict | None, mailbox=None, gate=None):
         """host: the rollout workers' host; shared: the shared-memory weights (local host), or None (Ray);
-        mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py), or None."""
-        self.host, self.shared, self.mailbox = host, shared, mailbox
+        mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py), or None; gate: the
+        RolloutGate that holds the workers between iterations (engines/rollout/gate.py), or None."""
+        self.host, self.shared, self.mailbox, self.gate = host, shared, mailbox, gate
         self.names = host.workers
         self._syncs: list = []  # weight loads submitted, checked when the next batch is waited for
 
@@ -63,4 +64,6 @@ class RolloutPool:
             groups.put(e)
 
     def close(self) -> None:
+        if self.gate is not None:
+            self.gate.open()  # a held worker must be free to answer the shutdown
         self.host.close()

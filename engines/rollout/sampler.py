@@ -345,14 +345,19 @@ class BuiltinSampler:
 
     def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
                  on_group: Callable[[Group], None] | None = None,
-                 poll: Callable[[], tuple[dict, int] | None] | None = None) -> list[Group]:
+                 poll: Callable[[], tuple[dict, int] | None] | None = None,
+                 hold: Callable[[], bool] | None = None) -> list[Group]:
         """G samples per request with up to max_num_seqs in flight; on_group(group) the moment a group
         is done. -> groups in completion order. Sets `last_stats` (decode steps, batch occupancy).
 
         poll (partial rollout): called at every token boundary; (state, version) -> load those weights
         now (state None: the caller has loaded them) and continue the sequences in flight (see _reload);
         None -> go on. With poll, every group
-        carries its tokens' versions (Group.token_versions) when they differ."""
+        carries its tokens' versions (Group.token_versions) when they differ.
+
+        hold (a schedule that runs ahead, engines/rollout/gate.py): called at every token boundary; it
+        waits while the schedule holds its rollout workers and says whether it did (that time is no
+        decode step's cost)."""
         sp = sampling
         self._check(requests, sp)
         self._eos_stops = getattr(sp, "response_length", "eos") == "eos"
@@ -371,6 +376,8 @@ class BuiltinSampler:
             B, L = self._compact()
             t = cost.refill(t, len(requests))
             while B:
+                if hold is not None and hold():
+                    t = time.perf_counter()
                 update = poll() if poll is not None else None
                 if update is not None:
                     t = cost.reload(t, self._reload(B, pending, *update))

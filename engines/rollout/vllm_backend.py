@@ -213,10 +213,13 @@ class VLLMBackend:
         return VllmParams(**kw)
 
     def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
-                 on_group: Callable[[Group], None] | None = None) -> list[Group]:
+                 on_group: Callable[[Group], None] | None = None,
+                 hold: Callable[[], bool] | None = None) -> list[Group]:
         """G samples per request, one vLLM request each; on_group(group) the moment its G are done.
         -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
-        step by sequences in flight included, for the speedup prediction)."""
+        step by sequences in flight included, for the speedup prediction). hold: as the built-in
+        sampler's, between engine steps (the engine core runs in this process, so no step runs while
+        this loop waits)."""
         from rlbench.engines.rollout.step_costs import StepCosts
         from rlbench.planted import faults
         from rlbench.record import progress
@@ -233,6 +236,8 @@ class VLLMBackend:
         steps = active_sum = tokens = 0
         cost, t = StepCosts(), time.perf_counter()
         while pending:
+            if hold is not None and hold():
+                t = time.perf_counter()
             if not engine.has_unfinished_requests():
                 raise RuntimeError(f"vLLM finished with {len(pending)} requests unanswered")
             active = min(engine.get_num_unfinished_requests(), self.max_num_seqs)

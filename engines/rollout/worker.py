@@ -41,9 +41,11 @@ class RolloutWorker:
     configured backend; hands on each group the moment its G samples are done (`emit`)."""
 
     def __init__(self, slot, model_config, weights, eos_token_id: int, max_num_seqs: int, spec: dict,
-                 t0: float, mailbox=None, *, emit):
+                 t0: float, mailbox=None, gate=None, *, emit):
         """mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py): new weights are taken
-        at the next token boundary, mid-generation; None: only at "sync" requests, between batches."""
+        at the next token boundary, mid-generation; None: only at "sync" requests, between batches.
+        gate: the RolloutGate of a schedule that runs ahead (engines/rollout/gate.py): while it is closed
+        this worker waits at its next step boundary or request; None: never held."""
         from rlbench.devices import device as dev
         from rlbench.engines.model.weights import build_model, load_state
         from rlbench.record.profiling import from_env
@@ -53,7 +55,7 @@ class RolloutWorker:
         self.name, self.emit = slot.worker, emit
         self.shared = weights if isinstance(weights, dict) else None  # local: shared-memory tensors
         state = load_state(weights)
-        self.mailbox = mailbox
+        self.mailbox, self.gate = mailbox, gate
         self.sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
                                      lambda: build_model(model_config, device), state)
         if mailbox is not None:
@@ -66,6 +68,8 @@ class RolloutWorker:
         """Load the published weights (this process's shared memory, or the given Ray object)."""
         from rlbench.engines.model.weights import load_state
         from rlbench.record.stages import Stage
+
+        self._hold()
 
         if self.mailbox is not None:  # partial rollout: whatever shared memory holds now
             self._take_posted(iteration)
@@ -100,14 +104,27 @@ class RolloutWorker:
         """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
         from rlbench.record.stages import Stage
 
+        self._hold()
         if self.mailbox is not None:
             self._take_posted(iteration)  # posted while this worker was idle
-        partial = {"poll": self._poll} if self.mailbox is not None else {}  # only the built-in sampler polls
+        hooks = {"poll": self._poll} if self.mailbox is not None else {}  # only the built-in sampler polls
+        if self.gate is not None:
+            hooks["hold"] = self._hold
         with self.rec.stage(Stage.ROLLOUT, iteration):
             faults.at(iteration)  # inside the stage: a planted hang is reported as a hang in rollout
-            self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)), **partial)
+            self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)), **hooks)
         self.prof.step()
         return self.rec.drain(), dict(self.sampler.last_stats)
+
+    def _hold(self) -> bool:
+        """Wait here while the schedule holds its rollout workers between iterations (engines/rollout/gate.py),
+        outside any stage; -> whether it waited (the backend then restarts its step clock)."""
+        if self.gate is None or not self.gate.closed:
+            return False
+        from rlbench.record import progress
+
+        self.rec.suspend(lambda: self.gate.wait_open(alive=progress.beat))
+        return True
 
     def evaluate(self, requests, sampling) -> list:
         return self.sampler.generate(requests, sampling)

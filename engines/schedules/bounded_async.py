@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass
 
 from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
-from rlbench.record.stages import Recorder, Stage
+from rlbench.record.stages import Recorder, Stage, now
 
 
 @dataclass
@@ -70,11 +70,13 @@ class BoundedAsyncSchedule:
         self._stopping = False
         self._next = 0  # the iteration run_iteration expects next
         self._published = None  # the weight version the workers were last given
+        self._held_since: float | None = None  # when the rollout gate last closed (None: open)
 
     # ---------------------------------------------------------------- consumer (trainer thread)
 
     def run_iteration(self, inp: IterationInput) -> IterationOutput:
         k, tr, rec = inp.iteration, self.trainer, self.rec
+        self._release(k)
         self._start(k)
         arrived = self._queue(k)
         tr.begin()
@@ -93,6 +95,7 @@ class BoundedAsyncSchedule:
             if self.pool.mailbox is not None:  # partial rollout: to the workers now, mid-generation
                 with rec.stage(Stage.WEIGHT_SYNC, k):
                     self._post(k + 1)
+            self._hold()  # the iteration's window ends here: no rollout until the next one starts
             self._lock.notify_all()  # a new version may admit the next batch
         end = self.receiver.take_end(arrived)
         with self._lock:
@@ -101,6 +104,25 @@ class BoundedAsyncSchedule:
         rec.extend(events)
         self._next = k + 1
         return IterationOutput(trained, rewards, version, stats, end.stats)
+
+    def _hold(self) -> None:
+        """Hold the rollout workers at their next step boundary: what runs before the next iteration
+        (evaluation, bookkeeping, another cell's turn) is in no window, so no rollout may run then, and
+        the producer publishes nothing. Caller holds self._lock."""
+        if self.pool.gate is not None:
+            self.pool.gate.close()
+            self._held_since = now()
+
+    def _release(self, k: int) -> None:
+        """Let the rollout workers go on; the held gap is recorded as a `paused` event of iteration k, whose
+        end is where k's window may start at the earliest (bench/results/metrics.py iteration_window)."""
+        if self.pool.gate is None or self._held_since is None:
+            return
+        with self._lock:
+            self.pool.gate.open()
+            self.rec.add(Stage.PAUSED, k, self._held_since, now())
+            self._held_since = None
+            self._lock.notify_all()  # the producer publishes and dispatches only while the gate is open
 
     def _start(self, k: int) -> None:
         if self._producer is None:
@@ -141,8 +163,9 @@ class BoundedAsyncSchedule:
                 gate = gate or StalenessGate(self.k, samples)
                 with self._lock:
                     # Versions count from `first`, as the gate's batches do (both 0 in a run).
-                    self._lock.wait_for(lambda: self._stopping
-                                        or gate.admit(samples, self.trainer.version - first))
+                    # Nothing is published or dispatched while the workers are held between iterations.
+                    self._lock.wait_for(lambda: self._stopping or (
+                        self._held_since is None and gate.admit(samples, self.trainer.version - first)))
                     if self._stopping:
                         return
                     version = self.trainer.version
