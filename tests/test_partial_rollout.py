@@ -105,6 +105,25 @@ def test_keep_continues_on_the_stale_cache():
     assert max(gaps) > 1e-3
 
 
+def test_a_sample_admitted_after_a_reload_has_its_own_behaviour_version():
+    """One slot for a group of two: sample 0 straddles the reload (versions 0 then 1), sample 1 is admitted
+    after it (all version 1). The group's oldest token is version 0, but sample 1's behaviour version, in
+    samples.jsonl too, is its own oldest token's: 1."""
+    from types import SimpleNamespace
+
+    from rlbench.run.iteration_log import _sample_rows
+
+    s = BuiltinSampler(tiny(seed=0), NO_EOS, max_num_seqs=1, resume_kv="recompute")  # fewer slots than G
+    (g,) = s.generate(prompts(1), SP, poll=_poll_at(5, _state(tiny(seed=1))))
+    assert g.version == 0 and set(g.token_versions[0]) == {0, 1} and set(g.token_versions[1]) == {1}
+    assert [g.sample_version(j) for j in range(2)] == [0, 1]
+    out = SimpleNamespace(groups=[g], rewards={g.prompt_index: [0.0, 1.0]}, trained_version=2)
+    rows = _sample_rows(5, out)
+    assert [r["behaviour_version"] for r in rows] == [0, 1]
+    assert [r["tokens_by_version"] for r in rows] == [
+        {"0": g.token_versions[0].count(0), "1": g.token_versions[0].count(1)}, {"1": SP.max_new_tokens}]
+
+
 # ---------------------------------------------------------------- the schedule (engine.partial_rollout)
 
 def test_without_a_weight_change_mid_sequence_it_is_bounded_async_bitwise():
@@ -123,8 +142,10 @@ def test_without_a_weight_change_mid_sequence_it_is_bounded_async_bitwise():
 
 def test_a_real_run_interrupts_sequences_and_records_every_tokens_version(tmp_path):
     """k = 2, long responses, the rollout worker's decode step made 6x slower (RLBENCH_SLOW) so that the
-    trainer steps while sequences are in flight: some responses hold tokens of two versions, recorded in
-    samples.jsonl, and no token is more than k versions older than the weights it trains."""
+    trainer steps while sequences are in flight, and fewer slots than a group's samples (max_num_seqs 3,
+    G 4), so that samples start after a reload: some responses hold tokens of two versions, recorded in
+    samples.jsonl, every sample's behaviour version is its own oldest token's, and no token is more than
+    k versions older than the weights it trains."""
     import json
     import os
     import subprocess
@@ -134,7 +155,7 @@ def test_a_real_run_interrupts_sequences_and_records_every_tokens_version(tmp_pa
 
     sets = ["engine.schedule=bounded_async", "engine.max_staleness=2", "engine.partial_rollout=true",
             "train.prompts_per_iteration=2", "rollout.response_length=fixed", "rollout.response_length_mean=96",
-            "rollout.max_new_tokens=96", "run.iterations=4", "run.warmup_iterations=1"]
+            "rollout.max_new_tokens=96", "rollout.max_num_seqs=3", "run.iterations=4", "run.warmup_iterations=1"]
     proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "none",
                            *[a for s in sets for a in ("--set", s)], "--out", str(tmp_path), "--no-progress",
                            "--no-report"], capture_output=True, text=True, timeout=900,

@@ -77,7 +77,7 @@ def _sample_rows(k: int, out) -> list[dict]:
         for j, resp in enumerate(g.responses):
             rows.append({"iteration": k, "prompt": g.prompt_index, "sample": j, "prompt_len": len(g.prompt_ids),
                          "response_len": len(resp), "reward": out.rewards[g.prompt_index][j],
-                         "behaviour_version": g.version, "trained_version": out.trained_version,
+                         "behaviour_version": g.sample_version(j), "trained_version": out.trained_version,
                          "finished": bool(g.finished[j]) if g.finished else None,
                          **_token_versions(g, j)})
     return rows
@@ -85,7 +85,8 @@ def _sample_rows(k: int, out) -> list[dict]:
 
 def _token_versions(g, j: int) -> dict:
     """Partial rollout: the newest version among sample j's tokens and how many tokens each version made
-    (behaviour_version is the oldest); nothing when every token of the group came from one version."""
+    (its behaviour_version is the oldest of its own tokens); nothing when every token of the group came
+    from one version."""
     if g.token_versions is None:
         return {}
     v = g.token_versions[j]

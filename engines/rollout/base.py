@@ -40,6 +40,13 @@ class Group:
     # entry per token). None: every token came from `version`.
     token_versions: list[list[int]] | None = None
 
+    def sample_version(self, j: int) -> int:
+        """Sample j's behaviour version: the oldest version among its own tokens (a sample admitted after a
+        mid-generation reload is all newer than the group's oldest token)."""
+        if self.token_versions is None or not self.token_versions[j]:
+            return self.version
+        return min(self.token_versions[j])
+
 
 @dataclass
 class SealedGroup:
