@@ -82,6 +82,17 @@ def test_bad_config_exit_code_2_through_cli(tmp_path):
     assert not any(tmp_path.glob("*/results.json"))
 
 
+def test_out_that_cannot_be_created_is_exit_2_naming_the_path(tmp_path):
+    """--out under a plain file: one error naming the folder and the reason, exit 2, no traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out",
+                          str(blocker / "runs")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert f"--out {blocker / 'runs'}: cannot create the run folder" in out.stderr
+    assert "Not a directory" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_config(tmp_path / "nope.yaml")

@@ -38,13 +38,20 @@ def preflight(cfg) -> None:
 
 
 def new_run_dir(root: Path, name: str) -> Path:
+    """A new run folder under --out; one that cannot be created or written is bad input (exit 2)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(root) / f"{stamp}-{name}"
     i = 1
     while path.exists():
         path = Path(root) / f"{stamp}-{name}-{i}"
         i += 1
-    path.mkdir(parents=True)
+    try:
+        path.mkdir(parents=True)
+        probe = path / ".write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"--out {root}: cannot create the run folder {path}: {e.strerror or e}") from None
     return path
 
 
