@@ -50,6 +50,60 @@ def test_cache_key_covers_what_shapes_the_warm_start(tmp_path):
     assert key("data.source=gsm8k", f"data.path={data}") != first  # same path, other content
 
 
+def test_cache_key_changes_with_every_source_file_and_library_version(monkeypatch):
+    """The code and libraries that shape the weights are in the key: the tokenizer, the data source, the
+    task, this warm start (each file's bytes), torch and transformers (an A/B run whose two trees differ in
+    any of them must not share a warm start)."""
+    from pathlib import Path
+
+    import torch
+    import transformers
+
+    from rlbench.config import load_config
+    from rlbench.engines.model import tiny
+
+    cfg = load_config(None, [])
+    base = tiny.cache_key(cfg)
+    names = {f"{f.parent.name}/{f.name}" for f in tiny.warmstart_sources()}
+    assert {"model/tokenizer.py", "model/tiny.py", "data/source.py", "data/task.py", "data/facts.py"} <= names
+    real = Path.read_bytes
+    for f in tiny.warmstart_sources():
+        monkeypatch.setattr(Path, "read_bytes", lambda self, f=f: b"changed" if self == f else real(self))
+        assert tiny.cache_key(cfg) != base, f
+    monkeypatch.setattr(Path, "read_bytes", real)
+    assert tiny.cache_key(cfg) == base
+    monkeypatch.setattr(transformers, "__version__", "0.0.1")
+    assert tiny.cache_key(cfg) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(torch, "__version__", "0.0.1")
+    assert tiny.cache_key(cfg) != base
+
+
+def test_every_module_a_warm_start_runs_is_in_the_cache_key(tmp_path):
+    """Run a (2-step) warm start in a fresh process and list the rlbench engine modules it imported: each
+    one's source must be among the key's inputs, so a new module on the warm start's path cannot be missed."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys\n"
+            "from rlbench.config import load_config\n"
+            "from rlbench.engines.data.source import load_dataset\n"
+            "from rlbench.engines.model.loader import load_policy\n"
+            "from rlbench.engines.model.tiny import warmstart_sources\n"
+            "cfg = load_config(None, ['model.warmstart_steps=2', 'data.train_size=64'])\n"
+            "load_policy(cfg, load_dataset(cfg.data, cfg.run.seed))\n"
+            "files = {m.__file__ for n, m in sys.modules.items() if n.startswith('rlbench.engines.')}\n"
+            "print(json.dumps({'ran': sorted(files), 'key': sorted(map(str, warmstart_sources()))}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RLBENCH_CACHE": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert any(f.endswith("tokenizer.py") for f in got["ran"])  # the warm start really ran through them
+    assert set(got["ran"]) <= set(got["key"]), set(got["ran"]) - set(got["key"])
+
+
 def test_direct_answers_leave_the_working_out_in_the_configured_share():
     """model.warmstart_direct_share: that share of the problems is answered `#### N` alone, the same problems
     every epoch; with a chat-style ending a direct answer is `The answer is N.` alone."""

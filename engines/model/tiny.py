@@ -118,19 +118,29 @@ def _answer_directly(problems, share: float, rng: random.Random) -> list:
     return [Problem(p.question, answer_only(p.solution), p.answer) if rng.random() < share else p for p in problems]
 
 
+def warmstart_sources() -> list[Path]:
+    """Source files whose code can shape the warm-started weights: every module of the data package (task,
+    fact split, data source and prompt format, GSM8K files) and of the model package (tokenizer, this
+    warm start, the loader). Over-inclusive on purpose: a stale cache hit is a wrong result, a miss costs
+    one warm start."""
+    from rlbench.engines import data, model
+
+    return sorted(p for pkg in (data, model) for p in Path(pkg.__file__).parent.glob("*.py"))
+
+
 def cache_key(cfg) -> str:
-    """Everything that changes the warm-started weights."""
-    from rlbench.engines.data.facts import __file__ as facts_file
-    from rlbench.engines.data.task import __file__ as task_file
+    """Everything that changes the warm-started weights: the model and data config, the seed, the code
+    (warmstart_sources) and the torch and transformers versions."""
+    import transformers
 
     # Every data key shapes the train split (eval_size too: train skips the eval questions), except
     # few_shot: the warm-start prompts are zero-shot. Local data files count by content.
     data = cfg.data.model_dump(mode="json", exclude={"few_shot"})
     data["files"] = [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:16] if Path(f).is_file() else f
                      for f in (cfg.data.path, cfg.data.eval_path) if f]
-    parts = {"model": cfg.model.model_dump(mode="json"), "data": data,
-             "seed": cfg.run.seed, "torch": torch.__version__.split("+")[0],
-             "code": [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:12] for f in (task_file, facts_file, __file__)]}
+    parts = {"model": cfg.model.model_dump(mode="json"), "data": data, "seed": cfg.run.seed,
+             "torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
+             "code": {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest()[:12] for f in warmstart_sources()}}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
