@@ -157,16 +157,20 @@ def test_the_measured_probe_replaces_the_sync_cell_estimate():
 
 
 def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
-    """The calibration step for real: two pinned single-thread processes, three short phases; every rate
-    measured, kappa >= 0, the file written, no process left."""
+    """The calibration step for real, with a slowdown known in advance: both single-thread processes pinned
+    to the same core, so together each runs about half the time and its kappa (alone / together - 1) is
+    about 1 (a probe that never ran the two sides at once, or read the ratio upside down, gives about 0);
+    the file written, no process left."""
     import multiprocessing as mp
 
     from rlbench.config import load_config
     from rlbench.results import schema
     from rlbench.run import contention_probe
 
-    r = contention_probe.measure(load_config(None, []).model.model_dump(mode="json"), tmp_path, phase_s=0.4)
+    r = contention_probe.measure(load_config(None, []).model.model_dump(mode="json"), tmp_path, cores=(0, 0),
+                                 phase_s=0.4)
     for side in ("decode", "train"):
-        assert r[side]["alone_per_s"] > 0 and r[side]["together_per_s"] > 0 and r[side]["kappa"] >= 0
+        assert 0.3 < r[side]["kappa"] < 2.0, r[side]
+        assert r[side]["kappa"] == pytest.approx(r[side]["alone_per_s"] / r[side]["together_per_s"] - 1)
     assert schema.read_contention_probe(tmp_path) == r
     assert not mp.active_children()
