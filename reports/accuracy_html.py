@@ -90,9 +90,9 @@ def explanation(table: pd.DataFrame) -> str:
             f"target pass@1 {target:.3f}: per seed, {100 * TARGET_SHARE:.0f}% of the way from that seed's "
             "reference cell's first to its last evaluation (shown: the median over seeds); reached: seeds "
             "that reached their target, of those whose reference improved")
-    return (f"{workload_label(table)} Time-to-accuracy, {what}. Wall time is training time: from the first iteration's start, "
-            "evaluations excluded, the same clock for every schedule; a crossing is interpolated between "
-            "evaluations. Intervals: 95% t-interval of the mean over seeds (one seed: Wilson over the eval "
+    return (f"{workload_label(table)} Time-to-accuracy, {what}. Wall time is training time: the summed TPSPD "
+            "windows of the iterations before each evaluation (nothing between iterations counts), the same "
+            "clock for every schedule; a crossing is interpolated between evaluations. Intervals: 95% t-interval of the mean over seeds (one seed: Wilson over the eval "
             "problems), also for the gain (last minus first evaluation, in points) and the time to target "
             "(mean over the seeds that reached it); [a–b] after TPSPD: the spread over seeds. ref time / time > 1: reaches the "
             "target sooner than the reference. Mixed groups: share of GRPO groups whose rewards differ (the "

@@ -104,8 +104,8 @@ def _predictions(run: RunData) -> dict[str, float]:
 
 def _span_rate(c: CellData | None) -> float | None:
     """Tokens of the measured iterations / (their summed wall time x devices): a rate over the measured span,
-    the statistic the bounded-staleness simulator predicts (under bounded staleness an iteration's wall time
-    is the gap between two steps, so the per-iteration TPSPDs whose median the ladder uses scatter widely)."""
+    the statistic the bounded-staleness simulator predicts (under bounded staleness an iteration's window
+    starts where the previous one ended, so per-iteration TPSPDs, whose median the ladder uses, scatter widely)."""
     measured = c.measured() if c is not None else []
     wall = sum(it["wall_s"] * it["devices"] for it in measured)
     return sum(it["tokens"] for it in measured) / wall if wall else None
