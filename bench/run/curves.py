@@ -98,6 +98,8 @@ class Curves:
 
     def iteration(self, rec: dict) -> None:
         """Iteration rec["iteration"]'s record at step iteration + 1 (its evaluation, where it has one)."""
+        if not self.writers:
+            return
         tags = scalars(rec)
         if rec.get("eval_accuracy") is not None:
             tags[self.val] = float(rec["eval_accuracy"])
