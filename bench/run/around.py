@@ -103,9 +103,8 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
     """`rlbench run --engine verl|mindspeed-rl`: one cell run by the real VERL / MindSpeed-RL, parsed into
     rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here)."""
     from rlbench.config import load_config
-    from rlbench.run.seeds import parse_seeds
-
     from rlbench.run import curves
+    from rlbench.run.seeds import parse_seeds
 
     cfg = load_config(config, sets)
     curves.refuse_external(cfg, engine)
