@@ -43,6 +43,10 @@ def run(
                                  "(run.profile_iterations after warm-up) into <cell>/traces for TensorBoard/Perfetto."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every cell once per seed, e.g. 0,1,2 (sets "
                                         "run.seed); the report aggregates each cell over its seeds."),
+    logger: list[str] = typer.Option([], "--logger", help="Per-iteration curves under VERL's metric names: "
+                                     "tensorboard (<run folder>/tensorboard/<cell>; `tensorboard --logdir <run "
+                                     "folder>/tensorboard`), wandb (offline, <run folder>/wandb/<cell>), or both "
+                                     "(repeat the option or tensorboard,wandb); sets run.logger."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Finish the run in RUN_DIR: its completed cells "
                                           "are kept (after checking they match its config and this code), the "
                                           "others run again from their start; the config, ablation and seeds are "
@@ -55,18 +59,32 @@ def run(
     from rlbench.run.resume import resume_run
 
     procs.mark_run()  # every process of this run carries the token: found and ended at the end
-    sets = set_ + (["run.profile=true"] if profile else [])
+    sets = set_ + (["run.profile=true"] if profile else []) + _logger_set(logger)
     try:
         if resume is not None:
             resume_run(resume, progress, report, refused={"--config": config, "--set": set_, "--ablation": ablation,
                                                           "--seeds": seeds, "--engine": engine != "rlbench",
-                                                          "--profile": profile})
+                                                          "--profile": profile, "--logger": logger})
         elif engine != "rlbench":
             run_external(engine, config, sets, seeds, out, report)
         else:
             run_ablation(ablation or "async", config, sets, out, report, progress, seeds)
     finally:
         sweep()
+
+
+def _logger_set(values: list[str]) -> list[str]:
+    """--logger's values (repeated, or comma lists) -> the --set that carries them to every cell."""
+    from rlbench.config import LOGGERS, parse_loggers
+
+    if not values:
+        return []
+    try:
+        names = parse_loggers(",".join(values))
+    except ValueError:
+        raise UserError(f"--logger {','.join(values)}: allowed: {', '.join(LOGGERS)}, or both (repeat --logger "
+                        "or give tensorboard,wandb)") from None
+    return [f"run.logger={','.join(names)}"]
 
 
 @app.command("report")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rlbench import components, schedules
 from rlbench.errors import UserError
 from rlbench.schedules.spec import REFERENCE
@@ -231,6 +231,24 @@ class EngineConfig(Section):
         return self.num_devices if schedules.SCHEDULES[self.schedule].colocated else self.train_devices
 
 
+LOGGERS = ("tensorboard", "wandb")  # run.logger's values; bench/run/curves.py writes them
+
+
+def parse_loggers(value) -> list[str]:
+    """'tensorboard,wandb', ['tensorboard', 'wandb'], '' or None -> the loggers in order, each once;
+    ValueError naming the allowed values for anything else."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
+        raise ValueError(f"expected a list of logger names or one comma-separated string, got {value!r}")
+    names = [x.strip().lower() for x in items if x.strip()]
+    bad = [x for x in names if x not in LOGGERS]
+    if bad:
+        raise ValueError(f"{', '.join(map(repr, bad))}: allowed: {', '.join(LOGGERS)} (or both: tensorboard,wandb)")
+    return list(dict.fromkeys(names))
+
+
 class RunSection(Section):
     seed: int = Field(0, description="Seed for data, sampling and initialisation.")
     iterations: int = Field(30, ge=1, description="Training iterations.")
@@ -245,6 +263,16 @@ class RunSection(Section):
                              "iteration (cell 1 iteration k, cell 2 iteration k, ...), so a shared machine's "
                              "drift hits every cell alike and `rlbench check` can pair their iterations. "
                              "bounded_async producers run ahead and so may overlap other cells' turns.")
+    logger: list[str] = Field(
+        [], description="Per-iteration curves besides the result files (`rlbench run --logger`): tensorboard "
+        "(<run folder>/tensorboard/<cell>), wandb (Weights & Biases in offline mode, <run folder>/wandb/<cell>), "
+        "or both, as a list or one comma-separated string; VERL's metric names where VERL has one "
+        "(docs/metrics.md). They do not change what is measured.")
+
+    @field_validator("logger", mode="before")
+    @classmethod
+    def _loggers(cls, value):
+        return parse_loggers(value)
 
 
 class RunConfig(Section):

@@ -27,7 +27,7 @@ __all__ = ["check", "verdict_of", "format_check", "compute_metrics", "load_basel
 
 MARKS = ("better", "worse", "not significant", "not comparable")
 CONFIG_SECTIONS = ("model", "data", "rollout", "train", "engine", "run")
-IGNORED_KEYS = {"run.name", "engine.queue_timeout_s"}  # do not change what is measured
+IGNORED_KEYS = {"run.name", "engine.queue_timeout_s", "run.logger"}  # do not change what is measured
 MIN_SAMPLES = 3  # fewer samples per array: judge on the tolerance alone
 
 

@@ -17,14 +17,16 @@ EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
 
 
 def preflight(cfg) -> None:
-    """Reject bad data, missing files and limits the run cannot fit (bench/devices/limits.py: context length,
-    memory) before any cell starts (exit code 2, no run folder)."""
+    """Reject bad data, missing files, loggers that are not installed and limits the run cannot fit
+    (bench/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder)."""
     from rlbench.devices import device as dev
     from rlbench.devices import limits, placement
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
+    from rlbench.run import curves
 
+    curves.check_installed(cfg)  # run.logger's packages (bench/run/curves.py)
     check_supported(cfg)
     dataset = load_dataset(cfg.data, cfg.run.seed)
     if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
@@ -101,9 +103,11 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
     """`rlbench run --engine verl|mindspeed-rl`: one cell run by the real VERL / MindSpeed-RL, parsed into
     rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here)."""
     from rlbench.config import load_config
+    from rlbench.run import curves
     from rlbench.run.seeds import parse_seeds
 
     cfg = load_config(config, sets)
+    curves.refuse_external(cfg, engine)
     if parse_seeds(seeds):
         raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
     if engine not in EXTERNAL:

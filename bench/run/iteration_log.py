@@ -1,12 +1,13 @@
 """What each iteration of a cell leaves behind: its samples, stage events and iteration record in the
 result files (bench/results/), the evaluations (before the first iteration and every run.eval_every),
-the progress bar and the profiler's step."""
+the curves of run.logger (bench/run/curves.py), the progress bar and the profiler's step."""
 from __future__ import annotations
 
 from dataclasses import asdict
 
 from rlbench.record.stages import Recorder, Role, Stage
 from rlbench.results import metrics, utilisation
+from rlbench.run.curves import Curves
 
 
 class IterationLog:
@@ -16,7 +17,9 @@ class IterationLog:
         """evaluator (engines/evaluation.py): on the trainer's worker, or here when the trainer is here."""
         self.cfg, self.run, self.evaluator, self.dataset, self.tok = cfg, run, evaluator, dataset, tok
         self.eval_rec = Recorder(Role.EVAL.value, run.t0, device=evaluator.device, sink=run.writer.event)
+        self.curves = Curves(cfg, run.folder, run.name)
         self.acc = self.evaluate(0)
+        self.curves.evaluation(0, self.acc)
         self.bar = progress_bar(cfg.run.iterations, f"{run.name}", progress)
         self.prof = _profiler(cfg, run, run.schedule, evaluator.device)
 
@@ -25,6 +28,7 @@ class IterationLog:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.prof.close()
+        self.curves.close()
         if exc_type is None and self.bar:
             self.bar.close()
 
@@ -56,6 +60,7 @@ class IterationLog:
         run.iterations.append(asdict(rec))
         run.rollout_stats.append({"iteration": k, "workers": out.rollout_stats})
         run.writer.iteration(rec)
+        self.curves.iteration(run.iterations[-1])  # the record iterations.jsonl has just received
         run.save()
         if self.bar:
             self.bar.set_postfix(tpspd=f"{rec.tpspd:.0f}", reward=f"{rec.reward_mean:.2f}", acc=f"{self.acc:.2f}")
