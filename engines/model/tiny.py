@@ -120,12 +120,13 @@ def _answer_directly(problems, share: float, rng: random.Random) -> list:
 
 def cache_key(cfg) -> str:
     """Everything that changes the warm-started weights."""
-    from rlbench.engines.data.facts import __file__ as facts_file
+    from rlbench.engines.data.facts import SPLIT_VERSION, __file__ as facts_file
     from rlbench.engines.data.task import __file__ as task_file
 
     # Every data key shapes the train split (eval_size too: train skips the eval questions), except
     # few_shot: the warm-start prompts are zero-shot. Local data files count by content.
     data = cfg.data.model_dump(mode="json", exclude={"few_shot"})
+    data["split_version"] = SPLIT_VERSION if cfg.data.split == "fact" else None  # a new fact rule: new split
     data["files"] = [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:16] if Path(f).is_file() else f
                      for f in (cfg.data.path, cfg.data.eval_path) if f]
     parts = {"model": cfg.model.model_dump(mode="json"), "data": data,
