@@ -1,17 +1,22 @@
 """The built-in task split by arithmetic fact, not by text (`data.split: fact`).
 
-A fact is one solution step's operands and operator: `23+45=68` is the fact (23, "+", 45). + and * are
-commutative, so (45, "+", 23) is the same fact: a model that saw `45+23` has seen the held-out one.
+A fact is an operation together with its inverses: `17+3=20`, `3+17=20`, `20-3=17` and `20-17=3` are one
+fact, and so are `4*5=20`, `5*4=20`, `20/4=5` and `20/5=4`. A model that trained on `17+3=20` has seen the
+numbers of `20-3=17` in one relation, so holding out one direction while training the other would count a
+seen computation as new. A fact's key is its family (`+` for + and -, `*` for * and /) with its three
+numbers sorted: every form of the fact maps to the same key, and no two facts share one (in `+` the
+largest number is the sum of the other two, in `*` their product).
+
 Every fact is assigned to one side by a seeded hash: held out with probability `data.heldout_share`.
 Three problem sets come from the task's generator (task.py, unchanged, so the questions, the answer format
 and the reward are the built-in task's):
   - train (also the warm start's data and the few-shot examples): every step's fact on the train side;
   - eval (held out): every step's fact held out, so pass@1 on it counts computations the model never
-    saw, in RL or in the warm start;
+    saw in any direction, in RL or in the warm start;
   - seen: every step's fact one that occurs in train, questions train does not hold: pass@1 on it is
     the seen-fact accuracy, which memorisation alone can raise.
 Problems that mix sides are dropped. A problem's result (the `#### N` number) may appear in training as
-the result of another fact: results are not facts.
+a number of another fact: numbers alone are not facts.
 """
 from __future__ import annotations
 
@@ -22,26 +27,31 @@ from typing import Iterator
 
 from rlbench.engines.data.task import Problem, TaskShape, stream_seed
 
-Fact = tuple[int, str, int]
-_STEP = re.compile(r"^(\d+)([+\-*])(\d+)=(\d+)$")
-_COMMUTATIVE = ("+", "*")
+# Bumped whenever the split's rule changes, so cached warm starts trained on an older split are not reused
+# (engines/model/tiny.py's cache key holds it). 2: inverses are one fact (1: operand orders only).
+SPLIT_VERSION = 2
+
+Fact = tuple[str, tuple[int, int, int]]  # (family, the three numbers sorted): ("+", (3, 17, 20))
+_STEP = re.compile(r"^(\d+)([+\-*/])(\d+)=(\d+)$")
+_FAMILY = {"+": "+", "-": "+", "*": "*", "/": "*"}
 
 
 def step_facts(solution: str) -> list[Fact]:
-    """The facts of a solution's steps, in order: "3+5=8\\n8*2=16\\n#### 16" -> [(3,'+',5), (2,'*',8)]."""
+    """The facts of a solution's steps, in order: "3+5=8\\n8*2=16\\n#### 16" -> [('+', (3, 5, 8)),
+    ('*', (2, 8, 16))]; "8-5=3" gives ('+', (3, 5, 8)) too."""
     facts = []
     for line in solution.splitlines():
         m = _STEP.match(line.strip())
         if m:
-            a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-            facts.append((min(a, b), op, max(a, b)) if op in _COMMUTATIVE else (a, op, b))
+            a, op, b, c = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
+            facts.append((_FAMILY[op], tuple(sorted((a, b, c)))))
     return facts
 
 
 def is_heldout(fact: Fact, seed: int, share: float) -> bool:
     """Whether the fact is on the held-out side for this seed: a stable hash (not Python's salted one)."""
-    a, op, b = fact
-    digest = hashlib.sha256(f"rlbench-facts:{seed}:{a}{op}{b}".encode()).digest()
+    family, (x, y, z) = fact
+    digest = hashlib.sha256(f"rlbench-facts:{seed}:{family}:{x},{y},{z}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2 ** 64 < share
 
 

@@ -130,12 +130,15 @@ def warmstart_sources() -> list[Path]:
 
 def cache_key(cfg) -> str:
     """Everything that changes the warm-started weights: the model and data config, the seed, the code
-    (warmstart_sources) and the torch and transformers versions."""
+    (warmstart_sources), the fact split's rule version and the torch and transformers versions."""
     import transformers
+
+    from rlbench.engines.data.facts import SPLIT_VERSION
 
     # Every data key shapes the train split (eval_size too: train skips the eval questions), except
     # few_shot: the warm-start prompts are zero-shot. Local data files count by content.
     data = cfg.data.model_dump(mode="json", exclude={"few_shot"})
+    data["split_version"] = SPLIT_VERSION if cfg.data.split == "fact" else None  # a new fact rule: new split
     data["files"] = [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:16] if Path(f).is_file() else f
                      for f in (cfg.data.path, cfg.data.eval_path) if f]
     parts = {"model": cfg.model.model_dump(mode="json"), "data": data, "seed": cfg.run.seed,
