@@ -82,8 +82,8 @@ class DataConfig(Section):
         "digit by digit.")
     split: Literal["text", "fact"] = Field(
         "text", description="Built-in task: text: eval questions differ from train in wording only (the same "
-        "arithmetic facts recur); fact: no eval step's operands+operator occur in train or the warm start, and "
-        "a second eval set of seen facts is scored beside it (accuracy_seen; engines/data/facts.py).")
+        "arithmetic facts recur); fact: no eval step's fact (its three numbers and operation, inverses included: "
+        "a+b=c is c-b=a) occurs in train or the warm start, and a second eval set of seen facts is scored beside it (accuracy_seen; engines/data/facts.py).")
     heldout_share: float = Field(
         0.25, gt=0, lt=1, description="Built-in task, split fact: share of the arithmetic facts held out for eval.")
 

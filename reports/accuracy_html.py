@@ -75,8 +75,8 @@ def text_rows(table: pd.DataFrame) -> list[list[str]]:
 def workload_label(table: pd.DataFrame) -> str:
     """What the accuracy measures on this workload: held-out skill, or the text split's demo."""
     if _fact_split(table):
-        return ("Held-out facts (data.split fact): pass@1 is on problems whose every step's operands and "
-                "operator never occur in training or the warm start; 'seen facts' scores problems made of "
+        return ("Held-out facts (data.split fact): pass@1 is on problems whose every step's fact (its "
+                "numbers and operation, in any order or inverse) never occurs in training or the warm start; 'seen facts' scores problems made of "
                 "trained facts, so memorisation and skill can be told apart.")
     return ("Text split (data.split text): evaluation problems differ from training in wording only, the same "
             "arithmetic facts recur. On the default config this is a short format-learning demo (RL teaches "
