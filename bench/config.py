@@ -261,8 +261,9 @@ class RunSection(Section):
     profile_iterations: int = Field(2, ge=1, description="Iterations traced (after the warm-up ones).")
     interleave: bool = Field(False, description="Ablations: run the cells side by side, taking turns by "
                              "iteration (cell 1 iteration k, cell 2 iteration k, ...), so a shared machine's "
-                             "drift hits every cell alike and `rlbench check` can pair their iterations. "
-                             "bounded_async producers run ahead and so may overlap other cells' turns.")
+                             "drift hits every cell alike and `rlbench check` can pair their iterations. A "
+                             "schedule whose rollout runs ahead holds its rollout workers during the other cells' "
+                             "turns (docs/metrics.md).")
     logger: list[str] = Field(
         [], description="Per-iteration curves besides the result files (`rlbench run --logger`): tensorboard "
         "(<run folder>/tensorboard/<cell>), wandb (Weights & Biases in offline mode, <run folder>/wandb/<cell>), "
