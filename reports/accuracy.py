@@ -22,15 +22,10 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-
 from rlbench.reports.data import CellData, RunData
 from rlbench.results import schema
 
 TARGET_SHARE = 0.8
-# Student t quantile 0.975 for 1..30 degrees of freedom (beyond: the normal's 1.96).
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042]
 
 
 @dataclass
@@ -83,14 +78,14 @@ def interval(values: list[float], n_eval: int | None) -> tuple[float, float, flo
     """(mean, low, high, method) of final accuracies: 95% t-interval over seeds, or Wilson for one."""
     m = statistics.fmean(values)
     if len(values) >= 2:
-        half = _t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-        return m, max(0.0, m - half), min(1.0, m + half), f"t-interval over {len(values)} seeds"
+        _, lo, hi = t_interval(values)
+        return m, max(0.0, lo), min(1.0, hi), f"t-interval over {len(values)} seeds"
     if not n_eval:
         return m, m, m, "one seed, eval size unknown"
-    z, n = 1.96, n_eval
-    centre = (m + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(m * (1 - m) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return m, max(0.0, centre - half), min(1.0, centre + half), f"Wilson, {n} eval problems"
+    from scipy import stats
+
+    ci = stats.binomtest(round(m * n_eval), n_eval).proportion_ci(0.95, method="wilson")
+    return m, ci.low, ci.high, f"Wilson, {n_eval} eval problems"
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float] | None:
@@ -98,13 +93,11 @@ def t_interval(values: list[float]) -> tuple[float, float, float] | None:
     take any sign and size); None with fewer than two values."""
     if len(values) < 2:
         return None
+    from scipy import stats
+
     m = statistics.fmean(values)
-    half = _t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return m, m - half, m + half
-
-
-def _t975(df: int) -> float:
-    return T975[df - 1] if df <= len(T975) else 1.96
 
 
 def target_accuracy(all_curves: dict[str, list[Curve]], reference: str) -> dict:

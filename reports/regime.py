@@ -191,13 +191,12 @@ def verdict(frame: pd.DataFrame) -> MapVerdict | None:
 
 def spearman(a: pd.Series, b: pd.Series) -> float | None:
     """Rank correlation of two columns over the rows where both are set (None if undefined)."""
+    from scipy import stats
+
     both = pd.DataFrame({"a": pd.to_numeric(a, errors="coerce"), "b": pd.to_numeric(b, errors="coerce")}).dropna()
-    if len(both) < 2:
+    if len(both) < 2 or both["a"].nunique() < 2 or both["b"].nunique() < 2:
         return None
-    ra, rb = both["a"].rank().to_numpy(), both["b"].rank().to_numpy()
-    if ra.std() == 0 or rb.std() == 0:
-        return None
-    return float(np.corrcoef(ra, rb)[0, 1])
+    return float(stats.spearmanr(both["a"], both["b"]).statistic)
 
 
 def prediction_check(frame: pd.DataFrame, tolerance_pct: float = 10.0, column: str = "error_pct") -> dict:
