@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rlbench.errors import UserError, WorkerError
+from rlbench.core.errors import UserError, WorkerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="Benchmark synchronous vs periodic-asynchronous RL post-training (TPSPD, accuracy).")
@@ -53,7 +53,7 @@ def run(
                                           "the run's own."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
-    from rlbench.devices import procs
+    from rlbench.core.devices import procs
     from rlbench.run.ablation import run_ablation
     from rlbench.run.around import run_external, sweep
     from rlbench.run.resume import resume_run
@@ -75,7 +75,7 @@ def run(
 
 def _logger_set(values: list[str]) -> list[str]:
     """--logger's values (repeated, or comma lists) -> the --set that carries them to every cell."""
-    from rlbench.config import LOGGERS, parse_loggers
+    from rlbench.core.config import LOGGERS, parse_loggers
 
     if not values:
         return []
@@ -164,7 +164,7 @@ def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the p
     bytes/s) that per-stage MFU and bandwidth utilisation are measured against."""
     import json
 
-    from rlbench.results import provenance
+    from rlbench.core.results import provenance
 
     typer.echo(json.dumps(provenance.environment(dtype, remeasure), indent=1))
 
@@ -177,7 +177,7 @@ def config_cmd(
 ) -> None:
     """Print the resolved configuration (or, with --docs, every key documented)."""
     import yaml
-    from rlbench.config import documented_keys, load_config
+    from rlbench.core.config import documented_keys, load_config
 
     if docs:
         for line in documented_keys():

@@ -10,7 +10,7 @@ from rlbench.engines.schedules.common import IterationInput
 
 def check_supported(cfg) -> None:
     """Config keys the built-in engines do not implement are refused, never ignored (exit 2)."""
-    from rlbench.errors import UserError
+    from rlbench.core.errors import UserError
 
     if cfg.rollout.backend == "vllm":
         from rlbench.engines.rollout.vllm_backend import require_vllm
@@ -27,20 +27,20 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
     """-> (schedule, evaluator). The schedule's trainer owns the training weights; evaluator(cfg, dataset,
     tok) -> the evaluation's accuracies (engines/evaluation.py).
 
-    placement (bench/devices/placement.py): where every worker runs; each holds its own copy of `policy`, and this
+    placement (bench/core/devices/placement.py): where every worker runs; each holds its own copy of `policy`, and this
     process (the driver) holds no accelerator: `policy` stays on the CPU, evaluation runs on the trainer's
     rank 0, and what every worker observed is checked against the plan (engines/launch.py).
     None: the trainer (and a colocated schedule's rollout) run in this process: the tests' in-process
     reference, and a config whose schedule record says it runs in process (`in_process`). `dataset`: a
     schedule that runs ahead reads iterations ahead of the runner; without it, it is loaded again from
     the config (the same seeded split)."""
-    from rlbench import schedules
-    from rlbench.devices import device as dev
+    from rlbench.core import schedules
+    from rlbench.core.devices import device as dev
     from rlbench.engines.evaluation import WorkerEval
-    from rlbench.record.stages import Recorder, Role
+    from rlbench.core.record.stages import Recorder, Role
 
     check_supported(cfg)
-    spec = schedules.of(cfg)  # the schedule's record (bench/schedules/)
+    spec = schedules.of(cfg)  # the schedule's record (bench/core/schedules/)
     if placement is None or spec.in_process(cfg):
         return _in_process_engine(cfg, policy, tok, t0, sink, device, dataset, placement)
     dev.set_threads(1)  # the driver dispatches and scores; the workers compute
@@ -58,11 +58,11 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
 def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, placement):
     """The trainer in this process (on `device`), evaluation here too; a schedule whose record has an
     in-process builder runs whole here, the others' rollout workers as planned."""
-    from rlbench import schedules
-    from rlbench.devices import device as dev
+    from rlbench.core import schedules
+    from rlbench.core.devices import device as dev
     from rlbench.engines.evaluation import InProcessEval
     from rlbench.engines.rollout.worker import BUILTIN, build_backend
-    from rlbench.record.stages import Recorder, Role
+    from rlbench.core.record.stages import Recorder, Role
 
     e = cfg.engine
     spec = schedules.of(cfg)
@@ -74,7 +74,7 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
     if spec.in_process_builder:  # the whole schedule in this process
         schedule = spec.build_in_process_function()(cfg, policy, tok, t0, sink, device, placement, make_model)
         return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
-    from rlbench.devices.placement import plan
+    from rlbench.core.devices.placement import plan
 
     placement = plan(e, device.type, available=e.num_devices)  # rollout workers as planned
     session = _Session(cfg, policy, tok, t0, placement, trainer_in_process=True)
@@ -115,7 +115,7 @@ class _Session:
 
             self.mailbox = WeightMailbox(e.resume_kv)
         self.gate = None  # rollout that runs ahead: held between iterations (engines/rollout/gate.py)
-        from rlbench import schedules
+        from rlbench.core import schedules
 
         if schedules.of(cfg).runs_ahead and not self.ray:
             from rlbench.engines.rollout.gate import RolloutGate
@@ -147,7 +147,7 @@ class _Session:
         from rlbench.engines.rollout.worker import backend_spec
         from rlbench.engines.trainer.distributed import DataParallelTrainer
         from rlbench.engines.trainer.ranks import TrainerRank
-        from rlbench.record.stages import Role
+        from rlbench.core.record.stages import Role
 
         cfg, tok = self.cfg, self.tok
         if self.trainer_in_process:
@@ -162,7 +162,7 @@ class _Session:
     def rollout_pool(self):
         from rlbench.engines.rollout.pool import RolloutPool
         from rlbench.engines.rollout.worker import RolloutWorker, backend_spec
-        from rlbench.record.stages import Role
+        from rlbench.core.record.stages import Role
 
         cfg = self.cfg
         host = self.host(Role.ROLLOUT, RolloutWorker, lambda r, n: (

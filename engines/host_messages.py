@@ -30,7 +30,7 @@ class Reply:
 class Ready:
     worker: str
     pid: int
-    observed: dict  # what the process was given: affinity, threads, visible devices (bench/devices/device.py observe)
+    observed: dict  # what the process was given: affinity, threads, visible devices (bench/core/devices/device.py observe)
 
 
 @dataclass
@@ -52,7 +52,7 @@ def start_heartbeats(worker: str, put: Callable) -> threading.Event:
     """A daemon thread sending this process's progress count every HEARTBEAT_S; -> its stop event."""
     from dataclasses import asdict
 
-    from rlbench.record import progress
+    from rlbench.core.record import progress
 
     stop = threading.Event()
 

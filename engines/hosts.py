@@ -23,10 +23,10 @@ from typing import Any, Callable
 
 from rlbench.engines.host_messages import POLL_S, Call, Emitted, Ready, Reply, Request, start_heartbeats
 from rlbench.engines.watchdog import Heartbeat, Watchdog
-from rlbench.errors import WorkerError
+from rlbench.core.errors import WorkerError
 
 class ProcessHost:
-    """One spawned process per slot, pinned to its device (bench/devices/device.py `pin`), running cls(slot, *args)."""
+    """One spawned process per slot, pinned to its device (bench/core/devices/device.py `pin`), running cls(slot, *args)."""
 
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog):
         """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
@@ -66,7 +66,7 @@ class ProcessHost:
             msg = self._next("starting")
             if isinstance(msg, Ready):
                 self.pids[msg.worker] = msg.pid
-                self.observed[msg.worker] = {**msg.observed, "pid": msg.pid}  # pid: bench/record/hostcpu.py reads it
+                self.observed[msg.worker] = {**msg.observed, "pid": msg.pid}  # pid: bench/core/record/hostcpu.py reads it
             elif isinstance(msg, Reply) and not msg.ok:
                 raise WorkerError(f"{msg.worker} failed while starting:\n{msg.value}")
             elif msg is None and time.monotonic() > deadline:
@@ -163,18 +163,18 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
     for the hang watchdog from a thread."""
     import signal
 
-    from rlbench.devices import procs
+    from rlbench.core.devices import procs
 
     procs.die_with_parent(signal.SIGKILL)
     procs.interruptible()  # a Ctrl-C passed on to the cell's group reaches the worker too
     obj = None
     try:
-        from rlbench.devices import device as dev
+        from rlbench.core.devices import device as dev
 
         dev.pin(slot.kind, slot.index, slot.threads)
-        from rlbench.planted import faults
+        from rlbench.core import hooks
 
-        faults.misplace(slot.worker)  # test hook: a worker given other than its plan
+        hooks.call("started", slot.worker)  # a planted fault: a worker given other than its plan
         obj = cls(slot, *args, emit=lambda item: out.put(Emitted(slot.worker, item)))
         out.put(Ready(slot.worker, os.getpid(), dev.observe(slot.kind)))
     except BaseException:  # noqa: BLE001 - reported, then this process ends

@@ -4,7 +4,7 @@ One place decides each worker's device and makes it true for every library in th
 §3): an accelerator worker is started with only its device visible (CUDA_VISIBLE_DEVICES /
 ASCEND_RT_VISIBLE_DEVICES in the environment the process is created with, so nothing in it, the
 built-in engine, vLLM or Ray, can initialise another device), and inside it that device is index 0.
-A CPU worker is pinned to its core by affinity after it starts (bench/devices/device.py `pin`).
+A CPU worker is pinned to its core by affinity after it starts (bench/core/devices/device.py `pin`).
 
 - `start_env(slot)`: the variables a local worker process is created with (engines/hosts.py ProcessHost).
 - `child_slot(slot)`: the slot the worker itself gets (accelerator index 0: the only one it sees).
@@ -20,14 +20,14 @@ import dataclasses
 import os
 import threading
 
-from rlbench.errors import WorkerError
+from rlbench.core.errors import WorkerError
 
 _ENV_LOCK = threading.Lock()  # os.environ is the template of every process started while it is held
 
 
 def start_env(slot, environ=None) -> dict[str, str]:
     """The environment variables a local worker process holding `slot` is created with (none on CPU)."""
-    from rlbench.devices import device as dev
+    from rlbench.core.devices import device as dev
 
     return dev.visible_env(slot.kind, slot.index, environ)
 
@@ -79,7 +79,7 @@ def expected(slot, environ=None, cores: list[int] | None = None, exact_device: b
     """What a worker holding `slot` must observe: its intra-op threads; on CPU its one core (the core
     at position `index` of the driver's affinity mask); on an accelerator exactly the visible device
     start_env gives it (exact_device) or, under Ray (which picks the device), one visible device."""
-    from rlbench.devices import device as dev
+    from rlbench.core.devices import device as dev
 
     out: dict = {"threads": slot.threads}
     if slot.kind == "cpu":
@@ -138,18 +138,18 @@ def _shared_as_planned(placement, observed: dict[str, dict]) -> list[str]:
 
 
 def provenance(schedule, device, dtype) -> dict:
-    """results.json's provenance with the device's description and measured peak (bench/devices/peak.py) taken
+    """results.json's provenance with the device's description and measured peak (bench/core/devices/peak.py) taken
     where the device is: on the trainer's rank 0 when the trainer runs in workers (the driver holds no
     accelerator), else in this process."""
-    from rlbench.devices import peak
-    from rlbench.results import provenance as prov
+    from rlbench.core.devices import peak
+    from rlbench.core.results import provenance as prov
 
     info = prov.collect(None)
     on_worker = getattr(schedule.trainer, "device_facts", None)
     if on_worker is not None:
         info["device"], info["peak"] = on_worker(dtype)
     else:
-        from rlbench.devices import device as dev
+        from rlbench.core.devices import device as dev
 
         info["device"], info["peak"] = dev.describe(device), peak.peak(device, dtype)
     info["cpu_threads"] = info["device"]["torch_threads"]
@@ -160,7 +160,7 @@ def observe_driver() -> dict:
     """What the driver holds: its cores and threads, and whether it initialised an accelerator (it must not)."""
     import torch
 
-    from rlbench.devices import device as dev
+    from rlbench.core.devices import device as dev
 
     out = {"affinity": dev.cpu_cores(), "threads": torch.get_num_threads(),
            "cuda_initialized": bool(torch.cuda.is_initialized())}

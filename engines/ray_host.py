@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from rlbench.engines.host_messages import POLL_S, Call, start_heartbeats
 from rlbench.engines.watchdog import Heartbeat, Watchdog
-from rlbench.errors import WorkerError
+from rlbench.core.errors import WorkerError
 
 
 class RayHost:
@@ -131,7 +131,7 @@ class _RayWorker:
     """Inside a Ray actor: pin, build the worker object, run its methods (same object as in a process)."""
 
     def __init__(self, slot, cls, args: tuple, emitted):
-        from rlbench.devices import device as dev
+        from rlbench.core.devices import device as dev
         from rlbench.engines import launch
 
         slot = launch.child_slot(slot)  # Ray makes the actor's accelerator the only visible one: index 0
@@ -144,10 +144,10 @@ class _RayWorker:
         return os.getpid()
 
     def observe(self) -> dict:
-        """What this actor was given (bench/devices/device.py observe) and its Ray node (devices are per node)."""
+        """What this actor was given (bench/core/devices/device.py observe) and its Ray node (devices are per node)."""
         import ray
 
-        from rlbench.devices import device as dev
+        from rlbench.core.devices import device as dev
 
         return {**dev.observe(self.kind), "node": ray.get_runtime_context().get_node_id()}
 

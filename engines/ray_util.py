@@ -5,7 +5,7 @@ import logging
 import os
 import re
 
-from rlbench.errors import UserError, WorkerError
+from rlbench.core.errors import UserError, WorkerError
 
 
 def actor_error(ray, e: BaseException, worker: str, doing: str) -> WorkerError:

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from rlbench.reports.data import CellData, RunData
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 TARGET_SHARE = 0.8
 

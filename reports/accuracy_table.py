@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pandas as pd
 
-from rlbench.results import schema
+from rlbench.core.results import schema
 from rlbench.reports.accuracy import (
     Curve,
     crossing,

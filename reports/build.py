@@ -25,7 +25,7 @@ def build_report(run_dir, add=()) -> Path:
     add: other run folders whose cells join this report (written into run_dir).
 
     Works on whatever was measured: a single cell, an ablation, a cell that was interrupted or failed
-    with zero iterations. Raises rlbench.errors.UserError when run_dir is not a run folder.
+    with zero iterations. Raises rlbench.core.errors.UserError when run_dir is not a run folder.
     """
     run = load(run_dir, add)
     if is_multi_seed(run):

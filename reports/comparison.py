@@ -10,10 +10,10 @@ import pandas as pd
 from rlbench.reports.data import load
 from rlbench.reports.seeds import cell_summary
 from rlbench.reports.tables import to_markdown
-from rlbench.results import metric_table, schema
-from rlbench.results.metric_table import COMPARE
+from rlbench.core.results import metric_table, schema
+from rlbench.core.results.metric_table import COMPARE
 
-KEY_METRICS = metric_table.names(COMPARE)  # bench/results/metric_table.py
+KEY_METRICS = metric_table.names(COMPARE)  # bench/core/results/metric_table.py
 
 
 def match_cells(a: list[str], b: list[str]) -> tuple[list[tuple[int, int]], str]:

@@ -26,7 +26,7 @@ def summary_table_text(run_dir, add=()) -> str:
     if multi:
         lines.append("median over seeds; per seed: summary_seeds.csv")
     lines += ["", "rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
-              "measured device costs (bench/costmodel/predict.py)."]
+              "measured device costs (bench/core/costmodel/predict.py)."]
     regime = [] if multi else regime_lines(regime_frame(run, sp))
     # a regime map: one sentence per point (its attribution included), then where periodic asynchrony pays
     lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))

@@ -1,6 +1,6 @@
 """Load a run folder (one cell, or an ablation of cells) into plain objects the report parts share.
 
-Reports only read result files (DESIGN.md §3): this module uses `rlbench.results.schema` readers and nothing of
+Reports only read result files (DESIGN.md §3): this module uses `rlbench.core.results.schema` readers and nothing of
 the engines. Every accessor tolerates a cell that stopped early (status "interrupted"/"failed", zero
 iterations, empty aggregates, no samples).
 """
@@ -10,9 +10,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlbench.errors import UserError
-from rlbench.record.stages import OUTSIDE_STAGES, Stage
-from rlbench.results import schema
+from rlbench.core.errors import UserError
+from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
+from rlbench.core.results import schema
 
 STAGE_ORDER = [s.value for s in Stage]  # one order for every table and plot
 
@@ -89,7 +89,7 @@ class RunData:
 
 
 def load(run_dir, add=()) -> RunData:
-    """Read a cell folder or an ablation folder (raises rlbench.errors.UserError if it is neither), with
+    """Read a cell folder or an ablation folder (raises rlbench.core.errors.UserError if it is neither), with
     the cells of the `add` folders appended (merge)."""
     run = _load_one(run_dir)
     return merge(run, [_load_one(p) for p in add]) if add else run

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from rlbench.costmodel import predict
+from rlbench.core.costmodel import predict
 from rlbench.reports.data import CellData, RunData
 from rlbench.reports.tables import (
     COMPACT_HEAD,

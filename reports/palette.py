@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import zlib
 
-from rlbench.record.stages import Stage
+from rlbench.core.record.stages import Stage
 
 STAGE_COLORS = {
     Stage.ROLLOUT.value: "#4C72B0",

@@ -108,7 +108,7 @@ def prediction_sentence(frame: pd.DataFrame) -> str | None:
            f"(worst: {chk['worst_point']}, {chk['worst_error_pct']:+.0f}%)")
     con = prediction_check(frame, column="contention_error_pct")
     if con["points"]:
-        out += (f"; with the proposed contention term (bench/costmodel/contention.py): {con['within']} of {con['points']} "
+        out += (f"; with the proposed contention term (bench/core/costmodel/contention.py): {con['within']} of {con['points']} "
                 f"(worst: {con['worst_point']}, {con['worst_error_pct']:+.0f}%)")
     return out + "." + _spread_clause(frame, chk["tolerance_pct"])
 

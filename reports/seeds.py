@@ -15,9 +15,9 @@ import pandas as pd
 
 from rlbench.reports.data import RunData
 from rlbench.reports.tables import attribution, attribution_text, speedup_frame, summary_frame, to_markdown
-from rlbench.results import metric_table, schema
+from rlbench.core.results import metric_table, schema
 
-SPREAD = metric_table.names(metric_table.SPREAD)  # bench/results/metric_table.py
+SPREAD = metric_table.names(metric_table.SPREAD)  # bench/core/results/metric_table.py
 EXTREMES = metric_table.seed_extremes()
 
 

@@ -9,10 +9,10 @@ import math
 
 import numpy as np
 import pandas as pd
-from rlbench import schedules
-from rlbench.costmodel.contention import predict_contended
-from rlbench.costmodel.predict import predict_async, rollout_share
-from rlbench.errors import UserError
+from rlbench.core import schedules
+from rlbench.core.costmodel.contention import predict_contended
+from rlbench.core.costmodel.predict import predict_async, rollout_share
+from rlbench.core.errors import UserError
 from rlbench.reports.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.reports.heldout import COLUMNS as HELDOUT_COLUMNS
 from rlbench.reports.heldout import has_fact_split, heldout_columns
@@ -20,11 +20,11 @@ from rlbench.reports.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
-from rlbench.results import metric_table, schema
-from rlbench.results.metric_table import SUMMARY
-from rlbench.schedules.spec import MODEL_POOLS
+from rlbench.core.results import metric_table, schema
+from rlbench.core.results.metric_table import SUMMARY
+from rlbench.core.schedules.spec import MODEL_POOLS
 
-# The summary's columns: what the cell is, then the reported metrics as bench/results/metric_table.py lists them.
+# The summary's columns: what the cell is, then the reported metrics as bench/core/results/metric_table.py lists them.
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", *metric_table.names(SUMMARY, "head")]
 # first/last evaluation's diagnostics (built-in evaluation only)
 DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_before",
@@ -86,7 +86,7 @@ def weight_sync_columns(c: CellData) -> dict:
 
 
 def host_cpu_pct(c: CellData) -> float | None:
-    """Host CPU % of a core: the driver's CPU seconds over the iteration's wall time (bench/record/hostcpu.py),
+    """Host CPU % of a core: the driver's CPU seconds over the iteration's wall time (bench/core/record/hostcpu.py),
     median over the measured iterations; None where it was not measured."""
     vals = [it["host_cpu_pct"] for it in c.measured() if it.get("host_cpu_pct") is not None]
     return float(np.median(vals)) if vals else None
@@ -99,7 +99,7 @@ def _eval(c: CellData, index: int, key: str) -> float | None:
 
 
 def speedup_frame(run: RunData) -> pd.DataFrame:
-    """Measured vs predicted speedup of every periodic-async cell (bench/costmodel/predict.py).
+    """Measured vs predicted speedup of every periodic-async cell (bench/core/costmodel/predict.py).
 
     Each is predicted from the sync cell with the same switches and workload (its own measured
     device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its

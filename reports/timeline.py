@@ -14,7 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from rlbench.record.stages import OUTSIDE_STAGES, Stage
+from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.reports.data import STAGE_ORDER, CellData, RunData, worker_sort_key
 from rlbench.reports.palette import stage_color
 

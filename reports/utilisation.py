@@ -1,9 +1,9 @@
 """Per-stage hardware utilisation of every cell: MFU and memory-bandwidth utilisation against one device's
-measured peak (results.json aggregates.utilisation, provenance.peak; bench/results/utilisation.py says how)."""
+measured peak (results.json aggregates.utilisation, provenance.peak; bench/core/results/utilisation.py says how)."""
 from __future__ import annotations
 
 import pandas as pd
-from rlbench.record.stages import Stage
+from rlbench.core.record.stages import Stage
 from rlbench.reports.data import RunData
 
 COLUMNS = ["cell", "stage", "GFLOP/s per device", "MFU %", "GB/s per device", "bandwidth %"]

@@ -35,7 +35,7 @@ def build(model_json: Path, dtype: torch.dtype, device: torch.device, attn: str 
 
 def timed(fn, device, rounds: int, warmup: int) -> float:
     """Median seconds of fn() over `rounds` after `warmup` calls, the device synchronised around each."""
-    from rlbench.devices.device import synchronize
+    from rlbench.core.devices.device import synchronize
 
     for _ in range(warmup):
         fn()
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="packing,equivalence,sampler")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    from rlbench.devices.device import resolve
+    from rlbench.core.devices.device import resolve
 
     kind, _, index = a.device.partition(":")
     device = resolve(kind, int(index) if index else None)

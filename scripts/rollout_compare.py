@@ -45,8 +45,8 @@ def main() -> None:
 
     import torch
 
-    from rlbench.config import load_config
-    from rlbench.devices import device as dev
+    from rlbench.core.config import load_config
+    from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input
     from rlbench.engines.model.loader import load_policy

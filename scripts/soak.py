@@ -10,7 +10,7 @@ trainer_exit); a worker that hangs (RLBENCH_FAULT rollout_hang, caught by the ha
 schedule alternates between sync and periodic_async. For every run it reports:
 
 - leftover: processes of the run still alive 10 s after it ended (found in /proc by a variable only
-  that run inherits, bench/devices/procs.py), which must be 0;
+  that run inherits, bench/core/devices/procs.py), which must be 0;
 - shm: growth of /dev/shm (shared memory a run did not release);
 - lost: iterations appended to iterations.jsonl (measured) but missing from results.json;
 and at the end the machine's available memory before and after (a shared machine's number: other work
@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument("--config", default=str(ROOT / "configs" / "cpu-tiny.yaml"))
     ap.add_argument("--out", default="/tmp/rlbench-soak")
     args = ap.parse_args()
-    from rlbench.devices import device
+    from rlbench.core.devices import device
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,7 @@ def main() -> int:
 
 def one_run(i: int, ending: str, schedule: str, config: str, folder: Path) -> dict:
     """Start one run, end it as `ending` says, and measure what it left."""
-    from rlbench.devices import procs
+    from rlbench.core.devices import procs
 
     mark = uuid.uuid4().hex
     sets = [f"engine.schedule={schedule}"]
@@ -117,7 +117,7 @@ def _wait_iterations(folder: Path, proc, n: int) -> None:
 
 
 def _end(ending: str, proc, mark: str) -> None:
-    from rlbench.devices import procs
+    from rlbench.core.devices import procs
 
     if ending == "ctrl_c":
         os.killpg(proc.pid, signal.SIGINT)

@@ -34,7 +34,7 @@ def _import(module: str):
 @pytest.fixture(scope="module")
 def tiny():
     """(model, vocab size): the CPU default's tiny Qwen2 model, randomly initialised, eval mode."""
-    from rlbench.config import ModelConfig
+    from rlbench.core.config import ModelConfig
     from rlbench.engines.model.tiny import build_tiny
     from rlbench.engines.model.tokenizer import CharTokenizer
 

@@ -1,6 +1,6 @@
 """Result folders written by hand for the `rlbench check` tests (test_check*.py).
 
-The folders follow rlbench.results.schema: an ablation folder with ablation.json and one cell folder per
+The folders follow rlbench.core.results.schema: an ablation folder with ablation.json and one cell folder per
 cell (results.json + events.jsonl), ~8 iterations per cell with noisy per-iteration TPSPD; a cell
 can have a stage slowed down (what RLBENCH_SLOW plants in a real run).
 """
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from rlbench.check import verdicts as chk
-from rlbench.config import RunConfig, with_overrides
-from rlbench.results import schema
-from rlbench.results.metrics import aggregate
+from rlbench.core.config import RunConfig, with_overrides
+from rlbench.core.results import schema
+from rlbench.core.results.metrics import aggregate
 
 SYNC = {"schedule": "sync", "tri_model": False, "shared_prompt": False}
 

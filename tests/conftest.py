@@ -15,15 +15,15 @@ LEARNS = ["model.warmstart_steps=60", "data.max_steps=1"]
 
 
 def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
-    """make_engine as the runner builds it (placed: pinned workers per bench/devices/placement.py; else the
+    """make_engine as the runner builds it (placed: pinned workers per bench/core/devices/placement.py; else the
     in-process trainer); -> final params, samples, rewards and stage events of `iterations` iterations."""
-    from rlbench.config import load_config
-    from rlbench.devices import device as dev
-    from rlbench.devices.placement import plan
+    from rlbench.core.config import load_config
+    from rlbench.core.devices import device as dev
+    from rlbench.core.devices.placement import plan
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input, make_engine
     from rlbench.engines.model.loader import load_policy
-    from rlbench.record.stages import now
+    from rlbench.core.record.stages import now
 
     cfg = load_config(TINY, LEARNS + ["engine.consume_order=dispatch", "engine.queue_timeout_s=120",
                                       f"run.iterations={iterations + 1}"] + overrides)

@@ -3,15 +3,15 @@
 Every iteration of a cell lasts exactly `wall` seconds (its stage events), iterations are GAP seconds
 apart, and an evaluation of EVAL_S seconds follows every EVERY-th iteration (and precedes the first), so
 the training clock at the evaluation after k iterations is k * wall + (k - 1) * GAP, evaluation excluded.
-Iteration records and aggregates come from rlbench.results.metrics, as the runner makes them.
+Iteration records and aggregates come from rlbench.core.results.metrics, as the runner makes them.
 """
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench.config import RunConfig
-from rlbench.results import metrics, schema
+from rlbench.core.config import RunConfig
+from rlbench.core.results import metrics, schema
 
 G, PROMPTS, PROMPT_LEN, RESPONSE_LEN = 4, 8, 20, 12
 GAP, EVAL_S, EVERY, N_EVAL = 0.05, 0.5, 2, 64

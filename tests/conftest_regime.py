@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from conftest_reports import make_cell
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 LADDER = (("sync", "sync", True, 1.0), ("periodic_async_barrier", "periodic_async", False, 1.3),
           ("periodic_async", "periodic_async", True, 1.0))

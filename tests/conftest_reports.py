@@ -2,7 +2,7 @@
 
 Events, samples and iteration records are generated for a sync cell (one "colocated" worker on 2
 devices) and a periodic-async cell ("trainer" + "rollout0", 1 device each), then turned into
-IterationRecords and aggregates by rlbench.results.metrics, exactly as the runner does.
+IterationRecords and aggregates by rlbench.core.results.metrics, exactly as the runner does.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import random
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench.config import RunConfig
-from rlbench.results import metrics, schema
+from rlbench.core.config import RunConfig
+from rlbench.core.results import metrics, schema
 
 G, PROMPTS, PROMPT_LEN = 4, 8, 20
 STEP_S = 0.01  # seconds per decode step on 2 devices

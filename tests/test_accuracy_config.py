@@ -10,8 +10,8 @@ import sys
 import pandas as pd
 
 from conftest import ROOT
-from rlbench.config import load_config
-from rlbench.results import schema
+from rlbench.core.config import load_config
+from rlbench.core.results import schema
 
 ACCURACY = ROOT / "configs" / "cpu-accuracy.yaml"
 SHORT = ["run.iterations=3", "run.warmup_iterations=1", "run.eval_every=1", "data.eval_size=8",

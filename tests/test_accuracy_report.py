@@ -13,7 +13,7 @@ from conftest_accuracy import EVERY, G, N_EVAL, PROMPTS, clock, make_curve_cell,
 from rlbench.reports import build_report, summary_table_text
 from rlbench.reports.accuracy import TARGET_SHARE, crossing, curve, interval
 from rlbench.reports.data import load
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 SYNC = [[0.2, 0.3, 0.4, 0.5, 0.6], [0.25, 0.3, 0.45, 0.5, 0.55], [0.2, 0.35, 0.4, 0.55, 0.6]]
 LOGLINEAR = [[0.2, 0.35, 0.45, 0.5, 0.6], [0.25, 0.3, 0.5, 0.55, 0.6], [0.2, 0.3, 0.4, 0.5, 0.5]]

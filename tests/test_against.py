@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT, TINY
 
 from rlbench.check import against
-from rlbench.errors import UserError
-from rlbench.results import schema
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
 
 PRE_RING = "78b7d34"  # the last commit before `check --against` existed (its interleave.py has no ring)
 
@@ -48,7 +48,7 @@ def test_the_shim_imports_the_old_tree_in_place(tmp_path, monkeypatch):
     monkeypatch.setenv("RLBENCH_CACHE", str(tmp_path))
     _, sha = against.resolve("HEAD")
     shim = against.materialise(sha)
-    code = "import rlbench.config as c, rlbench.engines.factory as f; print(c.CONFIG_DIR, f.__file__)"
+    code = "import rlbench.core.config as c, rlbench.engines.factory as f; print(c.CONFIG_DIR, f.__file__)"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(shim)},
                          capture_output=True, text=True, check=True).stdout.split()
     tree = tmp_path / "trees" / sha / "tree"

@@ -17,8 +17,8 @@ from rlbench.engines.rollout.base import IterationEnd
 from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule, StalenessGate
 from rlbench.engines.schedules.common import IterationInput
 from rlbench.engines.trainer.trainer import Trainer
-from rlbench.errors import WorkerError
-from rlbench.record.stages import Recorder, now
+from rlbench.core.errors import WorkerError
+from rlbench.core.record.stages import Recorder, now
 
 from conftest import TINY
 
@@ -208,8 +208,8 @@ def test_version_must_match_the_first_iteration():
 # ---------------------------------------------------------------- the real engine
 
 def _train_params(overrides: list[str], iterations: int = 3):
-    from rlbench.config import load_config
-    from rlbench.devices import device as dev
+    from rlbench.core.config import load_config
+    from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input, make_engine
     from rlbench.engines.model.loader import load_policy
@@ -250,7 +250,7 @@ def test_k0_equals_sync():
 def test_staleness_ablation_cells():
     """`--ablation staleness`: sync, periodic-async, then bounded-async at k = 1, 2, 4 with each proximal
     policy, every cell's config carrying its switches."""
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.run.ablation import cells_for
 
     cells = cells_for("staleness", load_config(TINY))

@@ -10,8 +10,8 @@ import pytest
 from check_runs import (ASYNC, SPEEDUP, SYNC, Cell, async_run, baseline,  # noqa: F401  (baseline: a fixture)
                         row, write_run)
 from rlbench.check import verdicts as chk
-from rlbench.errors import UserError
-from rlbench.results import metric_table, schema
+from rlbench.core.errors import UserError
+from rlbench.core.results import metric_table, schema
 
 UPDATE_COST = "stage_cost:update:periodic_async/sync"
 PAIRED = {SPEEDUP, UPDATE_COST, "stage_cost:weight_sync:periodic_async/sync", "queue_cost:periodic_async"}
@@ -58,7 +58,7 @@ def test_switch_gains(tmp_path):
 
 def test_check_computes_the_metric_families_the_table_declares(tmp_path):
     """Every metric family `rlbench check` computes, against a baseline or (`--against`) the old tree, is a
-    CHECK row of bench/results/metric_table.py, and every CHECK row is computed."""
+    CHECK row of bench/core/results/metric_table.py, and every CHECK row is computed."""
     from rlbench.check import ab, baseline, metrics
 
     run = every_pair_run(tmp_path / "r")

@@ -12,7 +12,7 @@ import pytest
 from check_runs import ASYNC, SYNC, Cell, row, write_run
 
 from rlbench.check import ab as check_ab, ab_power as check_ab_power, confirm, stats as check_stats
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 
 def cells(**kw):

@@ -9,9 +9,9 @@ import pytest
 
 from check_runs import SPEEDUP, async_run, baseline, row  # noqa: F401  (baseline: a fixture)
 from rlbench.check import verdicts as chk
-from rlbench.config import RunConfig
-from rlbench.errors import UserError
-from rlbench.results import metric_table
+from rlbench.core.config import RunConfig
+from rlbench.core.errors import UserError
+from rlbench.core.results import metric_table
 
 
 def test_the_stored_cpu_baseline_loads_with_declared_families():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rlbench.check import calibrate as check_calibrate, stats as check_stats
-from rlbench.results import schema
+from rlbench.core.results import schema
 from check_runs import ASYNC, SYNC, Cell, write_run
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import TINY, default_sigint
 
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 
 def rlbench(*args, env=None, timeout=600):

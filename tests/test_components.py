@@ -1,10 +1,10 @@
-"""The registries of schedules (bench/schedules/) and rollout backends (bench/components.py) are what config,
+"""The registries of schedules (bench/core/schedules/) and rollout backends (bench/core/components.py) are what config,
 switches and the engine factory read; every registered component resolves to real code."""
 import typing
 
 import pytest
-from rlbench import components, schedules
-from rlbench.config import EngineConfig, RolloutConfig, RunConfig, with_overrides
+from rlbench.core import components, schedules
+from rlbench.core.config import EngineConfig, RolloutConfig, RunConfig, with_overrides
 from rlbench.engines.rollout.pool import RolloutPool
 from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
 from rlbench.engines.schedules.common import RolloutSource, Schedule, SupportsTraining

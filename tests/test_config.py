@@ -6,8 +6,8 @@ import pytest
 
 from conftest import TINY
 
-from rlbench.config import CONFIG_DIR, load_config, parse_overrides
-from rlbench.errors import UserError
+from rlbench.core.config import CONFIG_DIR, load_config, parse_overrides
+from rlbench.core.errors import UserError
 
 
 def test_every_shipped_config_validates():
@@ -22,7 +22,7 @@ def test_every_accelerator_config_states_the_devices_it_occupies():
     placement occupies exactly that many, for every schedule (gpu-default on one GPU: pools shared)."""
     import re
 
-    from rlbench.devices.placement import plan
+    from rlbench.core.devices.placement import plan
     from rlbench.run.ablation import cells_for
 
     files = [f for f in sorted(CONFIG_DIR.glob("*.yaml")) if load_config(f).engine.device in ("cuda", "npu")]
@@ -121,11 +121,11 @@ def _leaves(tree: dict, prefix: str = "") -> dict:
 
 
 def test_shipped_configs_hold_only_keys_that_differ_from_the_defaults():
-    """Defaults live in bench/config.py alone: a YAML value equal to the default is a second copy that
+    """Defaults live in bench/core/config.py alone: a YAML value equal to the default is a second copy that
     silently stops meaning anything when the default changes (write it as a comment instead)."""
     import yaml
 
-    from rlbench.config import RunConfig
+    from rlbench.core.config import RunConfig
 
     defaults = _leaves(RunConfig().model_dump(mode="json"))
     for f in sorted(CONFIG_DIR.glob("*.yaml")):

@@ -1,9 +1,9 @@
-"""The proposed contention term (bench/costmodel/contention.py) on synthetic sync cells with a known kappa."""
+"""The proposed contention term (bench/core/costmodel/contention.py) on synthetic sync cells with a known kappa."""
 from __future__ import annotations
 
 import pytest
 
-from rlbench.costmodel.contention import (
+from rlbench.core.costmodel.contention import (
     _two_workers,
     async_time_contended,
     estimate_kappa,
@@ -12,7 +12,7 @@ from rlbench.costmodel.contention import (
     predict_contended,
     training_points,
 )
-from rlbench.costmodel.predict import StepCost, SyncMeasurements
+from rlbench.core.costmodel.predict import StepCost, SyncMeasurements
 
 
 def ev(worker, stage, k, start, end):
@@ -163,8 +163,8 @@ def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
     the file written, no process left."""
     import multiprocessing as mp
 
-    from rlbench.config import load_config
-    from rlbench.results import schema
+    from rlbench.core.config import load_config
+    from rlbench.core.results import schema
     from rlbench.run import contention_probe
 
     r = contention_probe.measure(load_config(None, []).model.model_dump(mode="json"), tmp_path, cores=(0, 0),

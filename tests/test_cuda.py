@@ -85,7 +85,7 @@ def test_tiny_run_on_cuda(tmp_path, tiny_config_path):
     import subprocess
     import sys
 
-    from rlbench.results import schema
+    from rlbench.core.results import schema
 
     proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(tiny_config_path),
                            "--out", str(tmp_path), "--no-progress", "--no-report",

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, TINY
 
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 HAS_WANDB = importlib.util.find_spec("wandb") is not None
 LOGGERS = "tensorboard,wandb" if HAS_WANDB else "tensorboard"
@@ -130,7 +130,7 @@ def test_wandb_offline_run_repeats_iterations_jsonl(logged_run):
 
 def test_two_cells_are_two_runs_and_a_cell_run_again_replaces_its_curves(tmp_path):
     """What `tensorboard --logdir <run>/tensorboard` shows for two cells, and after `--resume` re-runs one."""
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.run.curves import Curves
 
     cfg = load_config(TINY, ["run.logger=tensorboard"])
@@ -151,8 +151,8 @@ def test_two_cells_are_two_runs_and_a_cell_run_again_replaces_its_curves(tmp_pat
 
 
 def test_loggers_config_key_and_option(tmp_path):
-    from rlbench.config import load_config
-    from rlbench.errors import UserError
+    from rlbench.core.config import load_config
+    from rlbench.core.errors import UserError
 
     assert load_config(TINY, ["run.logger=wandb, tensorboard"]).run.logger == ["wandb", "tensorboard"]
     assert load_config(TINY, ["run.logger=[tensorboard, tensorboard]"]).run.logger == ["tensorboard"]

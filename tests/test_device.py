@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch
 
-from rlbench.devices import device as dev
-from rlbench.errors import UserError
+from rlbench.core.devices import device as dev
+from rlbench.core.errors import UserError
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -45,7 +45,7 @@ def test_npu_missing_is_a_clear_error():
 
 
 def test_torch_npu_not_imported_for_cpu():
-    code = ("import sys; from rlbench.devices import device as d; d.resolve('cpu'); d.describe(d.resolve('cpu')); "
+    code = ("import sys; from rlbench.core.devices import device as d; d.resolve('cpu'); d.describe(d.resolve('cpu')); "
             "d.memory(d.resolve('cpu')); print('torch_npu' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
@@ -61,7 +61,7 @@ def test_dtypes():
 
 def test_model_dtype_is_applied_when_loading(tmp_path):
     """model.dtype reaches the policy for every kind (the tiny model is warm-started in float32)."""
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.model.loader import load_policy
 
@@ -103,9 +103,9 @@ def test_npu_memory_and_sync():
 
 
 def _worker_envs(kind: str, rollout: int, train: int, share: bool, parent_env: dict) -> dict[str, dict]:
-    from rlbench.config import RunConfig, with_overrides
-    from rlbench.devices.device import visible_env
-    from rlbench.devices.placement import plan
+    from rlbench.core.config import RunConfig, with_overrides
+    from rlbench.core.devices.device import visible_env
+    from rlbench.core.devices.placement import plan
 
     out = {}
     for schedule in ("sync", "periodic_async"):
@@ -130,7 +130,7 @@ def test_each_worker_sees_only_its_own_gpu_on_2_and_4_gpu_plans():
 
 
 def test_an_inherited_visible_list_is_mapped_not_overwritten():
-    from rlbench.devices.device import visible_env
+    from rlbench.core.devices.device import visible_env
 
     four = _worker_envs("cuda", 2, 2, False, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
     assert [four[f"sync/colocated{i}"]["CUDA_VISIBLE_DEVICES"] for i in range(4)] == ["4", "5", "6", "7"]
@@ -145,7 +145,7 @@ def test_a_worker_observes_its_pinned_core_and_threads():
     import subprocess
     import sys
 
-    code = ("from rlbench.devices import device as d; d.pin('cpu', 1, 1); import json; print(json.dumps(d.observe('cpu')))")
+    code = ("from rlbench.core.devices import device as d; d.pin('cpu', 1, 1); import json; print(json.dumps(d.observe('cpu')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     import json
 

@@ -8,14 +8,14 @@ import itertools
 import pytest
 import torch
 
-from rlbench.config import load_config
-from rlbench.record.stages import now
+from rlbench.core.config import load_config
+from rlbench.core.record.stages import now
 
 from conftest import TINY
 
 
 def train_params(overrides: list[str], iterations: int = 3):
-    from rlbench.devices import device as dev
+    from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input, make_engine
     from rlbench.engines.model.loader import load_policy

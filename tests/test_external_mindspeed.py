@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.config import build_config
+from rlbench.core.config import build_config
 from rlbench.engines.external import mindspeed as ms
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "external"
@@ -79,7 +79,7 @@ def test_parse_log_line_reads_loggers_format():
 
 
 def test_parse_fixture_into_rlbench_schema(tmp_path):
-    from rlbench.results.schema import RESULTS, atomic_write_json, load_cell
+    from rlbench.core.results.schema import RESULTS, atomic_write_json, load_cell
     from rlbench.run.cell import CellRun
 
     res = ms.parse_mindspeed_log(LOG, fixture_cfg(), META["world_size"], version="05a90d7")

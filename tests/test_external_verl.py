@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.config import build_config
+from rlbench.core.config import build_config
 from rlbench.engines.external import verl
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "external"
@@ -137,7 +137,7 @@ def check_against_fixture(res: dict, path: Path, n_gpus: int) -> None:
 
 
 def test_parse_fixture_into_rlbench_schema(tmp_path):
-    from rlbench.results.schema import RESULTS, atomic_write_json, load_cell
+    from rlbench.core.results.schema import RESULTS, atomic_write_json, load_cell
     from rlbench.run.cell import CellRun
 
     res = verl.parse_verl_jsonl(FIX / "verl_metrics.jsonl", fixture_cfg(), n_gpus=META["n_gpus"], version="0.9.1")
@@ -254,7 +254,7 @@ def test_policy_loss_and_advantages_match_verl():
     of one included. The numbers are VERL's own outputs (scripts/verl_check.py loss)."""
     import torch
 
-    from rlbench.config import TrainConfig
+    from rlbench.core.config import TrainConfig
     from rlbench.engines.trainer import grpo
 
     case = json.loads((FIX / "verl_loss_cases.json").read_text())

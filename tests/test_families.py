@@ -13,16 +13,16 @@ import pytest
 
 from conftest import TINY
 from conftest_reports import make_cell
-from rlbench.results import schema
+from rlbench.core.results import schema
 from rlbench.run import families
 from rlbench.run.ablation import ABLATIONS, cells_for
-from rlbench.config import load_config
+from rlbench.core.config import load_config
 from rlbench.run.ladder import families_frame, is_families, write_ladder
 from rlbench.reports import build_report, summary_table_text
 from rlbench.reports.data import load
 from rlbench.reports.families_text import ladder_line, read
-from rlbench.schedules import SCHEDULES
-from rlbench.schedules.spec import BOUNDED, ONE_STEP, PERIODIC, REFERENCE
+from rlbench.core.schedules import SCHEDULES
+from rlbench.core.schedules.spec import BOUNDED, ONE_STEP, PERIODIC, REFERENCE
 
 FACTOR = re.compile(r"(split|overlap|staleness|k=1|k=2|partial rollout) ([0-9.]+)×")
 

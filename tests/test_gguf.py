@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"needs the gguf extra ({'
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from rlbench.config import ModelConfig
+    from rlbench.core.config import ModelConfig
     from rlbench.engines.model.loader import _load_gguf
 
     before = torch.get_num_threads()

@@ -50,7 +50,7 @@ def test_default_loss_dual_clips():
     """The PPO loss sync and periodic-async train with takes train.clip_ratio_c (default 3.0, as VERL)."""
     from types import SimpleNamespace
 
-    from rlbench.config import TrainConfig
+    from rlbench.core.config import TrainConfig
 
     t = TrainConfig()
     assert t.clip_ratio_c == 3.0
@@ -76,7 +76,7 @@ def test_pad_logprobs():
 
 
 def test_idle_fraction_ignores_events_outside_the_window():
-    from rlbench.results.metrics import idle_fractions
+    from rlbench.core.results.metrics import idle_fractions
 
     events = [{"worker": "w", "stage": "rollout", "start": 0.0, "end": 1.0},  # before the window
               {"worker": "w", "stage": "update", "start": 2.0, "end": 2.5}]

@@ -6,7 +6,7 @@ import pytest
 
 from rlbench.engines.data.gsm8k import load_gsm8k
 from rlbench.engines.data.reward import gsm8k_reward
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 ROWS = [
     {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"},

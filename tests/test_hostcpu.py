@@ -1,4 +1,4 @@
-"""Host CPU measured per process and iteration (bench/record/hostcpu.py; issue 26)."""
+"""Host CPU measured per process and iteration (bench/core/record/hostcpu.py; issue 26)."""
 import os
 import statistics
 import subprocess
@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_cpu_seconds_count_a_busy_process_and_its_children():
-    from rlbench.record.hostcpu import cpu_seconds
+    from rlbench.core.record.hostcpu import cpu_seconds
 
     # a parent that sleeps and a child that spins for 0.6 s of CPU
     code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
@@ -32,13 +32,13 @@ def test_cpu_seconds_count_a_busy_process_and_its_children():
 
 
 def _children(pid: int) -> list[int]:
-    from rlbench.record.hostcpu import _table
+    from rlbench.core.record.hostcpu import _table
 
     return [c for c, (ppid, _) in _table().items() if ppid == pid]
 
 
 def test_an_iteration_records_the_drivers_share_of_a_core():
-    from rlbench.record.hostcpu import HostCPU
+    from rlbench.core.record.hostcpu import HostCPU
 
     h = HostCPU({})
     h.start()

@@ -9,7 +9,7 @@ import sys
 
 from conftest import TINY
 
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 
 def test_interleaved_cells_take_turns_and_planted_slowdown_is_recorded(tmp_path):

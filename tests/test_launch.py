@@ -15,15 +15,15 @@ import sys
 
 import pytest
 
-from rlbench.errors import WorkerError
+from rlbench.core.errors import WorkerError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
 
 
 def _plan(kind: str, schedule: str, rollout: int, train: int, share: bool = False, available: int = 8):
-    from rlbench.config import RunConfig, with_overrides
-    from rlbench.devices.placement import plan
+    from rlbench.core.config import RunConfig, with_overrides
+    from rlbench.core.devices.placement import plan
 
     engine = with_overrides(RunConfig(), {"engine": {"schedule": schedule, "rollout_devices": rollout,
                                                       "train_devices": train, "share_devices": share}}).engine
@@ -167,7 +167,7 @@ def test_a_mismatch_names_the_worker_the_plan_and_the_observation(monkeypatch):
 def test_cpu_workers_observe_their_own_core_and_the_result_records_it(tmp_path):
     """A real run on 2 cores: every worker reports its one core (different ones) and 1 thread, next to the
     plan in results.json; the driver says it initialised no accelerator."""
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.run.cell import run_cell
 
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"),
@@ -239,7 +239,7 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
     (torch.cuda's lazy init is counted, and this torch has no CUDA: a tensor moved there would fail)."""
     import torch
 
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.engines import hosts
     from rlbench.run.cell import run_cell
 
@@ -274,14 +274,14 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
 def test_evaluation_on_the_worker_equals_evaluation_in_process():
     """The trainer's rank 0 evaluates (the driver only scores) and gets the same answers as the in-process
     evaluation of the same weights."""
-    from rlbench.config import load_config
-    from rlbench.devices import device as dev
-    from rlbench.devices.placement import plan
+    from rlbench.core.config import load_config
+    from rlbench.core.devices import device as dev
+    from rlbench.core.devices.placement import plan
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.evaluation import InProcessEval, WorkerEval
     from rlbench.engines.factory import make_engine
     from rlbench.engines.model.loader import load_policy
-    from rlbench.record.stages import now
+    from rlbench.core.record.stages import now
 
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"), ["engine.schedule=periodic_async"])
     dataset = load_dataset(cfg.data, cfg.run.seed)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlbench.config import load_config
+from rlbench.core.config import load_config
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampler import BuiltinSampler
 from rlbench.engines.rollout.sampling import LengthSampling, target_length
@@ -126,11 +126,11 @@ def test_hf_config_random_init_runs_a_sync_iteration(tmp_path):
     """hf_config + char tokenizer widened to the model's vocabulary + lognormal lengths, end to end."""
     import json
 
-    from rlbench.devices import device as dev
+    from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input, make_engine
     from rlbench.engines.model.loader import VocabCharTokenizer, load_policy
-    from rlbench.record.stages import now
+    from rlbench.core.record.stages import now
 
     arch = {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,

@@ -3,9 +3,9 @@ import pytest
 
 from test_cli_run import TINY, rlbench
 
-from rlbench.config import load_config
-from rlbench.devices import limits
-from rlbench.errors import UserError
+from rlbench.core.config import load_config
+from rlbench.core.devices import limits
+from rlbench.core.errors import UserError
 
 # A 0.5B-like model in bfloat16 (Qwen2.5-0.5B's shape): 494M parameters, 24 layers, 2 KV heads of 64.
 HALF_B = limits.ModelFacts(positions=32768, params=494_000_000, layers=24, kv_heads=2, head_dim=64,

@@ -8,10 +8,10 @@ check, TPSPD's divisor, the placement record and the overlap a real run shows (n
 import pytest
 import torch
 
-from rlbench.config import load_config
-from rlbench.devices.placement import plan
-from rlbench.errors import UserError
-from rlbench.results import schema
+from rlbench.core.config import load_config
+from rlbench.core.devices.placement import plan
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
 
 from conftest import TINY, train_engine
 from test_cli_run import rlbench

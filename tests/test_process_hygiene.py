@@ -13,8 +13,8 @@ import pytest
 
 from test_cli_run import TINY, clean_env
 
-from rlbench.devices import procs
-from rlbench.results import schema
+from rlbench.core.devices import procs
+from rlbench.core.results import schema
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
 MARK = "RLBENCH_TEST_MARK"

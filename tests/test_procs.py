@@ -1,4 +1,4 @@
-"""Process hygiene helpers (bench/devices/procs.py) with ordinary child processes: parent-death signal, process
+"""Process hygiene helpers (bench/core/devices/procs.py) with ordinary child processes: parent-death signal, process
 groups, finding a run's processes in /proc. What vLLM's engine cores rely on, without vLLM."""
 import os
 import signal
@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from conftest import default_sigint
-from rlbench.devices import procs
+from rlbench.core.devices import procs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
 
@@ -24,7 +24,7 @@ PARENT = textwrap.dedent("""
     time.sleep(600)
 """)
 CHILD = "import time, signal\n{setup}\ntime.sleep(600)"
-WITH_PDEATHSIG = "import multiprocessing\nfrom rlbench.devices import procs\nprocs.die_with_parent(signal.SIGKILL)"
+WITH_PDEATHSIG = "import multiprocessing\nfrom rlbench.core.devices import procs\nprocs.die_with_parent(signal.SIGKILL)"
 
 
 def start_family(child_setup: str, mark: str, new_group: bool = False):
@@ -68,7 +68,7 @@ def test_without_the_signal_the_orphan_lingers_and_the_group_kill_ends_it():
 def test_sigterm_to_a_group_leader_becomes_sigint_to_its_group():
     code = textwrap.dedent("""
         import signal, subprocess, sys, time
-        from rlbench.devices import procs
+        from rlbench.core.devices import procs
         procs.lead_own_group()
         procs.stop_group_on_sigterm()
         child = subprocess.Popen([sys.executable, "-c", "import time\\ntry:\\n time.sleep(600)\\n"
@@ -94,7 +94,7 @@ def test_a_stop_that_takes_too_long_is_cut_short_by_killing_the_group():
     mark = uuid.uuid4().hex
     code = textwrap.dedent("""
         import signal, subprocess, sys, time
-        from rlbench.devices import procs
+        from rlbench.core.devices import procs
         procs.lead_own_group()
         procs.stop_group_on_sigterm(hard_stop_s=1.0)
         child = subprocess.Popen([sys.executable, "-c", "import signal, time\\n"

@@ -10,7 +10,7 @@ ray = pytest.importorskip("ray", reason="engine.launcher=ray needs Ray: pip inst
 
 import torch  # noqa: E402
 
-from rlbench.results import schema  # noqa: E402
+from rlbench.core.results import schema  # noqa: E402
 
 from conftest import TINY, train_engine  # noqa: E402
 from test_cli_run import fault_keeps_iterations, rlbench  # noqa: E402

@@ -16,7 +16,7 @@ from conftest_reports import make_ablation
 from rlbench.reports import build_report, summary_table_text
 from rlbench.reports.regime import crossover, explain, prediction_check, regime_frame, spearman, verdict
 from rlbench.reports.tables import speedup_frame
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -25,7 +25,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def _points(name: str, config=None) -> dict[str, dict]:
     """workload -> {cell suffix: RunConfig} of an ablation."""
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.run.ablation import cells_for
 
     out: dict[str, dict] = {}
@@ -56,7 +56,7 @@ def test_every_point_runs_the_ladder_on_the_same_config(name, config):
 @pytest.mark.parametrize("name,config", [("regime", None), ("regime-quick", TINY)])
 def test_interleaved_map_takes_turns_point_by_point(name, config):
     """The cells of one point (and seed) take turns together; the points run one after the other."""
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.run.ablation import cells_for, turn_groups
 
     cells = [(c, cfg, seed) for seed in (0, 1) for c, cfg in cells_for(name, load_config(config))]
@@ -93,10 +93,10 @@ def test_map_fits_the_model_and_the_quick_grid_is_quick():
 
 
 def test_map_brackets_the_crossover_in_the_prediction_model():
-    """The evidence the grid was chosen on: bench/costmodel/predict.py's model (nothing fitted) on the lengths these
+    """The evidence the grid was chosen on: bench/core/costmodel/predict.py's model (nothing fitted) on the lengths these
     seeds draw, at a decode step costing 6 trained tokens (what the README's regime runs imply): at least
     two points win by 5% or more and at least two lose. The measured map is the user's; this guards the grid."""
-    from rlbench.costmodel.predict import StepCost, SyncMeasurements
+    from rlbench.core.costmodel.predict import StepCost, SyncMeasurements
     from rlbench.engines.rollout.sampling import LengthSampling, target_length
 
     c_tok = 4e-4
@@ -292,7 +292,7 @@ def test_cells_without_workloads_make_no_map(tmp_path):
 
 def test_set_changes_a_point_but_not_what_its_cells_differ_in():
     """--set lands on top of a workload (a first look at fewer iterations), never on the cell switches."""
-    from rlbench.config import load_config, parse_overrides
+    from rlbench.core.config import load_config, parse_overrides
     from rlbench.run.ablation import cells_for
 
     sets = ["run.iterations=4", "run.warmup_iterations=1", "engine.overlap=false", "rollout.max_new_tokens=200"]

@@ -1,6 +1,6 @@
 """Reports: tables, plots, self-contained HTML, compare, console table and the speedup prediction.
 
-Result folders are written by tests/conftest_reports.py with rlbench.results.metrics, as the runner does.
+Result folders are written by tests/conftest_reports.py with rlbench.core.results.metrics, as the runner does.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 from matplotlib import image as mpimg
 
 from conftest_reports import make_ablation, make_cell
-from rlbench.costmodel.predict import StepCost, predict_async, replay
-from rlbench.errors import UserError
-from rlbench.record.stages import OUTSIDE_STAGES, Stage
+from rlbench.core.costmodel.predict import StepCost, predict_async, replay
+from rlbench.core.errors import UserError
+from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.reports import build_report, compare, summary_table_text
 from rlbench.reports.palette import stage_color
 
@@ -151,7 +151,7 @@ def sync_cell(step_s: float, train_s_per_token: float, samples: list[dict], rank
     """A consistent data-parallel sync cell: every rank's rollout is its shard's replay at step_s per decode
     step, its training train_s_per_token per executed position (micro-batches of 4 padded to their longest
     row, as the trainer runs them); -> (results dict, events)."""
-    from rlbench.costmodel.predict import train_work
+    from rlbench.core.costmodel.predict import train_work
 
     iters = sorted({s["iteration"] for s in samples})
     its, events, stats, t = [], [], [], 0.0
@@ -225,7 +225,7 @@ def test_predict_without_iterations_is_a_user_error():
 def test_reports_import_only_the_result_core():
     code = ("import sys, rlbench.reports; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', "
-            "'rlbench.engines', 'rlbench.run.cell', 'rlbench.results.metrics', 'rlbench.config'))]; "
+            "'rlbench.engines', 'rlbench.run.cell', 'rlbench.core.results.metrics', 'rlbench.core.config'))]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -234,14 +234,15 @@ def test_reports_import_only_the_result_core():
     used = set()
     for pkg, names in re.findall(r"from rlbench((?:\.\w+)*) import ([\w, ]+)", src):
         for name in (n.split(" as ")[0].strip() for n in names.split(",")):
-            module = f"{pkg[1:]}.{name}".strip(".")  # `from rlbench.results import schema`: a module
+            module = f"{pkg[1:]}.{name}".strip(".")  # `from rlbench.core.results import schema`: a module
             path = root.joinpath("bench", *module.split("."))
             used.add(module if path.with_suffix(".py").is_file() or path.is_dir() else pkg[1:])
     used = {u for u in used if u.split(".")[0] != "reports"}
     # the result core, plus what the reports render: the cost model's predictions (costmodel), the schedule
     # records (which cell is colocated, which one the cost model predicts) and the metric table
-    assert used <= {"results.schema", "results.metric_table", "record.stages", "errors", "costmodel.predict",
-                    "costmodel.contention", "schedules", "schedules.spec"}, used
+    assert used <= {"core.results.schema", "core.results.metric_table", "core.record.stages", "core.errors",
+                    "core.costmodel.predict", "core.costmodel.contention", "core.schedules",
+                    "core.schedules.spec"}, used
 
 
 def test_every_stage_has_its_own_colour():
@@ -270,7 +271,7 @@ def test_chromium_screenshot(built, tmp_path):
 def test_training_work_counts_padding_packing_and_attention():
     """The trainer runs each micro-batch as [rows, prompt + its longest response] (packed: one sequence), so
     a group with one long response costs its padded batch; with the model's shape, forward FLOPs."""
-    from rlbench.costmodel.predict import train_tokens, train_work
+    from rlbench.core.costmodel.predict import train_tokens, train_work
 
     rows = [{"prompt": 0, "sample": j, "prompt_len": 20, "response_len": n} for j, n in enumerate([10, 400, 5, 5])]
     assert train_tokens(rows, False) == 4 * 20 + 420

@@ -14,7 +14,7 @@ import pytest
 from test_cli_run import TINY, clean_env, rlbench
 from test_process_hygiene import as_in_a_terminal
 
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""A schedule is described once (bench/schedules/<name>.py, one record, one line of REGISTERED): no other
+"""A schedule is described once (bench/core/schedules/<name>.py, one record, one line of REGISTERED): no other
 module names one, and a schedule added that way (one_step_off) is a whole schedule everywhere."""
 import ast
 import json
@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from rlbench import schedules
-from rlbench.schedules.spec import DECOUPLED, MODEL_BOUNDED, POOLS, ScheduleSpec
+from rlbench.core import schedules
+from rlbench.core.schedules.spec import DECOUPLED, MODEL_BOUNDED, POOLS, ScheduleSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "cpu-tiny.yaml"
@@ -19,14 +19,14 @@ OTHER_MEANING = {
     ("engines/rollout/pool.py", "sync"): "the rollout worker's weight-sync message",
     ("reports/regime.py", "sync"): "the regime table's column of each point's reference cell",
     ("reports/tables.py", "sync"): "the attribution table's column of the reference cell",
-    ("bench/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
+    ("bench/core/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
     ("bench/simulate/paper.py", "sync"): "simulate.json keys of the reference's prediction (sync_tpspd, ...)",
 }
 
 
 def _own(path: str, name: str) -> bool:
     """The modules that may name schedule `name`: its record, its engine, and the registration line."""
-    return path in (f"bench/schedules/{name}.py", f"engines/schedules/{name}.py", "bench/schedules/__init__.py")
+    return path in (f"bench/core/schedules/{name}.py", f"engines/schedules/{name}.py", "bench/core/schedules/__init__.py")
 
 
 def _docstrings(tree) -> set[int]:
@@ -75,8 +75,8 @@ def test_the_scan_sees_a_name():
 
 
 def test_one_step_off_is_bounded_staleness_one():
-    from rlbench.config import RunConfig, with_overrides
-    from rlbench.devices.placement import plan
+    from rlbench.core.config import RunConfig, with_overrides
+    from rlbench.core.devices.placement import plan
     from rlbench.engines.trainer.grpo import DecoupledPPOLoss, make_loss
     from rlbench.simulate import simulate
     from rlbench.simulate.paper import paper_batches
@@ -95,7 +95,7 @@ def test_one_step_off_is_bounded_staleness_one():
 
 
 def test_a_records_cells_join_the_ablations_it_names():
-    from rlbench.components import Options
+    from rlbench.core.components import Options
     from rlbench.run.ablation import add_schedule_cells
 
     spec = ScheduleSpec(name="extra", summary="", options=Options, builder="x:y", layout=POOLS,
@@ -131,7 +131,7 @@ def test_reported_metrics_come_from_one_table():
     from rlbench.reports.comparison import KEY_METRICS
     from rlbench.reports.seeds import EXTREMES, SPREAD
     from rlbench.reports.tables import BASE_COLUMNS, TAIL_COLUMNS
-    from rlbench.results import metric_table
+    from rlbench.core.results import metric_table
 
     summary = [c for c in BASE_COLUMNS + TAIL_COLUMNS if c in {m.name for m in metric_table.METRICS}]
     assert summary == metric_table.names(metric_table.SUMMARY)

@@ -1,5 +1,5 @@
 """--seeds side by side (bench/run/seed_pool.py): cells of different seeds at once only on disjoint cores."""
-from rlbench.config import RunConfig, with_overrides
+from rlbench.core.config import RunConfig, with_overrides
 from rlbench.run.seed_pool import core_slots, parallel_plan
 
 
@@ -42,7 +42,7 @@ def test_two_seeds_side_by_side_on_their_own_cores(tmp_path):
     import pytest
 
     from conftest import TINY
-    from rlbench.results import schema
+    from rlbench.core.results import schema
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two cores")

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from conftest import TINY
-from rlbench.config import load_config
-from rlbench.errors import UserError
-from rlbench.results import schema
+from rlbench.core.config import load_config
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
 from rlbench.run.ablation import cells_for
 from rlbench.run.seeds import expand, parse_seeds
 

@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from conftest_reports import make_ablation, make_cell
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 from rlbench.simulate import (Costs, calibrate, format_text, paper_setting, parse_list, rescale, run_simulation,
                               simulate, validate)
 from rlbench.simulate.command import simulate as simulate_command
@@ -98,7 +98,7 @@ def test_calibrate_is_the_reports_measurements(tmp_path):
     bs, cell = calibrate(abl)
     assert cell["cell"] == "sync" and len(bs) == 3  # the warm-up iteration is left out
     # conftest: training phases 0.57 s per iteration over the sync cell's executed work (padded micro-batches)
-    from rlbench.costmodel.predict import train_tokens, train_work
+    from rlbench.core.costmodel.predict import train_tokens, train_work
     work = train_work(bs[0].samples, False, bs[0].micro_batch)
     assert bs[0].c_tok == pytest.approx(0.57 / work, rel=1e-9)
     assert work > train_tokens(bs[0].samples, False)  # responses of a group differ in length: padding counts
@@ -136,7 +136,7 @@ def test_validate_matches_a_hand_computation(tmp_path):
     """Every row of validate() against the hand computation and the raw iterations of the result files: the
     sync row in-sample, the periodic-async prediction, both measured speedups, a bounded k=0 cell (its
     rate over the iterations is periodic asynchrony's timeline) and k=1 never slower than k=0."""
-    from rlbench.results import schema
+    from rlbench.core.results import schema
 
     abl = make_ablation(tmp_path / "abl")
     for name, k in (("k0", 0), ("k1", 1)):

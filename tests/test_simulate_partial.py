@@ -4,7 +4,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rlbench.costmodel.predict import StepCost, SyncMeasurements, replay_posted
+from rlbench.core.costmodel.predict import StepCost, SyncMeasurements, replay_posted
 from rlbench.simulate import simulate
 from rlbench.simulate.bounded import bounded
 from rlbench.simulate.model import lognormal_samples

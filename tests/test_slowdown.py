@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 from rlbench.planted import burn, slowdown
-from rlbench.record.stages import Recorder, Stage
+from rlbench.core.record.stages import Recorder, Stage
 
 ASYNC = {"schedule": "periodic_async", "shared_prompt": False}
 PACKED = {"schedule": "periodic_async", "shared_prompt": True}
@@ -55,7 +55,11 @@ def test_recorder_stage_grows_by_the_fraction(monkeypatch):
     """A slowed working stage busy-waits f x its own CPU time inside the stage; the queue wait f x its
     wall time; an unslowed stage nothing. Durations are compared with what the stage body measured
     of itself, so this holds on a busy machine too."""
+    from rlbench.core import hooks
+
     monkeypatch.setenv(burn.ACTIVE_ENV, "update=1.0,queue_wait=0.5")
+    hooks.reset()  # registered again from the environment just set (slowdown.activate does the same)
+    monkeypatch.setattr(hooks, "_registered", {})  # ... and forgotten after this test
     burned = []
     real_burn = burn.burn
     monkeypatch.setattr(burn, "burn", lambda s, clock=burn.time.perf_counter:
@@ -87,8 +91,9 @@ def test_cli_rejects_a_bad_spec_before_running(tmp_path):
 
 
 def test_targets_are_every_timed_stage_of_the_work():
-    """slowdown.py reads them from the Stage enum (the timer imports only bench/planted/burn.py)."""
+    """slowdown.py reads them from the Stage enum (the timer imports no test hook: they register at its hook
+    point, bench/core/hooks.py)."""
     from rlbench.planted import slowdown
-    from rlbench.record.stages import Stage
+    from rlbench.core.record.stages import Stage
 
     assert set(slowdown.STAGES) == {s.value for s in Stage} - {Stage.EVAL.value, Stage.PAUSED.value}

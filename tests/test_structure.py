@@ -1,10 +1,19 @@
-"""Dependency direction (DESIGN.md §3): CLI -> run -> engines -> core; the core imports no engine, report
-or CLI code; engines import no other engine's internals; no private names across modules; no cycles.
+"""The layers are the folders, and imports point down only:
 
-Read from the source (every `import`, lazy ones inside functions included, and imports by name: a
-`module:attribute` string, as the registries name records and builders), so a violation fails here even
-when no test happens to execute the import. Every module is classified, by its package, as core, harness
-or engine; a module nobody classified fails."""
+    bench/core/      core       config, errors, registries, the timer, result schema, devices, cost model
+    bench/planted/   hooks      test hooks: register at the core's hook points, import the core only
+    engines/         engines    data, model, rollout, trainer, schedules, hosts, external adapters
+    bench/analysis/  analysis   conclusions computed from result files (intervals, crossover, seeds, ladder)
+    reports/         reports    render tables, plots and HTML from result files and analysis output
+    bench/ (the rest) harness   cli, run, check, simulate: may use every layer
+
+The core imports no other layer (its registries name engine builders, and its hook points the test hooks,
+by string, imported only when a component is built or a test hook is asked for); engines import the core
+only, and no other engine's internals; analysis imports the core only; reports the core and analysis;
+no private names across modules; no cycles. Read from the source (every `import`, lazy ones inside
+functions included, and imports by name: a `module:attribute` string), so a violation fails here even when
+no test happens to execute the import. A module's layer comes from its folder: nothing is listed by module.
+"""
 import ast
 import re
 from pathlib import Path
@@ -13,15 +22,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"bench": "rlbench", "engines": "rlbench.engines", "reports": "rlbench.reports"}
-# Every module is one of these, by its package (a module or package named here, and what is under it):
-# the shared core (config models, stage recorder, result schema and writer, metrics, devices and placement,
-# the cost model, the registries), the harness (CLI, runs, checks, simulate, reports) or an engine module.
-CORE = ("rlbench.config", "rlbench.errors", "rlbench.components", "rlbench.schedules", "rlbench.record",
-        "rlbench.results", "rlbench.devices", "rlbench.planted", "rlbench.costmodel")
-HARNESS = ("rlbench.cli", "rlbench.run", "rlbench.check", "rlbench.simulate", "rlbench.reports")
-ENGINES = ("rlbench.engines",)
-# The registries: core modules that name engine builders by string, imported only when a component is built.
-REGISTRIES = ("rlbench.components", "rlbench.schedules")
+# The layer of a folder (relative to the tree); every other module under bench/ is the harness.
+LAYERS = {"bench/core": "core", "bench/planted": "hooks", "bench/analysis": "analysis", "engines": "engines",
+          "reports": "reports"}
+BELOW = {"core": {"core"}, "hooks": {"core", "hooks"}, "engines": {"core", "engines"},
+         "analysis": {"core", "analysis"}, "reports": {"core", "analysis", "reports"},
+         "harness": {"core", "hooks", "engines", "analysis", "reports", "harness"}}
+# What the core names by string: engine builders (the registries) and the test hooks (the hook points).
+BY_NAME_FROM_CORE = {"rlbench.core.components": "engines", "rlbench.core.schedules": "engines",
+                     "rlbench.core.hooks": "hooks"}
 
 
 def _modules() -> dict[str, Path]:
@@ -40,17 +49,14 @@ def _under(module: str, prefixes) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-def kind_of(module: str) -> str | None:
-    """"engine", "harness" or "core"; None: a module nobody classified (a new package, a new flat module)."""
-    if module == "rlbench":
-        return "core"  # the package's __init__
-    for kind, prefixes in (("engine", ENGINES), ("harness", HARNESS), ("core", CORE)):
-        if _under(module, prefixes):
-            return kind
-    return None
+def layer_of(path: Path) -> str:
+    """The layer of a source file, from its folder."""
+    rel = path.resolve().relative_to(ROOT).as_posix()
+    return next((layer for folder, layer in LAYERS.items() if rel.startswith(folder + "/")), "harness")
 
 
-CORE_MODULES = {m for m in MODULES if kind_of(m) == "core"}
+LAYER = {m: layer_of(p) for m, p in MODULES.items()}
+CORE_MODULES = {m for m, layer in LAYER.items() if layer == "core"}
 
 
 def _imports(path: Path) -> list[tuple[str, str | None]]:
@@ -85,40 +91,31 @@ BY_NAME = {m: {mod for mod, _, by_name in _imports_how(p) if by_name} for m, p i
 
 def test_the_graph_is_read():
     assert "rlbench.engines.factory" in GRAPH["rlbench.run.cell"]
-    assert {"rlbench.config", "rlbench.engines.trainer.trainer"} <= MODULES.keys()
+    assert {"rlbench.core.config", "rlbench.engines.trainer.trainer"} <= MODULES.keys()
 
 
-def test_every_module_is_classified():
-    loose = sorted(m for m in MODULES if kind_of(m) is None)
-    assert not loose, f"classify these as core or harness (CORE / HARNESS above): {loose}"
-
-
-def test_an_unclassified_module_is_caught():
-    """A new flat module or a new package is nobody's until it is listed; a module of a listed package is."""
-    assert kind_of("rlbench.stray") is None and kind_of("rlbench.newpackage.thing") is None
-    assert kind_of("rlbench.run.stray") == "harness" and kind_of("rlbench.record.stray") == "core"
-    assert kind_of("rlbench.checks") is None  # a prefix of a name is not its package
+def test_the_layers_are_the_folders():
+    assert LAYER["rlbench.core.config"] == LAYER["rlbench.core.record.stages"] == "core"
+    assert LAYER["rlbench.planted.slowdown"] == "hooks" and LAYER["rlbench.engines.factory"] == "engines"
+    assert LAYER["rlbench.reports.html"] == "reports" and LAYER["rlbench.cli"] == LAYER["rlbench.run.cell"] == "harness"
+    assert layer_of(ROOT / "bench" / "newpackage" / "thing.py") == "harness"
+    assert layer_of(ROOT / "bench" / "core" / "new.py") == "core"
 
 
 def test_imports_by_name_are_seen():
     """The schedule registry loads its records by name, and the records name their engines' builders."""
-    assert "rlbench.schedules.sync" in GRAPH["rlbench.schedules"]
-    assert "rlbench.engines.schedules.sync" in BY_NAME["rlbench.schedules.sync"]
+    assert "rlbench.core.schedules.sync" in GRAPH["rlbench.core.schedules"]
+    assert "rlbench.engines.schedules.sync" in BY_NAME["rlbench.core.schedules.sync"]
     assert "rlbench.reports.build" in BY_NAME["rlbench.reports"]  # the reports' lazy names
 
 
-@pytest.mark.parametrize("module", sorted(CORE_MODULES))
-def test_the_core_imports_only_the_core(module):
-    """Only the registries name engine code, and only by string (built when a component is built)."""
-    allowed = CORE_MODULES | ({d for d in BY_NAME[module] if _under(d, ["rlbench.engines"])}
-                      if _under(module, REGISTRIES) else set())
-    assert GRAPH[module] <= allowed, sorted(GRAPH[module] - allowed)
-
-
-def test_engines_import_no_harness_report_or_cli_code():
-    bad = {m: sorted(d for d in deps if _under(d, HARNESS))
-           for m, deps in GRAPH.items() if m.startswith("rlbench.engines")}
-    assert not {m: d for m, d in bad.items() if d}
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module):
+    """Every import stays in the module's layer or below it; the core names other layers by string only
+    where it is a registry (engine builders) or the hook points (the test hooks)."""
+    by_name = {d for d in BY_NAME[module] if LAYER.get(d) == BY_NAME_FROM_CORE.get(module)}
+    bad = sorted(d for d in GRAPH[module] - by_name if d in LAYER and LAYER[d] not in BELOW[LAYER[module]])
+    assert not bad, f"{module} ({LAYER[module]}) imports {[(d, LAYER[d]) for d in bad]}"
 
 
 def test_the_trainer_uses_only_the_rollout_interface():

@@ -1,11 +1,11 @@
-"""Per-stage work counts and utilisation (bench/results/utilisation.py) against hand-computed values, and the
-peak probe's cache (bench/devices/peak.py)."""
+"""Per-stage work counts and utilisation (bench/core/results/utilisation.py) against hand-computed values, and the
+peak probe's cache (bench/core/devices/peak.py)."""
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlbench.devices import peak
-from rlbench.results.utilisation import model_shape, stage_work, utilisation
+from rlbench.core.devices import peak
+from rlbench.core.results.utilisation import model_shape, stage_work, utilisation
 
 SHAPE = {"matmul_params": 1000, "layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 8, "param_bytes": 4}
 # one group: prompt 10, responses 3 and 5; one group: prompt 4, response 2

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 HAS_CUDA = torch.cuda.is_available()
@@ -55,11 +55,11 @@ def test_vllm_on_npu_is_refused_before_importing_it():
 @pytest.mark.skipif(HAS_VLLM, reason="checks the refusal where vllm is missing")
 def test_config_picks_the_backend(tiny_config_path):
     """rollout.backend=vllm reaches make_engine, which refuses it where vllm is missing, with the reason."""
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import make_engine
     from rlbench.engines.model.loader import load_policy
-    from rlbench.record.stages import now
+    from rlbench.core.record.stages import now
 
     cfg = load_config(tiny_config_path, ["rollout.backend=vllm"])
     policy, tok, _ = load_policy(cfg, load_dataset(cfg.data, cfg.run.seed))

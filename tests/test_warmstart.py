@@ -33,7 +33,7 @@ def test_warm_start_targets_follow_the_share(share):
 
 
 def test_cache_key_covers_what_shapes_the_warm_start(tmp_path):
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.engines.model.tiny import cache_key
 
     key = lambda *sets: cache_key(load_config(None, list(sets)))  # noqa: E731
@@ -59,7 +59,7 @@ def test_cache_key_changes_with_every_source_file_and_library_version(monkeypatc
     import torch
     import transformers
 
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.engines.model import tiny
 
     cfg = load_config(None, [])
@@ -88,7 +88,7 @@ def test_every_module_a_warm_start_runs_is_in_the_cache_key(tmp_path):
     import sys
 
     code = ("import json, sys\n"
-            "from rlbench.config import load_config\n"
+            "from rlbench.core.config import load_config\n"
             "from rlbench.engines.data.source import load_dataset\n"
             "from rlbench.engines.model.loader import load_policy\n"
             "from rlbench.engines.model.tiny import warmstart_sources\n"

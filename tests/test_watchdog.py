@@ -7,8 +7,8 @@ import pytest
 from test_cli_run import TINY, clean_env, rlbench
 
 from rlbench.engines.watchdog import Heartbeat, Watchdog
-from rlbench.errors import WorkerError
-from rlbench.results import schema
+from rlbench.core.errors import WorkerError
+from rlbench.core.results import schema
 
 
 def hb(worker, beats, stage="rollout", longest=0.0):

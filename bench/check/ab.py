@@ -11,7 +11,7 @@ although between-cell ratios cancel it; and the between-cell ratios of bench/che
 the switch gains, stage_cost, queue_cost). Within the new tree alone, strictly: the invariants
 (same_accuracy, same_start: sync and periodic-async are the same updates). New against old, by
 tolerance: accuracy, reward, overhead_share. Every family is a CHECK row of
-bench/results/metric_table.py. A metric the old tree has and the new one lacks is a failure; a cell of
+bench/core/results/metric_table.py. A metric the old tree has and the new one lacks is a failure; a cell of
 the new tree that did not complete is one too.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from rlbench.check import stats as check_stats
 from rlbench.check.baseline import DEFAULT_TOLERANCES, METRIC_TOLERANCES
 from rlbench.check.metrics import compute_metrics, measured, read_cells, stage_events
-from rlbench.results.metric_table import CHECK_FAMILIES, check_metric, family
+from rlbench.core.results.metric_table import CHECK_FAMILIES, check_metric, family
 
 # stage -> (the iteration record's field that counts its work, None: once per iteration; unit; what runs)
 UNITS = {

@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 
 from rlbench.check import against, ab as check_ab
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 SIZES = (0.05, 0.10, 0.20)
 # component -> the metric prefixes a slowdown of it moves (per-unit CPU costs of its stage, in every cell)

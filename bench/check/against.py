@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlbench.errors import UserError
-from rlbench.results import schema
-from rlbench.results.provenance import source_root
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
+from rlbench.core.results.provenance import source_root
 from rlbench.run import interleave
 
 ACCEPTED = Path("bench") / "baselines" / "ACCEPTED"
@@ -204,8 +204,8 @@ def _run_sides(ring, sides, make_cmd, config, ablation, sets, ab: Path) -> list[
 
 def _die_with_check() -> None:
     """In each side's `rlbench run` (before exec): SIGTERM when this check dies, however it dies; the run
-    then ends its cells and workers as on any SIGTERM (bench/devices/procs.py)."""
-    from rlbench.devices import procs
+    then ends its cells and workers as on any SIGTERM (bench/core/devices/procs.py)."""
+    from rlbench.core.devices import procs
 
     procs.die_with_parent(signal.SIGTERM)
 
@@ -216,7 +216,7 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 
 def _new_commit() -> str | None:
-    from rlbench.results.provenance import git_commit
+    from rlbench.core.results.provenance import git_commit
 
     return git_commit()
 

@@ -12,9 +12,9 @@ import numpy as np
 
 from rlbench.check import stats as check_stats
 from rlbench.check.metrics import compute_metrics
-from rlbench.errors import UserError
-from rlbench.results import schema
-from rlbench.results.metric_table import CHECK_KINDS, DIRECTIONS, family
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
+from rlbench.core.results.metric_table import CHECK_KINDS, DIRECTIONS, family
 
 BASELINE_VERSION = 2  # 2: paired log-ratio samples, stage costs, invariants, calibrated noise
 # kind -> (relative tolerance, absolute floor); why these values: bench/baselines/README.md. For ratio

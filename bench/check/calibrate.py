@@ -25,9 +25,9 @@ import numpy as np
 from rlbench.check import stats as check_stats
 from rlbench.check.baseline import DEFAULT_TOLERANCES
 from rlbench.check.metrics import compute_metrics
-from rlbench.errors import UserError
-from rlbench.schedules import name_of
-from rlbench.schedules.spec import PERIODIC
+from rlbench.core.errors import UserError
+from rlbench.core.schedules import name_of
+from rlbench.core.schedules.spec import PERIODIC
 
 SIZES = (0.05, 0.10, 0.20)
 PSEUDO_RUNS = 40  # per held-out run and scenario; unchanged scenario: twice that

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 from rlbench.check.confirm import combine, format_confirmed, needs_confirmation
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 
 def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str, sets: list[str], out: Path,

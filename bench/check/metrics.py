@@ -5,7 +5,7 @@ of another (or two stages of the same iteration), so what drifts over a run on a
 cancels, all the more when the cells ran interleaved (run.interleave). The samples are the
 per-iteration log-ratios; the metric's value is exp(their 20%-trimmed mean). Metric names are
 ``family:cells``; the families, their kinds, directions and descriptions are the CHECK rows of
-bench/results/metric_table.py (speedups, switch gains, stage costs, the queue path's cost, overhead
+bench/core/results/metric_table.py (speedups, switch gains, stage costs, the queue path's cost, overhead
 shares, the sync = periodic-async invariants, accuracy and reward).
 """
 from __future__ import annotations
@@ -15,19 +15,19 @@ from pathlib import Path
 
 import numpy as np
 from rlbench.check.stats import trimmed
-from rlbench.record.stages import OUTSIDE_STAGES
-from rlbench.results import schema
-from rlbench.results.metric_table import CHECK_FAMILIES, check_metric, family
-from rlbench.results.metrics import union_length
-from rlbench.schedules import by_role
-from rlbench.schedules.spec import PERIODIC, REFERENCE
+from rlbench.core.record.stages import OUTSIDE_STAGES
+from rlbench.core.results import schema
+from rlbench.core.results.metric_table import CHECK_FAMILIES, check_metric, family
+from rlbench.core.results.metrics import union_length
+from rlbench.core.schedules import by_role
+from rlbench.core.schedules.spec import PERIODIC, REFERENCE
 
 # switch -> (value with the switch on, value with it off): the schedule pair is the periodic one over the reference
 SWITCHES = {"schedule": (by_role(PERIODIC).name, by_role(REFERENCE).name), "tri_model": (True, False),
             "shared_prompt": (True, False)}
 # Keys that come with the pair's schedules (their own recorded options): not a second difference.
 SCHEDULE_KEYS = (*by_role(REFERENCE).absent, *by_role(PERIODIC).absent)
-# switch -> its gain's family (bench/results/metric_table.py)
+# switch -> its gain's family (bench/core/results/metric_table.py)
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
 # switch -> the stages whose cost that switch changes: what a regression of its component shows in
 COMPONENT_STAGES = {"schedule": ("update", "weight_sync"), "tri_model": ("update",), "shared_prompt": ("update",)}
@@ -95,7 +95,7 @@ def stage_seconds(res: dict, events: list[dict], cpu: bool = False) -> dict[int,
 
 
 def _metric(family_name: str, fields: dict, value, cells: list[str], samples=None, **extra) -> dict[str, dict]:
-    """{name: metric} of one metric of a family bench/results/metric_table.py declares: name, kind,
+    """{name: metric} of one metric of a family bench/core/results/metric_table.py declares: name, kind,
     direction and description from its row, the name and description filled in with `fields`."""
     name, declared = check_metric(family_name, **fields)
     return {name: {"value": float(value), "samples": samples, **declared, "cells": cells, **extra}}

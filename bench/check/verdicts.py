@@ -2,7 +2,7 @@
 
 No absolute time is compared (machines differ and are noisy), only what a run measures against
 itself, plus accuracy. What is compared: bench/check/metrics.py, each metric family a CHECK row of
-bench/results/metric_table.py. How: paired per-iteration ratios (speedups, gains, stage costs, the
+bench/core/results/metric_table.py. How: paired per-iteration ratios (speedups, gains, stage costs, the
 queue path) are judged by bench/check/stats.py against noise measured on this machine (`rlbench check
 --calibrate`); invariants (sync and periodic-async reach the same accuracy) strictly; cross-machine
 accuracy loosely, by tolerance; overhead shares by tolerance and a bootstrap. A failure names the
@@ -71,7 +71,7 @@ def _flat(tree: dict, prefix: str = "") -> dict:
 def _flat_config(tree: dict) -> dict:
     """A resolved config as flat keys, a key renamed since under its name now (results and baselines
     written before the rename keep the old one)."""
-    from rlbench.config import RENAMED_KEYS
+    from rlbench.core.config import RENAMED_KEYS
 
     return {RENAMED_KEYS.get(k, k): v for k, v in _flat(tree).items()}
 
@@ -100,7 +100,7 @@ def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
 @functools.lru_cache(maxsize=1)
 def _defaults() -> dict:
     """The flat default config (built once; callers only read it)."""
-    from rlbench.config import RunConfig
+    from rlbench.core.config import RunConfig
 
     return _flat(RunConfig().model_dump(mode="json"))
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import time
 
+ENV = "RLBENCH_FAULT"
+
 
 def at(iteration: int, role: str = "rollout") -> None:
     """RLBENCH_FAULT=<role>_exit:K makes such a worker (role: rollout, trainer, vllm_engine) die at

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 ENV = "RLBENCH_PAUSE"
 MAX_S = 60.0

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import os
 
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
+from rlbench.core import hooks
 from rlbench.planted import burn
 from rlbench.planted.burn import ACTIVE_ENV
-from rlbench.record.stages import Stage
+from rlbench.core.record.stages import Stage
 
 ENV = "RLBENCH_SLOW"
 STAGES = tuple(s.value for s in Stage if s not in (Stage.EVAL, Stage.PAUSED))  # every timed stage of the work
@@ -84,4 +85,5 @@ def activate(cell: str, switches: dict) -> dict[str, float]:
     else:
         os.environ.pop(ACTIVE_ENV, None)
     burn.forget()
+    hooks.reset()  # the timer's hooks are registered again from the environment just set
     return plan

@@ -7,15 +7,15 @@ import multiprocessing as mp
 import os
 from pathlib import Path
 
-from rlbench.config import RunConfig, merge_trees, with_overrides
-from rlbench.errors import UserError
-from rlbench.results import schema
+from rlbench.core.config import RunConfig, merge_trees, with_overrides
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
 from rlbench.run import families
 from rlbench.run.regime import POINTS
-from rlbench.schedules import SCHEDULES, by_role
-from rlbench.schedules.spec import BOUNDED, PERIODIC, REFERENCE
+from rlbench.core.schedules import SCHEDULES, by_role
+from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 
-# The schedules by their role in these tables (each record says its role, bench/schedules/).
+# The schedules by their role in these tables (each record says its role, bench/core/schedules/).
 _REF, _ASYNC, _BOUNDED = by_role(REFERENCE).name, by_role(PERIODIC).name, by_role(BOUNDED).name
 REF_SW = {"schedule": _REF}
 ASYNC_SW = {"schedule": _ASYNC}
@@ -129,7 +129,7 @@ def folder_name(cell: str) -> str:
 def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overrides: dict | None = None) -> dict:
     """ablation.json's content before any cell ran: the cells, and what `--resume` needs to run them
     again (the base config, the --set tree laid over regime points, the seeds, the code version)."""
-    from rlbench.results import provenance
+    from rlbench.core.results import provenance
 
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
               "reference": cells[0][0],
@@ -149,7 +149,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
     (run_cells -> `run_cell`, bench/run/cell.py), then the table and report. sets: the --set
     overrides; seeds: the --seeds text. Bad input is refused (exit 2) before anything runs."""
     import typer
-    from rlbench.config import load_config, parse_overrides
+    from rlbench.core.config import load_config, parse_overrides
     from rlbench.planted import slowdown
     from rlbench.run.around import finish, new_run_dir, preflight, raise_failed
     from rlbench.run.seeds import expand, parse_seeds
@@ -177,7 +177,7 @@ def calibrate_contention(name: str, base, run_dir: Path) -> None:
     and training slow each other on two cores. Where it cannot run (not CPU, fewer than 2 cores, a model
     other than the tiny one) or fails, the prediction keeps the sync cell's own estimate; nothing is lost."""
     import typer
-    from rlbench.devices.device import cpu_cores
+    from rlbench.core.devices.device import cpu_cores
     from rlbench.run import contention_probe
 
     if name not in contention_probe.PROBED or base.engine.device != "cpu" or base.model.kind != "tiny" \

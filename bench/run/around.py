@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import typer
-from rlbench.errors import UserError, WorkerError
+from rlbench.core.errors import UserError, WorkerError
 
 # --engine NAME -> the external engine's runner, by import path (nothing imported unless it is chosen)
 EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
@@ -18,9 +18,9 @@ EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
 
 def preflight(cfg) -> None:
     """Reject bad data, missing files, loggers that are not installed and limits the run cannot fit
-    (bench/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder)."""
-    from rlbench.devices import device as dev
-    from rlbench.devices import limits, placement
+    (bench/core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder)."""
+    from rlbench.core.devices import device as dev
+    from rlbench.core.devices import limits, placement
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
@@ -60,7 +60,7 @@ def new_run_dir(root: Path, name: str) -> Path:
 def finish(run_dir: Path, report: bool) -> None:
     """Table and report from whatever was measured, also after a failure or Ctrl-C."""
     from rlbench.reports import build_report, summary_table_text
-    from rlbench.results import schema
+    from rlbench.core.results import schema
     from rlbench.run.ladder import write_ladder
 
     try:
@@ -84,12 +84,12 @@ def raise_failed(record: dict) -> None:
 
 
 def sweep() -> None:
-    """The last backstop: any process still carrying this run's token (bench/devices/procs.py) outside the
+    """The last backstop: any process still carrying this run's token (bench/core/devices/procs.py) outside the
     cells' process groups, which are ended as each cell ends, is ended here, except this process and its
     multiprocessing resource tracker (it ends with this process and cleans up after it)."""
     from multiprocessing import resource_tracker
 
-    from rlbench.devices import procs
+    from rlbench.core.devices import procs
 
     token = os.environ.get(procs.RUN_ENV)
     spare = (os.getpid(), getattr(resource_tracker._resource_tracker, "_pid", None) or -1)
@@ -102,7 +102,7 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
                  report: bool) -> None:
     """`rlbench run --engine verl|mindspeed-rl`: one cell run by the real VERL / MindSpeed-RL, parsed into
     rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here)."""
-    from rlbench.config import load_config
+    from rlbench.core.config import load_config
     from rlbench.run import curves
     from rlbench.run.seeds import parse_seeds
 

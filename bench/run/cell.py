@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from rlbench.errors import UserError
-from rlbench.record.stages import Role, now
-from rlbench.results import metrics, utilisation
-from rlbench.results.writer import CellWriter
+from rlbench.core.errors import UserError
+from rlbench.core.record.stages import Role, now
+from rlbench.core.results import metrics, utilisation
+from rlbench.core.results.writer import CellWriter
 
 
 class CellRun:
@@ -29,10 +29,10 @@ class CellRun:
         self.t0 = now()
         self.model_info: dict = {}
         self.params_sha256: str | None = None
-        self.placement = None  # bench/devices/placement.py Placement, once planned
-        self.shape: dict = {}  # the model's shape for the per-stage work counts (bench/results/utilisation.py)
+        self.placement = None  # bench/core/devices/placement.py Placement, once planned
+        self.shape: dict = {}  # the model's shape for the per-stage work counts (bench/core/results/utilisation.py)
         self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/planted/slowdown.py); empty normally
-        self.host_cpu = None  # bench/record/hostcpu.py HostCPU once the workers run
+        self.host_cpu = None  # bench/core/record/hostcpu.py HostCPU once the workers run
         self.schedule = None  # the engine (engines/schedules/), once built: closed at the end
 
     def results(self) -> dict:
@@ -108,11 +108,11 @@ def _outcome(run: CellRun, pacer):
 
 def _setup(cfg, run: CellRun, pacer, progress: bool):
     """Planted slowdowns, placement, model and engine; -> (schedule, evaluator, dataset, tokenizer)."""
-    from rlbench.devices import device as dev
+    from rlbench.core.devices import device as dev
     from rlbench.engines import launch
     from rlbench.engines.factory import make_engine
     from rlbench.planted import pause, slowdown
-    from rlbench.record.hostcpu import HostCPU
+    from rlbench.core.record.hostcpu import HostCPU
 
     run.planted = slowdown.activate(run.name, cfg.switches())  # before any worker starts
     pause.check()
@@ -121,7 +121,7 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
     run.placement = _placement(cfg, device.type)
     dataset, policy, tok = _setup_model(cfg, run, progress)
     if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
-        from rlbench.record import profiling
+        from rlbench.core.record import profiling
         profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
     run.schedule, evaluator = make_engine(cfg, policy, tok, run.t0, run.writer.event, device,
                                           dataset=dataset, placement=run.placement)
@@ -132,10 +132,10 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
 
 
 def _placement(cfg, kind: str):
-    """Where every worker runs (bench/devices/placement.py); refuses more devices than this machine has."""
-    from rlbench import schedules
-    from rlbench.devices import device as dev
-    from rlbench.devices import placement
+    """Where every worker runs (bench/core/devices/placement.py); refuses more devices than this machine has."""
+    from rlbench.core import schedules
+    from rlbench.core.devices import device as dev
+    from rlbench.core.devices import placement
 
     if schedules.of(cfg).in_process(cfg):  # one process with every device (the schedule's record says)
         return placement.single_process(cfg.engine, kind, dev.available(kind))

@@ -13,7 +13,7 @@ them):
 
 -> contention_probe.json: each side's work per second alone and together, and kappa = alone / together
 - 1 (a stage runs at 1 / (1 + kappa) of its alone speed while the other core computes), read by the
-contention term of the prediction (bench/costmodel/contention.py). Nothing here is an async cell.
+contention term of the prediction (bench/core/costmodel/contention.py). Nothing here is an async cell.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 FILE = schema.CONTENTION_PROBE
 PROBED = ("regime",)  # the ablations that run it first
@@ -36,8 +36,8 @@ def _work(side: str, mcfg: dict, core: int, barrier, out, phase_s: float, decode
     """One probe worker: pinned to `core`, runs its side's unit of work while its phase says so."""
     import torch
 
-    from rlbench.config import ModelConfig
-    from rlbench.devices import device as dev
+    from rlbench.core.config import ModelConfig
+    from rlbench.core.devices import device as dev
     from rlbench.engines.model.tiny import build_tiny
 
     dev.pin("cpu", core, 1)

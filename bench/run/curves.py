@@ -15,7 +15,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 INSTALL = {"tensorboard": "pip install tensorboard", "wandb": "pip install wandb"}  # neither pulls torch
 FOLDER = {"tensorboard": "tensorboard", "wandb": "wandb"}  # under the run folder, one sub-folder per cell

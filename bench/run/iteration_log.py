@@ -1,12 +1,12 @@
 """What each iteration of a cell leaves behind: its samples, stage events and iteration record in the
-result files (bench/results/), the evaluations (before the first iteration and every run.eval_every),
+result files (bench/core/results/), the evaluations (before the first iteration and every run.eval_every),
 the curves of run.logger (bench/run/curves.py), the progress bar and the profiler's step."""
 from __future__ import annotations
 
 from dataclasses import asdict
 
-from rlbench.record.stages import Recorder, Role, Stage
-from rlbench.results import metrics, utilisation
+from rlbench.core.record.stages import Recorder, Role, Stage
+from rlbench.core.results import metrics, utilisation
 from rlbench.run.curves import Curves
 
 
@@ -40,7 +40,7 @@ class IterationLog:
         return res["accuracy"]
 
     def record(self, k: int, out, host_cpu: dict) -> None:
-        """Iteration k's samples, events and record (host_cpu: bench/record/hostcpu.py's for it), then an
+        """Iteration k's samples, events and record (host_cpu: bench/core/record/hostcpu.py's for it), then an
         evaluation where one is due; results.json saved."""
         cfg, run = self.cfg, self.run
         rows = _sample_rows(k, out)
@@ -68,7 +68,7 @@ class IterationLog:
 
 def _profiler(cfg, run, schedule, device):
     """device: this process's device (None: the driver, which holds none: CPU activity only)."""
-    from rlbench.record.profiling import IterationProfiler
+    from rlbench.core.record.profiling import IterationProfiler
 
     trace_dir = str(run.folder / "traces") if cfg.run.profile else None
     worker = schedule.rec.worker

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from rlbench.results import schema
+from rlbench.core.results import schema
 from rlbench.run import families
-from rlbench.errors import UserError
-from rlbench.results.metrics import idle_fractions
+from rlbench.core.errors import UserError
+from rlbench.core.results.metrics import idle_fractions
 from rlbench.reports.data import CellData, RunData, load, workers_in
 
 CSV = "families.csv"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rlbench.config import RunConfig
-from rlbench.errors import UserError
-from rlbench.results import schema
+from rlbench.core.config import RunConfig
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
 
 
 def start(proc) -> None:
@@ -27,7 +27,7 @@ def interrupt(cell_procs) -> None:
     the terminal would have, and give the cells time to save their results."""
     import signal
 
-    from rlbench.devices import procs
+    from rlbench.core.devices import procs
 
     for proc in cell_procs:
         procs.forward(signal.SIGINT, proc.pid)
@@ -40,7 +40,7 @@ def reap(proc) -> None:
     core that outlived its worker, a resource tracker), checked in /proc, within about 10 s."""
     import sys
 
-    from rlbench.devices import procs
+    from rlbench.core.devices import procs
 
     if proc.is_alive():
         proc.kill()
@@ -107,12 +107,12 @@ def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path
 
 def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None) -> None:
     """A cell process. It leads its own process group, so that whatever it starts (workers, vLLM engine
-    cores, resource trackers) can be found and ended after it (bench/devices/procs.py); it gets SIGTERM when
+    cores, resource trackers) can be found and ended after it (bench/core/devices/procs.py); it gets SIGTERM when
     `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
     import signal
     import sys
 
-    from rlbench.devices import procs
+    from rlbench.core.devices import procs
     from rlbench.run.cell import run_cell
     from rlbench.run.interleave import Pacer
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rlbench.errors import UserError
-from rlbench.results import schema
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
 
 
 def load(run_dir: Path) -> tuple[dict, object, list]:
     """-> (the ablation record, its base RunConfig, its cells as (name, config, seed)); UserError when
     RUN_DIR is not a run this rlbench can resume."""
-    from rlbench.config import build_config
+    from rlbench.core.config import build_config
     from rlbench.run.ablation import cells_for
     from rlbench.run.seeds import expand
 
@@ -97,7 +97,7 @@ def resume_run(run_dir: Path, progress: bool, report: bool, refused: dict) -> No
     """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept. refused: the
     `rlbench run` options given with it ({option: value}): any set one is refused (exit 2)."""
     import typer
-    from rlbench.results import provenance
+    from rlbench.core.results import provenance
     from rlbench.run.around import finish, preflight, raise_failed
     from rlbench.run.ablation import run_cells
 

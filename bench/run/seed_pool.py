@@ -19,8 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
-from rlbench.devices import device
-from rlbench.results import schema
+from rlbench.core.devices import device
+from rlbench.core.results import schema
 
 
 def core_slots(cfgs, cores: list[int] | None = None) -> list[list[int]]:
@@ -99,7 +99,7 @@ def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[l
         raise
     rejected = [e["name"] for e, _ in todo if e["exit_code"] == 2]
     if rejected:
-        from rlbench.errors import UserError
+        from rlbench.core.errors import UserError
 
         raise UserError(f"cells {', '.join(rejected)} rejected their input (see the errors above)")
     return record

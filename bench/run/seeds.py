@@ -7,9 +7,9 @@ so a run cut short still holds complete comparisons. The cell `sync` of seed 2 i
 """
 from __future__ import annotations
 
-from rlbench.config import RunConfig, with_overrides
-from rlbench.errors import UserError
-from rlbench.results.schema import seeded_name
+from rlbench.core.config import RunConfig, with_overrides
+from rlbench.core.errors import UserError
+from rlbench.core.results.schema import seeded_name
 
 
 def parse_seeds(text: str | None) -> list[int] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rlbench.costmodel.predict import SyncMeasurements, replay
+from rlbench.core.costmodel.predict import SyncMeasurements, replay
 
 
 def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, float]], float]:

@@ -1,10 +1,10 @@
 """Calibration from a run's data-parallel sync cell, and the check against the run's own cells.
 
-The calibration is the report's (rlbench.costmodel.predict.measurements): per measured iteration, the
+The calibration is the report's (rlbench.core.costmodel.predict.measurements): per measured iteration, the
 sync ranks' decode-step seconds by sequences in flight and refill seconds, seconds per trained token,
 optimizer-step and weight-sync seconds, with that iteration's response lengths. validate() predicts
 each cell of the run as the report's measured-vs-predicted table does (rlbench.reports.tables.
-speedup_frame over rlbench.costmodel.predict.predict_async), so the two give the same numbers; a sync
+speedup_frame over rlbench.core.costmodel.predict.predict_async), so the two give the same numbers; a sync
 cell's row is in-sample. bounded_async cells, which the report does not predict, go through the
 simulator's bounded model on the same costs.
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from rlbench import schedules
-from rlbench.costmodel.predict import SyncMeasurements, measurements
-from rlbench.errors import UserError
-from rlbench.results import schema
-from rlbench.schedules.spec import MODEL_BOUNDED, MODEL_COLOCATED, MODEL_POOLS
+from rlbench.core import schedules
+from rlbench.core.costmodel.predict import SyncMeasurements, measurements
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
+from rlbench.core.schedules.spec import MODEL_BOUNDED, MODEL_COLOCATED, MODEL_POOLS
 
 
 def _schedule(cell: dict) -> str:

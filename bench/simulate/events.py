@@ -1,9 +1,9 @@
 """Every schedule (DESIGN.md §1) on N rollout + M training devices, over batches of model.py, by the cost
-model its record names (bench/schedules/):
+model its record names (bench/core/schedules/):
 
 - colocated: the data-parallel hybrid engine (sync), N + M colocated ranks, each generating and training
   its shard (prompts r, r + N + M, ...): weight sync + the slowest rank's rollout + training + optimizer step
-  (rlbench.costmodel.predict.SyncMeasurements.sync_time).
+  (rlbench.core.costmodel.predict.SyncMeasurements.sync_time).
 - pools: N rollout workers (prompts i, i + N, ...), M trainer ranks taking groups as they arrive
   (j-th arrival to rank j mod M); 2 weight syncs + last rank done + step (.async_time);
   overlap=False is the barrier cell (training starts when the last group has arrived).
@@ -17,10 +17,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from rlbench import schedules
-from rlbench.costmodel.predict import SyncMeasurements
-from rlbench.errors import UserError
-from rlbench.schedules.spec import BOUNDED, MODEL_BOUNDED, MODEL_COLOCATED, PERIODIC, REFERENCE
+from rlbench.core import schedules
+from rlbench.core.costmodel.predict import SyncMeasurements
+from rlbench.core.errors import UserError
+from rlbench.core.schedules.spec import BOUNDED, MODEL_BOUNDED, MODEL_COLOCATED, PERIODIC, REFERENCE
 from rlbench.simulate.bounded import at_batch_start, bounded
 from rlbench.simulate.partial import mid_batch
 

@@ -1,6 +1,6 @@
 """What the simulator runs on: batches with their per-device costs, in the report's model.
 
-A *batch* is one rlbench.costmodel.predict.SyncMeasurements: one iteration's samples (prompt, sample,
+A *batch* is one rlbench.core.costmodel.predict.SyncMeasurements: one iteration's samples (prompt, sample,
 prompt_len, response_len) and the costs of one device running one worker, measured in a
 data-parallel sync cell (or stated by a preset):
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rlbench.costmodel.predict import StepCost, SyncMeasurements
+from rlbench.core.costmodel.predict import StepCost, SyncMeasurements
 
 
 @dataclass

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rlbench.costmodel.predict import SyncMeasurements
+from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.simulate.events import ASYNC, BOUNDED_K, REF, simulate
 from rlbench.simulate.model import Costs, lognormal_samples, summary
 

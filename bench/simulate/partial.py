@@ -2,7 +2,7 @@
 rollout worker takes new weights between two decode steps instead of at its next batch.
 
 What the engine does (engines/schedules/bounded_async.py, engines/rollout/sampler.py), in bounded.py's
-terms and on the same per-device costs, measured in the sync cell (rlbench.costmodel.predict):
+terms and on the same per-device costs, measured in the sync cell (rlbench.core.costmodel.predict):
 
 - the trainer posts version v the moment it exists (ready[v]: its step, then one weight sync);
 - a worker generating its shard checks before every decode step; when a newer version has been posted
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rlbench.costmodel.predict import SyncMeasurements, replay_posted
+from rlbench.core.costmodel.predict import SyncMeasurements, replay_posted
 
 
 def mid_batch(recompute: bool = True):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlbench import schedules
-from rlbench.errors import UserError
+from rlbench.core import schedules
+from rlbench.core.errors import UserError
 from rlbench.simulate import paper
 from rlbench.simulate.calibrate import calibrate, validate
 from rlbench.simulate.events import ASYNC, BOUNDED_K, REF, simulate
@@ -104,7 +104,7 @@ def _measured_its(cell: dict) -> list[int]:
 def run_simulation(run_dir: Path | None = None, preset: str | None = None, devices=None, shares=None,
                    out: Path | None = None, staleness: int = 1, plots: bool = True) -> dict:
     """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files')."""
-    from rlbench.results.schema import atomic_write_json
+    from rlbench.core.results.schema import atomic_write_json
 
     if run_dir is not None and not Path(run_dir).exists():
         raise UserError(f"{run_dir}: run folder not found")

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from rlbench.engines.data.task import Problem
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 JSONL_SUFFIXES = (".jsonl", ".json")
 _EXPECTED = "expected a JSON object with 'question' and 'answer' ending in '#### <number>'"

@@ -35,7 +35,7 @@ def load_dataset(dcfg, seed: int) -> Dataset:
             train, evl = rows, load_gsm8k(dcfg.eval_path)[: dcfg.eval_size]
         else:
             if len(rows) <= dcfg.eval_size:
-                from rlbench.errors import UserError
+                from rlbench.core.errors import UserError
                 raise UserError(f"{dcfg.path}: {len(rows)} problems, need more than data.eval_size="
                                 f"{dcfg.eval_size} to hold out an eval split (or set data.eval_path)")
             train, evl = rows[dcfg.eval_size:], rows[: dcfg.eval_size]

@@ -2,6 +2,6 @@
 
 verl.run_verl(cfg, out_dir)            `rlbench run --engine verl` (GPU, VERL installed)
 mindspeed.run_mindspeed(cfg, out_dir)  `rlbench run --engine mindspeed-rl` (Ascend NPU, MINDSPEED_RL_HOME)
-Both raise rlbench.errors.UserError when the framework is absent, and write out_dir/results.json in
+Both raise rlbench.core.errors.UserError when the framework is absent, and write out_dir/results.json in
 the same layout as an rlbench cell. Heavy imports happen inside the functions that need them.
 """

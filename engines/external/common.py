@@ -20,9 +20,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench.errors import UserError
-from rlbench.record.stages import TRAIN_STAGES, Stage
-from rlbench.results import metrics, schema
+from rlbench.core.errors import UserError
+from rlbench.core.record.stages import TRAIN_STAGES, Stage
+from rlbench.core.results import metrics, schema
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,8 @@ def flag_tpspd(iterations: list[dict], framework_key: str) -> list[str]:
 
 def _reference() -> str:
     """The peers' GRPO examples run the synchronous hybrid engine: the reference schedule's name."""
-    from rlbench import schedules
-    from rlbench.schedules.spec import REFERENCE
+    from rlbench.core import schedules
+    from rlbench.core.schedules.spec import REFERENCE
 
     return schedules.name_of(REFERENCE)
 
@@ -145,7 +145,7 @@ def launch_and_record(argv: list[str], out: Path, log_path: Path, framework: str
                       env: dict | None = None, cwd: Path | None = None, echo: bool = True) -> dict:
     """Runs a peer framework, then parses what it logged and writes results.json whatever happened:
     a failed or interrupted run keeps the steps it finished. `parse()` -> cell results dict."""
-    from rlbench.results import provenance
+    from rlbench.core.results import provenance
 
     status, error = "failed", None
     try:

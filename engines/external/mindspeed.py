@@ -27,8 +27,8 @@ from pathlib import Path
 
 from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
                                              not_installed, run_logged)
-from rlbench.errors import UserError
-from rlbench.record.stages import Stage
+from rlbench.core.errors import UserError
+from rlbench.core.record.stages import Stage
 
 HOME_ENV = "MINDSPEED_RL_HOME"
 NOT_INSTALLED = (f"--engine mindspeed-rl needs a MindSpeed-RL checkout (git clone of Ascend/MindSpeed-RL, "

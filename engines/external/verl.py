@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 
 from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
                                              not_installed)
-from rlbench.errors import UserError
-from rlbench.record.stages import Stage
+from rlbench.core.errors import UserError
+from rlbench.core.record.stages import Stage
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'  # VERL's gsm8k.py
@@ -149,7 +149,7 @@ def verl_command(cfg, train_parquet, val_parquet, log_path, n_gpus: int, nnodes:
 
 def read_verl_jsonl(path: str | Path) -> list[tuple[int, dict]]:
     """(step, metrics) per line of a VERL FileLogger file; a line cut short by a crash ends it."""
-    from rlbench.results.schema import read_jsonl
+    from rlbench.core.results.schema import read_jsonl
 
     return [(int(row["step"]), row["data"]) for row in read_jsonl(Path(path)) if "data" in row]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlbench.engines.model.tokenizer import CHARS, CharTokenizer
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 
 def load_policy(cfg, dataset, progress=None):
@@ -59,12 +59,12 @@ def model_config_and_tokenizer(cfg):
 
 
 def model_facts(cfg):
-    """-> (bench/devices/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
+    """-> (bench/core/devices/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
     parameters are counted on the meta device."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlbench.devices.limits import ModelFacts
+    from rlbench.core.devices.limits import ModelFacts
 
     c, tok = model_config_and_tokenizer(cfg)
     with torch.device("meta"):
@@ -84,7 +84,7 @@ def _dtype(name: str):
 
 def config_file(spec: str) -> Path:
     """model.path of kind hf_config: a JSON file, as given or relative to the configs/ folder."""
-    from rlbench.config import CONFIG_DIR
+    from rlbench.core.config import CONFIG_DIR
 
     for p in (Path(spec), CONFIG_DIR / spec, CONFIG_DIR / "models" / spec, CONFIG_DIR / "models" / f"{spec}.json"):
         if p.is_file():

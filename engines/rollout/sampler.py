@@ -42,8 +42,8 @@ from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, Sam
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, inverse_cdf, top_p_sample, sample_seed,
                                               target_length)
 from rlbench.engines.rollout.step_costs import StepCosts
-from rlbench.planted import burn
-from rlbench.record import progress
+from rlbench.core import hooks
+from rlbench.core.record import progress
 
 
 @dataclass
@@ -389,7 +389,7 @@ class BuiltinSampler:
                 steps, active_sum = steps + 1, active_sum + B
                 progress.beat()  # a step made: the hang watchdog's sign of progress
                 finished = bool(done.any())  # the one host sync per step
-                burn.plant("decode", 0.0, time.thread_time() - step_cpu)  # RLBENCH_SLOW=decode:F only
+                hooks.call("decode_step", time.thread_time() - step_cpu)  # RLBENCH_SLOW=decode:F burns here
                 t = cost.step(t, B)
                 if finished:
                     tokens += self._retire(done.nonzero()[:, 0].tolist(), out, on_group)
@@ -403,5 +403,5 @@ class BuiltinSampler:
 
 def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
           own_process_group: bool = False):
-    """The registered builder (bench/components.py): a sampler owning the model make_model() returns."""
+    """The registered builder (bench/core/components.py): a sampler owning the model make_model() returns."""
     return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)

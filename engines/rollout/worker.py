@@ -7,15 +7,15 @@ through shared memory (local) or the Ray object store, finished groups leave thr
 from __future__ import annotations
 
 from rlbench.engines.rollout.base import SealedGroup
-from rlbench.planted import faults
+from rlbench.core import hooks
 
 BUILTIN = {"backend": "builtin"}
 
 
 def backend_spec(cfg) -> dict:
     """The config's rollout backend as a small JSON-able dict (what worker processes receive): its name,
-    the run's dtype and seed, and the backend's own options (bench/components.py)."""
-    from rlbench.components import BACKENDS
+    the run's dtype and seed, and the backend's own options (bench/core/components.py)."""
+    from rlbench.core.components import BACKENDS
 
     backend = BACKENDS[cfg.rollout.backend]
     return {"backend": backend.name, "dtype": cfg.model.dtype, "seed": cfg.run.seed,
@@ -24,12 +24,12 @@ def backend_spec(cfg) -> dict:
 
 def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
                   state: dict | None = None, own_process_group: bool = False):
-    """The rollout backend `spec` names, by its registered `build` (bench/components.py). make_model() ->
+    """The rollout backend `spec` names, by its registered `build` (bench/core/components.py). make_model() ->
     the HF model the built-in sampler will own; vLLM starts from the config and `state` (name -> tensor:
     the weights it loads from an HF directory; None: dummy weights until load_weights); own_process_group:
     this process joins a torch.distributed group of its own (colocated ranks), so vLLM's engine core must
     run in a child process."""
-    from rlbench.components import BACKENDS
+    from rlbench.core.components import BACKENDS
 
     build = BACKENDS[spec.get("backend", "builtin")].build_function()
     return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state,
@@ -46,10 +46,10 @@ class RolloutWorker:
         at the next token boundary, mid-generation; None: only at "sync" requests, between batches.
         gate: the RolloutGate of a schedule that runs ahead (engines/rollout/gate.py): while it is closed
         this worker waits at its next step boundary or request; None: never held."""
-        from rlbench.devices import device as dev
+        from rlbench.core.devices import device as dev
         from rlbench.engines.model.weights import build_model, load_state
-        from rlbench.record.profiling import from_env
-        from rlbench.record.stages import Recorder
+        from rlbench.core.record.profiling import from_env
+        from rlbench.core.record.stages import Recorder
 
         device = dev.resolve(slot.kind, slot.index)
         self.name, self.emit = slot.worker, emit
@@ -67,7 +67,7 @@ class RolloutWorker:
     def sync(self, version: int, iteration: int, weights=None) -> None:
         """Load the published weights (this process's shared memory, or the given Ray object)."""
         from rlbench.engines.model.weights import load_state
-        from rlbench.record.stages import Stage
+        from rlbench.core.record.stages import Stage
 
         self._hold()
 
@@ -81,7 +81,7 @@ class RolloutWorker:
         """Partial rollout, between batches: load the posted weights under the mailbox lock, unless taken
         already mid-generation."""
         from rlbench.engines.model.weights import load_state
-        from rlbench.record.stages import Stage
+        from rlbench.core.record.stages import Stage
 
         if self.sampler.version >= self.mailbox.version:
             return
@@ -102,7 +102,7 @@ class RolloutWorker:
 
     def generate(self, iteration: int, requests, sampling) -> tuple[list, dict]:
         """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
-        from rlbench.record.stages import Stage
+        from rlbench.core.record.stages import Stage
 
         self._hold()
         if self.mailbox is not None:
@@ -111,7 +111,7 @@ class RolloutWorker:
         if self.gate is not None:
             hooks["hold"] = self._hold
         with self.rec.stage(Stage.ROLLOUT, iteration):
-            faults.at(iteration)  # inside the stage: a planted hang is reported as a hang in rollout
+            hooks.call("iteration", iteration, "rollout")  # inside the stage: a planted hang is reported as a hang in rollout
             self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)), **hooks)
         self.prof.step()
         return self.rec.drain(), dict(self.sampler.last_stats)
@@ -121,7 +121,7 @@ class RolloutWorker:
         outside any stage; -> whether it waited (the backend then restarts its step clock)."""
         if self.gate is None or not self.gate.closed:
             return False
-        from rlbench.record import progress
+        from rlbench.core.record import progress
 
         self.rec.suspend(lambda: self.gate.wait_open(alive=progress.beat))
         return True

@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass
 
 from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
-from rlbench.record.stages import Recorder, Stage, now
+from rlbench.core.record.stages import Recorder, Stage, now
 
 
 @dataclass
@@ -115,7 +115,7 @@ class BoundedAsyncSchedule:
 
     def _release(self, k: int) -> None:
         """Let the rollout workers go on; the held gap is recorded as a `paused` event of iteration k, whose
-        end is where k's window may start at the earliest (bench/results/metrics.py iteration_window)."""
+        end is where k's window may start at the earliest (bench/core/results/metrics.py iteration_window)."""
         if self.pool.gate is None or self._held_since is None:
             return
         with self._lock:
@@ -212,10 +212,10 @@ class _Forward:
 
 
 def build(cfg, session, rec, dataset):
-    """The registered builder of every bounded-staleness schedule (bench/schedules/): rollout up to k versions
+    """The registered builder of every bounded-staleness schedule (bench/core/schedules/): rollout up to k versions
     ahead, k as the schedule's record gives it (a pinned k, or engine.max_staleness)."""
-    from rlbench import schedules
-    from rlbench.record.stages import Role
+    from rlbench.core import schedules
+    from rlbench.core.record.stages import Role
 
     e = cfg.engine
     trainer = session.trainer(Role.TRAINER)

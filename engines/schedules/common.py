@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from rlbench.engines.rollout.base import Group, IterationEnd, PromptRequest, SamplingParams
-from rlbench.errors import WorkerError
-from rlbench.record.stages import Stage
+from rlbench.core.errors import WorkerError
+from rlbench.core.record.stages import Stage
 
 
 @dataclass

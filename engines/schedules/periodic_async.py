@@ -20,8 +20,8 @@ from rlbench.engines.schedules.common import (
 
 
 def build(cfg, session, rec, dataset):
-    """The registered builder (bench/components.py): a training pool fed by a rollout pool."""
-    from rlbench.record.stages import Role
+    """The registered builder (bench/core/components.py): a training pool fed by a rollout pool."""
+    from rlbench.core.record.stages import Role
 
     e = cfg.engine
     trainer = session.trainer(Role.TRAINER)

@@ -18,8 +18,8 @@ from rlbench.engines.trainer.colocated import colocated_iteration
 
 
 def build(cfg, session, rec, dataset):
-    """The registered builder (bench/schedules/sync.py): colocated data-parallel ranks."""
-    from rlbench.record.stages import Role
+    """The registered builder (bench/core/schedules/sync.py): colocated data-parallel ranks."""
+    from rlbench.core.record.stages import Role
 
     return DataParallelSync(session.trainer(Role.COLOCATED), rec)
 
@@ -29,7 +29,7 @@ def build_in_process(cfg, policy, tok, t0: float, sink, device, placement, make_
     reference): trainer and rollout backend in this process, on its devices."""
     from rlbench.engines.rollout.worker import backend_spec, build_backend
     from rlbench.engines.trainer.trainer import Trainer
-    from rlbench.record.stages import Recorder, Role
+    from rlbench.core.record.stages import Recorder, Role
 
     worker = placement.slots[0].worker if placement else Role.COLOCATED.value
     rec = Recorder(worker, t0, device=device, devices=cfg.engine.num_devices, sink=sink)

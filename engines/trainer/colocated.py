@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlbench.planted import faults
-from rlbench.record.stages import Stage
+from rlbench.core import hooks
+from rlbench.core.record.stages import Stage
 
 
 @dataclass
@@ -31,10 +31,10 @@ def colocated_iteration(trainer, rollout, rec, k: int, requests: list, sampling,
     with rec.stage(Stage.WEIGHT_SYNC, k):  # local, but a real copy into the rollout engine
         rollout.load_weights(trainer.weights(), trainer.version)
     with rec.stage(Stage.ROLLOUT, k):
-        faults.at(k)  # inside the stage: a planted hang is reported as a hang in rollout
+        hooks.call("iteration", k, "rollout")  # inside the stage: a planted hang is reported as a hang in rollout
         groups = rollout.generate(requests, sampling)
     groups.sort(key=lambda g: g.prompt_index)  # dispatch order
-    faults.at(k, "trainer")
+    hooks.call("iteration", k, "trainer")
     trainer.begin()
     trainer.train(rec, k, groups, answers)
     version = trainer.version

@@ -166,8 +166,8 @@ def behaviour_versions(mb, like: torch.Tensor):
 
 def make_loss(cfg):
     """The loss the schedule's record asks for: the decoupled loss for stale samples, plain PPO otherwise."""
-    from rlbench import schedules
-    from rlbench.schedules.spec import DECOUPLED
+    from rlbench.core import schedules
+    from rlbench.core.schedules.spec import DECOUPLED
 
     return (DecoupledPPOLoss if schedules.of(cfg).loss == DECOUPLED else PPOLoss)(cfg.train)
 

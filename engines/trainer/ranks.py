@@ -26,12 +26,12 @@ class TrainerRank:
 
     def __init__(self, slot, rank: int, world: int, model_config, weights, cfg, tok, t0: float,
                  spec: dict | None, shared: dict | None, emit=None):
-        from rlbench.devices import device as dev
+        from rlbench.core.devices import device as dev
         from rlbench.engines.model.weights import build_model, load_state
         from rlbench.engines.rollout import build_backend
         from rlbench.engines.trainer.trainer import Trainer
-        from rlbench.record.profiling import from_env
-        from rlbench.record.stages import Recorder
+        from rlbench.core.record.profiling import from_env
+        from rlbench.core.record.stages import Recorder
 
         self.device = dev.resolve(slot.kind, slot.index)
         self.rank, self.world, self.dist_backend = rank, world, _DIST_BACKENDS[slot.kind]
@@ -79,9 +79,9 @@ class TrainerRank:
 
     def train(self, k: int, groups: list, answers: dict) -> dict:
         """Trainer.train on this rank's groups (callable several times per iteration); -> their rewards."""
-        from rlbench.planted import faults
+        from rlbench.core import hooks
 
-        faults.at(k, "trainer")
+        hooks.call("iteration", k, "trainer")
         return self.trainer.train(self.rec, k, groups, answers)
 
     def step(self, k: int) -> tuple[dict, list]:
@@ -106,7 +106,7 @@ class TrainerRank:
 
         import torch
 
-        from rlbench.record.stages import Stage
+        from rlbench.core.record.stages import Stage
 
         ctx = self.rec.stage(Stage.WEIGHT_SYNC, iteration) if iteration is not None else contextlib.nullcontext()
         with ctx, torch.no_grad():
@@ -131,9 +131,9 @@ class TrainerRank:
         return self._eval_sampler.generate(requests, sampling)
 
     def device_facts(self, dtype) -> tuple[dict, dict]:
-        """This rank's device as results.json's provenance describes it, and its measured peak (bench/devices/peak.py)."""
-        from rlbench.devices import device as dev
-        from rlbench.devices import peak
+        """This rank's device as results.json's provenance describes it, and its measured peak (bench/core/devices/peak.py)."""
+        from rlbench.core.devices import device as dev
+        from rlbench.core.devices import peak
 
         return dev.describe(self.device), peak.peak(self.device, dtype)
 

@@ -20,8 +20,8 @@ from rlbench.engines.data.reward import gsm8k_reward
 from rlbench.engines.rollout.base import Group
 from rlbench.engines.trainer import grpo
 from rlbench.engines.trainer.logprob_plans import make_plan
-from rlbench.record import progress
-from rlbench.record.stages import Stage
+from rlbench.core.record import progress
+from rlbench.core.record.stages import Stage
 
 
 @dataclass

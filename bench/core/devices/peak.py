@@ -40,7 +40,7 @@ def _best(fn, sync, repeats: int) -> float:
 def measure(device, dtype, threads: int = 1) -> dict:
     """-> {matmul_flops_per_s, copy_bytes_per_s, probe sizes} on `device` with `threads` intra-op threads."""
     import torch
-    from rlbench.devices import device as dev
+    from rlbench.core.devices import device as dev
 
     kind = "cpu" if device.type == "cpu" else "accel"
     before = torch.get_num_threads()
@@ -65,7 +65,7 @@ def measure(device, dtype, threads: int = 1) -> dict:
 def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
     """The cached peak of this device (measured now when not cached or when remeasure)."""
     import torch
-    from rlbench.devices import device as dev
+    from rlbench.core.devices import device as dev
 
     info = dev.describe(device)
     name = info.get("name") or info.get("cpu") or device.type

@@ -47,7 +47,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("tpspd_min", "tokens/s/device", "min", (SUMMARY,), "TPSPD, slowest measured iteration"),
     Metric("tpspd_max", "tokens/s/device", "max", (SUMMARY,), "TPSPD, fastest measured iteration"),
     Metric("speedup", "x", "median", (SUMMARY, COMPARE, SPREAD), "median TPSPD over the reference cell's"),
-    Metric("predicted_speedup", "x", "median", (SUMMARY,), "the cost model's prediction (rlbench.costmodel.predict)"),
+    Metric("predicted_speedup", "x", "median", (SUMMARY,), "the cost model's prediction (rlbench.core.costmodel.predict)"),
     Metric("rollout_share", "fraction", "median", (SUMMARY,), "a colocated cell's rollout share of its time"),
     Metric("wall_s_median", "s", "median", (SUMMARY, COMPARE, SPREAD), "seconds per iteration, median"),
     Metric("rollout_tok_s", "tokens/s", "median", (SUMMARY, COMPARE), "rollout token rate, median"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from rlbench.record.stages import Role
+from rlbench.core.record.stages import Role
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

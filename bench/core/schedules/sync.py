@@ -1,7 +1,7 @@
 """sync: VERL's hybrid engine, the reference every speedup is over (engines/schedules/sync.py)."""
 from pydantic import Field
-from rlbench.components import Options
-from rlbench.schedules.spec import COLOCATED, MODEL_COLOCATED, REFERENCE, ScheduleSpec
+from rlbench.core.components import Options
+from rlbench.core.schedules.spec import COLOCATED, MODEL_COLOCATED, REFERENCE, ScheduleSpec
 
 
 class SyncOptions(Options):

@@ -1,4 +1,4 @@
-"""A proposal for the term bench/costmodel/predict.py leaves out: the two cores slowing each other.
+"""A proposal for the term bench/core/costmodel/predict.py leaves out: the two cores slowing each other.
 
 On a 2-core CPU, a stage runs slower while the other core also computes (shared caches, memory
 bandwidth, SMT siblings): one run measured rollout and training about 35% slower together than alone.
@@ -29,8 +29,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from rlbench.costmodel.predict import StepCost, SyncMeasurements, replay, train_work
-from rlbench.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
+from rlbench.core.costmodel.predict import StepCost, SyncMeasurements, replay, train_work
+from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 HEAVY = (Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.UPDATE.value)
 COMPUTE = {Stage.ROLLOUT.value, *PER_SAMPLE_TRAIN_STAGES}
@@ -175,7 +175,7 @@ def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], 
     (default: the sync cell's)."""
     import statistics
 
-    from rlbench.costmodel.predict import measurements
+    from rlbench.core.costmodel.predict import measurements
 
     ms = measurements(sync_cell, samples, events)
     its = {it["iteration"] for it in sync_cell["iterations"] if not it.get("warmup")} \

@@ -9,7 +9,7 @@ from pathlib import Path
 
 def source_root() -> Path:
     """The folder this rlbench is imported from (its pyproject.toml, configs/ and git repository)."""
-    return Path(__file__).resolve().parents[2]  # bench/results/provenance.py -> the tree
+    return Path(__file__).resolve().parents[3]  # bench/core/results/provenance.py -> the tree
 
 
 def git_commit() -> str | None:
@@ -55,7 +55,7 @@ def collect(device=None) -> dict:
             "platform": platform.platform(terse=True),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     if device is not None:
-        from rlbench.devices import device as dev
+        from rlbench.core.devices import device as dev
         info["device"] = dev.describe(device)
         info["cpu_threads"] = info["device"]["torch_threads"]
     return info
@@ -64,8 +64,8 @@ def collect(device=None) -> dict:
 def environment(dtype: str = "float32", remeasure: bool = False) -> dict:
     """`rlbench env`: what hardware and software rlbench sees, and one device's measured peak (matmul
     FLOP/s with a probe of `dtype`, copy bytes/s; cached unless remeasure)."""
-    from rlbench.devices import device as dev
-    from rlbench.devices import peak
+    from rlbench.core.devices import device as dev
+    from rlbench.core.devices import peak
 
     device = dev.resolve("auto")
     info = collect(device)

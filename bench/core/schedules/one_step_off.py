@@ -3,8 +3,8 @@ iteration k+1 runs while iteration k trains, on weights one version old. That is
 k = 1, so it runs the bounded-staleness engine and its decoupled PPO loss with k pinned to 1; it is
 registered under the name VERL users look for."""
 from pydantic import Field
-from rlbench.components import Options
-from rlbench.schedules.spec import DECOUPLED, MODEL_BOUNDED, ONE_STEP, POOLS, ScheduleSpec, one_step_per_iteration
+from rlbench.core.components import Options
+from rlbench.core.schedules.spec import DECOUPLED, MODEL_BOUNDED, ONE_STEP, POOLS, ScheduleSpec, one_step_per_iteration
 
 NAME = "one_step_off"
 

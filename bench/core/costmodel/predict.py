@@ -1,7 +1,7 @@
 """Predicted periodic-async time per iteration from a sync run's measured quantities (DESIGN.md §2).
 
 Pure Python over result files (results.json, events.jsonl, samples.jsonl); no engine code, nothing
-fitted. Under the fair layout (bench/devices/placement.py) every worker is one process on one device, in both
+fitted. Under the fair layout (bench/core/devices/placement.py) every worker is one process on one device, in both
 schedules, so a device's costs measured in the sync run carry over to the async one:
 
 1. Rollout: the sampler records, per generate call, the seconds of each decode step by the number of
@@ -18,7 +18,7 @@ schedules, so a device's costs measured in the sync run carry over to the async 
    over the sync ranks, divided by their work). The work is what the trainer runs, padding included
    (`train_work`): each micro-batch of a group is one [rows, longest] batch (or, with shared-prompt
    packing, one sequence: the prompt once, then every response), counted as forward FLOPs, 2 N per
-   position plus attention 4 L H Dh S^2 per sequence (bench/results/utilisation.py's count, with the
+   position plus attention 4 L H Dh S^2 per sequence (bench/core/results/utilisation.py's count, with the
    model's shape from results.json); so a group with one long response costs what its padded batch costs,
    not what its real tokens would. Optimizer step (with the all-reduce) and weight sync: the sync ranks'
    measured means; the async weight sync is a publish by trainer rank 0 then a load by each rollout
@@ -40,8 +40,8 @@ import heapq
 import statistics
 from collections import defaultdict
 
-from rlbench.errors import UserError
-from rlbench.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
+from rlbench.core.errors import UserError
+from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 MODEL = ("per device, from the sync run: decode-step seconds by sequences in flight and refill seconds "
          "(continuous-batching replay of the measured response lengths), seconds per unit of executed training "

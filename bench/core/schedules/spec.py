@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rlbench.components import Component
+from rlbench.core.components import Component
 
 # layout: where rollout and training run
 COLOCATED = "colocated"  # every worker generates and trains its shard of the iteration (VERL's hybrid engine)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import importlib
 
-from rlbench.schedules.spec import ScheduleSpec
+from rlbench.core.schedules.spec import ScheduleSpec
 
 REGISTERED = (  # one line per schedule, "module:record", in table order
-    "rlbench.schedules.sync:SCHEDULE",
-    "rlbench.schedules.periodic_async:SCHEDULE",
-    "rlbench.schedules.bounded_async:SCHEDULE",
-    "rlbench.schedules.one_step_off:SCHEDULE",
+    "rlbench.core.schedules.sync:SCHEDULE",
+    "rlbench.core.schedules.periodic_async:SCHEDULE",
+    "rlbench.core.schedules.bounded_async:SCHEDULE",
+    "rlbench.core.schedules.one_step_off:SCHEDULE",
 )
 
 

@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from rlbench import components, schedules
-from rlbench.errors import UserError
-from rlbench.schedules.spec import REFERENCE
+from rlbench.core import components, schedules
+from rlbench.core.errors import UserError
+from rlbench.core.schedules.spec import REFERENCE
 
 
 class Section(BaseModel):
@@ -306,11 +306,11 @@ class RunConfig(Section):
         return self.train.prompts_per_iteration * self.rollout.group_size
 
     def switches(self) -> dict:
-        """What an ablation varies, as results.json records it (bench/schedules/)."""
+        """What an ablation varies, as results.json records it (bench/core/schedules/)."""
         return schedules.switches(self)
 
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"  # bench/core/config.py -> the tree
 DEFAULT_CONFIG = CONFIG_DIR / "cpu-default.yaml"
 
 

@@ -7,8 +7,8 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from rlbench.planted import burn
-from rlbench.record import progress
+from rlbench.core import hooks
+from rlbench.core.record import progress
 
 
 class Stage(str, enum.Enum):
@@ -92,9 +92,9 @@ class Recorder:
 
     @contextlib.contextmanager
     def stage(self, stage: Stage, iteration: int):
-        from rlbench.devices import device as dev
+        from rlbench.core.devices import device as dev
 
-        progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (bench/record/progress.py)
+        progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (bench/core/record/progress.py)
         if self.device is not None:
             dev.synchronize(self.device)
         opened = [stage, iteration, now(), time.thread_time()]
@@ -106,8 +106,8 @@ class Recorder:
                 if self.device is not None:
                     dev.synchronize(self.device)
                 _, _, start, cpu = opened  # a suspend() inside moved them
-                burn.plant(stage.value, now() - start, time.thread_time() - cpu,  # RLBENCH_SLOW (tests of check)
-                           idle=stage.value in IDLE_STAGES)
+                hooks.call("stage_end", stage.value, now() - start, time.thread_time() - cpu,
+                           stage.value in IDLE_STAGES)  # a planted slowdown (RLBENCH_SLOW) burns here
         finally:
             self._open.remove(opened)
         ev = self.add(stage, iteration, opened[2], now(), time.thread_time() - opened[3])
@@ -122,7 +122,7 @@ class Recorder:
         opened = self._open[-1]
         stage, iteration, start, cpu = opened
         if self.device is not None:
-            from rlbench.devices import device as dev
+            from rlbench.core.devices import device as dev
 
             dev.synchronize(self.device)
         self.add(stage, iteration, start, now(), time.thread_time() - cpu)

@@ -1,7 +1,7 @@
 """bounded_async: rollout up to k weight versions ahead, decoupled PPO loss (engines/schedules/bounded_async.py)."""
 from pydantic import Field
-from rlbench.components import Options, RolloutBackendName
-from rlbench.schedules.spec import BOUNDED, DECOUPLED, MODEL_BOUNDED, POOLS, ScheduleSpec, one_step_per_iteration
+from rlbench.core.components import Options, RolloutBackendName
+from rlbench.core.schedules.spec import BOUNDED, DECOUPLED, MODEL_BOUNDED, POOLS, ScheduleSpec, one_step_per_iteration
 
 
 class BoundedAsyncOptions(Options):

@@ -79,9 +79,9 @@ class IterationRecord:
     # bounded_async's decoupled loss, all-reduced over trainer ranks (None for the on-policy schedules):
     behav_imp_weight: float | None = None  # token mean of pi_prox / pi_behav after the cap
     behav_capped: float | None = None  # share of tokens masked out by train.behav_imp_weight_cap
-    # stage -> {"flops", "bytes"} the stage had to do (bench/results/utilisation.py); MFU and bandwidth use it
+    # stage -> {"flops", "bytes"} the stage had to do (bench/core/results/utilisation.py); MFU and bandwidth use it
     work: dict[str, dict[str, float]] = field(default_factory=dict)
-    # bench/record/hostcpu.py: process -> CPU seconds in the iteration (driver included); the driver's % of a core
+    # bench/core/record/hostcpu.py: process -> CPU seconds in the iteration (driver included); the driver's % of a core
     host_cpu_s: dict[str, float] = field(default_factory=dict)
     host_cpu_pct: float | None = None
 
@@ -149,7 +149,7 @@ def is_ablation(path: Path) -> bool:
 
 def load_cell(path: Path) -> dict:
     """results.json of a cell, with raw events/samples attached under '_events'/'_samples'."""
-    from rlbench.errors import UserError
+    from rlbench.core.errors import UserError
 
     path = Path(path)
     f = path / RESULTS
@@ -176,7 +176,7 @@ def load_samples(path: Path) -> list[dict]:
 
 def read_ablation(path: Path) -> dict:
     """ablation.json of an ablation folder: {name, reference, cells: [{name, dir, switches, exit_code}]}."""
-    from rlbench.errors import UserError
+    from rlbench.core.errors import UserError
 
     f = Path(path) / ABLATION
     try:
@@ -202,7 +202,7 @@ def ratio(num, den) -> float | None:
 
 def load_run(path: Path) -> list[dict]:
     """A cell folder or an ablation folder -> list of cell results (reference cell first)."""
-    from rlbench.errors import UserError
+    from rlbench.core.errors import UserError
 
     path = Path(path)
     if is_ablation(path):

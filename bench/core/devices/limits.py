@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlbench import schedules
-from rlbench.errors import UserError
+from rlbench.core import schedules
+from rlbench.core.errors import UserError
 
 GIB = 1 << 30
 # Python + torch per process (CPU runs), a floor: RSS measured 450 MB per process of a tiny-model run, part of
@@ -40,7 +40,7 @@ class ModelFacts:
 
 def check(cfg, facts: ModelFacts, prompt_max: int, kind: str, capacity: int | None) -> None:
     """UserError (exit 2) when the run cannot fit. kind: the device kind (cpu, cuda, npu); capacity:
-    bytes per device (bench/devices/device.py memory_capacity), None = not known, memory not checked."""
+    bytes per device (bench/core/devices/device.py memory_capacity), None = not known, memory not checked."""
     check_positions(cfg, facts, prompt_max)
     if capacity is not None:
         check_memory(cfg, facts, prompt_max, kind, capacity)

@@ -1,7 +1,7 @@
 """periodic_async: the paper's producer/consumer inside one iteration (engines/schedules/periodic_async.py)."""
 from pydantic import Field
-from rlbench.components import Options
-from rlbench.schedules.spec import MODEL_POOLS, PERIODIC, POOLS, ScheduleSpec, one_step_per_iteration
+from rlbench.core.components import Options
+from rlbench.core.schedules.spec import MODEL_POOLS, PERIODIC, POOLS, ScheduleSpec, one_step_per_iteration
 
 
 class PeriodicAsyncOptions(Options):

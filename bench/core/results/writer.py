@@ -1,10 +1,10 @@
-"""Writes one cell's result folder as the run goes (schema in rlbench.results.schema)."""
+"""Writes one cell's result folder as the run goes (schema in rlbench.core.results.schema)."""
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
 
-from rlbench.results import schema
+from rlbench.core.results import schema
 
 
 class CellWriter:

@@ -42,7 +42,7 @@ def enter(stage: str, iteration: int) -> None:
 
 
 def leave(stage: str, seconds: float) -> None:
-    """The stage ended after `seconds`, as the Recorder measured it (the one timer, bench/record/stages.py)."""
+    """The stage ended after `seconds`, as the Recorder measured it (the one timer, bench/core/record/stages.py)."""
     s = _STATE
     s.beats += 1
     s.longest_s = max(s.longest_s, seconds)

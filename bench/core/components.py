@@ -1,6 +1,6 @@
 """Registered components: what each is called, the config options it reads (a pydantic model of its own),
 what it refuses, and where its builder lives. The rollout backends are registered here (BACKENDS); the
-schedules extend `Component` with what else differs between them (bench/schedules/).
+schedules extend `Component` with what else differs between them (bench/core/schedules/).
 
 Config choices (`rollout.backend`), the rollout worker and the engine factory read these records.
 This is the core: it names builders by import path, imported only when a component is built.
@@ -23,7 +23,7 @@ class RolloutBackendName(str, enum.Enum):
 
 class Options(BaseModel):
     """A component's own options; each field names the config key it is read from (`key`). No defaults and
-    no validation here: both live with the key in bench/config.py, and `read` always fills every field."""
+    no validation here: both live with the key in bench/core/config.py, and `read` always fills every field."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -2,7 +2,7 @@
 
 Per iteration, the work each stage must do is counted from the model's shape and the iteration's samples
 (`stage_work`); the aggregate divides it by the stage's measured seconds (summed over the workers that ran
-it, so the rate is per device) and by one device's measured peak (bench/devices/peak.py, `rlbench env`):
+it, so the rate is per device) and by one device's measured peak (bench/core/devices/peak.py, `rlbench env`):
 
     MFU      = stage FLOPs / stage seconds / peak matmul FLOP/s
     BW util  = stage bytes / stage seconds / peak copy B/s
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rlbench.record.stages import Stage
+from rlbench.core.record.stages import Stage
 
 
 def model_shape(model) -> dict:

@@ -14,11 +14,11 @@ def resolve(kind: str = "cpu", index: int | None = None):
 
     kind = resolve_kind(kind)
     if kind == "npu" and not _npu_available():
-        from rlbench.errors import UserError
+        from rlbench.core.errors import UserError
         raise UserError("engine.device=npu but no Ascend NPU is usable here: needs torch_npu (pip install "
                         "'rlbench[npu]', or Dockerfile.npu) and a visible NPU (allowed here: cpu, auto)")
     if kind == "cuda" and not torch.cuda.is_available():
-        from rlbench.errors import UserError
+        from rlbench.core.errors import UserError
         raise UserError("engine.device=cuda but no CUDA device is visible (allowed here: cpu, auto)")
     if kind == "cpu" or index is None:
         return torch.device(kind)
@@ -70,7 +70,7 @@ def visible_env(kind: str, index: int, environ=None) -> dict[str, str]:
     env = os.environ if environ is None else environ
     seen = [d.strip() for d in env[var].split(",") if d.strip()] if env.get(var) is not None else None
     if seen is not None and index >= len(seen):
-        from rlbench.errors import UserError
+        from rlbench.core.errors import UserError
         raise UserError(f"a worker needs {kind}:{index}, but {var}={env[var]!r} makes only {len(seen)} visible")
     return {var: seen[index] if seen is not None else str(index)}
 
@@ -165,10 +165,10 @@ def dtype(name: str, device=None):
     import torch
 
     if name not in DTYPES:
-        from rlbench.errors import UserError
+        from rlbench.core.errors import UserError
         raise UserError(f"model.dtype={name!r}: allowed: {', '.join(DTYPES)}")
     if name == "bfloat16" and device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        from rlbench.errors import UserError
+        from rlbench.core.errors import UserError
         raise UserError("model.dtype=bfloat16 but this GPU has no bfloat16 support (pre-Ampere); "
                         "use model.dtype=float16 or float32")
     return getattr(torch, name)
@@ -226,7 +226,7 @@ def describe(device) -> dict:
 
 def memory_capacity(kind: str) -> int | None:
     """Bytes of memory one device offers, found without initialising an accelerator (the limits checked
-    before a run, bench/devices/limits.py): CPU: the machine's available memory (MemAvailable; every core shares
+    before a run, bench/core/devices/limits.py): CPU: the machine's available memory (MemAvailable; every core shares
     it); CUDA: the first GPU's total memory (nvidia-smi); None where it is not known (NPU, no nvidia-smi)."""
     import subprocess
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from rlbench.record.stages import IDLE_STAGES, OUTSIDE_STAGES, TRAIN_STAGES, Role, Stage, role_of
-from rlbench.results import schema
-from rlbench.results.schema import IterationRecord
-from rlbench.results.utilisation import utilisation
+from rlbench.core.record.stages import IDLE_STAGES, OUTSIDE_STAGES, TRAIN_STAGES, Role, Stage, role_of
+from rlbench.core.results import schema
+from rlbench.core.results.schema import IterationRecord
+from rlbench.core.results.utilisation import utilisation
 
 # Workers that hold no device of the run: their waiting is not a device's bubble.
 NOT_DEVICES = {Role.DRIVER.value, Role.EVAL.value}
@@ -121,7 +121,7 @@ def _spread(values: list[float]) -> dict:
 
 def aggregate(iterations: list[dict], evals: list[dict], peak: dict | None = None) -> dict:
     """Aggregates over measured (post-warm-up) iterations; raw values stay in `iterations`. peak: one
-    device's measured peak (bench/devices/peak.py), for the per-stage utilisation."""
+    device's measured peak (bench/core/devices/peak.py), for the per-stage utilisation."""
     measured = schema.measured(iterations)
     stage_names = sorted({k for it in measured for k in it["stage_s"]})
     workers = sorted({k for it in measured for k in it["idle_frac"]})
