@@ -94,7 +94,7 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
                                               "repeatable.")) -> None:
     """Write summary.csv/.md, plots and report.html into RUN_DIR."""
     from rlbench.reports import build_report, summary_table_text
-    from rlbench.run.ladder import write_ladder
+    from rlbench.analysis.ladder import write_ladder
 
     write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
     typer.echo(summary_table_text(run_dir, add))

@@ -1,4 +1,4 @@
-"""The report's time-to-accuracy section and its terminal text (reports/accuracy.py for the clock, the
+"""The report's time-to-accuracy section and its terminal text (bench/analysis/accuracy.py for the clock, the
 interval and the target)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlbench.reports.accuracy import TARGET_SHARE
+from rlbench.analysis.accuracy import TARGET_SHARE
 from rlbench.reports.html import esc, table as html_table
 from rlbench.reports.tables import fmt
 

@@ -3,17 +3,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlbench.reports.accuracy import curves
+from rlbench.analysis.accuracy import curves
 from rlbench.reports.accuracy_html import accuracy_html
 from rlbench.reports.accuracy_plots import CAPTIONS, write_accuracy_plots
-from rlbench.reports.accuracy_table import write_accuracy_table
-from rlbench.reports.data import load
+from rlbench.analysis.accuracy_table import write_accuracy_table
+from rlbench.analysis.data import load
 from rlbench.reports.families_text import families_section
 from rlbench.reports.html import write_html
 from rlbench.reports.plots import write_plots
 from rlbench.reports.regime_report import regime_section
-from rlbench.reports.seeds import is_multi_seed, write_seed_summary
-from rlbench.reports.tables import speedup_frame, write_summary
+from rlbench.analysis.seeds import is_multi_seed
+from rlbench.reports.seeds_summary import write_seed_summary
+from rlbench.analysis.speedup import speedup_frame
+from rlbench.reports.tables import write_summary
 
 
 def build_report(run_dir, add=()) -> Path:

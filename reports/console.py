@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from rlbench.reports.accuracy_html import accuracy_text
-from rlbench.reports.accuracy_table import accuracy_frame
-from rlbench.reports.data import load
+from rlbench.analysis.accuracy_table import accuracy_frame
+from rlbench.analysis.data import load
 from rlbench.reports.families_text import families_lines
-from rlbench.reports.regime import regime_frame
+from rlbench.analysis.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
-from rlbench.reports.seeds import cell_summary, is_multi_seed
-from rlbench.reports.tables import COMPACT_HEAD, attribution, attribution_text, compact_rows, speedup_frame
+from rlbench.analysis.seeds import cell_summary, is_multi_seed
+from rlbench.analysis.speedup import attribution, speedup_frame
+from rlbench.reports.tables import COMPACT_HEAD, attribution_text, compact_rows
 
 
 def summary_table_text(run_dir, add=()) -> str:
@@ -30,5 +31,5 @@ def summary_table_text(run_dir, add=()) -> str:
     regime = [] if multi else regime_lines(regime_frame(run, sp))
     # a regime map: one sentence per point (its attribution included), then where periodic asynchrony pays
     lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))
-    lines += families_lines(run)  # families.csv (bench/run/ladder.py), where the run is a families ladder
+    lines += families_lines(run)  # families.csv (bench/analysis/ladder.py), where the run is a families ladder
     return "\n".join(lines + accuracy_text(accuracy_frame(run)))

@@ -1,4 +1,4 @@
-"""The families ladder in words and tables, from families.csv (computed by bench/run/ladder.py): the
+"""The families ladder in words and tables, from families.csv (computed by bench/analysis/ladder.py): the
 terminal's lines and the report's section.
 
 The ladder line groups the rungs' factors by their `ladder_factor` (the two staleness rungs form one
@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from rlbench.reports.data import RunData
+from rlbench.analysis.data import RunData
 from rlbench.reports.html import esc, table
 from rlbench.reports.tables import fmt
 
 TITLE = "The families ladder: where the speedup comes from"
-CSV = "families.csv"  # written by bench/run/ladder.py
+CSV = "families.csv"  # written by bench/analysis/ladder.py
 SHOWN = ["cell", "TPSPD median (min–max)", "factor", "predicted", "error", "vs sync", "staleness 0/1/2…",
          "token staleness", "idle % per worker", "acc first→final", "status"]
 NOTE = ("Each rung adds one thing to the rung above it, on the same devices and config: the factor is its "

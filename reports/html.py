@@ -14,14 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from rlbench.core.costmodel import predict
-from rlbench.reports.data import CellData, RunData
-from rlbench.reports.tables import (
-    COMPACT_HEAD,
-    attribution,
-    attribution_text,
-    compact_rows,
-    fmt,
-)
+from rlbench.analysis.data import CellData, RunData
+from rlbench.analysis.speedup import attribution
+from rlbench.reports.tables import COMPACT_HEAD, attribution_text, compact_rows, fmt
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
 

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from rlbench.reports.data import RunData, stages_in
+from rlbench.analysis.data import RunData, stages_in
 from rlbench.reports.palette import cell_color, stage_color
 from rlbench.reports.timeline import plot_timeline
 

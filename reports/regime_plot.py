@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from rlbench.reports.palette import cell_color, stage_color
 from rlbench.reports.plots import MARKERS, save
-from rlbench.reports.regime import STATISTICS, WIN, Crossover, tail_key
+from rlbench.analysis.regime import STATISTICS, WIN, Crossover, tail_key
 
 MEASURED, PREDICTED = "#333333", stage_color("rollout")
 

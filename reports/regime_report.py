@@ -1,11 +1,11 @@
 """The regime map's place in a report: regime.csv, plots/regime.png and the section at the top of
-report.html (reports/regime.py computes, regime_text.py and regime_plot.py render)."""
+report.html (bench/analysis/regime.py computes, regime_text.py and regime_plot.py render)."""
 from __future__ import annotations
 
 import pandas as pd
-from rlbench.reports.data import RunData
+from rlbench.analysis.data import RunData
 from rlbench.reports.html import esc, plot_html, table
-from rlbench.reports.regime import length_frame, regime_frame, verdict
+from rlbench.analysis.regime import length_frame, regime_frame, verdict
 from rlbench.reports.regime_plot import plot_lengths, plot_map, tail_label
 from rlbench.reports.regime_text import regime_lines
 

@@ -1,14 +1,14 @@
 """The regime map in words: one sentence per point, one for the crossover, one for the prediction.
 
-Renders what reports/regime.py computed; the terminal, summary.md and report.html all print these.
+Renders what bench/analysis/regime.py computed; the terminal, summary.md and report.html all print these.
 """
 from __future__ import annotations
 
 import math
 
 import pandas as pd
-from rlbench.reports.cost_spread import BUSY_PCT, SPREAD_PCT
-from rlbench.reports.regime import STATISTICS, WIN, Crossover, prediction_check, verdict
+from rlbench.analysis.cost_spread import BUSY_PCT, SPREAD_PCT
+from rlbench.analysis.regime import STATISTICS, WIN, Crossover, prediction_check, verdict
 
 
 def _missing(v) -> bool:
@@ -114,7 +114,7 @@ def prediction_sentence(frame: pd.DataFrame) -> str | None:
 
 
 def _spread_clause(frame: pd.DataFrame, tolerance_pct: float) -> str:
-    """Which misses ran the same work at different CPU costs in different cells (reports/cost_spread.py)."""
+    """Which misses ran the same work at different CPU costs in different cells (bench/analysis/cost_spread.py)."""
     misses = [r for r in frame.to_dict("records") if not _missing(r["error_pct"]) and abs(r["error_pct"]) > tolerance_pct]
     if not misses or "train_cost_spread_pct" not in frame:
         return ""

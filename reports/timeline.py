@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
-from rlbench.reports.data import STAGE_ORDER, CellData, RunData, worker_sort_key
+from rlbench.analysis.data import STAGE_ORDER, CellData, RunData, worker_sort_key
 from rlbench.reports.palette import stage_color
 
 MAX_ITERATIONS = 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 from rlbench.core.record.stages import Stage
-from rlbench.reports.data import RunData
+from rlbench.analysis.data import RunData
 
 COLUMNS = ["cell", "stage", "GFLOP/s per device", "MFU %", "GB/s per device", "bandwidth %"]
 NOTE = ("Per device: a stage's counted work (VERL's FLOP count: 2N per token and pass plus attention; "

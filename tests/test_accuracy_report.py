@@ -11,8 +11,8 @@ import pytest
 
 from conftest_accuracy import EVERY, G, N_EVAL, PROMPTS, clock, make_curve_cell, make_seeded_ablation
 from rlbench.reports import build_report, summary_table_text
-from rlbench.reports.accuracy import TARGET_SHARE, crossing, curve, interval
-from rlbench.reports.data import load
+from rlbench.analysis.accuracy import TARGET_SHARE, crossing, curve, interval
+from rlbench.analysis.data import load
 from rlbench.core.results import schema
 
 SYNC = [[0.2, 0.3, 0.4, 0.5, 0.6], [0.25, 0.3, 0.45, 0.5, 0.55], [0.2, 0.35, 0.4, 0.55, 0.6]]

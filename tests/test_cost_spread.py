@@ -1,4 +1,4 @@
-"""reports/cost_spread.py: a regime point's cells must pay the same CPU for the same work; the spread
+"""bench/analysis/cost_spread.py: a regime point's cells must pay the same CPU for the same work; the spread
 says where they did not, and the map's prediction sentence names those misses."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rlbench.reports.cost_spread import cpu_per_token, descheduled_pct, point_spread, spread_pct
-from rlbench.reports.data import CellData
+from rlbench.analysis.cost_spread import cpu_per_token, descheduled_pct, point_spread, spread_pct
+from rlbench.analysis.data import CellData
 from rlbench.reports.regime_text import prediction_sentence
 
 

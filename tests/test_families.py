@@ -1,4 +1,4 @@
-"""`--ablation families` (bench/run/families.py, reports/families.py): six rungs on one config, the ladder of
+"""`--ablation families` (bench/analysis/families.py, reports/families.py): six rungs on one config, the ladder of
 factors in the terminal, families.csv and the report, measured and predicted."""
 import json
 import math
@@ -14,12 +14,12 @@ import pytest
 from conftest import TINY
 from conftest_reports import make_cell
 from rlbench.core.results import schema
-from rlbench.run import families
+from rlbench.analysis import families
 from rlbench.run.ablation import ABLATIONS, cells_for
 from rlbench.core.config import load_config
-from rlbench.run.ladder import families_frame, is_families, write_ladder
+from rlbench.analysis.ladder import families_frame, is_families, write_ladder
 from rlbench.reports import build_report, summary_table_text
-from rlbench.reports.data import load
+from rlbench.analysis.data import load
 from rlbench.reports.families_text import ladder_line, read
 from rlbench.core.schedules import SCHEDULES
 from rlbench.core.schedules.spec import BOUNDED, ONE_STEP, PERIODIC, REFERENCE
@@ -164,19 +164,23 @@ def test_families_through_the_cli(families_run):
 
 
 def test_a_pause_between_iterations_changes_no_schedules_tpspd(families_run):
-    """One window for every schedule: the iterations after a 1 s pause have the TPSPD of the others. Before
-    the window was one, a bounded-staleness iteration after the pause measured about 0.2x the others (the
-    pause inside its window); with its rollout running on through the pause it measures about 4.5x (work
-    done outside every window credited to it). Every registered schedule is among the six rungs."""
+    """One window for every schedule: the iterations after a 1 s pause are as long as the others and as
+    fast. Before the window was one, a bounded-staleness iteration after the pause was about 1 s longer
+    (0.2x the others' TPSPD: the pause inside its window); with its rollout running on through the pause
+    it measures about 4.5x (work done outside every window credited to it). The bounds leave room for a
+    busy machine, whose other work takes the cores during the pause. Every registered schedule is among
+    the six rungs."""
     _, run_dir = families_run
     seen = set()
     for rung in families.RUNGS:
         res = json.loads((run_dir / rung.cell / schema.RESULTS).read_text())
         seen.add(res["config"]["engine"]["schedule"])
         its = schema.measured(res["iterations"])
-        after = statistics.median(it["tpspd"] for it in its if it["iteration"] in PAUSED)
-        others = statistics.median(it["tpspd"] for it in its if it["iteration"] not in PAUSED)
-        assert 0.6 < after / others < 1.7, (rung.cell, after, others)
+        after, others = ([it for it in its if (it["iteration"] in PAUSED) == p] for p in (True, False))
+        wall = [statistics.median(it["wall_s"] for it in x) for x in (after, others)]
+        tpspd = [statistics.median(it["tpspd"] for it in x) for x in (after, others)]
+        # the pause in a window would add ~PAUSE_S to it; a batch made during it would multiply the TPSPD
+        assert wall[0] - wall[1] < PAUSE_S / 2 and tpspd[0] / tpspd[1] < 2.0, (rung.cell, wall, tpspd)
         held = [e for e in schema.load_events(run_dir / rung.cell) if e["stage"] == "paused"]
         for it, e in ((it, e) for it in res["iterations"] for e in held):  # no window holds a held gap
             assert min(it["end"], e["end"]) - max(it["start"], e["start"]) < 1e-3, (rung.cell, it["iteration"])

@@ -11,8 +11,8 @@ import pytest
 
 from conftest_accuracy import make_seeded_ablation
 from rlbench.reports import build_report
-from rlbench.reports.accuracy import crossing, curve, target_accuracy, curves
-from rlbench.reports.data import load
+from rlbench.analysis.accuracy import crossing, curve, target_accuracy, curves
+from rlbench.analysis.data import load
 from rlbench.core.results import schema
 
 SYNC = [[0.2, 0.3, 0.4, 0.5, 0.6], [0.25, 0.3, 0.45, 0.5, 0.55], [0.2, 0.35, 0.4, 0.55, 0.6]]

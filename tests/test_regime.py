@@ -1,4 +1,4 @@
-"""The regime map: its grid (bench/run/regime.py), the crossover logic (reports/regime.py), the report's
+"""The regime map: its grid (bench/run/regime.py), the crossover logic (bench/analysis/regime.py), the report's
 headline on hand-written result folders (tests/conftest_regime.py), and a real quick map through the CLI."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from conftest import TINY
 from conftest_regime import MAP, make_regime
 from conftest_reports import make_ablation
 from rlbench.reports import build_report, summary_table_text
-from rlbench.reports.regime import crossover, explain, prediction_check, regime_frame, spearman, verdict
-from rlbench.reports.tables import speedup_frame
+from rlbench.analysis.regime import crossover, explain, prediction_check, regime_frame, spearman, verdict
+from rlbench.analysis.speedup import speedup_frame
 from rlbench.core.results import schema
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -174,7 +174,7 @@ def regime_run(tmp_path_factory):
 
 
 def test_regime_frame_matches_the_summary(regime_run):
-    from rlbench.reports.data import load
+    from rlbench.analysis.data import load
 
     run = load(regime_run)
     sp = speedup_frame(run)
@@ -283,7 +283,7 @@ def test_cells_without_workloads_make_no_map(tmp_path):
     abl["cells"].append({"name": "periodic_async+tri_model", "dir": "periodic_async+tri_model",
                          "switches": {"schedule": "periodic_async"}, "exit_code": 0})
     schema.atomic_write_json(run / schema.ABLATION, abl)
-    from rlbench.reports.data import load
+    from rlbench.analysis.data import load
 
     loaded = load(run)
     assert len(speedup_frame(loaded)) == 2 and len(regime_frame(loaded, speedup_frame(loaded))) == 0

@@ -17,7 +17,7 @@ SOURCES = ("bench", "engines", "reports")
 # Where a word that is also a schedule's name means something else.
 OTHER_MEANING = {
     ("engines/rollout/pool.py", "sync"): "the rollout worker's weight-sync message",
-    ("reports/regime.py", "sync"): "the regime table's column of each point's reference cell",
+    ("bench/analysis/regime.py", "sync"): "the regime table's column of each point's reference cell",
     ("reports/tables.py", "sync"): "the attribution table's column of the reference cell",
     ("bench/core/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
     ("bench/simulate/paper.py", "sync"): "simulate.json keys of the reference's prediction (sync_tpspd, ...)",
@@ -128,9 +128,9 @@ def test_ablation_help_is_made_from_the_registry():
 
 def test_reported_metrics_come_from_one_table():
     """The summary's columns, compare's key metrics and the seed spreads are the metric table's rows."""
-    from rlbench.reports.comparison import KEY_METRICS
-    from rlbench.reports.seeds import EXTREMES, SPREAD
-    from rlbench.reports.tables import BASE_COLUMNS, TAIL_COLUMNS
+    from rlbench.analysis.comparison import KEY_METRICS
+    from rlbench.analysis.seeds import EXTREMES, SPREAD
+    from rlbench.analysis.summary import BASE_COLUMNS, TAIL_COLUMNS
     from rlbench.core.results import metric_table
 
     summary = [c for c in BASE_COLUMNS + TAIL_COLUMNS if c in {m.name for m in metric_table.METRICS}]

@@ -10,7 +10,7 @@ from pathlib import Path
 from rlbench.core.config import RunConfig, merge_trees, with_overrides
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
-from rlbench.run import families
+from rlbench.analysis import families
 from rlbench.run.regime import POINTS
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
@@ -52,7 +52,7 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     "staleness": [(_REF, REF_SW), (_ASYNC, ASYNC_SW)]
     + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
-    "families": list(families.CELLS),  # the async families as a ladder of factors (bench/run/families.py)
+    "families": list(families.CELLS),  # the async families as a ladder of factors (bench/analysis/families.py)
 }
 
 

@@ -61,7 +61,7 @@ def finish(run_dir: Path, report: bool) -> None:
     """Table and report from whatever was measured, also after a failure or Ctrl-C."""
     from rlbench.reports import build_report, summary_table_text
     from rlbench.core.results import schema
-    from rlbench.run.ladder import write_ladder
+    from rlbench.analysis.ladder import write_ladder
 
     try:
         if not schema.load_run(run_dir):

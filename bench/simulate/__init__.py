@@ -14,7 +14,7 @@ optimizer step, weight sync), measured in a run's data-parallel sync cell or sta
 Pure Python over result files: no torch, no accelerator.
 """
 from rlbench.simulate.calibrate import calibrate, validate
-from rlbench.simulate.events import SCHEDULES, SimResult, simulate
+from rlbench.core.costmodel.simulate import SCHEDULES, SimResult, simulate
 from rlbench.simulate.model import Costs, rescale
 from rlbench.simulate.paper import PAPER_FIGURES, best_split, paper_batches, paper_setting
 from rlbench.simulate.sweep import PRESETS, format_text, parse_list, run_simulation, sweep

@@ -6,7 +6,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from rlbench.reports.plots import save
-from rlbench.simulate.events import ASYNC, BOUNDED_K, REF
+from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, REF
 
 PLOT_FILES = ("tpspd_vs_devices.png", "tpspd_vs_share.png")
 STYLES = [":", "-.", (0, (5, 4)), (0, (1, 4)), (0, (3, 2, 1, 2))]

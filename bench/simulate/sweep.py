@@ -14,7 +14,7 @@ from rlbench.core import schedules
 from rlbench.core.errors import UserError
 from rlbench.simulate import paper
 from rlbench.simulate.calibrate import calibrate, validate
-from rlbench.simulate.events import ASYNC, BOUNDED_K, REF, simulate
+from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, REF, simulate
 from rlbench.simulate.model import costs_of, prompts_of, rescale, summary
 
 PRESETS = ("paper-7b",)

@@ -107,12 +107,12 @@ class RolloutWorker:
         self._hold()
         if self.mailbox is not None:
             self._take_posted(iteration)  # posted while this worker was idle
-        hooks = {"poll": self._poll} if self.mailbox is not None else {}  # only the built-in sampler polls
+        extra = {"poll": self._poll} if self.mailbox is not None else {}  # only the built-in sampler polls
         if self.gate is not None:
-            hooks["hold"] = self._hold
+            extra["hold"] = self._hold
         with self.rec.stage(Stage.ROLLOUT, iteration):
             hooks.call("iteration", iteration, "rollout")  # inside the stage: a planted hang is reported as a hang in rollout
-            self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)), **hooks)
+            self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)), **extra)
         self.prof.step()
         return self.rec.drain(), dict(self.sampler.last_stats)
 

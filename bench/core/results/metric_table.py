@@ -1,6 +1,6 @@
 """One table of the metrics rlbench reports: name (the column), unit, how seeds aggregate it, and where
 it shows. The summary table's columns, `rlbench compare`'s key metrics and the multi-seed spreads read
-it (reports/tables.py, reports/comparison.py, reports/seeds.py); adding a reported metric is one row
+it (reports/tables.py, bench/analysis/comparison.py, bench/analysis/seeds.py); adding a reported metric is one row
 here plus its value in the summary row (reports/tables.py `_row`).
 
 `rlbench check` reads its rows too (bench/check/metrics.py, ab.py): one row per metric family, whose
@@ -74,7 +74,7 @@ METRICS: tuple[Metric, ...] = (
            "out before the answer", "tail"),
     Metric("staleness_max", "versions", "max", (SUMMARY, COMPARE), "largest trained - behaviour version",
            "tail"),
-    # data.split=fact only: the summary adds these columns where a run has them (reports/heldout.py)
+    # data.split=fact only: the summary adds these columns where a run has them (bench/analysis/heldout.py)
     Metric("accuracy_heldout_gain", "pass@1", "median", (SPREAD,), "held-out facts: last minus first "
            "evaluation", "tail"),
     Metric("accuracy_seen_after", "pass@1", "median", (SPREAD,), "facts trained on: last evaluation", "tail"),

@@ -19,10 +19,10 @@ POOLS = "pools"  # a rollout pool feeds a training pool
 PPO = "ppo"  # on-policy samples: dual-clip PPO (engines/trainer/grpo.py PPOLoss)
 DECOUPLED = "decoupled"  # stale samples: the decoupled PPO loss (DecoupledPPOLoss)
 
-# the cost model `rlbench simulate` and the calibration run (bench/simulate/events.py)
+# the cost model `rlbench simulate` and the calibration run (bench/core/costmodel/simulate.py)
 MODEL_COLOCATED = "colocated"  # weight sync + the slowest rank's rollout + training + step
 MODEL_POOLS = "pools"  # rollout and training pools inside one iteration (overlap=False: the barrier)
-MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (bench/simulate/bounded.py)
+MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (bench/core/costmodel/bounded.py)
 
 # role: the schedule's place in the built-in ablation tables (bench/run/ablation.py), the check's switch
 # pairs and `rlbench simulate`'s ladder

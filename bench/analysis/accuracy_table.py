@@ -2,7 +2,7 @@
 
 Columns: TPSPD (median over seeds of each seed's median, with the spread over seeds); accuracy (strict
 pass@1) and accuracy in any format at the first and the last evaluation, the last with a 95% interval
-(reports/accuracy.py says which); the target (median of the per-seed targets) and, per cell, how many of
+(bench/analysis/accuracy.py says which); the target (median of the per-seed targets) and, per cell, how many of
 the seeds with a target reached theirs, the training wall
 time and trained samples to reach it (median over the seeds that did, with the spread), the reference's
 time over this cell's (> 1: reaches the target sooner); total training wall time; and the share of
@@ -17,7 +17,7 @@ from collections import defaultdict
 import pandas as pd
 
 from rlbench.core.results import schema
-from rlbench.reports.accuracy import (
+from rlbench.analysis.accuracy import (
     Curve,
     crossing,
     curves,
@@ -26,7 +26,7 @@ from rlbench.reports.accuracy import (
     target_accuracy,
     typical_target,
 )
-from rlbench.reports.data import CellData, RunData
+from rlbench.analysis.data import CellData, RunData
 
 COLUMNS = ["cell", "seeds", "tpspd_median", "tpspd_seed_min", "tpspd_seed_max", "accuracy_first",
            "accuracy_final", "accuracy_final_lo", "accuracy_final_hi", "any_format_first", "any_format_final",

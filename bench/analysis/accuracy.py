@@ -22,7 +22,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from rlbench.reports.data import CellData, RunData
+from rlbench.analysis.data import CellData, RunData
 from rlbench.core.results import schema
 
 TARGET_SHARE = 0.8

@@ -13,7 +13,7 @@ waiting for its core (descheduled), which CPU costs alone do not see.
 from __future__ import annotations
 
 from rlbench.core.record.stages import Role, Stage, role_of
-from rlbench.reports.data import CellData
+from rlbench.analysis.data import CellData
 
 SPREAD_PCT = 10.0  # beyond this, a point's cells did not run the same code at the same speed
 BUSY_PCT = 5.0  # beyond this, a cell's workers waited for their cores: other work ran on the machine

@@ -21,8 +21,8 @@ from rlbench.core import schedules
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.errors import UserError
 from rlbench.core.schedules.spec import BOUNDED, MODEL_BOUNDED, MODEL_COLOCATED, PERIODIC, REFERENCE
-from rlbench.simulate.bounded import at_batch_start, bounded
-from rlbench.simulate.partial import mid_batch
+from rlbench.core.costmodel.bounded import at_batch_start, bounded
+from rlbench.core.costmodel.partial import mid_batch
 
 SCHEDULES = tuple(schedules.SCHEDULES)  # every registered schedule, each by its record's cost model
 # The schedules the sweeps and the paper setting compare, by their role.

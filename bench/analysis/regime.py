@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from rlbench.reports.cost_spread import point_spread
-from rlbench.reports.data import CellData, RunData, get_path
+from rlbench.analysis.cost_spread import point_spread
+from rlbench.analysis.data import CellData, RunData, get_path
 from rlbench.core.results import schema
 
 WIN = 1.0  # a speedup above this is a win: periodic-async's TPSPD beats sync's on the same devices

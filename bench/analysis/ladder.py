@@ -1,4 +1,4 @@
-"""The families ladder of `--ablation families` (bench/run/families.py), computed from a run's result files
+"""The families ladder of `--ablation families` (bench/analysis/families.py), computed from a run's result files
 into families.csv, which the terminal and the report render (reports/families_text.py).
 
 One row per rung: TPSPD (median, min–max over measured iterations), the factor over the rung before and
@@ -11,7 +11,7 @@ report's model, one-step-off and k2 by the bounded-staleness simulator, k2_parti
 model). Predicted factors are ratios of predicted TPSPDs, except the first (split), which is over sync's
 measured TPSPD as the report's predicted speedups are, so the predicted factors multiply to the last
 rung's predicted speedup. `ladder_factor` names the factor of the ladder line a rung's factor belongs to
-(bench/run/families.py GROUPS: the two staleness rungs form one).
+(bench/analysis/families.py GROUPS: the two staleness rungs form one).
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from collections import Counter
 from pathlib import Path
 
 from rlbench.core.results import schema
-from rlbench.run import families
+from rlbench.analysis import families
 from rlbench.core.errors import UserError
 from rlbench.core.results.metrics import idle_fractions
-from rlbench.reports.data import CellData, RunData, load, workers_in
+from rlbench.analysis.data import CellData, RunData, load, workers_in
 
 CSV = "families.csv"
 
@@ -36,7 +36,7 @@ HEAD = ["rung", "cell", "schedule", "adds", "factor_name", "ladder_factor", "tps
 def write_ladder(run_dir) -> Path | None:
     """families.csv in run_dir when the run is a families ladder (a multi-seed run: its first seed's
     cells); -> its path, or None (any earlier families.csv is removed: it would describe other cells)."""
-    from rlbench.reports.seeds import is_multi_seed, per_seed
+    from rlbench.analysis.seeds import is_multi_seed, per_seed
 
     run = load(run_dir)
     path = Path(run_dir) / CSV
@@ -94,7 +94,7 @@ def _row(i: int, rung, c: CellData | None, pred: float | None, prev: dict | None
 
 def _predictions(run: RunData) -> dict[str, float]:
     """cell -> predicted TPSPD from its sync twin's measured costs (nothing from the async cells)."""
-    from rlbench.simulate.calibrate import predict_cells
+    from rlbench.analysis.speedup import predict_cells
 
     try:
         return {r["cell"]: r["predicted_tpspd"] for r in predict_cells(run)}

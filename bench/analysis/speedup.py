@@ -1,0 +1,153 @@
+"""Speedups measured and predicted: every periodic-async cell against the model's prediction from its sync
+twin (bench/core/costmodel/predict.py), the attribution of a speedup to the device split and the overlap,
+and validate()'s rows for every cell of a run (`rlbench simulate RUN`).
+"""
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+from rlbench.analysis.data import CellData, RunData, get_path
+from rlbench.core import schedules
+from rlbench.core.costmodel.contention import predict_contended
+from rlbench.core.costmodel.predict import measurements, predict_async
+from rlbench.core.errors import UserError
+from rlbench.core.results import schema
+from rlbench.core.schedules.spec import MODEL_BOUNDED, MODEL_COLOCATED, MODEL_POOLS
+
+
+def speedup_frame(run: RunData) -> pd.DataFrame:
+    """Measured vs predicted speedup of every periodic-async cell (bench/core/costmodel/predict.py).
+
+    Each is predicted from the sync cell with the same switches and workload (its own measured
+    device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its
+    workload), so they stand beside the summary's speedup column."""
+    rows = []
+    for c in run.cells:
+        sync = sync_twin(run, c)
+        if _model(c) != MODEL_POOLS or sync is None:  # the report predicts the pools model
+            continue
+        ref = reference_of(run, c)
+        r, t = _split(c)
+        row = {"cell": c.name, "predicted_from": sync.name, "overlap": _overlap(c), "rollout_devices": r,
+               "train_devices": t, "rollout_share_of_sync": None,
+               "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()), "predicted_speedup": None, "error_pct": None,
+               "predicted_with_contention": None, "contention_kappa": None, "contention_kappa_decode": None,
+               "kappa_source": None}
+        try:
+            pred = predict_async(sync.result, sync.samples, sync.events, r, t, overlap=_overlap(c),
+                                 devices=c.devices, reference_tpspd=ref.tpspd())
+        except UserError:
+            pred = None
+        if pred:
+            row.update(rollout_share_of_sync=pred["rollout_share"], predicted_speedup=pred["predicted_speedup"])
+            if row["measured_speedup"] and pred["predicted_speedup"]:
+                row["error_pct"] = 100 * (pred["predicted_speedup"] / row["measured_speedup"] - 1)
+            if (r, t) == (1, 1):  # the proposed contention term: a column beside the model, never in it
+                con = predict_contended(sync.result, sync.samples, sync.events, overlap=_overlap(c),
+                                        devices=c.devices, reference_tpspd=ref.tpspd(), probe=run.probe)
+                k = con["kappa"]
+                row.update(predicted_with_contention=con["predicted_speedup"], kappa_source=con["kappa_source"],
+                           contention_kappa=k[1] if isinstance(k, tuple) else k,
+                           contention_kappa_decode=k[0] if isinstance(k, tuple) else None)
+        rows.append(row)
+    cols = ["cell", "predicted_from", "overlap", "rollout_devices", "train_devices", "rollout_share_of_sync",
+            "measured_speedup", "predicted_speedup", "error_pct", "predicted_with_contention", "contention_kappa",
+            "contention_kappa_decode", "kappa_source"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def attribution(sp: pd.DataFrame) -> list[dict]:
+    """Per workload with a barrier cell: what the device split gives (barrier / sync) and what overlap
+    adds (async / barrier), measured and predicted. Speedups multiply: total = split x overlap."""
+    out = []
+    for _, b in sp[~sp["overlap"]].iterrows() if len(sp) else []:
+        prefix = b["cell"].rsplit("/", 1)[0] + "/" if "/" in b["cell"] else ""
+        for _, a in sp[sp["overlap"] & sp["cell"].str.startswith(prefix)].iterrows():
+            if a["predicted_from"] != b["predicted_from"]:
+                continue
+            out.append({"async": a["cell"], "barrier": b["cell"], "sync": a["predicted_from"],
+                        "rollout_share_of_sync": a["rollout_share_of_sync"],
+                        "split_measured": b["measured_speedup"], "split_predicted": b["predicted_speedup"],
+                        "overlap_measured": schema.ratio(a["measured_speedup"], b["measured_speedup"]),
+                        "overlap_predicted": schema.ratio(a["predicted_speedup"], b["predicted_speedup"]),
+                        "total_measured": a["measured_speedup"], "total_predicted": a["predicted_speedup"]})
+    return out
+
+
+def colocated(c: CellData) -> bool:
+    spec = schedules.get(c.schedule)
+    return spec is not None and spec.colocated
+
+
+def _model(c: CellData) -> str | None:
+    spec = schedules.get(c.schedule)
+    return spec and spec.model
+
+
+def sync_twin(run: RunData, cell: CellData) -> CellData | None:
+    """The sync cell of the same workload with the same optimisation switches, else that workload's first
+    sync cell."""
+    syncs = [s for s in run.cells if colocated(s) and s.iterations
+             and s.switches.get("workload") == cell.switches.get("workload")]
+    same = [s for s in syncs if all(s.switches.get(k) == cell.switches.get(k)
+                                    for k in ("tri_model", "shared_prompt"))]
+    return (same or syncs or [None])[0]
+
+
+def reference_of(run: RunData, cell: CellData) -> CellData:
+    """The cell a speedup is relative to: the first cell of the same workload (regime sweeps), else the first."""
+    same = [c for c in run.cells if c.switches.get("workload") == cell.switches.get("workload")]
+    return (same or run.cells)[0]
+
+
+def _overlap(c: CellData) -> bool:
+    v = c.switches.get("overlap")
+    return True if v is None else bool(v)
+
+
+def _split(c: CellData) -> tuple[int, int]:
+    eng = get_path(c.result, "config.engine") or {}
+    return int(eng.get("rollout_devices") or 1), int(eng.get("train_devices") or 1)
+
+
+def predict_cells(run: RunData) -> list[dict]:
+    """Every cell of a run predicted from the sync cell of its workload and switches (rlbench simulate's
+    validation): periodic_async cells as the report's measured-vs-predicted rows, sync cells their own
+    measurements replayed (in-sample), bounded cells the bounded model on their sync twin's costs.
+    -> one row per cell: cell, schedule, overlap, partial_rollout, split, devices, measured and predicted
+    median TPSPD, error (predicted / measured - 1), measured and predicted speedup, predicted_from."""
+    from rlbench.core.costmodel.simulate import simulate
+
+    report = speedup_frame(run).set_index("cell")
+    rows = []
+    for c in run.cells:
+        med, ref, twin = c.tpspd(), reference_of(run, c).tpspd(), sync_twin(run, c)
+        spec = schedules.get(c.schedule)
+        if spec is None or not med or twin is None:
+            continue
+        eng = get_path(c.result, "config.engine") or {}
+        n, m = int(eng.get("rollout_devices") or 1), int(eng.get("train_devices") or 1)
+        devices = int(c.devices or n + m)
+        pred = None
+        if spec.model == MODEL_POOLS:
+            sp = report.loc[c.name, "predicted_speedup"] if c.name in report.index else None
+            pred = None if sp is None or sp != sp else float(sp) * ref  # NaN: the report has no prediction
+        else:
+            batches = measurements(twin.result, twin.samples, twin.events)
+            if spec.model == MODEL_COLOCATED and twin is c:  # in-sample: the measured ranks, each its shard
+                walls = [b.sync_time()[0] for b in batches]
+                pred = statistics.median(b.tokens / (w * devices) for b, w in zip(batches, walls))
+            elif spec.model == MODEL_BOUNDED:
+                k = int(eng.get("max_staleness", 1) or 0)
+                res = simulate(batches, c.schedule, n, m, staleness=k, partial_rollout=bool(eng.get("partial_rollout")),
+                               resume_kv=eng.get("resume_kv") or "recompute")
+                pred = res.tpspd * (n + m) / devices
+        if pred is None:
+            continue
+        rows.append({"cell": c.name, "schedule": c.schedule, "overlap": eng.get("overlap", True) is not False,
+                     "partial_rollout": bool(eng.get("partial_rollout")),
+                     "rollout_devices": n, "train_devices": m, "devices": devices, "predicted_from": twin.name,
+                     "measured_tpspd": med, "predicted_tpspd": pred, "error": pred / med - 1,
+                     "measured_speedup": schema.ratio(med, ref), "predicted_speedup": schema.ratio(pred, ref)})
+    return rows
