@@ -12,10 +12,11 @@ def check_supported(cfg) -> None:
     """Config keys the built-in engines do not implement are refused, never ignored (exit 2)."""
     from rlbench.core.errors import UserError
 
-    if cfg.rollout.backend == "vllm":
-        from rlbench.engines.rollout.vllm_backend import require_vllm
+    from rlbench.core.components import BACKENDS
 
-        require_vllm()
+    missing = BACKENDS[cfg.rollout.backend].missing()
+    if missing:
+        raise UserError(missing)
     if cfg.train.ppo_mini_batches != 1:
         raise UserError(
             f"train.ppo_mini_batches={cfg.train.ppo_mini_batches}: rlbench's built-in engines take one optimizer "
@@ -44,10 +45,10 @@ def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placeme
     if placement is None or spec.in_process(cfg):
         return _in_process_engine(cfg, policy, tok, t0, sink, device, dataset, placement)
     dev.set_threads(1)  # the driver dispatches and scores; the workers compute
-    session = _Session(cfg, policy, tok, t0, placement)
+    session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset)
     try:
-        build = spec.build_function()  # the schedule's build(), named by its record
-        schedule = build(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset)
+        build = spec.build_function()  # the schedule's build(options, session), named by its record
+        schedule = build(spec.read(cfg), session)
         session.check_observed()
         return schedule, WorkerEval(schedule.trainer)
     except BaseException:
@@ -61,14 +62,14 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
     from rlbench.core import schedules
     from rlbench.core.devices import device as dev
     from rlbench.engines.evaluation import InProcessEval
-    from rlbench.engines.rollout.worker import BUILTIN, build_backend
+    from rlbench.engines.rollout.worker import EVALUATION, build_backend
     from rlbench.core.record.stages import Recorder, Role
 
     e = cfg.engine
     spec = schedules.of(cfg)
     policy = policy.to(device)
     make_model = (lambda: copy.deepcopy(policy).eval())
-    eval_sampler = build_backend(BUILTIN, policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs, device,
+    eval_sampler = build_backend(EVALUATION, policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs, device,
                                  make_model)
     dev.set_threads(e.num_devices if device.type == "cpu" else 1)
     if spec.in_process_builder:  # the whole schedule in this process
@@ -77,10 +78,11 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
     from rlbench.core.devices.placement import plan
 
     placement = plan(e, device.type, available=e.num_devices)  # rollout workers as planned
-    session = _Session(cfg, policy, tok, t0, placement, trainer_in_process=True)
+    session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset,
+                       trainer_in_process=True)
     try:
         build = spec.build_function()
-        schedule = build(cfg, session, Recorder(Role.DRIVER.value, t0, sink=sink), dataset)
+        schedule = build(spec.read(cfg), session)
         return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
     except BaseException:
         session.close()
@@ -88,12 +90,15 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
 
 
 class _Session:
-    """What the schedule builders get: the weights every worker starts from, how workers are hosted
-    (`trainer(role)`, `rollout_pool()`) and the iteration inputs (`future_inputs`)."""
+    """What a schedule's build(options, session) gets besides its options: the config, the driver's
+    recorder (`recorder`: the events route), the weights every worker starts from, how workers are hosted
+    (`trainer(role)`, `rollout_pool(...)`) and the iteration inputs (`future_inputs`)."""
 
-    def __init__(self, cfg, policy, tok, t0: float, placement, trainer_in_process: bool = False):
+    def __init__(self, cfg, policy, tok, t0: float, placement, recorder, dataset=None,
+                 trainer_in_process: bool = False):
         e = cfg.engine
         self.cfg, self.policy, self.tok, self.t0, self.placement = cfg, policy, tok, t0, placement
+        self.recorder, self.dataset = recorder, dataset
         self.trainer_in_process = trainer_in_process
         self.ray = e.launcher == "ray"
         self.owns_ray = False
@@ -109,18 +114,6 @@ class _Session:
         self.shared = None if self.ray else {n: p.detach().to("cpu").clone().share_memory_()
                                              for n, p in policy.named_parameters()}
         self._ref = None
-        self.mailbox = None  # partial rollout: new weights reach the rollout workers mid-generation
-        if e.partial_rollout:
-            from rlbench.engines.rollout.mailbox import WeightMailbox
-
-            self.mailbox = WeightMailbox(e.resume_kv)
-        self.gate = None  # rollout that runs ahead: held between iterations (engines/rollout/gate.py)
-        from rlbench.core import schedules
-
-        if schedules.of(cfg).runs_ahead and not self.ray:
-            from rlbench.engines.rollout.gate import RolloutGate
-
-            self.gate = RolloutGate()
 
     def weights(self):
         """How a worker gets the initial weights: the shared tensors, or a Ray object reference in a list."""
@@ -159,7 +152,9 @@ class _Session:
                                                           self.t0, spec, self.shared), owns_ray=True)
         return DataParallelTrainer(host, self.policy, self.shared)
 
-    def rollout_pool(self):
+    def rollout_pool(self, mailbox=None, gate=None):
+        """The rollout workers on the rollout slots. mailbox (engines/rollout/mailbox.py), gate
+        (engines/rollout/gate.py): made by a schedule that needs them, handed to every worker."""
         from rlbench.engines.rollout.pool import RolloutPool
         from rlbench.engines.rollout.worker import RolloutWorker, backend_spec
         from rlbench.core.record.stages import Role
@@ -167,12 +162,13 @@ class _Session:
         cfg = self.cfg
         host = self.host(Role.ROLLOUT, RolloutWorker, lambda r, n: (
             self.policy.config, self.weights(), self.tok.eos_token_id, cfg.rollout.max_num_seqs,
-            backend_spec(cfg), self.t0, self.mailbox, self.gate),
+            backend_spec(cfg), self.t0, mailbox, gate),
             owns_ray=self.trainer_in_process)  # else the trainer's host owns Ray
-        return RolloutPool(host, self.shared, self.mailbox, self.gate)
+        return RolloutPool(host, self.shared, mailbox, gate)
 
-    def future_inputs(self, dataset):
+    def future_inputs(self):
         """m -> IterationInput of iteration m, for a schedule that dispatches ahead of the runner."""
+        dataset = self.dataset
         if dataset is None:
             from rlbench.engines.data.source import load_dataset
 

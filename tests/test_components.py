@@ -6,10 +6,10 @@ import pytest
 from rlbench.core import components, schedules
 from rlbench.core.config import EngineConfig, RolloutConfig, RunConfig, with_overrides
 from rlbench.engines.rollout.pool import RolloutPool
-from rlbench.engines.schedules.bounded_async import BoundedAsyncSchedule
+from rlbench.engines.schedules.bounded_async.engine import BoundedAsyncSchedule
 from rlbench.engines.schedules.common import RolloutSource, Schedule, SupportsTraining
-from rlbench.engines.schedules.periodic_async import PeriodicAsyncSchedule
-from rlbench.engines.schedules.sync import DataParallelSync, SyncSchedule
+from rlbench.engines.schedules.periodic_async.engine import PeriodicAsyncSchedule
+from rlbench.engines.schedules.sync.engine import DataParallelSync, SyncSchedule
 from rlbench.engines.trainer.distributed import DataParallelTrainer
 from rlbench.engines.trainer.trainer import Trainer as InProcessTrainer
 from rlbench.simulate import SCHEDULES as SIMULATED
@@ -52,9 +52,34 @@ def test_options_are_read_from_their_config_keys():
     assert (opts.max_staleness, opts.prox_logp, opts.consume_order) == (3, "loglinear", "arrival")
     sw = cfg.switches()
     assert sw["max_staleness"] == 3 and sw["prox_logp"] == "loglinear"
-    assert sw["overlap"] is None and sw["sync_layout"] is None  # other schedules' options: their absent values
+    assert "overlap" not in sw and "sync_layout" not in sw  # other schedules' options do not apply
     sync = RunConfig().switches()
-    assert sync["max_staleness"] == 0 and sync["prox_logp"] is None and sync["sync_layout"] == "data_parallel"
+    assert sync == {"schedule": "sync", "tri_model": False, "shared_prompt": False, "sync_layout": "data_parallel"}
+
+
+def test_a_config_section_is_made_of_the_options_its_components_declare():
+    """Each option's default and help text are written once, in its component's options model; the config
+    section takes them from there, and two different declarations of one key are refused."""
+    from pydantic import Field
+
+    from rlbench.core.components import BACKENDS, Options, option_fields
+    from rlbench.core.config import EngineConfig, RolloutConfig, TrainConfig
+
+    for spec in [*schedules.SCHEDULES.values(), *BACKENDS.values()]:
+        for name, f in spec.options.model_fields.items():
+            section, key = f.json_schema_extra["key"].split(".")
+            got = {"engine": EngineConfig, "train": TrainConfig, "rollout": RolloutConfig}[section].model_fields[key]
+            assert (got.default, got.description) == (f.default, f.description), (spec.name, name)
+
+    class A(Options):
+        x: int = Field(1, description="one", json_schema_extra={"key": "engine.x"})
+
+    class B(Options):
+        x: int = Field(2, description="two", json_schema_extra={"key": "engine.x"})
+
+    fake = [type("C", (), {"name": n, "options": o}) for n, o in (("a", A), ("b", B))]
+    with pytest.raises(TypeError, match="engine.x is declared twice"):
+        option_fields(fake, "engine")
 
 
 def test_a_schedule_refuses_what_it_cannot_do():

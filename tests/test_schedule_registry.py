@@ -1,5 +1,6 @@
-"""A schedule is described once (bench/core/schedules/<name>.py, one record, one line of REGISTERED): no other
-module names one, and a schedule added that way (one_step_off) is a whole schedule everywhere."""
+"""A schedule is one folder (engines/schedules/<name>/: record, options, engine, cost term) and one line of
+REGISTERED; a rollout backend one record and its module: no other module names one, and a schedule added
+that way (one_step_off) is a whole schedule everywhere."""
 import ast
 import json
 import re
@@ -18,15 +19,31 @@ SOURCES = ("bench", "engines", "reports")
 OTHER_MEANING = {
     ("engines/rollout/pool.py", "sync"): "the rollout worker's weight-sync message",
     ("bench/analysis/regime.py", "sync"): "the regime table's column of each point's reference cell",
-    ("reports/tables.py", "sync"): "the attribution table's column of the reference cell",
+    ("bench/analysis/speedup.py", "sync"): "the attribution table's column of the reference cell",
+    ("reports/tables.py", "sync"): "the attribution sentence reads that column",
     ("bench/core/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
     ("bench/simulate/paper.py", "sync"): "simulate.json keys of the reference's prediction (sync_tpspd, ...)",
 }
 
 
+# Where a word that is also a rollout backend's name means something else.
+OTHER_BACKEND_MEANING = {
+    ("bench/core/config.py", "builtin"): "data.source: the built-in task",
+    ("engines/data/source.py", "builtin"): "data.source: the built-in task",
+    ("bench/core/results/provenance.py", "vllm"): "the vllm package's version",
+    ("engines/external/verl.py", "vllm"): "VERL's own rollout engine setting",
+    ("engines/external/mindspeed.py", "vllm"): "MindSpeed-RL's own rollout engine setting",
+}
+
+
 def _own(path: str, name: str) -> bool:
-    """The modules that may name schedule `name`: its record, its engine, and the registration line."""
-    return path in (f"bench/core/schedules/{name}.py", f"engines/schedules/{name}.py", "bench/core/schedules/__init__.py")
+    """The modules that may name schedule `name`: its folder (record, engine, cost term)."""
+    return path.startswith(f"engines/schedules/{name}/")
+
+
+def _own_backend(path: str, name: str) -> bool:
+    """The modules that may name backend `name`: the registry (its record) and its module."""
+    return path == "bench/core/components.py" or (name == "vllm" and path == "engines/rollout/vllm_backend.py")
 
 
 def _docstrings(tree) -> set[int]:
@@ -52,18 +69,28 @@ def mentions(source: str, names) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-def test_no_other_module_names_a_schedule():
+def _scan(names, own, other_meaning) -> None:
     found, excused = [], set()
     for top in SOURCES:
         for path in sorted((ROOT / top).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            for line, name in mentions(path.read_text(), schedules.SCHEDULES):
-                if (rel, name) in OTHER_MEANING:
+            for line, name in mentions(path.read_text(), names):
+                if (rel, name) in other_meaning:
                     excused.add((rel, name))
-                elif not _own(rel, name):
+                elif not own(rel, name):
                     found.append(f"{rel}:{line}: {name}")
-    assert not found, "schedule names outside their own module (read the record instead):\n" + "\n".join(found)
-    assert excused == set(OTHER_MEANING), "stale OTHER_MEANING entries: " + str(set(OTHER_MEANING) - excused)
+    assert not found, "names outside their own module (read the record instead):\n" + "\n".join(found)
+    assert excused == set(other_meaning), "stale entries: " + str(set(other_meaning) - excused)
+
+
+def test_no_other_module_names_a_schedule():
+    _scan(schedules.SCHEDULES, _own, OTHER_MEANING)
+
+
+def test_no_other_module_names_a_rollout_backend():
+    from rlbench.core.components import BACKENDS
+
+    _scan(BACKENDS, _own_backend, OTHER_BACKEND_MEANING)
 
 
 def test_the_scan_sees_a_name():
@@ -83,8 +110,8 @@ def test_one_step_off_is_bounded_staleness_one():
 
     spec = schedules.SCHEDULES["one_step_off"]
     assert (spec.layout, spec.loss, spec.model, spec.runs_ahead) == (POOLS, DECOUPLED, MODEL_BOUNDED, True)
-    cfg = with_overrides(RunConfig(), {"engine": {"schedule": "one_step_off", "max_staleness": 0}})
-    assert spec.staleness(cfg) == 1 and cfg.switches()["max_staleness"] == 1  # pinned, whatever the key says
+    cfg = with_overrides(RunConfig(), {"engine": {"schedule": "one_step_off"}})
+    assert spec.staleness(cfg) == 1 and cfg.switches()["max_staleness"] == 1  # pinned
     assert isinstance(make_loss(cfg), DecoupledPPOLoss)
     assert [s.role for s in plan(cfg.engine, "cpu", 2).slots] == ["rollout", "trainer"]
     with pytest.raises(Exception, match="one-step-off is k=1"):

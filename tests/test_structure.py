@@ -103,9 +103,10 @@ def test_the_layers_are_the_folders():
 
 
 def test_imports_by_name_are_seen():
-    """The schedule registry loads its records by name, and the records name their engines' builders."""
-    assert "rlbench.core.schedules.sync" in GRAPH["rlbench.core.schedules"]
-    assert "rlbench.engines.schedules.sync" in BY_NAME["rlbench.core.schedules.sync"]
+    """The schedule registry loads its records by name, and the records name their engines and cost terms."""
+    assert "rlbench.engines.schedules.sync" in GRAPH["rlbench.core.schedules"]
+    assert {"rlbench.engines.schedules.sync.engine", "rlbench.engines.schedules.sync.cost"} <= \
+        BY_NAME["rlbench.engines.schedules.sync"]
     assert "rlbench.reports.build" in BY_NAME["rlbench.reports"]  # the reports' lazy names
 
 
@@ -131,10 +132,19 @@ def test_rollout_knows_neither_schedules_nor_trainer():
     assert not {m: d for m, d in bad.items() if d}
 
 
-def test_schedules_share_only_common():
-    schedules = {m for m in GRAPH if m.startswith("rlbench.engines.schedules.")}
-    bad = {m: sorted(d for d in GRAPH[m] & schedules if not d.endswith(".common")) for m in schedules}
-    assert not {m: d for m, d in bad.items() if d}
+def test_a_schedule_is_one_folder():
+    """Each schedule's code is its folder (engines/schedules/<name>/); folders share only the protocols
+    (common.py) and the options several of them read (options.py). A schedule that reuses another's engine
+    or cost term names it by string in its record (one_step_off: bounded_async's, k pinned to 1)."""
+    folders = {p.name for p in (ROOT / "engines" / "schedules").iterdir() if (p / "__init__.py").is_file()}
+    assert {"sync", "periodic_async", "bounded_async", "one_step_off"} <= folders
+    shared = {"rlbench.engines.schedules.common", "rlbench.engines.schedules.options"}
+    for m in (m for m in GRAPH if m.startswith("rlbench.engines.schedules.")):
+        own = "rlbench.engines.schedules." + m.split(".")[3]
+        static = GRAPH[m] - BY_NAME[m]
+        bad = sorted(d for d in static if _under(d, ["rlbench.engines.schedules"]) and d not in shared
+                     and not _under(d, [own]))
+        assert not bad, (m, bad)
 
 
 def test_no_private_names_imported_from_another_module():

@@ -38,7 +38,7 @@ def test_missing_vllm_is_a_clear_error(monkeypatch):
     from rlbench.engines.rollout import vllm_backend
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm now raises ImportError
-    with pytest.raises(UserError, match="rollout.backend=vllm needs vLLM"):
+    with pytest.raises(UserError, match="rollout.backend=vllm needs vllm, which is not importable"):
         vllm_backend.import_vllm()
 
 

@@ -19,6 +19,7 @@ from rlbench.core.record.stages import OUTSIDE_STAGES
 from rlbench.core.results import schema
 from rlbench.core.results.metric_table import CHECK_FAMILIES, check_metric, family
 from rlbench.core.results.metrics import union_length
+from rlbench.core import schedules
 from rlbench.core.schedules import by_role
 from rlbench.core.schedules.spec import PERIODIC, REFERENCE
 
@@ -26,7 +27,7 @@ from rlbench.core.schedules.spec import PERIODIC, REFERENCE
 SWITCHES = {"schedule": (by_role(PERIODIC).name, by_role(REFERENCE).name), "tri_model": (True, False),
             "shared_prompt": (True, False)}
 # Keys that come with the pair's schedules (their own recorded options): not a second difference.
-SCHEDULE_KEYS = (*by_role(REFERENCE).absent, *by_role(PERIODIC).absent)
+SCHEDULE_KEYS = tuple(schedules.option_keys())
 # switch -> its gain's family (bench/core/results/metric_table.py)
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
 # switch -> the stages whose cost that switch changes: what a regression of its component shows in

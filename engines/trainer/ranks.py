@@ -116,16 +116,16 @@ class TrainerRank:
     def evaluate(self, requests: list, sampling) -> list:
         """Greedy evaluation answers of the current weights, generated on this rank's device with the
         built-in sampler (a colocated rank's own when it has one) -> groups (token ids)."""
-        from rlbench.engines.rollout import BUILTIN
+        from rlbench.engines.rollout import EVALUATION
 
         if self._eval_sampler is None:
-            if self._spec is not None and self._spec.get("backend") == BUILTIN["backend"]:
+            if self._spec is not None and self._spec.get("backend") == EVALUATION["backend"]:
                 self._eval_sampler = self.sampler  # it loads the trainer's weights before every rollout
             else:
                 from rlbench.engines.model.weights import build_model
                 from rlbench.engines.rollout import build_backend
 
-                self._eval_sampler = build_backend(BUILTIN, self._model_config, self._eos, self._max_num_seqs,
+                self._eval_sampler = build_backend(EVALUATION, self._model_config, self._eos, self._max_num_seqs,
                                                    self.device, lambda: build_model(self._model_config, self.device))
         self._eval_sampler.load_weights(self.trainer.weights(), self.trainer.version)
         return self._eval_sampler.generate(requests, sampling)

@@ -1,16 +1,9 @@
-"""Every schedule (DESIGN.md §1) on N rollout + M training devices, over batches of model.py, by the cost
-model its record names (bench/core/schedules/):
+"""Every schedule on N rollout + M training devices, over batches of per-device costs measured in a sync
+cell (rlbench.core.costmodel.predict.SyncMeasurements), each by its own term of the cost model: the record
+of a schedule names it (engines/schedules/<name>/cost.py), so adding a schedule adds its term there.
 
-- colocated: the data-parallel hybrid engine (sync), N + M colocated ranks, each generating and training
-  its shard (prompts r, r + N + M, ...): weight sync + the slowest rank's rollout + training + optimizer step
-  (rlbench.core.costmodel.predict.SyncMeasurements.sync_time).
-- pools: N rollout workers (prompts i, i + N, ...), M trainer ranks taking groups as they arrive
-  (j-th arrival to rank j mod M); 2 weight syncs + last rank done + step (.async_time);
-  overlap=False is the barrier cell (training starts when the last group has arrived).
-- bounded (k versions ahead; a record may pin k): bounded.py, from the same costs; with partial rollout
-  (new weights taken mid-generation), partial.py.
-
-TPSPD = batch tokens / (iteration seconds x (N + M)), the median over batches as the runner reports it.
+TPSPD = batch tokens / (iteration seconds x (N + M)), the median over batches as the runner reports it,
+or for a schedule whose iterations overlap (bounded staleness) the steady-state rate.
 """
 from __future__ import annotations
 
@@ -20,9 +13,7 @@ from dataclasses import asdict, dataclass, field
 from rlbench.core import schedules
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.errors import UserError
-from rlbench.core.schedules.spec import BOUNDED, MODEL_BOUNDED, MODEL_COLOCATED, PERIODIC, REFERENCE
-from rlbench.core.costmodel.bounded import at_batch_start, bounded
-from rlbench.core.costmodel.partial import mid_batch
+from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 
 SCHEDULES = tuple(schedules.SCHEDULES)  # every registered schedule, each by its record's cost model
 # The schedules the sweeps and the paper setting compare, by their role.
@@ -63,16 +54,16 @@ def simulate(batches: list[SyncMeasurements], schedule: str, rollout_devices: in
         raise UserError(f"staleness {staleness}: must be >= 0")
     if not batches:
         raise UserError("nothing to simulate: no batches")
-    n, m, d = rollout_devices, train_devices, rollout_devices + train_devices
     spec = schedules.SCHEDULES[schedule]
-    if spec.model == MODEL_BOUNDED:
-        staleness = spec.pinned.get("max_staleness", staleness)
-        worker = mid_batch(resume_kv == "recompute") if partial_rollout else at_batch_start
-        tpspd, iter_s, stale, its = bounded(batches, n, m, staleness, iterations, worker)
-        return SimResult(schedule, n, m, d, tpspd, iter_s, staleness=staleness, staleness_max=stale,
-                         partial_rollout=partial_rollout, per_iteration_s=its)
-    colocated = spec.model == MODEL_COLOCATED
-    walls = [b.sync_time(d)[0] if colocated else b.async_time(n, m, overlap) for b in batches]
+    term = spec.cost_function()  # the schedule's own term (engines/schedules/<name>/cost.py)
+    return term(batches, schedule, rollout_devices, train_devices, staleness=spec.pinned.get("max_staleness", staleness),
+                overlap=overlap, iterations=iterations, partial_rollout=partial_rollout, resume_kv=resume_kv)
+
+
+def median_rate(schedule: str, batches: list[SyncMeasurements], n: int, m: int, walls: list[float],
+                overlap: bool = True) -> SimResult:
+    """A schedule whose iterations do not overlap: TPSPD = the median over batches of tokens / (wall x
+    devices), as the runner reports it."""
+    d = n + m
     tpspd = statistics.median(b.tokens / (w * d) for b, w in zip(batches, walls))
-    return SimResult(schedule, n, m, d, tpspd, statistics.median(walls),
-                     overlap=overlap or colocated, per_iteration_s=walls)
+    return SimResult(schedule, n, m, d, tpspd, statistics.median(walls), overlap=overlap, per_iteration_s=walls)

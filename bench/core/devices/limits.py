@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlbench.core import schedules
+from rlbench.core.components import BACKENDS
 from rlbench.core.errors import UserError
 
 GIB = 1 << 30
@@ -53,7 +54,7 @@ def check_positions(cfg, facts: ModelFacts, prompt_max: int) -> None:
         if r.response_length != "eos" else ""
     what = (f"the longest prompt ({prompt_max} tokens, data.*) + rollout.max_new_tokens={r.max_new_tokens}"
             f"{drawn} = {need} tokens")
-    if r.backend == "vllm" and r.max_model_len is not None:
+    if getattr(r, "max_model_len", None) is not None and "max_model_len" in BACKENDS[r.backend].options.model_fields:
         if r.max_model_len > facts.positions:
             raise UserError(f"rollout.max_model_len={r.max_model_len} exceeds the model's {facts.positions} "
                             "positions (max_position_embeddings); allowed: at most that")
@@ -81,7 +82,7 @@ def check_memory(cfg, facts: ModelFacts, prompt_max: int, kind: str, capacity: i
         where = "available memory"
         note = f"{procs} processes of at least {PROCESS_OVERHEAD / GIB:.2f} GiB (Python, torch) each, "
     else:
-        if cfg.rollout.backend == "vllm":  # vLLM takes its share of the GPU, whatever it needs
+        if BACKENDS[cfg.rollout.backend].gpu_share:  # vLLM takes its share of the GPU, whatever it needs
             rollout = cfg.rollout.gpu_memory_utilization * capacity
         need = train + rollout if sync or e.share_devices else max(train, rollout)
         where, note = f"memory of one {kind} device", ""

@@ -22,7 +22,7 @@ DECOUPLED = "decoupled"  # stale samples: the decoupled PPO loss (DecoupledPPOLo
 # the cost model `rlbench simulate` and the calibration run (bench/core/costmodel/simulate.py)
 MODEL_COLOCATED = "colocated"  # weight sync + the slowest rank's rollout + training + step
 MODEL_POOLS = "pools"  # rollout and training pools inside one iteration (overlap=False: the barrier)
-MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (bench/core/costmodel/bounded.py)
+MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (engines/schedules/bounded_async/cost.py)
 
 # role: the schedule's place in the built-in ablation tables (bench/run/ablation.py), the check's switch
 # pairs and `rlbench simulate`'s ladder
@@ -59,10 +59,13 @@ class ScheduleSpec(Component):
     # True where this config runs every phase in the driver's process; in_process_builder builds it
     # ("module:function", called with (cfg, policy, tok, t0, sink, device, placement, make_model)).
     in_process: Callable = _never
-    # Options only this schedule reads: set away from their defaults under another schedule, the config
-    # is refused (schedules.foreign_options) instead of the setting being silently ignored.
-    owns: tuple[str, ...] = ()
     in_process_builder: str | None = None
+    # Options that make no sense without this schedule: set away from their defaults under another one, the
+    # config is refused (schedules.foreign_options) rather than the setting silently ignored.
+    owns: tuple[str, ...] = ()
+    # Its term of the cost model ("module:function", engines/schedules/<name>/cost.py): called as
+    # f(batches, rollout_devices, train_devices, staleness=, overlap=, partial_rollout=, resume_kv=) -> SimResult.
+    cost: str | None = None
 
     @property
     def colocated(self) -> bool:
@@ -82,7 +85,15 @@ class ScheduleSpec(Component):
         return opts.model_copy(update=self.pinned) if self.pinned else opts
 
     def build_in_process_function(self) -> Callable:
-        import importlib
+        return _named(self.in_process_builder)
 
-        module, name = self.in_process_builder.split(":")
-        return getattr(importlib.import_module(module), name)
+    def cost_function(self) -> Callable:
+        """Its cost-model term, imported now (pure Python, no torch)."""
+        return _named(self.cost)
+
+
+def _named(where: str) -> Callable:
+    import importlib
+
+    module, name = where.split(":")
+    return getattr(importlib.import_module(module), name)

@@ -1,23 +1,22 @@
-"""one_step_off: VERL's one-step-off-policy schedule (recipe/one_step_off_policy): the rollout of
-iteration k+1 runs while iteration k trains, on weights one version old. That is bounded staleness with
-k = 1, so it runs the bounded-staleness engine and its decoupled PPO loss with k pinned to 1; it is
-registered under the name VERL users look for."""
-from pydantic import Field
+"""one_step_off: VERL's one-step-off-policy schedule (recipe/one_step_off_policy): the rollout of iteration
+k+1 runs while iteration k trains, on weights one version old. That is bounded staleness with k = 1, so its
+engine and cost-model term are bounded_async's (named below) with k pinned to 1; it is registered under the
+name VERL users look for."""
 from rlbench.core.components import Options
 from rlbench.core.schedules.spec import DECOUPLED, MODEL_BOUNDED, ONE_STEP, POOLS, ScheduleSpec, one_step_per_iteration
+from rlbench.engines.schedules.options import CONSUME_ORDER, MAX_STALENESS, PROX_LOGP, ConsumeOrder, ProxLogp
 
 NAME = "one_step_off"
 
 
 class OneStepOffOptions(Options):
-    max_staleness: int = Field(json_schema_extra={"key": "engine.max_staleness"})
-    prox_logp: str = Field(json_schema_extra={"key": "train.prox_logp"})
-    consume_order: str = Field(json_schema_extra={"key": "engine.consume_order"})
+    max_staleness: int = MAX_STALENESS
+    prox_logp: ProxLogp = PROX_LOGP
+    consume_order: ConsumeOrder = CONSUME_ORDER
 
 
 def _k_is_one(cfg) -> str | None:
-    # 0 is every ablation cell's "off" value of max_staleness (bench/run/ablation.py), not a request
-    if cfg.engine.max_staleness not in (0, 1):
+    if cfg.engine.max_staleness != 1:
         return (f"engine.max_staleness={cfg.engine.max_staleness} with engine.schedule={NAME}: one-step-off is "
                 "k=1 by definition; use the bounded-staleness schedule for a larger k")
     return None
@@ -27,8 +26,8 @@ SCHEDULE = ScheduleSpec(
     name=NAME,
     summary="VERL's one-step-off policy: the next iteration's rollout runs while this one trains, on weights "
             "one version old (bounded staleness, k=1, decoupled PPO loss)",
-    options=OneStepOffOptions, builder="rlbench.engines.schedules.bounded_async:build",
-    absent={"max_staleness": 0, "prox_logp": None}, pinned={"max_staleness": 1},
+    options=OneStepOffOptions, builder="rlbench.engines.schedules.bounded_async.engine:build",
+    cost="rlbench.engines.schedules.bounded_async.cost:simulate", pinned={"max_staleness": 1},
     checks=(_k_is_one, one_step_per_iteration(NAME, "it consumes groups as they arrive and takes one optimizer "
                                                     "step per iteration")),
     layout=POOLS, model=MODEL_BOUNDED, loss=DECOUPLED, runs_ahead=True, role=ONE_STEP)

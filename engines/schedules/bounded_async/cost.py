@@ -1,4 +1,4 @@
-"""Bounded staleness k (engines/schedules/bounded_async.py) from the report model's per-device costs.
+"""Bounded staleness k (engines/schedules/bounded_async/engine.py) from the report model's per-device costs.
 
 Batch b is dealt to the N rollout workers as periodic-async deals it (prompts i, i + N, ...). Worker i
 starts its shard when it is free and weights of version >= b - k exist (AReaL's admission rule, batches
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from rlbench.core.costmodel.predict import SyncMeasurements, replay
+from rlbench.core.costmodel.simulate import SimResult
 
 
 def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, float]], float]:
@@ -64,3 +65,16 @@ def bounded(batches: list[SyncMeasurements], n: int, m: int, k: int, iterations:
     span = ready[total] - ready[warm]
     its = [ready[v + 1] - ready[v] for v in range(warm, total)]
     return tokens / (span * (n + m)), span / len(its), max(stale[warm * n:], default=0), its
+
+
+def simulate(batches: list[SyncMeasurements], schedule: str, n: int, m: int, staleness: int = 1,
+             iterations: int | None = None, partial_rollout: bool = False, resume_kv: str = "recompute",
+             **_) -> SimResult:
+    """bounded_async's (and one_step_off's, k = 1) term of the cost model; with partial rollout, partial.py's
+    worker, which takes new weights mid-batch."""
+    from rlbench.engines.schedules.bounded_async.partial import mid_batch
+
+    worker = mid_batch(resume_kv == "recompute") if partial_rollout else at_batch_start
+    tpspd, iter_s, stale, its = bounded(batches, n, m, staleness, iterations, worker)
+    return SimResult(schedule, n, m, n + m, tpspd, iter_s, staleness=staleness, staleness_max=stale,
+                     partial_rollout=partial_rollout, per_iteration_s=its)

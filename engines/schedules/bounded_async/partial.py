@@ -1,7 +1,7 @@
 """Partial rollout (engine.partial_rollout) in the simulator: bounded staleness k (bounded.py) where a
 rollout worker takes new weights between two decode steps instead of at its next batch.
 
-What the engine does (engines/schedules/bounded_async.py, engines/rollout/sampler.py), in bounded.py's
+What the engine does (engines/schedules/bounded_async/engine.py, engines/rollout/sampler.py), in bounded.py's
 terms and on the same per-device costs, measured in the sync cell (rlbench.core.costmodel.predict):
 
 - the trainer posts version v the moment it exists (ready[v]: its step, then one weight sync);

@@ -19,14 +19,14 @@ from rlbench.engines.schedules.common import (
 )
 
 
-def build(cfg, session, rec, dataset):
-    """The registered builder (bench/core/components.py): a training pool fed by a rollout pool."""
+def build(options, session):
+    """The registered builder (the record in this folder): a training pool fed by a rollout pool.
+    options: PeriodicAsyncOptions."""
     from rlbench.core.record.stages import Role
 
-    e = cfg.engine
     trainer = session.trainer(Role.TRAINER)
-    return PeriodicAsyncSchedule(trainer, session.rollout_pool(), rec, e.consume_order, e.queue_timeout_s,
-                                 overlap=e.overlap)
+    return PeriodicAsyncSchedule(trainer, session.rollout_pool(), session.recorder, options.consume_order,
+                                 session.cfg.engine.queue_timeout_s, overlap=options.overlap)
 
 
 class PeriodicAsyncSchedule:

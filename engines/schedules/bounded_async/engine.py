@@ -211,13 +211,20 @@ class _Forward:
         self.q.put(item)
 
 
-def build(cfg, session, rec, dataset):
-    """The registered builder of every bounded-staleness schedule (bench/core/schedules/): rollout up to k versions
-    ahead, k as the schedule's record gives it (a pinned k, or engine.max_staleness)."""
-    from rlbench.core import schedules
+def build(options, session):
+    """The registered builder of the bounded-staleness schedules (bounded_async, and one_step_off with k
+    pinned to 1 in its options): rollout up to options.max_staleness versions ahead. It makes what its
+    rollout workers need beside the weights: the gate that holds them between iterations (local workers;
+    Ray actors share no memory) and, with partial rollout, the mailbox new weights are posted to."""
     from rlbench.core.record.stages import Role
+    from rlbench.engines.rollout.gate import RolloutGate
+    from rlbench.engines.rollout.mailbox import WeightMailbox
 
-    e = cfg.engine
+    cfg = session.cfg
     trainer = session.trainer(Role.TRAINER)
-    return BoundedAsyncSchedule(trainer, session.rollout_pool(), rec, session.future_inputs(dataset),
-                                cfg.run.iterations, schedules.of(cfg).staleness(cfg), e.consume_order, e.queue_timeout_s)
+    local = cfg.engine.launcher == "local"
+    mailbox = WeightMailbox(options.resume_kv) if getattr(options, "partial_rollout", False) else None
+    pool = session.rollout_pool(mailbox=mailbox, gate=RolloutGate() if local else None)
+    return BoundedAsyncSchedule(trainer, pool, session.recorder, session.future_inputs(),
+                                cfg.run.iterations, options.max_staleness, options.consume_order,
+                                cfg.engine.queue_timeout_s)

@@ -17,11 +17,12 @@ from rlbench.engines.schedules.common import IterationInput, IterationOutput
 from rlbench.engines.trainer.colocated import colocated_iteration
 
 
-def build(cfg, session, rec, dataset):
-    """The registered builder (bench/core/schedules/sync.py): colocated data-parallel ranks."""
+def build(options, session):
+    """The registered builder (the record in this folder): colocated data-parallel ranks. options:
+    SyncOptions (sync_layout=single_process is built by build_in_process instead)."""
     from rlbench.core.record.stages import Role
 
-    return DataParallelSync(session.trainer(Role.COLOCATED), rec)
+    return DataParallelSync(session.trainer(Role.COLOCATED), session.recorder)
 
 
 def build_in_process(cfg, policy, tok, t0: float, sink, device, placement, make_model):
