@@ -24,7 +24,7 @@ def check_supported(cfg) -> None:
             "compared on the same update); allowed: 1. --engine verl and --engine mindspeed-rl honour it.")
 
 
-def make_engine(cfg, policy, tok, t0: float, sink, device, dataset=None, placement=None):
+def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, placement=None):
     """-> (schedule, evaluator). The schedule's trainer owns the training weights; evaluator(cfg, dataset,
     tok) -> the evaluation's accuracies (engines/evaluation.py).
 

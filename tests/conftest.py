@@ -15,13 +15,13 @@ LEARNS = ["model.warmstart_steps=60", "data.max_steps=1"]
 
 
 def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
-    """make_engine as the runner builds it (placed: pinned workers per bench/core/devices/placement.py; else the
+    """build_schedule as the runner builds it (placed: pinned workers per bench/core/devices/placement.py; else the
     in-process trainer); -> final params, samples, rewards and stage events of `iterations` iterations."""
     from rlbench.core.config import load_config
     from rlbench.core.devices import device as dev
     from rlbench.core.devices.placement import plan
     from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.factory import iteration_input, make_engine
+    from rlbench.engines.factory import iteration_input, build_schedule
     from rlbench.engines.model.loader import load_policy
     from rlbench.core.record.stages import now
 
@@ -32,7 +32,7 @@ def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True)
     init = {n: p.detach().clone() for n, p in policy.named_parameters()}
     events = []
     placement = plan(cfg.engine, "cpu", dev.available("cpu")) if placed else None
-    schedule, _ = make_engine(cfg, policy, tok, now(), events.append, dev.resolve("cpu"), dataset=dataset,
+    schedule, _ = build_schedule(cfg, policy, tok, now(), events.append, dev.resolve("cpu"), dataset=dataset,
                               placement=placement)
     samples, rewards = [], []
     try:

@@ -211,7 +211,7 @@ def _train_params(overrides: list[str], iterations: int = 3):
     from rlbench.core.config import load_config
     from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.factory import iteration_input, make_engine
+    from rlbench.engines.factory import iteration_input, build_schedule
     from rlbench.engines.model.loader import load_policy
 
     cfg = load_config(TINY, overrides + [f"run.iterations={iterations}", "run.warmup_iterations=0"])
@@ -219,7 +219,7 @@ def _train_params(overrides: list[str], iterations: int = 3):
     policy, tok, _ = load_policy(cfg, dataset)
     init = {n: p.detach().clone() for n, p in policy.named_parameters()}
     events: list = []
-    schedule, _ = make_engine(cfg, policy, tok, now(), sink=events.append, device=dev.resolve("cpu"),
+    schedule, _ = build_schedule(cfg, policy, tok, now(), sink=events.append, device=dev.resolve("cpu"),
                               dataset=dataset)
     samples = []
     try:

@@ -17,13 +17,13 @@ from conftest import TINY
 def train_params(overrides: list[str], iterations: int = 3):
     from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.factory import iteration_input, make_engine
+    from rlbench.engines.factory import iteration_input, build_schedule
     from rlbench.engines.model.loader import load_policy
 
     cfg = load_config(TINY, overrides + [f"run.iterations={iterations + 1}", "run.warmup_iterations=0"])
     dataset = load_dataset(cfg.data, cfg.run.seed)
     policy, tok, _ = load_policy(cfg, dataset)
-    schedule, _ = make_engine(cfg, policy, tok, now(), sink=None, device=dev.resolve("cpu"))
+    schedule, _ = build_schedule(cfg, policy, tok, now(), sink=None, device=dev.resolve("cpu"))
     samples = []
     try:
         for k in range(iterations):

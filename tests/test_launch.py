@@ -279,14 +279,14 @@ def test_evaluation_on_the_worker_equals_evaluation_in_process():
     from rlbench.core.devices.placement import plan
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.evaluation import InProcessEval, WorkerEval
-    from rlbench.engines.factory import make_engine
+    from rlbench.engines.factory import build_schedule
     from rlbench.engines.model.loader import load_policy
     from rlbench.core.record.stages import now
 
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"), ["engine.schedule=periodic_async"])
     dataset = load_dataset(cfg.data, cfg.run.seed)
     policy, tok, _ = load_policy(cfg, dataset)
-    placed, on_worker = make_engine(cfg, policy, tok, now(), None, dev.resolve("cpu"), dataset=dataset,
+    placed, on_worker = build_schedule(cfg, policy, tok, now(), None, dev.resolve("cpu"), dataset=dataset,
                                     placement=plan(cfg.engine, "cpu", dev.available("cpu")))
     try:
         assert isinstance(on_worker, WorkerEval) and on_worker.device is None
@@ -294,7 +294,7 @@ def test_evaluation_on_the_worker_equals_evaluation_in_process():
     finally:
         placed.close()
     policy, tok, _ = load_policy(cfg, dataset)
-    local, here = make_engine(cfg, policy, tok, now(), None, dev.resolve("cpu"), dataset=dataset)
+    local, here = build_schedule(cfg, policy, tok, now(), None, dev.resolve("cpu"), dataset=dataset)
     try:
         assert isinstance(here, InProcessEval)
         assert here(cfg, dataset, tok) == worker_res

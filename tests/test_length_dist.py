@@ -128,7 +128,7 @@ def test_hf_config_random_init_runs_a_sync_iteration(tmp_path):
 
     from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.factory import iteration_input, make_engine
+    from rlbench.engines.factory import iteration_input, build_schedule
     from rlbench.engines.model.loader import VocabCharTokenizer, load_policy
     from rlbench.core.record.stages import now
 
@@ -143,7 +143,7 @@ def test_hf_config_random_init_runs_a_sync_iteration(tmp_path):
     policy, tok, info = load_policy(cfg, ds)
     assert isinstance(tok, VocabCharTokenizer) and tok.vocab_size == 1000 and info["random_init"]
     assert tok.decode([tok.encode("7")[0], 999, 500]) == "7"  # ids past the characters decode to ''
-    schedule, _ = make_engine(cfg, policy, tok, now(), sink=None, device=dev.resolve("cpu"))
+    schedule, _ = build_schedule(cfg, policy, tok, now(), sink=None, device=dev.resolve("cpu"))
     inp = iteration_input(cfg, ds, tok, 0)
     out = schedule.run_iteration(inp)
     got = {(g.prompt_index, j): len(r) for g in out.groups for j, r in enumerate(g.responses)}

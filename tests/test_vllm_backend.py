@@ -54,17 +54,17 @@ def test_vllm_on_npu_is_refused_before_importing_it():
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the refusal where vllm is missing")
 def test_config_picks_the_backend(tiny_config_path):
-    """rollout.backend=vllm reaches make_engine, which refuses it where vllm is missing, with the reason."""
+    """rollout.backend=vllm reaches build_schedule, which refuses it where vllm is missing, with the reason."""
     from rlbench.core.config import load_config
     from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.factory import make_engine
+    from rlbench.engines.factory import build_schedule
     from rlbench.engines.model.loader import load_policy
     from rlbench.core.record.stages import now
 
     cfg = load_config(tiny_config_path, ["rollout.backend=vllm"])
     policy, tok, _ = load_policy(cfg, load_dataset(cfg.data, cfg.run.seed))
     with pytest.raises(UserError, match="rollout.backend=vllm"):
-        make_engine(cfg, policy, tok, now(), sink=None, device=torch.device("cpu"))
+        build_schedule(cfg, policy, tok, now(), sink=None, device=torch.device("cpu"))
 
 
 def test_config_json_for_vllm(tmp_path):

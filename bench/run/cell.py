@@ -110,7 +110,7 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
     """Planted slowdowns, placement, model and engine; -> (schedule, evaluator, dataset, tokenizer)."""
     from rlbench.core.devices import device as dev
     from rlbench.engines import launch
-    from rlbench.engines.factory import make_engine
+    from rlbench.engines.factory import build_schedule
     from rlbench.planted import pause, slowdown
     from rlbench.core.record.hostcpu import HostCPU
 
@@ -123,7 +123,7 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
     if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
         from rlbench.core.record import profiling
         profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
-    run.schedule, evaluator = make_engine(cfg, policy, tok, run.t0, run.writer.event, device,
+    run.schedule, evaluator = build_schedule(cfg, policy, tok, run.t0, run.writer.event, device,
                                           dataset=dataset, placement=run.placement)
     # the device's description and peak (one device, one thread), asked of a worker that holds it
     run.provenance = launch.provenance(run.schedule, device, next(policy.parameters()).dtype)
