@@ -1,4 +1,4 @@
-"""Time-to-accuracy and multi-seed aggregation, from fixture result folders (tests/conftest_accuracy.py):
+"""Time-to-accuracy and multi-seed aggregation, from fixture result folders (tests/support/accuracy_runs.py):
 every number checked against what the files hold."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import statistics
 import pandas as pd
 import pytest
 
-from conftest_accuracy import EVERY, G, N_EVAL, PROMPTS, clock, make_curve_cell, make_seeded_ablation
+from support.accuracy_runs import EVERY, G, N_EVAL, PROMPTS, clock, make_curve_cell, make_seeded_ablation
 from rlbench.reports import build_report, summary_table_text
 from rlbench.analysis.accuracy import TARGET_SHARE, crossing, curve, interval
 from rlbench.analysis.data import load

@@ -1,5 +1,5 @@
 """`rlbench check`: regression verdicts against a baseline, on result folders written by hand
-(tests/check_runs.py); the baseline file itself: test_check_baseline.py."""
+(tests/support/check_runs.py); the baseline file itself: test_check_baseline.py."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from check_runs import (ASYNC, SPEEDUP, SYNC, Cell, async_run, baseline,  # noqa: F401  (baseline: a fixture)
+from support.check_runs import (ASYNC, SPEEDUP, SYNC, Cell, async_run, baseline,  # noqa: F401  (baseline: a fixture)
                         row, write_run)
 from rlbench.check import verdicts as chk
 from rlbench.core.errors import UserError

@@ -1,5 +1,5 @@
 """`rlbench check --against`'s judgement (bench/check/ab.py) on A/B folders written by hand: the old and
-the new tree's runs of the same cells (tests/check_runs.py's realistic cell folders). A slowdown of code
+the new tree's runs of the same cells (tests/support/check_runs.py's realistic cell folders). A slowdown of code
 every cell runs must fail here although every between-cell ratio stays put; a metric the new tree lost
 fails; an unchanged pair passes."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from check_runs import ASYNC, SYNC, Cell, row, write_run
+from support.check_runs import ASYNC, SYNC, Cell, row, write_run
 
 from rlbench.check import ab as check_ab, ab_power as check_ab_power, confirm, stats as check_stats
 from rlbench.core.results import schema

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from check_runs import SPEEDUP, async_run, baseline, row  # noqa: F401  (baseline: a fixture)
+from support.check_runs import SPEEDUP, async_run, baseline, row  # noqa: F401  (baseline: a fixture)
 from rlbench.check import verdicts as chk
 from rlbench.core.config import RunConfig
 from rlbench.core.errors import UserError

@@ -10,7 +10,7 @@ import pytest
 
 from rlbench.check import calibrate as check_calibrate, stats as check_stats
 from rlbench.core.results import schema
-from check_runs import ASYNC, SYNC, Cell, write_run
+from support.check_runs import ASYNC, SYNC, Cell, write_run
 
 
 def test_trimmed_mean_ignores_a_stray_iteration():

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import TINY
-from conftest_reports import make_cell
+from support.report_runs import make_cell
 from rlbench.core.results import schema
 from rlbench.analysis import families
 from rlbench.run.ablation import ABLATIONS, cells_for
@@ -58,7 +58,7 @@ HAND = {"sync": ("sync", 1.0, {}), "barrier": ("periodic_async", 1.4, {"overlap"
 
 @pytest.fixture(scope="module")
 def hand_ladder(tmp_path_factory):
-    """Six hand-made cells (tests/conftest_reports.py) as a families ablation; one-step-off's samples one
+    """Six hand-made cells (tests/support/report_runs.py) as a families ablation; one-step-off's samples one
     version stale after the first iteration."""
     root = tmp_path_factory.mktemp("families")
     entries = []
@@ -119,7 +119,7 @@ def test_report_and_terminal(hand_ladder):
 
 
 def test_other_ablations_have_no_ladder(tmp_path):
-    from conftest_reports import make_ablation
+    from support.report_runs import make_ablation
 
     root = make_ablation(tmp_path)
     (root / "families.csv").write_text("stale\n")  # left by an earlier ladder in this folder: removed

@@ -1,5 +1,5 @@
 """Held-out-fact columns and the intervals over seeds of the gain and the time to target, from fixture
-result folders (tests/conftest_accuracy.py) whose evaluations are edited to carry a seen-fact score."""
+result folders (tests/support/accuracy_runs.py) whose evaluations are edited to carry a seen-fact score."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import statistics
 import pandas as pd
 import pytest
 
-from conftest_accuracy import make_seeded_ablation
+from support.accuracy_runs import make_seeded_ablation
 from rlbench.reports import build_report
 from rlbench.analysis.accuracy import crossing, curve, target_accuracy, curves
 from rlbench.analysis.data import load

@@ -1,5 +1,5 @@
 """The regime map: its grid (bench/run/regime.py), the crossover logic (bench/analysis/regime.py), the report's
-headline on hand-written result folders (tests/conftest_regime.py), and a real quick map through the CLI."""
+headline on hand-written result folders (tests/support/regime_runs.py), and a real quick map through the CLI."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import TINY
-from conftest_regime import MAP, make_regime
-from conftest_reports import make_ablation
+from support.regime_runs import MAP, make_regime
+from support.report_runs import make_ablation
 from rlbench.reports import build_report, summary_table_text
 from rlbench.analysis.regime import crossover, explain, prediction_check, regime_frame, spearman, verdict
 from rlbench.analysis.speedup import speedup_frame
@@ -276,7 +276,7 @@ def test_report_add_puts_a_natural_tail_on_the_map(tmp_path):
 def test_cells_without_workloads_make_no_map(tmp_path):
     """An ablation of switches (two periodic-async cells, no workloads) is not a map of two points."""
     run = make_ablation(tmp_path / "abl", names=("sync", "periodic_async"))
-    from conftest_reports import make_cell
+    from support.report_runs import make_cell
 
     make_cell(run / "periodic_async+tri_model", "periodic_async+tri_model", "periodic_async")
     abl = json.loads((run / schema.ABLATION).read_text())

@@ -1,6 +1,6 @@
 """Reports: tables, plots, self-contained HTML, compare, console table and the speedup prediction.
 
-Result folders are written by tests/conftest_reports.py with rlbench.core.results.metrics, as the runner does.
+Result folders are written by tests/support/report_runs.py with rlbench.core.results.metrics, as the runner does.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from matplotlib import image as mpimg
 
-from conftest_reports import make_ablation, make_cell
+from support.report_runs import make_ablation, make_cell
 from rlbench.core.costmodel.predict import StepCost, predict_async, replay
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage

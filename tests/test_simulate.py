@@ -1,7 +1,7 @@
 """rlbench.simulate: the schedules over the report's per-device model, calibration and validation
 against the report, the paper preset, the CLI.
 
-Fast and torch-free: result folders come from tests/conftest_reports.py (as in test_reports.py).
+Fast and torch-free: result folders come from tests/support/report_runs.py (as in test_reports.py).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from conftest_reports import make_ablation, make_cell
+from support.report_runs import make_ablation, make_cell
 from rlbench.core.errors import UserError
 from rlbench.simulate import (Costs, calibrate, format_text, paper_setting, parse_list, rescale, run_simulation,
                               simulate, validate)
@@ -106,7 +106,7 @@ def test_calibrate_is_the_reports_measurements(tmp_path):
     assert bs[0].opt == pytest.approx(0.05) and bs[0].ws == pytest.approx(0.05) and bs[0].g == 4
 
 
-# A hand computation of the model on the fixture's cells (tests/conftest_reports.py), written from the
+# A hand computation of the model on the fixture's cells (tests/support/report_runs.py), written from the
 # fixture's constants, not from the code under test. The sync cell's 8 prompts x G=4 fit the 32 slots at
 # once, so response j ends after len_j - 1 decode steps and the iteration's rollout is the longest one; the
 # fixture has no step table, so a decode step costs the measured rollout seconds over those steps. One
@@ -118,7 +118,7 @@ WS = OPT = 0.05
 
 def hand(k: int) -> dict:
     """Iteration k of the fixture: tokens, sync and async seconds as the model must predict them."""
-    from conftest_reports import PROMPT_LEN, STEP_S, TRAIN_S, lengths
+    from support.report_runs import PROMPT_LEN, STEP_S, TRAIN_S, lengths
 
     lens = lengths(k)
     longest = max(max(row) for row in lens)
@@ -221,7 +221,7 @@ def test_run_simulation_from_run(tmp_path):
     assert "partial rollout" in format_text(res)
     # nothing fitted: every calibrated cost is a measured quantity of the fixture's sync cell
     for b, k in zip(saved["calibration"]["per_batch"], (1, 2, 3)):
-        from conftest_reports import STEP_S, lengths
+        from support.report_runs import STEP_S, lengths
         longest = max(max(row) for row in lengths(k))
         assert b["decode_step_fallback_s"] == pytest.approx(longest * STEP_S / (longest - 1), rel=1e-9)
         assert (b["weight_sync_s"], b["optimizer_step_s"]) == pytest.approx((WS, OPT), rel=1e-9)

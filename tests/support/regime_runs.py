@@ -1,5 +1,5 @@
 """A hand-written regime map (imported by tests/test_regime.py): per point a sync, a barrier and a
-periodic-async cell (tests/conftest_reports.make_cell), the point's knobs in each cell's config.
+periodic-async cell (tests/support/report_runs.make_cell), the point's knobs in each cell's config.
 
 A point is (tail, async_scale): tail=True gives every iteration one 120-token response (sync's rollout
 share grows, async overlaps it and wins at scale 1); async_scale stretches the barrier and async cells'
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest_reports import make_cell
+from support.report_runs import make_cell
 from rlbench.core.results import schema
 
 LADDER = (("sync", "sync", True, 1.0), ("periodic_async_barrier", "periodic_async", False, 1.3),
