@@ -91,10 +91,17 @@ def _logger_set(values: list[str]) -> list[str]:
 def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
                add: list[Path] = typer.Option([], "--add", help="Another run folder whose cells join this "
                                               "report (e.g. `--ablation regime-natural` beside a regime map); "
-                                              "repeatable.")) -> None:
-    """Write summary.csv/.md, plots and report.html into RUN_DIR."""
-    from rlbench.reports import build_report, summary_table_text
+                                              "repeatable."),
+               markdown: bool = typer.Option(False, "--markdown", help="Print the run's tables as markdown, under "
+                                             "the command, config, machine and date that made them (for "
+                                             "docs/results/); writes nothing.")) -> None:
+    """Write summary.csv/.md, plots and report.html into RUN_DIR (with --markdown: print its tables)."""
+    from rlbench.reports import build_report, markdown_report, summary_table_text
     from rlbench.analysis.ladder import write_ladder
+
+    if markdown:
+        typer.echo(markdown_report(run_dir, add), nl=False)
+        return
 
     write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
     typer.echo(summary_table_text(run_dir, add))

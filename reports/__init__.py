@@ -10,7 +10,8 @@ import importlib
 
 # Named as the registries name their code (`module:attribute`), so tests/test_structure.py sees these imports.
 _WHERE = {"build_report": "rlbench.reports.build:build_report", "compare": "rlbench.reports.comparison:compare",
-          "summary_table_text": "rlbench.reports.console:summary_table_text"}
+          "summary_table_text": "rlbench.reports.console:summary_table_text",
+          "markdown_report": "rlbench.reports.markdown:markdown_report"}
 __all__ = list(_WHERE)
 
 

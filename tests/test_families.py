@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import TINY
-from support.report_runs import make_cell
+from support.report_runs import LADDER, make_families
 from rlbench.core.results import schema
 from rlbench.analysis import families
 from rlbench.run.ablation import ABLATIONS, cells_for
@@ -49,32 +49,13 @@ def test_six_rungs_from_the_records():
             (sync.engine.rollout_devices, sync.engine.train_devices, sync.engine.share_devices)
 
 
-# rung -> (schedule, stage-time scale: smaller is faster, engine settings the rung's config records)
-HAND = {"sync": ("sync", 1.0, {}), "barrier": ("periodic_async", 1.4, {"overlap": False}),
-        "periodic_async": ("periodic_async", 1.1, {}), "one_step_off": ("one_step_off", 0.9, {"max_staleness": 1}),
-        "k2": ("bounded_async", 0.8, {"max_staleness": 2}),
-        "k2_partial": ("bounded_async", 0.75, {"max_staleness": 2, "partial_rollout": True})}
+HAND = LADDER
 
 
 @pytest.fixture(scope="module")
 def hand_ladder(tmp_path_factory):
-    """Six hand-made cells (tests/support/report_runs.py) as a families ablation; one-step-off's samples one
-    version stale after the first iteration."""
-    root = tmp_path_factory.mktemp("families")
-    entries = []
-    for name, (schedule, scale, engine) in HAND.items():
-        folder = make_cell(root / name, name, schedule, scale=scale)
-        res = json.loads((folder / schema.RESULTS).read_text())
-        res["config"]["engine"].update(engine)
-        res["switches"].update(engine)
-        schema.atomic_write_json(folder / schema.RESULTS, res)
-        if name == "one_step_off":
-            rows = [json.loads(line) for line in (folder / schema.SAMPLES).read_text().splitlines()]
-            (folder / schema.SAMPLES).write_text("".join(
-                json.dumps({**r, "behaviour_version": max(0, r["trained_version"] - 1)}) + "\n" for r in rows))
-        entries.append({"name": name, "dir": name, "switches": res["switches"], "exit_code": 0})
-    schema.atomic_write_json(root / schema.ABLATION, {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation",
-                                                      "name": "families", "reference": "sync", "cells": entries})
+    """Six hand-made cells (tests/support/report_runs.py make_families) as a families ablation."""
+    root = make_families(tmp_path_factory.mktemp("families"))
     assert write_ladder(root) == root / "families.csv"
     return root
 

@@ -36,16 +36,22 @@ HEAD = ["rung", "cell", "schedule", "adds", "factor_name", "ladder_factor", "tps
 def write_ladder(run_dir) -> Path | None:
     """families.csv in run_dir when the run is a families ladder (a multi-seed run: its first seed's
     cells); -> its path, or None (any earlier families.csv is removed: it would describe other cells)."""
-    from rlbench.analysis.seeds import is_multi_seed, per_seed
-
-    run = load(run_dir)
     path = Path(run_dir) / CSV
-    shown = next(iter(per_seed(run).values())) if is_multi_seed(run) else run
-    if not is_families(shown):
+    frame = ladder_frame(load(run_dir))
+    if frame is None:
         path.unlink(missing_ok=True)
         return None
-    families_frame(shown).to_csv(path, index=False)
+    frame.to_csv(path, index=False)
     return path
+
+
+def ladder_frame(run: RunData):
+    """families_frame of the run when it is a families ladder (a multi-seed run: its first seed's cells), else
+    None."""
+    from rlbench.analysis.seeds import is_multi_seed, per_seed
+
+    shown = next(iter(per_seed(run).values())) if is_multi_seed(run) else run
+    return families_frame(shown) if is_families(shown) else None
 
 
 def is_families(run: RunData) -> bool:

