@@ -15,6 +15,9 @@ from rlbench.analysis.data import RunData
 from rlbench.core.results import provenance, schema
 
 
+NOT_VERSIONS = ("git_commit", "code_digest", "platform", "created")  # provenance's other text fields
+
+
 @dataclass
 class Origin:
     run_dir: Path
@@ -26,7 +29,7 @@ class Origin:
     created: str | None  # run start (ablation.json) or the earliest cell's provenance, ISO 8601 UTC
     git_commit: str | None
     code_digest: str | None
-    versions: dict  # rlbench, torch, transformers, vllm of the first cell
+    versions: dict  # the first cell's package versions (rlbench, torch, ...) and Python's
 
 
 def origin(run: RunData) -> Origin:
@@ -40,7 +43,7 @@ def origin(run: RunData) -> Origin:
                   machine=machine or provenance.machine(), machine_recorded=bool(machine),
                   device=first.get("device"), created=created, git_commit=first.get("git_commit"),
                   code_digest=record.get("code_digest") or first.get("code_digest"),
-                  versions={k: first.get(k) for k in ("rlbench", "torch", "transformers", "vllm") if first.get(k)})
+                  versions={k: v for k, v in first.items() if isinstance(v, str) and v and k not in NOT_VERSIONS})
 
 
 def overrides_of(run: RunData) -> list[str]:
