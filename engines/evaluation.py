@@ -1,10 +1,10 @@
 """Evaluation between iterations, run where the weights are: on a worker, never on the driver's device.
 
-The driver holds no accelerator (DESIGN.md §3), so when the trainer runs in worker processes its rank 0
-generates the greedy evaluation answers on its own device with the built-in sampler (the same sampler
-for every schedule) and returns token ids; the driver only scores them (GSM8K's strict rule). When the
-trainer runs in this process (the tests' in-process reference, engine.sync_layout=single_process) this
-process is the worker and evaluates here. The runner times the call as the `eval` stage, outside every
+The driver holds no accelerator (docs/architecture.md, 'Process model'), so when the trainer runs in worker
+processes its rank 0 generates the greedy evaluation answers on its own device with the built-in sampler (the
+same sampler for every schedule) and returns token ids; the driver only scores them (GSM8K's strict rule).
+When the trainer runs in this process (the tests' in-process reference, engine.sync_layout=single_process)
+this process is the worker and evaluates here. The runner times the call as the `eval` stage, outside every
 iteration, so it is excluded from TPSPD.
 """
 from __future__ import annotations

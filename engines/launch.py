@@ -1,9 +1,9 @@
 """How a worker process is started on its device, and how what it observed is checked against the plan.
 
-One place decides each worker's device and makes it true for every library in the process (DESIGN.md
-§3): an accelerator worker is started with only its device visible (CUDA_VISIBLE_DEVICES /
-ASCEND_RT_VISIBLE_DEVICES in the environment the process is created with, so nothing in it, the
-built-in engine, vLLM or Ray, can initialise another device), and inside it that device is index 0.
+One place decides each worker's device and makes it true for every library in the process
+(docs/architecture.md, 'Placement'): an accelerator worker is started with only its device visible
+(CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES in the environment the process is created with, so nothing
+in it, the built-in engine, vLLM or Ray, can initialise another device), and inside it that device is index 0.
 A CPU worker is pinned to its core by affinity after it starts (bench/core/devices/device.py `pin`).
 
 - `start_env(slot)`: the variables a local worker process is created with (engines/hosts.py ProcessHost).

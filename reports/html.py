@@ -37,7 +37,7 @@ pre{background:#f6f6f6;padding:8px;font-size:12px;overflow-x:auto}
 .ok{color:#2f7d32}.bad{color:#b3261e}
 """
 
-LITERATURE = [  # DESIGN.md §8: what the papers report, beside what this run measured
+LITERATURE = [  # what the papers report (docs/peers.md, 'Published figures'), beside what this run measured
     ("Periodic Asynchrony", "7B, NPU, vs synchronous", "TPSPD 61.641 → 192.259 (≈3.1×)"),
     ("Periodic Asynchrony", "GSM8K, NVIDIA A100", "3.09× over VERL"),
     ("Periodic Asynchrony", "asynchrony alone", "≈2×, closely matching theoretical predictions"),

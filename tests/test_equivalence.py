@@ -1,4 +1,5 @@
-"""On-policy equivalence (DESIGN.md §1): periodic-async == sync, every switch combination.
+"""On-policy equivalence (docs/architecture.md, 'Periodic asynchrony'): periodic-async == sync, every switch
+combination.
 
 With groups consumed in dispatch order the parameters after 3 iterations are bitwise identical;
 in arrival order they differ only by floating-point summation order.

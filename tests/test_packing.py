@@ -1,4 +1,5 @@
-"""Shared-prompt packing: packed == unpacked log-probs and gradients (DESIGN.md §1, STYLE.md 7).
+"""Shared-prompt packing: packed == unpacked log-probs and gradients (docs/architecture.md,
+'Shared-prompt attention' and 'Tests').
 
 Tolerances (fp32 everywhere):
 - log-probs: atol 2e-5. The paths sum the same products in a different order

@@ -1,4 +1,5 @@
-"""The fair layout (DESIGN.md §3): sync as data-parallel colocated ranks, pinned workers on physical devices.
+"""The fair layout (docs/architecture.md, 'Placement'): sync as data-parallel colocated ranks, pinned workers on
+physical devices.
 
 Equivalences: data-parallel sync == single-process sync (close: the all-reduce sums per-rank gradients);
 periodic-async with as many trainer ranks as sync has ranks == data-parallel sync bitwise (the j-th group

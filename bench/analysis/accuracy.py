@@ -1,4 +1,5 @@
-"""Time-to-accuracy: does a schedule learn the same thing, and how soon (DESIGN.md §8, A-3PO's table).
+"""Time-to-accuracy: does a schedule learn the same thing, and how soon (docs/metrics.md, 'Time to accuracy';
+A-3PO's table).
 
 For every cell and seed, an accuracy curve: greedy pass@1 (strict GSM8K rule, and in any format) at each
 evaluation, against

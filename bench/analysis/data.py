@@ -1,8 +1,8 @@
 """Load a run folder (one cell, or an ablation of cells) into plain objects the report parts share.
 
-Reports only read result files (DESIGN.md §3): this module uses `rlbench.core.results.schema` readers and nothing of
-the engines. Every accessor tolerates a cell that stopped early (status "interrupted"/"failed", zero
-iterations, empty aggregates, no samples).
+Reports only read result files (docs/architecture.md, 'Result files'): this module uses
+`rlbench.core.results.schema` readers and nothing of the engines. Every accessor tolerates a cell that stopped
+early (status "interrupted"/"failed", zero iterations, empty aggregates, no samples).
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ data-parallel sync cell (or stated by a preset):
     optimizer step (with its all-reduce)     seconds, per step
     weight sync                              seconds, per transfer (async: publish + load = 2)
 
-Every device runs at these costs whatever the device count: a pool of N devices is N workers, each
-with its shard of the batch (DESIGN.md §3). Nothing is fitted and nothing scales by an exponent; what
-changes with the device count is the work each device gets and how long it waits.
+Every device runs at these costs whatever the device count: a pool of N devices is N workers, each with its
+shard of the batch (docs/architecture.md, 'Placement'). Nothing is fitted and nothing scales by an exponent;
+what changes with the device count is the work each device gets and how long it waits.
 
 Units: seconds, tokens, devices.
 """

@@ -30,7 +30,7 @@ PAPER_DEVICES = 64
 G = 8
 TRI_MODEL_SCALE = 0.8  # 4 instead of 5 forward-equivalents per training token
 
-# DESIGN.md §8: what the paper (and related work) reports.
+# What the paper (and related work) reports: docs/peers.md, 'Published figures'.
 PAPER_FIGURES = [
     {"setting": "7B, NPU, full method vs synchronous", "tpspd_sync": 61.641, "tpspd_async": 192.259,
      "speedup": 3.12},

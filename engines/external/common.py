@@ -2,7 +2,7 @@
 
 An adapter turns the peer framework's own per-iteration metrics into rlbench IterationRecords, so
 reports, `compare` and `check` read a VERL or MindSpeed-RL run exactly like an rlbench cell. TPSPD is
-always recomputed here with rlbench's formula (DESIGN.md §2),
+always recomputed here with rlbench's formula (docs/metrics.md, 'TPSPD'),
 
     tpspd = (prompt + response tokens of the iteration's trained samples) / (iteration wall s * devices)
 

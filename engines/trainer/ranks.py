@@ -1,12 +1,12 @@
 """Data-parallel trainer ranks, one per training device, in pinned processes or Ray actors.
 
-Every rank holds a full replica: policy, reference model and AdamW state (VERL's FSDP would shard
-them; rlbench's models fit one device). Each rank accumulates the gradient of the token *sum* over
-its share of the iteration's groups (DESIGN.md §1) with the one trainer entry, `Trainer.train`;
-`step` is `Trainer.finish`, which all-reduces (SUM, torch.distributed: gloo on CPU, nccl on CUDA, hccl
-on NPU) the token count, the loss sums and every gradient, then every rank takes the same step on the
-same numbers, so the replicas stay identical without a broadcast. With one rank nothing is reduced and
-the update is bitwise the single trainer's.
+Every rank holds a full replica: policy, reference model and AdamW state (VERL's FSDP would shard them;
+rlbench's models fit one device). Each rank accumulates the gradient of the token *sum* over its share of the
+iteration's groups (docs/architecture.md, 'Periodic asynchrony') with the one trainer entry, `Trainer.train`;
+`step` is `Trainer.finish`, which all-reduces (SUM, torch.distributed: gloo on CPU, nccl on CUDA, hccl on NPU)
+the token count, the loss sums and every gradient, then every rank takes the same step on the same numbers, so
+the replicas stay identical without a broadcast. With one rank nothing is reduced and the update is bitwise
+the single trainer's.
 
 - Async schedules (`TrainerRank`, role trainer): the driver deals the groups as they arrive (the j-th
   group trained goes to rank j mod ranks) and returns at once, so ranks compute while it receives.

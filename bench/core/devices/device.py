@@ -1,4 +1,4 @@
-"""All CPU/CUDA/NPU branching lives here (STYLE.md 6)."""
+"""All CPU/CUDA/NPU branching lives here (docs/architecture.md, 'Devices')."""
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,6 @@
-"""Limits checked before any work starts (DESIGN.md §8): a config that cannot fit fails in a second with
-exit 2 naming the keys and the limit, not minutes later inside a worker, or, worse, silently.
+"""Limits checked before any work starts (docs/architecture.md, 'Runs that end badly'): a config that cannot
+fit fails in a second with exit 2 naming the keys and the limit, not minutes later inside a worker, or, worse,
+silently.
 
 - **Positions.** The longest prompt of the data (train and eval splits, tokenized as the run will) plus
   rollout.max_new_tokens must fit the model's positions (max_position_embeddings) and, with the vLLM

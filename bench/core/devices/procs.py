@@ -1,4 +1,4 @@
-"""Process hygiene: every process a run starts ends with it (DESIGN.md §8).
+"""Process hygiene: every process a run starts ends with it (docs/architecture.md, 'Runs that end badly').
 
 Three mechanisms, each a backstop for the one before:
 

@@ -1,2 +1,2 @@
-"""The result files (DESIGN.md §4) and what is derived from them: schema, writer, metrics, the metric
-table, utilisation, provenance."""
+"""The result files (docs/architecture.md, 'Result files') and what is derived from them: schema, writer,
+metrics, the metric table, utilisation, provenance."""

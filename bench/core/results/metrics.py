@@ -1,4 +1,4 @@
-"""Metrics derived from stage events and samples: one definition for every engine (DESIGN.md §2).
+"""Metrics derived from stage events and samples: one definition for every engine (docs/metrics.md).
 
 TPSPD = (prompt + response tokens of every sample trained in the iteration, no padding)
         / (iteration wall time * number of devices of the run)

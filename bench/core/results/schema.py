@@ -1,4 +1,4 @@
-"""Result files: the contract between engines, reports and CI (DESIGN.md §4).
+"""Result files: the contract between engines, reports and CI (docs/architecture.md, 'Result files').
 
 A *cell* folder (one engine run) holds:
   results.json     - schema_version, kind="cell", cell name, resolved config, provenance, status,
