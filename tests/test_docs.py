@@ -20,28 +20,32 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 PROGRAMS = ("rlbench", ".venv/bin/rlbench", ".venv-vllm/bin/rlbench")
+SHELL = ("", "bash", "sh", "shell", "console")
 
 
-def prose(text: str) -> str:
-    """text without its fenced code blocks and inline code spans (links there are not links)."""
+def outside_code(text: str, spans: bool = True) -> str:
+    """text without its fenced code blocks and, with spans, its inline code spans (links there are not links)."""
     out, fenced = [], False
     for line in text.splitlines():
         if FENCE.match(line):
             fenced = not fenced
             continue
         if not fenced:
-            out.append(re.sub(r"`[^`]*`", "", line))
+            out.append(re.sub(r"`[^`]*`", "", line) if spans else line)
     return "\n".join(out)
 
 
 def code_lines(text: str) -> list[str]:
-    """The lines of the fenced code blocks, a line continued by a trailing backslash joined to the next."""
-    out, fenced, pending = [], False, ""
+    """The lines of the fenced shell code blocks (no language, or bash, sh, shell, console; a `text` block
+    is a diagram or output), a line continued by a trailing backslash joined to the next."""
+    out, fenced, shell, pending = [], False, False, ""
     for line in text.splitlines():
-        if FENCE.match(line):
+        fence = FENCE.match(line)
+        if fence:
             fenced, pending = not fenced, ""
+            shell = line.strip()[3:].strip().lower() in SHELL
             continue
-        if not fenced:
+        if not (fenced and shell):
             continue
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
@@ -57,22 +61,25 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def anchors(path: Path) -> set[str]:
-    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", prose(path.read_text()), re.M)}
+def anchors(text: str) -> set[str]:
+    """The anchors of a markdown text's headings."""
+    found = re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", outside_code(text, spans=False), re.M)
+    return {slug(m.group(1)) for m in found}
 
 
 def broken_links(text: str, base: Path) -> list[str]:
     """The relative links of a markdown text (read from the folder `base`) that reach no file, or no heading
-    of the file they name."""
+    of the file they name (`#anchor` alone: of the text itself)."""
     bad = []
-    for target in LINK.findall(prose(text)):
+    for target in LINK.findall(outside_code(text)):
         if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto: ...: not relative
             continue
         path, _, anchor = target.partition("#")
         file = (base / path).resolve() if path else None
         if file is not None and not file.exists():
             bad.append(f"{target}: no such file")
-        elif anchor and (file is None or file.is_file()) and anchor not in anchors(file or base):
+        elif anchor and (file is None or file.is_file()) and \
+                anchor not in anchors(file.read_text() if file is not None else text):
             bad.append(f"{target}: no heading #{anchor}")
     return bad
 
@@ -152,11 +159,14 @@ def test_every_shown_command_parses():
 def test_a_broken_link_is_caught(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "here.md").write_text("# Here\n\n## A section (with W&B)\n")
-    text = ("[ok](docs/here.md) [ok](docs/here.md#a-section-with-wb) [web](https://example.org/x.md) "
-            "[gone](docs/missing.md) [anchor](docs/here.md#no-such-heading) `[in code](docs/nothing.md)`\n"
-            "```\n[in a block](docs/nothing.md)\n```\n")
+    (tmp_path / "docs" / "code.md").write_text("### `configs/cpu-accuracy.yaml`\n## Seeds: `--seeds`\n")
+    text = ("# Top\n[ok](docs/here.md) [ok](docs/here.md#a-section-with-wb) [web](https://example.org/x.md) "
+            "[gone](docs/missing.md) [anchor](docs/here.md#no-such-heading) `[in code](docs/nothing.md)` "
+            "[self](#top) [self](#bottom) [code](docs/code.md#configscpu-accuracyyaml) "
+            "[code](docs/code.md#seeds---seeds)\n```\n[in a block](docs/nothing.md)\n```\n")
     assert broken_links(text, tmp_path) == ["docs/missing.md: no such file",
-                                            "docs/here.md#no-such-heading: no heading #no-such-heading"]
+                                            "docs/here.md#no-such-heading: no heading #no-such-heading",
+                                            "#bottom: no heading #bottom"]
 
 
 def test_a_bad_command_is_caught():
@@ -170,8 +180,8 @@ def test_a_bad_command_is_caught():
         [["check", "--against", "main~3"]]
     assert commands("bash scripts/setup.sh && .venv/bin/rlbench run") == [["run"]]
     assert commands("rlbench report R --markdown > out.md 2>&1 | tee x") == [["report", "R", "--markdown"]]
-    assert code_lines("```bash\nrlbench run --set a=1 \\\n  --set b=2\n```\nrlbench prose\n") == \
-        ["rlbench run --set a=1    --set b=2"]
+    assert code_lines("```bash\nrlbench run --set a=1 \\\n  --set b=2\n```\nrlbench prose\n"
+                      "```text\nrlbench report / compare ──► tables\n```\n") == ["rlbench run --set a=1    --set b=2"]
 
 
 def test_no_citation_of_notes_outside_the_project():
