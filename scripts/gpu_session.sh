@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU runs of issue 17, on a machine with one NVIDIA GPU, torch (CUDA) and no network, from the
-# repository root. pydantic and its needs travel as wheels in .whl/ (README "Numbers on a GPU").
+# repository root. pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
 #
 #   bash scripts/gpu_session.sh probe     # GPU tests, micro-benchmarks, a 2-iteration 0.5B-shape run
 #   bash scripts/gpu_session.sh ablation  # configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all, flex + tiny-run tests

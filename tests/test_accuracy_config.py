@@ -1,5 +1,5 @@
 """configs/cpu-accuracy.yaml through the real CLI: a few iterations with small evaluations (the full
-workload is in the README), checking the accuracy curve and time-to-accuracy table it writes."""
+workload is in docs/experiments.md), checking the accuracy curve and time-to-accuracy table it writes."""
 from __future__ import annotations
 
 import json

@@ -58,7 +58,7 @@ class Grid:
 
 # The full map, chosen to bracket the crossover on 2 CPU cores. Evidence: reports/predict.py's model
 # (nothing fitted) on the exact lengths these seeds draw, at decode-step / trained-token cost ratios 4-8
-# (the README's quiet-machine regime runs imply about 6): light and medium lose at both batch sizes
+# (the quiet-machine regime runs of docs/results/regime.md imply about 6): light and medium lose at both batch sizes
 # (0.56-0.97x: training-dominated), heavy wins at both (1.08-1.30x), long sits near the crossover
 # (0.90-1.30x). G = 4 gives 8 or 16 groups, so the last group's unoverlapped training is small. The
 # heavy clip stays below the tiny model's 2048 positions (prompt + response). About 12-14 minutes on 2 quiet
