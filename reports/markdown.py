@@ -34,7 +34,8 @@ def markdown_report(run_dir, add=()) -> str:
     """The markdown text of run_dir (with the cells of the `add` folders): header, then the tables."""
     base, others = load(run_dir), [load(p) for p in add]
     run = merge(base, others) if others else base
-    parts = [f"## {run.name}\n", *header_lines(base)]
+    title = f"{base.path.name} (`--ablation {base.name}`)" if base.kind == "ablation" else base.path.name
+    parts = [f"## {title}\n", *header_lines(base)]
     for other in others:
         parts += ["", f"Cells added from `{other.path}`:", *header_lines(other)]
     multi = is_multi_seed(run)

@@ -184,13 +184,46 @@ def test_a_bad_command_is_caught():
                       "```text\nrlbench report / compare ──► tables\n```\n") == ["rlbench run --set a=1    --set b=2"]
 
 
+def project_files() -> list[Path]:
+    """The project's source and text files (no test fixtures, no caches)."""
+    folders = ["bench", "engines", "reports", "tests", "scripts", "configs", "docs", ".ci", ".github"]
+    files = [ROOT / "README.md", ROOT / "pyproject.toml", *ROOT.glob("Dockerfile*")]
+    return files + [p for f in folders for p in (ROOT / f).rglob("*") if p.is_file() and "fixtures" not in p.parts
+                    and "__pycache__" not in p.parts
+                    and p.suffix in (".py", ".md", ".yaml", ".yml", ".json", ".sh", ".toml", "")]
+
+
+CITATION = re.compile(r"(docs/[\w./-]+\.md),\s*'([^']+)'((?:\s+and\s+'[^']+')*)")
+
+
+def bad_citations(text: str) -> list[str]:
+    """`docs/<page>.md, 'Section'` citations (and `... 'A' and 'B'`) that name no page or no heading of it."""
+    bad = []
+    for m in CITATION.finditer(text):
+        page = ROOT / m.group(1)
+        sections = [m.group(2), *re.findall(r"'([^']+)'", m.group(3))]
+        if not page.is_file():
+            bad.append(f"{m.group(1)}: no such page")
+            continue
+        have = anchors(page.read_text())
+        bad += [f"{m.group(1)}, '{s}': no such section" for s in sections if slug(s) not in have]
+    return bad
+
+
 def test_no_citation_of_notes_outside_the_project():
     """The code and the documents cite docs/ (architecture.md, metrics.md), never design notes kept elsewhere."""
     names = ("DESIGN" + ".md", "STYLE" + ".md")
-    folders = ["bench", "engines", "reports", "tests", "scripts", "configs", "docs", ".ci", ".github"]
-    files = [ROOT / "README.md", ROOT / "pyproject.toml", *ROOT.glob("Dockerfile*")]
-    files += [p for f in folders for p in (ROOT / f).rglob("*") if p.is_file() and "fixtures" not in p.parts
-              and p.suffix in (".py", ".md", ".yaml", ".yml", ".json", ".sh", ".toml", "")]
-    cited = [f"{p.relative_to(ROOT)}:{i}" for p in files for i, line in enumerate(p.read_text(errors="ignore").splitlines(), 1)
-             if any(n in line for n in names)]
+    cited = [f"{p.relative_to(ROOT)}:{i}" for p in project_files()
+             for i, line in enumerate(p.read_text(errors="ignore").splitlines(), 1) if any(n in line for n in names)]
     assert not cited, cited
+
+
+def test_citations_name_existing_sections():
+    """Every `docs/<page>.md, 'Section'` the code cites is a heading of that page."""
+    bad = [f"{p.relative_to(ROOT)}: {b}" for p in project_files() for b in bad_citations(p.read_text(errors="ignore"))
+           if p.name != "test_docs.py"]
+    assert not bad, bad
+    assert not bad_citations("(docs/architecture.md, 'Placement' and 'Tests'), docs/metrics.md, 'TPSPD'")
+    assert bad_citations("docs/architecture.md,\n'No such section'") == \
+        ["docs/architecture.md, 'No such section': no such section"]
+    assert bad_citations("docs/nowhere.md, 'Placement'") == ["docs/nowhere.md: no such page"]

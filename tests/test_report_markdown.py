@@ -89,7 +89,7 @@ def test_the_cli_prints_markdown_and_writes_nothing(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "report", str(root), "--markdown"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("## async\n") and "| cell | TPSPD median (min–max)" in proc.stdout
+    assert proc.stdout.startswith("## run (`--ablation async`)\n") and "| cell | TPSPD median (min–max)" in proc.stdout
     assert sorted(p.name for p in root.iterdir()) == before  # no report.html, no summary.csv
 
 
