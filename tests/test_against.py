@@ -82,3 +82,20 @@ def test_a_real_ab_run_interleaves_and_catches_a_planted_decode_slowdown(tmp_pat
     assert [(s, k) for _, _, s, k in spans] == [(s, k) for k in range(12)
                                               for s in (("old", "new") if k % 2 == 0 else ("new", "old"))]
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # never two timed iterations at once
+
+
+def test_the_old_side_cannot_import_a_module_only_the_new_tree_has(tmp_path):
+    """The editable install's finder (setuptools) knows every module of this tree by name and comes after the
+    shim on the import path: without the shim's guard, the old tree's process would quietly import this
+    tree's module where the old tree has none."""
+    old = tmp_path / "tree"
+    for pkg in ("bench", "bench/run"):
+        (old / pkg).mkdir(parents=True)
+        (old / pkg / "__init__.py").write_text("")
+    (old / "bench" / "run" / "only_old.py").write_text("WHERE = 'old'\n")
+    against._write_shim(old, tmp_path / "shim")
+    code = ("import rlbench.run.only_old as m; print(m.WHERE)\n"
+            "try:\n    import rlbench.errors\nexcept ImportError as e:\n    print('ImportError', e.name)\n")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path / "shim")},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["old", "ImportError", "rlbench.errors"]

@@ -34,6 +34,7 @@ class CellRun:
         self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/planted/slowdown.py); empty normally
         self.host_cpu = None  # bench/record/hostcpu.py HostCPU once the workers run
         self.schedule = None  # the engine (engines/schedules/), once built: closed at the end
+        self.lifecycle: dict = {}  # start-up, peak memory (bench/record/lifecycle.py): judged by `check --against`
 
     def results(self) -> dict:
         return metrics.cell_result(
@@ -44,6 +45,7 @@ class CellRun:
             devices=self.placement.devices if self.placement else None,
             wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256,
             clock_t0=self.t0,  # system-wide monotonic clock at the cell's time 0: cells on one time axis
+            lifecycle=self.lifecycle,
             **({"planted_slowdown": self.planted} if self.planted else {}))
 
     def save(self) -> Path:
@@ -54,6 +56,7 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
     pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone."""
     from rlbench.engines.factory import iteration_input
+    from rlbench.record import lifecycle
     from rlbench.run.interleave import Pacer
     from rlbench.run.iteration_log import IterationLog
 
@@ -64,6 +67,8 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
             pacer.ready()
             for k in range(cfg.run.iterations):
                 pacer.before(k)
+                if k == cfg.run.warmup_iterations:  # the first measured iteration: start-up ends here
+                    run.lifecycle.update(lifecycle.startup(pacer.waited_s, run.host_cpu.pids))
                 inp = iteration_input(cfg, dataset, tok, k)
                 run.host_cpu.start()
                 out = schedule.run_iteration(inp)
@@ -80,6 +85,7 @@ def _outcome(run: CellRun, pacer):
     """The cell's status whatever happens (complete, interrupted, rejected, failed), results.json saved
     before the workers close (a stop that cuts the closing short loses nothing), then the workers closed."""
     from rlbench.engines import launch
+    from rlbench.record import lifecycle
 
     try:
         yield
@@ -97,6 +103,8 @@ def _outcome(run: CellRun, pacer):
         pacer.leave()  # a failed cell's turns pass to the others
         if run.placement is not None:
             run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
+        if run.host_cpu is not None:  # peaks so far, the workers still up (they close below)
+            run.lifecycle["peak_rss_mb"] = lifecycle.peaks(run.host_cpu.pids)
         if run.status != "rejected" or run.iterations:
             run.save()
         if run.schedule is not None:

@@ -32,7 +32,8 @@ class IterationLog:
         """Accuracy on the eval split after `done` iterations (recorded as its eval stage)."""
         with self.eval_rec.stage(Stage.EVAL, done):
             res = self.evaluator(self.cfg, self.dataset, self.tok)
-        self.run.evals.append({"iteration": done, **res})
+        ev = self.eval_rec.events[-1] if self.eval_rec.events else None  # the eval's stage event: its wall time
+        self.run.evals.append({"iteration": done, **res, **({"wall_s": round(ev.duration, 4)} if ev else {})})
         return res["accuracy"]
 
     def record(self, k: int, out, host_cpu: dict) -> None:
