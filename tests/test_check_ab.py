@@ -156,3 +156,16 @@ def test_cli_judges_two_ab_folders_as_a_run_and_its_confirmation(tmp_path):
     assert "cost:rollout" in json.loads((b / "ab.json").read_text())["combined_verdict"]["worse"]
     ok = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(c)], capture_output=True, text=True)
     assert ok.returncode == 0 and ok.stdout.rstrip().splitlines()[-1].startswith("PASS: nothing flagged by both")
+
+
+def test_a_first_run_whose_cell_failed_fails_although_the_second_is_clean(tmp_path):
+    """`rlbench check AB1 AB2`: only paired metrics wait for a confirmation; a cell of the first run that did
+    not complete (or a metric it lost) fails whatever the second run says."""
+    a = ab_folder(tmp_path / "a", status="failed")
+    b = ab_folder(tmp_path / "b")
+    final = confirm.combine(_judge(a), _judge(b))
+    assert final.exit_code == 1 and "status:sync (first A/B run)" in final.verdict
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(b)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "status:sync (first A/B run)" in json.loads((a / "ab.json").read_text())["combined_verdict"]["worse"]

@@ -48,12 +48,12 @@ def _git(repo: Path, *args: str, check: bool = True) -> str:
 
 def resolve(ref: str, repo: Path | None = None) -> tuple[str, str]:
     """-> (what REF named, full commit sha); `accepted` reads bench/baselines/ACCEPTED. Exit 2 when the
-    clone does not have it."""
+    clone does not have it, or when the accepted commit is not an ancestor of HEAD."""
     repo = repo or source_root()
     if not _git(repo, "rev-parse", "--is-inside-work-tree", check=False):
         raise UserError(f"--against {ref}: {repo} is not a git checkout (A/B needs the history)")
-    named = ref
-    if ref == "accepted":
+    named, accepted = ref, ref == "accepted"
+    if accepted:
         path = repo / ACCEPTED
         if not path.is_file():
             raise UserError(f"--against accepted: {path} not found (it holds the accepted commit's sha)")
@@ -67,7 +67,22 @@ def resolve(ref: str, repo: Path | None = None) -> tuple[str, str]:
         raise UserError(f"--against {named}: commit {ref!r} is not in this clone ({repo})"
                         + ("; it is a shallow clone: `git fetch --unshallow` first" if shallow else
                            "; fetch it (`git fetch origin`) or name a commit this clone has"))
+    if accepted:  # what this tree's history accepted: an ancestor of it (another REF may be any commit)
+        _check_ancestor(repo, sha, named)
     return named, sha
+
+
+def _check_ancestor(repo: Path, sha: str, named: str) -> None:
+    """Exit 2 when the accepted commit is not an ancestor of HEAD (a sha from another branch, or one a
+    rebase rewrote): judged against it, the check would compare with a history this tree does not have."""
+    head = _git(repo, "rev-parse", "HEAD", check=False)
+    if not head:
+        return  # no commit yet: nothing to be an ancestor of
+    if subprocess.run(["git", "merge-base", "--is-ancestor", sha, head], cwd=repo, capture_output=True).returncode:
+        base = _git(repo, "merge-base", sha, head, check=False)
+        raise UserError(f"--against {named}: {ACCEPTED} names {sha[:12]}, which is not an ancestor of this tree's "
+                        f"commit {head[:12]}; their merge base is {base[:12] if base else 'none (no common history)'}: "
+                        "move ACCEPTED to a commit of this tree's history")
 
 
 def materialise(sha: str, repo: Path | None = None) -> Path:
