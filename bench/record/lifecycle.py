@@ -68,7 +68,8 @@ def _children(pid: int) -> list[int]:
             continue
     out, todo = [], [pid]
     while todo:
-        kids = [c for c, p in parents.items() if p == todo.pop()]
+        parent = todo.pop()
+        kids = [c for c, p in parents.items() if p == parent]
         out += kids
         todo += kids
     return out

@@ -104,7 +104,8 @@ def _outcome(run: CellRun, pacer):
         if run.placement is not None:
             run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
         if run.host_cpu is not None:  # peaks so far, the workers still up (they close below)
-            run.lifecycle["peak_rss_mb"] = lifecycle.peaks(run.host_cpu.pids)
+            with contextlib.suppress(Exception):  # a measurement must never keep the workers from closing
+                run.lifecycle["peak_rss_mb"] = lifecycle.peaks(run.host_cpu.pids)
         if run.status != "rejected" or run.iterations:
             run.save()
         if run.schedule is not None:
