@@ -1,0 +1,99 @@
+"""What `rlbench check --against` judges outside the measured iterations: new against old, one value per cell
+(or per process of a cell) and tree, read from results.json `lifecycle` (bench/record/lifecycle.py), the
+evaluations' stage events and the iterations' host CPU.
+
+- startup:<cell>: seconds from the cell process's start to its first measured iteration, less its waits in
+  the turn ring; startup_cpu:<cell>: CPU seconds of its processes over the same span;
+- eval:<cell>: seconds of its evaluations;
+- peak_rss:<cell>:<process>: peak resident memory of the cell process (driver) and of every worker;
+- process_cpu:<cell>:<process>: CPU seconds of each process over the measured iterations, inside the stages
+  and outside them (driver work, or work moved out of a timed stage, shows here).
+
+One value per tree has no within-run spread to judge it by, so each family is judged against a floor set
+from its measured noise: the spread of log(new / old) over unchanged A/B runs (FLOORS; bench/baselines/README.md).
+A metric only the new tree measures is reported and not judged (the accepted commit predates it); it is
+judged once ACCEPTED moves past the commit that added it. One the old tree has and the new one lacks fails.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from rlbench.check.metrics import measured, read_cells
+from rlbench.record.stages import Stage
+from rlbench.results import schema
+from rlbench.results.metric_table import check_metric, family
+
+# family -> flag line: the smallest change judged a regression (or an improvement), relative. Set from the
+# noise measured on unchanged A/B runs of configs/ci-ab.yaml: bench/baselines/README.md.
+FLOORS = {"startup": 0.25, "startup_cpu": 0.10, "eval": 0.50, "peak_rss": 0.05, "process_cpu": 0.15}
+
+
+def cell_values(run_dir: Path) -> dict[str, dict[str, float]]:
+    """{metric name: value} of every cell of a run folder, for the families in FLOORS; a value the run
+    did not record is left out."""
+    _, cells = read_cells(run_dir)
+    out = {}
+    for cell, res in cells.items():
+        if res.get("status") == "missing":
+            continue
+        life = res.get("lifecycle") or {}
+        for name, value in (("startup", life.get("startup_s")), ("startup_cpu", life.get("startup_cpu_s")),
+                            ("eval", _eval_seconds(res))):
+            if value is not None:
+                out[check_metric(name, cell=cell)[0]] = float(value)
+        for proc, mb in (life.get("peak_rss_mb") or {}).items():
+            out[check_metric("peak_rss", cell=cell, process=proc)[0]] = float(mb)
+        for proc, cpu in _process_cpu(res).items():
+            out[check_metric("process_cpu", cell=cell, process=proc)[0]] = cpu
+    return out
+
+
+def _eval_seconds(res: dict) -> float | None:
+    """Wall seconds of the cell's evaluations: their stage events (every tree records them)."""
+    events = schema.load_events(res["_dir"]) if res.get("_dir") else []
+    spans = [e["end"] - e["start"] for e in events if e["stage"] == Stage.EVAL.value]
+    return sum(spans) if spans else None
+
+
+def _process_cpu(res: dict) -> dict[str, float]:
+    """{process: CPU seconds over the measured iterations}, for processes every measured iteration has."""
+    its = [it.get("host_cpu_s") or {} for it in measured(res)]
+    if not its:
+        return {}
+    procs = set.intersection(*(set(h) for h in its))
+    total = defaultdict(float)
+    for h in its:
+        for p in procs:
+            total[p] += h[p]
+    return dict(total)
+
+
+def paired(old_dir: Path, new_dir: Path) -> dict[str, dict]:
+    """{metric: entry} as bench/check/ab.py's paired_metrics, one log-ratio per metric ("scalar": judged
+    against its family's floor, judge_scalar)."""
+    old, new = cell_values(old_dir), cell_values(new_dir)
+    out = {}
+    for name in dict.fromkeys([*old, *new]):
+        declared = check_metric(family(name), **_fields(name))[1]
+        o, n = old.get(name), new.get(name)
+        both = o is not None and n is not None and o > 0 and n > 0
+        out[name] = {**declared, "old": o, "new": n, "scalar": True, "keys": [name] if both else None,
+                     "log_ratios": [math.log(n / o)] if both else None}
+    return out
+
+
+def _fields(name: str) -> dict:
+    """The fields a metric name was made from: `peak_rss:sync:driver` -> {cell: sync, process: driver}."""
+    _, cell, *process = name.split(":")
+    return {"cell": cell, "process": ":".join(process)}
+
+
+def judge_scalar(x: float, direction: str, floor: float) -> tuple[str, None, str, float]:
+    """(mark, no interval, note, change) of one log-ratio new/old: beyond the floor in the bad direction is worse."""
+    note = f"one value per tree: flagged beyond {floor:+.0%} (its floor, from unchanged A/B runs' noise)"
+    if abs(x) <= math.log1p(floor):
+        return "not significant", None, note.replace("flagged", "within; flagged"), math.expm1(x)
+    bad = x < 0 if direction == "higher_is_better" else x > 0
+    return ("worse" if bad else "better"), None, note, math.expm1(x)

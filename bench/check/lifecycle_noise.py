@@ -1,0 +1,56 @@
+"""The measured noise of the metrics outside the iterations (bench/check/lifecycle.py), from unchanged A/B runs
+(`rlbench check --calibrate`, bench/check/ab_power.py), and the floor it suggests.
+
+Each such metric is one log(new / old) per run; in an unchanged run it is pure noise (which process landed
+where, what else the machine did while both trees started). Per family, over every run and cell (or
+process): the spread (root mean square of the log-ratios, about 0: any systematic old/new difference is
+noise too), the largest, and how many exceed the floor in use (false alarms of one value each). The floor a
+family should have: at least 4 x the spread and 1.5 x the largest seen, rounded up to whole percent (10 runs
+are too few to trust a spread alone: the 1.5 x largest guards the tail). Detection: each unchanged value again,
+raised by log(1 + f): flagged where it then lies beyond the floor.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rlbench.check import lifecycle
+from rlbench.results.metric_table import family
+
+SIZES = (0.25, 0.50, 1.00)
+
+
+def noise(runs: list[dict]) -> dict[str, dict]:
+    """{family: {"n", "rms", "max", "over", "runs_over", "suggested", "floor", "detect": {f: (hits, n)}}} from
+    the unchanged runs' paired metrics (bench/check/ab.py paired_metrics, one dict per run)."""
+    out = {}
+    for fam, floor in lifecycle.FLOORS.items():
+        per_run = [[m["log_ratios"][0] for n, m in metrics.items() if family(n) == fam and m["log_ratios"]]
+                   for metrics in runs]
+        x = np.array([v for r in per_run for v in r])
+        if not len(x):
+            continue
+        bar = math.log1p(floor)
+        rms, top = float(np.sqrt(np.mean(x ** 2))), float(np.max(np.abs(x)))
+        suggested = math.ceil(100 * math.expm1(max(4 * rms, 1.5 * top))) / 100
+        out[fam] = {"n": len(x), "rms": rms, "max": top, "floor": floor, "suggested": suggested,
+                    "over": int(np.sum(x > bar)), "runs_over": sum(any(v > bar for v in r) for r in per_run),
+                    "detect": {f: (int(np.sum(x + math.log1p(f) > bar)), len(x)) for f in SIZES}}
+    return out
+
+
+def format_noise(res: dict[str, dict], runs: int) -> list[str]:
+    """The README's table of the noise, floors and detection of the metrics outside the iterations."""
+    lines = [f"Metrics outside the iterations (one value per cell or process and tree; {runs} unchanged runs): "
+             "log(new / old) spread (root mean square), largest, the floor in use and the one this noise "
+             "suggests (max(4 x spread, 1.5 x largest)), values beyond the floor (false alarms), and one value "
+             "raised by 25/50/100% caught", "",
+             "| family | values | spread | largest | floor (suggested) | beyond the floor | "
+             + " | ".join(f"+{f:.0%}" for f in SIZES) + " |", "|---|" + "---|" * (5 + len(SIZES))]
+    for fam, r in res.items():
+        det = " | ".join(f"{h}/{n} ({h / n:.0%})" for h, n in r["detect"].values())
+        lines.append(f"| {fam} | {r['n']} | {math.expm1(r['rms']):.1%} | {math.expm1(r['max']):.1%} | "
+                     f"{r['floor']:.0%} ({r['suggested']:.0%}) | {r['over']} ({r['runs_over']} of {runs} runs) "
+                     f"| {det} |")
+    return lines
