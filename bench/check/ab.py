@@ -10,9 +10,11 @@ every cell runs (the sampler's decode step, the optimizer, the log-prob forwards
 although between-cell ratios cancel it; and the between-cell ratios of bench/check/metrics.py (speedup,
 the switch gains, stage_cost, queue_cost). Within the new tree alone, strictly: the invariants
 (same_accuracy, same_start: sync and periodic-async are the same updates). New against old, by
-tolerance: accuracy, reward, overhead_share. Every family is a CHECK row of
-bench/results/metric_table.py. A metric the old tree has and the new one lacks is a failure; a cell of
-the new tree that did not complete is one too.
+tolerance: accuracy, reward, overhead_share. Outside the measured iterations, one value per cell or process
+and tree, each against a floor from its measured noise (bench/check/lifecycle.py): start-up, evaluation
+seconds, peak memory and CPU of every process. Every family is a CHECK row of bench/results/metric_table.py.
+A metric the old tree has and the new one lacks is a failure; a cell of the new tree that did not complete
+is one too.
 """
 from __future__ import annotations
 

@@ -10,8 +10,12 @@
   it and a second with fresh processes flags it again at the confirming flag line (CONFIRM_STATS); every
   ordered pair of distinct unchanged runs stands for a run and its confirmation (pairs share runs, so the
   pair counts are not independent trials: they estimate the rate).
+- One cell: a slowdown of one cell's work alone (bench/check/one_cell.py), detected only through the metrics
+  it moves (that cell's TPSPD, its samples of the pooled costs, the ratios it is in).
+- The metrics outside the iterations (one value per tree): their measured noise and the floor it suggests
+  (bench/check/lifecycle_noise.py).
 - Real planted runs (RLBENCH_SLOW in the new tree only) are the validation: reported with what they
-  flagged.
+  flagged; runs planted with work:F@CELL, how many flagged a metric of that cell.
 """
 from __future__ import annotations
 
