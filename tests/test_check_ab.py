@@ -219,3 +219,17 @@ def test_a_first_run_whose_cell_failed_fails_although_the_second_is_clean(tmp_pa
                           text=True)
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "status:sync (first A/B run)" in json.loads((a / "ab.json").read_text())["combined_verdict"]["worse"]
+
+
+def test_a_cell_that_filled_a_cold_model_cache_is_not_compared_on_start_up(tmp_path):
+    """The first side to set up the first cell warm-starts the model when the cache is cold (CI on a fresh
+    machine): a one-time cost. Start-up and that cell process's peak memory are not compared there; the
+    other cells' are."""
+    ab = ab_folder(tmp_path / "ab", life={"startup_s": 3.0})
+    path = ab / "old" / "run" / "sync" / schema.RESULTS
+    schema.atomic_write_json(path, {**json.loads(path.read_text()), "model": {"cached": False}})
+    res = _judge(ab)
+    r = row(res, "startup:sync")
+    assert r.mark == "not comparable" and "old tree warm-started the model" in r.note
+    assert row(res, "peak_rss:sync:driver").mark == "not comparable"
+    assert row(res, "startup:periodic_async").mark == "worse" and row(res, "eval:sync").mark == "not significant"

@@ -191,6 +191,8 @@ def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
         if m["log_ratios"]:
             row.mark, row.ci, row.note, row.change = judge_metric(name, m["log_ratios"], m["direction"], stats)
             row.delta, row.paired = m["new"] - m["old"], True
+        elif m.get("why"):
+            row.note = m["why"]
         elif m["old"] is not None and m["new"] is None:
             row.mark, row.note = "worse", "measured by the old tree, missing in the new one"
         elif m["old"] is None:  # judged once the accepted commit measures it too

@@ -30,14 +30,18 @@ from rlbench.results.metric_table import check_metric, family
 FLOORS = {"startup": 0.25, "startup_cpu": 0.10, "eval": 0.50, "peak_rss": 0.05, "process_cpu": 0.15}
 
 
-def cell_values(run_dir: Path) -> dict[str, dict[str, float]]:
-    """{metric name: value} of every cell of a run folder, for the families in FLOORS; a value the run
-    did not record is left out."""
+def cell_values(run_dir: Path) -> tuple[dict[str, float], set[str]]:
+    """({metric name: value}, metrics that measured a cold model cache) of every cell of a run folder, for
+    the families in FLOORS; a value the run did not record is left out. A cell that warm-started its model
+    (no cached one: the first run of a model on a machine) spent its start-up, and its cell process's peak
+    memory, filling the cache: a one-time cost, not what the next run will pay, so not compared."""
     _, cells = read_cells(run_dir)
-    out = {}
+    out, cold = {}, set()
     for cell, res in cells.items():
         if res.get("status") == "missing":
             continue
+        if (res.get("model") or {}).get("cached") is False:
+            cold |= {check_metric(f, cell=cell, process="driver")[0] for f in ("startup", "startup_cpu", "peak_rss")}
         life = res.get("lifecycle") or {}
         for name, value in (("startup", life.get("startup_s")), ("startup_cpu", life.get("startup_cpu_s")),
                             ("eval", _eval_seconds(res))):
@@ -47,7 +51,7 @@ def cell_values(run_dir: Path) -> dict[str, dict[str, float]]:
             out[check_metric("peak_rss", cell=cell, process=proc)[0]] = float(mb)
         for proc, cpu in _process_cpu(res).items():
             out[check_metric("process_cpu", cell=cell, process=proc)[0]] = cpu
-    return out
+    return out, cold
 
 
 def _eval_seconds(res: dict) -> float | None:
@@ -73,14 +77,17 @@ def _process_cpu(res: dict) -> dict[str, float]:
 def paired(old_dir: Path, new_dir: Path) -> dict[str, dict]:
     """{metric: entry} as bench/check/ab.py's paired_metrics, one log-ratio per metric ("scalar": judged
     against its family's floor, judge_scalar)."""
-    old, new = cell_values(old_dir), cell_values(new_dir)
+    (old, cold_old), (new, cold_new) = cell_values(old_dir), cell_values(new_dir)
     out = {}
     for name in dict.fromkeys([*old, *new]):
         declared = check_metric(family(name), **_fields(name))[1]
         o, n = old.get(name), new.get(name)
-        both = o is not None and n is not None and o > 0 and n > 0
+        cold = [side for side, names in (("old", cold_old), ("new", cold_new)) if name in names]
+        both = o is not None and n is not None and o > 0 and n > 0 and not cold
         out[name] = {**declared, "old": o, "new": n, "scalar": True, "keys": [name] if both else None,
-                     "log_ratios": [math.log(n / o)] if both else None}
+                     "log_ratios": [math.log(n / o)] if both else None,
+                     "why": f"the {' and '.join(cold)} tree warm-started the model (a cold cache): a one-time "
+                            "cost, not compared" if cold else None}
     return out
 
 
