@@ -67,24 +67,19 @@ def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int =
                           * (1 + cell.noise * rng.standard_normal())))
         events += [{"worker": "driver" if st in ("queue_wait", "handoff") else main, "stage": st, "iteration": k,
                     "devices": 1, "start": a, "end": b, "cpu": b - a} for st, a, b in spans]
-        cpu = {"driver": 0.02, f"{main}0": s - t}
-        host_cpu = {w: v * cell.life.get("process_cpu", 1.0) * (1 + 0.01 * life_rng.standard_normal())
-                    for w, v in cpu.items()}
         its.append({"iteration": k, "start": t, "end": t + wall, "wall_s": wall, "tokens": tokens,
                     "response_tokens": tokens // 4, "num_samples": 32,
                     "devices": 2, "tpspd": tokens / (wall * 2), "rollout_tokens_per_s": 1.0,
                     "train_tokens_per_s": 1.0, "reward_mean": 0.3 + 0.02 * k, "staleness_max": 0,
-                    "staleness_mean": 0.0, "stage_s": {}, "idle_frac": {}, "warmup": k < warmup,
-                    "host_cpu_s": host_cpu})
+                    "staleness_mean": 0.0, "stage_s": {}, "idle_frac": {}, "warmup": k < warmup})
         t += wall + 0.5
-    evals = [{"iteration": 0, "accuracy": 0.30, "n": 64}, {"iteration": iterations, "accuracy": cell.accuracy, "n": 64}]
+    evals = [{"iteration": k, "accuracy": acc, "n": 64, "wall_s": 1.0,
+              "cpu_s": cell.life.get("eval_s", 1.0) * (1 + 0.01 * life_rng.standard_normal())}
+             for k, acc in ((0, 0.30), (iterations, cell.accuracy))]
     res = {"schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": cell.name,
            "switches": cell.switches, "config": cfg, "status": cell.status, "error": None,
            "provenance": {"git_commit": "abc123", "torch": "2.x"}, "iterations": its, "evals": evals,
            "aggregates": aggregate(its, evals), "lifecycle": _lifecycle(cell, main, life_rng)}
-    eval_s = 1.0 * cell.life.get("eval_s", 1.0) * (1 + 0.01 * life_rng.standard_normal())
-    events += [{"worker": "eval", "stage": "eval", "iteration": k, "devices": 1, "start": at, "end": at + eval_s,
-                "cpu": eval_s} for k, at in ((0, -2.0), (iterations, t))]
     folder.mkdir(parents=True)
     schema.atomic_write_json(folder / schema.RESULTS, res)
     (folder / schema.EVENTS).write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -96,7 +91,8 @@ def _lifecycle(cell: Cell, main: str, rng) -> dict:
         return base * cell.life.get(key, 1.0) * (1 + 0.01 * rng.standard_normal())
 
     return {"startup_s": value("startup_s", 20.0), "startup_cpu_s": value("startup_cpu_s", 10.0), "ring_wait_s": 5.0,
-            "peak_rss_mb": {"driver": value("peak_rss_mb", 350.0), f"{main}0": value("peak_rss_mb", 360.0)}}
+            "peak_rss_mb": {"driver": value("peak_rss_mb", 350.0), f"{main}0": value("peak_rss_mb", 360.0)},
+            "process_cpu_s": {"driver": value("process_cpu", 0.5), f"{main}0": value("process_cpu", 20.0)}}
 
 
 def write_run(path, cells: list[Cell], seed: int = 0):

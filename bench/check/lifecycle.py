@@ -1,10 +1,9 @@
 """What `rlbench check --against` judges outside the measured iterations: new against old, one value per cell
-(or per process of a cell) and tree, read from results.json `lifecycle` (bench/record/lifecycle.py), the
-evaluations' stage events and the iterations' host CPU.
+(or per process of a cell) and tree, read from results.json `lifecycle` and `evals` (bench/record/lifecycle.py).
 
 - startup:<cell>: seconds from the cell process's start to its first measured iteration, less its waits in
   the turn ring; startup_cpu:<cell>: CPU seconds of its processes over the same span;
-- eval:<cell>: seconds of its evaluations;
+- eval:<cell>: CPU seconds of its processes during its evaluations;
 - peak_rss:<cell>:<process>: peak resident memory of the cell process (driver) and of every worker;
 - process_cpu:<cell>:<process>: CPU seconds of each process over the measured iterations, inside the stages
   and outside them (driver work, or work moved out of a timed stage, shows here).
@@ -17,12 +16,9 @@ judged once ACCEPTED moves past the commit that added it. One the old tree has a
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from pathlib import Path
 
-from rlbench.check.metrics import measured, read_cells
-from rlbench.record.stages import Stage
-from rlbench.results import schema
+from rlbench.check.metrics import read_cells
 from rlbench.results.metric_table import check_metric, family
 
 # family -> flag line: the smallest change judged a regression (or an improvement), relative. Set from the
@@ -44,34 +40,21 @@ def cell_values(run_dir: Path) -> tuple[dict[str, float], set[str]]:
             cold |= {check_metric(f, cell=cell, process="driver")[0] for f in ("startup", "startup_cpu", "peak_rss")}
         life = res.get("lifecycle") or {}
         for name, value in (("startup", life.get("startup_s")), ("startup_cpu", life.get("startup_cpu_s")),
-                            ("eval", _eval_seconds(res))):
+                            ("eval", _eval_cpu(res))):
             if value is not None:
                 out[check_metric(name, cell=cell)[0]] = float(value)
-        for proc, mb in (life.get("peak_rss_mb") or {}).items():
-            out[check_metric("peak_rss", cell=cell, process=proc)[0]] = float(mb)
-        for proc, cpu in _process_cpu(res).items():
-            out[check_metric("process_cpu", cell=cell, process=proc)[0]] = cpu
+        for name, key in (("peak_rss", "peak_rss_mb"), ("process_cpu", "process_cpu_s")):
+            for proc, value in (life.get(key) or {}).items():
+                out[check_metric(name, cell=cell, process=proc)[0]] = float(value)
     return out, cold
 
 
-def _eval_seconds(res: dict) -> float | None:
-    """Wall seconds of the cell's evaluations: their stage events (every tree records them)."""
-    events = schema.load_events(res["_dir"]) if res.get("_dir") else []
-    spans = [e["end"] - e["start"] for e in events if e["stage"] == Stage.EVAL.value]
-    return sum(spans) if spans else None
-
-
-def _process_cpu(res: dict) -> dict[str, float]:
-    """{process: CPU seconds over the measured iterations}, for processes every measured iteration has."""
-    its = [it.get("host_cpu_s") or {} for it in measured(res)]
-    if not its:
-        return {}
-    procs = set.intersection(*(set(h) for h in its))
-    total = defaultdict(float)
-    for h in its:
-        for p in procs:
-            total[p] += h[p]
-    return dict(total)
+def _eval_cpu(res: dict) -> float | None:
+    """CPU seconds of the cell's processes during its evaluations. Not their wall time: the first evaluation
+    runs while the other tree sets up the same cell, and its wall time varied by more than 2x between
+    unchanged runs (bench/baselines/README.md); its work did not."""
+    cpu = [e.get("cpu_s") for e in res.get("evals") or []]
+    return sum(cpu) if cpu and None not in cpu else None
 
 
 def paired(old_dir: Path, new_dir: Path) -> dict[str, dict]:

@@ -7,9 +7,13 @@ results.json `lifecycle` of a cell:
   turns, which are not its own work).
 - `startup_cpu_s`: CPU seconds the cell's processes (the cell process and every worker, with their own
   child processes) used up to that moment: the same span as work, steady while other processes share the cores.
+- `process_cpu_s`: {process: CPU seconds from the start of the first measured iteration to the end of the
+  last}: the stages' work and everything between and around them (the cell process's bookkeeping).
 - `peak_rss_mb`: {process: peak resident set size in MB} of the cell process (`driver`) and every worker,
   read just before the workers close (Linux VmHWM; a worker's own child processes are added to it).
-The evaluations' wall seconds are their `eval` stage events (and each evals entry's `wall_s`).
+Each evaluation (results.json `evals`) records its wall seconds (`wall_s`, its `eval` stage event) and the
+CPU seconds of the cell's processes during it (`cpu_s`): the wall time of the first evaluation, made while
+the other tree sets up the same cell, varied by more than 2x between unchanged runs; its work did not.
 Read from /proc (Linux); what cannot be read is left out, never guessed.
 """
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import os
 import time
 
-from rlbench.record.hostcpu import cpu_seconds
 from rlbench.record.stages import Role
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -35,13 +38,40 @@ def process_age_s(pid: int | None = None) -> float | None:
         return None
 
 
-def startup(waited_s: float, pids: dict[str, int]) -> dict:
-    """The `startup_*` fields at the start of the first measured iteration. waited_s: seconds this cell
-    waited in the turn ring so far; pids: {process: pid} of the cell's processes (the driver: this one)."""
-    age = process_age_s()
-    used = [cpu_seconds(p, with_children=w != Role.DRIVER.value) for w, p in pids.items()]
-    return {"startup_s": None if age is None else round(age - waited_s, 3), "ring_wait_s": round(waited_s, 3),
-            "startup_cpu_s": None if None in used or not used else round(sum(used), 3)}
+class Lifecycle:
+    """A cell's `lifecycle` record (results.json), filled in as the cell runs (bench/run/cell.py)."""
+
+    def __init__(self):
+        self.record: dict = {}
+        self._at_start: dict[str, float | None] = {}
+
+    def first_measured(self, waited_s: float, host_cpu) -> None:
+        """At the start of the first measured iteration: start-up. waited_s: seconds the cell waited in the
+        turn ring so far; host_cpu: bench/record/hostcpu.py HostCPU of the cell's processes."""
+        age, self._at_start = process_age_s(), host_cpu.totals()
+        used = list(self._at_start.values())
+        self.record.update(startup_s=None if age is None else round(age - waited_s, 3),
+                           ring_wait_s=round(waited_s, 3),
+                           startup_cpu_s=None if None in used or not used else round(sum(used), 3))
+
+    def last_measured(self, host_cpu) -> None:
+        """At the end of the last iteration (before its record and evaluation): each process's CPU seconds
+        since the first measured iteration began, one difference (a tick of /proc each, not one per iteration)."""
+        if self._at_start:
+            now_ = host_cpu.totals()
+            self.record["process_cpu_s"] = {w: round(now_[w] - t, 3) for w, t in self._at_start.items()
+                                            if t is not None and now_.get(w) is not None}
+
+    def peaks(self, pids: dict[str, int]) -> None:
+        """Before the workers close: every process's peak memory (peaks below)."""
+        self.record["peak_rss_mb"] = peaks(pids)
+
+
+def eval_seconds(event, before: dict, after: dict) -> dict:
+    """An evaluation's wall seconds (its stage event) and the CPU seconds every process of the cell spent in
+    it (HostCPU totals before and after: the evaluator runs on a worker, not in the recording thread)."""
+    cpu = [after[w] - t for w, t in before.items() if t is not None and after.get(w) is not None]
+    return {"wall_s": round(event.duration, 4) if event else None, "cpu_s": round(sum(cpu), 3) if cpu else None}
 
 
 def peak_rss_mb(pid: int) -> float | None:

@@ -119,12 +119,13 @@ METRICS: tuple[Metric, ...] = (
            "its waits for other cells' turns, new / old", kind="cost", direction="lower_is_better"),
     Metric("startup_cpu:{cell}", "CPU s", "each", (CHECK,), "CPU seconds of {cell}'s processes up to its first "
            "measured iteration, new / old", kind="cost", direction="lower_is_better"),
-    Metric("eval:{cell}", "s", "each", (CHECK,), "seconds of {cell}'s evaluations (before the first iteration "
-           "and after the last), new / old", kind="cost", direction="lower_is_better"),
+    Metric("eval:{cell}", "CPU s", "each", (CHECK,), "CPU seconds of {cell}'s processes during its evaluations "
+           "(before the first iteration and after the last), new / old", kind="cost", direction="lower_is_better"),
     Metric("peak_rss:{cell}:{process}", "MB", "each", (CHECK,), "peak resident memory of {cell}'s {process} "
            "process, new / old", kind="cost", direction="lower_is_better"),
     Metric("process_cpu:{cell}:{process}", "CPU s", "each", (CHECK,), "CPU seconds of {cell}'s {process} "
-           "process over the measured iterations, inside the stages and outside them, new / old",
+           "process from the first measured iteration to the end of the last, inside the stages and outside "
+           "them, new / old",
            kind="cost", direction="lower_is_better"),
 )
 

@@ -10,6 +10,7 @@ import contextlib
 from pathlib import Path
 
 from rlbench.errors import UserError
+from rlbench.record.lifecycle import Lifecycle
 from rlbench.record.stages import Role, now
 from rlbench.results import metrics, utilisation
 from rlbench.results.writer import CellWriter
@@ -34,7 +35,7 @@ class CellRun:
         self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/planted/slowdown.py); empty normally
         self.host_cpu = None  # bench/record/hostcpu.py HostCPU once the workers run
         self.schedule = None  # the engine (engines/schedules/), once built: closed at the end
-        self.lifecycle: dict = {}  # start-up, peak memory (bench/record/lifecycle.py): judged by `check --against`
+        self.lifecycle = Lifecycle()  # start-up, CPU, peak memory (bench/record/lifecycle.py): `check --against`
 
     def results(self) -> dict:
         return metrics.cell_result(
@@ -45,7 +46,7 @@ class CellRun:
             devices=self.placement.devices if self.placement else None,
             wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256,
             clock_t0=self.t0,  # system-wide monotonic clock at the cell's time 0: cells on one time axis
-            lifecycle=self.lifecycle,
+            lifecycle=self.lifecycle.record,
             **({"planted_slowdown": self.planted} if self.planted else {}))
 
     def save(self) -> Path:
@@ -56,7 +57,6 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
     pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone."""
     from rlbench.engines.factory import iteration_input
-    from rlbench.record import lifecycle
     from rlbench.run.interleave import Pacer
     from rlbench.run.iteration_log import IterationLog
 
@@ -68,11 +68,14 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
             for k in range(cfg.run.iterations):
                 pacer.before(k)
                 if k == cfg.run.warmup_iterations:  # the first measured iteration: start-up ends here
-                    run.lifecycle.update(lifecycle.startup(pacer.waited_s, run.host_cpu.pids))
+                    run.lifecycle.first_measured(pacer.waited_s, run.host_cpu)
                 inp = iteration_input(cfg, dataset, tok, k)
                 run.host_cpu.start()
                 out = schedule.run_iteration(inp)
-                log.record(k, out, run.host_cpu.stop())  # every process's CPU seconds in the iteration
+                used = run.host_cpu.stop()  # every process's CPU seconds in the iteration
+                if k == cfg.run.iterations - 1:
+                    run.lifecycle.last_measured(run.host_cpu)
+                log.record(k, out, used)
                 pacer.after(k)
                 log.prof.step()
         pacer.leave(wait_for_others=True)  # no teardown while another cell is being timed
@@ -85,7 +88,6 @@ def _outcome(run: CellRun, pacer):
     """The cell's status whatever happens (complete, interrupted, rejected, failed), results.json saved
     before the workers close (a stop that cuts the closing short loses nothing), then the workers closed."""
     from rlbench.engines import launch
-    from rlbench.record import lifecycle
 
     try:
         yield
@@ -105,7 +107,7 @@ def _outcome(run: CellRun, pacer):
             run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
         if run.host_cpu is not None:  # peaks so far, the workers still up (they close below)
             with contextlib.suppress(Exception):  # a measurement must never keep the workers from closing
-                run.lifecycle["peak_rss_mb"] = lifecycle.peaks(run.host_cpu.pids)
+                run.lifecycle.peaks(run.host_cpu.pids)
         if run.status != "rejected" or run.iterations:
             run.save()
         if run.schedule is not None:
