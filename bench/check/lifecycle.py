@@ -58,8 +58,8 @@ def _eval_cpu(res: dict) -> float | None:
 
 
 def paired(old_dir: Path, new_dir: Path) -> dict[str, dict]:
-    """{metric: entry} as bench/check/ab.py's paired_metrics, one log-ratio per metric ("scalar": judged
-    against its family's floor, judge_scalar)."""
+    """{metric: entry} as bench/check/ab.py's paired_metrics, one log-ratio per metric (judged against its
+    family's floor: judge_scalar); "why": the reason a metric both trees measured is not compared."""
     (old, cold_old), (new, cold_new) = cell_values(old_dir), cell_values(new_dir)
     out = {}
     for name in dict.fromkeys([*old, *new]):
@@ -67,7 +67,7 @@ def paired(old_dir: Path, new_dir: Path) -> dict[str, dict]:
         o, n = old.get(name), new.get(name)
         cold = [side for side, names in (("old", cold_old), ("new", cold_new)) if name in names]
         both = o is not None and n is not None and o > 0 and n > 0 and not cold
-        out[name] = {**declared, "old": o, "new": n, "scalar": True, "keys": [name] if both else None,
+        out[name] = {**declared, "old": o, "new": n, "keys": [name] if both else None,
                      "log_ratios": [math.log(n / o)] if both else None,
                      "why": f"the {' and '.join(cold)} tree warm-started the model (a cold cache): a one-time "
                             "cost, not compared" if cold else None}
