@@ -110,7 +110,9 @@ def test_power_study_from_ab_folders(tmp_path):
     assert planted == {"RLBENCH_SLOW": "update:0.3"} and "cost:update" in flagged and one_cell_hit is None
     text = check_ab_power.format_study(res)
     assert "False alarms: 0/3" in text and "| gradient pass (update) (cost:update) |" in text
-    assert res["noise"]["startup"]["n"] == 6 and res["noise"]["startup"]["over"] == 0  # 3 runs x 2 cells
+    # 3 unchanged runs and the planted one (its cells record no planted slowdown): one cell each, the first apart
+    assert res["noise"]["startup"]["n"] == res["noise"]["startup (first cell)"]["n"] == 4
+    assert res["noise"]["startup"]["over"] == 0 and res["noise"]["startup (first cell)"]["floor"] == 0.5
 
 
 def test_one_cell_power_counts_only_the_slowed_cells_metrics(tmp_path):

@@ -56,10 +56,8 @@ BETWEEN_CELLS = tuple(f for f, row in CHECK_FAMILIES.items() if "/" in row.name)
 
 
 def floor_of(metric: str, stats: dict = AB_STATS) -> float:
-    """The metric's floor as a relative change: the base floor, x sqrt(2) in log units between two cells;
-    a metric outside the iterations: its family's (bench/check/lifecycle.py FLOORS)."""
-    if family(metric) in lifecycle.FLOORS:
-        return lifecycle.FLOORS[family(metric)]
+    """A paired metric's floor as a relative change: the base floor, x sqrt(2) in log units between two cells
+    (the metrics outside the iterations have their own: bench/check/lifecycle.py floor)."""
     pairs = 2 if family(metric) in BETWEEN_CELLS else 1
     return float(np.expm1(np.log1p(stats["floor"]) * np.sqrt(pairs)))
 
@@ -153,13 +151,15 @@ def judge_paired(x: list[float], direction: str, stats: dict = AB_STATS, floor: 
     return ("worse" if bad else "better"), ci, note, float(np.expm1(d))
 
 
-def judge_metric(name: str, x: list[float], direction: str, stats: dict = AB_STATS
+def judge_metric(name: str, m: dict, x: list[float] | None = None, stats: dict = AB_STATS
                  ) -> tuple[str, tuple | None, str, float]:
-    """(mark, interval, note, change) of a paired metric's log-ratios: against this run's noise and the metric's
-    floor, or, for one value per tree (bench/check/lifecycle.py), against its family's floor alone."""
+    """(mark, interval, note, change) of a paired metric (an entry of paired_metrics) from its log-ratios (x:
+    shifted ones, for the power study): against this run's noise and the metric's floor, or, for one value
+    per tree (bench/check/lifecycle.py), against its floor alone."""
+    x = m["log_ratios"] if x is None else x
     if family(name) in lifecycle.FLOORS:
-        return lifecycle.judge_scalar(x[0], direction, floor_of(name, stats))
-    return judge_paired(x, direction, stats, floor_of(name, stats))
+        return lifecycle.judge_scalar(x[0], m["direction"], lifecycle.floor(name, m))
+    return judge_paired(x, m["direction"], stats, floor_of(name, stats))
 
 
 def tolerance_metrics(c_old: dict, c_new: dict) -> tuple[dict, dict]:
@@ -189,7 +189,7 @@ def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
     for name, m in paired_metrics(old_dir, new_dir, computed).items():
         row = Row(name, m["kind"], m["old"], m["new"], "not comparable", description=m["description"])
         if m["log_ratios"]:
-            row.mark, row.ci, row.note, row.change = judge_metric(name, m["log_ratios"], m["direction"], stats)
+            row.mark, row.ci, row.note, row.change = judge_metric(name, m, stats=stats)
             row.delta, row.paired = m["new"] - m["old"], True
         elif m.get("why"):
             row.note = m["why"]

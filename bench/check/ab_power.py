@@ -24,8 +24,10 @@ import json
 import math
 from pathlib import Path
 
-from rlbench.check import against, ab as check_ab, lifecycle_noise, one_cell
+from rlbench.check import against, ab as check_ab, lifecycle, lifecycle_noise, one_cell
+from rlbench.check.metrics import read_cells
 from rlbench.errors import UserError
+from rlbench.results.metric_table import family
 
 SIZES = (0.05, 0.10, 0.20)
 # component -> the metric prefixes a slowdown of it moves (per-unit CPU costs of its stage, in every cell)
@@ -65,7 +67,7 @@ def _flagged(metrics: dict, shift: dict | None = None, stats: dict = check_ab.AB
             continue
         add = (shift or {}).get(name, 0.0)
         x = [v + (add[i] if isinstance(add, list) else add) for i, v in enumerate(m["log_ratios"])]
-        if check_ab.judge_metric(name, x, m["direction"], stats)[0] == "worse":
+        if check_ab.judge_metric(name, m, x, stats)[0] == "worse":
             out.add(name)
     return out
 
@@ -84,6 +86,15 @@ def upper_bound(k: int, n: int, conf: float = 0.95) -> float:
         cdf = sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1))
         lo, hi = (p, hi) if cdf > 1 - conf else (lo, p)
     return hi
+
+
+def _unplanted(ab_dir: str, metrics: dict) -> dict:
+    """A planted run's metrics outside the iterations, less those of the cells a slowdown was planted in
+    (their warm-up iterations and CPU moved): the others are as unchanged as an unchanged run's."""
+    _, new = against.run_dirs(Path(ab_dir))
+    planted = {c for c, res in read_cells(new)[1].items() if res.get("planted_slowdown")}
+    return {n: m for n, m in metrics.items()
+            if family(n) in lifecycle.FLOORS and n.split(":")[1] not in planted}
 
 
 def _rates(unchanged: list, shift_of) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -123,7 +134,8 @@ def study(dirs) -> dict:
                         for a, b in itertools.permutations(runs, 2) if (a[3] - a[1]) or (a[1] & b[2])]
     walls = [r.get("wall_s") for _, _, r in unchanged + planted if r.get("wall_s")]
     return {"runs": len(unchanged), "end_to_end": end_to_end, "detect": detect, "confirmed": confirmed,
-            "one_cell": single, "noise": lifecycle_noise.noise([m for _, m, _ in unchanged]),
+            "one_cell": single, "noise": lifecycle_noise.noise([m for _, m, _ in unchanged]
+                                                               + [_unplanted(d, m) for d, m, _ in planted]),
             "confirmed_alarms": confirmed_alarms, "ordered_pairs": len(unchanged) * (len(unchanged) - 1),
             "metrics": sorted({n for _, m, _ in unchanged for n in m if m[n]["log_ratios"]}),
             "planted": [(d, r["planted"], sorted(_flagged(m)), one_cell.planted_hit(r["planted"], m, _flagged(m)))
@@ -163,7 +175,7 @@ def format_study(res: dict) -> str:
     lines.append(f"Confirmed (--confirm: a run fails on what a second run flags too): {k}/{pairs} ordered pairs "
                  f"of distinct unchanged runs ({k / pairs:.1%})" if pairs else "")
     lines += [f"- confirmed false alarm {a} then {b}: {', '.join(w)}" for a, b, w in res["confirmed_alarms"][:10]]
-    lines += ["", *_format_one_cell(res), "", *lifecycle_noise.format_noise(res["noise"], n), ""]
+    lines += ["", *_format_one_cell(res), "", *lifecycle_noise.format_noise(res["noise"]), ""]
     lines += [f"- real planted run {d}: {p} -> flagged: {', '.join(f) or 'nothing'}" for d, p, f, _ in res["planted"]]
     lines += _format_planted_cells(res["planted"])
     if res["wall_s"]:

@@ -25,35 +25,47 @@ MIN_FLOOR = 0.05
 
 
 def noise(runs: list[dict]) -> dict[str, dict]:
-    """{family: {"n", "rms", "max", "over", "runs_over", "suggested", "floor", "detect": {f: (hits, n)}}} from
-    the unchanged runs' paired metrics (bench/check/ab.py paired_metrics, one dict per run)."""
-    out = {}
-    for fam, floor in lifecycle.FLOORS.items():
-        per_run = [[m["log_ratios"][0] for n, m in metrics.items() if family(n) == fam and m["log_ratios"]]
-                   for metrics in runs]
-        x = np.array([v for r in per_run for v in r])
-        if not len(x):
-            continue
-        bar = math.log1p(floor)
-        rms, top = float(np.sqrt(np.mean(x ** 2))), float(np.max(np.abs(x)))
-        suggested = max(MIN_FLOOR, math.ceil(100 * math.expm1(max(4 * rms, 1.5 * top))) / 100)
-        out[fam] = {"n": len(x), "rms": rms, "max": top, "floor": floor, "suggested": suggested,
-                    "over": int(np.sum(x > bar)), "runs_over": sum(any(v > bar for v in r) for r in per_run),
-                    "detect": {f: (int(np.sum(x + math.log1p(f) > bar)), len(x)) for f in SIZES}}
-    return out
+    """{family (the first cell's start-up a row of its own): {"n", "rms", "max", "over", "runs_over",
+    "suggested", "floor", "detect": {f: (hits, n)}}} from the runs' paired metrics (bench/check/ab.py
+    paired_metrics, one dict per run, holding only metrics nothing was planted in)."""
+    groups: dict[str, list[list[float]]] = {}
+    floors: dict[str, float] = {}
+    for metrics in runs:
+        per: dict[str, list[float]] = {}
+        for name, m in metrics.items():
+            if family(name) in lifecycle.FLOORS and m["log_ratios"]:
+                key = family(name) + (" (first cell)" if m.get("first_cell") else "")
+                per.setdefault(key, []).append(m["log_ratios"][0])
+                floors[key] = lifecycle.floor(name, m)
+        for key, values in per.items():
+            groups.setdefault(key, []).append(values)
+    return {key: _row(groups[key], floors[key]) for key in sorted(groups, key=_order)}
 
 
-def format_noise(res: dict[str, dict], runs: int) -> list[str]:
+def _order(key: str) -> tuple[int, str]:
+    return list(lifecycle.FLOORS).index(key.split(" ")[0]), key
+
+
+def _row(per_run: list[list[float]], floor: float) -> dict:
+    x, bar = np.array([v for r in per_run for v in r]), math.log1p(floor)
+    rms, top = float(np.sqrt(np.mean(x ** 2))), float(np.max(np.abs(x)))
+    suggested = max(MIN_FLOOR, math.ceil(100 * math.expm1(max(4 * rms, 1.5 * top))) / 100)
+    return {"n": len(x), "runs": len(per_run), "rms": rms, "max": top, "floor": floor, "suggested": suggested,
+            "over": int(np.sum(x > bar)), "runs_over": sum(any(v > bar for v in r) for r in per_run),
+            "detect": {f: (int(np.sum(x + math.log1p(f) > bar)), len(x)) for f in SIZES}}
+
+
+def format_noise(res: dict[str, dict]) -> list[str]:
     """The README's table of the noise, floors and detection of the metrics outside the iterations."""
-    lines = [f"Metrics outside the iterations (one value per cell or process and tree; {runs} unchanged runs): "
-             "log(new / old) spread (root mean square), largest, the floor in use and the one this noise "
-             "suggests (max(4 x spread, 1.5 x largest, 5%)), values beyond the floor (false alarms), and one value "
-             "raised by 25/50/100% caught", "",
+    lines = ["Metrics outside the iterations (one value per cell or process and tree; the unchanged runs, and "
+             "the cells nothing was planted in of the planted runs): log(new / old) spread (root mean square), "
+             "largest, the floor in use and the one this noise suggests (max(4 x spread, 1.5 x largest, 5%)), "
+             "values beyond the floor (false alarms), and one value raised by 25/50/100% caught", "",
              "| family | values | spread | largest | floor (suggested) | beyond the floor | "
              + " | ".join(f"+{f:.0%}" for f in SIZES) + " |", "|---|" + "---|" * (5 + len(SIZES))]
     for fam, r in res.items():
         det = " | ".join(f"{h}/{n} ({h / n:.0%})" for h, n in r["detect"].values())
         lines.append(f"| {fam} | {r['n']} | {math.expm1(r['rms']):.1%} | {math.expm1(r['max']):.1%} | "
-                     f"{r['floor']:.0%} ({r['suggested']:.0%}) | {r['over']} ({r['runs_over']} of {runs} runs) "
+                     f"{r['floor']:.0%} ({r['suggested']:.0%}) | {r['over']} ({r['runs_over']} of {r['runs']} runs) "
                      f"| {det} |")
     return lines

@@ -14,12 +14,13 @@ old, new (or new, old: the order alternates by iteration) back to back. The fold
 (read and written under an flock) and one FIFO per seat to wake it; a waiting seat sleeps in select()
 (no CPU) and re-reads the state when woken or every POLL_S. A seat whose process died is found by its
 pid and passes its turns on; a side whose `rlbench run` ended is abandoned by whoever started it.
-The protocol is versioned (PROTOCOL): both trees of an A/B must speak the same one. Any change to how seats
-take turns (the state's keys, the order, when a seat may set up) is a new protocol, because a tree with the
-old rules in the same ring breaks the new ones' guarantees: PROTOCOL_CODE is a fingerprint of this module's
-ring code (everything but Pacer, docstrings and comments; tests/test_interleave.py computes it and fails
-when the code moves without it), so that a change cannot go out under the old number. 1: the first ring; 2: a later cell waits for every side to
-register before it sets up.
+The protocol is versioned (PROTOCOL): both trees of an A/B must speak the same one. Any change to how
+seats take turns (the state's keys, the order, when a seat may set up) is a new protocol, because a tree
+with the old rules in the same ring breaks the new ones' guarantees: PROTOCOL_CODE is a fingerprint of this
+module's ring code (everything but Pacer, docstrings and comments; tests/test_interleave.py computes it and
+fails when the code moves without it), so that a change cannot go out under the old number. 1: the first
+ring; 2: every cell waits for every side to register before it sets up, the first also for every cell
+process to reach its set-up.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from pathlib import Path
 from rlbench.errors import UserError
 
 PROTOCOL = 2
-PROTOCOL_CODE = "63407724e4ce2902"  # code_fingerprint() of the code of PROTOCOL: change both together
+PROTOCOL_CODE = "38be7984ca370539"  # code_fingerprint() of the code of PROTOCOL: change both together
 ENV = "RLBENCH_RING"  # "<folder>:<side>": join that ring as that side (set by `rlbench check --against`)
 STARTING, RUNNING, GONE = "starting", "running", "gone"
 POLL_S = 0.5  # a waiting seat re-reads the state this often even when nobody wakes it (dead processes)
@@ -205,11 +206,16 @@ class Seat:
     def setup(self) -> None:
         """Cells set up one after the other: after every seat of a lower cell index. The sides set up the
         same cell at once (setup is not timed; on two cores or more that halves it), except the very first,
-        which warms the model cache alone so that the other side finds it warm. A later cell waits for
-        every side to register, so a side that registers late still sets up cell by cell with the other."""
+        which warms the model cache alone so that the other side finds it warm. Every cell waits for every
+        side to register, so a side that registers late still sets up cell by cell with the other; the
+        first also waits until every seat's process has come this far (its imports done): else the first
+        side's first cell set up while the others still imported, and its start-up (judged by `check
+        --against`) was up to 25% slower than the other side's, where the two of any other cell agree."""
         def ready(st: dict) -> bool:
-            if self.index > 0 and len(st["registered"]) < st["sides"]:
+            if len(st["registered"]) < st["sides"]:
                 return False  # a side that registers late sets up its lower cells first
+            if self.index == 0 and any(v["pid"] is None and v["state"] != GONE for v in st["seats"].values()):
+                return False  # a cell process still starting (importing): the first cell would share its cores
             return all(v["state"] != STARTING for v in st["seats"].values()
                        if v["index"] < self.index or (v["index"] == self.index == 0 and v["side"] < self.side))
 
