@@ -13,7 +13,8 @@ from rlbench.errors import UserError, WorkerError
 
 # --engine NAME -> the external engine's runner, by import path (nothing imported unless it is chosen)
 EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
-            "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed"}
+            "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed",
+            "trl": "rlbench.engines.external.trl.adapter:run_trl"}
 
 
 def preflight(cfg) -> None:
