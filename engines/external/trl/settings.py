@@ -12,10 +12,13 @@ Settings made equal, and how (tests/test_trl_loss.py checks the loss and gradien
     on-policy is rlbench's token mean over the whole iteration (TRL's default loss_type too);
   - advantages: scale_rewards="group", (r - mean) / (unbiased std + eps) per group; TRL's eps is fixed at
     1e-4, so equal loss needs rlbench's train.adv_eps=1e-4 (`--ablation peers` sets it);
-  - KL: beta = train.kl_coef on TRL's k3 estimator, which is VERL's low_var_kl (only that one exists there);
+  - KL: beta = train.kl_coef on TRL's k3 estimator, which is VERL's low_var_kl (only that one exists there),
+    and use_bias_correction_kl=False: TRL's default multiplies the KL term by the importance ratio, which
+    changes its gradient even on-policy (DeepSeek-V3.2's unbiased estimator; VERL has no such factor);
   - clipping: epsilon = epsilon_high = train.clip_ratio; delta = train.clip_ratio_c is VERL's dual clip:
     for A < 0, max(r, clip(r)) capped at delta is min(loss, -A c) of VERL (for A > 0 the cap never binds
     because delta > 1 + epsilon);
+  - precision: the weights in model.dtype, no autocast (GRPOConfig's default is bf16=True);
   - optimizer: AdamW (torch), lr, betas, eps 1e-8, weight decay, grad-norm clip, constant schedule, no
     warm-up; sampling: temperature (also in the log-probs), top_p, top_k off; the seed.
 """
@@ -117,7 +120,8 @@ def grpo_kwargs(cfg, world: int, output_dir: str) -> dict:
         output_dir=output_dir, use_cpu=True, seed=run.seed, data_seed=run.seed, report_to="none",
         save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
         ddp_timeout=DDP_TIMEOUT_S, ddp_find_unused_parameters=False,
-        model_init_kwargs={"dtype": cfg.model.dtype, "attn_implementation": "sdpa"},
+        # the weights in model.dtype and no autocast: GRPOConfig defaults to bf16=True (autocast on CPU too)
+        model_init_kwargs={"dtype": cfg.model.dtype, "attn_implementation": "sdpa"}, bf16=False, fp16=False,
         # the batch: one generation per iteration, ppo_mini_batches optimizer steps per generation
         per_device_train_batch_size=t.micro_batch_size, gradient_accumulation_steps=accumulation,
         steps_per_generation=accumulation * n, num_generations=r.group_size, max_steps=run.iterations * n,
@@ -126,7 +130,7 @@ def grpo_kwargs(cfg, world: int, output_dir: str) -> dict:
         max_completion_length=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=0,
         min_p=None, repetition_penalty=1.0,
         # the loss (module docstring)
-        loss_type="dapo", scale_rewards="group", beta=t.kl_coef, epsilon=t.clip_ratio,
+        loss_type="dapo", scale_rewards="group", beta=t.kl_coef, use_bias_correction_kl=False, epsilon=t.clip_ratio,
         epsilon_high=t.clip_ratio, delta=t.clip_ratio_c, num_iterations=1, importance_sampling_level="token",
         mask_truncated_completions=False, disable_dropout=True,
         # the optimizer
