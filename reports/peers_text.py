@@ -96,3 +96,19 @@ def peers_section(run: RunData) -> tuple[str, str] | None:
                       + table(settings, ["setting", "rlbench", "TRL", "why"]) if settings else "")
                    + "<details><summary>Every column (peers.csv)</summary>"
                    + table([list(r) for r in frame.itertuples(index=False)], list(frame.columns)) + "</details>")
+
+
+def peers_markdown(run: RunData) -> str | None:
+    """peers.md: the section as Markdown (docs/results/peers.md quotes it); None without peers.csv."""
+    frame = read(run)
+    if frame is None:
+        return None
+    def md(rows, head):
+        return "\n".join("| " + " | ".join(str(v).replace("|", "/") for v in r) + " |"
+                         for r in [head, ["---"] * len(head), *rows])
+    settings = differing_settings(run)
+    parts = [f"## {TITLE}", "", md([_row(r) for r in frame.to_dict("records")], HEAD), "",
+             *[f"- {s}" for s in sentences(frame)], "", NOTE]
+    if settings:
+        parts += ["", "### Settings that differ between the engines", "", md(settings, ["setting", "rlbench", "TRL", "why"])]
+    return "\n".join(parts) + "\n"

@@ -55,6 +55,9 @@ def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool =
     try:
         run.start(pacer)
         run.wait(progress)
+    except Exception as e:  # a failure of ours (export, launch): the cell records it, then fails
+        run.error = run.error or f"{type(e).__name__}: {e}"
+        raise
     finally:
         run.stop()
         pacer.leave()

@@ -92,8 +92,27 @@ def export_policy(cfg, dataset, progress=None) -> Path:
 
     model, tok, _ = load_policy(cfg, dataset, progress=progress)
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-    model.save_pretrained(tmp)
+    _plain(model).save_pretrained(tmp)
     (char_tokenizer() if _uses_chars(cfg) else tok.tok).save_pretrained(tmp)
     if not folder.exists():  # another process may have exported it meanwhile: same bytes, keep theirs
         os.replace(tmp, folder)
     return folder
+
+
+def _plain(model):
+    """A model transformers will save: one loaded from a GGUF file is marked quantized (and refuses
+    save_pretrained) although its weights are de-quantized tensors, so those go into a fresh model of the
+    same config, unmarked."""
+    if getattr(model, "hf_quantizer", None) is None:
+        return model
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    for key in ("quantization_config", "gguf_file"):
+        if hasattr(config, key):
+            delattr(config, key)
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype, attn_implementation="sdpa")
+    plain.load_state_dict(model.state_dict())
+    return plain

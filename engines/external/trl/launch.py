@@ -50,7 +50,7 @@ def start_ranks(spec_path: Path, world: int, log_dir: Path, rank0_fds: tuple[int
 def wait_ranks(procs: list[subprocess.Popen], serve) -> list[int]:
     """Serve rank 0's turn requests (serve(timeout_s)) until every rank has ended; the first nonzero exit
     ends the others. -> the exit codes, rank order."""
-    while any(p.poll() is None for p in procs):
+    while None in [p.poll() for p in procs]:  # a list: every rank polled, not only up to the first alive
         serve(0.2)
         if any(p.returncode not in (None, 0) for p in procs):
             stop_ranks(procs)

@@ -52,9 +52,10 @@ DIFFERENCES: tuple[Difference, ...] = (
     Difference("old log-probs (on-policy)", "a separate forward pass (old_logprob stage; engine.tri_model "
                "skips it)", "skipped: ratio against the detached policy log-probs",
                "TRL's design; equal values (the same weights), different cost"),
-    Difference("log-prob forward", "logits of every position of prompt + response",
-               "fused LM head over the response positions only, plus the entropy of each",
-               "TRL's kernel; equal log-probs"),
+    Difference("log-prob forward", "the LM head over the response positions (rows padded to the group's "
+               "longest response), then a log-softmax over them",
+               "a fused LM head over the response positions in tiles (no full logits), plus each position's "
+               "entropy", "TRL's kernel; equal log-probs"),
     Difference("KL clamps", "low_var_kl clamps log-ratio to [-20, 20] and the estimate to [-10, 10]",
                "k3 unclamped", "equal wherever the clamps do not bind (tests/test_trl_loss.py checks they do not)"),
     Difference("ratio clamp", "exp(clamp(logp - old, -20, 20))", "exp(logp - old)",

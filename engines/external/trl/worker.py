@@ -16,11 +16,20 @@ from pathlib import Path
 def main(argv: list[str]) -> None:
     from rlbench.devices import device as dev
 
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack into the rank's log
     spec_path, rank = argv
     rank = int(rank)
     dev.pin("cpu", rank, 1)  # before torch does any work: its core, one intra-op thread
     spec = json.loads(Path(spec_path).read_text())
     train(spec, rank)
+    # Every file is closed: leave without the interpreter's teardown, which was seen to hang for good in a
+    # rank whose gloo group had been destroyed (a native thread left behind).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def train(spec: dict, rank: int) -> None:
