@@ -125,8 +125,9 @@ def test_refusals_exit_2_before_anything_runs(tmp_path):
     """A setting TRL cannot honour names its key; nothing is written."""
     proc = cli("--engine", "trl", "--set", "train.kl_type=kl", "--out", str(tmp_path))
     assert proc.returncode == 2 and "train.kl_type" in proc.stderr
-    proc = cli("--ablation", "peers", "--set", "train.micro_batch_size=4", "--out", str(tmp_path))
-    assert proc.returncode == 2 and "micro_batch_size" in proc.stderr
+    # 3 prompts x G=4 = 12 samples: 2 ranks x 2 per micro-batch, but not x 2 steps per generation
+    proc = cli("--ablation", "peers", "--set", "train.prompts_per_iteration=3", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "train.ppo_mini_batches=2" in proc.stderr
     assert not list(tmp_path.iterdir())
 
 

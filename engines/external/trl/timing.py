@@ -15,7 +15,8 @@ is in the iteration's wall time but in no stage: it shows as idle.
 
 An iteration (one generation, train.ppo_mini_batches optimizer steps) starts on_step_begin of its first
 step, after a barrier of the ranks (untimed: rlbench's driver starts every rank's iteration at once), and
-ends on_step_end of its last; TRL's logging and rlbench's evaluation run after it, outside every window.
+ends on_step_end of its last; a second barrier then waits for every rank's end, and TRL's logging and
+rlbench's evaluation run after it, outside every window.
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ class StepClock:
         self.out.window(self.k, self.window_start - self.rec.t0, end - self.rec.t0)
         self.out.samples(self.rows)
         self.rows = []
+        _barrier()  # every rank's window closed before rank 0 evaluates (rlbench's driver waits for its ranks)
         if self.evaluate is not None:
             self.evaluate(self.k + 1)
         if self.gate is not None:
