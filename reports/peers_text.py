@@ -1,7 +1,8 @@
-""""Against a real framework": peers.csv (computed by bench/run/peers.py) as the terminal's lines and the
-report's section: the cells side by side (TPSPD, the ratio to rlbench's sync, device-seconds per 1,000
-trained tokens by stage, accuracy), one sentence per peer cell saying where its difference to rlbench's
-sync comes from, and the settings that differ between the engines (each TRL cell's results.json)."""
+""""Against a real framework": peers.csv (computed by bench/run/peers.py) as the terminal's lines, the
+report's section and peers.md: the cells side by side (TPSPD, the ratio to rlbench's sync, device-seconds
+and CPU-seconds per 1,000 trained tokens by stage, accuracy), one sentence per peer cell saying where its
+difference to rlbench's sync comes from, and the settings that differ between the engines (from each TRL
+cell's results.json)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -12,16 +13,24 @@ from rlbench.reports.tables import fmt
 
 TITLE = "Against a real framework"
 CSV = "peers.csv"
-SHOWN_STAGES = ("rollout", "old_logprob", "ref_logprob", "update", "optimizer_step", "weight_sync", "other")
+# stage -> its short column name (the terminal's table fits 100 columns)
+STAGES = {"rollout": "rollout", "old_logprob": "old", "ref_logprob": "ref", "update": "update",
+          "optimizer_step": "opt", "weight_sync": "wsync"}
 HEAD = ["cell", "engine", "TPSPD median (min–max)", "vs sync (per iteration)",
-        *[f"{s} s/ktok" for s in SHOWN_STAGES], "total s/ktok", "tokens/iter", "max stale", "acc first→final",
-        "status"]
+        *[f"{short} s/ktok" for short in STAGES.values()], "other s/ktok", "total s/ktok", "max stale",
+        "acc first→final", "status"]
+SHORT_HEAD = ["cell", "TPSPD (min–max)", "vs sync", *STAGES.values(), "other", "total", "acc"]
+CPU_HEAD = ["cell", *[f"{short} CPU s/ktok" for short in STAGES.values()], "CPU total s/ktok",
+            "tokens/iteration", "response mean"]
 NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, sampling, optimizer and loss "
         "(tests/test_trl_loss.py); each engine generates its own samples. s/ktok: device-seconds per 1,000 "
-        "trained tokens over the measured iterations, by stage (summed over workers); `other`: device time "
-        "in no stage (idle, and a peer's work outside rlbench's stage names); total = 1000 / TPSPD pooled. "
-        "vs sync: TPSPD median over rlbench's sync; in brackets the range of per-iteration ratios (iteration "
-        "k of each cell ran back to back when the cells took turns).")
+        "trained tokens over the measured iterations, by stage (summed over workers; a stage that waits for "
+        "another rank counts the wait: rlbench's optimizer_step holds the all-reduce, TRL's update its DDP "
+        "all-reduce and metric reductions); other: device time in no stage (idle, and a peer's work outside "
+        "rlbench's stage names); total = 1000 / TPSPD, pooled. CPU s/ktok: the same by the stages' own CPU "
+        "seconds, which neither waiting nor another job on the core adds to. vs sync: TPSPD median over "
+        "rlbench's sync; in brackets the range of per-iteration ratios (iteration k of each cell ran back to "
+        "back when the cells took turns).")
 
 
 def read(run: RunData) -> pd.DataFrame | None:
@@ -36,17 +45,33 @@ def x(v) -> str:
     return "–" if v is None else f"{v:.2f}×"
 
 
-def _row(r: dict) -> list[str]:
-    tp = "–" if r["tpspd_median"] is None else \
+def _cells(r: dict, prefix: str = "") -> list[str]:
+    return [fmt(r[f"{prefix}{s}_s_per_ktok"]) if r[f"{prefix}{s}_s_per_ktok"] else "–" for s in STAGES]
+
+
+def _tpspd(r: dict) -> str:
+    return "–" if r["tpspd_median"] is None else \
         f"{fmt(r['tpspd_median'])} ({fmt(r['tpspd_min'])}–{fmt(r['tpspd_max'])})"
+
+
+def _row(r: dict) -> list[str]:
     paired = "" if r["vs_sync_paired_min"] is None else \
         f" ({r['vs_sync_paired_min']:.2f}–{r['vs_sync_paired_max']:.2f})"
-    stages = [fmt(r[f"{s}_s_per_ktok"]) if r[f"{s}_s_per_ktok"] else "–" for s in SHOWN_STAGES]
     engine = r["engine"] if r["steps_per_generation"] in (None, 1) else \
         f"{r['engine']} ({r['steps_per_generation']} steps/generation)"
-    return [r["cell"], engine, tp, x(r["vs_sync"]) + paired, *stages, fmt(r["total_s_per_ktok"]),
-            fmt(r["tokens_per_iteration"]), fmt(r["staleness_max"]),
+    return [r["cell"], engine, _tpspd(r), x(r["vs_sync"]) + paired, *_cells(r), fmt(r["other_s_per_ktok"]),
+            fmt(r["total_s_per_ktok"]), fmt(r["staleness_max"]),
             f"{fmt(r['accuracy_first'])}→{fmt(r['accuracy_final'])}", str(r["status"])]
+
+
+def _short_row(r: dict) -> list[str]:
+    return [r["cell"], _tpspd(r), x(r["vs_sync"]), *_cells(r), fmt(r["other_s_per_ktok"]),
+            fmt(r["total_s_per_ktok"]), f"{fmt(r['accuracy_first'])}→{fmt(r['accuracy_final'])}"]
+
+
+def _cpu_row(r: dict) -> list[str]:
+    return [r["cell"], *_cells(r, "cpu_"), fmt(r["cpu_total_s_per_ktok"]), fmt(r["tokens_per_iteration"]),
+            fmt(r["response_len_mean"])]
 
 
 def sentences(frame: pd.DataFrame) -> list[str]:
@@ -74,28 +99,39 @@ def differing_settings(run: RunData) -> list[list[str]]:
         if peer else []
 
 
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
 def peers_lines(run: RunData) -> list[str]:
     frame = read(run)
     if frame is None:
         return []
-    rows = [HEAD] + [_row(r) for r in frame.to_dict("records")]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEAD))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return ["", f"{TITLE} ({CSV}):", *lines, *sentences(frame)]
+    rows = [SHORT_HEAD] + [_short_row(r) for r in frame.to_dict("records")]
+    return ["", f"{TITLE} (device-s per 1,000 tokens by stage; every column: {CSV}, peers.md):",
+            *_aligned(rows), *sentences(frame)]
 
 
 def peers_section(run: RunData) -> tuple[str, str] | None:
     frame = read(run)
     if frame is None:
         return None
-    settings = differing_settings(run)
+    records, settings = frame.to_dict("records"), differing_settings(run)
     return TITLE, ("".join(f"<p><b>{esc(s)}</b></p>" for s in sentences(frame))
-                   + table([_row(r) for r in frame.to_dict("records")], HEAD) + f"<p>{esc(NOTE)}</p>"
+                   + table([_row(r) for r in records], HEAD) + table([_cpu_row(r) for r in records], CPU_HEAD)
+                   + f"<p>{esc(NOTE)}</p>"
                    + ("<h3>Settings that differ between the engines</h3>"
                       + table(settings, ["setting", "rlbench", "TRL", "why"]) if settings else "")
                    + "<details><summary>Every column (peers.csv)</summary>"
                    + table([list(r) for r in frame.itertuples(index=False)], list(frame.columns)) + "</details>")
+
+
+def _md(rows: list[list[str]], head: list[str]) -> str:
+    return "\n".join("| " + " | ".join(str(v).replace("|", "/") for v in r) + " |"
+                     for r in [head, ["---"] * len(head), *rows])
 
 
 def peers_markdown(run: RunData) -> str | None:
@@ -103,12 +139,10 @@ def peers_markdown(run: RunData) -> str | None:
     frame = read(run)
     if frame is None:
         return None
-    def md(rows, head):
-        return "\n".join("| " + " | ".join(str(v).replace("|", "/") for v in r) + " |"
-                         for r in [head, ["---"] * len(head), *rows])
-    settings = differing_settings(run)
-    parts = [f"## {TITLE}", "", md([_row(r) for r in frame.to_dict("records")], HEAD), "",
-             *[f"- {s}" for s in sentences(frame)], "", NOTE]
+    records, settings = frame.to_dict("records"), differing_settings(run)
+    parts = [f"## {TITLE}", "", _md([_row(r) for r in records], HEAD), "", _md([_cpu_row(r) for r in records], CPU_HEAD),
+             "", *[f"- {s}" for s in sentences(frame)], "", NOTE]
     if settings:
-        parts += ["", "### Settings that differ between the engines", "", md(settings, ["setting", "rlbench", "TRL", "why"])]
+        parts += ["", "### Settings that differ between the engines", "",
+                  _md(settings, ["setting", "rlbench", "TRL", "why"])]
     return "\n".join(parts) + "\n"

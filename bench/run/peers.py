@@ -16,7 +16,9 @@ run by the framework FRAMEWORKS names (engines/external/trl/adapter.py) in the c
 Where the TPSPD difference comes from: device-seconds per 1,000 trained tokens, pooled over the measured
 iterations, split by stage (summed over workers) plus `other` (device time in no stage: idle, and a peer's
 work outside the stages rlbench names). 1000 / TPSPD is that total, so the stage deltas between two cells
-add up to the difference of their totals exactly.
+add up to the difference of their totals exactly. The same by the stage events' CPU seconds
+(cpu_<stage>_s_per_ktok) is each stage's own compute: what neither waiting for another rank nor another
+job on the machine adds to, so it compares the engines' work on a busy machine too.
 """
 from __future__ import annotations
 
@@ -101,6 +103,8 @@ def _row(c, sync) -> dict:
     tokens = sum(it["tokens"] for it in its) or None
     per_k = lambda s: None if not tokens else 1000 * s / tokens
     stages = {f"{s}_s_per_ktok": per_k(sum(it["stage_s"].get(s, 0.0) for it in its)) for s in STAGES}
+    cpu = _cpu_seconds(c, {it["iteration"] for it in its})
+    cpu_stages = {f"cpu_{s}_s_per_ktok": per_k(cpu[s]) if s in cpu else None for s in STAGES}
     total = per_k(sum(it["wall_s"] * it["devices"] for it in its))
     named = sum(v for v in stages.values() if v is not None)
     evals = c.result.get("evals") or []
@@ -112,9 +116,20 @@ def _row(c, sync) -> dict:
             "tokens_per_iteration": tokens / len(its) if tokens else None,
             "response_len_mean": _mean([it["response_len_mean"] for it in its]),
             **stages, "other_s_per_ktok": None if total is None else total - named, "total_s_per_ktok": total,
+            **cpu_stages, "cpu_total_s_per_ktok": per_k(sum(cpu.values())) if cpu else None,
             "staleness_max": c.aggregates.get("staleness_max"),
             "accuracy_first": evals[0]["accuracy"] if evals else None,
             "accuracy_final": evals[-1]["accuracy"] if evals else None, "status": c.status}
+
+
+def _cpu_seconds(c, iterations: set[int]) -> dict[str, float]:
+    """stage -> CPU seconds of its recording threads over these iterations (the stage events' `cpu`: a
+    stage's own compute, which neither a wait for another rank nor another job on the core adds to)."""
+    out: dict[str, float] = {}
+    for e in c.events:
+        if e["iteration"] in iterations and e.get("cpu") is not None and e["stage"] in STAGES:
+            out[e["stage"]] = out.get(e["stage"], 0.0) + e["cpu"]
+    return out
 
 
 def _paired(c, sync) -> dict:

@@ -21,6 +21,7 @@ rlbench's evaluation run after it, outside every window.
 from __future__ import annotations
 
 import contextlib
+import time
 
 from rlbench.record.stages import Stage, now
 
@@ -38,6 +39,7 @@ class StepClock:
         self.version = 0  # optimizer steps taken: the weights a gradient is taken at
         self.window_start = 0.0
         self.update_start = self.update_end = 0.0
+        self.update_cpu = self.update_end_cpu = 0.0  # the thread's CPU seconds at those points
         self.rows: list[dict] = []  # this iteration's samples on this rank
         self.rewarded: list[tuple[float, int, int]] = []  # (reward, iteration, prompt index) of the last call
 
@@ -54,7 +56,7 @@ class StepClock:
 
     def step_ends(self, global_step: int) -> None:
         end = now()
-        self.rec.add(Stage.OPTIMIZER_STEP, self.k, self.update_end, end)
+        self.rec.add(Stage.OPTIMIZER_STEP, self.k, self.update_end, end, time.thread_time() - self.update_end_cpu)
         self.version = global_step
         if global_step % self.n:
             return
@@ -103,11 +105,11 @@ class StepClock:
         """A micro-batch is about to be trained at the current weights."""
         for i in sample_ids:
             self.rows[i]["trained_version"] = self.version
-        self.update_start = now()
+        self.update_start, self.update_cpu = now(), time.thread_time()
 
     def update_ends(self) -> None:
-        self.update_end = now()
-        self.rec.add(Stage.UPDATE, self.k, self.update_start, self.update_end)
+        self.update_end, self.update_end_cpu = now(), time.thread_time()
+        self.rec.add(Stage.UPDATE, self.k, self.update_start, self.update_end, self.update_end_cpu - self.update_cpu)
 
 
 def _barrier() -> None:
