@@ -20,7 +20,7 @@ HEAD = ["cell", "engine", "TPSPD median (min–max)", "vs sync (per iteration)",
         *[f"{short} s/ktok" for short in STAGES.values()], "other s/ktok", "total s/ktok", "max stale",
         "acc first→final", "status"]
 SHORT_HEAD = ["cell", "TPSPD (min–max)", "vs sync", *STAGES.values(), "other", "total", "acc"]
-CPU_HEAD = ["cell", *[f"{short} CPU s/ktok" for short in STAGES.values()], "CPU total s/ktok",
+CPU_HEAD = ["cell", *[f"{short} CPU s/ktok" for short in STAGES.values()], "CPU total s/ktok", "on core %",
             "tokens/iteration", "response mean"]
 NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, sampling, optimizer and loss "
         "(tests/test_trl_loss.py); each engine generates its own samples. s/ktok: device-seconds per 1,000 "
@@ -28,7 +28,9 @@ NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, samp
         "another rank counts the wait: rlbench's optimizer_step holds the all-reduce, TRL's update its DDP "
         "all-reduce and metric reductions); other: device time in no stage (idle, and a peer's work outside "
         "rlbench's stage names); total = 1000 / TPSPD, pooled. CPU s/ktok: the same by the stages' own CPU "
-        "seconds, which neither waiting nor another job on the core adds to. vs sync: TPSPD median over "
+        "seconds, which neither waiting nor another job on the core adds to; on core %: the share of the "
+        "rollout and log-prob passes' wall time their workers were on a core (below 100: other processes "
+        "took the cores while this cell ran). vs sync: TPSPD median over "
         "rlbench's sync; in brackets the range of per-iteration ratios (iteration k of each cell ran back to "
         "back when the cells took turns).")
 
@@ -70,7 +72,8 @@ def _short_row(r: dict) -> list[str]:
 
 
 def _cpu_row(r: dict) -> list[str]:
-    return [r["cell"], *_cells(r, "cpu_"), fmt(r["cpu_total_s_per_ktok"]), fmt(r["tokens_per_iteration"]),
+    on_core = "–" if r.get("on_cpu_pct") is None else f"{r['on_cpu_pct']:.0f}"
+    return [r["cell"], *_cells(r, "cpu_"), fmt(r["cpu_total_s_per_ktok"]), on_core, fmt(r["tokens_per_iteration"]),
             fmt(r["response_len_mean"])]
 
 

@@ -47,6 +47,8 @@ def test_every_cell_completes_on_the_same_devices(peers):
         assert sorted(p["observed"]["affinity"][0] for p in placed) == sorted(
             p["observed"]["affinity"][0] for p in cells["sync"]["placement"] if p["role"] == "colocated")
         assert cells[name]["switches"]["engine"] == "trl"
+        # in the run's session, as rlbench's workers: the scheduler shares a busy core between sessions
+        assert {p["observed"]["session"] for p in placed} == {cells[name]["external"]["session"]}
 
 
 def test_trl_trains_the_same_prompts_per_iteration(peers):

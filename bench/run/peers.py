@@ -117,6 +117,7 @@ def _row(c, sync) -> dict:
             "response_len_mean": _mean([it["response_len_mean"] for it in its]),
             **stages, "other_s_per_ktok": None if total is None else total - named, "total_s_per_ktok": total,
             **cpu_stages, "cpu_total_s_per_ktok": per_k(sum(cpu.values())) if cpu else None,
+            "on_cpu_pct": _on_cpu_pct(c, {it["iteration"] for it in its}),
             "staleness_max": c.aggregates.get("staleness_max"),
             "accuracy_first": evals[0]["accuracy"] if evals else None,
             "accuracy_final": evals[-1]["accuracy"] if evals else None, "status": c.status}
@@ -130,6 +131,17 @@ def _cpu_seconds(c, iterations: set[int]) -> dict[str, float]:
         if e["iteration"] in iterations and e.get("cpu") is not None and e["stage"] in STAGES:
             out[e["stage"]] = out.get(e["stage"], 0.0) + e["cpu"]
     return out
+
+
+def _on_cpu_pct(c, iterations: set[int]) -> float | None:
+    """Share of their wall time the pinned workers spent on a core in the stages that compute alone (no
+    wait for another rank inside): 100 unless other processes took their cores, so it says how loaded
+    the machine was while this cell ran."""
+    alone = {"rollout", "old_logprob", "ref_logprob"}
+    spans = [(e["end"] - e["start"], e["cpu"]) for e in c.events
+             if e["iteration"] in iterations and e["stage"] in alone and e.get("cpu") is not None]
+    wall = sum(w for w, _ in spans)
+    return 100 * sum(cpu for _, cpu in spans) / wall if wall > 0 else None
 
 
 def _paired(c, sync) -> dict:

@@ -3,7 +3,8 @@
 One process per device (a CPU core), each created with torchrun's environment contract (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: accelerate reads it and joins a gloo group) and one
 intra-op thread; each pins itself to its core when it starts (worker.py). A rank leads its own process
-group (so ending it ends whatever it started) and carries the run's token (bench/devices/procs.py), so
+group in the run's session (OWN_GROUP: ending it ends whatever it started) and carries the run's token
+(bench/devices/procs.py), so
 `rlbench run`'s last sweep finds it whatever happened. A rank that dies ends the others at once: they
 would otherwise wait in a collective until gloo's timeout.
 """
@@ -21,6 +22,12 @@ from pathlib import Path
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
             "PYTHONUNBUFFERED": "1"}
+
+
+# Each rank leads a process group of its own (ended as one) but stays in the session of `rlbench run`, as
+# rlbench's workers do: Linux's autogroup scheduler shares a core between sessions first, so a rank in a
+# session of its own would get a larger share of a core other jobs also use than rlbench's ranks get.
+OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
 def free_port() -> int:
@@ -42,7 +49,7 @@ def start_ranks(spec_path: Path, world: int, log_dir: Path, rank0_fds: tuple[int
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "rlbench.engines.external.trl.worker", str(spec_path), str(rank)],
             env={**os.environ, **rank_env(rank, world, port)}, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, pass_fds=rank0_fds if rank == 0 else ()))
+            pass_fds=rank0_fds if rank == 0 else (), **OWN_GROUP))
         log.close()  # the child holds it
     return procs
 

@@ -5,6 +5,7 @@ thread fails the run (launch.check, exit 3)."""
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 
 from rlbench.results import metrics, schema
 
@@ -62,7 +63,7 @@ def cell_results(run) -> tuple[dict, dict]:
         wall_s_total=sum(it["wall_s"] for it in iters), clock_t0=run.t0, warnings=results.token_warnings(iters),
         external={"framework": "trl", "differences": settings.differences(run.cfg),
                   "grpo_config": settings.grpo_kwargs(run.cfg, run.world, str(run.folder / "output")),
-                  "ranks_folder": str(run.folder)})
+                  "ranks_folder": str(run.folder), "session": os.getsid(0)})
     samples = [row for it in iters for row in results.numbered([s for s in raw["samples"]
                                                                 if s["iteration"] == it["iteration"]])]
     return res, {schema.EVENTS: raw["events"], schema.SAMPLES: samples,

@@ -133,7 +133,7 @@ def observation(model, rank: int) -> dict:
     from rlbench.devices import peak
     from rlbench.results.utilisation import model_shape
 
-    info = {**dev.observe("cpu"), "pid": os.getpid()}
+    info = {**dev.observe("cpu"), "pid": os.getpid(), "session": os.getsid(0)}  # the run's session (launch.py)
     if rank == 0:
         cpu = torch.device("cpu")
         info.update(shape=model_shape(model), device=dev.describe(cpu), peak=peak.peak(cpu, model.dtype),
