@@ -92,6 +92,9 @@ def sentences(frame: pd.DataFrame) -> list[str]:
         out.append(f"rlbench's {sync['cell']} reaches {1 / r['vs_sync']:.2f}× the TPSPD of {r['cell']} ({than} "
                    f"it). Per 1,000 tokens {r['cell']} spends {r['total_s_per_ktok']:.3f} device-s, "
                    f"{sync['cell']} {sync['total_s_per_ktok']:.3f} ({r['total_vs_sync']:+.3f}: {parts}).")
+    ours = frame[frame["engine"] == "rlbench"].to_dict("records")
+    if ours and ours[0].get("vs_peer"):
+        out.append(f"TPSPD over {ours[0]['peer']}'s: " + ", ".join(f"{r['cell']} {x(r['vs_peer'])}" for r in ours) + ".")
     return out
 
 
@@ -143,8 +146,8 @@ def peers_markdown(run: RunData) -> str | None:
     if frame is None:
         return None
     records, settings = frame.to_dict("records"), differing_settings(run)
-    parts = [f"## {TITLE}", "", _md([_row(r) for r in records], HEAD), "", _md([_cpu_row(r) for r in records], CPU_HEAD),
-             "", *[f"- {s}" for s in sentences(frame)], "", NOTE]
+    parts = [f"## {TITLE}", "", _md([_row(r) for r in records], HEAD), "",
+             _md([_cpu_row(r) for r in records], CPU_HEAD), "", *[f"- {s}" for s in sentences(frame)], "", NOTE]
     if settings:
         parts += ["", "### Settings that differ between the engines", "",
                   _md(settings, ["setting", "rlbench", "TRL", "why"])]

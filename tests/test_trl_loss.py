@@ -9,9 +9,9 @@ accumulation of the token sum, the one division by the token count) and TRL's GR
 (_generate_and_score_completions through a rollout_func that returns the fixed responses: TRL's rewards,
 advantages and reference pass; then compute_loss and backward per micro-batch, as its training step does).
 
-Tolerance (float32): loss within 1e-6 relative, every gradient element within 1e-6 + 1e-5 x |g| (measured: 1.8e-7 at most, for |g| up to 0.23). Where TRL's
-defaults differ from VERL's, ALIGN names the setting that aligns them and a test shows the gradient moves
-when that one setting is left at TRL's default.
+Tolerance (float32): loss within 1e-6 relative, every gradient element within 1e-6 + 1e-5 x |g| (measured:
+1.8e-7 at most, for |g| up to 0.23). Where TRL's defaults differ from VERL's, ALIGN names the setting that
+aligns them and a test shows the gradient moves when that one setting is left at TRL's default.
 """
 import pytest
 

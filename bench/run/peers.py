@@ -8,6 +8,9 @@ computed from the run's result files into peers.csv, which the terminal and the 
                     per generation, the same loss (tests/test_trl_loss.py)
     trl_off_policy  TRL with OFF_POLICY_STEPS optimizer steps per generation (steps_per_generation that
                     many times gradient_accumulation_steps: its off-policy setting; train.ppo_mini_batches)
+    sync+tri_model+shared_prompt
+                    rlbench's sync with its two switches that keep the update: the old-policy pass skipped
+                    on-policy (TRL skips it too) and a group's prompt computed once in training
 
 Every cell gets BASE under the user's --set: TRL's fixed advantage epsilon (so the losses are equal), and
 turns by iteration (run.interleave: iteration k of every cell on nearly the same machine). A TRL cell is
@@ -31,11 +34,13 @@ _REF, _ASYNC = by_role(REFERENCE).name, by_role(PERIODIC).name
 OFF_POLICY_STEPS = 2  # TRL's off-policy cell: optimizer steps per generation
 CELLS: list[tuple[str, dict]] = [
     (_REF, {"schedule": _REF}), (_ASYNC, {"schedule": _ASYNC}),
-    ("trl", {"framework": "trl"}), ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS})]
+    ("trl", {"framework": "trl"}), ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS}),
+    (f"{_REF}+tri_model+shared_prompt", {"schedule": _REF, "tri_model": True, "shared_prompt": True})]
 BASE = {"train": {"adv_eps": 1e-4}, "run": {"interleave": True}}
 FRAMEWORKS = {"trl": "rlbench.engines.external.trl.adapter:run_trl"}
 ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy and with "
-         f"{OFF_POLICY_STEPS} steps per generation, on the same devices; the stage breakdown side by side")
+         f"{OFF_POLICY_STEPS} steps per generation, then sync with tri-model and shared-prompt, on the same "
+         "devices; the stage breakdown side by side")
 CSV = "peers.csv"
 STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "update", "optimizer_step",
           "weight_sync", "queue_wait", "handoff")
@@ -86,10 +91,15 @@ def peers_frame(run):
     """One row per cell (a pandas DataFrame), or None without both an rlbench sync cell and a peer's cell."""
     import pandas as pd
 
+    from rlbench.results.schema import ratio
+
     sync = next((c for c in run.cells if c.schedule == _REF and c.iterations), None)
     if sync is None or not any(c.switches.get("engine") not in (None, "rlbench") for c in run.cells):
         return None
     frame = pd.DataFrame([_row(c, sync) for c in run.cells])
+    peer = next(c for c in run.cells if c.switches.get("engine") not in (None, "rlbench"))
+    frame["vs_peer"] = [ratio(c.tpspd(), peer.tpspd()) for c in run.cells]  # over the first peer cell's TPSPD
+    frame["peer"] = peer.name
     for key in (*STAGES, "other", "total"):  # each cell minus rlbench's sync: they add up (module docstring)
         col = frame[f"{key}_s_per_ktok"].astype(float)
         frame[f"{key}_vs_sync"] = col - float(col[frame["cell"] == sync.name].iloc[0])
