@@ -10,7 +10,7 @@ from pathlib import Path
 from rlbench.config import RunConfig, merge_trees, with_overrides
 from rlbench.errors import UserError
 from rlbench.results import schema
-from rlbench.run import families
+from rlbench.run import families, peers
 from rlbench.run.regime import POINTS
 from rlbench.schedules import SCHEDULES, by_role
 from rlbench.schedules.spec import BOUNDED, PERIODIC, REFERENCE
@@ -53,6 +53,7 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
     "families": list(families.CELLS),  # the async families as a ladder of factors (bench/run/families.py)
+    "peers": list(peers.CELLS),  # rlbench beside TRL's GRPOTrainer on the same devices (bench/run/peers.py)
 }
 
 
@@ -75,7 +76,8 @@ ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic
          "all": "the optimisations one after another, then on sync",
          "ci": "the CI benchmark",
          "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
-         "families": families.ABOUT}
+         "families": families.ABOUT,
+         "peers": peers.ABOUT}
 
 
 def describe(name: str) -> str:
@@ -93,7 +95,11 @@ def help_text() -> str:
 # differ only in their switches.
 ENGINE_OFF = {"tri_model": False, "shared_prompt": False, "max_staleness": 0, "prox_logp": "recompute",
               "overlap": True, "partial_rollout": False}
-SWITCH_SECTION = {"prox_logp": "train"}  # switches outside the engine section
+SWITCH_SECTION = {"prox_logp": "train", "ppo_mini_batches": "train"}  # switches outside the engine section
+NOT_CONFIG = {"framework"}  # switches that are no config key: which framework runs the cell (bench/run/peers.py)
+# Settings every cell of an ablation shares, laid under the user's --set (the cells still differ only in
+# their switches).
+SHARED = {"peers": peers.BASE}
 
 
 def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list[tuple[str, RunConfig]]:
@@ -104,7 +110,8 @@ def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list
         return [(base.engine.schedule, base)]
     if name not in ABLATIONS:
         raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
-    return [(cell, with_overrides(base, _overrides({**ENGINE_OFF, **sw}, overrides or {})))
+    shared = merge_trees(SHARED[name], overrides or {}) if name in SHARED else {}
+    return [(cell, with_overrides(base, merge_trees(shared, _overrides({**ENGINE_OFF, **sw}, overrides or {}))))
             for cell, sw in ABLATIONS[name]]
 
 
@@ -117,7 +124,7 @@ def _overrides(switches: dict, user: dict) -> dict:
         tree = merge_trees(WORKLOADS[workload], user)
         tree = merge_trees(tree, {"run": {"workload": workload}})
     for key, value in switches.items():
-        if key != "workload":
+        if key != "workload" and key not in NOT_CONFIG:
             tree = merge_trees(tree, {SWITCH_SECTION.get(key, "engine"): {key: value}})
     return tree
 
@@ -157,6 +164,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
     base, overrides = load_config(config, sets), parse_overrides(sets)
     seeds = parse_seeds(seeds)
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    peers.preflight(cells)  # a peer framework's cells: installed, and able to run their config (exit 2)
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     preflight(base)
     run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")
