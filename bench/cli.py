@@ -34,8 +34,9 @@ def run(
                                            help=ablation_help()),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
     engine: str = typer.Option("rlbench", "--engine", "-e",
-                               help="rlbench (this harness's engines), verl or mindspeed-rl (the real peer "
-                                    "framework, where installed with its hardware)."),
+                               help="rlbench (this harness's engines), or a real peer framework: trl (TRL's "
+                                    "GRPOTrainer on the same CPU cores; pip install 'rlbench[trl]'), verl or "
+                                    "mindspeed-rl (where installed with their hardware)."),
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Folder that receives the run folder."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write tables, plots and report.html at the end."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
@@ -98,12 +99,14 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
     """Write summary.csv/.md, plots and report.html into RUN_DIR (with --markdown: print its tables)."""
     from rlbench.reports import build_report, markdown_report, summary_table_text
     from rlbench.analysis.ladder import write_ladder
+    from rlbench.analysis.peers import write_peers
 
     if markdown:
         typer.echo(markdown_report(run_dir, add), nl=False)
         return
 
     write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
+    write_peers(run_dir)  # peers.csv (rlbench beside a peer framework only), likewise
     typer.echo(summary_table_text(run_dir, add))
     typer.echo(f"report: {build_report(run_dir, add)}")
 

@@ -189,12 +189,18 @@ class _Session:
             host.close()
 
 
+def iteration_problems(cfg, dataset, k: int) -> list:
+    """Iteration k's problems: a seeded draw from the train split, the same for every schedule (and for a
+    peer framework run on the same workload, engines/external/trl/)."""
+    rng = random.Random(f"{cfg.run.seed}:prompts:{k}")
+    return rng.sample(dataset.train, cfg.train.prompts_per_iteration)
+
+
 def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
-    """The iteration's prompts: a seeded draw from the train split, the same for every schedule."""
+    """The iteration's prompts (iteration_problems) and sampling."""
     from rlbench.engines.rollout.sampling import LengthSampling
 
-    rng = random.Random(f"{cfg.run.seed}:prompts:{k}")
-    problems = rng.sample(dataset.train, cfg.train.prompts_per_iteration)
+    problems = iteration_problems(cfg, dataset, k)
     requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(problems)]
     r = cfg.rollout
     sampling = LengthSampling(n=r.group_size, temperature=r.temperature, top_p=r.top_p,

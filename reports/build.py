@@ -10,6 +10,7 @@ from rlbench.analysis.accuracy_table import write_accuracy_table
 from rlbench.analysis.data import load
 from rlbench.reports.families_text import families_section
 from rlbench.reports.html import write_html
+from rlbench.reports.peers_text import peers_markdown, peers_section
 from rlbench.reports.plots import write_plots
 from rlbench.reports.regime_report import regime_section
 from rlbench.analysis.seeds import is_multi_seed
@@ -23,7 +24,8 @@ def build_report(run_dir, add=()) -> Path:
     HTML path. A multi-seed run (--seeds) gets one aggregated row per cell (and summary_seeds.csv); its
     per-cell plots and regime map show the first seed, the accuracy plots every seed. A run of several
     points (`--ablation regime`) also gets regime.csv and plots/regime.png, at the top of the report; a
-    families ladder (`--ablation families`) families.csv and its ladder there.
+    families ladder (`--ablation families`) families.csv and its ladder there; rlbench beside a peer framework
+    (`--ablation peers`) peers.csv, and peers.md, "Against a real framework", there.
     add: other run folders whose cells join this report (written into run_dir).
 
     Works on whatever was measured: a single cell, an ablation, a cell that was interrupted or failed
@@ -35,8 +37,12 @@ def build_report(run_dir, add=()) -> Path:
     else:
         (df, sp), shown = write_summary(run), run
     plots = write_plots(shown, df, sp)
-    # a regime map or a families ladder: first
-    headline = regime_section(shown, sp if shown is run else speedup_frame(shown)) or families_section(shown)
+    # a regime map, a families ladder or a peer framework beside rlbench: first
+    headline = regime_section(shown, sp if shown is run else speedup_frame(shown)) or families_section(shown) \
+        or peers_section(shown)
+    peers_md = peers_markdown(shown)
+    if peers_md:
+        (run.path / "peers.md").write_text(peers_md)
     acc = write_accuracy_table(run)
     target = acc["target"].iloc[0] if len(acc) else None
     acc_plots = write_accuracy_plots(curves(run), acc, None if target != target else target, run.path / "plots")

@@ -5,6 +5,7 @@ from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.analysis.accuracy_table import accuracy_frame
 from rlbench.analysis.data import load
 from rlbench.reports.families_text import families_lines
+from rlbench.reports.peers_text import peers_lines
 from rlbench.analysis.regime import regime_frame
 from rlbench.reports.regime_text import regime_lines
 from rlbench.analysis.seeds import cell_summary, is_multi_seed
@@ -32,4 +33,5 @@ def summary_table_text(run_dir, add=()) -> str:
     # a regime map: one sentence per point (its attribution included), then where periodic asynchrony pays
     lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))
     lines += families_lines(run)  # families.csv (bench/analysis/ladder.py), where the run is a families ladder
+    lines += peers_lines(run)  # peers.csv (bench/analysis/peers.py), where the run has a peer framework's cell
     return "\n".join(lines + accuracy_text(accuracy_frame(run)))

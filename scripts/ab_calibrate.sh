@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The measured power of `rlbench check --against` (bench/baselines/README.md): N unchanged A/B runs of
-# this tree against its own commit, then one A/B run per planted slowdown (RLBENCH_SLOW, new tree only).
-# Usage: bash scripts/ab_calibrate.sh OUT N [SPEC ...]     e.g. ... /tmp/abcal 20 decode:0.10 optimizer_step:0.10
+# The measured power of `rlbench check --against` (bench/baselines/README.md): N rounds, each an unchanged A/B
+# run of this tree against its own commit, then one A/B run per planted slowdown (RLBENCH_SLOW, new tree only),
+# so that the settings share the machine's slow and busy hours alike. Every run is judged alone
+# (--no-confirm): the study pairs the runs itself to measure the confirming run.
+# Usage: bash scripts/ab_calibrate.sh OUT N [SPEC ...]   e.g. ... /tmp/abcal 10 work:0.10@+tri_model
 # Then: rlbench check --calibrate OUT/*/*/
 # Run it from a clean checkout of the commit under study (the new side is the tree rlbench imports).
 set -uo pipefail
@@ -9,14 +11,15 @@ cd "$(dirname "$0")/.."
 OUT=$1; N=$2; shift 2
 RB=${RLBENCH:-.venv/bin/rlbench}
 mkdir -p "$OUT"
-for spec in "$@"; do
-    name=planted-${spec//[:@,]/_}
-    START=$SECONDS
-    RLBENCH_SLOW=$spec $RB check --against HEAD --out "$OUT/$name" > "$OUT/$name.txt" 2>&1
-    echo "$name exit $? in $((SECONDS - START)) s: $(tail -n +1 "$OUT/$name.txt" | grep -m1 -E '^(PASS|FAIL)')"
-done
+one() {  # NAME [ENV=VALUE]: one A/B run into OUT/NAME
+    local name=$1 start=$SECONDS
+    shift
+    env "$@" $RB check --against HEAD --no-confirm --out "$OUT/$name" > "$OUT/$name.txt" 2>&1
+    echo "$name exit $? in $((SECONDS - start)) s: $(grep -m1 -E '^(PASS|FAIL)' "$OUT/$name.txt")"
+}
 for i in $(seq 1 "$N"); do
-    START=$SECONDS
-    $RB check --against HEAD --out "$OUT/unchanged-$i" > "$OUT/unchanged-$i.txt" 2>&1
-    echo "unchanged-$i exit $? in $((SECONDS - START)) s: $(grep -m1 -E '^(PASS|FAIL)' "$OUT/unchanged-$i.txt")"
+    one "unchanged-$i"
+    for spec in "$@"; do
+        one "planted-${spec//[:@,+]/_}-$i" "RLBENCH_SLOW=$spec"
+    done
 done

@@ -82,3 +82,44 @@ def test_a_real_ab_run_interleaves_and_catches_a_planted_decode_slowdown(tmp_pat
     assert [(s, k) for _, _, s, k in spans] == [(s, k) for k in range(12)
                                               for s in (("old", "new") if k % 2 == 0 else ("new", "old"))]
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # never two timed iterations at once
+
+
+def test_the_old_side_cannot_import_a_module_only_the_new_tree_has(tmp_path):
+    """The editable install's finder (setuptools) knows every module of this tree by name and comes after the
+    shim on the import path: without the shim's guard, the old tree's process would quietly import this
+    tree's module where the old tree has none."""
+    old = tmp_path / "tree"
+    for pkg in ("bench", "bench/run"):
+        (old / pkg).mkdir(parents=True)
+        (old / pkg / "__init__.py").write_text("")
+    (old / "bench" / "run" / "only_old.py").write_text("WHERE = 'old'\n")
+    against._write_shim(old, tmp_path / "shim")
+    code = ("import rlbench.run.only_old as m; print(m.WHERE)\n"
+            "try:\n    import rlbench.core.errors\nexcept ImportError as e:\n    print('ImportError', e.name)\n")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path / "shim")},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["old", "ImportError", "rlbench.core.errors"]
+
+
+def _commit(repo, message: str) -> str:
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", message], check=True)
+    return subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_an_accepted_commit_that_is_not_an_ancestor_exits_2_naming_the_merge_base(tmp_path):
+    """ACCEPTED names a commit of another branch (or one a rebase rewrote): the check refuses it."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    base = _commit(tmp_path, "base")
+    subprocess.run(["git", "-C", str(tmp_path), "checkout", "-q", "-b", "side"], check=True)
+    side = _commit(tmp_path, "on another branch")
+    subprocess.run(["git", "-C", str(tmp_path), "checkout", "-q", "main"], check=True)
+    (tmp_path / against.ACCEPTED).parent.mkdir(parents=True)
+    (tmp_path / against.ACCEPTED).write_text(f"# accepted\n{side}\n")
+    _commit(tmp_path, "this tree")
+    with pytest.raises(UserError, match=f"not an ancestor .* merge base is {base[:12]}") as err:
+        against.resolve("accepted", repo=tmp_path)
+    assert err.value.exit_code == 2
+    (tmp_path / against.ACCEPTED).write_text(f"{base}\n")  # an ancestor: accepted
+    assert against.resolve("accepted", repo=tmp_path)[1] == base
+    assert against.resolve(side, repo=tmp_path)[1] == side  # another REF may be any commit this clone has

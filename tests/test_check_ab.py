@@ -11,7 +11,8 @@ import sys
 import pytest
 from support.check_runs import ASYNC, SYNC, Cell, row, write_run
 
-from rlbench.check import ab as check_ab, ab_power as check_ab_power, confirm, stats as check_stats
+from rlbench.check import ab as check_ab, ab_power as check_ab_power, confirm, one_cell, stats as check_stats
+from rlbench.planted.slowdown import STAGES
 from rlbench.core.results import schema
 
 
@@ -19,11 +20,12 @@ def cells(**kw):
     return [Cell("sync", SYNC, 100.0, **kw), Cell("periodic_async", ASYNC, 200.0, **kw)]
 
 
-def ab_folder(path, seed_new=1, planted=None, commit="c0ffee", **new_kw):
-    """An A/B folder as `rlbench check --against` writes it (ab.json, old/<run>, new/<run>)."""
+def ab_folder(path, seed_new=1, planted=None, commit="c0ffee", new_cells=None, **new_kw):
+    """An A/B folder as `rlbench check --against` writes it (ab.json, old/<run>, new/<run>); the new tree's
+    cells: new_cells, else cells(**new_kw)."""
     path.mkdir(parents=True)
     write_run(path / "old" / "run", cells(), seed=0)
-    write_run(path / "new" / "run", cells(**new_kw), seed=seed_new)
+    write_run(path / "new" / "run", new_cells or cells(**new_kw), seed=seed_new)
     schema.atomic_write_json(path / "ab.json", {"kind": "ab", "against": "HEAD", "old_commit": commit,
                                                 "new_commit": commit, "planted": planted or {}})
     return path
@@ -104,10 +106,60 @@ def test_power_study_from_ab_folders(tmp_path):
     res = check_ab_power.study(runs)
     assert res["runs"] == 3 and all(code == 0 for _, (code, _) in res["end_to_end"])
     assert res["detect"]["gradient pass (update)"][0.20] == (3, 3)
-    ((_, planted, flagged),) = res["planted"]
-    assert planted == {"RLBENCH_SLOW": "update:0.3"} and "cost:update" in flagged
+    ((_, planted, flagged, one_cell_hit),) = res["planted"]
+    assert planted == {"RLBENCH_SLOW": "update:0.3"} and "cost:update" in flagged and one_cell_hit is None
     text = check_ab_power.format_study(res)
     assert "False alarms: 0/3" in text and "| gradient pass (update) (cost:update) |" in text
+    # 3 unchanged runs and the planted one (its cells record no planted slowdown): one cell each, the first apart
+    assert res["noise"]["startup"]["n"] == res["noise"]["startup (first cell)"]["n"] == 4
+    assert res["noise"]["startup"]["over"] == 0 and res["noise"]["startup (first cell)"]["floor"] == 0.5
+
+
+def test_one_cell_power_counts_only_the_slowed_cells_metrics(tmp_path):
+    """A slowdown of one cell's work is detected through that cell's metrics only: shifted into unchanged
+    runs, 20% in periodic_async is caught (its TPSPD, its share of the pooled costs, async/sync ratios);
+    a real planted run (work:0.3@periodic_async) counts as detected when it flags one of them."""
+    runs = [ab_folder(tmp_path / f"u{i}", seed_new=10 + i) for i in range(3)]
+    runs.append(ab_folder(tmp_path / "p", seed_new=0, planted={"RLBENCH_SLOW": "work:0.3@periodic_async"},
+                          new_cells=[Cell("sync", SYNC, 100.0), Cell("periodic_async", ASYNC, 200.0,
+                                                                      slow={s: 0.3 for s in STAGES})]))
+    res = check_ab_power.study(runs)
+    assert res["one_cell"]["periodic_async"][0.20][0] == (3, 3)
+    metrics = check_ab.paired_metrics(runs[0] / "old" / "run", runs[0] / "new" / "run")
+    moved = one_cell.shift("periodic_async", 0.2)(metrics)[1]
+    assert "tpspd:periodic_async" in moved and "tpspd:sync" not in moved and "cost:update" in moved
+    assert "speedup:periodic_async/sync" in moved
+    assert one_cell.shift("sync", 0.2)(metrics)[1] & {"speedup:periodic_async/sync", "tpspd:periodic_async"} == set()
+    ((_, _, flagged, hit),) = res["planted"]
+    assert hit is True and "tpspd:periodic_async" in flagged
+    assert "Real planted runs RLBENCH_SLOW=work:0.3@periodic_async: 1/1" in check_ab_power.format_study(res)
+
+
+@pytest.mark.parametrize("key, metric", [("startup_s", "startup:sync"), ("startup_cpu_s", "startup_cpu:sync"),
+                                         ("eval_s", "eval:sync"), ("peak_rss_mb", "peak_rss:sync:colocated0"),
+                                         ("process_cpu", "process_cpu:sync:driver")])
+def test_a_new_tree_whose_startup_evaluation_or_memory_doubles_fails(tmp_path, key, metric):
+    ab = ab_folder(tmp_path / "ab", life={key: 2.0})
+    res = _judge(ab)
+    r = row(res, metric)
+    assert (r.mark, res.exit_code) == ("worse", 1) and r.change == pytest.approx(1.0, abs=0.06)
+    assert r.paired and confirm.needs_confirmation(res)  # a process's offset: a second run decides
+    assert all(row(res, m).mark != "worse" for m in ("tpspd:sync", "cost:update"))  # the iterations did not move
+
+
+def test_a_metric_only_the_new_tree_has_is_shown_not_judged_and_one_it_lost_fails(tmp_path):
+    """The accepted commit predates the lifecycle record: its metrics are new, not failures, until ACCEPTED
+    moves past it. The other way round (the new tree stopped recording them) fails."""
+    ab = ab_folder(tmp_path / "ab", life={"startup_s": 3.0})
+    for cell in (ab / "old" / "run").iterdir():
+        if cell.is_dir():
+            res = json.loads((cell / schema.RESULTS).read_text())
+            schema.atomic_write_json(cell / schema.RESULTS, {k: v for k, v in res.items() if k != "lifecycle"})
+    res = _judge(ab)
+    assert res.exit_code == 0 and row(res, "startup:sync").mark == "not comparable"
+    assert "new metric" in row(res, "startup:sync").note and row(res, "eval:sync").mark == "not significant"
+    lost = check_ab.compare(ab / "new" / "run", ab / "old" / "run", "HEAD")  # new and old swapped
+    assert lost.exit_code == 1 and "missing in the new one" in row(lost, "peak_rss:sync:driver").note
 
 
 def _judge(ab):
@@ -156,3 +208,30 @@ def test_cli_judges_two_ab_folders_as_a_run_and_its_confirmation(tmp_path):
     assert "cost:rollout" in json.loads((b / "ab.json").read_text())["combined_verdict"]["worse"]
     ok = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(c)], capture_output=True, text=True)
     assert ok.returncode == 0 and ok.stdout.rstrip().splitlines()[-1].startswith("PASS: nothing flagged by both")
+
+
+def test_a_first_run_whose_cell_failed_fails_although_the_second_is_clean(tmp_path):
+    """`rlbench check AB1 AB2`: only paired metrics wait for a confirmation; a cell of the first run that did
+    not complete (or a metric it lost) fails whatever the second run says."""
+    a = ab_folder(tmp_path / "a", status="failed")
+    b = ab_folder(tmp_path / "b")
+    final = confirm.combine(_judge(a), _judge(b))
+    assert final.exit_code == 1 and "status:sync (first A/B run)" in final.verdict
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(b)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "status:sync (first A/B run)" in json.loads((a / "ab.json").read_text())["combined_verdict"]["worse"]
+
+
+def test_a_cell_that_filled_a_cold_model_cache_is_not_compared_on_start_up(tmp_path):
+    """The first side to set up the first cell warm-starts the model when the cache is cold (CI on a fresh
+    machine): a one-time cost. Start-up and that cell process's peak memory are not compared there; the
+    other cells' are."""
+    ab = ab_folder(tmp_path / "ab", life={"startup_s": 3.0})
+    path = ab / "old" / "run" / "sync" / schema.RESULTS
+    schema.atomic_write_json(path, {**json.loads(path.read_text()), "model": {"cached": False}})
+    res = _judge(ab)
+    r = row(res, "startup:sync")
+    assert r.mark == "not comparable" and "old tree warm-started the model" in r.note
+    assert row(res, "peak_rss:sync:driver").mark == "not comparable"
+    assert row(res, "startup:periodic_async").mark == "worse" and row(res, "eval:sync").mark == "not significant"

@@ -51,6 +51,23 @@ def test_run_writes_valid_result_files(tiny_run):
     assert "results:" in proc.stdout and "TPSPD" in proc.stdout
 
 
+def test_every_cell_records_start_up_memory_and_evaluation_time(tiny_run):
+    """What `check --against` judges outside the iterations (bench/check/lifecycle.py) is in every results.json:
+    start-up to the first measured iteration, peak memory and CPU of the cell process and of every worker,
+    and each evaluation's wall time (its eval stage event) and CPU."""
+    run_dir, _ = tiny_run
+    for res in schema.load_run(run_dir):
+        life = res["lifecycle"]
+        assert 0 < life["startup_cpu_s"] and 0 < life["startup_s"] < res["wall_s_total"] + 60, life
+        assert life["ring_wait_s"] == 0.0  # cells one after the other: no turn ring
+        workers = {p["worker"] for p in res["placement"]}
+        assert set(life["peak_rss_mb"]) == workers and all(mb > 50 for mb in life["peak_rss_mb"].values())
+        assert set(life["process_cpu_s"]) == workers and sum(life["process_cpu_s"].values()) > 0
+        evals = [e for e in schema.load_events(run_dir / res["cell"]) if e["stage"] == "eval"]
+        assert [e["wall_s"] for e in res["evals"]] == [round(e["end"] - e["start"], 4) for e in evals]
+        assert all(e["cpu_s"] >= 0 for e in res["evals"])  # every process's CPU during the evaluation
+
+
 def test_run_records_per_stage_utilisation(tiny_run):
     run_dir, _ = tiny_run
     for res in schema.load_run(run_dir):

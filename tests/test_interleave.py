@@ -84,8 +84,8 @@ def test_two_sides_alternate_cell_by_cell(tmp_path):
     tag = lambda s: f"{'AB'[s.side]}{s.index}"  # noqa: E731
     a = ring.register(0, ["sync", "async"])
     threads = _threads(a, 3, log, tag=tag)
-    while ("setup", "A0") not in log:  # the second tree registers later: after A0 is set up (CI's race)
-        time.sleep(0.01)
+    time.sleep(0.5)  # the second tree registers later (CI's race): nothing of the first sets up before it does
+    assert not log
     b = ring.register(1, ["sync", "async"])
     _join(threads + _threads(b, 3, log, tag=tag), log)
     setups = [e[1] for e in log if e[0] == "setup"]
@@ -94,6 +94,20 @@ def test_two_sides_alternate_cell_by_cell(tmp_path):
     assert its == [("A0", 0), ("B0", 0), ("A1", 0), ("B1", 0),
                    ("B0", 1), ("A0", 1), ("B1", 1), ("A1", 1),
                    ("A0", 2), ("B0", 2), ("A1", 2), ("B1", 2)]
+
+
+def test_the_first_cell_sets_up_once_every_cell_process_has_started(tmp_path):
+    """Side B's cell processes reach their set-up late (still importing): A0 must not set up meanwhile, or
+    its start-up shares the cores with their imports and B0's does not."""
+    ring = Ring.create(tmp_path / "ring", sides=2)
+    log = []
+    tag = lambda s: f"{'AB'[s.side]}{s.index}"  # noqa: E731
+    a, b = ring.register(0, ["sync", "async"]), ring.register(1, ["sync", "async"])
+    threads = _threads(a, 1, log, tag=tag)
+    time.sleep(1.0)  # B's processes have not reached set-up yet
+    assert not any(e[0] == "setup" for e in log), log
+    _join(threads + _threads(b, 1, log, tag=tag), log)
+    assert [e[1] for e in log if e[0] == "setup"][:2] == ["A0", "B0"]
 
 
 def test_an_abandoned_side_does_not_block_the_other(tmp_path):
@@ -119,14 +133,6 @@ def test_a_seat_whose_process_died_is_passed(tmp_path):
     assert json.loads((ring.folder / "state.json").read_text())["seats"][s1.id]["state"] == GONE
 
 
-def test_a_ring_of_another_protocol_is_refused(tmp_path):
-    ring = Ring.create(tmp_path / "ring")
-    with ring._locked() as st:
-        st["protocol"] = 99
-    with pytest.raises(RuntimeError, match="protocol 99"):
-        ring.register(0, ["a"])
-
-
 def test_seats_pickle_as_folder_and_numbers(tmp_path):
     import pickle
 
@@ -134,3 +140,62 @@ def test_seats_pickle_as_folder_and_numbers(tmp_path):
     again = pickle.loads(pickle.dumps(seat))
     assert (again.ring.folder, again.side, again.index, again.id) == (seat.ring.folder, 1, 0, "s1c0")
     assert isinstance(again, Seat)
+
+
+def ring_fingerprint(source: str) -> str:
+    """sha256 (16 hex digits) of interleave.py's ring code: every line but docstrings, comments, blank lines,
+    the PROTOCOL / PROTOCOL_CODE lines and class Pacer (the cell's side, not the ring's rules). Line-based,
+    so the same on every Python version."""
+    import ast
+    import hashlib
+    import io
+    import tokenize
+
+    tree, drop = ast.parse(source), set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            drop |= set(range(body[0].lineno, body[0].end_lineno + 1))
+    for node in tree.body:
+        names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        if getattr(node, "name", None) == "Pacer" or {"PROTOCOL", "PROTOCOL_CODE"} & set(names):
+            drop |= set(range(node.lineno, node.end_lineno + 1))
+    lines = source.splitlines()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+    kept = [line.rstrip() for i, line in enumerate(lines, 1) if i not in drop and line.strip()]
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
+
+
+def test_the_ring_code_has_not_moved_without_a_new_protocol():
+    """A change to the ring's rules (75a2f3a changed when a later cell may set up and kept protocol 1) must
+    bump PROTOCOL, so that `check --against` refuses a tree with the old rules. Formatting, comments and the
+    cell's side (Pacer) do not count."""
+    from rlbench.run import interleave
+
+    code = ring_fingerprint(open(interleave.__file__).read())
+    assert code == interleave.PROTOCOL_CODE, (
+        f"the turn ring's code changed (fingerprint {code}, protocol {interleave.PROTOCOL} has "
+        f"{interleave.PROTOCOL_CODE}): if the rules by which seats take turns changed, bump PROTOCOL; then set "
+        f"PROTOCOL_CODE = {code!r}")
+
+
+def test_the_fingerprint_sees_code_and_not_comments():
+    src = 'PROTOCOL = 2\ndef f():\n    """Doc."""\n    return 1  # why\n\n\nclass Pacer:\n    x = 1\n'
+    same = 'PROTOCOL = 3\ndef f():\n    """Other doc."""\n    # a comment\n    return 1\nclass Pacer:\n    x = 2\n'
+    assert ring_fingerprint(src) == ring_fingerprint(same)
+    assert ring_fingerprint(src) != ring_fingerprint(src.replace("return 1", "return 2"))
+
+
+def test_a_ring_of_another_protocol_is_refused(tmp_path):
+    from rlbench.core.errors import UserError
+    from rlbench.run import interleave
+
+    ring = Ring.create(tmp_path / "ring", sides=2)
+    state = json.loads((ring.folder / "state.json").read_text())
+    (ring.folder / "state.json").write_text(json.dumps({**state, "protocol": interleave.PROTOCOL - 1}))
+    with pytest.raises(UserError, match=f"protocol {interleave.PROTOCOL - 1}, this tree {interleave.PROTOCOL}"):
+        ring.register(1, ["sync"])

@@ -97,3 +97,10 @@ def test_targets_are_every_timed_stage_of_the_work():
     from rlbench.core.record.stages import Stage
 
     assert set(slowdown.STAGES) == {s.value for s in Stage} - {Stage.EVAL.value, Stage.PAUSED.value}
+
+
+def test_work_slows_every_working_stage_of_the_named_cell_only():
+    plan = slowdown.stages_for("work:0.1@+tri_model", "+tri_model", ASYNC)
+    assert plan["update"] == plan["rollout"] == plan["handoff"] == plan["optimizer_step"] == 0.1
+    assert "queue_wait" not in plan and "eval" not in plan  # an idle wait and the evaluation are not its work
+    assert slowdown.stages_for("work:0.1@+tri_model", "sync", SYNC) == {}

@@ -10,9 +10,11 @@ every cell runs (the sampler's decode step, the optimizer, the log-prob forwards
 although between-cell ratios cancel it; and the between-cell ratios of bench/check/metrics.py (speedup,
 the switch gains, stage_cost, queue_cost). Within the new tree alone, strictly: the invariants
 (same_accuracy, same_start: sync and periodic-async are the same updates). New against old, by
-tolerance: accuracy, reward, overhead_share. Every family is a CHECK row of
-bench/core/results/metric_table.py. A metric the old tree has and the new one lacks is a failure; a cell of
-the new tree that did not complete is one too.
+tolerance: accuracy, reward, overhead_share. Outside the measured iterations, one value per cell or process
+and tree, each against a floor from its measured noise (bench/check/lifecycle.py): start-up, evaluation
+seconds, peak memory and CPU of every process. Every family is a CHECK row of bench/core/results/metric_table.py.
+A metric the old tree has and the new one lacks is a failure; a cell of the new tree that did not complete
+is one too.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlbench.check import stats as check_stats
+from rlbench.check import lifecycle, stats as check_stats
 from rlbench.check.baseline import DEFAULT_TOLERANCES, METRIC_TOLERANCES
 from rlbench.check.metrics import compute_metrics, measured, read_cells, stage_events
 from rlbench.core.results.metric_table import CHECK_FAMILIES, check_metric, family
@@ -54,7 +56,8 @@ BETWEEN_CELLS = tuple(f for f, row in CHECK_FAMILIES.items() if "/" in row.name)
 
 
 def floor_of(metric: str, stats: dict = AB_STATS) -> float:
-    """The metric's floor as a relative change: the base floor, x sqrt(2) in log units between two cells."""
+    """A paired metric's floor as a relative change: the base floor, x sqrt(2) in log units between two cells
+    (the metrics outside the iterations have their own: bench/check/lifecycle.py floor)."""
     pairs = 2 if family(metric) in BETWEEN_CELLS else 1
     return float(np.expm1(np.log1p(stats["floor"]) * np.sqrt(pairs)))
 
@@ -82,25 +85,28 @@ def _per_unit(row: dict, stage: str) -> float:
     return row["cpu"].get(stage, 0.0) / n if n else 0.0  # 0: no pair (an old result without the count)
 
 
-def _log_pairs(old: dict, new: dict) -> list[float]:
-    """log(new / old) for every key (iteration, or (cell, iteration)) both have."""
+def _log_pairs(old: dict, new: dict) -> tuple[list, list[float]]:
+    """(keys, log(new / old)) for every key (iteration, or (cell, iteration)) both have."""
     ks = sorted(k for k in set(old) & set(new) if old[k] > 0 and new[k] > 0)
-    return [float(np.log(new[k] / old[k])) for k in ks]
+    return ks, [float(np.log(new[k] / old[k])) for k in ks]
 
 
 def paired_metrics(old_dir: Path, new_dir: Path, computed: tuple[dict, dict] | None = None) -> dict[str, dict]:
-    """{metric: {"kind", "direction", "description", "old", "new", "log_ratios"}} for every paired metric
-    either tree measures ("log_ratios" None where one of them lacks it). computed: both trees'
-    compute_metrics, where the caller has them already."""
+    """{metric: {"kind", "direction", "description", "old", "new", "log_ratios", "keys", "cells"}} for every
+    paired metric either tree measures ("log_ratios" None where one of them lacks it; "keys": which
+    iteration, or (cell, iteration), each log-ratio is; "cells": a between-cell ratio's numerator and
+    denominator cell), the metrics outside the iterations (bench/check/lifecycle.py) included. computed:
+    both trees' compute_metrics, where the caller has them already."""
     t_old, t_new = cell_tables(old_dir), cell_tables(new_dir)
     out: dict[str, dict] = {}
 
     def add(name: str, declared: dict, old: dict | None, new: dict | None):
-        pairs = _log_pairs(old, new) if old and new else None
+        keys, pairs = _log_pairs(old, new) if old and new else (None, None)
         out[name] = {"kind": declared["kind"], "direction": declared["direction"],
                      "description": declared["description"],
                      "old": float(np.median(list(old.values()))) if old else None,
-                     "new": float(np.median(list(new.values()))) if new else None, "log_ratios": pairs}
+                     "new": float(np.median(list(new.values()))) if new else None, "log_ratios": pairs,
+                     "keys": keys, "cells": declared.get("cells")}
 
     for cell in dict.fromkeys([*t_old, *t_new]):
         o, n = t_old.get(cell), t_new.get(cell)
@@ -122,6 +128,7 @@ def paired_metrics(old_dir: Path, new_dir: Path, computed: tuple[dict, dict] | N
         per_it = {side: dict(zip(mm[name]["iterations"], np.exp(mm[name]["samples"]["log_ratios"])))
                   if name in mm else None for side, mm in (("old", m_old), ("new", m_new))}
         add(name, {**m, "description": m["description"] + ", new / old"}, per_it["old"], per_it["new"])
+    out.update(lifecycle.paired(old_dir, new_dir))
     return out
 
 
@@ -142,6 +149,17 @@ def judge_paired(x: list[float], direction: str, stats: dict = AB_STATS, floor: 
         return "not significant", ci, note.replace("flagged", "within; flagged"), float(np.expm1(d))
     bad = d < 0 if direction == "higher_is_better" else d > 0
     return ("worse" if bad else "better"), ci, note, float(np.expm1(d))
+
+
+def judge_metric(name: str, m: dict, x: list[float] | None = None, stats: dict = AB_STATS
+                 ) -> tuple[str, tuple | None, str, float]:
+    """(mark, interval, note, change) of a paired metric (an entry of paired_metrics) from its log-ratios (x:
+    shifted ones, for the power study): against this run's noise and the metric's floor, or, for one value
+    per tree (bench/check/lifecycle.py), against its floor alone."""
+    x = m["log_ratios"] if x is None else x
+    if family(name) in lifecycle.FLOORS:
+        return lifecycle.judge_scalar(x[0], m["direction"], lifecycle.floor(name, m))
+    return judge_paired(x, m["direction"], stats, floor_of(name, stats))
 
 
 def tolerance_metrics(c_old: dict, c_new: dict) -> tuple[dict, dict]:
@@ -171,13 +189,16 @@ def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
     for name, m in paired_metrics(old_dir, new_dir, computed).items():
         row = Row(name, m["kind"], m["old"], m["new"], "not comparable", description=m["description"])
         if m["log_ratios"]:
-            row.mark, row.ci, row.note, row.change = judge_paired(m["log_ratios"], m["direction"], stats,
-                                                                  floor_of(name, stats))
+            row.mark, row.ci, row.note, row.change = judge_metric(name, m, stats=stats)
             row.delta, row.paired = m["new"] - m["old"], True
-        elif m["old"] is not None:
+        elif m.get("why"):
+            row.note = m["why"]
+        elif m["old"] is not None and m["new"] is None:
             row.mark, row.note = "worse", "measured by the old tree, missing in the new one"
-        else:
+        elif m["old"] is None:  # judged once the accepted commit measures it too
             row.note = "new metric: the old tree does not measure it"
+        else:
+            row.note = "no pair of positive values to compare"
         res.rows.append(row)
     old_t, new_t = tolerance_metrics(*computed)
     for name in dict.fromkeys([*old_t, *new_t]):

@@ -10,8 +10,12 @@
   it and a second with fresh processes flags it again at the confirming flag line (CONFIRM_STATS); every
   ordered pair of distinct unchanged runs stands for a run and its confirmation (pairs share runs, so the
   pair counts are not independent trials: they estimate the rate).
+- One cell: a slowdown of one cell's work alone (bench/check/one_cell.py), detected only through the metrics
+  it moves (that cell's TPSPD, its samples of the pooled costs, the ratios it is in).
+- The metrics outside the iterations (one value per tree): their measured noise and the floor it suggests
+  (bench/check/lifecycle_noise.py).
 - Real planted runs (RLBENCH_SLOW in the new tree only) are the validation: reported with what they
-  flagged.
+  flagged; runs planted with work:F@CELL, how many flagged a metric of that cell.
 """
 from __future__ import annotations
 
@@ -20,8 +24,10 @@ import json
 import math
 from pathlib import Path
 
-from rlbench.check import against, ab as check_ab
+from rlbench.check import against, ab as check_ab, lifecycle, lifecycle_noise, one_cell
+from rlbench.check.metrics import read_cells
 from rlbench.core.errors import UserError
+from rlbench.core.results.metric_table import family
 
 SIZES = (0.05, 0.10, 0.20)
 # component -> the metric prefixes a slowdown of it moves (per-unit CPU costs of its stage, in every cell)
@@ -33,7 +39,7 @@ COMPONENTS = {
     "weight sync": ("cost:weight_sync",),
     "reward": ("cost:reward",),
     "queue path (hand-off)": ("cost:handoff",),
-    "whole iteration (TPSPD)": ("tpspd:",),
+    "every cell's iteration at once (TPSPD)": ("tpspd:",),  # one cell alone: the one-cell table
 }
 
 
@@ -52,15 +58,16 @@ def _load(dirs) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
     return unchanged, planted
 
 
-def _flagged(metrics: dict, shift: dict[str, float] | None = None, stats: dict = check_ab.AB_STATS) -> set[str]:
+def _flagged(metrics: dict, shift: dict | None = None, stats: dict = check_ab.AB_STATS) -> set[str]:
     """Paired metrics judged worse (by `stats`: the first run's flag line, or the confirming run's), with
-    log-ratio shifts added to some."""
+    log-ratio shifts added to some: {metric: one shift for every sample, or a list, one per sample}."""
     out = set()
     for name, m in metrics.items():
         if not m["log_ratios"]:
             continue
-        x = [v + (shift or {}).get(name, 0.0) for v in m["log_ratios"]]
-        if check_ab.judge_paired(x, m["direction"], stats, check_ab.floor_of(name, stats))[0] == "worse":
+        add = (shift or {}).get(name, 0.0)
+        x = [v + (add[i] if isinstance(add, list) else add) for i, v in enumerate(m["log_ratios"])]
+        if check_ab.judge_metric(name, m, x, stats)[0] == "worse":
             out.add(name)
     return out
 
@@ -81,22 +88,45 @@ def upper_bound(k: int, n: int, conf: float = 0.95) -> float:
     return hi
 
 
+def _unplanted(ab_dir: str, metrics: dict) -> dict:
+    """A planted run's metrics outside the iterations, less those of the cells a slowdown was planted in
+    (their warm-up iterations and CPU moved): the others are as unchanged as an unchanged run's."""
+    _, new = against.run_dirs(Path(ab_dir))
+    planted = {c for c, res in read_cells(new)[1].items() if res.get("planted_slowdown")}
+    return {n: m for n, m in metrics.items()
+            if family(n) in lifecycle.FLOORS and n.split(":")[1] not in planted}
+
+
+def _rates(unchanged: list, shift_of) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((runs flagged, runs), (ordered pairs flagged by both, pairs)) with a planted change shifted into each
+    unchanged run. shift_of(metrics) -> ({metric: shift}, the metrics the change moves): a run detects it
+    when one of those is flagged worse; a pair when the second run flags one of them again (confirming line)."""
+    hits, again = [], []
+    for _, metrics, _ in unchanged:
+        shift, moved = shift_of(metrics)
+        hits.append(_flagged(metrics, shift) & moved)
+        again.append(_flagged(metrics, shift, check_ab.CONFIRM_STATS) & moved)
+    pairs = list(itertools.permutations(range(len(unchanged)), 2))
+    return (sum(map(bool, hits)), len(unchanged)), (sum(bool(hits[i] & again[j]) for i, j in pairs), len(pairs))
+
+
+def _component(prefixes: tuple, f: float):
+    """A slowdown f of a component every cell runs: its metrics' log-ratios move by log(1 + f)."""
+    def shift_of(metrics: dict):
+        own = {n for n in metrics if n.startswith(prefixes) and metrics[n]["log_ratios"]}
+        return {n: _sign(metrics[n]["direction"]) * math.log1p(f) for n in own}, own
+    return shift_of
+
+
 def study(dirs) -> dict:
     unchanged, planted = _load(dirs)
     end_to_end = [(d, check_ab_verdict(d)) for d, _, _ in unchanged]
     detect, confirmed = {}, {}
     for comp, prefixes in COMPONENTS.items():
-        detect[comp], confirmed[comp] = {}, {}
-        for f in SIZES:
-            hits, again = [], []
-            for _, metrics, _ in unchanged:
-                own = [n for n in metrics if n.startswith(prefixes) and metrics[n]["log_ratios"]]
-                shift = {n: _sign(metrics[n]["direction"]) * math.log1p(f) for n in own}
-                hits.append(_flagged(metrics, shift) & set(own))
-                again.append(_flagged(metrics, shift, check_ab.CONFIRM_STATS) & set(own))
-            detect[comp][f] = (sum(map(bool, hits)), len(unchanged))
-            pairs = list(itertools.permutations(range(len(unchanged)), 2))
-            confirmed[comp][f] = (sum(bool(hits[i] & again[j]) for i, j in pairs), len(pairs))
+        both = {f: _rates(unchanged, _component(prefixes, f)) for f in SIZES}
+        detect[comp], confirmed[comp] = {f: b[0] for f, b in both.items()}, {f: b[1] for f, b in both.items()}
+    cells = one_cell.cells_of(unchanged[0][1])
+    single = {c: {f: _rates(unchanged, one_cell.shift(c, f)) for f in SIZES} for c in cells}
     runs = [(d, _flagged(m), _flagged(m, stats=check_ab.CONFIRM_STATS), set(w))
             for (d, m, _), (_, (_, w)) in zip(unchanged, end_to_end)]
     # a run and its confirmation: fails when the first fails on anything but paired metrics, or both flag one
@@ -104,9 +134,12 @@ def study(dirs) -> dict:
                         for a, b in itertools.permutations(runs, 2) if (a[3] - a[1]) or (a[1] & b[2])]
     walls = [r.get("wall_s") for _, _, r in unchanged + planted if r.get("wall_s")]
     return {"runs": len(unchanged), "end_to_end": end_to_end, "detect": detect, "confirmed": confirmed,
+            "one_cell": single, "noise": lifecycle_noise.noise([m for _, m, _ in unchanged]
+                                                               + [_unplanted(d, m) for d, m, _ in planted]),
             "confirmed_alarms": confirmed_alarms, "ordered_pairs": len(unchanged) * (len(unchanged) - 1),
             "metrics": sorted({n for _, m, _ in unchanged for n in m if m[n]["log_ratios"]}),
-            "planted": [(d, r["planted"], sorted(_flagged(m))) for d, m, r in planted],
+            "planted": [(d, r["planted"], sorted(_flagged(m)), one_cell.planted_hit(r["planted"], m, _flagged(m)))
+                        for d, m, r in planted],
             "wall_s": (min(walls), max(walls)) if walls else None}
 
 
@@ -142,7 +175,31 @@ def format_study(res: dict) -> str:
     lines.append(f"Confirmed (--confirm: a run fails on what a second run flags too): {k}/{pairs} ordered pairs "
                  f"of distinct unchanged runs ({k / pairs:.1%})" if pairs else "")
     lines += [f"- confirmed false alarm {a} then {b}: {', '.join(w)}" for a, b, w in res["confirmed_alarms"][:10]]
-    lines += [f"- real planted run {d}: {p} -> flagged: {', '.join(f) or 'nothing'}" for d, p, f in res["planted"]]
+    lines += ["", *_format_one_cell(res), "", *lifecycle_noise.format_noise(res["noise"]), ""]
+    lines += [f"- real planted run {d}: {p} -> flagged: {', '.join(f) or 'nothing'}" for d, p, f, _ in res["planted"]]
+    lines += _format_planted_cells(res["planted"])
     if res["wall_s"]:
         lines.append(f"A/B run wall time (both trees, setup included): {res['wall_s'][0]:.0f}-{res['wall_s'][1]:.0f} s")
     return "\n".join(lines)
+
+
+def _format_one_cell(res: dict) -> list[str]:
+    """The one-cell table: every working stage of one cell slower (RLBENCH_SLOW=work:F@CELL), shifted in."""
+    lines = ["One cell's work slower (work:F@CELL: its TPSPD, its samples of the pooled stage costs and the "
+             "between-cell ratios it is in move; bench/check/one_cell.py): runs flagging a metric it moves, "
+             "then confirmed pairs", "",
+             "| cell slowed | " + " | ".join(f"{f:.0%} slower" for f in SIZES) + " |", "|---|" + "---|" * len(SIZES)]
+    for cell, row in res["one_cell"].items():
+        lines.append(f"| {cell} | " + " | ".join(f"{h}/{t} ({h / t:.0%}); confirmed {c}/{p} ({c / p:.0%})"
+                                                 for (h, t), (c, p) in row.values()) + " |")
+    return lines
+
+
+def _format_planted_cells(planted: list) -> list[str]:
+    """Real runs planted with work:F@CELL, grouped by spec: how many flagged a metric of that cell."""
+    groups: dict[str, list[bool]] = {}
+    for _, p, _, hit in planted:
+        if hit is not None:
+            groups.setdefault(p.get("RLBENCH_SLOW"), []).append(hit)
+    return [f"Real planted runs RLBENCH_SLOW={spec}: {sum(h)}/{len(h)} flagged a metric of that cell"
+            for spec, h in groups.items()]

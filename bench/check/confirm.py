@@ -24,7 +24,8 @@ def needs_confirmation(first: CheckResult) -> bool:
 
 def combine(first: CheckResult, second: CheckResult) -> CheckResult:
     """The verdict of two A/B runs: the second run's rows, a paired metric worse only where both runs flag
-    it; any other failure of the second run stands."""
+    it; any other failure of either run stands (a cell of the first run that did not complete is not
+    cleared by a second run that completed)."""
     flagged = {r.metric: r for r in first.rows if r.mark == "worse"}
     res = CheckResult(second.run_dir, second.baseline_path, baseline_info=dict(second.baseline_info))
     confirmed, cleared = [], []
@@ -37,6 +38,7 @@ def combine(first: CheckResult, second: CheckResult) -> CheckResult:
             row.note = f"flagged in the second A/B run only, not in the first: not confirmed; {r.note}"
             cleared.append((None, r))
         res.rows.append(row)
+    res.rows += _first_run_failures(first, res.rows)
     res.exit_code = int(any(r.mark == "worse" for r in res.rows))
     lines = [f"  {_twice(a, b)}" for a, b in confirmed]
     twice = {b.metric for _, b in confirmed}
@@ -50,6 +52,19 @@ def combine(first: CheckResult, second: CheckResult) -> CheckResult:
             "; " + "; ".join(_not_confirmed(a, b) for a, b in cleared)
             + " (a per-process offset, not a change of code: bench/baselines/README.md)" if cleared else "")
     return res
+
+
+def _first_run_failures(first: CheckResult, rows: list[Row]) -> list[Row]:
+    """The first run's failures that no statistic judged (a cell that did not complete, a lost metric,
+    accuracy, an invariant), as rows of their own where the second run's row of that metric passed."""
+    worse = {r.metric for r in rows if r.mark == "worse"}
+    out = []
+    for r in first.rows:
+        if r.mark == "worse" and not r.paired and r.metric not in worse:
+            row = Row(**vars(r))
+            row.metric, row.note = f"{r.metric} (first A/B run)", f"failed in the first A/B run; {r.note}".rstrip("; ")
+            out.append(row)
+    return out
 
 
 def _pct(r: Row | None) -> str:

@@ -10,7 +10,8 @@ TARGET    a stage name (update, weight_sync, handoff, queue_wait, rollout, rewar
           code every cell shares: the slowdown `rlbench check --against` must see), or an alias: `queue` = handoff (the queue path's
           work: the async consumer opening each group it takes off the queue; queue_wait is its idle
           wait), `packing` = the trainer stages that run the shared-prompt layout (update,
-          old_logprob, ref_logprob) in cells with shared_prompt on (no effect elsewhere).
+          old_logprob, ref_logprob) in cells with shared_prompt on (no effect elsewhere), `work` = every
+          working stage (all but queue_wait): with @CELL, a regression confined to one cell's work.
 FRACTION  extra time as a fraction of the stage's own measured duration, 0 < FRACTION <= 10.
 CELL      a cell name (`+tri_model`) or a schedule (`sync`, `periodic_async`, `bounded_async`);
           without it, every cell.
@@ -35,7 +36,8 @@ ENV = "RLBENCH_SLOW"
 STAGES = tuple(s.value for s in Stage if s not in (Stage.EVAL, Stage.PAUSED))  # every timed stage of the work
 PACKED_STAGES = ("update", "old_logprob", "ref_logprob")
 STEPS = ("decode",)  # steps inside a stage, slowed where they run (engines/rollout/sampler.py)
-ALIASES = {"queue": ("handoff",), "packing": PACKED_STAGES}
+ALIASES = {"queue": ("handoff",), "packing": PACKED_STAGES,
+           "work": tuple(s for s in STAGES if s != Stage.QUEUE_WAIT.value)}
 MAX_FRACTION = 10.0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from rlbench.core.config import RunConfig, merge_trees, with_overrides
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
-from rlbench.analysis import families
+from rlbench.analysis import families, peers
 from rlbench.run.regime import POINTS
 from rlbench.core import schedules
 from rlbench.core.schedules import SCHEDULES, by_role
@@ -56,6 +56,7 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
     "families": list(families.CELLS),  # the async families as a ladder of factors (bench/analysis/families.py)
+    "peers": list(peers.CELLS),  # rlbench beside TRL's GRPOTrainer on the same devices (bench/analysis/peers.py)
 }
 
 
@@ -78,7 +79,8 @@ ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic
          "all": "the optimisations one after another, then on sync",
          "ci": "the CI benchmark",
          "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
-         "families": families.ABOUT}
+         "families": families.ABOUT,
+         "peers": peers.ABOUT}
 
 
 def describe(name: str) -> str:
@@ -93,14 +95,20 @@ def help_text() -> str:
 
 
 # Where each switch lives in the config: the two optimisations, and every schedule's options (their records).
-SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "shared_prompt": "engine.shared_prompt", **schedules.option_keys()}
+SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "shared_prompt": "engine.shared_prompt", "ppo_mini_batches": "train.ppo_mini_batches",
+              **schedules.option_keys()}
+NOT_CONFIG = {"framework"}  # switches that are no config key: which framework runs the cell (bench/analysis/peers.py)
+# Settings every cell of an ablation shares, laid under the user's --set (the cells still differ only in
+# their switches).
+SHARED = {"peers": peers.BASE}
 
 
-def off_values() -> dict:
-    """Every key an ablation varies at its default, its "off" value (defined once, where the option is
-    declared): a cell is the base config with these, then its own switches, so cells differ only in their
-    switches."""
-    varied = {k for cells in ABLATIONS.values() for _, sw in cells for k in sw} - {"schedule", "workload"}
+def off_values(name: str | None = None) -> dict:
+    """Every key an ablation varies (all of them, or those of ablation `name`) at its default, its "off"
+    value (defined once, where the option is declared): a cell is the base config with these, then its own
+    switches, so cells differ only in their switches. A key no cell of `name` varies keeps the user's value."""
+    ablations = [ABLATIONS[name]] if name else list(ABLATIONS.values())
+    varied = {k for cells in ablations for _, sw in cells for k in sw} - {"schedule", "workload", *NOT_CONFIG}
     defaults = RunConfig().model_dump(mode="json")
     return {k: defaults[SWITCH_KEYS[k].split(".")[0]][SWITCH_KEYS[k].split(".")[1]] for k in sorted(varied)}
 
@@ -113,7 +121,8 @@ def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list
         return [(base.engine.schedule, base)]
     if name not in ABLATIONS:
         raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
-    return [(cell, with_overrides(base, _overrides({**off_values(), **sw}, overrides or {})))
+    shared = merge_trees(SHARED[name], overrides or {}) if name in SHARED else {}
+    return [(cell, with_overrides(base, merge_trees(shared, _overrides({**off_values(name), **sw}, overrides or {}))))
             for cell, sw in ABLATIONS[name]]
 
 
@@ -126,7 +135,7 @@ def _overrides(switches: dict, user: dict) -> dict:
         tree = merge_trees(WORKLOADS[workload], user)
         tree = merge_trees(tree, {"run": {"workload": workload}})
     for key, value in switches.items():
-        if key != "workload":
+        if key != "workload" and key not in NOT_CONFIG:
             section, name = SWITCH_KEYS[key].split(".")
             tree = merge_trees(tree, {section: {name: value}})
     return tree
@@ -199,6 +208,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
     base, overrides = load_config(config, sets), parse_overrides(sets)
     seeds = parse_seeds(seeds)
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
+    peers.preflight(cells)  # a peer framework's cells: installed, and able to run their config (exit 2)
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     preflight(base)
     run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")

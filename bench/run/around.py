@@ -1,6 +1,6 @@
 """What `rlbench run` does around its cells: the checks before any cell starts, the run folder, the table
 and report at the end (also after a failure or Ctrl-C), the last sweep for leftover processes, and the one
-cell of an external engine (VERL, MindSpeed-RL)."""
+cell of an external engine (VERL, MindSpeed-RL, TRL)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -13,7 +13,8 @@ from rlbench.core.errors import UserError, WorkerError
 
 # --engine NAME -> the external engine's runner, by import path (nothing imported unless it is chosen)
 EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
-            "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed"}
+            "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed",
+            "trl": "rlbench.engines.external.trl.adapter:run_trl"}
 
 
 def preflight(cfg) -> None:
@@ -62,6 +63,7 @@ def finish(run_dir: Path, report: bool) -> None:
     from rlbench.reports import build_report, summary_table_text
     from rlbench.core.results import schema
     from rlbench.analysis.ladder import write_ladder
+    from rlbench.analysis.peers import write_peers
 
     try:
         if not schema.load_run(run_dir):
@@ -69,6 +71,7 @@ def finish(run_dir: Path, report: bool) -> None:
     except UserError:
         return
     write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
+    write_peers(run_dir)  # peers.csv (rlbench beside a peer framework only), likewise
     typer.echo(summary_table_text(run_dir))
     if report:
         path = build_report(run_dir)
@@ -100,7 +103,7 @@ def sweep() -> None:
 
 def run_external(engine: str, config: Path | None, sets: list[str], seeds: str | None, out: Path,
                  report: bool) -> None:
-    """`rlbench run --engine verl|mindspeed-rl`: one cell run by the real VERL / MindSpeed-RL, parsed into
+    """`rlbench run --engine verl|mindspeed-rl|trl`: one cell run by the real VERL / MindSpeed-RL / TRL, in
     rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here)."""
     from rlbench.core.config import load_config
     from rlbench.run import curves

@@ -10,6 +10,7 @@ import contextlib
 from pathlib import Path
 
 from rlbench.core.errors import UserError
+from rlbench.core.record.lifecycle import Lifecycle
 from rlbench.core.record.stages import Role, now
 from rlbench.core.results import metrics, utilisation
 from rlbench.core.results.writer import CellWriter
@@ -34,6 +35,7 @@ class CellRun:
         self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/planted/slowdown.py); empty normally
         self.host_cpu = None  # bench/core/record/hostcpu.py HostCPU once the workers run
         self.schedule = None  # the engine (engines/schedules/), once built: closed at the end
+        self.lifecycle = Lifecycle()  # start-up, CPU, peak memory (bench/core/record/lifecycle.py): `check --against`
 
     def results(self) -> dict:
         return metrics.cell_result(
@@ -44,6 +46,7 @@ class CellRun:
             devices=self.placement.devices if self.placement else None,
             wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256,
             clock_t0=self.t0,  # system-wide monotonic clock at the cell's time 0: cells on one time axis
+            lifecycle=self.lifecycle.record,
             **({"planted_slowdown": self.planted} if self.planted else {}))
 
     def save(self) -> Path:
@@ -66,10 +69,15 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
             for k in range(cfg.run.iterations):
                 pause.before(k)  # RLBENCH_PAUSE only: a planted gap between iterations
                 pacer.before(k)
+                if k == cfg.run.warmup_iterations:  # the first measured iteration: start-up ends here
+                    run.lifecycle.first_measured(pacer.waited_s, run.host_cpu)
                 inp = iteration_input(cfg, dataset, tok, k)
                 run.host_cpu.start()
                 out = schedule.run_iteration(inp)
-                log.record(k, out, run.host_cpu.stop())  # every process's CPU seconds in the iteration
+                used = run.host_cpu.stop()  # every process's CPU seconds in the iteration
+                if k == cfg.run.iterations - 1:
+                    run.lifecycle.last_measured(run.host_cpu)
+                log.record(k, out, used)
                 pacer.after(k)
                 log.prof.step()
         pacer.leave(wait_for_others=True)  # no teardown while another cell is being timed
@@ -99,6 +107,9 @@ def _outcome(run: CellRun, pacer):
         pacer.leave()  # a failed cell's turns pass to the others
         if run.placement is not None:
             run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
+        if run.host_cpu is not None:  # peaks so far, the workers still up (they close below)
+            with contextlib.suppress(Exception):  # a measurement must never keep the workers from closing
+                run.lifecycle.peaks(run.host_cpu.pids)
         if run.status != "rejected" or run.iterations:
             run.save()
         if run.schedule is not None:

@@ -14,7 +14,13 @@ old, new (or new, old: the order alternates by iteration) back to back. The fold
 (read and written under an flock) and one FIFO per seat to wake it; a waiting seat sleeps in select()
 (no CPU) and re-reads the state when woken or every POLL_S. A seat whose process died is found by its
 pid and passes its turns on; a side whose `rlbench run` ended is abandoned by whoever started it.
-The protocol is versioned (PROTOCOL): both trees of an A/B must speak the same one.
+The protocol is versioned (PROTOCOL): both trees of an A/B must speak the same one. Any change to how
+seats take turns (the state's keys, the order, when a seat may set up) is a new protocol, because a tree
+with the old rules in the same ring breaks the new ones' guarantees: PROTOCOL_CODE is a fingerprint of this
+module's ring code (everything but Pacer, docstrings and comments; tests/test_interleave.py computes it and
+fails when the code moves without it), so that a change cannot go out under the old number. 1: the first
+ring; 2: every cell waits for every side to register before it sets up, the first also for every cell
+process to reach its set-up.
 """
 from __future__ import annotations
 
@@ -23,9 +29,13 @@ import fcntl
 import json
 import os
 import select
+import time
 from pathlib import Path
 
-PROTOCOL = 1
+from rlbench.core.errors import UserError
+
+PROTOCOL = 2
+PROTOCOL_CODE = "38be7984ca370539"  # code_fingerprint() of the code of PROTOCOL: change both together
 ENV = "RLBENCH_RING"  # "<folder>:<side>": join that ring as that side (set by `rlbench check --against`)
 STARTING, RUNNING, GONE = "starting", "running", "gone"
 POLL_S = 0.5  # a waiting seat re-reads the state this often even when nobody wakes it (dead processes)
@@ -92,8 +102,9 @@ class Ring:
         for s in seats:
             os.mkfifo(self.folder / f"{s.id}.fifo")
         with self._locked() as st:
-            if st["protocol"] != PROTOCOL:
-                raise RuntimeError(f"ring {self.folder} speaks protocol {st['protocol']}, this rlbench {PROTOCOL}")
+            if st["protocol"] != PROTOCOL:  # another tree's rules in one ring: refused, never mixed
+                raise UserError(f"turn ring {self.folder} speaks protocol {st['protocol']}, this tree {PROTOCOL}: "
+                                "both sides of `rlbench check --against` must take turns by the same rules")
             for s, name in zip(seats, names):
                 st["seats"][s.id] = {"side": side, "index": s.index, "name": name, "state": STARTING,
                                      "pid": None, "parent": pid or os.getpid()}
@@ -195,11 +206,16 @@ class Seat:
     def setup(self) -> None:
         """Cells set up one after the other: after every seat of a lower cell index. The sides set up the
         same cell at once (setup is not timed; on two cores or more that halves it), except the very first,
-        which warms the model cache alone so that the other side finds it warm. A later cell waits for
-        every side to register, so a side that registers late still sets up cell by cell with the other."""
+        which warms the model cache alone so that the other side finds it warm. Every cell waits for every
+        side to register, so a side that registers late still sets up cell by cell with the other; the
+        first also waits until every seat's process has come this far (its imports done): else the first
+        side's first cell set up while the others still imported, and its start-up (judged by `check
+        --against`) was up to 25% slower than the other side's, where the two of any other cell agree."""
         def ready(st: dict) -> bool:
-            if self.index > 0 and len(st["registered"]) < st["sides"]:
+            if len(st["registered"]) < st["sides"]:
                 return False  # a side that registers late sets up its lower cells first
+            if self.index == 0 and any(v["pid"] is None and v["state"] != GONE for v in st["seats"].values()):
+                return False  # a cell process still starting (importing): the first cell would share its cores
             return all(v["state"] != STARTING for v in st["seats"].values()
                        if v["index"] < self.index or (v["index"] == self.index == 0 and v["side"] < self.side))
 
@@ -233,14 +249,21 @@ class Seat:
 
 
 class Pacer:
-    """What a cell calls around its iterations; alone (no seat, the default) it never waits."""
+    """What a cell calls around its iterations; alone (no seat, the default) it never waits. waited_s: the
+    seconds it has waited for set-up and turns (other cells' work, not its own: start-up excludes it)."""
 
     def __init__(self, seat: Seat | None = None):
         self.seat = seat
+        self.waited_s = 0.0
+
+    def _waiting(self, wait, *args) -> None:
+        t = time.monotonic()
+        wait(*args)
+        self.waited_s += time.monotonic() - t
 
     def setup(self) -> None:
         if self.seat:
-            self.seat.setup()
+            self._waiting(self.seat.setup)
 
     def ready(self) -> None:
         if self.seat:
@@ -248,7 +271,7 @@ class Pacer:
 
     def before(self, k: int) -> None:
         if self.seat:
-            self.seat.before(k)
+            self._waiting(self.seat.before, k)
 
     def after(self, k: int) -> None:
         if self.seat:

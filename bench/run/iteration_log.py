@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from rlbench.core.record.lifecycle import eval_seconds
 from rlbench.core.record.stages import Recorder, Role, Stage
 from rlbench.core.results import metrics, utilisation
 from rlbench.run.curves import Curves
@@ -34,9 +35,11 @@ class IterationLog:
 
     def evaluate(self, done: int) -> float:
         """Accuracy on the eval split after `done` iterations (recorded as its eval stage)."""
+        before = self.run.host_cpu.totals()
         with self.eval_rec.stage(Stage.EVAL, done):
             res = self.evaluator(self.cfg, self.dataset, self.tok)
-        self.run.evals.append({"iteration": done, **res})
+        ev = self.eval_rec.events[-1] if self.eval_rec.events else None  # the eval's stage event: its wall time
+        self.run.evals.append({"iteration": done, **res, **eval_seconds(ev, before, self.run.host_cpu.totals())})
         return res["accuracy"]
 
     def record(self, k: int, out, host_cpu: dict) -> None:

@@ -113,6 +113,7 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None)
     import sys
 
     from rlbench.core.devices import procs
+    from rlbench.run import peers
     from rlbench.run.cell import run_cell
     from rlbench.run.interleave import Pacer
 
@@ -121,7 +122,11 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None)
     procs.stop_group_on_sigterm()  # a polite stop, as Ctrl-C: results saved, workers closed
     procs.die_with_parent(signal.SIGTERM)
     try:
-        run_cell(RunConfig.model_validate(cfg_json), Path(folder), name, progress=progress, pacer=Pacer(seat))
+        cfg, framework = RunConfig.model_validate(cfg_json), peers.framework_of(name)
+        if framework:  # a peer framework's cell (--ablation peers)
+            peers.run_framework_cell(framework, cfg, Path(folder), name, progress, Pacer(seat))
+        else:
+            run_cell(cfg, Path(folder), name, progress=progress, pacer=Pacer(seat))
     except KeyboardInterrupt:
         sys.exit(130)
     except UserError as e:

@@ -37,11 +37,14 @@ class Cell:
     status: str = "complete"
     overrides: dict = field(default_factory=dict)  # config overrides (besides the switches)
     slow: dict = field(default_factory=dict)  # {stage: fraction} that stage takes longer (iteration too)
+    # outside the iterations: {"startup_s" | "startup_cpu_s" | "eval_s" | "peak_rss_mb" | "process_cpu": factor}
+    life: dict = field(default_factory=dict)
 
 
 def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int = 2) -> None:
     """One realistic cell folder: results.json (iterations, evals, aggregates) and events.jsonl."""
     rng = np.random.default_rng(seed)
+    life_rng = np.random.default_rng(seed + 10_000)  # its own stream: the iterations' draws stay as they were
     cfg = with_overrides(RunConfig(), {**cell.overrides, "engine": cell.switches}).model_dump(mode="json")
     main = "colocated" if cell.switches["schedule"] == "sync" else "trainer"
     its, events, t = [], [], 0.0
@@ -70,14 +73,26 @@ def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int =
                     "train_tokens_per_s": 1.0, "reward_mean": 0.3 + 0.02 * k, "staleness_max": 0,
                     "staleness_mean": 0.0, "stage_s": {}, "idle_frac": {}, "warmup": k < warmup})
         t += wall + 0.5
-    evals = [{"iteration": 0, "accuracy": 0.30, "n": 64}, {"iteration": iterations, "accuracy": cell.accuracy, "n": 64}]
+    evals = [{"iteration": k, "accuracy": acc, "n": 64, "wall_s": 1.0,
+              "cpu_s": cell.life.get("eval_s", 1.0) * (1 + 0.01 * life_rng.standard_normal())}
+             for k, acc in ((0, 0.30), (iterations, cell.accuracy))]
     res = {"schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": cell.name,
            "switches": cell.switches, "config": cfg, "status": cell.status, "error": None,
            "provenance": {"git_commit": "abc123", "torch": "2.x"}, "iterations": its, "evals": evals,
-           "aggregates": aggregate(its, evals)}
+           "aggregates": aggregate(its, evals), "lifecycle": _lifecycle(cell, main, life_rng)}
     folder.mkdir(parents=True)
     schema.atomic_write_json(folder / schema.RESULTS, res)
     (folder / schema.EVENTS).write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def _lifecycle(cell: Cell, main: str, rng) -> dict:
+    """results.json `lifecycle` (bench/record/lifecycle.py): 1% noise, times cell.life's factors."""
+    def value(key: str, base: float) -> float:
+        return base * cell.life.get(key, 1.0) * (1 + 0.01 * rng.standard_normal())
+
+    return {"startup_s": value("startup_s", 20.0), "startup_cpu_s": value("startup_cpu_s", 10.0), "ring_wait_s": 5.0,
+            "peak_rss_mb": {"driver": value("peak_rss_mb", 350.0), f"{main}0": value("peak_rss_mb", 360.0)},
+            "process_cpu_s": {"driver": value("process_cpu", 0.5), f"{main}0": value("process_cpu", 20.0)}}
 
 
 def write_run(path, cells: list[Cell], seed: int = 0):

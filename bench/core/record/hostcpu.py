@@ -64,17 +64,18 @@ class HostCPU:
         self._start: dict[str, float | None] = {}
         self._t = 0.0
 
-    def _sample(self) -> dict[str, float | None]:
+    def totals(self) -> dict[str, float | None]:
+        """CPU seconds of each process since it started (a worker's live children with it); None: unreadable."""
         table = _table() if len(self.pids) > 1 else {}
         return {w: cpu_seconds(p, with_children=w != Role.DRIVER.value, table=table) for w, p in self.pids.items()}
 
     def start(self) -> None:
-        self._start, self._t = self._sample(), time.perf_counter()
+        self._start, self._t = self.totals(), time.perf_counter()
 
     def stop(self) -> dict:
         """-> {"host_cpu_s": worker -> CPU seconds since start(), "host_cpu_pct": the driver's % of a core}."""
         wall = time.perf_counter() - self._t
-        end = self._sample()
+        end = self.totals()
         used = {w: round(end[w] - self._start[w], 4) for w in self.pids
                 if end.get(w) is not None and self._start.get(w) is not None}
         driver = used.get(Role.DRIVER.value)

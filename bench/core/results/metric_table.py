@@ -114,6 +114,20 @@ METRICS: tuple[Metric, ...] = (
     Metric("cost:{stage}", "CPU s per unit of work", "pooled", (CHECK,), "{stage} ({stage_what}) CPU seconds "
            "per {unit}, every cell that runs it, new / old per iteration", kind="cost",
            direction="lower_is_better"),
+    # outside the measured iterations, one value per cell (or process) and tree (bench/check/lifecycle.py)
+    Metric("startup:{cell}", "s", "each", (CHECK,), "seconds from the start of {cell}'s process to its first "
+           "measured iteration (imports, model build, warm start, workers, first evaluation, warm-up), less "
+           "its waits for other cells' turns, new / old", kind="cost", direction="lower_is_better"),
+    Metric("startup_cpu:{cell}", "CPU s", "each", (CHECK,), "CPU seconds of {cell}'s processes up to its first "
+           "measured iteration, new / old", kind="cost", direction="lower_is_better"),
+    Metric("eval:{cell}", "CPU s", "each", (CHECK,), "CPU seconds of {cell}'s processes during its evaluations "
+           "(before the first iteration and after the last), new / old", kind="cost", direction="lower_is_better"),
+    Metric("peak_rss:{cell}:{process}", "MB", "each", (CHECK,), "peak resident memory of {cell}'s {process} "
+           "process, new / old", kind="cost", direction="lower_is_better"),
+    Metric("process_cpu:{cell}:{process}", "CPU s", "each", (CHECK,), "CPU seconds of {cell}'s {process} "
+           "process from the first measured iteration to the end of the last, inside the stages and outside "
+           "them, new / old",
+           kind="cost", direction="lower_is_better"),
 )
 
 

@@ -1,0 +1,151 @@
+"""`--ablation peers`: rlbench beside a real framework, TRL's GRPOTrainer, on the same devices and workload,
+computed from the run's result files into peers.csv, which the terminal and the report render
+(reports/peers_text.py, "Against a real framework"); bench/run/peers.py runs a peer
+framework's cells.
+
+    sync            rlbench's reference: colocated ranks, each generating then training its shard
+    periodic_async  rlbench's periodic asynchrony on the same devices
+    trl             TRL on-policy: one pinned rank per device (data parallel, gloo), one optimizer step
+                    per generation, the same loss (tests/test_trl_loss.py)
+    trl_off_policy  TRL with OFF_POLICY_STEPS optimizer steps per generation (steps_per_generation that
+                    many times gradient_accumulation_steps: its off-policy setting; train.ppo_mini_batches)
+    sync+tri_model+shared_prompt
+                    rlbench's sync with its two switches that keep the update: the old-policy pass skipped
+                    on-policy (TRL skips it too) and a group's prompt computed once in training
+
+Every cell gets BASE under the user's --set: TRL's fixed advantage epsilon (so the losses are equal), and
+turns by iteration (run.interleave: iteration k of every cell on nearly the same machine). A TRL cell is
+run by the framework bench/run/peers.py names (engines/external/trl/adapter.py) in the cell's process.
+
+Where the TPSPD difference comes from: device-seconds per 1,000 trained tokens, pooled over the measured
+iterations, split by stage (summed over workers) plus `other` (device time in no stage: idle, and a peer's
+work outside the stages rlbench names). 1000 / TPSPD is that total, so the stage deltas between two cells
+add up to the difference of their totals exactly. The same by the stage events' CPU seconds
+(cpu_<stage>_s_per_ktok) is each stage's own compute: what neither waiting for another rank nor another
+job on the machine adds to, so it compares the engines' work on a busy machine too.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlbench.core.schedules import by_role
+from rlbench.core.schedules.spec import PERIODIC, REFERENCE
+
+_REF, _ASYNC = by_role(REFERENCE).name, by_role(PERIODIC).name
+OFF_POLICY_STEPS = 2  # TRL's off-policy cell: optimizer steps per generation
+CELLS: list[tuple[str, dict]] = [
+    (_REF, {"schedule": _REF}), (_ASYNC, {"schedule": _ASYNC}),
+    ("trl", {"framework": "trl"}), ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS}),
+    (f"{_REF}+tri_model+shared_prompt", {"schedule": _REF, "tri_model": True, "shared_prompt": True})]
+BASE = {"train": {"adv_eps": 1e-4}, "run": {"interleave": True}}
+ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy and with "
+         f"{OFF_POLICY_STEPS} steps per generation, then sync with tri-model and shared-prompt, on the same "
+         "devices; the stage breakdown side by side")
+CSV = "peers.csv"
+STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "update", "optimizer_step",
+          "weight_sync", "queue_wait", "handoff")
+
+
+def framework_of(cell: str) -> str | None:
+    """The framework that runs an ablation cell (by its name, a seed's suffix dropped); None: rlbench."""
+    from rlbench.core.results.schema import split_seeded
+
+    return dict(CELLS).get(split_seeded(cell)[0], {}).get("framework")
+
+
+def write_peers(run_dir) -> Path | None:
+    """peers.csv in run_dir when the run holds a TRL cell and an rlbench sync cell; -> its path, or None
+    (an earlier peers.csv is removed: it would describe other cells)."""
+    from rlbench.analysis.data import load
+
+    run = load(run_dir)
+    path = Path(run_dir) / CSV
+    frame = peers_frame(run)
+    if frame is None:
+        path.unlink(missing_ok=True)
+        return None
+    frame.to_csv(path, index=False)
+    return path
+
+
+def peers_frame(run):
+    """One row per cell (a pandas DataFrame), or None without both an rlbench sync cell and a peer's cell."""
+    import pandas as pd
+
+    from rlbench.core.results.schema import ratio
+
+    sync = next((c for c in run.cells if c.schedule == _REF and c.iterations), None)
+    if sync is None or not any(c.switches.get("engine") not in (None, "rlbench") for c in run.cells):
+        return None
+    frame = pd.DataFrame([_row(c, sync) for c in run.cells])
+    peer = next(c for c in run.cells if c.switches.get("engine") not in (None, "rlbench"))
+    frame["vs_peer"] = [ratio(c.tpspd(), peer.tpspd()) for c in run.cells]  # over the first peer cell's TPSPD
+    frame["peer"] = peer.name
+    for key in (*STAGES, "other", "total"):  # each cell minus rlbench's sync: they add up (module docstring)
+        col = frame[f"{key}_s_per_ktok"].astype(float)
+        frame[f"{key}_vs_sync"] = col - float(col[frame["cell"] == sync.name].iloc[0])
+    return frame
+
+
+def _row(c, sync) -> dict:
+    from rlbench.core.results.schema import measured, ratio
+
+    its = measured(c.iterations)
+    tokens = sum(it["tokens"] for it in its) or None
+    per_k = lambda s: None if not tokens else 1000 * s / tokens
+    stages = {f"{s}_s_per_ktok": per_k(sum(it["stage_s"].get(s, 0.0) for it in its)) for s in STAGES}
+    cpu = _cpu_seconds(c, {it["iteration"] for it in its})
+    cpu_stages = {f"cpu_{s}_s_per_ktok": per_k(cpu[s]) if s in cpu else None for s in STAGES}
+    total = per_k(sum(it["wall_s"] * it["devices"] for it in its))
+    named = sum(v for v in stages.values() if v is not None)
+    evals = c.result.get("evals") or []
+    return {"cell": c.name, "engine": c.switches.get("engine") or "rlbench", "schedule": c.schedule,
+            "steps_per_generation": c.switches.get("steps_per_generation", 1), "devices": c.devices,
+            "tpspd_median": c.tpspd(), "tpspd_min": c.tpspd("min"), "tpspd_max": c.tpspd("max"),
+            "vs_sync": ratio(c.tpspd(), sync.tpspd()), **_paired(c, sync),
+            "wall_s_median": (c.aggregates.get("wall_s") or {}).get("median"),
+            "tokens_per_iteration": tokens / len(its) if tokens else None,
+            "response_len_mean": _mean([it["response_len_mean"] for it in its]),
+            **stages, "other_s_per_ktok": None if total is None else total - named, "total_s_per_ktok": total,
+            **cpu_stages, "cpu_total_s_per_ktok": per_k(sum(cpu.values())) if cpu else None,
+            "on_cpu_pct": _on_cpu_pct(c, {it["iteration"] for it in its}),
+            "staleness_max": c.aggregates.get("staleness_max"),
+            "accuracy_first": evals[0]["accuracy"] if evals else None,
+            "accuracy_final": evals[-1]["accuracy"] if evals else None, "status": c.status}
+
+
+def _cpu_seconds(c, iterations: set[int]) -> dict[str, float]:
+    """stage -> CPU seconds of its recording threads over these iterations (the stage events' `cpu`: a
+    stage's own compute, which neither a wait for another rank nor another job on the core adds to)."""
+    out: dict[str, float] = {}
+    for e in c.events:
+        if e["iteration"] in iterations and e.get("cpu") is not None and e["stage"] in STAGES:
+            out[e["stage"]] = out.get(e["stage"], 0.0) + e["cpu"]
+    return out
+
+
+def _on_cpu_pct(c, iterations: set[int]) -> float | None:
+    """Share of their wall time the pinned workers spent on a core in the stages that compute alone (no
+    wait for another rank inside): 100 unless other processes took their cores, so it says how loaded
+    the machine was while this cell ran."""
+    alone = {"rollout", "old_logprob", "ref_logprob"}
+    spans = [(e["end"] - e["start"], e["cpu"]) for e in c.events
+             if e["iteration"] in iterations and e["stage"] in alone and e.get("cpu") is not None]
+    wall = sum(w for w, _ in spans)
+    return 100 * sum(cpu for _, cpu in spans) / wall if wall > 0 else None
+
+
+def _paired(c, sync) -> dict:
+    """Min and max over the measured iterations of this cell's TPSPD over the sync cell's same iteration
+    (taken back to back when the cells take turns)."""
+    from rlbench.core.results.schema import measured, ratio
+
+    ours = {it["iteration"]: it["tpspd"] for it in measured(sync.iterations)}
+    r = [ratio(it["tpspd"], ours[it["iteration"]]) for it in measured(c.iterations) if it["iteration"] in ours]
+    r = [v for v in r if v is not None]
+    return {"vs_sync_paired_min": min(r, default=None), "vs_sync_paired_max": max(r, default=None)}
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None

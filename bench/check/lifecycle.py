@@ -1,0 +1,100 @@
+"""What `rlbench check --against` judges outside the measured iterations: new against old, one value per cell
+(or per process of a cell) and tree, read from results.json `lifecycle` and `evals` (bench/core/record/lifecycle.py).
+
+- startup:<cell>: seconds from the cell process's start to its first measured iteration, less its waits in
+  the turn ring; startup_cpu:<cell>: CPU seconds of its processes over the same span;
+- eval:<cell>: CPU seconds of its processes during its evaluations;
+- peak_rss:<cell>:<process>: peak resident memory of the cell process (driver) and of every worker;
+- process_cpu:<cell>:<process>: CPU seconds of each process over the measured iterations, inside the stages
+  and outside them (driver work, or work moved out of a timed stage, shows here).
+
+One value per tree has no within-run spread to judge it by, so each family is judged against a floor set
+from its measured noise: the spread of log(new / old) over unchanged A/B runs (FLOORS; bench/baselines/README.md).
+A metric only the new tree measures is reported and not judged (the accepted commit predates it); it is
+judged once ACCEPTED moves past the commit that added it. One the old tree has and the new one lacks fails.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from rlbench.check.metrics import read_cells
+from rlbench.core.results.metric_table import check_metric, family
+
+# family -> flag line: the smallest change judged a regression (or an improvement), relative. Set from the
+# noise measured on unchanged A/B runs of configs/ci-ab.yaml: bench/baselines/README.md.
+FLOORS = {"startup": 0.25, "startup_cpu": 0.10, "eval": 0.50, "peak_rss": 0.05, "process_cpu": 0.15}
+# The first cell's start-up has its own: its two sides set up one after the other (the first fills the model
+# cache alone, bench/run/interleave.py), the old side's while the other cells' processes are still importing,
+# so its wall time moves with what else runs, where the other cells' two sides set up side by side.
+FIRST_CELL_STARTUP_FLOOR = 0.50
+
+
+def floor(name: str, m: dict) -> float:
+    """The flag line of one metric (an entry of paired below)."""
+    return FIRST_CELL_STARTUP_FLOOR if m.get("first_cell") else FLOORS[family(name)]
+
+
+def cell_values(run_dir: Path) -> tuple[dict[str, float], set[str]]:
+    """({metric name: value}, metrics that measured a cold model cache) of every cell of a run folder, for
+    the families in FLOORS; a value the run did not record is left out. A cell that warm-started its model
+    (no cached one: the first run of a model on a machine) spent its start-up, and its cell process's peak
+    memory, filling the cache: a one-time cost, not what the next run will pay, so not compared."""
+    _, cells = read_cells(run_dir)
+    out, cold = {}, set()
+    for cell, res in cells.items():
+        if res.get("status") == "missing":
+            continue
+        if (res.get("model") or {}).get("cached") is False:
+            cold |= {check_metric(f, cell=cell, process="driver")[0] for f in ("startup", "startup_cpu", "peak_rss")}
+        life = res.get("lifecycle") or {}
+        for name, value in (("startup", life.get("startup_s")), ("startup_cpu", life.get("startup_cpu_s")),
+                            ("eval", _eval_cpu(res))):
+            if value is not None:
+                out[check_metric(name, cell=cell)[0]] = float(value)
+        for name, key in (("peak_rss", "peak_rss_mb"), ("process_cpu", "process_cpu_s")):
+            for proc, value in (life.get(key) or {}).items():
+                out[check_metric(name, cell=cell, process=proc)[0]] = float(value)
+    return out, cold
+
+
+def _eval_cpu(res: dict) -> float | None:
+    """CPU seconds of the cell's processes during its evaluations. Not their wall time: the first evaluation
+    runs while the other tree sets up the same cell, and its wall time varied by more than 2x between
+    unchanged runs (bench/baselines/README.md); its work did not."""
+    cpu = [e.get("cpu_s") for e in res.get("evals") or []]
+    return sum(cpu) if cpu and None not in cpu else None
+
+
+def paired(old_dir: Path, new_dir: Path) -> dict[str, dict]:
+    """{metric: entry} as bench/check/ab.py's paired_metrics, one log-ratio per metric (judged against its
+    floor: judge_scalar); "why": the reason a metric both trees measured is not compared; "first_cell": the
+    start-up of the ring's first cell (FIRST_CELL_STARTUP_FLOOR)."""
+    (old, cold_old), (new, cold_new) = cell_values(old_dir), cell_values(new_dir)
+    first = check_metric("startup", cell=next(iter(read_cells(new_dir)[1]), ""))[0]  # the ring's first seat
+    out = {}
+    for name in dict.fromkeys([*old, *new]):
+        declared = check_metric(family(name), **_fields(name))[1]
+        o, n = old.get(name), new.get(name)
+        cold = [side for side, names in (("old", cold_old), ("new", cold_new)) if name in names]
+        both = o is not None and n is not None and o > 0 and n > 0 and not cold
+        out[name] = {**declared, "old": o, "new": n, "keys": [name] if both else None,
+                     "log_ratios": [math.log(n / o)] if both else None,
+                     "why": f"the {' and '.join(cold)} tree warm-started the model (a cold cache): a one-time "
+                            "cost, not compared" if cold else None, "first_cell": name == first}
+    return out
+
+
+def _fields(name: str) -> dict:
+    """The fields a metric name was made from: `peak_rss:sync:driver` -> {cell: sync, process: driver}."""
+    _, cell, *process = name.split(":")
+    return {"cell": cell, "process": ":".join(process)}
+
+
+def judge_scalar(x: float, direction: str, floor: float) -> tuple[str, None, str, float]:
+    """(mark, no interval, note, change) of one log-ratio new/old: beyond the floor in the bad direction is worse."""
+    note = f"one value per tree: flagged beyond {floor:+.0%} (its floor, from unchanged A/B runs' noise)"
+    if abs(x) <= math.log1p(floor):
+        return "not significant", None, note.replace("flagged", "within; flagged"), math.expm1(x)
+    bad = x < 0 if direction == "higher_is_better" else x > 0
+    return ("worse" if bad else "better"), None, note, math.expm1(x)

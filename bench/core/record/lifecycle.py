@@ -1,0 +1,118 @@
+"""What a cell costs outside its measured iterations, for `rlbench check --against` (bench/check/lifecycle.py).
+
+results.json `lifecycle` of a cell:
+- `startup_s`: wall seconds from the cell process's start (exec of the interpreter: imports, model build and
+  warm start, the workers' start, the first evaluation, the warm-up iterations) to the start of its first
+  measured iteration, less the seconds it waited in the turn ring (`ring_wait_s`: other cells' set-up and
+  turns, which are not its own work).
+- `startup_cpu_s`: CPU seconds the cell's processes (the cell process and every worker, with their own
+  child processes) used up to that moment: the same span as work, steady while other processes share the cores.
+- `process_cpu_s`: {process: CPU seconds from the start of the first measured iteration to the end of the
+  last}: the stages' work and everything between and around them (the cell process's bookkeeping).
+- `peak_rss_mb`: {process: peak resident set size in MB} of the cell process (`driver`) and every worker,
+  read just before the workers close (Linux VmHWM; a worker's own child processes are added to it).
+Each evaluation (results.json `evals`) records its wall seconds (`wall_s`, its `eval` stage event) and the
+CPU seconds of the cell's processes during it (`cpu_s`): the wall time of the first evaluation, made while
+the other tree sets up the same cell, varied by more than 2x between unchanged runs; its work did not.
+Read from /proc (Linux); what cannot be read is left out, never guessed.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from rlbench.core.record.stages import Role
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_age_s(pid: int | None = None) -> float | None:
+    """Seconds since the process started; None where /proc or CLOCK_BOOTTIME is missing. The kernel
+    counts a process's start time in clock ticks since boot, the clock CLOCK_BOOTTIME reads."""
+    try:
+        with open(f"/proc/{pid or os.getpid()}/stat") as f:
+            text = f.read()
+        started = int(text[text.rindex(")") + 2:].split()[19]) / _TICK  # field 22: starttime
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+class Lifecycle:
+    """A cell's `lifecycle` record (results.json), filled in as the cell runs (bench/run/cell.py)."""
+
+    def __init__(self):
+        self.record: dict = {}
+        self._at_start: dict[str, float | None] = {}
+
+    def first_measured(self, waited_s: float, host_cpu) -> None:
+        """At the start of the first measured iteration: start-up. waited_s: seconds the cell waited in the
+        turn ring so far; host_cpu: bench/core/record/hostcpu.py HostCPU of the cell's processes."""
+        age, self._at_start = process_age_s(), host_cpu.totals()
+        used = list(self._at_start.values())
+        self.record.update(startup_s=None if age is None else round(age - waited_s, 3),
+                           ring_wait_s=round(waited_s, 3),
+                           startup_cpu_s=None if None in used or not used else round(sum(used), 3))
+
+    def last_measured(self, host_cpu) -> None:
+        """At the end of the last iteration (before its record and evaluation): each process's CPU seconds
+        since the first measured iteration began, one difference (a tick of /proc each, not one per iteration)."""
+        if self._at_start:
+            now_ = host_cpu.totals()
+            self.record["process_cpu_s"] = {w: round(now_[w] - t, 3) for w, t in self._at_start.items()
+                                            if t is not None and now_.get(w) is not None}
+
+    def peaks(self, pids: dict[str, int]) -> None:
+        """Before the workers close: every process's peak memory (peaks below)."""
+        self.record["peak_rss_mb"] = peaks(pids)
+
+
+def eval_seconds(event, before: dict, after: dict) -> dict:
+    """An evaluation's wall seconds (its stage event) and the CPU seconds every process of the cell spent in
+    it (HostCPU totals before and after: the evaluator runs on a worker, not in the recording thread)."""
+    cpu = [after[w] - t for w, t in before.items() if t is not None and after.get(w) is not None]
+    return {"wall_s": round(event.duration, 4) if event else None, "cpu_s": round(sum(cpu), 3) if cpu else None}
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """Peak resident set size of one process (VmHWM), in MB; None when /proc does not show it."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    """Every live descendant of pid."""
+    parents = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                text = f.read()
+            parents[int(name)] = int(text[text.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [c for c, p in parents.items() if p == parent]
+        out += kids
+        todo += kids
+    return out
+
+
+def peaks(pids: dict[str, int]) -> dict[str, float]:
+    """{process: peak RSS in MB} of the driver (its own: its children are the workers) and of every worker
+    with its descendants (a vLLM engine core counts with the worker that started it, as for host CPU)."""
+    out = {}
+    for w, pid in pids.items():
+        own = peak_rss_mb(pid)
+        if own is None:
+            continue
+        kids = [] if w == Role.DRIVER.value else [peak_rss_mb(c) or 0.0 for c in _children(pid)]
+        out[w] = round(own + sum(kids), 1)
+    return out

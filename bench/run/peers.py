@@ -1,0 +1,28 @@
+"""Running `--ablation peers`' peer framework cells (the cells and their table: bench/analysis/peers.py):
+a refusal before any cell runs, and a framework's runner in the cell's process."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlbench.analysis.peers import framework_of
+
+FRAMEWORKS = {"trl": "rlbench.engines.external.trl.adapter:run_trl"}
+
+
+def preflight(cells) -> None:
+    """Before any cell runs: every peer framework cell's framework is installed and accepts its config
+    (UserError, exit 2, otherwise)."""
+    from rlbench.engines.external.trl import adapter, settings
+
+    for name, cfg in cells:
+        if framework_of(name) == "trl":
+            adapter.require_trl()
+            settings.check(cfg, cfg.engine.num_devices)
+
+
+def run_framework_cell(framework: str, cfg, folder: Path, name: str, progress: bool, pacer) -> dict:
+    """A peer framework's cell, in this (the cell's) process: its runner by import path."""
+    import importlib
+
+    module, fn = FRAMEWORKS[framework].split(":")
+    return getattr(importlib.import_module(module), fn)(cfg, folder, name=name, pacer=pacer, progress=progress)

@@ -1,0 +1,36 @@
+"""The workload as TRL reads it: the iterations' prompts as dataset rows, and rlbench's strict GSM8K reward
+as a TRL reward function.
+
+Row order is the schedule: iteration k's train.prompts_per_iteration problems (rlbench's own seeded draw,
+engines/factory.py iteration_problems) follow iteration k-1's, and TRL reads them unshuffled
+(shuffle_dataset=False), so both engines train the same prompts in the same iteration. A prompt is the
+text rlbench prompts with; where the tokenizer has a chat template (rlbench applies it), it is one user
+message and TRL applies the same template.
+"""
+from __future__ import annotations
+
+
+def train_rows(cfg, dataset, chat: bool) -> list[dict]:
+    """One row per (iteration, prompt): prompt (text, or [user message] when chat), answer, iteration, index."""
+    from rlbench.engines.factory import iteration_problems
+
+    rows = []
+    for k in range(cfg.run.iterations):
+        for i, problem in enumerate(iteration_problems(cfg, dataset, k)):
+            text = dataset.prompt_text(problem)
+            rows.append({"prompt": [{"role": "user", "content": text}] if chat else text,
+                         "answer": problem.answer, "iteration": k, "index": i})
+    return rows
+
+
+def completion_text(completion) -> str:
+    """A TRL completion as text: a string, or (conversational prompts) [{"role": "assistant", "content": ...}]."""
+    return completion if isinstance(completion, str) else completion[-1]["content"]
+
+
+def strict_gsm8k(completions, answer, **_) -> list[float]:
+    """TRL reward function: rlbench's strict GSM8K rule (engines/data/reward.py), 1.0 or 0.0 per completion.
+    TRL passes the dataset's columns (answer, iteration, index) as keyword arguments."""
+    from rlbench.engines.data.reward import gsm8k_reward
+
+    return [gsm8k_reward(completion_text(c), a) for c, a in zip(completions, answer)]

@@ -1,0 +1,118 @@
+"""The policy rlbench would train, as a Hugging Face directory TRL can load: the same weights, the same
+tokenizer (the tiny model's characters as a `PreTrainedTokenizerFast`), cached so only a first run pays.
+
+TRL needs a directory, not only a model object: with a KL coefficient its GRPOTrainer builds the
+reference model by loading the policy's `config._name_or_path` again. The weights come from rlbench's own
+loader (engines/model/loader.py: the cached warm start of the tiny model, a GGUF de-quantized to the
+configured dtype, a seeded random init of an architecture), so both engines start from the same tensors.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from rlbench.engines.model.tokenizer import BOS, CHARS, EOS, PAD
+
+PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<pad>", "<s>", "</s>"
+
+
+def char_tokenizer():
+    """The character tokenizer as a `PreTrainedTokenizerFast`: one token per character, ids as CharTokenizer's
+    (PAD 0, BOS 1, EOS 2, then CHARS), BOS prepended to a text encoded with special tokens (as
+    CharTokenizer.prompt_ids does), decoding that joins the characters back without spaces."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {PAD_TOKEN: PAD, BOS_TOKEN: BOS, EOS_TOKEN: EOS, **{ch: i + 3 for i, ch in enumerate(CHARS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="?"))  # an unknown character reads as '?', as CharTokenizer
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character, newline too
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(single=f"{BOS_TOKEN} $A", special_tokens=[(BOS_TOKEN, BOS)])
+    # '?' is the unknown token of the model only: declared to transformers it would be special, and decoding
+    # with skip_special_tokens (TRL's) would drop every question mark.
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD_TOKEN, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN)
+
+
+def load_tokenizer(folder: Path, cfg):
+    """The exported directory's tokenizer for TRL (its `processing_class`)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if _uses_chars(cfg):  # AutoTokenizer would pick the architecture's own tokenizer class
+        return PreTrainedTokenizerFast.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def rlbench_tokenizer(folder: Path, cfg):
+    """rlbench's tokenizer adapter over the same tokenizer (its evaluation encodes and decodes with it)."""
+    from rlbench.engines.model.tokenizer import CharTokenizer, HFTokenizer
+
+    if _uses_chars(cfg):
+        return CharTokenizer()
+    return HFTokenizer(load_tokenizer(folder, cfg))
+
+
+def _uses_chars(cfg) -> bool:
+    return cfg.model.kind == "tiny" or (cfg.model.kind == "hf_config" and not cfg.model.tokenizer)
+
+
+def export_key(cfg) -> str:
+    """Everything that shapes the exported weights: the model section, the seed, and what the weights are
+    read from (the tiny model's own cache key; a GGUF or config file by path, size and mtime)."""
+    m = cfg.model
+    parts: dict = {"model": m.model_dump(mode="json"), "seed": cfg.run.seed}
+    if m.kind == "tiny":
+        from rlbench.engines.model.tiny import cache_key
+
+        parts["tiny"] = cache_key(cfg)
+    elif m.kind == "gguf":
+        from rlbench.engines.model.loader import gguf_file
+
+        f = gguf_file(m.path)
+        parts["file"] = [str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns]
+    elif m.kind == "hf_config":
+        from rlbench.engines.model.loader import config_file
+
+        parts["file"] = hashlib.sha256(config_file(m.path).read_bytes()).hexdigest()
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def export_policy(cfg, dataset, progress=None) -> Path:
+    """-> a Hugging Face directory (config, weights, tokenizer) holding rlbench's initial policy for cfg.
+    model.kind=hf is such a directory already and is used as it is."""
+    if cfg.model.kind == "hf":
+        return Path(cfg.model.path).resolve()
+    from rlbench.engines.model.tiny import cache_root
+
+    folder = cache_root() / "hf-export" / f"{cfg.model.kind}-{export_key(cfg)}"
+    if (folder / "config.json").is_file():
+        return folder
+    from rlbench.engines.model.loader import load_policy
+
+    model, tok, _ = load_policy(cfg, dataset, progress=progress)
+    tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+    _plain(model).save_pretrained(tmp)
+    (char_tokenizer() if _uses_chars(cfg) else tok.tok).save_pretrained(tmp)
+    if not folder.exists():  # another process may have exported it meanwhile: same bytes, keep theirs
+        os.replace(tmp, folder)
+    return folder
+
+
+def _plain(model):
+    """A model transformers will save: one loaded from a GGUF file is marked quantized (and refuses
+    save_pretrained) although its weights are de-quantized tensors, so those go into a fresh model of the
+    same config, unmarked."""
+    if getattr(model, "hf_quantizer", None) is None:
+        return model
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    for key in ("quantization_config", "gguf_file"):
+        if hasattr(config, key):
+            delattr(config, key)
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype, attn_implementation="sdpa")
+    plain.load_state_dict(model.state_dict())
+    return plain

@@ -1,0 +1,172 @@
+"""TRL's steps timed under rlbench's stage names, with rlbench's one timer (record/stages.py Recorder).
+
+`TimedGRPOTrainer` is TRL's GRPOTrainer with five methods wrapped, nothing else changed; each wrapper
+calls TRL's own method inside a stage (or notes a sample fact) and returns its result:
+
+    _generate_single_turn               -> rollout       (model.generate on the rank's generation batch)
+    the reward function                 -> reward        (rlbench's strict rule, data.py)
+    _get_per_token_logps_and_entropies  -> ref_logprob   (the reference model)
+                                           old_logprob   (the policy without grad: off-policy steps only)
+    _prepare_inputs .. training_step    -> update        (TRL's loss forward and backward)
+    end of the last backward .. on_step_end -> optimizer_step (grad clip, AdamW, schedule, zero_grad)
+
+Time inside a step outside these (TRL's padding, gathers across ranks, advantages, metric bookkeeping)
+is in the iteration's wall time but in no stage: it shows as idle.
+
+An iteration (one generation, train.ppo_mini_batches optimizer steps) starts on_step_begin of its first
+step, after a barrier of the ranks (untimed: rlbench's driver starts every rank's iteration at once), and
+ends on_step_end of its last; a second barrier then waits for every rank's end, and TRL's logging and
+rlbench's evaluation run after it, outside every window.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+from rlbench.core.record.stages import Stage, now
+
+SAMPLE_ID = "rlbench_sample"  # a column added to TRL's generation batch: which samples a step trains
+
+
+class StepClock:
+    """One rank's view of TRL's steps: the current iteration, its samples, its stage events."""
+
+    def __init__(self, rec, out, steps_per_iteration: int, gate=None, evaluate=None):
+        """rec: this rank's Recorder; out: its RankFiles (files.py); gate (rank 0): the turn ring's
+        before/after, through the parent; evaluate(done) (rank 0): rlbench's evaluation, after an iteration."""
+        self.rec, self.out, self.n, self.gate, self.evaluate = rec, out, steps_per_iteration, gate, evaluate
+        self.k = 0  # the iteration in progress
+        self.version = 0  # optimizer steps taken: the weights a gradient is taken at
+        self.window_start = 0.0
+        self.update_start = self.update_end = 0.0
+        self.update_cpu = self.update_end_cpu = 0.0  # the thread's CPU seconds at those points
+        self.rows: list[dict] = []  # this iteration's samples on this rank
+        self.rewarded: list[tuple[float, int, int]] = []  # (reward, iteration, prompt index) of the last call
+
+    # ------------------------------------------------------------- iteration boundaries (the callback's)
+
+    def step_begins(self, global_step: int) -> None:
+        if global_step % self.n:
+            return
+        self.k = global_step // self.n
+        if self.gate is not None:
+            self.gate.before(self.k)
+        _barrier()
+        self.window_start = now()
+
+    def step_ends(self, global_step: int) -> None:
+        end = now()
+        self.rec.add(Stage.OPTIMIZER_STEP, self.k, self.update_end, end, time.thread_time() - self.update_end_cpu)
+        self.version = global_step
+        if global_step % self.n:
+            return
+        self.out.window(self.k, self.window_start - self.rec.t0, end - self.rec.t0)
+        self.out.samples(self.rows)
+        self.rows = []
+        _barrier()  # every rank's window closed before rank 0 evaluates (rlbench's driver waits for its ranks)
+        if self.evaluate is not None:
+            self.evaluate(self.k + 1)
+        if self.gate is not None:
+            self.gate.after(self.k)
+
+    # ------------------------------------------------------------- inside a step (the trainer's)
+
+    @contextlib.contextmanager
+    def stage(self, stage: Stage):
+        with self.rec.stage(stage, self.k):
+            yield
+
+    def rewards(self, fn):
+        """The reward function TRL calls, timed as `reward`; remembers each sample's reward and prompt."""
+        def reward(completions, answer, iteration, index, **kwargs):
+            with self.stage(Stage.REWARD):
+                scores = fn(completions, answer, **kwargs)
+            self.rewarded = list(zip(scores, iteration, index))
+            return scores
+
+        reward.__name__ = fn.__name__  # TRL logs rewards/<name>/mean
+        return reward
+
+    def generated(self, batch: dict) -> list[int]:
+        """The generation batch TRL built (its prompt and completion masks): one sample row each, in the
+        order the reward function saw them; -> their ids."""
+        first = len(self.rows)
+        prompt_len = batch["prompt_mask"].sum(1).tolist()
+        response_len = batch["completion_mask"].sum(1).tolist()
+        seen: dict[int, int] = {}
+        for (reward, k, index), p, r in zip(self.rewarded, prompt_len, response_len):
+            seen[index] = seen.get(index, -1) + 1
+            self.rows.append({"iteration": k, "prompt": index, "sample": seen[index], "prompt_len": int(p),
+                              "response_len": int(r), "reward": float(reward),
+                              "behaviour_version": self.version, "trained_version": None, "finished": None})
+        return list(range(first, len(self.rows)))
+
+    def update_begins(self, sample_ids) -> None:
+        """A micro-batch is about to be trained at the current weights."""
+        for i in sample_ids:
+            self.rows[i]["trained_version"] = self.version
+        self.update_start, self.update_cpu = now(), time.thread_time()
+
+    def update_ends(self) -> None:
+        self.update_end, self.update_end_cpu = now(), time.thread_time()
+        self.rec.add(Stage.UPDATE, self.k, self.update_start, self.update_end, self.update_end_cpu - self.update_cpu)
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def timed_trainer(clock: StepClock):
+    """TRL's GRPOTrainer class with its stages timed on `clock` (module docstring); TRL imported here."""
+    import torch
+    from trl import GRPOTrainer
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        def _generate_single_turn(self, *args, **kwargs):
+            with clock.stage(Stage.ROLLOUT):
+                return super()._generate_single_turn(*args, **kwargs)
+
+        def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+            if torch.is_grad_enabled():  # the loss's own forward: inside update
+                return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+            stage = Stage.REF_LOGPROB if model is self.ref_model else Stage.OLD_LOGPROB
+            with clock.stage(stage):
+                return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
+        def _generate_and_score_completions(self, inputs):
+            batch = super()._generate_and_score_completions(inputs)
+            batch[SAMPLE_ID] = torch.tensor(clock.generated(batch))  # shuffled and split with the batch
+            return batch
+
+        def _prepare_inputs(self, generation_batch):
+            inputs = super()._prepare_inputs(generation_batch)
+            if self.model.training:
+                clock.update_begins(inputs[SAMPLE_ID].tolist())
+            return inputs
+
+        def training_step(self, model, inputs, num_items_in_batch):
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            clock.update_ends()
+            return loss
+
+    return TimedGRPOTrainer
+
+
+def step_callback(clock: StepClock):
+    """The TrainerCallback that marks the iterations' boundaries on `clock`."""
+    from transformers import TrainerCallback
+
+    class StepBoundaries(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            clock.step_begins(state.global_step)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.step_ends(state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            clock.out.log(state.global_step, logs or {})
+
+    return StepBoundaries()

@@ -1,0 +1,153 @@
+"""One TRL rank: `python -m rlbench.engines.external.trl.worker SPEC_JSON RANK` (launch.py starts them).
+
+setup -> train -> cleanup, as every rlbench worker: pinned to its core with one intra-op thread (the sync
+placement), torch.distributed over gloo through accelerate (RANK, WORLD_SIZE, MASTER_ADDR/PORT in the
+environment), TRL's GRPOTrainer built from settings.py with its stages timed (timing.py), rlbench's
+evaluation on rank 0 before training and after the iterations rlbench evaluates after.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> None:
+    from rlbench.core.devices import device as dev
+
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack into the rank's log
+    spec_path, rank = argv
+    rank = int(rank)
+    dev.pin("cpu", rank, 1)  # before torch does any work: its core, one intra-op thread
+    spec = json.loads(Path(spec_path).read_text())
+    train(spec, rank)
+    # Every file is closed: leave without the interpreter's teardown, which was seen to hang for good in a
+    # rank whose gloo group had been destroyed (a native thread left behind).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def train(spec: dict, rank: int) -> None:
+    from rlbench.core.config import RunConfig
+    from rlbench.engines.data.source import load_dataset
+    from rlbench.engines.external.trl.files import RankFiles
+    from rlbench.engines.model.tiny import quiet_transformers
+
+    quiet_transformers()
+    cfg = RunConfig.model_validate(spec["config"])
+    out = RankFiles(Path(spec["folder"]), rank)
+    dataset = load_dataset(cfg.data, cfg.run.seed)
+    trainer, clock = build(spec, cfg, dataset, rank, out)
+    out.observed(observation(trainer.model, rank))
+    if rank == 0:
+        clock.evaluate(0)
+        clock.gate.ready()
+    trainer.train()
+    if rank == 0:
+        clock.gate.leave()
+    _finish()
+    out.close()
+
+
+def build(spec: dict, cfg, dataset, rank: int, out):
+    """-> (TRL's GRPOTrainer with its stages timed, the StepClock it reports to)."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from rlbench.engines.external.trl import settings
+    from rlbench.engines.external.trl.data import strict_gsm8k, train_rows
+    from rlbench.engines.external.trl.export import load_tokenizer, rlbench_tokenizer
+    from rlbench.engines.external.trl.gate import RankGate
+    from rlbench.engines.external.trl.timing import StepClock, step_callback, timed_trainer
+    from rlbench.core.record.stages import Recorder, Role
+
+    model_dir = Path(spec["model_dir"])
+    tok, rtok = load_tokenizer(model_dir, cfg), rlbench_tokenizer(model_dir, cfg)
+    chat = bool(getattr(rtok, "use_chat_template", False))  # rlbench's rule: the template where there is one
+    args = GRPOConfig(**settings.grpo_kwargs(cfg, spec["world"], str(Path(spec["folder"]) / "output")))
+    rec = Recorder(f"{Role.COLOCATED.value}{rank}", spec["t0"], device=torch.device("cpu"), devices=1,
+                   sink=out.event)
+    gate = RankGate(*spec["gate"]) if rank == 0 else None
+    clock = StepClock(rec, out, settings.mini_batches(cfg), gate)
+    trainer = timed_trainer(clock)(
+        model=str(model_dir), reward_funcs=[clock.rewards(strict_gsm8k)], args=args,
+        train_dataset=Dataset.from_list(train_rows(cfg, dataset, chat)), processing_class=tok,
+        callbacks=[step_callback(clock)])
+    if rank == 0:
+        eval_rec = Recorder(Role.EVAL.value, spec["t0"], sink=out.event)
+        clock.evaluate = Evaluation(trainer.model, cfg, dataset, rtok, eval_rec, out, clock)
+    return trainer, clock
+
+
+class Evaluation:
+    """rlbench's evaluation (greedy pass@1, strict rule, the eval split) of TRL's current policy, with
+    rlbench's built-in sampler on this rank's core; timed as `eval`, outside every iteration."""
+
+    def __init__(self, model, cfg, dataset, tok, rec, out, clock):
+        self.model, self.cfg, self.dataset, self.tok, self.rec, self.out = model, cfg, dataset, tok, rec, out
+        self.clock = clock
+        self.sampler = None
+
+    def due(self, done: int) -> bool:
+        every = self.cfg.run.eval_every
+        return done in (0, self.cfg.run.iterations) or bool(every and done % every == 0)
+
+    def __call__(self, done: int) -> None:
+        if not self.due(done):
+            return
+        import torch
+
+        from rlbench.engines.factory import evaluate
+        from rlbench.core.record.stages import Stage
+
+        if self.sampler is None:
+            self.sampler = self._sampler()
+        with self.rec.stage(Stage.EVAL, done), torch.no_grad():
+            weights = {n: p.detach() for n, p in self.model.named_parameters()}
+            res = evaluate(self.sampler, weights, self.clock.version, self.cfg, self.dataset, self.tok)
+        self.out.eval({"iteration": done, **res})
+
+    def _sampler(self):
+        import torch
+
+        from rlbench.engines.model.weights import build_model
+        from rlbench.engines.rollout import BUILTIN, build_backend
+
+        config, cpu = self.model.config, torch.device("cpu")
+        return build_backend(BUILTIN, config, self.tok.eos_token_id, self.cfg.rollout.max_num_seqs, cpu,
+                             lambda: build_model(config, cpu))
+
+
+def observation(model, rank: int) -> dict:
+    """What this rank was given (checked against the plan by the adapter), with the model's shape, the
+    device and its measured peak on rank 0 (results.json provenance and the per-stage utilisation)."""
+    import torch
+
+    from rlbench.core.devices import device as dev
+    from rlbench.core.devices import peak
+    from rlbench.core.results.utilisation import model_shape
+
+    info = {**dev.observe("cpu"), "pid": os.getpid(), "session": os.getsid(0)}  # the run's session (launch.py)
+    if rank == 0:
+        cpu = torch.device("cpu")
+        info.update(shape=model_shape(model), device=dev.describe(cpu), peak=peak.peak(cpu, model.dtype),
+                    parameters=sum(p.numel() for p in model.parameters()))
+    return info
+
+
+def _finish() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()  # rank 0 may still be evaluating; nobody tears down under it
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,154 @@
+""""Against a real framework": peers.csv (computed by bench/run/peers.py) as the terminal's lines, the
+report's section and peers.md: the cells side by side (TPSPD, the ratio to rlbench's sync, device-seconds
+and CPU-seconds per 1,000 trained tokens by stage, accuracy), one sentence per peer cell saying where its
+difference to rlbench's sync comes from, and the settings that differ between the engines (from each TRL
+cell's results.json)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from rlbench.analysis.data import RunData
+from rlbench.reports.html import esc, table
+from rlbench.reports.tables import fmt
+
+TITLE = "Against a real framework"
+CSV = "peers.csv"
+# stage -> its short column name (the terminal's table fits 100 columns)
+STAGES = {"rollout": "rollout", "old_logprob": "old", "ref_logprob": "ref", "update": "update",
+          "optimizer_step": "opt", "weight_sync": "wsync"}
+HEAD = ["cell", "engine", "TPSPD median (min–max)", "vs sync (per iteration)",
+        *[f"{short} s/ktok" for short in STAGES.values()], "other s/ktok", "total s/ktok", "max stale",
+        "acc first→final", "status"]
+SHORT_HEAD = ["cell", "TPSPD (min–max)", "vs sync", *STAGES.values(), "other", "total", "acc"]
+CPU_HEAD = ["cell", *[f"{short} CPU s/ktok" for short in STAGES.values()], "CPU total s/ktok", "on core %",
+            "tokens/iteration", "response mean"]
+NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, sampling, optimizer and loss "
+        "(tests/test_trl_loss.py); each engine generates its own samples. s/ktok: device-seconds per 1,000 "
+        "trained tokens over the measured iterations, by stage (summed over workers; a stage that waits for "
+        "another rank counts the wait: rlbench's optimizer_step holds the all-reduce, TRL's update its DDP "
+        "all-reduce and metric reductions); other: device time in no stage (idle, and a peer's work outside "
+        "rlbench's stage names); total = 1000 / TPSPD, pooled. CPU s/ktok: the same by the stages' own CPU "
+        "seconds, which neither waiting nor another job on the core adds to; on core %: the share of the "
+        "rollout and log-prob passes' wall time their workers were on a core (below 100: other processes "
+        "took the cores while this cell ran). vs sync: TPSPD median over "
+        "rlbench's sync; in brackets the range of per-iteration ratios (iteration k of each cell ran back to "
+        "back when the cells took turns).")
+
+
+def read(run: RunData) -> pd.DataFrame | None:
+    path = run.path / CSV
+    if not path.is_file():
+        return None
+    frame = pd.read_csv(path)
+    return frame.astype(object).where(frame.notna(), None)
+
+
+def x(v) -> str:
+    return "–" if v is None else f"{v:.2f}×"
+
+
+def _cells(r: dict, prefix: str = "") -> list[str]:
+    return [fmt(r[f"{prefix}{s}_s_per_ktok"]) if r[f"{prefix}{s}_s_per_ktok"] else "–" for s in STAGES]
+
+
+def _tpspd(r: dict) -> str:
+    return "–" if r["tpspd_median"] is None else \
+        f"{fmt(r['tpspd_median'])} ({fmt(r['tpspd_min'])}–{fmt(r['tpspd_max'])})"
+
+
+def _row(r: dict) -> list[str]:
+    paired = "" if r["vs_sync_paired_min"] is None else \
+        f" ({r['vs_sync_paired_min']:.2f}–{r['vs_sync_paired_max']:.2f})"
+    engine = r["engine"] if r["steps_per_generation"] in (None, 1) else \
+        f"{r['engine']} ({r['steps_per_generation']} steps/generation)"
+    return [r["cell"], engine, _tpspd(r), x(r["vs_sync"]) + paired, *_cells(r), fmt(r["other_s_per_ktok"]),
+            fmt(r["total_s_per_ktok"]), fmt(r["staleness_max"]),
+            f"{fmt(r['accuracy_first'])}→{fmt(r['accuracy_final'])}", str(r["status"])]
+
+
+def _short_row(r: dict) -> list[str]:
+    return [r["cell"], _tpspd(r), x(r["vs_sync"]), *_cells(r), fmt(r["other_s_per_ktok"]),
+            fmt(r["total_s_per_ktok"]), f"{fmt(r['accuracy_first'])}→{fmt(r['accuracy_final'])}"]
+
+
+def _cpu_row(r: dict) -> list[str]:
+    on_core = "–" if r.get("on_cpu_pct") is None else f"{r['on_cpu_pct']:.0f}"
+    return [r["cell"], *_cells(r, "cpu_"), fmt(r["cpu_total_s_per_ktok"]), on_core, fmt(r["tokens_per_iteration"]),
+            fmt(r["response_len_mean"])]
+
+
+def sentences(frame: pd.DataFrame) -> list[str]:
+    """Per peer cell: its TPSPD against rlbench's sync and the stages that make the difference (the
+    `<stage>_vs_sync` columns, largest first)."""
+    sync = frame[frame["engine"] == "rlbench"].iloc[0]
+    keys = [c[:-len("_vs_sync")] for c in frame.columns if c.endswith("_vs_sync") and c != "total_vs_sync"]
+    out = []
+    for r in frame[frame["engine"] != "rlbench"].to_dict("records"):
+        diffs = sorted(((k, r[f"{k}_vs_sync"]) for k in keys if r[f"{k}_vs_sync"]), key=lambda d: -abs(d[1]))
+        if not r["vs_sync"] or not diffs or r["total_vs_sync"] is None:
+            continue
+        than = "faster than" if r["vs_sync"] < 1 else "slower than"
+        parts = ", ".join(f"{k} {d:+.3f}" for k, d in diffs[:4])
+        out.append(f"rlbench's {sync['cell']} reaches {1 / r['vs_sync']:.2f}× the TPSPD of {r['cell']} ({than} "
+                   f"it). Per 1,000 tokens {r['cell']} spends {r['total_s_per_ktok']:.3f} device-s, "
+                   f"{sync['cell']} {sync['total_s_per_ktok']:.3f} ({r['total_vs_sync']:+.3f}: {parts}).")
+    ours = frame[frame["engine"] == "rlbench"].to_dict("records")
+    if ours and ours[0].get("vs_peer"):
+        out.append(f"TPSPD over {ours[0]['peer']}'s: " + ", ".join(f"{r['cell']} {x(r['vs_peer'])}" for r in ours) + ".")
+    return out
+
+
+def differing_settings(run: RunData) -> list[list[str]]:
+    """The settings the engines cannot share, from the first peer cell's results.json."""
+    peer = next((c for c in run.cells if (c.result.get("external") or {}).get("differences")), None)
+    return [[d["setting"], d["rlbench"], d["trl"], d["why"]] for d in peer.result["external"]["differences"]] \
+        if peer else []
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def peers_lines(run: RunData) -> list[str]:
+    frame = read(run)
+    if frame is None:
+        return []
+    rows = [SHORT_HEAD] + [_short_row(r) for r in frame.to_dict("records")]
+    return ["", f"{TITLE} (device-s per 1,000 tokens by stage; every column: {CSV}, peers.md):",
+            *_aligned(rows), *sentences(frame)]
+
+
+def peers_section(run: RunData) -> tuple[str, str] | None:
+    frame = read(run)
+    if frame is None:
+        return None
+    records, settings = frame.to_dict("records"), differing_settings(run)
+    return TITLE, ("".join(f"<p><b>{esc(s)}</b></p>" for s in sentences(frame))
+                   + table([_row(r) for r in records], HEAD) + table([_cpu_row(r) for r in records], CPU_HEAD)
+                   + f"<p>{esc(NOTE)}</p>"
+                   + ("<h3>Settings that differ between the engines</h3>"
+                      + table(settings, ["setting", "rlbench", "TRL", "why"]) if settings else "")
+                   + "<details><summary>Every column (peers.csv)</summary>"
+                   + table([list(r) for r in frame.itertuples(index=False)], list(frame.columns)) + "</details>")
+
+
+def _md(rows: list[list[str]], head: list[str]) -> str:
+    return "\n".join("| " + " | ".join(str(v).replace("|", "/") for v in r) + " |"
+                     for r in [head, ["---"] * len(head), *rows])
+
+
+def peers_markdown(run: RunData) -> str | None:
+    """peers.md: the section as Markdown (docs/results/peers.md quotes it); None without peers.csv."""
+    frame = read(run)
+    if frame is None:
+        return None
+    records, settings = frame.to_dict("records"), differing_settings(run)
+    parts = [f"## {TITLE}", "", _md([_row(r) for r in records], HEAD), "",
+             _md([_cpu_row(r) for r in records], CPU_HEAD), "", *[f"- {s}" for s in sentences(frame)], "", NOTE]
+    if settings:
+        parts += ["", "### Settings that differ between the engines", "",
+                  _md(settings, ["setting", "rlbench", "TRL", "why"])]
+    return "\n".join(parts) + "\n"
