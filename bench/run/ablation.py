@@ -13,6 +13,7 @@ from rlbench.core.config import RunConfig, merge_trees, with_overrides
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.analysis import families, peers
+from rlbench.run import peers as run_peers
 from rlbench.run.regime import POINTS
 from rlbench.core import schedules
 from rlbench.core.schedules import SCHEDULES, by_role
@@ -208,7 +209,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
     base, overrides = load_config(config, sets), parse_overrides(sets)
     seeds = parse_seeds(seeds)
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
-    peers.preflight(cells)  # a peer framework's cells: installed, and able to run their config (exit 2)
+    run_peers.preflight(cells)  # a peer framework's cells: installed, and able to run their config (exit 2)
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     preflight(base)
     run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlbench.core.components import evaluation_backend
 from rlbench.core.errors import UserError
 
 TRL_ADV_EPS = 1e-4  # trl/trainer/grpo_trainer.py: advantages / (std_rewards + 1e-4)
@@ -83,14 +84,15 @@ def mini_batches(cfg) -> int:
 def check(cfg, world: int) -> None:
     """Refuse (UserError, exit 2) what TRL cannot run as the config asks, naming the key."""
     t, r, e = cfg.train, cfg.rollout, cfg.engine
+    own = evaluation_backend().name  # the sampler rlbench evaluates every cell with
     refusals = {
         "train.kl_type": (t.kl_type != "low_var_kl", "TRL's GRPOTrainer computes only the k3 estimator (VERL's "
                           "low_var_kl); allowed: low_var_kl"),
         "rollout.group_size": (r.group_size < 2, "TRL's GRPO needs at least 2 samples per prompt"),
         "rollout.response_length": (r.response_length != "eos", "TRL's generation ends at EOS or the cap; "
                                     "allowed: eos"),
-        "rollout.backend": (r.backend != "builtin", "--engine trl generates with TRL's own model.generate; "
-                            "allowed: builtin"),
+        "rollout.backend": (r.backend != own, "--engine trl generates with TRL's own model.generate and "
+                            f"evaluates with rlbench's evaluation sampler; allowed: {own}"),
         "engine.device": (e.device not in ("cpu", "auto"), "--engine trl runs its ranks pinned to CPU cores; "
                           "allowed: cpu"),
         "engine.tri_model": (e.tri_model, "an rlbench optimisation TRL does not have; allowed: false"),
