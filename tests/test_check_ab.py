@@ -235,3 +235,26 @@ def test_a_cell_that_filled_a_cold_model_cache_is_not_compared_on_start_up(tmp_p
     assert r.mark == "not comparable" and "old tree warm-started the model" in r.note
     assert row(res, "peak_rss:sync:driver").mark == "not comparable"
     assert row(res, "startup:periodic_async").mark == "worse" and row(res, "eval:sync").mark == "not significant"
+
+
+def test_verdicts_recorded_before_the_statistics_moved_to_scipy_do_not_change():
+    """60 paired metrics (7-40 iterations, 20 of each mark) judged with the hand-written t quantile and
+    trimmed mean, recorded in tests/fixtures/check_verdicts.json; scipy.stats gives the same marks."""
+    import json
+    from pathlib import Path
+
+    stored = json.loads((Path(__file__).parent / "fixtures" / "check_verdicts.json").read_text())["cases"]
+    assert {c["mark"] for c in stored} == {"worse", "better", "not significant"}
+    changed = [(len(c["log_ratios"]), c["mark"]) for c in stored
+               if check_ab.judge_paired(c["log_ratios"], c["direction"])[0] != c["mark"]]
+    assert not changed
+
+
+def test_trimmed_mean_and_error_by_hand():
+    """x = 1..10: 20% trimmed cuts 2 each end, mean of 3..8 = 5.5; winsorized 3,3,3..8,8,8: sd by hand."""
+    import math
+
+    mean, se = check_stats.trimmed(list(range(1, 11)))
+    w = [3, 3, 3, 4, 5, 6, 7, 8, 8, 8]
+    sd = math.sqrt(sum((v - 5.5) ** 2 for v in w) / 9)
+    assert mean == pytest.approx(5.5) and se == pytest.approx(sd / (0.6 * math.sqrt(10)))
