@@ -117,10 +117,10 @@ class Evaluation:
         import torch
 
         from rlbench.engines.model.weights import build_model
-        from rlbench.engines.rollout import BUILTIN, build_backend
+        from rlbench.engines.rollout import EVALUATION, build_backend
 
         config, cpu = self.model.config, torch.device("cpu")
-        return build_backend(BUILTIN, config, self.tok.eos_token_id, self.cfg.rollout.max_num_seqs, cpu,
+        return build_backend(EVALUATION, config, self.tok.eos_token_id, self.cfg.rollout.max_num_seqs, cpu,
                              lambda: build_model(config, cpu))
 
 
