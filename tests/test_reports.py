@@ -22,6 +22,7 @@ from rlbench.core.errors import UserError
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.reports import build_report, compare, summary_table_text
 from rlbench.reports.palette import stage_color
+from rlbench.reports.tables import COMPACT_HEAD, KEY
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOTS = ["tpspd", "speedup", "stage_breakdown", "timeline", "reward_accuracy", "staleness", "accuracy_time",
@@ -136,12 +137,76 @@ def test_compare_ratio_by_name_and_position(tmp_path):
     assert "matched by position" in text
 
 
-def test_summary_table_text(ablation):
+def test_terminal_opens_with_the_verdict_and_fits_100_columns(ablation):
     text = summary_table_text(ablation)
     lines = text.splitlines()
-    assert lines[0].startswith("cell") and "predicted" in lines[0] and "rollout %" in lines[0]
-    assert "1.00×" in lines[2] and "periodic_async" in lines[3] and "→" in lines[2]
-    assert lines[4] == "" and lines[5].startswith("rollout %:")
+    assert lines[0] == "Verdict:" and lines[1].startswith("  periodic_async 1.16× sync's TPSPD (predicted ")
+    assert "wins here" in lines[1] and "64% of its" in text  # the fixture's async cell overlaps the tail
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    head = next(line for line in lines if line.startswith("cell"))
+    assert head.split("  ")[0] == "cell" and [h for h in KEY if h in head] == KEY
+    assert "rollout tok/s" not in text and "rollout %: share" not in text  # --wide's columns and definitions
+    assert "--wide" in lines[-1]
+
+
+def test_wide_prints_every_headline_column_and_section(ablation):
+    text = summary_table_text(ablation, wide=True)
+    assert text.startswith("Verdict:\n  periodic_async 1.16× sync's TPSPD")
+    head = next(line for line in text.splitlines() if line.startswith("cell "))
+    assert all(h in head for h in COMPACT_HEAD) and len(head) > 100
+    assert "rollout %: share of a sync iteration" in text and "pass@1 first→final" in text  # and accuracy
+
+
+def test_a_table_wider_than_the_window_is_split_into_blocks():
+    from rlbench.reports.text_table import fit
+
+    rows = [["a-long-cell-name", "x" * 30, "y" * 30, "z" * 30]]
+    lines = fit(["cell", "one", "two", "three"], rows, width=90)
+    assert max(map(len, lines)) <= 90 and lines.count("") == 1  # two blocks
+    assert [line.split()[0] for line in lines if line and not line.startswith("-")] == \
+        ["cell", "a-long-cell-name", "cell", "a-long-cell-name"]  # each block keeps the cell column
+
+
+@pytest.mark.parametrize("measured, word", [(0.67, "loses"), (0.99, "about even"), (1.015, "about even"),
+                                            (1.03, "wins"), (None, None)])
+def test_outcome_band(measured, word):
+    from rlbench.analysis.verdict import outcome
+
+    assert outcome(measured) == word
+
+
+def test_verdict_sentence_names_the_two_factors():
+    from rlbench.analysis.verdict import Comparison
+    from rlbench.reports.verdict_text import comparison_sentence
+
+    c = Comparison("periodic_async", "sync", 0.6695, 0.69, 0.17, "periodic_async_barrier", 0.65, 1.03)
+    assert comparison_sentence(c) == (
+        "periodic_async 0.67× sync's TPSPD (predicted 0.69×): loses here. The sync cell spends 17% of its "
+        "iteration generating; the device split costs 0.65×, overlap gives back 1.03×.")
+    even = Comparison("periodic_async", "sync", 1.01, None, None)
+    assert comparison_sentence(even) == \
+        "periodic_async 1.01× sync's TPSPD (predicted n/a): about even here (within ±2%)."
+
+
+def test_summary_md_leads_with_the_verdict_and_at_most_8_columns(built):
+    md = (built / "summary.md").read_text()
+    first = next(line for line in md.splitlines() if line.startswith("|"))
+    assert md.index("## Verdict") < md.index(first) and "- periodic_async 1.16× sync's TPSPD" in md
+    assert first.count(" | ") + 1 <= 8 and first.startswith("| cell | TPSPD median (min–max) |")
+    assert "summary.csv" in md and len(pd.read_csv(built / "summary.csv").columns) > 20  # every column there
+
+
+def test_report_html_opens_with_the_verdict_and_no_table_scrolls(built):
+    from rlbench.reports.html import PAGE_CHARS
+
+    html = (built / "report.html").read_text()
+    h2 = re.findall(r"<h2[^>]*>([^<]*)</h2>", html)
+    assert h2[0] == "Verdict" and h2[1] == "Summary"
+    assert "wins here" in html.split("<h2", 2)[1] and 'class="scroll"' not in html
+    for t in re.findall(r"<table>.*?</table>", html, re.S):  # every table within the page's width
+        rows = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r) for r in re.findall(r"<tr>(.*?)</tr>", t)]
+        widths = [max(min(len(r[i]), 30) for r in rows[1:] or rows) + 3 for i in range(len(rows[0]))]
+        assert len(rows[0]) <= 2 or sum(widths) <= PAGE_CHARS + max(widths), rows[0]
 
 
 # ---- prediction -----------------------------------------------------------------------------
