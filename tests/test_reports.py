@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -315,22 +313,24 @@ def test_every_stage_has_its_own_colour():
     assert len(set(colours)) == len(colours)
 
 
-def test_chromium_screenshot(built, tmp_path):
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
-        pytest.skip("chromium not installed: apt-get install chromium")
-    shot = tmp_path / "shot.png"
-    cmd = [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-           "--window-size=1280,2000", f"file://{built / 'report.html'}"]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert shot.exists(), f"no screenshot after {time.monotonic() - t0:.0f}s: {proc.stderr[-2000:]}"
-    img = mpimg.imread(shot)
-    assert img.shape[:2] == (2000, 1280)
-    assert img[..., :3].std() > 0.05  # text, tables and plots, not a blank page
-    shutil.copy(shot, built / "screenshot.png")  # kept beside the report for a look by hand
+def test_screenshot_script_shoots_the_first_screen_and_every_section(built, tmp_path):
+    """scripts/screenshot_report.py: a PNG of the first screen, then one per <h2> section, none blank."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    import screenshot_report
+
+    if screenshot_report.browser() is None:
+        pytest.skip("no headless Chromium: apt-get install chromium")
+    proc = subprocess.run([sys.executable, "scripts/screenshot_report.py", str(built), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    titles = re.findall(r"<h2[^>]*>([^<]*)</h2>", (built / "report.html").read_text())
+    shots = sorted(tmp_path.glob("section-*.png"))
+    assert len(shots) == len(titles) and shots[0].name == "section-01-verdict.png"
+    first = mpimg.imread(tmp_path / "first-screen.png")
+    assert first.shape[:2] == (800, 1280) and first[..., :3].std() > 0.05
+    for shot in shots:
+        img = mpimg.imread(shot)
+        assert img.shape[1] == 1280 and 40 < img.shape[0] < 16000 and img[..., :3].std() > 0.02, shot.name
 
 
 def test_training_work_counts_padding_packing_and_attention():
