@@ -35,8 +35,10 @@ def comparison_sentence(c: Comparison) -> str:
     if c.split is not None:
         factors.append(f"the device split {'costs' if c.split < 1 else 'gives'} {x(c.split)}")
     if c.overlap is not None:
-        gives = "gives back" if c.split is not None and c.split < 1 else "adds"
-        factors.append(f"overlap {gives if c.overlap >= 1 else 'costs a further'} {x(c.overlap)}")
+        after_a_cost = c.split is not None and c.split < 1
+        word = ("gives back" if after_a_cost else "adds") if c.overlap >= 1 else \
+            ("costs a further" if after_a_cost else "costs")
+        factors.append(f"overlap {word} {x(c.overlap)}")
     why = "; ".join(share + ([", ".join(factors)] if factors else []))
     return f"{head} {why[0].upper()}{why[1:]}." if why else head
 

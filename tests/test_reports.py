@@ -181,6 +181,9 @@ def test_verdict_sentence_names_the_two_factors():
     assert comparison_sentence(c) == (
         "periodic_async 0.67× sync's TPSPD (predicted 0.69×): loses here. The sync cell spends 17% of its "
         "iteration generating; the device split costs 0.65×, overlap gives back 1.03×.")
+    other = Comparison("periodic_async", "sync", 0.9975, 1.2, None, "periodic_async_barrier", 1.05, 0.95)
+    assert comparison_sentence(other).endswith("about even here (within ±2%). The device split gives 1.05×, "
+                                               "overlap costs 0.95×.")
     even = Comparison("periodic_async", "sync", 1.01, None, None)
     assert comparison_sentence(even) == \
         "periodic_async 1.01× sync's TPSPD (predicted n/a): about even here (within ±2%)."
