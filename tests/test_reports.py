@@ -358,3 +358,16 @@ def test_step_cost_beyond_the_measured_counts_follows_their_upper_half():
     assert cost(4) == 4.0 and cost(3) == 3.0 and cost(8) == pytest.approx(8.0)  # slope of (2, 2) and (4, 4)
     flat = StepCost({"2": [1, 3.0], "4": [1, 2.0]}, 0.0, 0)
     assert flat(16) == 2.0  # a falling line is not extrapolated
+
+
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_help_ends_with_what_the_columns_mean(command):
+    """The definitions the terminal no longer prints after every run are at the end of --help."""
+    from typer.testing import CliRunner
+
+    from rlbench.cli import app
+
+    text = " ".join(CliRunner().invoke(app, [command, "--help"], terminal_width=200).output.split())
+    for phrase in ("What the table and the verdict say", "rollout %: share of a sync iteration spent generating",
+                   "about even: within ±2%", "--wide"):
+        assert phrase in text, phrase
