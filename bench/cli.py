@@ -27,7 +27,15 @@ def _root(ctx: typer.Context) -> None:
         typer.echo(ctx.get_help())
 
 
-@app.command()
+def definitions_help() -> str:
+    """What the table's columns and the verdict's words mean (reports/glossary.py), ending `run` and
+    `report`'s --help."""
+    from rlbench.reports.glossary import help_epilog
+
+    return help_epilog()
+
+
+@app.command(epilog=definitions_help())
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
     ablation: Optional[str] = typer.Option(None, "--ablation", "-a",
@@ -39,6 +47,8 @@ def run(
                                     "mindspeed-rl (where installed with their hardware)."),
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Folder that receives the run folder."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write tables, plots and report.html at the end."),
+    wide: bool = typer.Option(False, "--wide", help="Print every column and section at the end (the verdict and "
+                              "the key columns otherwise, within 100 characters a line)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
     profile: bool = typer.Option(False, "--profile", help="Record torch.profiler traces per worker "
                                  "(run.profile_iterations after warm-up) into <cell>/traces for TensorBoard/Perfetto."),
@@ -56,20 +66,21 @@ def run(
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
     from rlbench.core.devices import procs
     from rlbench.run.ablation import run_ablation
-    from rlbench.run.around import run_external, sweep
+    from rlbench.run.around import Ending, run_external, sweep
     from rlbench.run.resume import resume_run
 
     procs.mark_run()  # every process of this run carries the token: found and ended at the end
     sets = set_ + (["run.profile=true"] if profile else []) + _logger_set(logger)
+    end = Ending(report, wide)
     try:
         if resume is not None:
-            resume_run(resume, progress, report, refused={"--config": config, "--set": set_, "--ablation": ablation,
+            resume_run(resume, progress, end, refused={"--config": config, "--set": set_, "--ablation": ablation,
                                                           "--seeds": seeds, "--engine": engine != "rlbench",
                                                           "--profile": profile, "--logger": logger})
         elif engine != "rlbench":
-            run_external(engine, config, sets, seeds, out, report)
+            run_external(engine, config, sets, seeds, out, end)
         else:
-            run_ablation(ablation or "async", config, sets, out, report, progress, seeds)
+            run_ablation(ablation or "async", config, sets, out, end, progress, seeds)
     finally:
         sweep()
 
@@ -88,15 +99,18 @@ def _logger_set(values: list[str]) -> list[str]:
     return [f"run.logger={','.join(names)}"]
 
 
-@app.command("report")
+@app.command("report", epilog=definitions_help())
 def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
                add: list[Path] = typer.Option([], "--add", help="Another run folder whose cells join this "
                                               "report (e.g. `--ablation regime-natural` beside a regime map); "
                                               "repeatable."),
                markdown: bool = typer.Option(False, "--markdown", help="Print the run's tables as markdown, under "
                                              "the command, config, machine and date that made them (for "
-                                             "docs/results/); writes nothing.")) -> None:
-    """Write summary.csv/.md, plots and report.html into RUN_DIR (with --markdown: print its tables)."""
+                                             "docs/results/); writes nothing."),
+               wide: bool = typer.Option(False, "--wide", help="Print every column and section (the verdict "
+                                         "and the key columns otherwise, within 100 characters a line).")) -> None:
+    """Write summary.csv/.md, plots and report.html into RUN_DIR and print its verdict and key columns (with
+    --markdown: print its tables)."""
     from rlbench.reports import build_report, markdown_report, summary_table_text
     from rlbench.analysis.ladder import write_ladder
     from rlbench.analysis.peers import write_peers
@@ -107,7 +121,7 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
 
     write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
     write_peers(run_dir)  # peers.csv (rlbench beside a peer framework only), likewise
-    typer.echo(summary_table_text(run_dir, add))
+    typer.echo(summary_table_text(run_dir, add, wide=wide))
     typer.echo(f"report: {build_report(run_dir, add)}")
 
 

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from rlbench.analysis.accuracy import Curve
 from rlbench.reports.palette import cell_color
-from rlbench.reports.plots import MARKERS, save
+from rlbench.reports.plots import MARKERS, overlaid, save
 
 ACCURACY_PLOT_FILES = ("accuracy_time.png", "tpspd_accuracy.png")
 CAPTIONS = {
@@ -34,8 +34,11 @@ def plot_accuracy_curves(all_curves: dict[str, list[Curve]], target: float | Non
         for i, (cell, cvs) in enumerate(all_curves.items()):
             color = cell_color(i)
             for cv in cvs:
-                ax.plot(getattr(cv, axis), cv.accuracy, color=color, lw=0.8, alpha=0.35 if len(cvs) > 1 else 0.9,
-                        marker=MARKERS[i % len(MARKERS)], ms=3, label=None if len(cvs) > 1 else cell)
+                if len(cvs) == 1:  # one seed: the cells' curves may coincide, each stays visible
+                    ax.plot(getattr(cv, axis), cv.accuracy, lw=1.0, **overlaid(i, color, cell))
+                else:
+                    ax.plot(getattr(cv, axis), cv.accuracy, color=color, lw=0.8, alpha=0.35,
+                            marker=MARKERS[i % len(MARKERS)], ms=3)
             if len(cvs) > 1 and len({len(cv.accuracy) for cv in cvs}) == 1:  # same evaluations: average them
                 xs = [statistics.fmean(p) for p in zip(*(getattr(cv, axis) for cv in cvs))]
                 ys = [statistics.fmean(p) for p in zip(*(cv.accuracy for cv in cvs))]
@@ -58,13 +61,18 @@ def plot_tpspd_accuracy(table: pd.DataFrame, path: Path) -> Path | None:
         return None
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.subplots()
-    for i, r in enumerate(rows.to_dict("records")):
+    records = rows.to_dict("records")
+    # neighbours along TPSPD take turns at three heights, so that the names of close points do not overlap
+    height = {r["cell"]: 5 + 11 * (k % 3) for k, r in enumerate(sorted(records, key=lambda r: r["tpspd_median"]))}
+    for i, r in enumerate(records):
         x, y = r["tpspd_median"], r["accuracy_final"]
         xerr = [[x - _or(r["tpspd_seed_min"], x)], [_or(r["tpspd_seed_max"], x) - x]]
         yerr = [[y - _or(r["accuracy_final_lo"], y)], [_or(r["accuracy_final_hi"], y) - y]]
         ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt=MARKERS[i % len(MARKERS)], color=cell_color(i),
                     capsize=4, ms=7, label=r["cell"])
-        ax.annotate(r["cell"], (x, y), fontsize=7, textcoords="offset points", xytext=(5, 5))
+        ax.annotate(r["cell"], (x, y), fontsize=7, textcoords="offset points", xytext=(5, height[r["cell"]]),
+                    color=cell_color(i))
+    ax.margins(x=0.1)  # room for the last point's name
     ax.set(xlabel="TPSPD (tokens / s / device), median", ylabel="final pass@1 (strict)",
            title="Throughput against what was learned (bars: spread over seeds, 95% interval)")
     ax.title.set_fontsize(10)

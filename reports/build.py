@@ -14,15 +14,19 @@ from rlbench.reports.peers_text import peers_markdown, peers_section
 from rlbench.reports.plots import write_plots
 from rlbench.reports.regime_report import regime_section
 from rlbench.analysis.seeds import is_multi_seed
-from rlbench.reports.seeds_summary import write_seed_summary
+from rlbench.reports.seeds_summary import seed_frames, write_seed_summary
 from rlbench.analysis.speedup import speedup_frame
+from rlbench.analysis.summary import summary_frame
+from rlbench.analysis.verdict import verdict_of
 from rlbench.reports.tables import write_summary
+from rlbench.reports.verdict_text import verdict_html, verdict_markdown
 
 
 def build_report(run_dir, add=()) -> Path:
     """Write summary.csv, summary.md, accuracy.csv, plots/*.png and report.html into run_dir; returns the
-    HTML path. A multi-seed run (--seeds) gets one aggregated row per cell (and summary_seeds.csv); its
-    per-cell plots and regime map show the first seed, the accuracy plots every seed. A run of several
+    HTML path; summary.md and report.html open with the verdict (bench/analysis/verdict.py). A multi-seed
+    run (--seeds) gets one aggregated row per cell (and summary_seeds.csv); its per-cell plots and regime
+    map show the first seed, the accuracy plots every seed. A run of several
     points (`--ablation regime`) also gets regime.csv and plots/regime.png, at the top of the report; a
     families ladder (`--ablation families`) families.csv and its ladder there; rlbench beside a peer framework
     (`--ablation peers`) peers.csv, and peers.md, "Against a real framework", there.
@@ -32,10 +36,14 @@ def build_report(run_dir, add=()) -> Path:
     with zero iterations. Raises rlbench.core.errors.UserError when run_dir is not a run folder.
     """
     run = load(run_dir, add)
-    if is_multi_seed(run):
-        df, sp, shown = write_seed_summary(run)
+    multi = is_multi_seed(run)
+    df, per, sp = seed_frames(run) if multi else (summary_frame(run), None, speedup_frame(run))
+    verdict = verdict_of(run, sp, df)  # the first thing summary.md and report.html say
+    if multi:
+        shown = write_seed_summary(run, df, per, sp, verdict_markdown(run, verdict))
     else:
-        (df, sp), shown = write_summary(run), run
+        write_summary(run, df, sp, verdict_markdown(run, verdict))
+        shown = run
     plots = write_plots(shown, df, sp)
     # a regime map, a families ladder or a peer framework beside rlbench: first
     headline = regime_section(shown, sp if shown is run else speedup_frame(shown)) or families_section(shown) \
@@ -47,4 +55,5 @@ def build_report(run_dir, add=()) -> Path:
     target = acc["target"].iloc[0] if len(acc) else None
     acc_plots = write_accuracy_plots(curves(run), acc, None if target != target else target, run.path / "plots")
     section = ("Accuracy: time to target, final accuracy, throughput trade-off", accuracy_html(acc, acc_plots, CAPTIONS))
-    return write_html(run, df, sp, plots, sections=[section], headline=headline)
+    return write_html(run, df, sp, plots, sections=[section], headline=headline,
+                      verdict=verdict_html(run, verdict))

@@ -12,6 +12,7 @@ import pandas as pd
 from rlbench.analysis.data import RunData
 from rlbench.reports.html import esc, table
 from rlbench.reports.tables import fmt
+from rlbench.reports.text_table import wrap
 
 TITLE = "The families ladder: where the speedup comes from"
 CSV = "families.csv"  # written by bench/analysis/ladder.py
@@ -92,6 +93,15 @@ def families_lines(run: RunData) -> list[str]:
     lines.insert(1, "  ".join("-" * w for w in widths))
     return ["", f"Families ladder ({CSV}):", f"  measured:  {ladder_line(frame)}",
             f"  predicted: {ladder_line(frame, 'predicted_factor')}", *lines]
+
+
+def families_brief(run: RunData) -> list[str]:
+    """The default terminal's ladder: the measured and the predicted line, wrapped; [] without families.csv."""
+    frame = read(run)
+    if frame is None:
+        return []
+    return (["", f"Families ladder ({CSV}):"] + wrap(f"measured: {ladder_line(frame)}", indent="  ")
+            + wrap(f"predicted: {ladder_line(frame, 'predicted_factor')}", indent="  "))
 
 
 def families_section(run: RunData) -> tuple[str, str] | None:

@@ -1,7 +1,10 @@
 """report.html: one self-contained file (inline CSS, plots as base64 data URIs, no URL, no script).
 
-Sections: summary table (metrics as rows, cells as columns), measured vs predicted speedup with the
-model, plots, and per cell its status, provenance and resolved config (collapsible).
+Sections: the verdict, then (where the run has one) the regime map, families ladder or peer framework, the
+summary (the key columns; the other headline columns and every metric below them), measured vs predicted
+speedup with the model, utilisation, accuracy, plots, and per cell its status, provenance and resolved
+config (collapsible). Every table fits a 1200-pixel page: a wider one is split into tables that each repeat
+its first column (reports/text_table.py column_groups), never scrolled sideways.
 """
 from __future__ import annotations
 
@@ -16,7 +19,10 @@ import pandas as pd
 from rlbench.core.costmodel import predict
 from rlbench.analysis.data import CellData, RunData
 from rlbench.analysis.speedup import attribution
-from rlbench.reports.tables import COMPACT_HEAD, attribution_text, compact_rows, fmt
+from rlbench.reports.glossary import definitions
+from rlbench.reports.tables import COMPACT_HEAD, KEY, SPEEDUP_HEAD, attribution_text, compact_rows, fmt, \
+    key_table, speedup_rows
+from rlbench.reports.text_table import column_groups
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
 
@@ -24,9 +30,12 @@ CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;
 max-width:1200px;color:#222;line-height:1.4;padding:0 16px}
 h1{font-size:1.6em;margin-bottom:0}h2{border-bottom:2px solid #4C72B0;padding-bottom:2px;margin-top:1.6em}
-.meta{color:#666;margin-top:4px}.scroll{overflow-x:auto}
+.meta{color:#666;margin-top:4px}
+.verdict{font-size:1.1em;background:#eef2f8;border-left:4px solid #4C72B0;padding:2px 12px}
+.defs{font-size:13px;color:#444;padding-left:18px}.defs li{margin:2px 0}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;white-space:nowrap}
+th{white-space:normal;vertical-align:bottom}td.w{white-space:normal;overflow-wrap:anywhere;min-width:24em}
 td.n{text-align:right;font-variant-numeric:tabular-nums}thead th{background:#eef2f8}
 tr:nth-child(even) td{background:#fafafa}
 figure{margin:16px 0}figure img{max-width:100%;border:1px solid #ddd}
@@ -64,29 +73,55 @@ def esc(v) -> str:
     return html.escape(fmt(v) if not isinstance(v, str) else v).replace("://", ":&#47;&#47;")
 
 
+PAGE_CHARS = 150  # characters of 13-pixel table text across the page's 1200 pixels, padding included
+LONG_TEXT = 60  # a cell longer than this wraps (a JSON value, a sentence) instead of widening its column
+
+
 def table(rows: list[list], head: list) -> str:
-    """A plain HTML table from rows of values (formatted with tables.fmt)."""
+    """A plain HTML table from rows of values (formatted with tables.fmt); one wider than the page is split
+    into tables of consecutive columns, each led by the first column."""
+    widths = [max([_chars(head[i], head=True)] + [_chars(r[i]) for r in rows]) for i in range(len(head))]
+    return "".join(_table([[r[i] for i in g] for r in rows], [head[i] for i in g])
+                   for g in column_groups(widths, PAGE_CHARS, gap=3))
+
+
+def _table(rows: list[list], head: list) -> str:
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td{_cls(v)}>{esc(v)}</td>" for v in r) + "</tr>" for r in rows)
-    return f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _chars(v, head: bool = False) -> int:
+    """The width a value takes in its column, in characters: a head wraps at its spaces, long text wraps."""
+    text = fmt(v) if not isinstance(v, str) else v
+    if head:
+        return max((len(w) for w in text.split()), default=0)
+    return min(len(text), LONG_TEXT // 2) if len(text) > LONG_TEXT else len(text)
 
 
 def _cls(v) -> str:
-    """Numbers right-aligned, text left-aligned."""
+    """Numbers right-aligned, text left-aligned, long text wrapped."""
     numeric = isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
-    return ' class="n"' if numeric else ""
+    long = isinstance(v, str) and len(v) > LONG_TEXT
+    return ' class="n"' if numeric else ' class="w"' if long else ""
 
 
 def summary_html(df: pd.DataFrame) -> str:
-    """Headline table (one row per cell), then every summary.csv column with metrics as rows and
-    cells as columns (fits the page for a few cells), collapsible."""
+    """The key columns (one row per cell), the other headline columns, then every summary.csv column with
+    metrics as rows and cells as columns, collapsible; then what each column means."""
     if not len(df):
         return "<p>No cell has results yet.</p>"
+    head, rows = key_table(df)
+    rest = [0] + [i for i, h in enumerate(COMPACT_HEAD) if h not in KEY]
+    compact = compact_rows(df)
     cols = [c for c in df.columns if c != "cell"]
-    rows = [[c] + [_clean(v) for v in df[c]] for c in cols]
-    return (table(compact_rows(df), COMPACT_HEAD)
+    metrics = [[c] + [_clean(v) for v in df[c]] for c in cols]
+    return (table(rows, head)
+            + "<details open><summary>More headline columns</summary>"
+            + table([[r[i] for i in rest] for r in compact], [COMPACT_HEAD[i] for i in rest]) + "</details>"
             + "<details><summary>All metrics (the columns of summary.csv)</summary>"
-            + table(rows, ["metric"] + list(df["cell"])) + "</details>")
+            + table(metrics, ["metric"] + list(df["cell"])) + "</details>"
+            + '<ul class="defs">' + "".join(f"<li>{esc(d)}</li>" for d in definitions()) + "</ul>")
 
 
 def _clean(v):
@@ -98,6 +133,8 @@ def speedup_html(sp: pd.DataFrame) -> str:
         return ("<p>No prediction: it needs a sync cell with measured iterations and a "
                 "periodic_async cell to compare with.</p>")
     rows = [[_clean(v) for v in r] for r in sp.itertuples(index=False)]
+    every = ("<details><summary>Every column (the contention term beside the model)</summary>"
+             + table(rows, list(sp.columns)) + "</details>")
     text = ("<p>Measured speedup = median TPSPD of the async cell / median TPSPD of its reference. Predicted: "
             "from the sync cell's own measured device costs (decode seconds by sequences in flight, "
             "seconds per trained token, optimizer step, weight sync), replaying the measured response "
@@ -107,7 +144,7 @@ def speedup_html(sp: pd.DataFrame) -> str:
     why_html = ("<h3>Where the speedup comes from</h3><ul>" + "".join(f"<li>{esc(t)}</li>" for t in why)
                 + "</ul>") if why else ""
     model = f"<details><summary>Prediction model</summary><pre>{esc(predict.__doc__.strip())}</pre></details>"
-    return table(rows, list(sp.columns)) + text + why_html + model
+    return table(speedup_rows(sp), SPEEDUP_HEAD) + every + text + why_html + model
 
 
 def plot_html(plots: dict[str, Path]) -> str:
@@ -148,9 +185,10 @@ def utilisation_html(run: RunData) -> str:
 
 
 def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path],
-           sections: list[tuple[str, str]] = (), headline: tuple[str, str] | None = None) -> str:
-    """The whole document as one string; sections: (title, HTML body) after the speedup section;
-    headline: (title, HTML body) first of all (the regime map, where the run has one)."""
+           sections: list[tuple[str, str]] = (), headline: tuple[str, str] | None = None, verdict: str = "") -> str:
+    """The whole document as one string; verdict: its HTML (reports/verdict_text.py), the first section;
+    headline: (title, HTML body) next (the regime map, families ladder or peer framework, where the run has
+    one); sections: (title, HTML body) after the speedup section."""
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     warn = [f'<p class="warn">cell {esc(c.name)}: {esc(c.status)} after {len(c.iterations)} '
             f"iterations</p>" for c in run.cells if c.status != "complete"]
@@ -158,15 +196,9 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
     body = [f"<h1>rlbench report: {esc(run.name)}</h1>",
             f'<p class="meta">{esc(run.kind)} folder {esc(run.path.name)}; {len(run.cells)} cell(s); '
             f"reference cell {esc(run.reference)}; report written {esc(created)}</p>", *warn,
+            *([f'<h2 id="verdict">Verdict</h2>{verdict}'] if verdict else []),
             *([f"<h2>{esc(headline[0])}</h2>{headline[1]}"] if headline else []),
             "<h2>Summary</h2>", summary_html(df),
-            "<p>TPSPD in tokens/s/device; stage columns: mean seconds per measured iteration; "
-            "weight sync: seconds per iteration moving the trainer's weights into the rollout engines "
-            "(summed over workers; the rollout backend in brackets); "
-            "idle: % of the iteration wall time a worker ran no work stage; acc: greedy pass@1 with "
-            "GSM8K's strict rule; ####-format: % of eval answers the strict rule can read "
-            "(the rest are scored 0 whatever their number; summary.csv also has pass@1 in any "
-            "format).</p>",
             "<h2>Periodic-async speedup: measured vs predicted</h2>", speedup_html(sp),
             "<h2>Hardware utilisation per stage</h2>", utilisation_html(run),
             *[f"<h2>{esc(title)}</h2>{body}" for title, body in sections],
@@ -180,9 +212,10 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
 
 
 def write_html(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path],
-               sections: list[tuple[str, str]] = (), headline: tuple[str, str] | None = None) -> Path:
+               sections: list[tuple[str, str]] = (), headline: tuple[str, str] | None = None,
+               verdict: str = "") -> Path:
     path = run.path / "report.html"
     tmp = path.with_name(".report.html.tmp")
-    tmp.write_text(render(run, df, sp, plots, sections, headline), encoding="utf-8")
+    tmp.write_text(render(run, df, sp, plots, sections, headline, verdict), encoding="utf-8")
     tmp.replace(path)  # atomic: a reader never sees half a report
     return path

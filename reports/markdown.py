@@ -2,10 +2,10 @@
 they came from (the command, the config file, the machine, the date, the code), so that a table in
 docs/results/ is pasted from this output rather than typed.
 
-Sections, each where the run has it: the summary's headline columns (the terminal's table), the
-speedups measured vs predicted with their attribution to device split and overlap, the regime map, the
-families ladder and the time-to-accuracy table. Everything is computed by bench/analysis; this module
-renders. Nothing is written into the run folder.
+Sections, each where the run has it: the verdict (reports/verdict_text.py), the summary's headline
+columns (the terminal's --wide table), the speedups measured vs predicted with their attribution to device
+split and overlap, the regime map, the families ladder and the time-to-accuracy table. Everything is
+computed by bench/analysis; this module renders. Nothing is written into the run folder.
 """
 from __future__ import annotations
 
@@ -18,16 +18,17 @@ from rlbench.analysis.origin import Origin, device_text, origin, overrides_of
 from rlbench.analysis.regime import regime_frame
 from rlbench.analysis.seeds import cell_summary, is_multi_seed
 from rlbench.analysis.speedup import attribution, speedup_frame
+from rlbench.analysis.verdict import verdict_of
 from rlbench.reports import accuracy_html as accuracy
 from rlbench.reports.families_text import SHOWN as LADDER_HEAD
 from rlbench.reports.families_text import families_rows, ladder_line
 from rlbench.reports.regime_report import SHOWN as REGIME_HEAD
 from rlbench.reports.regime_text import regime_lines
-from rlbench.reports.tables import COMPACT_HEAD, attribution_text, compact_rows, fmt
+from rlbench.reports.verdict_text import verdict_markdown
+from rlbench.reports.tables import COMPACT_HEAD, SPEEDUP_HEAD, attribution_text, compact_rows, fmt, speedup_rows
+from rlbench.reports.tables import markdown_table as table
 
 NOT_RECORDED = "not recorded"
-SPEEDUP_HEAD = ["cell", "predicted from", "rollout share of sync", "measured speedup", "predicted speedup",
-                "error"]
 
 
 def markdown_report(run_dir, add=()) -> str:
@@ -39,10 +40,10 @@ def markdown_report(run_dir, add=()) -> str:
     for other in others:
         parts += ["", f"Cells added from `{other.path}`:", *header_lines(other)]
     multi = is_multi_seed(run)
-    summary = cell_summary(run)
+    summary, sp = cell_summary(run), cell_summary(run, speedup_frame, [])
+    parts += ["", "### Verdict", "", *verdict_markdown(run, verdict_of(run, sp, summary))]
     parts += ["", "### Summary" + (" (median over seeds)" if multi else ""), "",
               table(COMPACT_HEAD, compact_rows(summary))]
-    sp = cell_summary(run, speedup_frame, [])
     if len(sp):
         parts += ["", "### Speedup: measured vs predicted (TPSPD over the reference cell's)", "",
                   table(SPEEDUP_HEAD, speedup_rows(sp)), *[f"- {t}" for t in attribution_text(attribution(sp))]]
@@ -89,30 +90,8 @@ def _date(o: Origin) -> str:
     return o.created + (" (run start)" if o.command else " (the first cell's provenance)")
 
 
-def speedup_rows(sp) -> list[list[str]]:
-    out = []
-    for r in sp.to_dict("records"):
-        share = r["rollout_share_of_sync"]
-        err = r["error_pct"]
-        out.append([str(r["cell"]), str(r["predicted_from"]),
-                    "–" if _missing(share) else f"{100 * share:.0f}%", _x(r["measured_speedup"]),
-                    _x(r["predicted_speedup"]), "–" if _missing(err) else f"{err:+.0f}%"])
-    return out
-
-
-def table(head: list[str], rows: list[list]) -> str:
-    """A GitHub-flavoured markdown table of text cells ('|' escaped)."""
-    def line(cells) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-    return "\n".join([line(head), "|" + "|".join("---" for _ in head) + "|", *map(line, rows)])
-
-
 def _missing(v) -> bool:
     return v is None or v != v
-
-
-def _x(v) -> str:
-    return "–" if _missing(v) else f"{v:.2f}×"
 
 
 def _value(v) -> str:

@@ -10,6 +10,7 @@ import pandas as pd
 from rlbench.analysis.data import RunData
 from rlbench.reports.html import esc, table
 from rlbench.reports.tables import fmt
+from rlbench.reports.text_table import fit
 
 TITLE = "Against a real framework"
 CSV = "peers.csv"
@@ -105,20 +106,13 @@ def differing_settings(run: RunData) -> list[list[str]]:
         if peer else []
 
 
-def _aligned(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
-
-
 def peers_lines(run: RunData) -> list[str]:
     frame = read(run)
     if frame is None:
         return []
-    rows = [SHORT_HEAD] + [_short_row(r) for r in frame.to_dict("records")]
+    rows = [_short_row(r) for r in frame.to_dict("records")]
     return ["", f"{TITLE} (device-s per 1,000 tokens by stage; every column: {CSV}, peers.md):",
-            *_aligned(rows), *sentences(frame)]
+            *fit(SHORT_HEAD, rows)]  # its sentences: the verdict's (reports/verdict_text.py)
 
 
 def peers_section(run: RunData) -> tuple[str, str] | None:

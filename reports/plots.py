@@ -32,6 +32,13 @@ def save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def overlaid(i: int, color: str, label: str | None) -> dict:
+    """Line style of cell i where cells' curves may coincide (on-policy cells learn alike): distinct dashes and
+    hollow markers of falling size keep every curve visible on top of the others."""
+    return {"color": color, "label": label, "ls": LINESTYLES[i % len(LINESTYLES)],
+            "marker": MARKERS[i % len(MARKERS)], "ms": 7 - i % 4, "mfc": "none", "alpha": 0.9}
+
+
 def _num(v) -> float:
     return float("nan") if v is None else float(v)
 
@@ -87,9 +94,7 @@ def plot_reward_accuracy(run: RunData, path: Path) -> Path:
     fig = Figure(figsize=(11, 3.8))
     ax_r, ax_a = fig.subplots(1, 2)
     for i, c in enumerate(run.cells):
-        # on-policy cells should coincide: distinct dashes and markers keep every curve visible
-        style = {"color": cell_color(i), "label": c.name, "ls": LINESTYLES[i % len(LINESTYLES)],
-                 "marker": MARKERS[i % len(MARKERS)], "ms": 7 - i % 4, "mfc": "none", "alpha": 0.9}
+        style = overlaid(i, cell_color(i), c.name)
         its = c.iterations
         ax_r.plot([it["iteration"] for it in its], [it["reward_mean"] for it in its], **style)
         ev = c.result.get("evals") or []
@@ -144,7 +149,7 @@ def plot_speedup(sp: pd.DataFrame, path: Path) -> Path | None:
                     ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     ax.set_xticks(range(len(sp)), [f"{c}\nfrom {r}" for c, r in zip(sp["cell"], sp["predicted_from"])],
-                  fontsize=7)
+                  fontsize=8)
     ax.set(ylabel="speedup (TPSPD ratio)", title="Periodic-async speedup: measured vs predicted")
     ax.title.set_fontsize(10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

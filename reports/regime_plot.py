@@ -54,9 +54,12 @@ def _curves(ax, frame: pd.DataFrame, statistic: str, measured: Crossover | None,
         # one curve per batch size: along it only the tail changes
         ax.plot(sub["_x"], y, "-", color=MEASURED, lw=0.8, alpha=0.6)
         ax.plot(sub["_x"], [_f(v) for v in sub["predicted_speedup"]], "--", color=PREDICTED, lw=0.8, alpha=0.8)
-    for _, r in rows.iterrows():
-        ax.annotate(str(r["point"]), (r["_x"], _f(r["measured_speedup"])), fontsize=7,
-                    textcoords="offset points", xytext=(4, 4))
+    middle = (rows["_x"].min() + rows["_x"].max()) / 2
+    for _, r in rows.iterrows():  # labels lean inwards, so that none crosses the frame
+        right = r["_x"] > middle
+        ax.annotate(str(r["point"]), (r["_x"], _f(r["measured_speedup"])), fontsize=7, textcoords="offset points",
+                    xytext=(-6 if right else 6, 4), ha="right" if right else "left")
+    ax.margins(x=0.06, y=0.12)
     ax.axhline(WIN, color="black", lw=0.8, ls=":")
     for c, color, ls, who in ((measured, MEASURED, "-", "measured"), (predicted, PREDICTED, "--", "predicted")):
         if c is not None and c.kind == "crossing":

@@ -8,7 +8,11 @@ import math
 
 import pandas as pd
 from rlbench.analysis.cost_spread import BUSY_PCT, SPREAD_PCT
-from rlbench.analysis.regime import STATISTICS, WIN, Crossover, prediction_check, verdict
+from rlbench.analysis.regime import STATISTICS, Crossover, prediction_check, verdict
+from rlbench.analysis.verdict import outcome
+
+
+IN_WORDS = {"wins": "wins", "loses": "loses", "about even": "is about even"}  # "periodic asynchrony ..."
 
 
 def _missing(v) -> bool:
@@ -45,7 +49,7 @@ def setting(r: dict) -> str:
 
 def point_sentence(r: dict) -> str:
     """What one point measured and predicted, and why (the barrier's split × overlap)."""
-    verdict = "wins" if (r["measured_speedup"] or 0) > WIN else "loses"
+    verdict = IN_WORDS.get(outcome(r["measured_speedup"]), "is not measured")
     spread = "" if _missing(r["measured_min"]) else f" ({x(r['measured_min'])}–{x(r['measured_max'])} over iterations)"
     err = "" if _missing(r["error_pct"]) else f" ({r['error_pct']:+.0f}%)"
     why = "" if _missing(r["split_measured"]) else (

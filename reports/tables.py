@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 from rlbench.analysis.data import RunData
 from rlbench.analysis.regime import regime_frame
-from rlbench.analysis.speedup import attribution, speedup_frame
-from rlbench.analysis.summary import summary_frame
-from rlbench.reports.regime_text import regime_lines
+from rlbench.analysis.speedup import attribution
+from rlbench.analysis.verdict import outcome
+from rlbench.reports.regime_text import IN_WORDS, regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
 
@@ -25,7 +25,7 @@ def attribution_text(rows: list[dict]) -> list[str]:
             return "n/a" if _missing(v) else f"{v:.2f}×"
         share = "" if _missing(r["rollout_share_of_sync"]) else \
             f" (sync spends {100 * r['rollout_share_of_sync']:.0f}% of its iteration generating)"
-        verdict = "wins" if (r["total_measured"] or 0) > 1.0 else "loses"
+        verdict = IN_WORDS.get(outcome(r["total_measured"]), "is not measured")
         out.append(f"{r['async']} vs {r['sync']}{share}: periodic asynchrony {verdict}, {x(r['total_measured'])} "
                    f"measured (predicted {x(r['total_predicted'])}) = device split alone {x(r['split_measured'])} "
                    f"(barrier cell {r['barrier']}; predicted {x(r['split_predicted'])}) × overlap "
@@ -35,6 +35,21 @@ def attribution_text(rows: list[dict]) -> list[str]:
 
 COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "rollout tok/s",
                 "train tok/s", "weight sync s/iter", "host CPU % of a core", "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
+
+
+# The key columns: what the terminal and summary.md show by default (every column: --wide, summary.csv)
+KEY = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "acc before→after"]
+STATUS = "status"  # a column of the key table only where a cell did not complete
+
+
+def key_table(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """(head, rows) of the key columns of summary_frame rows, as text; the status column where any cell
+    is not complete."""
+    rows = compact_rows(df)
+    cols = [COMPACT_HEAD.index(h) for h in KEY]
+    if any(r[-1] != "complete" for r in rows):
+        cols.append(COMPACT_HEAD.index(STATUS))
+    return [COMPACT_HEAD[i] for i in cols], [[r[i] for i in cols] for r in rows]
 
 
 def compact_rows(df: pd.DataFrame) -> list[list[str]]:
@@ -95,14 +110,54 @@ def _values(row) -> list:
     return [None if _missing(v) else v for v in row]
 
 
-def write_summary(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Write summary.csv and summary.md into the run folder; returns (summary, speedups)."""
-    df, sp = summary_frame(run), speedup_frame(run)
+SPEEDUP_HEAD = ["cell", "predicted from", "rollout share of sync", "measured speedup", "predicted speedup",
+                "error"]
+
+
+def speedup_rows(sp: pd.DataFrame) -> list[list[str]]:
+    """speedup_frame rows as SPEEDUP_HEAD's text (every column: the report's details, summary.csv's siblings)."""
+    out = []
+    for r in sp.to_dict("records"):
+        share, err = r["rollout_share_of_sync"], r["error_pct"]
+        out.append([str(r["cell"]), str(r["predicted_from"]), "–" if _missing(share) else f"{100 * share:.0f}%",
+                    _x(r["measured_speedup"]), _x(r["predicted_speedup"]), "–" if _missing(err) else f"{err:+.0f}%"])
+    return out
+
+
+def _x(v) -> str:
+    return "–" if _missing(v) else f"{v:.2f}×"
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured markdown table of text cells ('|' escaped)."""
+    def line(cells) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+    return "\n".join([line(head), "|" + "|".join("---" for _ in head) + "|", *map(line, rows)])
+
+
+def summary_lead(title: str, df: pd.DataFrame, verdict: list[str]) -> list[str]:
+    """summary.md's opening: the title, the verdict (markdown bullets), the key columns (at most 8), and
+    where every column is."""
+    head, rows = key_table(df)
+    return [f"# {title}\n", "## Verdict\n", *verdict, "", "## Key columns\n", markdown_table(head, rows), "",
+            "Every column of every cell: summary.csv, beside this file. What each column means: report.html "
+            "or `rlbench report --help`."]
+
+
+def speedup_markdown(sp: pd.DataFrame, title: str) -> list[str]:
+    if not len(sp):
+        return []
+    why = attribution_text(attribution(sp))
+    return [f"\n## {title}\n", markdown_table(SPEEDUP_HEAD, speedup_rows(sp))] + \
+        (["\n## Where the speedup comes from\n"] + [f"- {t}" for t in why] if why else [])
+
+
+def write_summary(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, verdict: list[str]) -> None:
+    """Write summary.csv and summary.md into the run folder. df, sp: summary_frame(run), speedup_frame(run);
+    verdict: the verdict's markdown lines (reports/verdict_text.py), which open summary.md."""
     df.to_csv(run.path / "summary.csv", index=False)
-    md = [f"# rlbench summary: {run.name}\n", to_markdown(df)]
-    if len(sp):
-        md += ["\n## Measured vs predicted periodic-async speedup (TPSPD ratio)\n", to_markdown(sp)]
-        md += ["\n## Where the speedup comes from\n"] + [f"- {t}" for t in attribution_text(attribution(sp))]
+    md = summary_lead(f"rlbench summary: {run.name}", df, verdict)
+    md += speedup_markdown(sp, "Measured vs predicted periodic-async speedup (TPSPD ratio)")
     regime = regime_lines(regime_frame(run, sp))
     if regime:
         md += ["\n## Where periodic asynchrony pays: the regime map\n"] + [f"- {t}" for t in regime]
@@ -111,4 +166,3 @@ def write_summary(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
         util.to_csv(run.path / "utilisation.csv", index=False)
         md += ["\n## Hardware utilisation per stage\n", to_markdown(util), peak_text(run), "", UTIL_NOTE]
     (run.path / "summary.md").write_text("\n".join(md))
-    return df, sp

@@ -88,7 +88,8 @@ def plot_timeline(run: RunData, path: Path, save) -> Path:
     handles = [Patch(facecolor=stage_color(s), hatch="///" if s == Stage.QUEUE_WAIT.value else None,
                      edgecolor="#999999", label=s) for s in order]
     if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 9), fontsize=8,
+        rows = -(-len(handles) // 9)  # rows of at most 9, filled evenly (no lone entry on a row of its own)
+        fig.legend(handles=handles, loc="outside lower center", ncol=-(-len(handles) // rows), fontsize=8,
                    frameon=False)
     fig.suptitle("Stage timeline per worker (gaps = idle)", fontsize=11)
     return save(fig, path)

@@ -51,6 +51,33 @@ def test_run_writes_valid_result_files(tiny_run):
     assert "results:" in proc.stdout and "TPSPD" in proc.stdout
 
 
+def test_the_run_ends_with_the_verdict_within_100_columns(tiny_run):
+    """What a user reads after `rlbench run`: the verdict first, then the key columns, every line of the
+    table within 100 characters (the run and report paths follow, as long as the folder's name)."""
+    run_dir, proc = tiny_run
+    out = proc.stdout.splitlines()
+    assert out[0] == "Verdict:" and "periodic_async " in out[1] and "sync's TPSPD (predicted " in out[1]
+    assert any(w in proc.stdout.split("\n\n")[0] for w in ("wins here", "loses here", "about even here"))
+    table = [line for line in out if not line.startswith(("report: ", "results: "))]
+    assert max(len(line) for line in table) <= 100, max(table, key=len)
+    head = next(line for line in out if line.startswith("cell "))
+    assert "acc before→after" in head and "rollout tok/s" not in head
+    assert proc.stdout.count("TPSPD median (min–max)") == 1 and "pass@1 first→final" not in proc.stdout
+
+
+def test_report_wide_prints_every_column(tiny_run):
+    run_dir, _ = tiny_run
+    proc = rlbench("report", str(run_dir), "--wide")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("Verdict:\n")
+    head = next(line for line in proc.stdout.splitlines() if line.startswith("cell "))
+    assert "rollout tok/s" in head and "idle % per worker" in head and "max stale" in head and len(head) > 100
+    assert "pass@1 first→final" in proc.stdout and "rollout %: share of a sync iteration" in proc.stdout
+    md = (run_dir / "summary.md").read_text()
+    first = next(line for line in md.splitlines() if line.startswith("|"))
+    assert md.index("## Verdict") < md.index(first) and first.count(" | ") + 1 <= 8
+
+
 def test_every_cell_records_start_up_memory_and_evaluation_time(tiny_run):
     """What `check --against` judges outside the iterations (bench/check/lifecycle.py) is in every results.json:
     start-up to the first measured iteration, peak memory and CPU of the cell process and of every worker,

@@ -95,8 +95,12 @@ def test_report_and_terminal(hand_ladder):
     assert len(csv) == 6 and list(csv["cell"]) == list(HAND)
     html = (hand_ladder / "report.html").read_text()
     assert "families ladder" in html and "partial rollout" in html
-    text = summary_table_text(hand_ladder)
+    text = summary_table_text(hand_ladder, wide=True)
     assert "measured:  split" in text and "predicted: split" in text
+    brief = summary_table_text(hand_ladder)
+    assert "  measured: split" in brief and "  predicted: split" in brief and "token staleness" not in brief
+    assert "families ladder" in brief.split("\n\n")[0]  # the verdict says which rung pays, or that none does
+    assert max(map(len, brief.splitlines())) <= 100
 
 
 def test_other_ablations_have_no_ladder(tmp_path):
@@ -133,7 +137,8 @@ def test_families_through_the_cli(families_run):
     csv = pd.read_csv(run_dir / "families.csv").set_index("cell")
     assert list(csv.index) == [r.cell for r in families.RUNGS] and (csv["status"] == "complete").all()
     assert csv["predicted_tpspd"].notna().all()
-    line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("measured:"))
+    ladder = " ".join(ln.strip() for ln in proc.stdout.split("Families ladder")[1].splitlines())  # wrapped lines
+    line = ladder.split("measured:")[1].split("predicted:")[0]
     found = dict(FACTOR.findall(line))
     tp = csv["tpspd_median"]
     ratio = {"split": tp["barrier"] / tp["sync"], "overlap": tp["periodic_async"] / tp["barrier"],

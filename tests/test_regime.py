@@ -203,7 +203,7 @@ def test_regime_headline_in_the_report(regime_run):
 
 
 def test_terminal_says_one_sentence_per_point_and_the_crossover(regime_run):
-    text = summary_table_text(regime_run)
+    text = summary_table_text(regime_run, wide=True)
     head = text[text.index("Regime map"):]
     for point, (tail, _, _) in MAP.items():
         line = next(ln for ln in head.splitlines() if ln.startswith(point + " ("))
@@ -214,6 +214,19 @@ def test_terminal_says_one_sentence_per_point_and_the_crossover(regime_run):
     shares = pd.read_csv(regime_run / "regime.csv").set_index("point")["rollout_share"] * 100
     assert shares[["flat-p8", "flat-p16"]].max() <= share <= shares[["tail-p8", "tail-p16"]].min()
     assert "vs flat-p8/sync" not in text  # the point sentences replace the per-cell attribution
+
+
+def test_verdict_says_each_point_and_what_would_change_the_answer(regime_run):
+    """The default terminal: a short verdict per point, then the crossover as the condition that would
+    change the answer, all within 100 columns."""
+    text = summary_table_text(regime_run)
+    verdict = " ".join(line.strip() for line in text.split("\n\n")[0].splitlines()[1:])
+    for point, (tail, _, _) in MAP.items():
+        assert f"{point}/periodic_async " in verdict
+        assert f"{point}/sync's TPSPD" in verdict.split(f"{point}/periodic_async ")[1].split("here")[0]
+    assert verdict.count("wins here") == 2 and verdict.count("loses here") == 2
+    assert "On this machine it pays when sync spends more than about " in verdict
+    assert "Regime map" not in text and max(map(len, text.splitlines())) <= 100
 
 
 def test_a_single_comparison_has_no_map(tmp_path):
@@ -258,10 +271,11 @@ def test_report_add_puts_a_natural_tail_on_the_map(tmp_path):
             res = json.loads((folder / schema.RESULTS).read_text())
             res["config"]["rollout"]["response_length"] = "eos"
             schema.atomic_write_json(folder / schema.RESULTS, res)
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "report", str(base), "--add", str(natural)],
+    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "report", str(base), "--add", str(natural), "--wide"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "smollm2-eos (EOS-ended responses (max 128 tokens)" in proc.stdout
+    assert "smollm2-eos (EOS-ended responses (max 128 tokens)" in proc.stdout  # --wide: the map's sentences
+    assert "smollm2-eos/periodic_async " in proc.stdout.split("\n\n")[0]  # the verdict: every point
     f = pd.read_csv(base / "regime.csv")
     assert list(f["point"]) == ["flat-p8", "tail-p8", "smollm2-eos"]
     lengths = pd.read_csv(base / "regime_lengths.csv").set_index("tail")

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +20,7 @@ from rlbench.core.errors import UserError
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.reports import build_report, compare, summary_table_text
 from rlbench.reports.palette import stage_color
+from rlbench.reports.tables import COMPACT_HEAD, KEY
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOTS = ["tpspd", "speedup", "stage_breakdown", "timeline", "reward_accuracy", "staleness", "accuracy_time",
@@ -136,12 +135,79 @@ def test_compare_ratio_by_name_and_position(tmp_path):
     assert "matched by position" in text
 
 
-def test_summary_table_text(ablation):
+def test_terminal_opens_with_the_verdict_and_fits_100_columns(ablation):
     text = summary_table_text(ablation)
     lines = text.splitlines()
-    assert lines[0].startswith("cell") and "predicted" in lines[0] and "rollout %" in lines[0]
-    assert "1.00×" in lines[2] and "periodic_async" in lines[3] and "→" in lines[2]
-    assert lines[4] == "" and lines[5].startswith("rollout %:")
+    assert lines[0] == "Verdict:" and lines[1].startswith("  periodic_async 1.16× sync's TPSPD (predicted ")
+    assert "wins here" in lines[1] and "64% of its" in text  # the fixture's async cell overlaps the tail
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    head = next(line for line in lines if line.startswith("cell"))
+    assert head.split("  ")[0] == "cell" and [h for h in KEY if h in head] == KEY
+    assert "rollout tok/s" not in text and "rollout %: share" not in text  # --wide's columns and definitions
+    assert "--wide" in lines[-1]
+
+
+def test_wide_prints_every_headline_column_and_section(ablation):
+    text = summary_table_text(ablation, wide=True)
+    assert text.startswith("Verdict:\n  periodic_async 1.16× sync's TPSPD")
+    head = next(line for line in text.splitlines() if line.startswith("cell "))
+    assert all(h in head for h in COMPACT_HEAD) and len(head) > 100
+    assert "rollout %: share of a sync iteration" in text and "pass@1 first→final" in text  # and accuracy
+
+
+def test_a_table_wider_than_the_window_is_split_into_blocks():
+    from rlbench.reports.text_table import fit
+
+    rows = [["a-long-cell-name", "x" * 30, "y" * 30, "z" * 30]]
+    lines = fit(["cell", "one", "two", "three"], rows, width=90)
+    assert max(map(len, lines)) <= 90 and lines.count("") == 1  # two blocks
+    assert [line.split()[0] for line in lines if line and not line.startswith("-")] == \
+        ["cell", "a-long-cell-name", "cell", "a-long-cell-name"]  # each block keeps the cell column
+
+
+@pytest.mark.parametrize("measured, word", [(0.67, "loses"), (0.99, "about even"), (1.015, "about even"),
+                                            (1.03, "wins"), (None, None)])
+def test_outcome_band(measured, word):
+    from rlbench.analysis.verdict import outcome
+
+    assert outcome(measured) == word
+
+
+def test_verdict_sentence_names_the_two_factors():
+    from rlbench.analysis.verdict import Comparison
+    from rlbench.reports.verdict_text import comparison_sentence
+
+    c = Comparison("periodic_async", "sync", 0.6695, 0.69, 0.17, "periodic_async_barrier", 0.65, 1.03)
+    assert comparison_sentence(c) == (
+        "periodic_async 0.67× sync's TPSPD (predicted 0.69×): loses here. The sync cell spends 17% of its "
+        "iteration generating; the device split costs 0.65×, overlap gives back 1.03×.")
+    other = Comparison("periodic_async", "sync", 0.9975, 1.2, None, "periodic_async_barrier", 1.05, 0.95)
+    assert comparison_sentence(other).endswith("about even here (within ±2%). The device split gives 1.05×, "
+                                               "overlap costs 0.95×.")
+    even = Comparison("periodic_async", "sync", 1.01, None, None)
+    assert comparison_sentence(even) == \
+        "periodic_async 1.01× sync's TPSPD (predicted n/a): about even here (within ±2%)."
+
+
+def test_summary_md_leads_with_the_verdict_and_at_most_8_columns(built):
+    md = (built / "summary.md").read_text()
+    first = next(line for line in md.splitlines() if line.startswith("|"))
+    assert md.index("## Verdict") < md.index(first) and "- periodic_async 1.16× sync's TPSPD" in md
+    assert first.count(" | ") + 1 <= 8 and first.startswith("| cell | TPSPD median (min–max) |")
+    assert "summary.csv" in md and len(pd.read_csv(built / "summary.csv").columns) > 20  # every column there
+
+
+def test_report_html_opens_with_the_verdict_and_no_table_scrolls(built):
+    from rlbench.reports.html import PAGE_CHARS
+
+    html = (built / "report.html").read_text()
+    h2 = re.findall(r"<h2[^>]*>([^<]*)</h2>", html)
+    assert h2[0] == "Verdict" and h2[1] == "Summary"
+    assert "wins here" in html.split("<h2", 2)[1] and 'class="scroll"' not in html
+    for t in re.findall(r"<table>.*?</table>", html, re.S):  # every table within the page's width
+        rows = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r) for r in re.findall(r"<tr>(.*?)</tr>", t)]
+        widths = [max(min(len(r[i]), 30) for r in rows[1:] or rows) + 3 for i in range(len(rows[0]))]
+        assert len(rows[0]) <= 2 or sum(widths) <= PAGE_CHARS + max(widths), rows[0]
 
 
 # ---- prediction -----------------------------------------------------------------------------
@@ -250,22 +316,24 @@ def test_every_stage_has_its_own_colour():
     assert len(set(colours)) == len(colours)
 
 
-def test_chromium_screenshot(built, tmp_path):
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
-        pytest.skip("chromium not installed: apt-get install chromium")
-    shot = tmp_path / "shot.png"
-    cmd = [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-           "--window-size=1280,2000", f"file://{built / 'report.html'}"]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert shot.exists(), f"no screenshot after {time.monotonic() - t0:.0f}s: {proc.stderr[-2000:]}"
-    img = mpimg.imread(shot)
-    assert img.shape[:2] == (2000, 1280)
-    assert img[..., :3].std() > 0.05  # text, tables and plots, not a blank page
-    shutil.copy(shot, built / "screenshot.png")  # kept beside the report for a look by hand
+def test_screenshot_script_shoots_the_first_screen_and_every_section(built, tmp_path):
+    """scripts/screenshot_report.py: a PNG of the first screen, then one per <h2> section, none blank."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+    import screenshot_report
+
+    if screenshot_report.browser() is None:
+        pytest.skip("no headless Chromium: apt-get install chromium")
+    proc = subprocess.run([sys.executable, "scripts/screenshot_report.py", str(built), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    titles = re.findall(r"<h2[^>]*>([^<]*)</h2>", (built / "report.html").read_text())
+    shots = sorted(tmp_path.glob("section-*.png"))
+    assert len(shots) == len(titles) and shots[0].name == "section-01-verdict.png"
+    first = mpimg.imread(tmp_path / "first-screen.png")
+    assert first.shape[:2] == (800, 1280) and first[..., :3].std() > 0.05
+    for shot in shots:
+        img = mpimg.imread(shot)
+        assert img.shape[1] == 1280 and 40 < img.shape[0] < 16000 and img[..., :3].std() > 0.02, shot.name
 
 
 def test_training_work_counts_padding_packing_and_attention():
@@ -290,3 +358,16 @@ def test_step_cost_beyond_the_measured_counts_follows_their_upper_half():
     assert cost(4) == 4.0 and cost(3) == 3.0 and cost(8) == pytest.approx(8.0)  # slope of (2, 2) and (4, 4)
     flat = StepCost({"2": [1, 3.0], "4": [1, 2.0]}, 0.0, 0)
     assert flat(16) == 2.0  # a falling line is not extrapolated
+
+
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_help_ends_with_what_the_columns_mean(command):
+    """The definitions the terminal no longer prints after every run are at the end of --help."""
+    from typer.testing import CliRunner
+
+    from rlbench.cli import app
+
+    text = " ".join(CliRunner().invoke(app, [command, "--help"], terminal_width=200).output.split())
+    for phrase in ("What the table and the verdict say", "rollout %: share of a sync iteration spent generating",
+                   "about even: within ±2%", "--wide"):
+        assert phrase in text, phrase

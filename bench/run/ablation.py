@@ -195,15 +195,16 @@ def _in_tree(path: Path) -> str:
         return str(path)
 
 
-def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, report: bool = True,
+def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end=None,
                  progress: bool = True, seeds: str | None = None) -> None:
     """`rlbench run`: every cell of the ablation (once per seed, bench/run/seeds.py) in its own process
     (run_cells -> `run_cell`, bench/run/cell.py), then the table and report. sets: the --set
-    overrides; seeds: the --seeds text. Bad input is refused (exit 2) before anything runs."""
+    overrides; seeds: the --seeds text; end: what to print and write at the end (around.Ending, default:
+    the report and the default table). Bad input is refused (exit 2) before anything runs."""
     import typer
     from rlbench.core.config import load_config, parse_overrides
     from rlbench.planted import slowdown
-    from rlbench.run.around import finish, new_run_dir, preflight, raise_failed
+    from rlbench.run.around import Ending, finish, new_run_dir, preflight, raise_failed
     from rlbench.run.seeds import expand, parse_seeds
 
     base, overrides = load_config(config, sets), parse_overrides(sets)
@@ -221,7 +222,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, rep
         calibrate_contention(name, base, run_dir)
         record = run_cells(cells, record, run_dir, progress)
     finally:
-        finish(run_dir, report)
+        finish(run_dir, end or Ending())
     raise_failed(record)
 
 

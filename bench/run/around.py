@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -58,8 +59,16 @@ def new_run_dir(root: Path, name: str) -> Path:
     return path
 
 
-def finish(run_dir: Path, report: bool) -> None:
-    """Table and report from whatever was measured, also after a failure or Ctrl-C."""
+@dataclass(frozen=True)
+class Ending:
+    """What `rlbench run` does after its cells. report: write tables, plots and report.html (--report);
+    wide: print every column and section, not only the verdict and the key columns (--wide)."""
+    report: bool = True
+    wide: bool = False
+
+
+def finish(run_dir: Path, end: Ending) -> None:
+    """The verdict and table, and the report, from whatever was measured, also after a failure or Ctrl-C."""
     from rlbench.reports import build_report, summary_table_text
     from rlbench.core.results import schema
     from rlbench.analysis.ladder import write_ladder
@@ -72,8 +81,8 @@ def finish(run_dir: Path, report: bool) -> None:
         return
     write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
     write_peers(run_dir)  # peers.csv (rlbench beside a peer framework only), likewise
-    typer.echo(summary_table_text(run_dir))
-    if report:
+    typer.echo(summary_table_text(run_dir, wide=end.wide))
+    if end.report:
         path = build_report(run_dir)
         typer.echo(f"report: {path}")
     typer.echo(f"results: {run_dir}")
@@ -102,7 +111,7 @@ def sweep() -> None:
 
 
 def run_external(engine: str, config: Path | None, sets: list[str], seeds: str | None, out: Path,
-                 report: bool) -> None:
+                 end: Ending) -> None:
     """`rlbench run --engine verl|mindspeed-rl|trl`: one cell run by the real VERL / MindSpeed-RL / TRL, in
     rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here)."""
     from rlbench.core.config import load_config
@@ -125,4 +134,4 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
         import shutil
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing measured: no half-made run folder
         raise
-    finish(run_dir, report)
+    finish(run_dir, end)

@@ -93,9 +93,10 @@ def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def resume_run(run_dir: Path, progress: bool, report: bool, refused: dict) -> None:
+def resume_run(run_dir: Path, progress: bool, end, refused: dict) -> None:
     """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept. refused: the
-    `rlbench run` options given with it ({option: value}): any set one is refused (exit 2)."""
+    `rlbench run` options given with it ({option: value}): any set one is refused (exit 2); end: what to print
+    and write at the end (around.Ending)."""
     import typer
     from rlbench.core.results import provenance
     from rlbench.run.around import finish, preflight, raise_failed
@@ -115,5 +116,5 @@ def resume_run(run_dir: Path, progress: bool, report: bool, refused: dict) -> No
     try:
         record = run_cells(cells, record, run_dir, progress)
     finally:
-        finish(run_dir, report)
+        finish(run_dir, end)
     raise_failed(record)

@@ -1,0 +1,128 @@
+"""The verdict: what a run answers, the first thing its reader sees (terminal, summary.md, report.html).
+
+Per periodic-async cell beside its sync twin (speedup.speedup_frame): the measured and predicted speedup,
+whether periodic asynchrony wins, loses or is about even, sync's rollout share and, where a barrier cell
+ran, the two factors the speedup multiplies to (device split x overlap, speedup.attribution). Where the run
+has a regime map or a families ladder, what would change the answer: the map's crossover (regime.verdict)
+or the first rung of the ladder that pays. Computed here; reports/verdict_text.py renders it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # import-light: `rlbench --help` reads EVEN (reports/glossary.py)
+    import pandas as pd
+    from rlbench.analysis.regime import MapVerdict
+
+EVEN = 0.02  # a speedup within 1 ± EVEN is "about even": closer to sync than two runs of one cell usually are
+
+
+def outcome(speedup) -> str | None:
+    """"wins", "loses" or "about even" for a speedup over sync; None where nothing was measured."""
+    if _missing(speedup):
+        return None
+    return "about even" if abs(speedup - 1.0) <= EVEN else "wins" if speedup > 1.0 else "loses"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One periodic-async cell against its sync twin; split and overlap only where a barrier cell ran
+    (split: barrier / sync, overlap: async / barrier, measured; split x overlap = measured)."""
+    async_cell: str
+    sync_cell: str
+    measured: float | None
+    predicted: float | None
+    rollout_share: float | None  # of the sync cell's iteration, spent generating
+    barrier: str | None = None
+    split: float | None = None
+    overlap: float | None = None
+
+    @property
+    def outcome(self) -> str | None:
+        return outcome(self.measured)
+
+
+@dataclass(frozen=True)
+class Rung:
+    """A rung of the families ladder, its speedup over sync measured and predicted."""
+    cell: str
+    adds: str
+    speedup: float | None
+    predicted: float | None
+
+
+@dataclass(frozen=True)
+class LadderAnswer:
+    """first_paying: the first rung whose measured speedup over sync wins (None: no rung does); best: the
+    rung with the highest measured speedup."""
+    first_paying: Rung | None
+    best: Rung | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    comparisons: list[Comparison]
+    regime: MapVerdict | None = None  # where the run is a regime map of at least 2 points
+    ladder: LadderAnswer | None = None  # where the run is a families ladder
+    fastest: tuple[str, float, str] | None = None  # (cell, speedup, reference) where nothing is compared
+
+
+def comparisons(sp: pd.DataFrame, attribution: list[dict]) -> list[Comparison]:
+    """One Comparison per periodic-async cell with overlap (sp: speedup_frame rows; attribution: its
+    attribution() rows, which add the barrier's split and the overlap)."""
+    by_async = {a["async"]: a for a in attribution}
+    out = []
+    for r in sp.to_dict("records") if len(sp) else []:
+        if not r["overlap"]:
+            continue
+        a = by_async.get(r["cell"], {})
+        out.append(Comparison(r["cell"], r["predicted_from"], _value(r["measured_speedup"]),
+                              _value(r["predicted_speedup"]), _value(r["rollout_share_of_sync"]),
+                              a.get("barrier"), _value(a.get("split_measured")), _value(a.get("overlap_measured"))))
+    return out
+
+
+def ladder_answer(frame: pd.DataFrame | None) -> LadderAnswer | None:
+    """The families ladder (ladder.ladder_frame) read for its answer: which rung first pays, which pays most."""
+    if frame is None or not len(frame):
+        return None
+    rungs = [Rung(r["cell"], r["adds"], _value(r["speedup"]), _value(r["predicted_speedup"]))
+             for r in frame.to_dict("records")[1:]]  # the first rung is sync itself
+    measured = [r for r in rungs if r.speedup is not None]
+    paying = [r for r in measured if outcome(r.speedup) == "wins"]
+    return LadderAnswer(paying[0] if paying else None, max(measured, key=lambda r: r.speedup, default=None))
+
+
+def fastest(summary: pd.DataFrame, reference: str) -> tuple[str, float, str] | None:
+    """(cell, speedup over the reference, reference) of the fastest other cell, for a run that compares no
+    periodic-async cell with sync; None with fewer than two measured cells."""
+    rows = [r for r in summary.to_dict("records") if not _missing(r["speedup"]) and r["cell"] != reference]
+    if not rows:
+        return None
+    best = max(rows, key=lambda r: r["speedup"])
+    return str(best["cell"]), float(best["speedup"]), reference
+
+
+def _value(v) -> float | None:
+    return None if _missing(v) else float(v)
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def verdict_of(run, sp: pd.DataFrame, summary: pd.DataFrame) -> Verdict:
+    """The run's verdict. sp: its speedup_frame, summary: its summary_frame (a multi-seed run: both as
+    seeds.cell_summary aggregates them; its regime map is not read, as the report shows the first seed's)."""
+    from rlbench.analysis.ladder import ladder_frame
+    from rlbench.analysis.regime import regime_frame, verdict
+    from rlbench.analysis.seeds import is_multi_seed
+    from rlbench.analysis.speedup import attribution
+
+    compared = comparisons(sp, attribution(sp))
+    regime = None if is_multi_seed(run) else verdict(regime_frame(run, sp))
+    first = str(summary["cell"].iloc[0]) if len(summary) else None
+    return Verdict(compared, regime, ladder_answer(ladder_frame(run)),
+                   None if compared or first is None else fastest(summary, first))

@@ -1,0 +1,43 @@
+"""What the columns and the verdict's words mean, said once: report.html prints it under its tables and
+`rlbench run --help` / `rlbench report --help` end with it (import-light: no pandas). The terminal's default
+output leaves it out; `--wide` keeps its one-line note."""
+from __future__ import annotations
+
+from rlbench.analysis.verdict import EVEN
+
+VERDICT = (f"wins / loses: periodic-async's TPSPD above / below its sync cell's on the same devices; about "
+           f"even: within ±{100 * EVEN:.0f}%. Device split: the barrier cell (periodic-async's pools, training "
+           "only after the last group) over sync; overlap: periodic-async over the barrier; the speedup is "
+           "their product.")
+COLUMNS = {
+    "TPSPD median (min–max)": "tokens per second per device: prompt + response tokens of the trained samples "
+                              "/ (iteration wall time × all devices), median and range over the measured "
+                              "iterations",
+    "speedup": "TPSPD over the reference cell's (the first cell of its workload)",
+    "predicted": "the speedup predicted from the sync cell's measured device costs (decode, training, "
+                 "optimizer step, weight sync), replayed on the cell's layout; nothing fitted",
+    "rollout %": "share of a sync iteration spent generating",
+    "acc before→after": "greedy pass@1 on the eval problems with GSM8K's strict rule, before and after training",
+    "status": "complete, or how the cell ended (failed, interrupted)",
+    "rollout tok/s": "generated tokens per second; train tok/s: trained tokens per second",
+    "weight sync s/iter": "seconds per iteration moving the trainer's weights into the rollout engines, "
+                          "summed over workers (the rollout backend in brackets)",
+    "host CPU % of a core": "the driver's CPU seconds over the iteration's wall time",
+    "idle % per worker": "share of the iteration wall time a worker ran no work stage",
+    "####-format %": "share of eval answers the strict rule can read (the rest score 0 whatever their number; "
+                     "summary.csv also has pass@1 in any format)",
+    "max stale": "largest trained − behaviour weight version of a trained sample",
+    "stage_<name>_s": "(summary.csv) mean seconds per measured iteration in that stage, summed over workers",
+}
+TERMINAL_NOTE = ("rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
+                 "measured device costs (bench/core/costmodel/predict.py).")
+
+
+def definitions() -> list[str]:
+    """'name: meaning' per column, then the verdict's words."""
+    return [f"{name}: {meaning}." for name, meaning in COLUMNS.items()] + [VERDICT]
+
+
+def help_epilog() -> str:
+    """The definitions as the end of a command's --help (one paragraph each)."""
+    return "What the table and the verdict say:\n\n" + "\n\n".join(definitions())

@@ -1,0 +1,102 @@
+"""The verdict in words (computed by bench/analysis/verdict.py): one short block per periodic-async cell,
+then what would change the answer. The terminal prints it first, summary.md and report.html open with it.
+
+    periodic_async 0.67× sync's TPSPD (predicted 0.69×): loses here. The sync cell spends 17% of its
+    iteration generating; the device split costs 0.65×, overlap gives back 1.03×.
+"""
+from __future__ import annotations
+
+import re
+
+from rlbench.analysis.data import RunData
+from rlbench.analysis.regime import STATISTICS, MapVerdict
+from rlbench.analysis.verdict import EVEN, Comparison, LadderAnswer, Verdict
+from rlbench.reports import peers_text
+from rlbench.reports.html import esc
+from rlbench.reports.regime_text import stat_value, x
+from rlbench.reports.text_table import WIDTH, wrap
+
+TITLE = "Verdict"
+HINT = ("What would change it: `rlbench run --ablation regime` maps where periodic asynchrony pays on this "
+        "machine, `--ablation families` what each step beyond it adds.")
+
+
+def comparison_sentence(c: Comparison) -> str:
+    """'periodic_async 0.67× sync's TPSPD (predicted 0.69×): loses here. The sync cell spends 17% of
+    its iteration generating; the device split costs 0.65×, overlap gives back 1.03×.'"""
+    if c.measured is None:
+        return f"{c.async_cell}: no measured TPSPD to set against {c.sync_cell}'s."
+    said = {"wins": "wins here", "loses": "loses here",
+            "about even": f"about even here (within ±{100 * EVEN:.0f}%)"}[c.outcome]
+    head = f"{c.async_cell} {x(c.measured)} {c.sync_cell}'s TPSPD (predicted {x(c.predicted)}): {said}."
+    share = [] if c.rollout_share is None else [f"the sync cell spends {100 * c.rollout_share:.0f}% of its "
+                                                "iteration generating"]
+    factors = []
+    if c.split is not None:
+        factors.append(f"the device split {'costs' if c.split < 1 else 'gives'} {x(c.split)}")
+    if c.overlap is not None:
+        after_a_cost = c.split is not None and c.split < 1
+        word = ("gives back" if after_a_cost else "adds") if c.overlap >= 1 else \
+            ("costs a further" if after_a_cost else "costs")
+        factors.append(f"overlap {word} {x(c.overlap)}")
+    why = "; ".join(share + ([", ".join(factors)] if factors else []))
+    return f"{head} {why[0].upper()}{why[1:]}." if why else head
+
+
+def regime_sentence(v: MapVerdict) -> str:
+    """What the regime map says would change the answer: its measured crossover, and the predicted one."""
+    c, name = v.measured, v.statistic
+    if c.kind == "crossing":
+        predicted = v.predicted
+        pred = "" if predicted is None or predicted.kind != "crossing" else \
+            f"; predicted {stat_value(name, predicted.x)}"
+        return (f"On this machine it pays when {STATISTICS[name].condition.format('about ' + stat_value(name, c.x))}"
+                f" (the regime map's crossover, between {c.below} and {c.above}{pred}).")
+    where = "at every point" if c.kind == "everywhere" else "at no point"
+    return f"On this machine it pays {where} of the regime map ({STATISTICS[name].label} from its points)."
+
+
+def ladder_sentence(a: LadderAnswer) -> str | None:
+    """The first rung of the families ladder that pays, or the best rung where none does."""
+    best = a.best
+    if best is None:
+        return None
+    if a.first_paying is None:
+        return (f"No rung of the families ladder pays here: the best, {best.cell} ({best.adds}), reaches "
+                f"{x(best.speedup)} sync's TPSPD (predicted {x(best.predicted)}).")
+    r = a.first_paying
+    more = "" if best.cell == r.cell else f"; the best, {best.cell}, {x(best.speedup)}"
+    return (f"On the families ladder it pays from {r.cell} on ({r.adds}): {x(r.speedup)} sync's TPSPD "
+            f"(predicted {x(r.predicted)}){more}.")
+
+
+def verdict_sentences(run: RunData, v: Verdict) -> list[str]:
+    """Every sentence of the verdict, unwrapped: the comparisons, then what would change the answer."""
+    out = [comparison_sentence(c) for c in v.comparisons]
+    if not v.comparisons:
+        out.append(f"No periodic-async cell beside a sync cell in this run; fastest cell: {v.fastest[0]}, "
+                   f"{x(v.fastest[1])} {v.fastest[2]}'s TPSPD." if v.fastest else
+                   "No periodic-async cell beside a sync cell in this run.")
+    frame = peers_text.read(run)
+    if frame is not None:  # rlbench beside a real framework: what the difference comes from
+        out += peers_text.sentences(frame)
+    change = [s for s in (v.regime and regime_sentence(v.regime), v.ladder and ladder_sentence(v.ladder)) if s]
+    return out + (change or ([HINT] if v.comparisons else []))
+
+
+def verdict_lines(run: RunData, v: Verdict, width: int = WIDTH) -> list[str]:
+    """The terminal's block: 'Verdict:', then each sentence wrapped within width, indented."""
+    out = [f"{TITLE}:"]
+    for s in verdict_sentences(run, v):
+        out += wrap(s, width, indent="  ")
+    return out
+
+
+def verdict_html(run: RunData, v: Verdict) -> str:
+    """The report's first section: a paragraph a sentence, `code` as <code>."""
+    paragraphs = (re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(s)) for s in verdict_sentences(run, v))
+    return '<div class="verdict">' + "".join(f"<p>{p}</p>" for p in paragraphs) + "</div>"
+
+
+def verdict_markdown(run: RunData, v: Verdict) -> list[str]:
+    return [f"- {s}" for s in verdict_sentences(run, v)]
