@@ -1,7 +1,8 @@
 """Limits checked before any work starts: positions and memory, exit 2 naming the keys and the limit."""
 import pytest
 
-from test_cli_run import TINY, rlbench
+from conftest import TINY
+from support.cli import rlbench
 
 from rlbench.core.config import load_config
 from rlbench.core.devices import limits
