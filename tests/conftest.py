@@ -53,6 +53,43 @@ def tiny_config_path() -> Path:
     return TINY
 
 
+# The shared `--ablation async` run's overrides: a rollout long enough (lognormal lengths up to 64 tokens, 4
+# sequences at a time) that periodic-async overlaps it with training; 4 iterations, one of them warm-up.
+ASYNC_LADDER = ["rollout.response_length=lognormal", "rollout.response_length_mean=24", "rollout.max_new_tokens=64",
+                "rollout.max_num_seqs=4", "run.iterations=4"]
+
+
+@pytest.fixture(scope="session")
+def async_ladder_run(tmp_path_factory):
+    """`rlbench run --ablation async` of cpu-tiny with ASYNC_LADDER (sync, barrier, periodic-async), report
+    on: the result files (test_cli_run.py) and the placement and overlap (test_placement.py) of one run
+    instead of one each. -> (run folder, the completed process)."""
+    from support.cli import only_run, rlbench, sets
+
+    out = tmp_path_factory.mktemp("async-ladder")
+    proc = rlbench("run", "--config", TINY, "--out", out, "--ablation", "async", "--no-progress", *sets(*ASYNC_LADDER))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return only_run(out), proc
+
+
+@pytest.fixture(scope="session")
+def async_cell_run(tmp_path_factory):
+    """One periodic-async cell of cpu-tiny through the CLI (trainer and rollout workers, queue_wait), 3
+    iterations, curves on (TensorBoard, and W&B where installed) and the report written: what the tests of
+    what a run records read (test_curves.py, test_hostcpu.py), from one run instead of one each.
+    -> (run folder, the completed process)."""
+    import importlib.util
+
+    from support.cli import only_run, rlbench
+
+    out = tmp_path_factory.mktemp("async-cell")
+    loggers = "tensorboard,wandb" if importlib.util.find_spec("wandb") else "tensorboard"
+    proc = rlbench("run", "--config", TINY, "--ablation", "none", "--set", "engine.schedule=periodic_async",
+                   "--logger", loggers, "--out", out, "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return only_run(out), proc
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny tensors: intra-op threads only add sync overhead (and stall badly on a busy machine)."""

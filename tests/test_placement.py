@@ -15,7 +15,7 @@ from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 
 from conftest import TINY, train_engine
-from test_cli_run import rlbench
+from support.cli import rlbench
 
 
 @pytest.fixture(scope="module")
@@ -90,16 +90,10 @@ def test_oversubscription_exits_2_through_cli(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def async_ablation(tmp_path_factory):
-    """--ablation async on a workload with a rollout long enough to overlap: sync, barrier, periodic-async."""
-    out = tmp_path_factory.mktemp("runs")
-    proc = rlbench("run", "--config", str(TINY), "--out", str(out), "--ablation", "async", "--no-progress",
-                   "--set", "rollout.response_length=lognormal", "--set", "rollout.response_length_mean=24",
-                   "--set", "rollout.max_new_tokens=64", "--set", "rollout.max_num_seqs=4",
-                   "--set", "run.iterations=4")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = list(out.iterdir())
-    return run_dir, proc
+def async_ablation(async_ladder_run):
+    """--ablation async on a workload with a rollout long enough to overlap: sync, barrier, periodic-async
+    (conftest.py's shared run)."""
+    return async_ladder_run
 
 
 def _overlapping_iterations(events: list[dict]) -> list[int]:
@@ -114,6 +108,7 @@ def _overlapping_iterations(events: list[dict]) -> list[int]:
     return out
 
 
+@pytest.mark.e2e
 def test_async_overlaps_and_barrier_does_not(async_ablation):
     run_dir, proc = async_ablation
     assert _overlapping_iterations(schema.load_events(run_dir / "periodic_async"))
@@ -121,6 +116,7 @@ def test_async_overlaps_and_barrier_does_not(async_ablation):
     assert "device split alone" in proc.stdout  # the attribution sentence
 
 
+@pytest.mark.e2e
 def test_tpspd_divides_by_physical_devices_and_placement_is_recorded(async_ablation):
     run_dir, _ = async_ablation
     sync = schema.load_cell(run_dir / "sync")
@@ -137,6 +133,7 @@ def test_tpspd_divides_by_physical_devices_and_placement_is_recorded(async_ablat
             assert it["tpspd"] == pytest.approx(it["tokens"] / (it["wall_s"] * 2))
 
 
+@pytest.mark.e2e
 def test_shared_devices_divide_by_the_devices_occupied(tmp_path):
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
                    "--no-report", "--set", "engine.schedule=periodic_async", "--set", "engine.share_devices=true",
