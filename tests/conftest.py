@@ -49,6 +49,22 @@ def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True)
 
 
 @pytest.fixture(scope="session")
+def trained():
+    """train_engine, each distinct call made once per session: the placed engines the equivalence tests of
+    test_placement.py and test_ray.py compare against are the same runs (worker processes, ~10 s each).
+    Callers only read what it returns."""
+    done: dict = {}
+
+    def get(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
+        key = (tuple(overrides), iterations, placed)
+        if key not in done:
+            done[key] = train_engine(overrides, iterations, placed)
+        return done[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def tiny_config_path() -> Path:
     return TINY
 

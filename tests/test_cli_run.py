@@ -1,5 +1,5 @@
-"""Small real runs through the real `rlbench` command: result files, failures, reproducibility (Ctrl-C:
-tests/test_process_hygiene.py)."""
+"""Small real runs through the real `rlbench` command: result files, failures, reproducibility (Ctrl-C and a
+dead colocated rank: tests/test_process_hygiene.py)."""
 import json
 
 import pytest
@@ -101,12 +101,6 @@ def test_same_seed_same_samples(tiny_run, tmp_path):
 def test_dead_rollout_worker_keeps_measured_iterations(tmp_path):
     fault_keeps_iterations(tmp_path, "rollout_exit:2", ["engine.schedule=periodic_async"], "periodic_async",
                            "worker rollout0 died", "rlbench-rollout0")
-
-
-@pytest.mark.e2e
-def test_dead_colocated_rank_keeps_measured_iterations(tmp_path):
-    fault_keeps_iterations(tmp_path, "trainer_exit:2", ["engine.schedule=sync"], "sync",
-                           "died while running iteration 2", "rlbench-colocated")
 
 
 def test_malformed_data_line_exit_2(tmp_path):

@@ -24,10 +24,11 @@ def single_process():
 
 
 @pytest.fixture(scope="module")
-def dp_sync():
-    return train_engine(["engine.schedule=sync"])  # 1 + 1 devices: two colocated ranks
+def dp_sync(trained):
+    return trained(["engine.schedule=sync"])  # 1 + 1 devices: two colocated ranks
 
 
+@pytest.mark.e2e
 def test_data_parallel_sync_equals_single_process(single_process, dp_sync):
     assert dp_sync["samples"] == single_process["samples"]  # per-sample seeds: any shard, same samples
     assert dp_sync["rewards"] == single_process["rewards"]
@@ -41,6 +42,7 @@ def test_data_parallel_sync_equals_single_process(single_process, dp_sync):
                                                                          if e.worker == w}
 
 
+@pytest.mark.e2e
 def test_periodic_async_equals_data_parallel_sync_bitwise():
     """Pools sharing 2 devices: 2 rollout workers and 2 trainer ranks vs 2 colocated ranks."""
     shared = ["engine.share_devices=true", "engine.rollout_devices=2", "engine.train_devices=2"]
@@ -52,8 +54,9 @@ def test_periodic_async_equals_data_parallel_sync_bitwise():
     assert {"rollout0", "rollout1", "trainer0", "trainer1"} <= {e.worker for e in asyn["events"]}
 
 
-def test_periodic_async_close_to_data_parallel_sync(dp_sync):
-    asyn = train_engine(["engine.schedule=periodic_async"])  # 1 trainer rank vs 2 colocated ranks
+@pytest.mark.e2e
+def test_periodic_async_close_to_data_parallel_sync(dp_sync, trained):
+    asyn = trained(["engine.schedule=periodic_async"])  # 1 trainer rank vs 2 colocated ranks
     assert asyn["samples"] == dp_sync["samples"]
     for n, p in dp_sync["params"].items():
         torch.testing.assert_close(asyn["params"][n], p, rtol=1e-4, atol=1e-6)

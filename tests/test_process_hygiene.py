@@ -61,11 +61,17 @@ def test_completed_run_leaves_nothing(tmp_path):
     assert left_after(mark, time.monotonic()) == []
 
 
-def test_failed_run_leaves_nothing(tmp_path):
-    proc, mark = start(tmp_path, env={"RLBENCH_FAULT": "trainer_exit:1"})
+def test_dead_colocated_rank_keeps_measured_iterations_and_leaves_nothing(tmp_path):
+    """A colocated rank dies at iteration 2 (RLBENCH_FAULT): exit 3 naming it, iterations 0-1 kept in a
+    'failed' results.json, no process of the run left (the dead rollout worker's case: test_cli_run.py)."""
+    proc, mark = start(tmp_path, env={"RLBENCH_FAULT": "trainer_exit:2"})
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 3, err[-3000:]
     assert left_after(mark, time.monotonic()) == []
+    assert "died while running iteration 2" in err
+    res = schema.load_cell(only_run(tmp_path) / "sync")
+    assert res["status"] == "failed" and "died" in res["error"]
+    assert [it["iteration"] for it in res["iterations"]] == [0, 1]
 
 
 def test_killed_run_leaves_nothing(tmp_path):

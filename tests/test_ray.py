@@ -18,8 +18,8 @@ from support.cli import fault_keeps_iterations, rlbench  # noqa: E402
 
 @pytest.mark.parametrize("schedule", ["sync", "periodic_async"])
 @pytest.mark.e2e
-def test_ray_trains_bitwise_like_local_processes(schedule):
-    local = train_engine([f"engine.schedule={schedule}"])
+def test_ray_trains_bitwise_like_local_processes(schedule, trained):
+    local = trained([f"engine.schedule={schedule}"])  # test_placement.py's runs, where both files run
     remote = train_engine([f"engine.schedule={schedule}", "engine.launcher=ray"])
     assert not ray.is_initialized()  # the run's own Ray instance is gone with the schedule
     assert remote["samples"] == local["samples"] and remote["rewards"] == local["rewards"]
