@@ -21,6 +21,8 @@ from rlbench.core.record.stages import Recorder, now
 from conftest import TINY
 from support.cli import only_run, rlbench, sets
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # in-process engines on tiny tensors
+
 G = 2  # samples per prompt in the fake runs
 
 

@@ -67,7 +67,8 @@ def test_model_dtype_is_applied_when_loading(tmp_path):
 
     from conftest import TINY
 
-    cfg = load_config(TINY, ["model.dtype=bfloat16"])
+    # dtype is part of the warm start's cache key: 1 step instead of cpu-tiny's 120 (the path is the same)
+    cfg = load_config(TINY, ["model.dtype=bfloat16", "model.warmstart_steps=1"])
     policy, _, info = load_policy(cfg, load_dataset(cfg.data, cfg.run.seed))
     assert {p.dtype for p in policy.parameters()} == {torch.bfloat16} and info["dtype"] == "bfloat16"
 

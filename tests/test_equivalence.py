@@ -14,6 +14,8 @@ from rlbench.core.record.stages import now
 
 from conftest import TINY
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # in-process engines on tiny tensors
+
 
 def train_params(overrides: list[str], iterations: int = 3):
     from rlbench.core.devices import device as dev

@@ -17,6 +17,8 @@ from rlbench.core.results import schema
 from conftest import TINY, train_engine
 from support.cli import rlbench
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # the in-process engine (the workers have 1 thread each)
+
 
 @pytest.fixture(scope="module")
 def single_process():
