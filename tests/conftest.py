@@ -89,6 +89,26 @@ def async_ladder_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def two_seed_run(tmp_path_factory):
+    """`rlbench run --ablation none --seeds 0,1` of cpu-tiny, 2 iterations, one-core cells (share_devices) on
+    a two-core mask where there are two cores, so the seeds run side by side: the seeds' aggregation
+    (test_seeds.py) and their placement side by side (test_seed_pool.py) of one run.
+    -> (run folder, the completed process, the mask's cores or None)."""
+    import subprocess
+
+    from support.cli import argv, only_run, sets
+
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    mask = ["taskset", "-c", ",".join(map(str, cores))] if len(cores) == 2 else []
+    out = tmp_path_factory.mktemp("two-seeds")
+    proc = subprocess.run([*mask, *argv("run", "--config", TINY, "--out", out, "--ablation", "none", "--seeds", "0,1",
+                                        "--no-progress", *sets("engine.share_devices=true", "run.iterations=2"))],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return only_run(out), proc, cores if mask else None
+
+
+@pytest.fixture(scope="session")
 def async_cell_run(tmp_path_factory):
     """One periodic-async cell of cpu-tiny through the CLI (trainer and rollout workers, queue_wait), 3
     iterations, curves on (TensorBoard, and W&B where installed) and the report written: what the tests of
