@@ -78,6 +78,7 @@ def test_bad_config_exit_code_2_through_cli(tmp_path):
     assert not any(tmp_path.glob("*/results.json"))
 
 
+@pytest.mark.e2e
 def test_out_that_cannot_be_created_is_exit_2_naming_the_path(tmp_path):
     """--out under a plain file: one error naming the folder and the reason, exit 2, no traceback."""
     blocker = tmp_path / "a-file"

@@ -141,6 +141,7 @@ def test_an_inherited_visible_list_is_mapped_not_overwritten():
         visible_env("cuda", 2, {"CUDA_VISIBLE_DEVICES": "4,5"})
 
 
+@pytest.mark.e2e
 def test_a_worker_observes_its_pinned_core_and_threads():
     """A real pinned process reports what the OS gave it (the record placement mismatches are checked on)."""
     import subprocess

@@ -270,6 +270,7 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
     assert res["iterations"][-1]["host_cpu_s"]["driver"] >= 0
 
 
+@pytest.mark.e2e
 def test_evaluation_on_the_worker_equals_evaluation_in_process():
     """The trainer's rank 0 evaluates (the driver only scores) and gets the same answers as the in-process
     evaluation of the same weights."""
