@@ -49,8 +49,81 @@ def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True)
 
 
 @pytest.fixture(scope="session")
+def trained():
+    """train_engine, each distinct call made once per session: the placed engines the equivalence tests of
+    test_placement.py and test_ray.py compare against are the same runs (worker processes, ~10 s each).
+    Callers only read what it returns."""
+    done: dict = {}
+
+    def get(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
+        key = (tuple(overrides), iterations, placed)
+        if key not in done:
+            done[key] = train_engine(overrides, iterations, placed)
+        return done[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def tiny_config_path() -> Path:
     return TINY
+
+
+# The shared `--ablation async` run's overrides: a rollout long enough (lognormal lengths up to 64 tokens, 4
+# sequences at a time) that periodic-async overlaps it with training; 4 iterations, one of them warm-up.
+ASYNC_LADDER = ["rollout.response_length=lognormal", "rollout.response_length_mean=24", "rollout.max_new_tokens=64",
+                "rollout.max_num_seqs=4", "run.iterations=4"]
+
+
+@pytest.fixture(scope="session")
+def async_ladder_run(tmp_path_factory):
+    """`rlbench run --ablation async` of cpu-tiny with ASYNC_LADDER (sync, barrier, periodic-async), report
+    on: the result files (test_cli_run.py) and the placement and overlap (test_placement.py) of one run
+    instead of one each. -> (run folder, the completed process)."""
+    from support.cli import only_run, rlbench, sets
+
+    out = tmp_path_factory.mktemp("async-ladder")
+    proc = rlbench("run", "--config", TINY, "--out", out, "--ablation", "async", "--no-progress", *sets(*ASYNC_LADDER))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return only_run(out), proc
+
+
+@pytest.fixture(scope="session")
+def two_seed_run(tmp_path_factory):
+    """`rlbench run --ablation none --seeds 0,1` of cpu-tiny, 2 iterations, one-core cells (share_devices) on
+    a two-core mask where there are two cores, so the seeds run side by side: the seeds' aggregation
+    (test_seeds.py) and their placement side by side (test_seed_pool.py) of one run.
+    -> (run folder, the completed process, the mask's cores or None)."""
+    import subprocess
+
+    from support.cli import argv, only_run, sets
+
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    mask = ["taskset", "-c", ",".join(map(str, cores))] if len(cores) == 2 else []
+    out = tmp_path_factory.mktemp("two-seeds")
+    proc = subprocess.run([*mask, *argv("run", "--config", TINY, "--out", out, "--ablation", "none", "--seeds", "0,1",
+                                        "--no-progress", *sets("engine.share_devices=true", "run.iterations=2"))],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return only_run(out), proc, cores if mask else None
+
+
+@pytest.fixture(scope="session")
+def async_cell_run(tmp_path_factory):
+    """One periodic-async cell of cpu-tiny through the CLI (trainer and rollout workers, queue_wait), 3
+    iterations, curves on (TensorBoard, and W&B where installed) and the report written: what the tests of
+    what a run records read (test_curves.py, test_hostcpu.py), from one run instead of one each.
+    -> (run folder, the completed process)."""
+    import importlib.util
+
+    from support.cli import only_run, rlbench
+
+    out = tmp_path_factory.mktemp("async-cell")
+    loggers = "tensorboard,wandb" if importlib.util.find_spec("wandb") else "tensorboard"
+    proc = rlbench("run", "--config", TINY, "--ablation", "none", "--set", "engine.schedule=periodic_async",
+                   "--logger", loggers, "--out", out, "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return only_run(out), proc
 
 
 @pytest.fixture(scope="module")

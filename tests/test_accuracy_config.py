@@ -3,13 +3,12 @@ workload is in docs/experiments.md), checking the accuracy curve and time-to-acc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pandas as pd
+import pytest
 
 from conftest import ROOT
+from support.cli import only_run, rlbench, sets
 from rlbench.core.config import load_config
 from rlbench.core.results import schema
 
@@ -18,14 +17,13 @@ SHORT = ["run.iterations=3", "run.warmup_iterations=1", "run.eval_every=1", "dat
          "model.warmstart_steps=20"]
 
 
+@pytest.mark.e2e
 def test_accuracy_config_short_run_through_the_cli(tmp_path):
     cfg = load_config(ACCURACY, SHORT)
-    args = [a for s in SHORT for a in ("--set", s)]
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(ACCURACY), "--ablation", "none",
-                           "--out", str(tmp_path), "--no-progress", *args],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    proc = rlbench("run", "--config", ACCURACY, "--ablation", "none", "--out", tmp_path, "--no-progress",
+                   *sets(*SHORT), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = list(tmp_path.iterdir())
+    run_dir = only_run(tmp_path)
     (res,) = schema.load_run(run_dir)
     assert res["status"] == "complete" and res["config"]["run"]["name"] == "cpu-accuracy"
     assert [e["iteration"] for e in res["evals"]] == [0, 1, 2, 3] and res["evals"][0]["n"] == 8

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, TINY
+from support.cli import rlbench, sets
 
 from rlbench.check import against
 from rlbench.core.errors import UserError
@@ -56,18 +57,16 @@ def test_the_shim_imports_the_old_tree_in_place(tmp_path, monkeypatch):
     assert (Path(out[0]) / "cpu-default.yaml").is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_real_ab_run_interleaves_and_catches_a_planted_decode_slowdown(tmp_path):
     """HEAD (old) and this tree (new), one sync cell of cpu-tiny, 12 iterations: the sampler's decode step
     made four times as slow in the new tree only (RLBENCH_SLOW=decode:3.0) must fail on the rollout cost,
     in the first A/B run and in the second that confirms it (fresh processes; the default --confirm).
     (A 2x decode step measured as +75% rollout cost once in CI, inside the flag line of 7 paired iterations
     of a 2-core machine (+87%): the planted change must stand far outside the noise of so short a run.)"""
-    env = {**os.environ, "RLBENCH_SLOW": "decode:3.0"}
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", "--against", "HEAD", "--config", str(TINY),
-                           "--ablation", "none", "--set", "run.iterations=12", "--set", "run.warmup_iterations=1",
-                           "--set", "engine.schedule=sync", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=900, env=env)
+    proc = rlbench("check", "--against", "HEAD", "--config", TINY, "--ablation", "none",
+                   *sets("run.iterations=12", "run.warmup_iterations=1", "engine.schedule=sync"), "--out", tmp_path,
+                   env={"RLBENCH_SLOW": "decode:3.0"}, timeout=900)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     verdict = proc.stdout.split("\nFAIL")[1]
     assert "confirmed by a second A/B run" in verdict and "cost:rollout: +" in verdict

@@ -2,8 +2,6 @@
 this tests the scheduler, not the model), k = 0 equals sync, and the staleness ablation via the CLI."""
 import json
 import random
-import subprocess
-import sys
 import time
 from types import SimpleNamespace
 
@@ -21,6 +19,9 @@ from rlbench.core.errors import WorkerError
 from rlbench.core.record.stages import Recorder, now
 
 from conftest import TINY
+from support.cli import only_run, rlbench, sets
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # in-process engines on tiny tensors
 
 G = 2  # samples per prompt in the fake runs
 
@@ -265,15 +266,15 @@ def test_staleness_ablation_cells():
     assert "max_staleness" not in cells[1][1].switches()  # an option of the bounded schedules only
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("k,prox", [(1, "recompute"), (2, "loglinear")])
 def test_bounded_async_cell_through_cli(tmp_path, k, prox):
     """One cell of the staleness ablation as a user runs it (the whole ablation: 8 such cells)."""
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "none",
-                           "--set", "engine.schedule=bounded_async", "--set", f"engine.max_staleness={k}",
-                           "--set", f"train.prox_logp={prox}", "--out", str(tmp_path), "--no-progress",
-                           "--no-report"], capture_output=True, text=True, timeout=900)
+    proc = rlbench("run", "--config", TINY, "--ablation", "none", "--out", tmp_path, "--no-progress", "--no-report",
+                   *sets("engine.schedule=bounded_async", f"engine.max_staleness={k}", f"train.prox_logp={prox}"),
+                   timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (folder,) = [p for p in next(tmp_path.iterdir()).iterdir() if (p / "results.json").is_file()]
+    (folder,) = [p for p in only_run(tmp_path).iterdir() if (p / "results.json").is_file()]
     res = json.loads((folder / "results.json").read_text())
     assert res["status"] == "complete" and len(res["iterations"]) == 3
     assert res["config"]["engine"]["max_staleness"] == k and res["config"]["train"]["prox_logp"] == prox

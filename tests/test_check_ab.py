@@ -5,11 +5,10 @@ fails; an unchanged pair passes."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from support.check_runs import ASYNC, SYNC, Cell, row, write_run
+from support.cli import rlbench
 
 from rlbench.check import ab as check_ab, ab_power as check_ab_power, confirm, one_cell, stats as check_stats
 from rlbench.planted.slowdown import STAGES
@@ -94,7 +93,7 @@ def test_t_quantiles_and_the_upper_bound():
 
 def test_cli_judges_an_ab_folder_again(tmp_path):
     ab = ab_folder(tmp_path / "ab", seed_new=0, slow={"optimizer_step": 0.25})
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(ab)], capture_output=True, text=True)
+    proc = rlbench("check", ab)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "cost:optimizer_step +25.0%" in proc.stdout and "optimizer step" in proc.stdout
     assert json.loads((ab / "ab.json").read_text())["verdict"]["exit_code"] == 1
@@ -201,12 +200,11 @@ def test_cli_judges_two_ab_folders_as_a_run_and_its_confirmation(tmp_path):
     a = ab_folder(tmp_path / "a", seed_new=0, slow={"rollout": 0.1})
     b = ab_folder(tmp_path / "b", seed_new=0, slow={"rollout": 0.1})
     c = ab_folder(tmp_path / "c")
-    fail = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(b)], capture_output=True,
-                          text=True)
+    fail = rlbench("check", a, b)
     assert fail.returncode == 1 and "second A/B run (fresh processes), to confirm:" in fail.stdout
     assert json.loads((a / "ab.json").read_text())["confirmed_by"] == str(b.resolve())
     assert "cost:rollout" in json.loads((b / "ab.json").read_text())["combined_verdict"]["worse"]
-    ok = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(c)], capture_output=True, text=True)
+    ok = rlbench("check", a, c)
     assert ok.returncode == 0 and ok.stdout.rstrip().splitlines()[-1].startswith("PASS: nothing flagged by both")
 
 
@@ -217,8 +215,7 @@ def test_a_first_run_whose_cell_failed_fails_although_the_second_is_clean(tmp_pa
     b = ab_folder(tmp_path / "b")
     final = confirm.combine(_judge(a), _judge(b))
     assert final.exit_code == 1 and "status:sync (first A/B run)" in final.verdict
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "check", str(a), str(b)], capture_output=True,
-                          text=True)
+    proc = rlbench("check", a, b)
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "status:sync (first A/B run)" in json.loads((a / "ab.json").read_text())["combined_verdict"]["worse"]
 

@@ -1,10 +1,8 @@
 """Config validation: one clear error naming the key, exit code 2 through the real CLI."""
-import subprocess
-import sys
-
 import pytest
 
 from conftest import TINY
+from support.cli import rlbench
 
 from rlbench.core.config import CONFIG_DIR, load_config, parse_overrides
 from rlbench.core.errors import UserError
@@ -65,8 +63,7 @@ def test_bad_config_names_key(tmp_path, yaml_text, key, hint):
 
 def test_renamed_key_is_one_clear_error_exit_2(tmp_path):
     """engine.backend (how workers are hosted) is engine.launcher now; "backend" is the rollout's."""
-    out = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--set", "engine.backend=ray", "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    out = rlbench("run", "--set", "engine.backend=ray", "--out", tmp_path, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "engine.backend: renamed to engine.launcher (same values)" in out.stderr
     assert load_config(None, ["engine.launcher=ray"]).engine.launcher == "ray"
@@ -75,19 +72,18 @@ def test_renamed_key_is_one_clear_error_exit_2(tmp_path):
 def test_bad_config_exit_code_2_through_cli(tmp_path):
     f = tmp_path / "bad.yaml"
     f.write_text("train:\n  learning_rate: 1\n")
-    out = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(f), "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=120)
+    out = rlbench("run", "--config", f, "--out", tmp_path, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "train.learning_rate" in out.stderr and "unknown key" in out.stderr
     assert not any(tmp_path.glob("*/results.json"))
 
 
+@pytest.mark.e2e
 def test_out_that_cannot_be_created_is_exit_2_naming_the_path(tmp_path):
     """--out under a plain file: one error naming the folder and the reason, exit 2, no traceback."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    out = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out",
-                          str(blocker / "runs")], capture_output=True, text=True, timeout=120)
+    out = rlbench("run", "--config", TINY, "--out", blocker / "runs", timeout=120)
     assert out.returncode == 2, out.stderr
     assert f"--out {blocker / 'runs'}: cannot create the run folder" in out.stderr
     assert "Not a directory" in out.stderr and "Traceback" not in out.stderr
@@ -105,9 +101,8 @@ def test_bad_set_syntax():
 
 def test_ppo_mini_batches_refused_by_builtin_sync_not_ignored(tmp_path):
     """sync used to ignore train.ppo_mini_batches; the built-in engines now refuse it before any cell runs."""
-    out = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "none",
-                          "--set", "train.ppo_mini_batches=2", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=120)
+    out = rlbench("run", "--config", TINY, "--ablation", "none", "--set", "train.ppo_mini_batches=2",
+                  "--out", tmp_path, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "train.ppo_mini_batches=2" in out.stderr and "allowed: 1" in out.stderr
     assert not any(tmp_path.iterdir())

@@ -156,6 +156,7 @@ def test_the_measured_probe_replaces_the_sync_cell_estimate():
     assert predict_contended(cell, samples, events, probe=broken)["kappa_source"] == "sync cell"
 
 
+@pytest.mark.e2e
 def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
     """The calibration step for real, with a slowdown known in advance: both single-thread processes pinned
     to the same core, so together each runs about half the time and its kappa (alone / together - 1) is

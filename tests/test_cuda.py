@@ -77,22 +77,19 @@ def test_sampler_logits_match_hf_on_cuda():
         torch.testing.assert_close(sampler.debug_logits(ids, prefill_len), ref, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.e2e
 def test_tiny_run_on_cuda(tmp_path, tiny_config_path):
     """`rlbench run` (sync, barrier, periodic-async) on the GPU: the pools share cuda:0, TPSPD divides by
     1 device, every worker says cuda:0, and the first iteration (same initial weights, per-sample seeds)
     draws the same samples in every cell. Later ones may drift: CUDA reductions are not bitwise equal
     across the two layouts' kernels, and one flipped token changes a sample."""
-    import subprocess
-    import sys
-
+    from support.cli import only_run, rlbench
     from rlbench.core.results import schema
 
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(tiny_config_path),
-                           "--out", str(tmp_path), "--no-progress", "--no-report",
-                           "--set", "engine.device=cuda", "--set", "engine.share_devices=true"],
-                          capture_output=True, text=True, timeout=600)
+    proc = rlbench("run", "--config", tiny_config_path, "--out", tmp_path, "--no-progress", "--no-report",
+                   "--set", "engine.device=cuda", "--set", "engine.share_devices=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = list(tmp_path.iterdir())
+    run_dir = only_run(tmp_path)
     rewards = {}
     for cell in ("sync", "periodic_async_barrier", "periodic_async"):
         res = schema.load_cell(run_dir / cell)

@@ -2,38 +2,25 @@
 (TensorBoard) and the offline run file (W&B) and compared with iterations.jsonl, which they must repeat."""
 import importlib.util
 import json
-import os
 import re
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, TINY
+from support.cli import rlbench
 
 from rlbench.core.results import schema
 
 HAS_WANDB = importlib.util.find_spec("wandb") is not None
-LOGGERS = "tensorboard,wandb" if HAS_WANDB else "tensorboard"
-
-
-def rlbench(*args, prelude: str = "pass", timeout=600):
-    """The real CLI in a fresh interpreter; prelude runs first (e.g. hiding a package)."""
-    code = f"import sys; {prelude}; from rlbench.cli import main; sys.argv = ['rlbench', *sys.argv[1:]]; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
-                          env=os.environ.copy())
 
 
 @pytest.fixture(scope="module")
-def logged_run(tmp_path_factory):
-    """One periodic-async cell (trainer and rollout workers, queue_wait) of 3 iterations, curves on."""
-    out = tmp_path_factory.mktemp("runs")
-    proc = rlbench("run", "--config", str(TINY), "--ablation", "none", "--set", "engine.schedule=periodic_async",
-                   "--logger", LOGGERS, "--out", str(out), "--no-progress", "--no-report")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = list(out.iterdir())
+def logged_run(async_cell_run):
+    """One periodic-async cell (trainer and rollout workers, queue_wait) of 3 iterations, curves on
+    (conftest.py's shared run)."""
+    run_dir, _ = async_cell_run
     (cell,) = schema.load_run(run_dir)
     return run_dir, cell
 
@@ -48,6 +35,7 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, dict[str, dict[int, float]]]
             for run, tags in mux.Runs().items()}
 
 
+@pytest.mark.e2e
 def test_tensorboard_curves_repeat_iterations_jsonl(logged_run):
     run_dir, cell = logged_run
     runs = tensorboard_scalars(run_dir)
@@ -77,6 +65,7 @@ def test_tensorboard_curves_repeat_iterations_jsonl(logged_run):
     assert val == {e["iteration"]: approx(e["accuracy"]) for e in cell["evals"]} and set(val) == {0, 3}
 
 
+@pytest.mark.e2e
 def test_every_curve_is_in_the_documented_table(logged_run):
     run_dir, cell = logged_run
     rows = [line.split("|")[1] for line in (ROOT / "docs" / "metrics.md").read_text().splitlines()
@@ -109,6 +98,7 @@ def wandb_records(path: Path) -> list:
 
 
 @pytest.mark.skipif(not HAS_WANDB, reason="wandb is not installed (pip install wandb; it is in the dev extra)")
+@pytest.mark.e2e
 def test_wandb_offline_run_repeats_iterations_jsonl(logged_run):
     run_dir, cell = logged_run
     (path,) = (run_dir / "wandb" / cell["cell"]).glob("wandb/offline-run-*/run-*.wandb")

@@ -67,7 +67,8 @@ def test_model_dtype_is_applied_when_loading(tmp_path):
 
     from conftest import TINY
 
-    cfg = load_config(TINY, ["model.dtype=bfloat16"])
+    # dtype is part of the warm start's cache key: 1 step instead of cpu-tiny's 120 (the path is the same)
+    cfg = load_config(TINY, ["model.dtype=bfloat16", "model.warmstart_steps=1"])
     policy, _, info = load_policy(cfg, load_dataset(cfg.data, cfg.run.seed))
     assert {p.dtype for p in policy.parameters()} == {torch.bfloat16} and info["dtype"] == "bfloat16"
 
@@ -140,6 +141,7 @@ def test_an_inherited_visible_list_is_mapped_not_overwritten():
         visible_env("cuda", 2, {"CUDA_VISIBLE_DEVICES": "4,5"})
 
 
+@pytest.mark.e2e
 def test_a_worker_observes_its_pinned_core_and_threads():
     """A real pinned process reports what the OS gave it (the record placement mismatches are checked on)."""
     import subprocess

@@ -4,6 +4,7 @@ combination.
 With groups consumed in dispatch order the parameters after 3 iterations are bitwise identical;
 in arrival order they differ only by floating-point summation order.
 """
+import functools
 import itertools
 
 import pytest
@@ -13,6 +14,15 @@ from rlbench.core.config import load_config
 from rlbench.core.record.stages import now
 
 from conftest import TINY
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # in-process engines on tiny tensors
+
+
+@functools.cache
+def trained(overrides: tuple[str, ...], iterations: int = 3):
+    """train_params, each distinct run once per session (callers only read it): the plain sync run is the
+    reference of two tests."""
+    return train_params(list(overrides), iterations)
 
 
 def train_params(overrides: list[str], iterations: int = 3):
@@ -42,18 +52,18 @@ SWITCHES = list(itertools.product([False, True], [False, True]))
 
 @pytest.mark.parametrize("tri_model, shared_prompt", SWITCHES)
 def test_periodic_async_equals_sync_bitwise(tri_model, shared_prompt):
-    sw = [f"engine.tri_model={tri_model}", f"engine.shared_prompt={shared_prompt}"]
-    sync, s_samples = train_params(sw + ["engine.schedule=sync"])
-    asyn, a_samples = train_params(sw + ["engine.schedule=periodic_async", "engine.consume_order=dispatch"])
+    sw = (f"engine.tri_model={tri_model}", f"engine.shared_prompt={shared_prompt}")
+    sync, s_samples = trained(sw + ("engine.schedule=sync",))
+    asyn, a_samples = train_params([*sw, "engine.schedule=periodic_async", "engine.consume_order=dispatch"])
     assert s_samples == a_samples  # same samples from the same weights
-    init, _ = train_params(sw + ["engine.schedule=sync"], iterations=0)
+    init, _ = train_params([*sw, "engine.schedule=sync"], iterations=0)
     assert any(not torch.equal(init[n], sync[n]) for n in sync)  # training moved the weights
     for n in sync:
         assert torch.equal(sync[n], asyn[n]), n
 
 
 def test_periodic_async_arrival_order_close():
-    sync, _ = train_params(["engine.schedule=sync"])
+    sync, _ = trained(("engine.tri_model=False", "engine.shared_prompt=False", "engine.schedule=sync"))
     asyn, _ = train_params(["engine.schedule=periodic_async", "engine.consume_order=arrival"])
     for n in sync:
         torch.testing.assert_close(asyn[n], sync[n], rtol=1e-5, atol=1e-6)

@@ -2,16 +2,14 @@
 factors in the terminal, families.csv and the report, measured and predicted."""
 import json
 import math
-import os
 import re
 import statistics
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from conftest import TINY
+from support.cli import only_run, rlbench
 from support.report_runs import LADDER, make_families
 from rlbench.core.results import schema
 from rlbench.analysis import families
@@ -122,14 +120,14 @@ PAUSE_S, PAUSED, ITERATIONS = 1.0, (2, 4, 6), 8
 def families_run(tmp_path_factory):
     """The ladder as a user runs it, on the tiny config with generation-bound iterations and planted pauses."""
     out = tmp_path_factory.mktemp("families-cli")
-    env = {**os.environ, "RLBENCH_PAUSE": f"{PAUSE_S}@{','.join(map(str, PAUSED))}", "RLBENCH_SLOW": "decode:3"}
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "families",
-                           "--set", f"run.iterations={ITERATIONS}", "--set", "rollout.response_length=fixed",
-                           "--out", str(out), "--no-progress"], capture_output=True, text=True, timeout=900, env=env)
+    env = {"RLBENCH_PAUSE": f"{PAUSE_S}@{','.join(map(str, PAUSED))}", "RLBENCH_SLOW": "decode:3"}
+    proc = rlbench("run", "--config", TINY, "--ablation", "families", "--set", f"run.iterations={ITERATIONS}",
+                   "--set", "rollout.response_length=fixed", "--out", out, "--no-progress", env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc, next(out.iterdir())
+    return proc, only_run(out)
 
 
+@pytest.mark.e2e
 def test_families_through_the_cli(families_run):
     """Six cells complete, families.csv has six rows, and the factors the terminal prints are the CSV's
     TPSPD ratios."""
@@ -149,6 +147,7 @@ def test_families_through_the_cli(families_run):
     assert stale.sum() > 0 and all(int(s.split("_")[1]) <= 2 for s in stale[stale > 0].index)
 
 
+@pytest.mark.e2e
 def test_a_pause_between_iterations_changes_no_schedules_tpspd(families_run):
     """One window for every schedule: the iterations after a 1 s pause are as long as the others and as
     fast. Before the window was one, a bounded-staleness iteration after the pause was about 1 s longer

@@ -7,8 +7,6 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def test_cpu_seconds_count_a_busy_process_and_its_children():
     from rlbench.core.record.hostcpu import cpu_seconds
@@ -52,17 +50,15 @@ def test_an_iteration_records_the_drivers_share_of_a_core():
     assert 20 <= out["host_cpu_pct"] <= 80  # about half of a core (on a busy machine the spin takes longer)
 
 
-def test_every_process_of_a_real_run_is_counted_and_the_summary_shows_the_driver(tmp_path):
-    """cpu-tiny through the CLI: each iteration has CPU seconds for the driver and both workers (the
-    workers compute, the driver mostly waits), and summary.csv / the terminal table carry the column."""
+@pytest.mark.e2e
+def test_every_process_of_a_real_run_is_counted_and_the_summary_shows_the_driver(async_cell_run):
+    """cpu-tiny through the CLI (periodic-async: conftest.py's shared run): each iteration has CPU seconds for
+    the driver and both workers (the workers compute, the driver mostly waits), and summary.csv / the
+    terminal table carry the column."""
     import csv
     import json
 
-    out = tmp_path / "runs"
-    p = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", os.path.join(ROOT, "configs", "cpu-tiny.yaml"),
-                        "--ablation", "none", "--set", "engine.schedule=periodic_async", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
+    out, p = async_cell_run
     assert "host CPU % of a core" in p.stdout
     res = json.loads(next(out.rglob("results.json")).read_text())
     for it in res["iterations"]:

@@ -3,22 +3,21 @@ planted slowdown (RLBENCH_SLOW) reaches only the cells it names and is recorded 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+
+import pytest
 
 from conftest import TINY
+from support.cli import only_run, rlbench
 
 from rlbench.core.results import schema
 
 
+@pytest.mark.e2e
 def test_interleaved_cells_take_turns_and_planted_slowdown_is_recorded(tmp_path):
-    env = {**os.environ, "RLBENCH_SLOW": "update:0.5@periodic_async"}
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "async",
-                           "--set", "run.interleave=true", "--out", str(tmp_path), "--no-progress", "--no-report"],
-                          capture_output=True, text=True, timeout=900, env=env)
+    proc = rlbench("run", "--config", TINY, "--ablation", "async", "--set", "run.interleave=true", "--out", tmp_path,
+                   "--no-progress", "--no-report", env={"RLBENCH_SLOW": "update:0.5@periodic_async"}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = list(tmp_path.iterdir())
+    run_dir = only_run(tmp_path)
     cells = {r["cell"]: r for r in schema.load_run(run_dir)}
     order = [c["name"] for c in json.loads((run_dir / schema.ABLATION).read_text())["cells"]]
     assert order == ["sync", "periodic_async_barrier", "periodic_async"]

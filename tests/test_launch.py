@@ -10,11 +10,10 @@ import dataclasses
 import json
 import os
 import queue
-import subprocess
-import sys
 
 import pytest
 
+from support.cli import rlbench
 from rlbench.core.errors import WorkerError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -164,6 +163,7 @@ def test_a_mismatch_names_the_worker_the_plan_and_the_observation(monkeypatch):
         launch.check(shared, ray_good, exact_device=False)
 
 
+@pytest.mark.e2e
 def test_cpu_workers_observe_their_own_core_and_the_result_records_it(tmp_path):
     """A real run on 2 cores: every worker reports its one core (different ones) and 1 thread, next to the
     plan in results.json; the driver says it initialised no accelerator."""
@@ -181,12 +181,11 @@ def test_cpu_workers_observe_their_own_core_and_the_result_records_it(tmp_path):
     assert rec["rollout0"]["observed"]["pid"] != os.getpid()
 
 
+@pytest.mark.e2e
 def test_a_worker_given_other_than_its_plan_fails_the_run_with_exit_3(tmp_path):
     out = tmp_path / "runs"
-    env = {**os.environ, "RLBENCH_FAULT": "misplace:trainer0"}
-    p = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", os.path.join(ROOT, "configs", "cpu-tiny.yaml"),
-                        "--ablation", "none", "--set", "engine.schedule=periodic_async", "--out", str(out)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    p = rlbench("run", "--config", os.path.join(ROOT, "configs", "cpu-tiny.yaml"), "--ablation", "none",
+                "--set", "engine.schedule=periodic_async", "--out", out, env={"RLBENCH_FAULT": "misplace:trainer0"})
     assert p.returncode == 3, p.stderr[-2000:]
     assert "placement mismatch" in p.stderr and "trainer0 (planned cpu:1, 1 thread(s)): threads: planned 1, observed 2" in p.stderr
     results = [json.loads(f.read_text()) for f in out.rglob("results.json")]
@@ -271,6 +270,7 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
     assert res["iterations"][-1]["host_cpu_s"]["driver"] >= 0
 
 
+@pytest.mark.e2e
 def test_evaluation_on_the_worker_equals_evaluation_in_process():
     """The trainer's rank 0 evaluates (the driver only scores) and gets the same answers as the in-process
     evaluation of the same weights."""

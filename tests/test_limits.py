@@ -1,7 +1,8 @@
 """Limits checked before any work starts: positions and memory, exit 2 naming the keys and the limit."""
 import pytest
 
-from test_cli_run import TINY, rlbench
+from conftest import TINY
+from support.cli import rlbench
 
 from rlbench.core.config import load_config
 from rlbench.core.devices import limits
@@ -58,6 +59,7 @@ def test_memory_refused_only_when_it_cannot_fit():
         limits.check_memory(cfg(), HALF_B, 128, "cpu", 1 * GIB)
 
 
+@pytest.mark.e2e
 def test_cli_refuses_past_the_positions_before_any_work(tmp_path):
     """The issue's case: --set rollout.max_new_tokens=5000 on the tiny model (2048 positions)."""
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",

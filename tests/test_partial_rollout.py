@@ -140,6 +140,7 @@ def test_without_a_weight_change_mid_sequence_it_is_bounded_async_bitwise():
         assert torch.equal(partial[n], plain[n]), n
 
 
+@pytest.mark.e2e
 def test_a_real_run_interrupts_sequences_and_records_every_tokens_version(tmp_path):
     """k = 2, long responses, the rollout worker's decode step made 6x slower (RLBENCH_SLOW) so that the
     trainer steps while sequences are in flight, and fewer slots than a group's samples (max_num_seqs 3,
@@ -147,21 +148,18 @@ def test_a_real_run_interrupts_sequences_and_records_every_tokens_version(tmp_pa
     samples.jsonl, every sample's behaviour version is its own oldest token's, and no token is more than
     k versions older than the weights it trains."""
     import json
-    import os
-    import subprocess
-    import sys
 
     from conftest import TINY
+    from support.cli import only_run, rlbench, sets
 
-    sets = ["engine.schedule=bounded_async", "engine.max_staleness=2", "engine.partial_rollout=true",
-            "train.prompts_per_iteration=2", "rollout.response_length=fixed", "rollout.response_length_mean=96",
-            "rollout.max_new_tokens=96", "rollout.max_num_seqs=3", "run.iterations=4", "run.warmup_iterations=1"]
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "none",
-                           *[a for s in sets for a in ("--set", s)], "--out", str(tmp_path), "--no-progress",
-                           "--no-report"], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "RLBENCH_SLOW": "decode:5.0"})
+    overrides = sets("engine.schedule=bounded_async", "engine.max_staleness=2", "engine.partial_rollout=true",
+                     "train.prompts_per_iteration=2", "rollout.response_length=fixed",
+                     "rollout.response_length_mean=96", "rollout.max_new_tokens=96", "rollout.max_num_seqs=3",
+                     "run.iterations=4", "run.warmup_iterations=1")
+    proc = rlbench("run", "--config", TINY, "--ablation", "none", *overrides, "--out", tmp_path, "--no-progress",
+                   "--no-report", env={"RLBENCH_SLOW": "decode:5.0"}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (cell,) = [p for p in next(tmp_path.iterdir()).iterdir() if (p / "results.json").is_file()]
+    (cell,) = [p for p in only_run(tmp_path).iterdir() if (p / "results.json").is_file()]
     res = json.loads((cell / "results.json").read_text())
     assert res["switches"]["partial_rollout"] is True
     samples = [json.loads(line) for line in (cell / "samples.jsonl").read_text().splitlines()]

@@ -15,7 +15,9 @@ from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 
 from conftest import TINY, train_engine
-from test_cli_run import rlbench
+from support.cli import rlbench
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # the in-process engine (the workers have 1 thread each)
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +26,11 @@ def single_process():
 
 
 @pytest.fixture(scope="module")
-def dp_sync():
-    return train_engine(["engine.schedule=sync"])  # 1 + 1 devices: two colocated ranks
+def dp_sync(trained):
+    return trained(["engine.schedule=sync"])  # 1 + 1 devices: two colocated ranks
 
 
+@pytest.mark.e2e
 def test_data_parallel_sync_equals_single_process(single_process, dp_sync):
     assert dp_sync["samples"] == single_process["samples"]  # per-sample seeds: any shard, same samples
     assert dp_sync["rewards"] == single_process["rewards"]
@@ -41,6 +44,7 @@ def test_data_parallel_sync_equals_single_process(single_process, dp_sync):
                                                                          if e.worker == w}
 
 
+@pytest.mark.e2e
 def test_periodic_async_equals_data_parallel_sync_bitwise():
     """Pools sharing 2 devices: 2 rollout workers and 2 trainer ranks vs 2 colocated ranks."""
     shared = ["engine.share_devices=true", "engine.rollout_devices=2", "engine.train_devices=2"]
@@ -52,8 +56,9 @@ def test_periodic_async_equals_data_parallel_sync_bitwise():
     assert {"rollout0", "rollout1", "trainer0", "trainer1"} <= {e.worker for e in asyn["events"]}
 
 
-def test_periodic_async_close_to_data_parallel_sync(dp_sync):
-    asyn = train_engine(["engine.schedule=periodic_async"])  # 1 trainer rank vs 2 colocated ranks
+@pytest.mark.e2e
+def test_periodic_async_close_to_data_parallel_sync(dp_sync, trained):
+    asyn = trained(["engine.schedule=periodic_async"])  # 1 trainer rank vs 2 colocated ranks
     assert asyn["samples"] == dp_sync["samples"]
     for n, p in dp_sync["params"].items():
         torch.testing.assert_close(asyn["params"][n], p, rtol=1e-4, atol=1e-6)
@@ -90,16 +95,10 @@ def test_oversubscription_exits_2_through_cli(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def async_ablation(tmp_path_factory):
-    """--ablation async on a workload with a rollout long enough to overlap: sync, barrier, periodic-async."""
-    out = tmp_path_factory.mktemp("runs")
-    proc = rlbench("run", "--config", str(TINY), "--out", str(out), "--ablation", "async", "--no-progress",
-                   "--set", "rollout.response_length=lognormal", "--set", "rollout.response_length_mean=24",
-                   "--set", "rollout.max_new_tokens=64", "--set", "rollout.max_num_seqs=4",
-                   "--set", "run.iterations=4")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = list(out.iterdir())
-    return run_dir, proc
+def async_ablation(async_ladder_run):
+    """--ablation async on a workload with a rollout long enough to overlap: sync, barrier, periodic-async
+    (conftest.py's shared run)."""
+    return async_ladder_run
 
 
 def _overlapping_iterations(events: list[dict]) -> list[int]:
@@ -114,6 +113,7 @@ def _overlapping_iterations(events: list[dict]) -> list[int]:
     return out
 
 
+@pytest.mark.e2e
 def test_async_overlaps_and_barrier_does_not(async_ablation):
     run_dir, proc = async_ablation
     assert _overlapping_iterations(schema.load_events(run_dir / "periodic_async"))
@@ -121,6 +121,7 @@ def test_async_overlaps_and_barrier_does_not(async_ablation):
     assert "device split alone" in proc.stdout  # the attribution sentence
 
 
+@pytest.mark.e2e
 def test_tpspd_divides_by_physical_devices_and_placement_is_recorded(async_ablation):
     run_dir, _ = async_ablation
     sync = schema.load_cell(run_dir / "sync")
@@ -137,6 +138,7 @@ def test_tpspd_divides_by_physical_devices_and_placement_is_recorded(async_ablat
             assert it["tpspd"] == pytest.approx(it["tokens"] / (it["wall_s"] * 2))
 
 
+@pytest.mark.e2e
 def test_shared_devices_divide_by_the_devices_occupied(tmp_path):
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
                    "--no-report", "--set", "engine.schedule=periodic_async", "--set", "engine.share_devices=true",

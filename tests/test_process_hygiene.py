@@ -11,32 +11,29 @@ import uuid
 
 import pytest
 
-from test_cli_run import TINY, clean_env
+from conftest import TINY, default_sigint
+from support.cli import argv, clean_env, only_run
 
 from rlbench.core.devices import procs
 from rlbench.core.results import schema
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's"),
+              pytest.mark.e2e]
 MARK = "RLBENCH_TEST_MARK"
 GONE_WITHIN_S = 10.0
 
 
-def start(tmp_path, *sets: str, env: dict | None = None):
+def start(tmp_path, *sets: str, env: dict | None = None, report: bool = False):
     """`rlbench run` of the tiny config (sync: two colocated worker processes and a process group) in a
-    session of its own, as a terminal would start it; -> (process, mark)."""
+    session of its own, as a terminal would start it (SIGINT at its default: a foreground job gets
+    Ctrl-C); -> (process, mark)."""
     mark = uuid.uuid4().hex
     overrides = [a for s in ["engine.schedule=sync", *sets] for a in ("--set", s)]
-    proc = subprocess.Popen([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out",
-                             str(tmp_path), "--no-progress", "--no-report", "--ablation", "none", *overrides],
+    proc = subprocess.Popen(argv("run", "--config", TINY, "--out", tmp_path, "--no-progress",
+                                 "--report" if report else "--no-report", "--ablation", "none", *overrides),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**clean_env(), MARK: mark, **(env or {})}, preexec_fn=as_in_a_terminal)
+                            env={**clean_env(), MARK: mark, **(env or {})}, preexec_fn=default_sigint)
     return proc, mark
-
-
-def as_in_a_terminal() -> None:
-    """A foreground job of a terminal gets Ctrl-C; a test run from a background job inherits SIGINT
-    ignored, so the child restores it (in the child, before exec)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def left_after(mark: str, since: float) -> list[str]:
@@ -64,11 +61,17 @@ def test_completed_run_leaves_nothing(tmp_path):
     assert left_after(mark, time.monotonic()) == []
 
 
-def test_failed_run_leaves_nothing(tmp_path):
-    proc, mark = start(tmp_path, env={"RLBENCH_FAULT": "trainer_exit:1"})
+def test_dead_colocated_rank_keeps_measured_iterations_and_leaves_nothing(tmp_path):
+    """A colocated rank dies at iteration 2 (RLBENCH_FAULT): exit 3 naming it, iterations 0-1 kept in a
+    'failed' results.json, no process of the run left (the dead rollout worker's case: test_cli_run.py)."""
+    proc, mark = start(tmp_path, env={"RLBENCH_FAULT": "trainer_exit:2"})
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 3, err[-3000:]
     assert left_after(mark, time.monotonic()) == []
+    assert "died while running iteration 2" in err
+    res = schema.load_cell(only_run(tmp_path) / "sync")
+    assert res["status"] == "failed" and "died" in res["error"]
+    assert [it["iteration"] for it in res["iterations"]] == [0, 1]
 
 
 def test_killed_run_leaves_nothing(tmp_path):
@@ -80,18 +83,25 @@ def test_killed_run_leaves_nothing(tmp_path):
     proc.wait()
     assert left_after(mark, time.monotonic()) == []
     _, err = proc.communicate(timeout=60)
-    (run_dir,) = list(tmp_path.iterdir())
-    res = schema.load_cell(run_dir / "sync")
+    res = schema.load_cell(only_run(tmp_path) / "sync")
     assert res["status"] == "interrupted" and len(res["iterations"]) >= 2, err[-3000:]  # saved what it measured
 
 
-def test_interrupted_run_leaves_nothing(tmp_path):
-    proc, mark = start(tmp_path, "run.iterations=100000")
+def test_ctrl_c_exits_130_keeps_iterations_and_leaves_nothing(tmp_path):
+    """SIGINT to the process group, as a terminal's Ctrl-C sends it: exit 130, the cell's measured
+    iterations kept with status interrupted, the report still written, no process left."""
+    proc, mark = start(tmp_path, "run.iterations=100000", report=True)
     wait_for_iterations(proc, tmp_path)
-    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C
-    _, err = proc.communicate(timeout=300)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=300)  # saving results and writing the report; slow on a loaded machine
     assert proc.returncode == 130, err[-3000:]
     assert left_after(mark, time.monotonic()) == []
+    assert "interrupted" in err
+    run_dir = only_run(tmp_path)
+    res = schema.load_cell(run_dir / "sync")
+    assert res["status"] == "interrupted" and len(res["iterations"]) >= 2
+    assert (run_dir / "report.html").is_file()
 
 
 def test_killed_worker_ends_the_run_and_leaves_nothing(tmp_path):

@@ -1,10 +1,13 @@
 """`rlbench run --profile`: per-worker torch.profiler traces that TensorBoard's profiler plugin loads."""
 import json
 
+import pytest
+
 from conftest import TINY
-from test_cli_run import rlbench
+from support.cli import rlbench
 
 
+@pytest.mark.e2e
 def test_profile_traces_load_in_tensorboard_plugin(tmp_path):
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
                    "--no-report", "--profile", "--set", "engine.schedule=periodic_async",

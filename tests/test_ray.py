@@ -13,12 +13,13 @@ import torch  # noqa: E402
 from rlbench.core.results import schema  # noqa: E402
 
 from conftest import TINY, train_engine  # noqa: E402
-from test_cli_run import fault_keeps_iterations, rlbench  # noqa: E402
+from support.cli import fault_keeps_iterations, rlbench  # noqa: E402
 
 
 @pytest.mark.parametrize("schedule", ["sync", "periodic_async"])
-def test_ray_trains_bitwise_like_local_processes(schedule):
-    local = train_engine([f"engine.schedule={schedule}"])
+@pytest.mark.e2e
+def test_ray_trains_bitwise_like_local_processes(schedule, trained):
+    local = trained([f"engine.schedule={schedule}"])  # test_placement.py's runs, where both files run
     remote = train_engine([f"engine.schedule={schedule}", "engine.launcher=ray"])
     assert not ray.is_initialized()  # the run's own Ray instance is gone with the schedule
     assert remote["samples"] == local["samples"] and remote["rewards"] == local["rewards"]
@@ -30,6 +31,7 @@ def test_ray_trains_bitwise_like_local_processes(schedule):
     assert expected <= workers
 
 
+@pytest.mark.e2e
 def test_ray_run_writes_the_local_schema(tmp_path):
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
                    "--no-report", "--set", "engine.schedule=periodic_async", "--set", "engine.launcher=ray",
@@ -44,6 +46,7 @@ def test_ray_run_writes_the_local_schema(tmp_path):
     assert all(0 <= e["start"] <= e["end"] <= res["wall_s_total"] for e in events)
 
 
+@pytest.mark.e2e
 def test_dead_ray_rollout_actor_keeps_measured_iterations(tmp_path):
     fault_keeps_iterations(tmp_path, "rollout_exit:2", ["engine.schedule=periodic_async", "engine.launcher=ray"],
                            "periodic_async", "rollout0 died", "_RayWorker")

@@ -3,12 +3,11 @@ config file, machine and date that made them; the numbers are the result files' 
 of those facts in ablation.json (bench/run/ablation.py new_record)."""
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from conftest import TINY
+from support.cli import rlbench
 from support.report_runs import make_ablation, make_families
 from rlbench.core.config import load_config
 from rlbench.core.results import schema
@@ -86,8 +85,7 @@ def test_families_ladder_section(tmp_path):
 def test_the_cli_prints_markdown_and_writes_nothing(tmp_path):
     root = make_ablation(tmp_path / "run")
     before = sorted(p.name for p in root.iterdir())
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "report", str(root), "--markdown"],
-                          capture_output=True, text=True, timeout=120)
+    proc = rlbench("report", root, "--markdown", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("## run (`--ablation async`)\n") and "| cell | TPSPD median (min–max)" in proc.stdout
     assert sorted(p.name for p in root.iterdir()) == before  # no report.html, no summary.csv

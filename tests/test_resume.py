@@ -6,13 +6,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from test_cli_run import TINY, clean_env, rlbench
-from test_process_hygiene import as_in_a_terminal
+from conftest import TINY, default_sigint
+from support.cli import argv, clean_env, only_run, rlbench
 
 from rlbench.core.results import schema
 
@@ -22,13 +21,13 @@ def interrupted(tmp_path_factory):
     """Two cells (one per seed) interrupted by Ctrl-C in the second: -> the run folder."""
     out = tmp_path_factory.mktemp("runs")
     # Planted slowdowns keep the second cell mid-run when the signal lands: unslowed, a tiny cell's last
-    # iterations can finish between the poll below and the SIGINT (CI saw it complete, exit 130).
-    env = {**clean_env(), "RLBENCH_SLOW": "decode:10,update:10"}
-    proc = subprocess.Popen([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--out", str(out),
-                             "--no-progress", "--no-report", "--ablation", "none", "--seeds", "0,1",
-                             "--set", "run.iterations=6"],
+    # iterations can finish between the poll below and the SIGINT (CI saw it complete, exit 130). The first
+    # cell, which must complete, runs at full speed.
+    env = {**clean_env(), "RLBENCH_SLOW": "decode:10@sync@seed1,update:10@sync@seed1"}
+    proc = subprocess.Popen(argv("run", "--config", TINY, "--out", out, "--no-progress", "--no-report",
+                                 "--ablation", "none", "--seeds", "0,1", "--set", "run.iterations=6"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=env, preexec_fn=as_in_a_terminal)
+                            env=env, preexec_fn=default_sigint)
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None:
         second = list(out.glob("*/sync@seed1/" + schema.ITERATIONS))
@@ -39,10 +38,10 @@ def interrupted(tmp_path_factory):
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-3000:]
-    (run_dir,) = list(out.iterdir())
-    return run_dir
+    return only_run(out)
 
 
+@pytest.mark.e2e
 def test_resume_keeps_completed_cells_and_reruns_the_interrupted_one(interrupted, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(interrupted, run_dir)
@@ -64,6 +63,7 @@ def test_resume_keeps_completed_cells_and_reruns_the_interrupted_one(interrupted
     assert re.search(r"^sync\s+2\s", proc.stdout, re.M)  # the table aggregates both seeds' cells
 
 
+@pytest.mark.e2e
 def test_resume_refuses_other_code(interrupted, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(interrupted, run_dir)
@@ -75,6 +75,7 @@ def test_resume_refuses_other_code(interrupted, tmp_path):
     assert (run_dir / "sync@seed1" / schema.RESULTS).is_file()  # nothing changed
 
 
+@pytest.mark.e2e
 def test_resume_refuses_a_kept_cell_of_another_config(interrupted, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(interrupted, run_dir)

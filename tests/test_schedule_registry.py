@@ -4,8 +4,6 @@ that way (one_step_off) is a whole schedule everywhere."""
 import ast
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -131,13 +129,15 @@ def test_a_records_cells_join_the_ablations_it_names():
     assert table["staleness"] == [("a", {}), ("extra_k1", {"schedule": "extra", "max_staleness": 1})]
 
 
+@pytest.mark.e2e
 def test_one_step_off_cell_through_cli(tmp_path):
     """The new schedule as a user runs it: complete, every sample at most one version stale."""
-    proc = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--ablation", "none",
-                           "--set", "engine.schedule=one_step_off", "--out", str(tmp_path), "--no-progress",
-                           "--no-report"], capture_output=True, text=True, timeout=900)
+    from support.cli import only_run, rlbench
+
+    proc = rlbench("run", "--config", TINY, "--ablation", "none", "--set", "engine.schedule=one_step_off",
+                   "--out", tmp_path, "--no-progress", "--no-report", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (folder,) = [p for p in next(tmp_path.iterdir()).iterdir() if (p / "results.json").is_file()]
+    (folder,) = [p for p in only_run(tmp_path).iterdir() if (p / "results.json").is_file()]
     res = json.loads((folder / "results.json").read_text())
     assert res["status"] == "complete" and res["switches"]["schedule"] == "one_step_off"
     assert res["switches"]["max_staleness"] == 1

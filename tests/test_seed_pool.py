@@ -1,4 +1,6 @@
 """--seeds side by side (bench/run/seed_pool.py): cells of different seeds at once only on disjoint cores."""
+import pytest
+
 from rlbench.core.config import RunConfig, with_overrides
 from rlbench.run.seed_pool import core_slots, parallel_plan
 
@@ -31,28 +33,17 @@ def test_accelerators_and_single_seeds_stay_sequential():
     assert parallel_plan(todo([None])) == []
 
 
-def test_two_seeds_side_by_side_on_their_own_cores(tmp_path):
-    """One-core cells (share_devices) on a two-core mask: seeds 0 and 1 run at once, each pinned to a core
-    the other does not use, and both complete as a sequential run's would."""
+@pytest.mark.e2e
+def test_two_seeds_side_by_side_on_their_own_cores(two_seed_run):
+    """One-core cells (share_devices) on a two-core mask (conftest.py's shared run): seeds 0 and 1 run at
+    once, each pinned to a core the other does not use, and both complete as a sequential run's would."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    import pytest
-
-    from conftest import TINY
     from rlbench.core.results import schema
 
-    if len(os.sched_getaffinity(0)) < 2:
+    run_dir, _, cores = two_seed_run
+    if cores is None:
         pytest.skip("needs two cores")
-    cores = sorted(os.sched_getaffinity(0))[:2]
-    proc = subprocess.run(["taskset", "-c", ",".join(map(str, cores)), sys.executable, "-m", "rlbench.cli",
-                           "run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none",
-                           "--seeds", "0,1", "--no-progress", "--set", "engine.share_devices=true",
-                           "--set", "run.iterations=2"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = list(tmp_path.iterdir())
     abl = json.loads((run_dir / schema.ABLATION).read_text())
     res = [json.loads((run_dir / c["dir"] / schema.RESULTS).read_text()) for c in abl["cells"]]
     assert [r["status"] for r in res] == ["complete", "complete"]

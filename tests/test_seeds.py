@@ -2,24 +2,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 from conftest import TINY
+from support.cli import rlbench
 from rlbench.core.config import load_config
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.run.ablation import cells_for
 from rlbench.run.seeds import expand, parse_seeds
-
-
-def rlbench(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "rlbench.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
 
 
 def test_parse_seeds():
@@ -48,11 +41,9 @@ def test_bad_seeds_exit_2_before_anything_runs(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_two_seed_run_through_the_cli(tmp_path):
-    proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--seeds", "0,1",
-                   "--no-progress", "--set", "run.iterations=2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = list(tmp_path.iterdir())
+@pytest.mark.e2e
+def test_two_seed_run_through_the_cli(two_seed_run):
+    run_dir, proc, _ = two_seed_run  # conftest.py's: the two seeds side by side where there are two cores
     abl = json.loads((run_dir / schema.ABLATION).read_text())
     assert abl["seeds"] == [0, 1] and [c["name"] for c in abl["cells"]] == ["sync@seed0", "sync@seed1"]
     res = [json.loads((run_dir / c["dir"] / schema.RESULTS).read_text()) for c in abl["cells"]]

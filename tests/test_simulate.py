@@ -285,8 +285,8 @@ def test_no_torch_import():
 
 
 def test_removed_exponent_option_exits_2_through_the_real_cli():
-    import subprocess
-    proc = subprocess.run([sys.executable, "-c", "from rlbench.cli import main; main()", "simulate",
-                           "--preset", "paper-7b", "--exponent", "1"], capture_output=True, text=True)
+    from support.cli import rlbench
+
+    proc = rlbench("simulate", "--preset", "paper-7b", "--exponent", "1")
     assert proc.returncode == 2 and "No such option: --exponent" in proc.stderr, proc.stderr[-500:]
     assert "Traceback" not in proc.stderr

@@ -4,10 +4,10 @@ the busy-wait is compared with the stage's own measured duration)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+
+from support.cli import rlbench
 
 from rlbench.core.errors import UserError
 from rlbench.planted import burn, slowdown
@@ -81,10 +81,8 @@ def test_recorder_stage_grows_by_the_fraction(monkeypatch):
 
 
 def test_cli_rejects_a_bad_spec_before_running(tmp_path):
-    env = {**os.environ, slowdown.ENV: "update:lots"}
-    p = subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--ablation", "async", "--out",
-                        str(tmp_path), "--no-report", "--no-progress"], env=env, capture_output=True, text=True,
-                       timeout=120)
+    p = rlbench("run", "--ablation", "async", "--out", tmp_path, "--no-report", "--no-progress",
+                env={slowdown.ENV: "update:lots"}, timeout=120)
     assert p.returncode == 2, p.stderr
     assert "RLBENCH_SLOW='update:lots'" in p.stderr and "0 < FRACTION" in p.stderr
     assert not any(tmp_path.iterdir())  # nothing run, no run folder

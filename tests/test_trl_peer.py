@@ -1,12 +1,10 @@
 """TRL's GRPOTrainer beside rlbench, for real: one `rlbench run --ablation peers` on the tiny config through
 the CLI (shared by the tests of this module), read back from its result files; and the refusals (exit 2)
 before anything runs."""
-import subprocess
-import sys
-
 import pytest
 
 from conftest import TINY
+from support.cli import rlbench
 from rlbench.core.results import schema
 
 pytest.importorskip("trl")
@@ -16,8 +14,7 @@ CELLS = ("sync", "periodic_async", "trl", "trl_off_policy", "sync+tri_model+shar
 
 
 def cli(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "rlbench.cli", "run", "--config", str(TINY), "--no-progress", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return rlbench("run", "--config", TINY, "--no-progress", *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +32,7 @@ def peers(tmp_path_factory):
     return run_dir, cells, proc.stdout
 
 
+@pytest.mark.e2e
 def test_every_cell_completes_on_the_same_devices(peers):
     _, cells, _ = peers
     assert tuple(cells) == CELLS
@@ -51,6 +49,7 @@ def test_every_cell_completes_on_the_same_devices(peers):
         assert {p["observed"]["session"] for p in placed} == {cells[name]["external"]["session"]}
 
 
+@pytest.mark.e2e
 def test_trl_trains_the_same_prompts_per_iteration(peers):
     """Both engines train each iteration's prompts x G samples, the same prompts (by length and index)."""
     _, cells, _ = peers
@@ -63,6 +62,7 @@ def test_trl_trains_the_same_prompts_per_iteration(peers):
             assert it["num_samples"] == cells["sync"]["config"]["train"]["prompts_per_iteration"] * g
 
 
+@pytest.mark.e2e
 def test_tpspd_is_rlbench_formula_over_the_step_window(peers):
     """tokens = prompt + response tokens of the trained samples (TRL's own counter agrees); TPSPD = tokens /
     (window x devices); the window holds every stage event of the iteration and no evaluation."""
@@ -83,6 +83,7 @@ def test_tpspd_is_rlbench_formula_over_the_step_window(peers):
                 assert e["end"] <= it["start"] or e["start"] >= it["end"]
 
 
+@pytest.mark.e2e
 def test_stages_under_rlbench_names(peers):
     """On-policy TRL skips the old-policy pass; with 2 steps per generation it computes it, and its samples
     are trained at most one version late (staleness 1), where on-policy cells train at 0."""
@@ -97,6 +98,7 @@ def test_stages_under_rlbench_names(peers):
     assert {s["trained_version"] - s["behaviour_version"] for s in off["_samples"]} == {0, 1}
 
 
+@pytest.mark.e2e
 def test_accuracy_by_rlbench_evaluation(peers):
     _, cells, _ = peers
     for name in ("trl", "trl_off_policy"):
@@ -106,6 +108,7 @@ def test_accuracy_by_rlbench_evaluation(peers):
         assert evals[0]["accuracy"] == cells["sync"]["evals"][0]["accuracy"]  # the same initial weights, greedy
 
 
+@pytest.mark.e2e
 def test_peers_table_and_report(peers):
     """peers.csv: the stage deltas against sync add up to the difference of the totals; the terminal and
     report.html show the section."""

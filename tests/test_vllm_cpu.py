@@ -9,8 +9,6 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -31,10 +29,10 @@ LOGPROB_TOL = 1e-4  # fp32 engine vs fp32 trainer: measured ~4e-6 (different ker
 
 def test_vllm_missing_is_exit_2_with_the_install_command(tmp_path):
     """Without vllm (imports of it blocked here), rollout.backend=vllm stops before any cell: exit 2."""
-    code = ("import sys; sys.modules['vllm'] = None; from rlbench.cli import main; "
-            f"sys.argv = ['rlbench', 'run', '--config', {str(TINY)!r}, '--set', 'rollout.backend=vllm', "
-            f"'--out', {str(tmp_path)!r}]; main()")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    from support.cli import rlbench
+
+    p = rlbench("run", "--config", TINY, "--set", "rollout.backend=vllm", "--out", tmp_path,
+                prelude="sys.modules['vllm'] = None", timeout=120)
     assert p.returncode == 2, p.stderr
     assert "bash scripts/setup.sh --vllm" in p.stderr
     assert not list(tmp_path.iterdir())  # no run folder: nothing ran
@@ -190,7 +188,7 @@ def test_periodic_async_and_bounded_k0_equal_sync_with_vllm_rollouts(engine):
 def test_dead_vllm_engine_ends_the_run_with_exit_3(tmp_path):
     """The vLLM engine dies while generating iteration 2 (test hook in the backend's step loop; the engine
     core runs inside the rollout worker process): exit 3, iterations 0-1 kept, no process left."""
-    from test_cli_run import fault_keeps_iterations
+    from support.cli import fault_keeps_iterations
 
     fault_keeps_iterations(tmp_path, "vllm_engine_exit:2", VLLM_TINY + ["engine.schedule=periodic_async"],
                            "periodic_async", "worker rollout0 died", "rlbench-rollout0")

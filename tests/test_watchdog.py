@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from test_cli_run import TINY, clean_env, rlbench
+from conftest import TINY
+from support.cli import clean_env, rlbench
 
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 from rlbench.core.errors import WorkerError
@@ -90,6 +91,7 @@ def planted_hang(tmp_path, schedule: str, sets: list[str]):
     return proc, res
 
 
+@pytest.mark.e2e
 def test_planted_hang_ends_the_run_naming_worker_and_stage(tmp_path):
     proc, res = planted_hang(tmp_path, "periodic_async", ["engine.hang_timeout_s=4"])
     assert proc.returncode == 3, proc.stderr[-3000:]
@@ -101,6 +103,7 @@ def test_planted_hang_ends_the_run_naming_worker_and_stage(tmp_path):
     assert res["wall_s_total"] - res["iterations"][-1]["end"] < 4 + 30
 
 
+@pytest.mark.e2e
 def test_planted_hang_auto_limit_from_measured_stages(tmp_path):
     """No fixed limit: 10x the longest stage so far, at least the floor (small here)."""
     proc, res = planted_hang(tmp_path, "sync", ["engine.hang_floor_s=3"])
