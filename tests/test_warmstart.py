@@ -88,20 +88,25 @@ def test_every_module_a_warm_start_runs_is_in_the_cache_key(tmp_path):
     import sys
 
     code = ("import json, sys\n"
+            "def engine_files(): return {m.__file__ for n, m in sys.modules.items() if n.startswith('rlbench.engines.')}\n"
             "from rlbench.core.config import load_config\n"
+            "cfg = load_config(None, ['model.warmstart_steps=2', 'data.train_size=64'])\n"
+            "config_time = engine_files()\n"
             "from rlbench.engines.data.source import load_dataset\n"
             "from rlbench.engines.model.loader import load_policy\n"
             "from rlbench.engines.model.tiny import warmstart_sources\n"
-            "cfg = load_config(None, ['model.warmstart_steps=2', 'data.train_size=64'])\n"
             "load_policy(cfg, load_dataset(cfg.data, cfg.run.seed))\n"
-            "files = {m.__file__ for n, m in sys.modules.items() if n.startswith('rlbench.engines.')}\n"
-            "print(json.dumps({'ran': sorted(files), 'key': sorted(map(str, warmstart_sources()))}))\n")
+            "print(json.dumps({'config': sorted(config_time), 'ran': sorted(engine_files() - config_time),\n"
+            "                  'key': sorted(map(str, warmstart_sources()))}))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "RLBENCH_CACHE": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.splitlines()[-1])
     assert any(f.endswith("tokenizer.py") for f in got["ran"])  # the warm start really ran through them
     assert set(got["ran"]) <= set(got["key"]), set(got["ran"]) - set(got["key"])
+    # Loading the config imports the schedules' records (their options are the engine.* sections, which the
+    # warm start reads none of, so the key leaves them out); any other engine module there must be keyed too.
+    assert all("/engines/schedules/" in f for f in set(got["config"]) - set(got["key"])), got["config"]
 
 
 def test_direct_answers_leave_the_working_out_in_the_configured_share():

@@ -35,7 +35,7 @@ from pathlib import Path
 from rlbench.core.errors import UserError
 
 PROTOCOL = 2
-PROTOCOL_CODE = "38be7984ca370539"  # code_fingerprint() of the code of PROTOCOL: change both together
+PROTOCOL_CODE = "61d83c51690e9c1d"  # code_fingerprint() of the code of PROTOCOL: change both together
 ENV = "RLBENCH_RING"  # "<folder>:<side>": join that ring as that side (set by `rlbench check --against`)
 STARTING, RUNNING, GONE = "starting", "running", "gone"
 POLL_S = 0.5  # a waiting seat re-reads the state this often even when nobody wakes it (dead processes)

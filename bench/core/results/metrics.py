@@ -150,9 +150,12 @@ def aggregate(iterations: list[dict], evals: list[dict], peak: dict | None = Non
 def cell_result(*, cell: str, switches: dict, config: dict, provenance: dict, status: str, error: str | None,
                 model: dict, iterations: list[dict], evals: list[dict], placement: list[dict],
                 devices: int | None, wall_s_total: float, rollout_stats: list[dict] | None = None,
-                final_params_sha256: str | None = None, clock_t0: float | None = None, **extra) -> dict:
+                final_params_sha256: str | None = None, clock_t0: float | None = None,
+                lifecycle: dict | None = None, **extra) -> dict:
     """results.json of a cell, the same keys for the built-in engines and the external adapters; the
-    aggregates are computed here from the iterations and evaluations."""
+    aggregates are computed here from the iterations and evaluations. lifecycle: start-up, evaluation
+    seconds and each process's peak memory and CPU (bench/core/record/lifecycle.py); None where rlbench did
+    not start the processes (an external framework's log)."""
     return {"schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": cell, "switches": switches,
             "config": config, "provenance": provenance, "status": status, "error": error, "model": model,
             "iterations": iterations, "evals": evals, "rollout_stats": rollout_stats or [],
@@ -160,7 +163,7 @@ def cell_result(*, cell: str, switches: dict, config: dict, provenance: dict, st
             "aggregates": aggregate(iterations, evals, provenance.get("peak")) if iterations else {},
             "wall_s_total": wall_s_total, "final_params_sha256": final_params_sha256,
             "clock_t0": clock_t0,  # system-wide monotonic clock at the cell's time 0 (None: not ours)
-            **extra}
+            "lifecycle": lifecycle, **extra}
 
 
 def _mean_or_none(xs):
