@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from rlbench.analysis.data import RunData
+from rlbench.analysis.data import RunData, read_table
 from rlbench.reports.html import esc, table
 from rlbench.reports.tables import fmt
 from rlbench.reports.text_table import wrap
@@ -30,11 +30,7 @@ NOTE = ("Each rung adds one thing to the rung above it, on the same devices and 
 
 def read(run: RunData) -> pd.DataFrame | None:
     """families.csv of the run folder (None where there is none: not a families ladder)."""
-    path = run.path / CSV
-    if not path.is_file():
-        return None
-    frame = pd.read_csv(path)
-    return frame.astype(object).where(frame.notna(), None)
+    return read_table(run.path / CSV)
 
 
 def x(v) -> str:

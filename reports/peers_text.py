@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlbench.analysis.data import RunData
+from rlbench.analysis.data import RunData, read_table
 from rlbench.reports.html import esc, table
 from rlbench.reports.tables import fmt
 from rlbench.reports.text_table import fit
@@ -37,11 +37,8 @@ NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, samp
 
 
 def read(run: RunData) -> pd.DataFrame | None:
-    path = run.path / CSV
-    if not path.is_file():
-        return None
-    frame = pd.read_csv(path)
-    return frame.astype(object).where(frame.notna(), None)
+    """peers.csv of the run folder (None where there is none: no peer framework's cell)."""
+    return read_table(run.path / CSV)
 
 
 def x(v) -> str:

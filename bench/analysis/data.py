@@ -159,3 +159,13 @@ def get_path(d: dict, dotted: str):
         d = d.get(key)
     return d
 
+
+def read_table(path: Path):
+    """A CSV the analysis wrote into a run folder (families.csv, peers.csv) as a DataFrame with None for
+    missing values; None where the file is not there (the run is not of that kind)."""
+    import pandas as pd
+
+    if not Path(path).is_file():
+        return None
+    frame = pd.read_csv(path)
+    return frame.astype(object).where(frame.notna(), None)
