@@ -35,5 +35,7 @@ def test_accuracy_config_short_run_through_the_cli(tmp_path):
     assert 0 < acc["train_wall_s"][0] <= sum(it["wall_s"] for it in res["iterations"]) + res["iterations"][-1]["end"]
     assert acc["mixed_groups_first"].notna().all()
     assert (run_dir / "plots" / "accuracy_time.png").is_file()
-    assert "time to target" in proc.stdout
+    assert "acc before→after" in proc.stdout  # the terminal's key columns; the time-to-target table with --wide
+    wide = rlbench("report", run_dir, "--wide")
+    assert wide.returncode == 0 and "time to target" in wide.stdout
     assert json.loads((run_dir / schema.ABLATION).read_text())["cells"][0]["exit_code"] == 0

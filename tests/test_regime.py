@@ -266,8 +266,9 @@ def test_quick_map_through_the_cli(tmp_path):
         assert lengths[0] == lengths[1] == lengths[2]
     heavy, light = f[f["point"].str.contains("heavy")], f[f["point"].str.contains("light")]
     assert heavy["longest_response"].min() > light["longest_response"].max()
-    assert proc.stdout.count("periodic asynchrony wins") + proc.stdout.count("periodic asynchrony loses") >= 2
-    assert "Periodic asynchrony pays" in proc.stdout and (run_dir / "plots" / "regime.png").is_file()
+    verdict = " ".join(proc.stdout.split("\n\n")[0].split())  # the verdict block, its lines unwrapped
+    assert sum(verdict.count(w) for w in ("wins here", "loses here", "about even here")) >= 2  # one per point
+    assert "On this machine it pays " in verdict and (run_dir / "plots" / "regime.png").is_file()
 
 
 def test_report_add_puts_a_natural_tail_on_the_map(tmp_path):
