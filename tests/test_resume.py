@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+import pandas as pd
 import pytest
 
 from conftest import TINY, default_sigint
@@ -60,7 +61,8 @@ def test_resume_keeps_completed_cells_and_reruns_the_interrupted_one(interrupted
     assert [c["exit_code"] for c in json.loads((run_dir / schema.ABLATION).read_text())["cells"]] == [0, 0]
     assert {r["cell"] for r in schema.load_run(run_dir)} == {"sync@seed0", "sync@seed1"}
     assert (run_dir / "report.html").is_file()
-    assert re.search(r"^sync\s+2\s", proc.stdout, re.M)  # the table aggregates both seeds' cells
+    assert re.search(r"^sync\s", proc.stdout, re.M) and "median over seeds" in proc.stdout  # one row, both seeds
+    assert pd.read_csv(run_dir / "summary.csv").set_index("cell")["seeds"]["sync"] == 2
 
 
 @pytest.mark.e2e
