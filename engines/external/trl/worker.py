@@ -24,12 +24,7 @@ def main(argv: list[str]) -> None:
     rank = int(rank)
     dev.pin("cpu", rank, 1)  # before torch does any work: its core, one intra-op thread
     spec = json.loads(Path(spec_path).read_text())
-    train(spec, rank)
-    # Every file is closed: leave without the interpreter's teardown, which was seen to hang for good in a
-    # rank whose gloo group had been destroyed (a native thread left behind).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    train(spec, rank)  # leaves the process itself (os._exit) once its files are closed
 
 
 def train(spec: dict, rank: int) -> None:
@@ -52,6 +47,12 @@ def train(spec: dict, rank: int) -> None:
         clock.gate.leave()
     _finish()
     out.close()
+    # Leave here, with the trainer still referenced: freeing it (DDP's reducer, gloo's context) after the
+    # process group was destroyed was seen to block a rank for good in a native wait, so neither this
+    # frame's unwinding nor the interpreter's teardown runs.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def build(spec: dict, cfg, dataset, rank: int, out):
