@@ -5,6 +5,8 @@
 #   bash scripts/gpu_session.sh probe     # GPU tests, micro-benchmarks, a 2-iteration 0.5B-shape run
 #   bash scripts/gpu_session.sh ablation  # configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all, flex + tiny-run tests
 #   bash scripts/gpu_session.sh packing7b # the shared-prompt train step on the Qwen2.5-7B shape
+#   bash scripts/gpu_session.sh quick     # all of the above but 7B in one command of at most ~9.5 min:
+#                                         # env, GPU tests, micro, 0.5B --ablation async and all (2 iterations)
 #
 # Everything goes to ${OUT:-gpu-out}/: log.txt, micro.json, and each run folder as a .tar.gz (traces
 # left out).
@@ -53,6 +55,27 @@ packing7b)
     timeout 90 python3 scripts/micro.py --device cuda --model configs/models/qwen2.5-7b.json --only packing \
         --out "$OUT/micro-7b.json"
     ;;
-*) echo "unknown phase $phase (probe | ablation | packing7b)"; exit 2 ;;
+quick)
+    # Every step is bounded and independent: one that fails or runs out of time leaves the others' results.
+    # The run folders go back as one archive (the device tool returns at most 8 files).
+    echo "== rlbench env (bf16 peak)"; date
+    timeout 45 rlbench env --dtype bfloat16 --remeasure > "$OUT/env.json"; cat "$OUT/env.json"
+    echo "== GPU tests"; date
+    timeout 110 python3 -m pytest -q -m gpu tests/test_cuda.py tests/test_device.py -p no:cacheprovider \
+        --tb=short -rs
+    echo "== micro-benchmarks (0.5B shape, bf16)"; date
+    timeout 80 python3 scripts/micro.py --device cuda --batches 1,8,64 --rounds 3 --warmup 1 --out "$OUT/micro.json"
+    nvidia-smi dmon -s ut -d 1 > "$OUT/dmon.txt" 2>&1 &
+    dmon=$!
+    for abl in async all; do
+        echo "== 0.5B shape --ablation $abl, 2 iterations per cell"; date
+        timeout "$([ $abl = async ] && echo 130 || echo 200)" rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml \
+            --ablation "$abl" --out runs-gpu --no-progress "${GPU_SET[@]}" --set run.iterations=2 \
+            --set run.warmup_iterations=1 --set run.name="qwen05-$abl"
+    done
+    kill "$dmon" 2>/dev/null
+    tar --exclude=traces -czf "$OUT/runs.tar.gz" runs-gpu 2>/dev/null
+    ;;
+*) echo "unknown phase $phase (probe | ablation | packing7b | quick)"; exit 2 ;;
 esac
 date
