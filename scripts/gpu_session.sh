@@ -76,6 +76,19 @@ quick)
     kill "$dmon" 2>/dev/null
     tar --exclude=traces -czf "$OUT/runs.tar.gz" runs-gpu 2>/dev/null
     ;;
-*) echo "unknown phase $phase (probe | ablation | packing7b | quick)"; exit 2 ;;
+tests)
+    # The GPU tests one by one with full tracebacks (a timeout loses pytest's summary), the tiny run's
+    # folders kept; then the sampler against HF generate at larger batches.
+    for t in "test_packed_equals_unpacked_on_cuda[flex-bf16]" test_tiny_run_on_cuda; do
+        echo "== $t"; date
+        timeout 100 python3 -m pytest -q -p no:cacheprovider --tb=long --basetemp=/tmp/pt "tests/test_cuda.py::$t"
+    done
+    timeout 20 python3 -m pytest -q -p no:cacheprovider --tb=long -m gpu tests/test_device.py
+    tar -czf "$OUT/tiny-run.tar.gz" -C /tmp pt 2>/dev/null
+    echo "== sampler against HF generate"; date
+    timeout 45 python3 scripts/micro.py --device cuda --only sampler --batches 8,64 --rounds 2 --warmup 1 \
+        --out "$OUT/micro-sampler.json"
+    ;;
+*) echo "unknown phase $phase (probe | ablation | packing7b | quick | tests)"; exit 2 ;;
 esac
 date
