@@ -371,3 +371,18 @@ def test_help_ends_with_what_the_columns_mean(command):
     for phrase in ("What the table and the verdict say", "rollout %: share of a sync iteration spent generating",
                    "about even: within ±2%", "--wide"):
         assert phrase in text, phrase
+
+
+def test_a_cell_stopped_during_warm_up_reports_no_tpspd():
+    """A cell interrupted before its first measured iteration (a timeout during the warm-up) has no
+    TPSPD: its warm-up iteration is kept in `iterations`, never presented as the cell's measurement."""
+    from rlbench.core.results.metrics import aggregate
+
+    warm = {"iteration": 0, "warmup": True, "tpspd": 505.8, "wall_s": 24.3, "rollout_tokens_per_s": 349.4,
+            "train_tokens_per_s": 3330.4, "stage_s": {"rollout": 20.6}, "idle_frac": {"colocated0": 0.0},
+            "staleness_max": 0, "staleness_mean": 0.0, "reward_mean": 0.0, "tokens": 12301}
+    agg = aggregate([warm], [])
+    assert agg["tpspd"] == {"median": None, "min": None, "max": None, "n": 0}
+    assert agg["measured_iterations"] == 0 and agg["total_tokens"] == 12301
+    measured = aggregate([warm, {**warm, "iteration": 1, "warmup": False, "tpspd": 600.0}], [])
+    assert measured["tpspd"]["median"] == 600.0 and measured["measured_iterations"] == 1

@@ -95,7 +95,7 @@ def _outcome(run: CellRun, pacer):
         yield
         run.status = "complete"
     except KeyboardInterrupt:
-        run.status, run.error = "interrupted", "interrupted by the user (Ctrl-C)"
+        run.status, run.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
         raise
     except UserError:
         run.status = "rejected"  # bad input: nothing measured, nothing presented as a result

@@ -153,7 +153,7 @@ def launch_and_record(argv: list[str], out: Path, log_path: Path, framework: str
         status = "complete" if rc == 0 else "failed"
         error = None if rc == 0 else f"{framework} exited with code {rc}; its output is in {log_path}"
     except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+        status, error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
         raise
     finally:
         res = parse()

@@ -104,7 +104,7 @@ def make_cell(folder: Path, name: str, schedule: str, iterations: int = 4, statu
         "schema_version": schema.SCHEMA_VERSION, "kind": "cell", "cell": name,
         "switches": {"schedule": schedule, "tri_model": False, "shared_prompt": False},
         "config": config(schedule), "provenance": provenance(), "status": status,
-        "error": None if status == "complete" else "interrupted by the user (Ctrl-C)",
+        "error": None if status == "complete" else "interrupted (Ctrl-C or SIGTERM)",
         "model": {"kind": "tiny"}, "iterations": its, "evals": evals if its else evals[:1],
         "rollout_stats": [], "aggregates": metrics.aggregate(its, evals) if its else {},
         "wall_s_total": t + 1.0})

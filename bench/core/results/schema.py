@@ -189,8 +189,10 @@ def read_ablation(path: Path) -> dict:
 
 
 def measured(iterations: list[dict]) -> list[dict]:
-    """The iterations aggregates are taken over: post-warm-up ones, or all when every one is warm-up."""
-    return [it for it in iterations if not it.get("warmup")] or list(iterations)
+    """The iterations aggregates are taken over: the post-warm-up ones. A cell stopped before its first
+    measured iteration has none (the config forbids warm-up >= iterations): it reports no TPSPD rather
+    than a warm-up iteration's."""
+    return [it for it in iterations if not it.get("warmup")]
 
 
 def ratio(num, den) -> float | None:

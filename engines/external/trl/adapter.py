@@ -103,7 +103,7 @@ class TrlRun:
         try:
             codes = wait_ranks(self.procs, self._serving(progress))
         except KeyboardInterrupt:
-            self.status, self.error = "interrupted", "interrupted by the user (Ctrl-C)"
+            self.status, self.error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
             raise
         failed = [r for r, c in enumerate(codes) if c != 0]
         if not failed:
