@@ -14,6 +14,18 @@ TINY = ROOT / "configs" / "cpu-tiny.yaml"
 LEARNS = ["model.warmstart_steps=60", "data.max_steps=1"]
 
 
+# Under pytest-xdist (`-n 2 --dist loadgroup`) a file's tests go to one worker (its module-scoped runs are
+# made once), and so do the files that share a session-scoped run.
+_SHARED_RUNS = {"test_cli_run.py": "ladder", "test_placement.py": "ladder", "test_ray.py": "ladder",
+                "test_seeds.py": "seeds", "test_seed_pool.py": "seeds",
+                "test_curves.py": "cell", "test_hostcpu.py": "cell"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_SHARED_RUNS.get(item.path.name, item.path.name)))
+
+
 def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
     """build_schedule as the runner builds it (placed: pinned workers per bench/core/devices/placement.py; else the
     in-process trainer); -> final params, samples, rewards and stage events of `iterations` iterations."""

@@ -25,6 +25,9 @@ q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode lo
 - Response lengths from a distribution (`LengthSampling`, rollout.response_length fixed | lognormal):
   each sample's length is drawn from its own seed and EOS does not stop it, so a randomly initialised
   model (which almost never samples EOS) still produces a realistic long tail of lengths.
+
+The forward passes over the cache (prefill, a decode step) are in slot_forward.py; how a token is drawn
+(seeds, inverse CDF, top-p) in sampling.py.
 """
 from __future__ import annotations
 
@@ -35,12 +38,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
-from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, inverse_cdf, top_p_sample, sample_seed,
-                                              target_length)
+from rlbench.engines.rollout.sampling import RESPONSE_LENGTHS, RESUME_KV, draw, sample_seed, target_length
+from rlbench.engines.rollout.slot_forward import SlotForward
 from rlbench.engines.rollout.step_costs import StepCosts
 from rlbench.core import hooks
 from rlbench.core.record import progress
@@ -54,7 +56,7 @@ class _Request(PendingGroup):
     admitted: int = 0  # samples given a slot so far
 
 
-class BuiltinSampler:
+class BuiltinSampler(SlotForward):
     """`RolloutBackend` over an HF causal LM the sampler owns (the caller passes its own copy)."""
 
     def __init__(self, model, eos_token_id: int, max_num_seqs: int, device=None, max_len: int | None = None,
@@ -95,25 +97,7 @@ class BuiltinSampler:
                 p.copy_(state[name])
         self.version = version
 
-    # ---------------------------------------------------------------- model pieces
-
-    @staticmethod
-    def _qkv(layer, x, cos, sin):
-        """x [B, T, hidden] -> q [B, H, T, D], k and v [B, Hkv, T, D] (engines/model/layers.py)."""
-        return (t.transpose(1, 2) for t in layers.attention_inputs(layer, x, cos, sin))
-
-    def _logits(self, x):
-        """Final norm and lm_head; fp32 logits [..., V] (a half-precision head is upcast after the matmul)."""
-        return self.lm_head(self.norm(x)).float()
-
-    def _ensure_rope(self, length: int) -> None:
-        """cos/sin tables [length, D] from the model's rotary_emb (static RoPE: one row per position)."""
-        if length <= self._rope_len:
-            return
-        pos = torch.arange(length, device=self.device)[None]
-        cos, sin = self.model.model.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device), pos)
-        self._cos, self._sin, self._rope_len = cos[0], sin[0], length
-        self._arange = torch.arange(length, device=self.device)
+    # ---------------------------------------------------------------- slots and sampling
 
     def _ensure_cache(self, length: int, max_new: int) -> None:
         """Allocate the KV cache [S, Hkv, Lc, D] per layer and the per-slot state, reused across calls.
@@ -136,86 +120,10 @@ class BuiltinSampler:
         self._rows = torch.arange(S, device=dev)
         self._meta: list[tuple[_Request, int] | None] = [None] * S  # slot -> (request, sample index)
 
-    # ---------------------------------------------------------------- forward passes
-
-    def _prefill(self, prompt_ids: list[int], all_logits: bool = False):
-        """One prompt [P] -> (K/V per layer, each [Hkv, P, D]; logits [V] of the last position, or [P, V])."""
-        P = len(prompt_ids)
-        x = self.embed(torch.tensor([prompt_ids], device=self.device))  # [1, P, hidden]
-        cos, sin = self._cos[None, :P], self._sin[None, :P]  # [1, P, D]
-        kv = []
-        for layer in self.layers:
-            q, k, v = self._qkv(layer, x, cos, sin)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
-            x = layers.finish(layer, x, o.transpose(1, 2).reshape(1, P, -1))  # o [1, H, P, D]
-            kv.append((k[0], v[0]))
-        return kv, self._logits(x[0] if all_logits else x[0, -1])
-
-    def _decode(self, B: int, L: int):
-        """Feed each live slot's next token (slots 0..B-1) at its own position; -> logits [B, V] fp32.
-
-        Writes the new K/V into the cache and attends over cache positions [0, L) only, L = max pos + 1.
-        """
-        pos, rows = self._pos[:B], self._rows[:B]
-        x = self.embed(self._tok[:B, None])  # [B, 1, hidden]
-        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # [B, 1, D]
-        # [B, 1, 1, L]: a slot sees its own prefix and token. Additive (0 / -inf) rather than boolean: the
-        # same softmax, and CPU SDPA runs ~15% faster with it.
-        mask = torch.where(self._arange[:L] <= pos[:, None], 0.0, float("-inf")).to(self.dtype)[:, None, None]
-        rep = self.n_heads // self.n_kv
-        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
-            q, k, v = self._qkv(layer, x, cos, sin)  # q [B, H, 1, D], k/v [B, Hkv, 1, D]
-            kc[rows, :, pos] = k[:, :, 0]
-            vc[rows, :, pos] = v[:, :, 0]
-            # GQA without copying K/V: the H = Hkv * rep query heads of one token become rep queries
-            # per kv head (head h uses kv head h // rep, as in HF's repeat_kv).
-            q = q.reshape(B, self.n_kv, rep, self.head_dim)  # [B, Hkv, rep, D]
-            o = F.scaled_dot_product_attention(q, kc[:B, :, :L], vc[:B, :, :L], attn_mask=mask, scale=self.scale)
-            x = layers.finish(layer, x, o.reshape(B, 1, -1))  # o [B, Hkv, rep, D]
-        return self._logits(x[:, 0])
-
-    def debug_logits(self, ids: list[int], prefill_len: int) -> torch.Tensor:
-        """Logits [len(ids), V] computed as generation does: prefill ids[:prefill_len], then one token per
-        decode step in slot 0. Tests compare it with the HF forward; not used by generate()."""
-        with torch.inference_mode():
-            self._ensure_rope(len(ids))
-            self._ensure_cache(len(ids), 1)
-            kv, first = self._prefill(ids[:prefill_len], all_logits=True)
-            self._install(0, kv, prefill_len)
-            out = [first]
-            for t in range(prefill_len, len(ids)):
-                self._tok[0], self._pos[0] = ids[t], t
-                out.append(self._decode(1, t + 1))
-            return torch.cat(out)
-
-    # ---------------------------------------------------------------- sampling
-
-    def _sample(self, logits, u, sp: SamplingParams):
-        """logits [k, V] fp32, u [k] float64 in [0, 1) -> (tokens [k], behaviour log-probs [k] float64).
-
-        Float64 from here on; every step works row by row, so a row's token depends only on its own
-        logits and uniform, not on the rest of the batch. The log-prob is that of the distribution the
-        token was drawn from: after temperature and, with top_p < 1, renormalised over the nucleus (as
-        vLLM's processed log-probs).
-        """
-        z = logits.double()
-        if sp.greedy:
-            tok = z.argmax(-1)
-            return tok, z.gather(1, tok[:, None])[:, 0] - torch.logsumexp(z, -1)
-        z = z.div_(sp.temperature)
-        m = z.max(-1, keepdim=True).values
-        p = (z - m).exp_()  # [k, V] unnormalised probabilities: one fewer pass over the vocabulary
-        total = p.sum(-1)  # [k]
-        if sp.top_p < 1.0:
-            tok, total = top_p_sample(p, total, u, sp.top_p)
-        else:
-            tok = inverse_cdf(p, u)
-        return tok, z.gather(1, tok[:, None])[:, 0] - m[:, 0] - total.log()
-
     def _record(self, rows, logits, sp: SamplingParams):
         """Sample the next token of the slots `rows` [k] from logits [k, V]; store it; -> done mask [k]."""
         n = self._ngen[rows]
-        tok, lp = self._sample(logits, self._unif[rows, n], sp)
+        tok, lp = draw(logits, self._unif[rows, n], sp)
         self._out_tok[rows, n] = tok
         self._out_lp[rows, n] = lp
         self._out_ver[rows, n] = self.version
@@ -223,7 +131,6 @@ class BuiltinSampler:
         self._tok[rows] = tok
         done = n + 1 >= self._limit[rows]
         return done | (tok == self.eos_token_id) if self._eos_stops else done
-
     # ---------------------------------------------------------------- slots
 
     def _install(self, slot: int, kv, P: int) -> None:

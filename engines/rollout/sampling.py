@@ -91,3 +91,26 @@ def top_p_sample(p, total, u, top_p: float):
         if len(todo) == 0:
             break
     return tok, mass
+
+
+def draw(logits, u, sp: SamplingParams):
+    """logits [k, V] fp32, u [k] float64 in [0, 1) -> (tokens [k], behaviour log-probs [k] float64).
+
+    Float64 from here on; every step works row by row, so a row's token depends only on its own
+    logits and uniform, not on the rest of the batch. The log-prob is that of the distribution the
+    token was drawn from: after temperature and, with top_p < 1, renormalised over the nucleus (as
+    vLLM's processed log-probs).
+    """
+    z = logits.double()
+    if sp.greedy:
+        tok = z.argmax(-1)
+        return tok, z.gather(1, tok[:, None])[:, 0] - torch.logsumexp(z, -1)
+    z = z.div_(sp.temperature)
+    m = z.max(-1, keepdim=True).values
+    p = (z - m).exp_()  # [k, V] unnormalised probabilities: one fewer pass over the vocabulary
+    total = p.sum(-1)  # [k]
+    if sp.top_p < 1.0:
+        tok, total = top_p_sample(p, total, u, sp.top_p)
+    else:
+        tok = inverse_cdf(p, u)
+    return tok, z.gather(1, tok[:, None])[:, 0] - m[:, 0] - total.log()
