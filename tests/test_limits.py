@@ -67,3 +67,36 @@ def test_cli_refuses_past_the_positions_before_any_work(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "rollout.max_new_tokens=5000" in proc.stderr and "2048 positions" in proc.stderr
     assert not list(tmp_path.iterdir())  # no run folder: nothing started
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+def test_parameters_counted_from_the_config_equal_the_built_model(arch, tied, bias):
+    """The count `rlbench run` checks memory with (no modelling code imported) == the model transformers
+    builds, for both architectures, tied and untied heads, grouped-query attention, and Llama's biases."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlbench.engines.model.shape import param_count
+
+    extra = {"attention_bias": bias, "mlp_bias": bias} if arch == "llama" else {}
+    c = AutoConfig.for_model(arch, vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
+                             num_attention_heads=6, num_key_value_heads=2, tie_word_embeddings=tied, **extra)
+    with torch.device("meta"):
+        built = sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters())
+    assert param_count(c) == built
+
+
+def test_parameters_of_the_shipped_model_shapes():
+    """Qwen2.5-0.5B and 7B from configs/models/ (0.494 B and 7.616 B, docs/platforms/gpu.md) and the tiny model."""
+    from rlbench.core.config import load_config
+    from rlbench.engines.model.loader import model_config_and_tokenizer
+    from rlbench.engines.model.shape import param_count
+
+    counts = {}
+    for name in ("qwen2.5-0.5b", "qwen2.5-7b"):
+        cfg = load_config(None, ["model.kind=hf_config", f"model.path=models/{name}.json"])
+        counts[name] = param_count(model_config_and_tokenizer(cfg)[0])
+    assert counts == {"qwen2.5-0.5b": 494_032_768, "qwen2.5-7b": 7_615_616_512}
+    assert param_count(model_config_and_tokenizer(load_config(None, []))[0]) > 0

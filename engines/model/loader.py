@@ -36,7 +36,7 @@ def model_config_and_tokenizer(cfg):
     need: positions, shapes, prompt lengths). -> (config, tokenizer)."""
     kind = cfg.model.kind
     if kind == "tiny":
-        from rlbench.engines.model.tiny import tiny_config
+        from rlbench.engines.model.shape import tiny_config
 
         tok = CharTokenizer()
         return tiny_config(cfg.model, tok.vocab_size), tok
@@ -60,21 +60,28 @@ def model_config_and_tokenizer(cfg):
 
 def model_facts(cfg):
     """-> (bench/core/devices/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
-    parameters are counted on the meta device."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
+    parameters counted from the config (engines/model/shape.py), or on the meta device for an architecture
+    it does not know."""
     from rlbench.core.devices.limits import ModelFacts
+    from rlbench.engines.model.shape import param_count
 
     c, tok = model_config_and_tokenizer(cfg)
-    with torch.device("meta"):
-        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters())
+    params = param_count(c)
+    if params is None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            params = sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters())
     heads = c.num_attention_heads
     facts = ModelFacts(positions=int(c.max_position_embeddings), params=params, layers=c.num_hidden_layers,
                        kv_heads=getattr(c, "num_key_value_heads", None) or heads,
                        head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads, vocab=c.vocab_size,
-                       dtype_bytes=_dtype(cfg.model.dtype).itemsize)
+                       dtype_bytes=DTYPE_BYTES[cfg.model.dtype])
     return facts, tok
+
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # model.dtype's choices
 
 
 def _dtype(name: str):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from rlbench.engines.model.shape import tiny_config
 from rlbench.engines.model.tokenizer import CharTokenizer
 
 
@@ -34,19 +35,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("RLBENCH_CACHE", Path.home() / ".cache" / "rlbench"))
 
 
-TINY_POSITIONS = 2048  # the tiny model's max_position_embeddings: prompt + response must fit
-
-
-def tiny_config(mcfg, vocab_size: int):
-    """The HF config of the tiny model (model.arch, model.hidden_size, ...)."""
-    from transformers import LlamaConfig, Qwen2Config
-
-    cls_cfg = Qwen2Config if mcfg.arch == "qwen2" else LlamaConfig
-    return cls_cfg(
-        vocab_size=vocab_size, hidden_size=mcfg.hidden_size, intermediate_size=mcfg.intermediate_size,
-        num_hidden_layers=mcfg.num_layers, num_attention_heads=mcfg.num_heads,
-        num_key_value_heads=mcfg.num_kv_heads, max_position_embeddings=TINY_POSITIONS, tie_word_embeddings=True,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0, attn_implementation="sdpa")
 
 
 def build_tiny(mcfg, vocab_size: int, seed: int):
