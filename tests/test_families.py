@@ -149,12 +149,15 @@ def test_families_through_the_cli(families_run):
 
 @pytest.mark.e2e
 def test_a_pause_between_iterations_changes_no_schedules_tpspd(families_run):
-    """One window for every schedule: the iterations after a 1 s pause are as long as the others and as
-    fast. Before the window was one, a bounded-staleness iteration after the pause was about 1 s longer
-    (0.2x the others' TPSPD: the pause inside its window); with its rollout running on through the pause
-    it measures about 4.5x (work done outside every window credited to it). The bounds leave room for a
-    busy machine, whose other work takes the cores during the pause. Every registered schedule is among
-    the six rungs."""
+    """One window for every schedule: no planted 1 s pause is inside an iteration's window, and no worker
+    works during one. Either fault changes TPSPD by a lot: before the window was one, a bounded-staleness
+    iteration after the pause was about 1 s longer (0.2x the others' TPSPD: the pause inside its window);
+    with its rollout running on through the pause it measured about 4.5x (work done outside every window
+    credited to the next one). Both are asserted from what the run recorded: the window's wall time, and
+    the workers' timed stages (events.jsonl) against the pauses' gaps. A ratio of TPSPDs would be the
+    same statement measured through the machine's noise: with two test processes on two cores, the
+    medians of 3 and 5 iterations of 0.2 s have differed by 2x with nothing wrong. Every registered
+    schedule is among the six rungs."""
     _, run_dir = families_run
     seen = set()
     for rung in families.RUNGS:
@@ -163,10 +166,18 @@ def test_a_pause_between_iterations_changes_no_schedules_tpspd(families_run):
         its = schema.measured(res["iterations"])
         after, others = ([it for it in its if (it["iteration"] in PAUSED) == p] for p in (True, False))
         wall = [statistics.median(it["wall_s"] for it in x) for x in (after, others)]
-        tpspd = [statistics.median(it["tpspd"] for it in x) for x in (after, others)]
-        # the pause in a window would add ~PAUSE_S to it; a batch made during it would multiply the TPSPD
-        assert wall[0] - wall[1] < PAUSE_S / 2 and tpspd[0] / tpspd[1] < 2.0, (rung.cell, wall, tpspd)
-        held = [e for e in schema.load_events(run_dir / rung.cell) if e["stage"] == "paused"]
+        assert wall[0] - wall[1] < PAUSE_S / 2, (rung.cell, wall)  # the pause in a window would add ~PAUSE_S
+        events = schema.load_events(run_dir / rung.cell)
+        at = {it["iteration"]: it for it in res["iterations"]}
+        for k in PAUSED:  # the gap before iteration k holds the pause; only an in-flight step may end in it
+            start, end = at[k - 1]["end"], at[k]["start"]
+            assert end - start >= PAUSE_S, (rung.cell, k, end - start)
+            work = sum(max(0.0, min(end, e["end"]) - max(start, e["start"])) for e in events
+                       if e["stage"] not in ("paused", "eval"))
+            # measured: 8 ms at most; with the gate left open through the pause, one_step_off's rollout ran
+            # 0.11 s in it (until its staleness bound stopped it)
+            assert work < 0.05 * PAUSE_S, (rung.cell, k, work)
+        held = [e for e in events if e["stage"] == "paused"]
         for it, e in ((it, e) for it in res["iterations"] for e in held):  # no window holds a held gap
             assert min(it["end"], e["end"]) - max(it["start"], e["start"]) < 1e-3, (rung.cell, it["iteration"])
         if res["config"]["engine"]["schedule"] in ("bounded_async", "one_step_off"):  # its rollout runs ahead
