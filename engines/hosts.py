@@ -32,7 +32,7 @@ class ProcessHost:
         """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
         from rlbench.engines import launch
 
-        ctx = _context()
+        ctx = _context(all(slot.kind == "cpu" for slot in slots))
         self.timeout_s, self.watchdog = timeout_s, watchdog
         self.out = ctx.Queue()
         self.inbox: dict[str, Any] = {}
@@ -148,12 +148,13 @@ class ProcessHost:
                 p.join(5)
 
 
-def _context():
-    """The multiprocessing context of worker processes (torch's: tensors passed to a worker are shared,
-    not copied); spawn, so a worker starts from a fresh interpreter with the environment it was given."""
-    import torch.multiprocessing as mp
+def _context(cpu_only: bool):
+    """The multiprocessing context of worker processes (bench/core/devices/starting.py): forked from the
+    cell's fork server on CPU; spawned elsewhere, so that a worker starts from a fresh interpreter with the
+    environment it was given (its one visible accelerator)."""
+    from rlbench.core.devices import starting
 
-    return mp.get_context("spawn")
+    return starting.context(cpu_only, tensors=True)
 
 
 def _serve(slot, cls, args: tuple, inbox, out) -> None:
@@ -163,8 +164,9 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
     for the hang watchdog from a thread."""
     import signal
 
-    from rlbench.core.devices import procs
+    from rlbench.core.devices import procs, starting
 
+    starting.detach()  # forked by the cell's fork server (on CPU): it must end with the cell
     procs.die_with_parent(signal.SIGKILL)
     procs.interruptible()  # a Ctrl-C passed on to the cell's group reaches the worker too
     obj = None

@@ -70,10 +70,12 @@ def _start(monkeypatch, placement, parent_env: dict | None = None) -> dict:
         monkeypatch.delenv(var, raising=False)
     for k, v in (parent_env or {}).items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr(hosts, "_context", lambda: _Context)
+    methods = []  # an accelerator worker is spawned: it must start with only its device visible
+    monkeypatch.setattr(hosts, "_context", lambda cpu_only: methods.append(cpu_only) or _Context)
     _Process.started = []
     before = {k: os.environ.get(k) for k in VARS}
     host = hosts.ProcessHost(placement.slots, object, lambda s: (), 5.0, Watchdog())
+    assert methods == [False]
     try:
         launch.check(placement, host.observed)
     finally:

@@ -74,10 +74,13 @@ def test_dead_colocated_rank_keeps_measured_iterations_and_leaves_nothing(tmp_pa
     assert [it["iteration"] for it in res["iterations"]] == [0, 1]
 
 
-def test_killed_run_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_killed_run_leaves_nothing(tmp_path, method):
     """SIGKILL to `rlbench run` itself: no cleanup code of it runs; its cell learns by the parent-death
-    signal, stops like a Ctrl-C and ends its process group."""
-    proc, mark = start(tmp_path, "run.iterations=100000")
+    signal, stops like a Ctrl-C and ends its process group. On CPU the cell and its workers are forked by
+    fork servers (its parent is `rlbench run`'s server, which ends with it); spawn is how processes start
+    on an accelerator (bench/core/devices/starting.py)."""
+    proc, mark = start(tmp_path, "run.iterations=100000", env={"RLBENCH_START": method})
     wait_for_iterations(proc, tmp_path)
     proc.kill()
     proc.wait()
@@ -119,11 +122,13 @@ def test_killed_worker_ends_the_run_and_leaves_nothing(tmp_path):
 
 
 def worker_pids(proc, mark: str) -> list[int]:
-    """The worker processes of the run `proc` started: children of its cell process (not the resource
-    trackers)."""
+    """The worker processes of the run `proc` started: the members of its cell's process group other than
+    the cell, the resource trackers and, on CPU, the cell's fork server that forks the workers
+    (bench/core/devices/starting.py)."""
     run = [p for p in procs.marked(mark, var=MARK) if b"resource_tracker" not in _cmdline(p)]
-    cells = [p for p in run if procs.parent_pid(p) == proc.pid]
-    return [p for p in run if procs.parent_pid(p) in cells]
+    cells = [p for p in run if p != proc.pid and p in procs.group_members(p)]
+    members = [p for c in cells for p in procs.group_members(c) if p != c and p in run]
+    return [p for p in members if not (b"multiprocessing.forkserver" in _cmdline(p) and procs.parent_pid(p) in cells)]
 
 
 def _cmdline(pid: int) -> bytes:

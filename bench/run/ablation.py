@@ -3,7 +3,6 @@ its switches; one folder per cell plus ablation.json. `run_ablation` is what `rl
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import shlex
 import sys
@@ -269,7 +268,9 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
     # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
     # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    ctx = mp.get_context("spawn")
+    from rlbench.core.devices import starting
+
+    ctx = starting.context(all(cfg.engine.device == "cpu" for _, cfg, _ in cells))
     from rlbench.run import interleave as ring
     from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
 

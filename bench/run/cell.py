@@ -120,6 +120,7 @@ def _outcome(run: CellRun, pacer):
 def _setup(cfg, run: CellRun, pacer, progress: bool):
     """Planted slowdowns, placement, model and engine; -> (schedule, evaluator, dataset, tokenizer)."""
     from rlbench.core.devices import device as dev
+    from rlbench.core.devices import starting
     from rlbench.engines import launch
     from rlbench.engines.factory import build_schedule
     from rlbench.planted import pause, slowdown
@@ -130,10 +131,12 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
     pacer.setup()
     device = dev.resolve(cfg.engine.device)
     run.placement = _placement(cfg, device.type)
-    dataset, policy, tok = _setup_model(cfg, run, progress)
     if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
         from rlbench.core.record import profiling
         profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
+    # the workers' fork server imports while the model loads; after every variable the workers inherit
+    starting.warm(device.type == "cpu" and cfg.engine.launcher == "local")
+    dataset, policy, tok = _setup_model(cfg, run, progress)
     run.schedule, evaluator = build_schedule(cfg, policy, tok, run.t0, run.writer.event, device,
                                           dataset=dataset, placement=run.placement)
     # the device's description and peak (one device, one thread), asked of a worker that holds it

@@ -112,11 +112,12 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None)
     import signal
     import sys
 
-    from rlbench.core.devices import procs
+    from rlbench.core.devices import procs, starting
     from rlbench.run import peers
     from rlbench.run.cell import run_cell
     from rlbench.run.interleave import Pacer
 
+    starting.detach()  # forked by `rlbench run`'s fork server (on CPU): it must end with `rlbench run`
     procs.lead_own_group()
     procs.interruptible()
     procs.stop_group_on_sigterm()  # a polite stop, as Ctrl-C: results saved, workers closed

@@ -39,18 +39,19 @@ def mark_run() -> str:
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Ask the kernel to send `sig` to this process when its parent dies. If the parent died before
     the request was made (a race at start), send it now: nobody would ever stop this process.
-    (For a multiprocessing child the parent is the process that started it.)"""
+    (The kernel's parent is the process that forked this one: for a multiprocessing child started by
+    spawn, the process that started it; by a fork server (bench/core/devices/starting.py), the server,
+    which ends when that process does.)"""
     import ctypes
     import multiprocessing
 
-    parent = multiprocessing.parent_process()
-    expected = parent.pid if parent is not None else os.getppid()
+    parent, before = multiprocessing.parent_process(), os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the host's close() and the group kill remain
         return
-    if os.getppid() != expected:
+    if os.getppid() != before or (parent is not None and not parent.is_alive()):
         os.kill(os.getpid(), sig)
 
 

@@ -1,12 +1,13 @@
 """What a cell costs outside its measured iterations, for `rlbench check --against` (bench/check/lifecycle.py).
 
 results.json `lifecycle` of a cell:
-- `startup_s`: wall seconds from the cell process's start (exec of the interpreter: imports, model build and
-  warm start, the workers' start, the first evaluation, the warm-up iterations) to the start of its first
+- `startup_s`: wall seconds from the cell process's start (its exec, or on CPU its fork from `rlbench run`'s
+  fork server, whose modules are already imported: bench/core/devices/starting.py; then imports, model build
+  and warm start, the workers' start, the first evaluation, the warm-up iterations) to the start of its first
   measured iteration, less the seconds it waited in the turn ring (`ring_wait_s`: other cells' set-up and
   turns, which are not its own work).
-- `startup_cpu_s`: CPU seconds the cell's processes (the cell process and every worker, with their own
-  child processes) used up to that moment: the same span as work, steady while other processes share the cores.
+- `startup_cpu_s`: CPU seconds the cell's processes (the cell process, its workers' fork server on CPU and
+  every worker, with their own child processes) used up to that moment: the same span as work, steady while other processes share the cores.
 - `process_cpu_s`: {process: CPU seconds from the start of the first measured iteration to the end of the
   last}: the stages' work and everything between and around them (the cell process's bookkeeping).
 - `peak_rss_mb`: {process: peak resident set size in MB} of the cell process (`driver`) and every worker,
@@ -48,8 +49,12 @@ class Lifecycle:
     def first_measured(self, waited_s: float, host_cpu) -> None:
         """At the start of the first measured iteration: start-up. waited_s: seconds the cell waited in the
         turn ring so far; host_cpu: bench/core/record/hostcpu.py HostCPU of the cell's processes."""
+        from rlbench.core.devices import starting
+        from rlbench.core.record.hostcpu import cpu_seconds
+
         age, self._at_start = process_age_s(), host_cpu.totals()
-        used = list(self._at_start.values())
+        server = starting.server_pid()  # the workers' fork server: its imports are this cell's work
+        used = list(self._at_start.values()) + ([cpu_seconds(server)] if server else [])
         self.record.update(startup_s=None if age is None else round(age - waited_s, 3),
                            ring_wait_s=round(waited_s, 3),
                            startup_cpu_s=None if None in used or not used else round(sum(used), 3))

@@ -1,0 +1,82 @@
+"""How a run's processes are created: the multiprocessing context of cell processes and of local workers.
+
+A process that imports torch and transformers spends ~3.5 s of CPU doing so, and a cell has three (its
+driver and, on the smallest layout, two workers): most of a tiny cell's start-up. On CPU every process of
+a run is therefore forked from a *fork server* that has imported them once (Python's "forkserver"
+context, its preload list below): `rlbench run`'s server creates the cell processes, each cell's own
+server its workers. A forked process starts as a fresh one would at its target (a new process, no
+threads, nothing computed), with those modules already in memory. Its start-up (docs/metrics.md) is
+measured from its fork, as a process started with a warm module cache would be.
+
+Where a process holds an accelerator, it keeps `spawn`: a worker must be created with only its device
+visible (engines/launch.py start_env), and a forked process inherits the environment its server was
+started with, not its parent's. `RLBENCH_START=spawn` makes every process spawn (to compare the two).
+
+The servers belong to the run: a cell's server is in the cell's process group and ends with the cell;
+`rlbench run`'s ends with it. A forked process's parent is its server, so the parent-death signal
+(bench/core/devices/procs.py) reaches it when the server ends, which it does when its client ends: each
+forked process lets go of the server's life line it inherits (`detach`), or a server would outlive its
+client as long as any process it forked lives, and those processes would never learn of the death.
+"""
+from __future__ import annotations
+
+import os
+
+ENV = "RLBENCH_START"
+# What every cell process and worker imports first; each module is imported once per server.
+PRELOAD = ("torch", "transformers.modeling_utils", "rlbench.run.processes", "rlbench.run.cell",
+           "rlbench.engines.factory", "rlbench.engines.hosts", "rlbench.engines.rollout.worker",
+           "rlbench.engines.trainer.ranks")
+
+
+def method(cpu_only: bool) -> str:
+    """'forkserver' when every process to start holds only CPU cores (and RLBENCH_START does not say
+    'spawn'), else 'spawn'."""
+    choice = os.environ.get(ENV, "")
+    if choice not in ("", "spawn", "forkserver"):
+        from rlbench.core.errors import UserError
+        raise UserError(f"{ENV}={choice!r}: allowed are 'spawn' and 'forkserver' (the default on CPU)")
+    return "forkserver" if cpu_only and choice != "spawn" else "spawn"
+
+
+def context(cpu_only: bool, tensors: bool = False):
+    """The multiprocessing context to create processes with; tensors: torch's (a tensor handed to the
+    process is shared, not copied). The fork server starts on the first process created, or at `warm`."""
+    if tensors:
+        import torch.multiprocessing as mp
+    else:
+        import multiprocessing as mp
+
+    ctx = mp.get_context(method(cpu_only))
+    if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+def warm(cpu_only: bool) -> None:
+    """Start the fork server now, so that its imports run beside this process's own work (a cell's
+    driver loads its model meanwhile) instead of when the first process is created."""
+    if context(cpu_only).get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+def detach() -> None:
+    """First thing in a process forked by a fork server: close the client's life line to that server,
+    which Python hands on so that the process could ask the same server for processes of its own
+    (rlbench's start their own). Without it the server would live as long as this process, and this
+    process, whose parent is the server, would never get its parent-death signal. A no-op elsewhere."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001 - the life line has no public handle
+    if server._forkserver_pid is None and server._forkserver_alive_fd is not None:  # noqa: SLF001
+        os.close(server._forkserver_alive_fd)  # noqa: SLF001
+        server._forkserver_alive_fd = None  # noqa: SLF001
+
+
+def server_pid() -> int | None:
+    """The pid of this process's fork server, None when it has none."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - no public accessor

@@ -1,0 +1,45 @@
+"""How a run's processes start (bench/core/devices/starting.py): forked from a fork server that has imported
+torch and transformers on CPU, spawned where a process holds an accelerator or RLBENCH_START=spawn says so.
+The whole-run consequences (a killed `rlbench run` leaves nothing, by either method) are in
+tests/test_process_hygiene.py."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlbench.core.devices import starting
+from rlbench.core.errors import UserError
+
+PROBE = Path(__file__).parent / "support" / "start_probe.py"
+
+
+def test_forkserver_on_cpu_only_and_spawn_on_request(monkeypatch):
+    monkeypatch.delenv(starting.ENV, raising=False)
+    assert (starting.method(cpu_only=True), starting.method(cpu_only=False)) == ("forkserver", "spawn")
+    monkeypatch.setenv(starting.ENV, "spawn")
+    assert starting.method(cpu_only=True) == "spawn"
+    monkeypatch.setenv(starting.ENV, "forkserver")  # never for an accelerator: its device is in its environment
+    assert starting.method(cpu_only=False) == "spawn"
+    monkeypatch.setenv(starting.ENV, "fork")
+    with pytest.raises(UserError, match="RLBENCH_START='fork': allowed are 'spawn' and 'forkserver'"):
+        starting.method(cpu_only=True)
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_process_starts_with_the_preloaded_modules_and_no_life_line(method):
+    """Forked: its parent is the fork server, torch and transformers already imported, and the server's life
+    line it inherited closed by `detach` (else the server outlives its client). Spawned: a child of its
+    client that imports them itself."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROBE.parent.parent), starting.ENV: method}
+    proc = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["method"] == method and got["exitcode"] == 0 and got["line_after_detach"] is None
+    if method == "forkserver":
+        assert got["server"] not in (None, got["client"]) and got["ppid"] == got["server"]
+        assert got["preloaded"] and got["inherited_line"]
+    else:
+        assert got["server"] is None and got["ppid"] == got["client"]
+        assert not got["preloaded"] and not got["inherited_line"]
