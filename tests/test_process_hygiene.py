@@ -23,6 +23,24 @@ MARK = "RLBENCH_TEST_MARK"
 GONE_WITHIN_S = 10.0
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _end_what_a_test_started():
+    """A test that fails before it ends its run (100,000 iterations) must not leave it running beside the
+    rest of the suite: its session is killed after the test, whatever the test did."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate(timeout=60)
+
+
 def start(tmp_path, *sets: str, env: dict | None = None, report: bool = False):
     """`rlbench run` of the tiny config (sync: two colocated worker processes and a process group) in a
     session of its own, as a terminal would start it (SIGINT at its default: a foreground job gets
@@ -33,6 +51,7 @@ def start(tmp_path, *sets: str, env: dict | None = None, report: bool = False):
                                  "--report" if report else "--no-report", "--ablation", "none", *overrides),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**clean_env(), MARK: mark, **(env or {})}, preexec_fn=default_sigint)
+    _STARTED.append(proc)
     return proc, mark
 
 
