@@ -43,3 +43,15 @@ def test_a_process_starts_with_the_preloaded_modules_and_no_life_line(method):
     else:
         assert got["server"] is None and got["ppid"] == got["client"]
         assert not got["preloaded"] and not got["inherited_line"]
+
+
+def test_a_malformed_rlbench_start_is_refused_before_the_run_folder(tmp_path):
+    """Bad input: exit 2 naming the variable and what is allowed, before anything is made."""
+    from support.cli import rlbench
+    from conftest import TINY
+
+    proc = rlbench("run", "--config", TINY, "--out", tmp_path / "runs", "--ablation", "none", "--no-progress",
+                   env={starting.ENV: "fork"})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "RLBENCH_START='fork': allowed are 'spawn' and 'forkserver'" in proc.stderr
+    assert not (tmp_path / "runs").exists()

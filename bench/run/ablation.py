@@ -202,6 +202,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
     the report and the default table). Bad input is refused (exit 2) before anything runs."""
     import typer
     from rlbench.core.config import load_config, parse_overrides
+    from rlbench.core.devices import starting
     from rlbench.planted import slowdown
     from rlbench.run.around import Ending, finish, new_run_dir, preflight, raise_failed
     from rlbench.run.seeds import expand, parse_seeds
@@ -211,6 +212,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
     run_peers.preflight(cells)  # a peer framework's cells: installed, and able to run their config (exit 2)
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
+    starting.method(cpu_only=True)  # a malformed RLBENCH_START likewise
     preflight(base)
     run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")
     typer.echo(f"rlbench: {name} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)

@@ -58,6 +58,9 @@ def model_config_and_tokenizer(cfg):
             HFTokenizer(AutoTokenizer.from_pretrained(f.parent, gguf_file=f.name)))
 
 
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # model.dtype's choices
+
+
 def model_facts(cfg):
     """-> (bench/core/devices/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
     parameters counted from the config (engines/model/shape.py), or on the meta device for an architecture
@@ -79,9 +82,6 @@ def model_facts(cfg):
                        head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads, vocab=c.vocab_size,
                        dtype_bytes=DTYPE_BYTES[cfg.model.dtype])
     return facts, tok
-
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # model.dtype's choices
 
 
 def _dtype(name: str):

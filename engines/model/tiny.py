@@ -35,8 +35,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("RLBENCH_CACHE", Path.home() / ".cache" / "rlbench"))
 
 
-
-
 def build_tiny(mcfg, vocab_size: int, seed: int):
     """Randomly initialised tiny model of the configured architecture (fp32, SDPA attention)."""
     from transformers import LlamaForCausalLM, Qwen2ForCausalLM

@@ -131,6 +131,7 @@ class BuiltinSampler(SlotForward):
         self._tok[rows] = tok
         done = n + 1 >= self._limit[rows]
         return done | (tok == self.eos_token_id) if self._eos_stops else done
+
     # ---------------------------------------------------------------- slots
 
     def _install(self, slot: int, kv, P: int) -> None:

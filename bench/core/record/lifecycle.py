@@ -7,7 +7,8 @@ results.json `lifecycle` of a cell:
   measured iteration, less the seconds it waited in the turn ring (`ring_wait_s`: other cells' set-up and
   turns, which are not its own work).
 - `startup_cpu_s`: CPU seconds the cell's processes (the cell process, its workers' fork server on CPU and
-  every worker, with their own child processes) used up to that moment: the same span as work, steady while other processes share the cores.
+  every worker, with their own child processes) used up to that moment: the same span as work, steady
+  while other processes share the cores.
 - `process_cpu_s`: {process: CPU seconds from the start of the first measured iteration to the end of the
   last}: the stages' work and everything between and around them (the cell process's bookkeeping).
 - `peak_rss_mb`: {process: peak resident set size in MB} of the cell process (`driver`) and every worker,
