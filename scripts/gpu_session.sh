@@ -1,94 +1,109 @@
 #!/usr/bin/env bash
-# The GPU runs of issue 17, on a machine with one NVIDIA GPU, torch (CUDA) and no network, from the
-# repository root. pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
+# Every GPU measurement rlbench needs, in one bounded command for a machine with one NVIDIA GPU, torch
+# (CUDA) and no network, run from the repository root. GPU time comes in short windows, so the command
+# is prepared and rehearsed: `headline --dry` runs the same steps at tiny shapes on the CPU, and is a
+# test (tests/test_gpu_session.py).
 #
-#   bash scripts/gpu_session.sh probe     # GPU tests, micro-benchmarks, a 2-iteration 0.5B-shape run
-#   bash scripts/gpu_session.sh ablation  # configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all, flex + tiny-run tests
-#   bash scripts/gpu_session.sh packing7b # the shared-prompt train step on the Qwen2.5-7B shape
-#   bash scripts/gpu_session.sh quick     # all of the above but 7B in one command of at most ~9.5 min:
-#                                         # env, GPU tests, micro, 0.5B --ablation async and all (2 iterations)
+#   bash scripts/gpu_session.sh headline         # one H100/H200, at most ~8 minutes
+#   bash scripts/gpu_session.sh headline --dry   # the same steps on the CPU at tiny shapes (~2 minutes)
 #
-# Everything goes to ${OUT:-gpu-out}/: log.txt, micro.json, and each run folder as a .tar.gz (traces
-# left out).
+# Steps, in order, each bounded by its own limit and by what is left of the whole budget
+# (HEADLINE_SECONDS, default 470), so that one that fails or runs out of time leaves the others' results:
+#   a. rlbench env: peak bf16 matmul and copy bandwidth                    -> env.json
+#   b. the GPU tests (-m gpu), one line each                               -> log.txt
+#   c. decode: the built-in sampler against HF generate at batch 1/8/64    -> micro-decode.json
+#   d. shared-prompt: the packed train step against unpacked               -> micro-packing.json
+#   e. the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
+#   f. if time is left: --ablation shared_prompt, then --ablation tri_model at the same shape
+# Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
+# seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during e and f),
+# runs.tar.gz (every run folder, traces left out).
+# On the GPU machine pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
 set -uo pipefail
-phase=${1:-probe}
+phase=${1:-}
+dry=0
+[ "${2:-}" = "--dry" ] && dry=1
+if [ "$phase" != headline ] || { [ $# -gt 1 ] && [ "$dry" = 0 ]; } || [ $# -gt 2 ]; then
+    echo "usage: bash scripts/gpu_session.sh headline [--dry]" >&2
+    exit 2
+fi
 OUT=${OUT:-gpu-out}
+PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 export PYTHONUNBUFFERED=1
+DEADLINE=$((SECONDS + ${HEADLINE_SECONDS:-470}))
+RUNS=$(mktemp -d)
 
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || exit 1
-    export PYTHONPATH=/tmp/site
+if [ "$dry" = 0 ]; then
+    if [ -d .whl ]; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl || exit 1
+        export PYTHONPATH=/tmp/site
+    fi
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+git rev-parse HEAD 2>/dev/null && git status --short | head -20
 
-pack() {  # pack <run folder> -> $OUT/<name>.tar.gz without traces
-    tar --exclude=traces -czf "$OUT/$(basename "$1").tar.gz" -C "$(dirname "$1")" "$(basename "$1")"
+if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer shape, the tiny run config
+    DEV=cpu DTYPE=float32 SHAPE=configs/models/tiny-shape.json
+    RUN=(--config configs/cpu-tiny.yaml)
+    DECODE=(--batches 1,8 --new-tokens 8 --prompt-len 16)
+    PACKING=(--P 32 --R 8 --G 4)
+    MORE=(--set run.iterations=1 --set run.warmup_iterations=0)   # step f: one iteration a cell
+else
+    DEV=cuda DTYPE=bfloat16 SHAPE=configs/models/qwen2.5-0.5b.json
+    RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
+    DECODE=(--batches 1,8,64 --new-tokens 128 --prompt-len 64)
+    PACKING=(--P 512 --R 128 --G 8)
+    MORE=(--set run.iterations=4 --set run.warmup_iterations=1)
+fi
+RUN+=(--no-progress --out "$RUNS")
+MEASURED=(--set run.iterations=4 --set run.warmup_iterations=1)   # >= 3 measured iterations a cell
+
+SCALE=$([ "$dry" = 1 ] && echo 3 || echo 1)  # a dry run checks the steps work, on a CPU slower than the GPU
+step() {  # step NAME SECONDS CMD...: CMD bounded by SECONDS and by what is left; skipped under 10 s
+    local name=$1 want=$(($2 * SCALE)) left=$((DEADLINE - SECONDS)) t0=$SECONDS rc
+    shift 2
+    local limit=$((want < left ? want : left))
+    if [ "$limit" -lt 10 ]; then
+        echo "== $name: skipped (${left}s of the budget left)"
+        printf '%s\tskipped\t0\n' "$name" >> "$OUT/steps.tsv"
+        return
+    fi
+    echo "== $name (at most ${limit}s) $(date -u +%T)"
+    timeout -k 10 "$limit" "$@"
+    rc=$?
+    echo "== $name: exit $rc after $((SECONDS - t0))s"
+    printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" >> "$OUT/steps.tsv"
+}
+if_time() {  # if_time SECONDS: whether at least SECONDS of the budget are left
+    [ $((DEADLINE - SECONDS)) -ge "$1" ]
 }
 
-GPU_SET=(--set rollout.backend=builtin)
-case "$phase" in
-probe)
-    echo "== GPU tests"; date
-    timeout 170 python3 -m pytest -q -m gpu tests/test_cuda.py tests/test_device.py -p no:cacheprovider
-    echo "== micro-benchmarks"; date
-    timeout 200 python3 scripts/micro.py --device cuda --out "$OUT/micro.json"
-    echo "== 0.5B shape, 2 iterations per cell"; date
-    timeout 170 rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml --out runs-gpu --no-progress \
-        "${GPU_SET[@]}" --set run.iterations=2 --set run.warmup_iterations=1 --set run.name=probe
-    for d in runs-gpu/*; do pack "$d"; done
-    ;;
-ablation)
-    echo "== 0.5B shape --ablation all"; date
-    timeout 400 rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml --ablation all --out runs-gpu \
-        --no-progress "${GPU_SET[@]}" "${@:2}"
-    for d in runs-gpu/*; do pack "$d"; done
-    echo "== GPU tests"; date
-    timeout 120 python3 -m pytest -q -m gpu tests/test_cuda.py -p no:cacheprovider --tb=short -k "flex or tiny_run"
-    ;;
-packing7b)
-    echo "== shared-prompt train step on the Qwen2.5-7B shape"; date
-    timeout 90 python3 scripts/micro.py --device cuda --model configs/models/qwen2.5-7b.json --only packing \
-        --out "$OUT/micro-7b.json"
-    ;;
-quick)
-    # Every step is bounded and independent: one that fails or runs out of time leaves the others' results.
-    # The run folders go back as one archive (the device tool returns at most 8 files).
-    echo "== rlbench env (bf16 peak)"; date
-    timeout 45 rlbench env --dtype bfloat16 --remeasure > "$OUT/env.json"; cat "$OUT/env.json"
-    echo "== GPU tests"; date
-    timeout 110 python3 -m pytest -q -m gpu tests/test_cuda.py tests/test_device.py -p no:cacheprovider \
-        --tb=short -rs
-    echo "== micro-benchmarks (0.5B shape, bf16)"; date
-    timeout 80 python3 scripts/micro.py --device cuda --batches 1,8,64 --rounds 3 --warmup 1 --out "$OUT/micro.json"
+step env 45 sh -c "rlbench env --dtype $([ $DEV = cuda ] && echo bfloat16 || echo float32) --remeasure \
+    > '$OUT/env.json' && cat '$OUT/env.json'"
+step gpu-tests 100 "$PY" -m pytest -q -rA --tb=line -p no:cacheprovider -m gpu \
+    tests/test_cuda.py tests/test_device.py tests/test_vllm_backend.py
+step decode 70 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
+    "${DECODE[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-decode.json"
+step shared-prompt 80 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
+    --only packing,equivalence "${PACKING[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-packing.json"
+if [ "$DEV" = cuda ]; then
     nvidia-smi dmon -s ut -d 1 > "$OUT/dmon.txt" 2>&1 &
     dmon=$!
-    for abl in async all; do
-        echo "== 0.5B shape --ablation $abl, 2 iterations per cell"; date
-        timeout "$([ $abl = async ] && echo 130 || echo 200)" rlbench run --config configs/qwen2.5-0.5b-shape-gpu.yaml \
-            --ablation "$abl" --out runs-gpu --no-progress "${GPU_SET[@]}" --set run.iterations=2 \
-            --set run.warmup_iterations=1 --set run.name="qwen05-$abl"
-    done
-    kill "$dmon" 2>/dev/null
-    tar --exclude=traces -czf "$OUT/runs.tar.gz" runs-gpu 2>/dev/null
-    ;;
-tests)
-    # The GPU tests one by one with full tracebacks (a timeout loses pytest's summary), the tiny run's
-    # folders kept; then the sampler against HF generate at larger batches.
-    for t in "test_packed_equals_unpacked_on_cuda[flex-bf16]" test_tiny_run_on_cuda; do
-        echo "== $t"; date
-        timeout 100 python3 -m pytest -q -p no:cacheprovider --tb=long --basetemp=/tmp/pt "tests/test_cuda.py::$t"
-    done
-    timeout 20 python3 -m pytest -q -p no:cacheprovider --tb=long -m gpu tests/test_device.py
-    tar -czf "$OUT/tiny-run.tar.gz" -C /tmp pt 2>/dev/null
-    echo "== sampler against HF generate"; date
-    timeout 45 python3 scripts/micro.py --device cuda --only sampler --batches 8,64 --rounds 2 --warmup 1 \
-        --out "$OUT/micro-sampler.json"
-    ;;
-*) echo "unknown phase $phase (probe | ablation | packing7b | quick | tests)"; exit 2 ;;
-esac
-date
+fi
+step ablation-async 200 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
+for abl in shared_prompt tri_model; do
+    if if_time $((120 * SCALE)); then
+        step "ablation-$abl" 150 rlbench run "${RUN[@]}" "${MORE[@]}" --ablation "$abl" --set run.name="headline-$abl"
+    else
+        echo "== ablation-$abl: not started ($((DEADLINE - SECONDS))s left)"
+        printf '%s\tnot started\t0\n' "ablation-$abl" >> "$OUT/steps.tsv"
+    fi
+done
+[ -n "${dmon:-}" ] && kill "$dmon" 2>/dev/null
+tar --exclude=traces -czf "$OUT/runs.tar.gz" -C "$RUNS" . && rm -rf "$RUNS"
+echo "== done $(date -u +%T), ${SECONDS}s"

@@ -1,0 +1,73 @@
+"""The prepared GPU command (scripts/gpu_session.sh headline) rehearsed on the CPU: `headline --dry` runs
+every step of the GPU command at tiny shapes, so a typo or a broken step is found before any GPU minute
+is spent. The test reads what the command wrote under $OUT, as the GPU run's files are read."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "gpu_session.sh"
+STEPS = ["env", "gpu-tests", "decode", "shared-prompt", "ablation-async", "ablation-shared_prompt",
+         "ablation-tri_model"]
+
+
+def _env(out: Path, seconds: int) -> dict:
+    bin_dir = str(Path(sys.executable).parent)  # this venv's rlbench and python
+    return {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "HEADLINE_SECONDS": str(seconds),
+            "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("args", [[], ["quick"], ["headline", "--wet"], ["headline", "--dry", "x"]])
+def test_a_wrong_phase_or_flag_exits_2_and_says_the_usage(tmp_path, args):
+    r = subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=_env(tmp_path / "o", 60),
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "usage: bash scripts/gpu_session.sh headline [--dry]" in r.stderr
+    assert not (tmp_path / "o").exists()  # nothing written before the arguments are known good
+
+
+def _runs(archive: Path) -> dict[str, dict]:
+    """run name -> {cell: results.json} from the archive of run folders."""
+    found: dict[str, dict] = {}
+    with tarfile.open(archive) as tar:
+        for m in tar.getmembers():
+            parts = Path(m.name).parts
+            if m.isfile() and parts[-1] == "results.json" and len(parts) >= 3:
+                found.setdefault(parts[-3], {})[parts[-2]] = json.load(tar.extractfile(m))
+    return found
+
+
+@pytest.mark.e2e
+def test_headline_dry_runs_every_step_and_returns_at_most_8_files(tmp_path):
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(SCRIPT), "headline", "--dry"], cwd=ROOT, env=_env(out, 1500),
+                       capture_output=True, text=True, timeout=1600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8, files  # the device tool returns at most 8 files
+    steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()]
+    assert [s[0] for s in steps] == STEPS and all(s[1] == "0" for s in steps), steps
+
+    env = json.loads((out / "env.json").read_text())
+    assert env["peak"]["matmul_flops_per_s"] > 0 and env["peak"]["copy_bytes_per_s"] > 0
+    decode = json.loads((out / "micro-decode.json").read_text())
+    assert [d["batch"] for d in decode["sampler"]] == [1, 8]
+    assert all(d["builtin_tok_s"] > 0 and d["hf_generate_tok_s"] > 0 for d in decode["sampler"])
+    packing = json.loads((out / "micro-packing.json").read_text())
+    assert packing["packing"]["seconds"]["unpacked"] > 0 and not packing["packing"]["errors"]
+    assert all("error" not in v for v in packing["equivalence"]["float32"].values())
+
+    runs = _runs(out / "runs.tar.gz")
+    by_ablation = {name.rsplit("-", 1)[-1]: cells for name, cells in runs.items()}
+    assert set(by_ablation["async"]) >= {"sync", "periodic_async_barrier", "periodic_async"}
+    for cell, res in by_ablation["async"].items():
+        measured = [it for it in res["iterations"] if not it.get("warmup")]
+        assert len(measured) >= 3, (cell, len(measured))
+    assert len(by_ablation["shared_prompt"]) >= 2 and len(by_ablation["tri_model"]) >= 2
