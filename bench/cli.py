@@ -37,7 +37,7 @@ def definitions_help() -> str:
 
 @app.command(epilog=definitions_help())
 def run(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides (default: configs/cpu-default.yaml)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides: a file, or the name of a shipped config (`rlbench config --list`; default: cpu-default)."),
     ablation: Optional[str] = typer.Option(None, "--ablation", "-a",
                                            help=ablation_help()),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
@@ -198,11 +198,17 @@ def config_cmd(
     config: Optional[Path] = typer.Option(None, "--config", "-c"),
     set_: list[str] = typer.Option([], "--set", "-s"),
     docs: bool = typer.Option(False, "--docs", help="List every key with its default and description."),
+    list_: bool = typer.Option(False, "--list", help="List the shipped configs (`--config NAME` runs one)."),
 ) -> None:
-    """Print the resolved configuration (or, with --docs, every key documented)."""
+    """Print the resolved configuration (or, with --docs, every key documented; with --list, the shipped
+    configs)."""
     import yaml
-    from rlbench.core.config import documented_keys, load_config
+    from rlbench.core.config import documented_keys, load_config, shipped_configs
 
+    if list_:
+        for name, what in shipped_configs().items():
+            typer.echo(f"{name:<28} {what}")
+        return
     if docs:
         for line in documented_keys():
             typer.echo(line)

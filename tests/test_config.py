@@ -90,8 +90,15 @@ def test_out_that_cannot_be_created_is_exit_2_naming_the_path(tmp_path):
 
 
 def test_missing_config_file(tmp_path):
-    with pytest.raises(UserError, match="not found"):
+    with pytest.raises(UserError, match=r"nope.yaml: no such file, and no shipped config .*cpu-default"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_a_shipped_config_is_found_by_name_and_only_by_a_bare_name(tmp_path):
+    assert load_config("cpu-tiny") == load_config(CONFIG_DIR / "cpu-tiny.yaml")
+    assert load_config("cpu-tiny.yaml").run.name == "cpu-tiny"
+    with pytest.raises(UserError, match="no such file"):  # a path names a file, never a shipped config
+        load_config(tmp_path / "cpu-tiny.yaml")
 
 
 def test_bad_set_syntax():

@@ -5,9 +5,11 @@ Every field's description is its documentation (`rlbench config --docs` lists th
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
+import rlbench.configs
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from rlbench.core import components, schedules
@@ -288,8 +290,34 @@ class RunConfig(Section):
         return schedules.switches(self)
 
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"  # bench/core/config.py -> the tree
+CONFIG_DIR = Path(rlbench.configs.__file__).resolve().parent  # configs/ in a checkout, package data installed
 DEFAULT_CONFIG = CONFIG_DIR / "cpu-default.yaml"
+
+
+def shipped_configs() -> dict[str, str]:
+    """name -> the first sentence of the opening comment of every config that ships with rlbench, at most
+    70 characters (`rlbench config --list`)."""
+    out = {}
+    for f in sorted(CONFIG_DIR.glob("*.yaml")):
+        lines = f.read_text().splitlines()
+        head = " ".join(line.lstrip("# ").strip() for line in lines[:next(
+            (i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))])
+        first = re.sub(r"\s*\([^()]*\)", "", head).split(". ")[0].split(": ")[0].rstrip(".")
+        out[f.stem] = first if len(first) <= 70 else first[:69].rstrip() + "…"
+    return out
+
+
+def config_path(spec: str | Path) -> Path:
+    """--config: a YAML file as given, else the name of a shipped config (cpu-default, or
+    cpu-default.yaml); neither -> exit 2 naming both and the shipped names."""
+    path = Path(spec)
+    if path.is_file():
+        return path
+    named = CONFIG_DIR / (path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml")
+    if path.parent == Path(".") and named.is_file():
+        return named
+    raise UserError(f"--config {spec}: no such file, and no shipped config of that name (shipped: "
+                    f"{', '.join(shipped_configs())}; `rlbench config --list` describes them)")
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -376,7 +404,7 @@ def build_config(tree: dict, source: str = "config") -> RunConfig:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> RunConfig:
     """YAML file (default: configs/cpu-default.yaml) + `--set` overrides -> validated RunConfig."""
-    path = Path(path) if path else DEFAULT_CONFIG
+    path = config_path(path) if path else DEFAULT_CONFIG
     tree = read_yaml(path)
     extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
     return build_config(merge_trees(tree, extra), source=str(path))

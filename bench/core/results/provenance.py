@@ -14,7 +14,11 @@ def source_root() -> Path:
 
 
 def git_commit() -> str | None:
+    """HEAD of the checkout rlbench runs from (+dirty with uncommitted changes); None for an installed
+    package, which is no checkout (even where its folder sits inside some other repository)."""
     root = source_root()
+    if not (root / "pyproject.toml").is_file():
+        return None
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
