@@ -28,7 +28,7 @@ MORE = "Every column: --wide, or summary.csv. What each column means: rlbench re
 def summary_table_text(run_dir, add=(), wide: bool = False) -> str:
     """The verdict, then the table (key columns; wide: every headline column and the sections below it).
     TPSPD in tokens/s/device; a multi-seed run shows the median over seeds.
-    add: other run folders whose cells join the table (reports/data.merge)."""
+    add: other run folders whose cells join the table (bench/analysis/data.merge)."""
     run = load(run_dir, add)
     df, sp = cell_summary(run), cell_summary(run, speedup_frame, [])
     lines = verdict_lines(run, verdict_of(run, sp, df)) + [""]

@@ -1,7 +1,7 @@
 """The regime map plot, the report's headline for `--ablation regime`.
 
 Left: measured (min–max over iterations) and predicted speedup against the statistic that explains the
-map best (reports/regime.explain), the 1.0 line and both crossovers. Right: the grid itself, tail by
+map best (bench/analysis/regime.explain), the 1.0 line and both crossovers. Right: the grid itself, tail by
 batch, coloured by measured speedup (red loses, blue wins) with the prediction beside it.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`--ablation families` (bench/analysis/families.py, reports/families.py): six rungs on one config, the ladder of
+"""`--ablation families` (bench/analysis/families.py, reports/families_text.py): six rungs on one config, the ladder of
 factors in the terminal, families.csv and the report, measured and predicted."""
 import json
 import math

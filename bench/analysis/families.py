@@ -17,7 +17,7 @@ The terminal and the report print the factors as one line; the two staleness run
 factors multiply to the last rung's speedup over sync.
 
 The schedules come from their records (bench/core/schedules/: the role each plays); what is computed from a
-run's result files is reports/families.py's. Import-light: `rlbench --help` reads the cells.
+run's result files is this module's; reports/families_text.py renders it. Import-light: `rlbench --help` reads the cells.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ tri_model or all ablations, are not points of a map) with a sync cell, a
 periodic-async cell and, where run, a barrier cell. Per point: the knobs that define it (the sync
 cell's resolved config), statistics of the sync cell that could explain the speedup (STATISTICS), the
 measured speedup with its spread over iterations, the prediction and the barrier attribution (both
-from tables.speedup_frame, i.e. reports/predict.py). Which statistic separates wins from losses best is
+from bench/analysis/speedup.speedup_frame). Which statistic separates wins from losses best is
 measured over the map (explain), and the crossover (speedup 1.0) is read off the measured and the
 predicted curve along it (crossover). Pure functions of result files; rendering is regime_text.py's.
 """

@@ -119,7 +119,7 @@ def _mkdir(p: Path) -> Path:
 
 def _check_protocol(tree: Path, sha: str) -> None:
     """The old tree must take turns through the same ring protocol as this one."""
-    # bench/run/interleave.py; bench/interleave.py in a tree from before bench/ had subpackages
+    # bench/run/interleave.py; at bench/'s top level in a tree from before bench/ had subpackages
     src = next((p for p in (tree / "bench" / "run" / "interleave.py", tree / "bench" / "interleave.py") if p.is_file()),
                tree / "bench" / "run" / "interleave.py")
     found = re.search(r"^PROTOCOL = (\d+)", src.read_text(), re.M) if src.is_file() else None

@@ -56,7 +56,7 @@ class Grid:
                         "interleave": True}}  # a point's cells take turns by iteration: drift hits all three
 
 
-# The full map, chosen to bracket the crossover on 2 CPU cores. Evidence: reports/predict.py's model
+# The full map, chosen to bracket the crossover on 2 CPU cores. Evidence: bench/core/costmodel/predict.py's model
 # (nothing fitted) on the exact lengths these seeds draw, at decode-step / trained-token cost ratios 4-8
 # (the quiet-machine regime runs of docs/results/regime.md imply about 6): light and medium lose at both batch sizes
 # (0.56-0.97x: training-dominated), heavy wins at both (1.08-1.30x), long sits near the crossover

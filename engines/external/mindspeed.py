@@ -2,8 +2,8 @@
 
 What MindSpeed-RL does that this adapter relies on (read in Ascend/MindSpeed-RL, April 2026; see
 tests/fixtures/external/README.md):
-  - configuration: one Hydra YAML in the layout of configs/grpo_qwen25_7b_A3.yaml (sections
-    `defaults` (model architecture from configs/model/), `megatron_training`, `actor_config`,
+  - configuration: one Hydra YAML in the layout of MindSpeed-RL's configs/grpo_qwen25_7b_A3.yaml (sections
+    `defaults` (model architecture from MindSpeed-RL's configs/model/), `megatron_training`, `actor_config`,
     `rl_config`, `generate_config`); unknown keys are errors (config_cls/base_config.py);
     rl_config.mini_batch_size is in prompts and multiplied by n_samples_per_prompt (rl_config.py);
   - metrics: after each iteration the GRPO trainer (trainer/grpo_trainer_hybrid.py) logs
@@ -48,7 +48,7 @@ def mindspeed_config(cfg, data_path: str | Path, n_devices: int, *, model_name: 
                      load_dir: str | None = None, save_dir: str = "./ckpt", max_prompt_length: int = 512,
                      tp: int = 1, pp: int = 1) -> dict:
     """RunConfig -> MindSpeed-RL GRPO config (integrated worker: actor, reference and rollout share
-    all n_devices NPUs, as VERL's colocated sync does). model_name picks configs/model/<name>.yaml;
+    all n_devices NPUs, as VERL's colocated sync does). model_name picks MindSpeed-RL's configs/model/<name>.yaml;
     load_dir holds the Megatron-format weights of cfg.model.path; data_path is the prefix
     cli/preprocess_data.py wrote."""
     t, r, run = cfg.train, cfg.rollout, cfg.run
@@ -198,7 +198,7 @@ def parse_mindspeed_log(text_or_path: str | Path, cfg, n_devices: int, version: 
 
 
 def write_mindspeed_data(problems, out_dir: Path, tokenizer_path: str) -> tuple[Path, Path]:
-    """Problems as JSON lines {problem, answer} and a configs/datasets-style YAML for
+    """Problems as JSON lines {problem, answer} and a YAML in the style of MindSpeed-RL's configs/datasets for
     cli/preprocess_data.py (deepscaler.yaml's handler and keys); returns (yaml, data prefix)."""
     import json
 
@@ -223,7 +223,7 @@ def run_mindspeed(cfg, out_dir: str | Path, *, n_devices: int | None = None, mod
     """Preprocesses cfg's training data and runs MindSpeed-RL GRPO; writes out_dir/results.json.
 
     Needs MINDSPEED_RL_HOME (a checkout), torch_npu, model.kind=hf (tokenizer), and the model in
-    Megatron format (load_dir or MINDSPEED_RL_LOAD) with its architecture name under configs/model/
+    Megatron format (load_dir or MINDSPEED_RL_LOAD) with its architecture name under MindSpeed-RL's configs/model/
     (model_name or MINDSPEED_RL_MODEL, default qwen25_7b). n_devices: NPUs (default: all visible).
     """
     home = mindspeed_home()

@@ -2,7 +2,7 @@
 
 The file name (bench_*.py) keeps it out of the default `pytest` run. Run it with:
 
-    .venv/bin/pytest tests/bench_kernels.py --benchmark-only --benchmark-json=bench.json
+    .venv/bin/pytest tests/benchmarks/bench_kernels.py --benchmark-only --benchmark-json=bench.json
 
 Parts that may not exist yet (the built-in sampler, shared-prompt packing) are imported inside the
 benchmark and skipped with the reason when the import fails. Sizes follow the CPU default config

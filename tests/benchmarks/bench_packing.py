@@ -4,7 +4,7 @@ A step is forward + backward of the sum of the response log-probs, the work the
 trainer does per group. Group: P=512 prompt tokens, G=8 responses of R=128;
 token ratio G*(P+R)/(P+G*R) = 3.33x is the speedup if cost were linear in tokens.
 
-    .venv/bin/pytest tests/bench_packing.py --benchmark-only -p no:cacheprovider
+    .venv/bin/pytest tests/benchmarks/bench_packing.py --benchmark-only -p no:cacheprovider
 
 Not collected by a plain `pytest` run (python_files is test_*.py). Each case warms
 up once, then times ROUNDS steps; the summary lines printed at the end give the

@@ -1,0 +1,61 @@
+"""Every path-like reference in the project's code comments, docstrings, scripts and documents resolves: a
+comment that sends a reader to `reports/predict.py` after that file has moved is a wrong map. A
+reference is a path under one of the tree's top-level folders (bench/, engines/, reports/, configs/,
+scripts/, tests/, docs/, .ci/, .github/); `folder/module.name` resolves when `folder/module.py` exists
+(a module's attribute). Another project's path is written as theirs ("MindSpeed-RL's configs/model/")
+and not checked; files that commands write are listed below with the command."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from conftest import ROOT
+
+REF = re.compile(r"(?<![\w./-])((?:bench|engines|reports|configs|scripts|tests|docs|\.ci|\.github)/"
+                 r"[\w./-]*[\w-])")
+# Files that a command writes, not files of the tree.
+WRITTEN = {"bench/baselines/gpu.json": "rlbench check --update on a GPU runner",
+           "bench/baselines/npu.json": "rlbench check --update on an NPU runner"}
+SKIPPED_FILES = {"tests/test_docs.py", "tests/test_paths.py"}  # they make up broken paths on purpose
+SUFFIXES = (".py", ".md", ".sh", ".yaml", ".yml", ".toml", ".txt")
+
+
+def _resolves(ref: str) -> bool:
+    ref = ref.rstrip(".")
+    if (ROOT / ref).exists() or ref in WRITTEN:
+        return True
+    head, _, _attr = ref.rpartition(".")  # folder/module.attribute
+    return bool(head) and (ROOT / f"{head}.py").is_file()
+
+
+def broken_references(files: list[str]) -> list[str]:
+    """'file:line: reference' for every reference in `files` (relative to the root) that resolves nowhere."""
+    out = []
+    for name in files:
+        for i, line in enumerate((ROOT / name).read_text().splitlines(), 1):
+            for m in REF.finditer(line):
+                ref = m.group(1)
+                theirs = re.search(r"'s `?$", line[:m.start()])  # "MindSpeed-RL's configs/..."
+                if theirs or any(c in line[m.end():m.end() + 1] for c in "{*<") or _resolves(ref):
+                    continue
+                out.append(f"{name}:{i}: {ref}")
+    return out
+
+
+def test_every_path_reference_resolves():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    files = [f for f in tracked.split() if f.endswith(SUFFIXES) and f not in SKIPPED_FILES
+             and not f.startswith("docs/results/gpu/") and (ROOT / f).is_file()]  # gpu/: a run's files as made
+    assert not broken_references(files)
+
+
+def test_a_stale_reference_is_caught(tmp_path, monkeypatch):
+    import test_paths
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "here.py").write_text(
+        "# see bench/here.py, bench/here.helper and MindSpeed-RL's configs/model/\n"
+        "# and reports/predict.py (moved)\n")
+    monkeypatch.setattr(test_paths, "ROOT", tmp_path)
+    assert broken_references(["bench/here.py"]) == ["bench/here.py:2: reports/predict.py"]
