@@ -53,6 +53,9 @@ def resolve(ref: str, repo: Path | None = None) -> tuple[str, str]:
     if not _git(repo, "rev-parse", "--is-inside-work-tree", check=False):
         raise UserError(f"--against {ref}: {repo} is not a git checkout (A/B needs the history)")
     named, accepted = ref, ref == "accepted"
+    if ref.startswith("anchor:"):  # the history's anchor commit (bench/check/record.py), named as such
+        ref = ref.split(":", 1)[1]
+        named = f"anchor ({ref[:12]})"
     if accepted:
         path = repo / ACCEPTED
         if not path.is_file():
