@@ -168,8 +168,8 @@ def check_cmd(
                                           "chained series among the last --drift-steps steps. `--against anchor` "
                                           "runs the history's anchor commit instead (recorded whatever its "
                                           "verdict)."),
-    drift_steps: int = typer.Option(6, "--drift-steps", min=1, help="With --record: a change point among this "
-                                    "many last steps fails the check."),
+    drift_steps: Optional[int] = typer.Option(None, "--drift-steps", min=1, help="With --record: a change point "
+                                              "among this many last steps fails the check (default 8)."),
     anchor_every: int = typer.Option(0, "--anchor-every", min=0, help="With --record: make an A/B against the "
                                      "anchor commit every K steps, and whenever a change point lands, to "
                                      "confirm it in one run (0: never by itself; `--against anchor` any time)."),
@@ -180,9 +180,10 @@ def check_cmd(
     accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
     baseline."""
     from rlbench.check.command import check
+    from rlbench.check.drift import LAST_N
     from rlbench.check.record import Recording
 
-    recording = Recording(record, drift_steps, anchor_every, reanchor) if record else None
+    recording = Recording(record, drift_steps or LAST_N, anchor_every, reanchor) if record else None
     code = check(run_dirs or [], against, config, ablation, set_, out, baseline, update, calibrate, tolerance,
                  confirm, recording)
     if code:
@@ -196,15 +197,17 @@ def history_cmd(
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the history page here: each "
                                         "metric's series relative to the anchor, change points marked, the "
                                         "A/Bs against the anchor."),
-    drift_steps: int = typer.Option(6, "--drift-steps", min=1, help="As `rlbench check --drift-steps`: exit 1 "
-                                    "when a regression's change point lies among this many last steps."),
+    drift_steps: Optional[int] = typer.Option(None, "--drift-steps", min=1, help="As `rlbench check "
+                                              "--drift-steps`: exit 1 when a regression's change point lies among "
+                                              "this many last steps (default 8)."),
 ) -> None:
     """The accepted A/B results over time: every change point (commit, metric, size, p-value) of every
     metric's chained series, the A/Bs against the anchor, and whether one is due. Exit 1 on a drift that
     `rlbench check --record` would fail, 2 on a corrupt or foreign file."""
+    from rlbench.check.drift import LAST_N
     from rlbench.check.history_command import history_command
 
-    code = history_command(file, html, drift_steps)
+    code = history_command(file, html, drift_steps or LAST_N)
     if code:
         sys.exit(code)
 
