@@ -178,18 +178,17 @@ def format_drift(res: Drift, path, anchor: str | None) -> str:
 
 def format_history(entries: list[dict], path, last_n: int = LAST_N, anchor_every: int = ANCHOR_EVERY) -> str:
     """`rlbench history FILE`: per workload, its anchor and steps, every change point, the anchor A/Bs."""
-    workloads = list({_key(e["workload"]): e["workload"] for e in entries}.values())
-    if not workloads:
+    if not entries:
         return f"{path}: no entries yet (`rlbench check --record {path}` appends one per passing A/B)"
     out = []
-    for wl in workloads:
+    for wl in workloads(entries):
         anchor, _ = history.anchor_of(entries, wl)
         steps = [e for _, e in history.same_workload(entries, wl) if e["kind"] == "step"]
         out.append(f"workload {wl['config']} --ablation {wl['ablation']}{''.join(' --set ' + s for s in wl['sets'])}: "
                    f"{len(steps)} step(s), anchor {str(anchor)[:10]}")
         cps = all_change_points(entries, wl)
         out.append(f"  change points (Otava, p < {MAX_PVALUE:g}): {len(cps) or 'none'}")
-        out += [f"    {_label(cp)} {describe(cp)}" for cp in cps]
+        out += [f"    {label(cp)} {describe(cp)}" for cp in cps]
         for i, e in anchor_entries(entries, wl):
             worse = ", ".join(f"{n} {_pct(m['ratio'])}" for n, m in e["metrics"].items() if m["mark"] == "worse")
             out.append(f"  anchor A/B entry {i + 1} ({e['date'][:10]}, {e['new_commit'][:10]} against "
@@ -201,10 +200,12 @@ def format_history(entries: list[dict], path, last_n: int = LAST_N, anchor_every
     return "\n".join(out)
 
 
-def _label(cp: ChangePoint) -> str:
+def label(cp: ChangePoint) -> str:
     """regression / improvement where the move counts (beyond the floor and the chain's noise), else small."""
     return ("REGRESSION" if cp.bad else "improvement") if cp.counts else "(within the floor or the noise)"
 
 
-def _key(wl: dict) -> str:
-    return f"{wl['config']}|{wl['ablation']}|{'|'.join(wl['sets'])}"
+def workloads(entries: list[dict]) -> list[dict]:
+    """The workloads of a history, each once, in order of first entry."""
+    return list({f"{e['workload']['config']}|{e['workload']['ablation']}|{'|'.join(e['workload']['sets'])}":
+                 e["workload"] for e in entries}.values())
