@@ -34,7 +34,8 @@ def noise(runs: list[dict]) -> dict[str, dict]:
         per: dict[str, list[float]] = {}
         for name, m in metrics.items():
             if family(name) in lifecycle.FLOORS and m["log_ratios"]:
-                key = family(name) + (" (first cell)" if m.get("first_cell") else "")
+                key = family(name) + (" (first cell)" if m.get("first_cell") else
+                                       " (all cells)" if name == lifecycle.POOLED_EVAL else "")
                 per.setdefault(key, []).append(m["log_ratios"][0])
                 floors[key] = lifecycle.floor(name, m)
         for key, values in per.items():
