@@ -91,16 +91,16 @@ def test_chained_ratios_give_levels_relative_to_the_anchor_with_widening_interva
     assert widths[3] == pytest.approx(widths[1] * math.sqrt(3), rel=1e-3)  # independent runs: variances add
 
 
-def test_an_ab_against_the_anchor_rebases_the_chain(tmp_path):
-    """The direct measurement of a commit against the anchor is combined with the chained level (equal
-    intervals: the mean in log units); the next step chains from the combined level."""
+def test_an_ab_against_the_anchor_is_no_step_of_the_chain(tmp_path):
+    """The direct measurement confirms or clears what the chain shows; the levels are the chained steps'."""
     path = tmp_path / "h.jsonl"
     chain(path, [{"cost:update": 1.10}, {"cost:update": 1.10}])
-    history.append(path, entry("c00", "c02", {"cost:update": 1.0}, kind="anchor", half=0.0142))
+    history.append(path, entry("c00", "c02", {"cost:update": 1.0}, kind="anchor"))
     history.append(path, entry("c02", "c03", {"cost:update": 1.0}))
     pts = history.series(history.read(path), WL)["cost:update"]
     assert [p.commit for p in pts] == ["c00", "c01", "c02", "c03"]
-    assert pts[2].level == pytest.approx(1.1, rel=0.01) and pts[3].level == pytest.approx(pts[2].level)
+    assert [p.level for p in pts] == pytest.approx([1.0, 1.1, 1.21, 1.21])
+    assert drift.steps_since_anchor_ab(history.read(path), WL) == 1
 
 
 def test_a_reanchored_step_starts_every_series_anew(tmp_path):
@@ -150,8 +150,8 @@ def test_an_improvement_or_a_change_point_older_than_the_last_steps_does_not_fai
     assert any(c.counts and not c.bad for c in drift.all_change_points(entries, WL))
     assert drift.judge(entries, WL).exit_code == 0
     chain(older, noisy(8, seed=1) + noisy(8, 0.02, seed=2) + noisy(8, seed=3))  # the drift, then 8 steps at its level
-    failures = drift.judge(history.read(older), WL, last_n=24).failures
-    assert failures and min(cp.steps_ago for cp, _ in failures) > 8
+    cps = [c for c in drift.all_change_points(history.read(older), WL) if c.metric == "cost:update"]
+    assert cps and min(c.steps_ago for c in cps) > 8
     assert drift.judge(history.read(older), WL, last_n=8).exit_code == 0
 
 

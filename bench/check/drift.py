@@ -27,6 +27,7 @@ MIN_POINTS = 4  # fewer levels (anchor included) than this: no split can be sign
 LAST_N = 8  # a change point among the last N steps fails the check (while the drift persists: _beyond)
 ANCHOR_EVERY = 8  # steps between A/Bs against the anchor commit (`rlbench history` says when one is due)
 WINDOW = 50  # Otava's window: longer series are split in windows of this many points
+Z_WALK = 3.0  # how many standard deviations of the chain's noise a counted move must exceed (_beyond)
 
 
 @dataclass
@@ -61,9 +62,7 @@ class Drift:
 
 def magnitude_floor(name: str) -> float:
     """The smallest relative move a change point must have: the metric's per-step flag line."""
-    if family(name) in lifecycle.FLOORS:
-        return lifecycle.FLOORS[family(name)]
-    return check_ab.floor_of(name)
+    return history.floor(name)
 
 
 def _otava():
@@ -89,19 +88,22 @@ def change_points(points: list[history.Point], name: str, direction: str) -> lis
         k = int(cp.index)
         before, after = sum(levels[:k]) / k, sum(levels[k:]) / (len(levels) - k)
         out.append(ChangePoint(name, k, points[k].commit, points[k].index, before, after, float(cp.stats.pvalue),
-                               direction, len(points) - k, _beyond(points[-1], before, after, name)))
+                               direction, len(points) - k, _beyond(points, k, before, after, name)))
     return out
 
 
-def _beyond(last: history.Point, before: float, after: float, name: str) -> bool:
-    """A change point counts when its move is beyond the metric's per-step floor and, where the levels have
-    intervals, the last level's chained 95% interval (which widens with every step: a random walk of the
-    A/B runs' noise) lies wholly on the far side of the level before it."""
+def _beyond(points: list[history.Point], k: int, before: float, after: float, name: str) -> bool:
+    """A change point counts when its move is beyond the metric's per-step floor, and the last level lies
+    beyond the level before it by more than the chain's noise since: Z_WALK x the standard deviation of the
+    steps from the point before the change to the last (their variances added: a random walk of the A/B
+    runs' noise, each step's at least its floor / 4, history.series). Z_WALK is 3, not 1.96: Otava places
+    the change point where the walk's excursion is largest, so the endpoint's own interval would understate
+    how far a walk strays."""
     if abs(after / before - 1) <= magnitude_floor(name):
         return False
-    if last.low is None or last.high is None:
-        return True
-    return last.low > before if after > before else last.high < before
+    var = max(points[-1].var - points[k - 1].var, 0.0)
+    return abs(math.log(points[-1].level / before)) > Z_WALK * math.sqrt(var) and \
+        (points[-1].level > before) == (after > before)
 
 
 def all_change_points(entries: list[dict], wl: dict) -> list[ChangePoint]:
@@ -127,8 +129,10 @@ def steps_since_anchor_ab(entries: list[dict], wl: dict) -> int:
 
 
 def judge(entries: list[dict], wl: dict, last_n: int = LAST_N) -> Drift:
-    """The bad change points among the last `last_n` steps: a failure, unless the latest anchor A/B made
-    after it does not flag the metric (then cleared: the chain's noise, not a change of code)."""
+    """The bad change points among the last `last_n` steps: a failure, confirmed where the latest A/B against
+    the anchor made after it flags the metric worse, cleared where it does not (the chain's noise, not a change
+    of code). And a metric that the latest anchor A/B, among the last steps, flags worse without a change
+    point: the drift measured directly, in one run."""
     res = Drift()
     anchors = anchor_entries(entries, wl)
     for cp in all_change_points(entries, wl):
@@ -144,8 +148,24 @@ def judge(entries: list[dict], wl: dict, last_n: int = LAST_N) -> Drift:
         said = f"the anchor A/B (entry {i + 1}) measured {_pct(m['ratio'])}{_interval(m)}"
         (res.failures if m["mark"] == "worse" else res.cleared).append(
             (cp, said + (": confirmed" if m["mark"] == "worse" else ", within its flag line: not confirmed")))
+    if anchors and _steps_after(entries, wl, anchors[-1][0]) < last_n:
+        i, e = anchors[-1]
+        seen = {cp.metric for cp, _ in res.failures + res.cleared}
+        for name, m in e["metrics"].items():
+            if m["mark"] == "worse" and name not in seen:
+                res.failures.append((_direct(name, i, e, m), f"the anchor A/B (entry {i + 1}) measured "
+                                                            f"{_pct(m['ratio'])}{_interval(m)}: flagged in one run"))
     res.exit_code = int(bool(res.failures))
     return res
+
+
+def _steps_after(entries: list[dict], wl: dict, i: int) -> int:
+    return sum(1 for j, e in history.same_workload(entries, wl) if e["kind"] == "step" and j > i)
+
+
+def _direct(name: str, i: int, e: dict, m: dict) -> ChangePoint:
+    """What an A/B against the anchor measured, as a change point of the whole series (anchor -> its commit)."""
+    return ChangePoint(name, 0, e["new_commit"], i, 1.0, m["ratio"], float("nan"), m["direction"], 0, True)
 
 
 def _pct(ratio: float) -> str:

@@ -5,9 +5,10 @@ Input: history entries of real `rlbench check --against` runs of one workload, w
 (scripts/history_fixture.py writes them; tests/fixtures/history/measured.jsonl): unchanged runs (nothing
 planted), runs planted with one small step (RLBENCH_SLOW=STAGE:0.02) and one large (STAGE:0.16, eight steps).
 A history is PREFIX unchanged steps then STEPS more, each drawn with replacement under a seed: for a drift,
-entries of the small plant; for an unchanged history, unchanged entries. An unchanged run's entry may enter
-inverted (both sides are one commit: new / old and old / new are equally likely). After the steps, an A/B
-against the anchor: an entry of the large plant (a drift) or an unchanged one. Drawn histories share the
+an unchanged entry whose planted metric (cost:STAGE) is that of an entry of the small plant (planted_step);
+for an unchanged history, unchanged entries. An unchanged run's entry may enter inverted (both sides are one
+commit: new / old and old / new are equally likely). After the steps, an A/B against the anchor: an entry of
+the large plant, as measured (a drift), or an unchanged one. Drawn histories share the
 few measured runs, so the rates estimate what those runs' noise gives, they are not independent trials.
 
     python -m rlbench.check.drift_power FILE [SEEDS]   # -> the rates, as docs/results/ci-gate.md shows them
@@ -42,9 +43,32 @@ def inverted(e: dict) -> dict:
     return {**e, "metrics": metrics}
 
 
+def moved(spec: str) -> list[str]:
+    """The metrics a plant STAGE:F[,...] moves by itself: the per-unit cost of each stage it slows."""
+    return [f"cost:{part.split(':')[0].strip()}" for part in spec.split(",") if part.strip()]
+
+
+def planted_step(noise: dict, plant: dict, spec: str) -> dict:
+    """One step of a drift: an unchanged run's entry (every metric's noise) with the planted metrics' ratios,
+    intervals and marks from a real run of the plant. Not the planted run's entry itself: reused over the
+    steps, its own noise on the other metrics would repeat and read as a drift of them too."""
+    metrics = dict(noise["metrics"])
+    metrics.update({n: plant["metrics"][n] for n in moved(spec) if n in plant["metrics"]})
+    return {**noise, "metrics": metrics, "planted": plant["planted"]}
+
+
+def confirmed(first: dict, second: dict) -> dict:
+    """An unchanged A/B against the anchor as `rlbench check` (--confirm) judges it: a paired metric stays
+    worse only where a second run (another entry) flags it too (bench/check/confirm.py)."""
+    metrics = {n: {**m, "mark": "not significant"} if m["mark"] == "worse" and
+               (second["metrics"].get(n) or {}).get("mark") != "worse" else m for n, m in first["metrics"].items()}
+    return {**first, "metrics": metrics}
+
+
 def assemble(runs: dict[str, list[dict]], seed: int, step: str | None, anchor: str | None) -> list[dict]:
-    """PREFIX unchanged steps, STEPS steps of the plant `step` (None: unchanged), commits c00 -> c16, then an
-    A/B of the last commit against c00 from the plant `anchor` (None: an unchanged run). -> the entries."""
+    """PREFIX unchanged steps, an A/B of c08 against the anchor c00 (an unchanged run), STEPS steps of the
+    plant `step` (None: unchanged), commits c08 -> c16, then an A/B of c16 against c00 from the plant
+    `anchor` (None: an unchanged run). -> the entries (the last one: the final anchor A/B)."""
     rng = np.random.default_rng(seed)
 
     def draw(spec: str | None) -> dict:
@@ -52,9 +76,17 @@ def assemble(runs: dict[str, list[dict]], seed: int, step: str | None, anchor: s
         e = pool[rng.integers(len(pool))]
         return inverted(e) if spec is None and rng.integers(2) else e
 
-    steps = [draw(None) for _ in range(PREFIX)] + [draw(step) for _ in range(STEPS)]
+    def drawn_step() -> dict:
+        return planted_step(draw(None), draw(step), step) if step else draw(None)
+
+    steps = [draw(None) for _ in range(PREFIX)] + [drawn_step() for _ in range(STEPS)]
     out = [{**e, "kind": "step", "old_commit": f"c{k:02d}", "new_commit": f"c{k + 1:02d}"} for k, e in enumerate(steps)]
-    return out + [{**draw(anchor), "kind": "anchor", "old_commit": "c00", "new_commit": f"c{len(steps):02d}"}]
+    # `--anchor-every 8`: an A/B against the anchor after the unchanged steps (nothing planted yet), and one at
+    # the end (of the large plant, for a drift)
+    first = {**confirmed(draw(None), draw(None)), "kind": "anchor", "old_commit": "c00", "new_commit": f"c{PREFIX:02d}"}
+    final = draw(anchor) if anchor else confirmed(draw(None), draw(None))
+    last = {**final, "kind": "anchor", "old_commit": "c00", "new_commit": f"c{len(steps):02d}"}
+    return out[:PREFIX] + [first] + out[PREFIX:] + [last]
 
 
 def study(runs: dict[str, list[dict]], step: str, anchor: str, seeds: int = 100) -> dict:

@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlbench.check import ab as check_ab, lifecycle
 from rlbench.core.errors import UserError
 from rlbench.core.results import provenance
 from rlbench.core.results.metric_table import CHECK_FAMILIES, family
@@ -149,6 +150,7 @@ class Point:
     high: float | None
     index: int  # the entry's index in the history (0-based); -1 for the anchor itself
     date: str
+    var: float = 0.0  # the variance of log(level): the chained steps' variances added up
 
 
 def same_workload(entries: list[dict], wl: dict) -> list[tuple[int, dict]]:
@@ -165,53 +167,73 @@ def anchor_of(entries: list[dict], wl: dict) -> tuple[str | None, int]:
 
 def series(entries: list[dict], wl: dict) -> dict[str, list[Point]]:
     """{metric: [Point]} of one workload from its anchor on: the anchor at level 1, then each step whose old
-    commit has a level, at level(old) x ratio (log-variances add: independent A/B runs). An A/B against the
-    anchor measures its commit's level directly: it is combined with the chained one (inverse-variance; the
-    direct one alone where either has no interval), so the chain's noise, a random walk, grows only over
-    the steps since the last anchor A/B. A metric the anchor predates starts at the first step that
-    measures it, its old commit at level 1."""
+    commit has a level, at level(old) x ratio; the log-variances of the steps add up (independent A/B runs),
+    each step's the largest of its interval's, the spread of the metric's steps (step_spread) and
+    (floor / 4)^2. A/Bs against the anchor do not enter the series: they confirm or clear what it shows
+    (bench/check/drift.py). A metric the anchor predates starts at the first step that measures it, its old
+    commit at level 1."""
     anchor, start = anchor_of(entries, wl)
+    spread = step_spread(entries, wl)
     out: dict[str, list[Point]] = {}
     levels: dict[str, dict[str, tuple[float, float]]] = {}  # metric -> commit -> (log level, log variance)
     for i, e in same_workload(entries, wl):
-        if i < start or (e["kind"] == "anchor" and e["old_commit"] != anchor):
+        if i < start or e["kind"] != "step":
             continue
         for name, m in e["metrics"].items():
             known = levels.setdefault(name, {})
-            if e["kind"] == "anchor":
-                if known:
-                    _rebase(out[name], known, e["new_commit"], m, i, e["date"])
-                continue
             if not known:  # its first measurement: the series starts at the old commit
                 known[e["old_commit"]] = (0.0, 0.0)
                 out[name] = [Point(e["old_commit"], 1.0, 1.0, 1.0, -1 if e["old_commit"] == anchor else i, e["date"])]
             if e["old_commit"] not in known:
                 continue  # a step off the chain (its old commit was never measured): not chained
             v, var = known[e["old_commit"]]
-            known[e["new_commit"]] = (v + math.log(m["ratio"]), var + _log_var(m))
+            known[e["new_commit"]] = (v + math.log(m["ratio"]), var + _step_var(m, name, spread))
             out[name].append(_point(e["new_commit"], *known[e["new_commit"]], i, e["date"]))
+    return out
+
+
+MIN_STEPS = 5  # steps of a metric before its step-to-step spread is estimated from them
+
+
+def floor(name: str) -> float:
+    """A metric's per-step flag line (bench/check/ab.py floor_of; the metrics outside the iterations: their
+    FLOORS). The floors are set at about 4 times a step's measured noise (bench/check/lifecycle_noise.py), so a
+    chained step's noise is taken as at least floor / 4 in log units, whatever its own interval says."""
+    if family(name) in lifecycle.FLOORS:
+        return lifecycle.floor(name, {})
+    return check_ab.floor_of(name)
+
+
+def step_spread(entries: list[dict], wl: dict) -> dict[str, float]:
+    """{metric: variance of one step's log-ratio} from the workload's steps themselves. A step's interval is
+    its A/B run's own iteration-to-iteration noise; between runs a metric also moves by each process's offset
+    (1-2x that error on unchanged runs, more on a busy machine: docs/results/ci-gate.md), and one value per
+    tree has no interval at all. From the differences of consecutive steps' log-ratios (a steady drift
+    cancels in them): their mean square / 2. Metrics with fewer than MIN_STEPS steps: none."""
+    per: dict[str, list[float]] = {}
+    for _, e in same_workload(entries, wl):
+        if e["kind"] == "step":
+            for name, m in e["metrics"].items():
+                per.setdefault(name, []).append(math.log(m["ratio"]))
+    out = {}
+    for name, x in per.items():
+        if len(x) >= MIN_STEPS:
+            d = [b - a for a, b in zip(x, x[1:])]
+            out[name] = sum(v * v for v in d) / len(d) / 2
     return out
 
 
 def _point(commit: str, v: float, var: float, index: int, date: str) -> Point:
     half = 1.96 * math.sqrt(var) if math.isfinite(var) else None
     return Point(commit, math.exp(v), math.exp(v - half) if half is not None else None,
-                 math.exp(v + half) if half is not None else None, index, date)
+                 math.exp(v + half) if half is not None else None, index, date, var)
 
 
-def _rebase(points: list[Point], known: dict, commit: str, m: dict, i: int, date: str) -> None:
-    """An A/B against the anchor measured `commit`'s level directly: combine it with the chained level (the
-    commit's point, when it is the last one) or add it as a point of its own."""
-    direct = (math.log(m["ratio"]), _log_var(m))
-    if commit in known and math.isfinite(known[commit][1]) and math.isfinite(direct[1]):
-        (a, va), (b, vb) = known[commit], direct
-        w = vb / (va + vb) if va + vb > 0 else 0.5
-        direct = (w * a + (1 - w) * b, va * vb / (va + vb) if va + vb > 0 else 0.0)
-    known[commit] = direct
-    if points and points[-1].commit == commit:
-        points[-1] = _point(commit, *direct, points[-1].index, points[-1].date)
-    else:
-        points.append(_point(commit, *direct, i, date))
+def _step_var(m: dict, name: str, spread: dict) -> float:
+    """The variance of one A/B run's log-ratio of a metric: the largest of its interval's, the spread of the
+    metric's steps, and (floor / 4)^2."""
+    own = _log_var(m)
+    return max(own if math.isfinite(own) else 0.0, spread.get(name, 0.0), (math.log1p(floor(name)) / 4) ** 2)
 
 
 def _log_var(m: dict) -> float:
