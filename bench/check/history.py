@@ -38,14 +38,15 @@ REQUIRED = {"format": str, "version": int, "kind": str, "date": str, "old_commit
 
 def entry(kind: str, record: dict, result, confirmed_by: str | None = None, reanchor: bool = False) -> dict:
     """One history line from an A/B folder's ab.json (record) and its judgement (a CheckResult): every
-    paired metric as its ratio new / old, the 95% interval of it (none for one value per tree) and mark."""
+    paired metric as its ratio new / old, the 95% interval of it (none for one value per tree) and mark; the
+    date and load average of the A/B run where ab.json has them, else of now."""
     metrics = {}
     for r in result.rows:
         if r.paired and r.change is not None and family(r.metric) in CHECK_FAMILIES:
             metrics[r.metric] = {"ratio": round(1 + r.change, 6), "low": _bound(r, 0), "high": _bound(r, 1),
                                  "mark": r.mark, "direction": CHECK_FAMILIES[family(r.metric)].direction}
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"format": FORMAT, "version": VERSION, "kind": kind, "date": provenance.now(),
+    load = record.get("load") or (os.getloadavg() if hasattr(os, "getloadavg") else None)
+    return {"format": FORMAT, "version": VERSION, "kind": kind, "date": record.get("date") or provenance.now(),
             "old_commit": record["old_commit"], "new_commit": record.get("new_commit") or "unknown",
             "against": record.get("against"), "workload": workload(record),
             "machine": {**provenance.machine(), "load": [round(x, 2) for x in load] if load else None},
@@ -59,13 +60,14 @@ def _bound(row, i: int) -> float | None:
 
 
 def workload(record: dict) -> dict:
-    """What both trees ran: the config file (relative to the source tree where it lies in it), the ablation
-    and the --set overrides; entries chain only within one workload."""
+    """What both trees ran: the config file (relative to the source tree; a checkout's configs/NAME as
+    configs/NAME wherever the checkout lies), the ablation and the --set overrides; entries chain only within
+    one workload."""
     config = Path(record.get("config") or "")
     try:
         config = config.resolve().relative_to(provenance.source_root())
-    except ValueError:
-        pass
+    except ValueError:  # another checkout's configs/ (another clone of the project, the A/B's own tree)
+        config = Path("configs", config.name) if config.parent.name == "configs" else config
     return {"config": config.as_posix(), "ablation": record.get("ablation"), "sets": list(record.get("sets") or [])}
 
 
