@@ -178,6 +178,8 @@ def _interval(m: dict) -> str:
 
 def describe(cp: ChangePoint) -> str:
     """'cost:update +8.9% at 1a2b3c4d5e (p=0.0004, 3 steps ago; level 1.042 -> 1.135 of the anchor)'."""
+    if math.isnan(cp.pvalue):  # no change point: what an A/B against the anchor measured (_direct)
+        return f"{cp.metric} {cp.size:+.1%} at {cp.commit[:10]} against the anchor"
     return (f"{cp.metric} {cp.size:+.1%} at {cp.commit[:10]} (p={cp.pvalue:.2g}, {cp.steps_ago} step"
             f"{'s' * (cp.steps_ago != 1)} ago; level {cp.before:.3f} -> {cp.after:.3f} of the anchor)")
 
