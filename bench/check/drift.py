@@ -4,12 +4,12 @@ verdict `rlbench check --record` adds to the per-step gate.
 
 A change of 2% a step passes every step's A/B (its floor is 6%) and the history absorbs it; chained, eight
 such steps make a level 17% off the anchor. Otava splits a metric's series where the levels before and
-after differ beyond chance (a t-test between the two segments, p below MAX_PVALUE) and by more than the
-metric's per-step floor (its min_magnitude: a smaller move is not worth a failure, and it keeps the random
-walk that chained measurement noise makes from reading as a change). A change point in the bad direction
-among the last `last_n` steps of the series fails the check, unless an A/B directly against the anchor
-commit recorded after it (kind "anchor": one machine, one run, no chain) does not flag that metric: the
-anchor A/B is the confirmation. Tuning and the measured behaviour: docs/results/ci-gate.md, 'Drift over the history'.
+after differ beyond chance (a t-test between the two segments, p below MAX_PVALUE). A split counts when the
+move it shows is beyond the metric's per-step floor and beyond the random walk that chained measurement
+noise makes (_beyond). A counted regression among the last `last_n` steps fails the check: confirmed or
+cleared by an A/B directly against the anchor commit recorded after it (kind "anchor": one machine, one run,
+no chain), which also fails on its own on a metric it flags worse. Tuning and the measured behaviour:
+docs/results/ci-gate.md, 'Drift over the history'.
 """
 from __future__ import annotations
 
