@@ -162,16 +162,54 @@ def check_cmd(
                                  "paired performance metrics, run a second A/B with fresh processes and fail "
                                  "only on what both runs flag (per-process offsets differ between runs; a "
                                  "change of code does not). Two A/B folders as RUN_DIRS are judged this way."),
+    record: Optional[Path] = typer.Option(None, "--record", help="A/B: append the result to this history file "
+                                          "(JSON lines; created if missing; e.g. bench/baselines/history.jsonl) "
+                                          "when it passes, then fail on a drift: a change point of a metric's "
+                                          "chained series among the last --drift-steps steps. `--against anchor` "
+                                          "runs the history's anchor commit instead (recorded whatever its "
+                                          "verdict)."),
+    drift_steps: Optional[int] = typer.Option(None, "--drift-steps", min=1, help="With --record: a change point "
+                                              "among this many last steps fails the check (default 8)."),
+    anchor_every: int = typer.Option(0, "--anchor-every", min=0, help="With --record: make an A/B against the "
+                                     "anchor commit every K steps, and whenever a change point lands, to "
+                                     "confirm it in one run (0: never by itself; `--against anchor` any time)."),
+    reanchor: bool = typer.Option(False, "--reanchor", help="With --record: this step moves performance on "
+                                  "purpose; every metric's series starts anew at its commit."),
 ) -> None:
     """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
     accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
     baseline."""
     from rlbench.check.command import check
+    from rlbench.check.drift import LAST_N
+    from rlbench.check.record import Recording
 
+    recording = Recording(record, drift_steps or LAST_N, anchor_every, reanchor) if record else None
     code = check(run_dirs or [], against, config, ablation, set_, out, baseline, update, calibrate, tolerance,
-                 confirm)
+                 confirm, recording)
     if code:
         sys.exit(code)  # not typer.Exit: main() runs the app with standalone_mode=False
+
+
+@app.command("history")
+def history_cmd(
+    file: Path = typer.Argument(Path("bench/baselines/history.jsonl"), help="A history file written by "
+                                "`rlbench check --record`."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the history page here: each "
+                                        "metric's series relative to the anchor, change points marked, the "
+                                        "A/Bs against the anchor."),
+    drift_steps: Optional[int] = typer.Option(None, "--drift-steps", min=1, help="As `rlbench check "
+                                              "--drift-steps`: exit 1 when a regression's change point lies among "
+                                              "this many last steps (default 8)."),
+) -> None:
+    """The accepted A/B results over time: every change point (commit, metric, size, p-value) of every
+    metric's chained series, the A/Bs against the anchor, and whether one is due. Exit 1 on a drift that
+    `rlbench check --record` would fail, 2 on a corrupt or foreign file."""
+    from rlbench.check.drift import LAST_N
+    from rlbench.check.history_command import history_command
+
+    code = history_command(file, html, drift_steps or LAST_N)
+    if code:
+        sys.exit(code)
 
 
 # The simulate command lives with the simulator (no torch: 0.15 s to import).

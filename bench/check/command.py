@@ -1,17 +1,20 @@
 """What `rlbench check` does with its options (the command's options live in rlbench.cli): an A/B run
 of the accepted commit against this tree, a run folder against a stored baseline, writing a baseline,
-or a sensitivity study. -> the exit code (1: a regression)."""
+or a sensitivity study; with --record, the passing A/B appended to a history and the drift over it judged
+(bench/check/record.py). -> the exit code (1: a regression, or a drift)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
 from rlbench.check.confirm import combine, format_confirmed, needs_confirmation
+from rlbench.check.record import Recording, anchor_ref, record_and_judge
 from rlbench.core.errors import UserError
 
 
 def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str, sets: list[str], out: Path,
-          baseline: Path | None, update: bool, calibrate: bool, tolerance: list[str], confirm: bool = True) -> int:
+          baseline: Path | None, update: bool, calibrate: bool, tolerance: list[str], confirm: bool = True,
+          recording: Recording | None = None) -> int:
     from rlbench.check import against as ab
     from rlbench.check.verdicts import check as do_check
     from rlbench.check.verdicts import format_check, parse_tolerances, write_baseline
@@ -23,43 +26,72 @@ def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str
             from rlbench.check.calibrate import format_study, study
         typer.echo(format_study(study(run_dirs)))
         return 0
+    if recording is not None and (baseline is not None or update or len(run_dirs) > 2
+                                  or not all(ab.is_ab(d) for d in run_dirs)):
+        raise UserError("--record FILE records A/B runs only: give no RUN_DIRS (an A/B run), or A/B folders")
     if not run_dirs and baseline is None:
-        def one_run():
-            return ab.run_ab(against, config, ablation, sets, out, echo=lambda m: typer.echo(m, err=True))
-
-        first_dir = one_run()
-        result = ab.judge(first_dir)
-        if confirm and needs_confirmation(result):
-            typer.echo(f"rlbench check: flagged {', '.join(r.metric for r in result.rows if r.mark == 'worse')}; "
-                       "a second A/B run with fresh processes decides (--no-confirm: fail now)", err=True)
-            return _confirmed(first_dir, one_run(), result)
-    elif len(run_dirs) == 1 and ab.is_ab(run_dirs[0]) and baseline is None:
+        return _ab(against, config, ablation, sets, out, confirm, recording)
+    if len(run_dirs) == 1 and ab.is_ab(run_dirs[0]) and baseline is None:
         result = ab.judge(run_dirs[0])
-    elif len(run_dirs) == 2 and all(ab.is_ab(d) for d in run_dirs) and baseline is None and not update:
-        return _confirmed(*run_dirs)
-    elif baseline is None:
+        typer.echo(format_check(result))
+        return _recorded(recording, run_dirs[0], result, None, result.exit_code)
+    if len(run_dirs) == 2 and all(ab.is_ab(d) for d in run_dirs) and baseline is None and not update:
+        final = _confirmed(*run_dirs)
+        return _recorded(recording, run_dirs[0], final, run_dirs[1], final.exit_code)
+    if baseline is None:
         raise UserError("--baseline FILE is required to judge a run folder (or give no RUN_DIRS for an A/B "
                         "run against --against REF)")
-    elif update:
+    if update:
         path = write_baseline(run_dirs, baseline, parse_tolerances(tolerance))
         typer.echo(f"baseline written: {path} (from {len(run_dirs)} run(s))")
         return 0
-    elif len(run_dirs) != 1:
+    if len(run_dirs) != 1:
         raise UserError(f"check compares one run with the baseline, got {len(run_dirs)} (several runs: "
                         "--update or --calibrate)")
-    else:
-        result = do_check(run_dirs[0], baseline)
+    result = do_check(run_dirs[0], baseline)
     typer.echo(format_check(result))
     return result.exit_code
 
 
-def _confirmed(first_dir: Path, second_dir: Path, first=None) -> int:
+def _ab(against: str, config, ablation: str, sets: list[str], out: Path, confirm: bool,
+        recording: Recording | None) -> int:
+    """An A/B run (and its confirming run where the first flags paired metrics only); with a recording,
+    the passing result appended to the history and the drift judged."""
+    from rlbench.check import against as ab
+    from rlbench.check.verdicts import format_check
+
+    ref = f"anchor:{anchor_ref(recording, config, ablation, sets)}" if against == "anchor" else against
+
+    def one_run(name: str = ref):
+        return ab.run_ab(name, config, ablation, sets, out, echo=lambda m: typer.echo(m, err=True))
+
+    first_dir = one_run()
+    result = ab.judge(first_dir)
+    if confirm and needs_confirmation(result):
+        typer.echo(f"rlbench check: flagged {', '.join(r.metric for r in result.rows if r.mark == 'worse')}; "
+                   "a second A/B run with fresh processes decides (--no-confirm: fail now)", err=True)
+        second = one_run()
+        final = _confirmed(first_dir, second, result)
+        return _recorded(recording, first_dir, final, second, final.exit_code, one_run)
+    typer.echo(format_check(result))
+    return _recorded(recording, first_dir, result, None, result.exit_code, one_run)
+
+
+def _recorded(recording: Recording | None, ab_dir: Path, result, confirmed_by: Path | None, code: int,
+              one_run=None) -> int:
+    """The exit code once the result is recorded and the drift judged (no recording: the code as it was)."""
+    if recording is None:
+        return code
+    return record_and_judge(recording, ab_dir, result, confirmed_by, one_run, echo=typer.echo) or code
+
+
+def _confirmed(first_dir: Path, second_dir: Path, first=None):
     """Judge two A/B folders as a run and its confirmation (first: the first's judgement, when made already);
-    the combined verdict goes into both ab.json files."""
+    the combined verdict goes into both ab.json files. -> the combined CheckResult."""
     from rlbench.check import against as ab
 
     first, second = first or ab.judge(first_dir), ab.judge(second_dir, confirming=True)
     final = combine(first, second)
     ab.record_confirmation(first_dir, second_dir, final)
     typer.echo(format_confirmed(first, second, final))
-    return final.exit_code
+    return final

@@ -18,7 +18,7 @@ import numpy as np
 from rlbench.check import lifecycle
 from rlbench.core.results.metric_table import family
 
-SIZES = (0.25, 0.50, 1.00)
+SIZES = (0.10, 0.20, 0.50)
 # No floor under 5%, however quiet a metric (peak memory varies by well under 1%): a smaller change is not
 # worth a failure, as for the paired metrics' 6% floor (bench/check/ab.py).
 MIN_FLOOR = 0.05
@@ -34,7 +34,8 @@ def noise(runs: list[dict]) -> dict[str, dict]:
         per: dict[str, list[float]] = {}
         for name, m in metrics.items():
             if family(name) in lifecycle.FLOORS and m["log_ratios"]:
-                key = family(name) + (" (first cell)" if m.get("first_cell") else "")
+                key = family(name) + (" (first cell)" if m.get("first_cell") else
+                                       " (all cells)" if name == lifecycle.POOLED_EVAL else "")
                 per.setdefault(key, []).append(m["log_ratios"][0])
                 floors[key] = lifecycle.floor(name, m)
         for key, values in per.items():
@@ -60,7 +61,8 @@ def format_noise(res: dict[str, dict]) -> list[str]:
     lines = ["Metrics outside the iterations (one value per cell or process and tree; the unchanged runs, and "
              "the cells nothing was planted in of the planted runs): log(new / old) spread (root mean square), "
              "largest, the floor in use and the one this noise suggests (max(4 x spread, 1.5 x largest, 5%)), "
-             "values beyond the floor (false alarms), and one value raised by 25/50/100% caught", "",
+             "values beyond the floor (false alarms), and one value raised by "
+             + "/".join(f"{f:.0%}" for f in SIZES) + " caught", "",
              "| family | values | spread | largest | floor (suggested) | beyond the floor | "
              + " | ".join(f"+{f:.0%}" for f in SIZES) + " |", "|---|" + "---|" * (5 + len(SIZES))]
     for fam, r in res.items():

@@ -1,0 +1,245 @@
+"""The history of accepted A/B results (`rlbench check --record FILE`): one JSON line per passing A/B run.
+
+Each line holds what one `rlbench check --against` measured: every paired metric's ratio new / old with its
+95% interval and mark, the commit pair, the workload, the machine and its load, the date, the verdict. A step
+(kind "step") is the gate's A/B of the accepted commit against a newer one; an anchor A/B (kind "anchor")
+compares a newer commit directly with the history's anchor (bench/check/drift.py). Chained, the steps give
+every metric a series relative to one fixed anchor commit (`series`): each ratio was measured on one
+machine in one run, so the series needs no two machines to be alike.
+
+JSON Lines, not SQLite: the repository commits its history beside bench/baselines/ACCEPTED, and a line per
+entry diffs, reviews and merges as text (a SQLite file is one binary blob to git); a damaged line is named by
+its number; the standard library reads it. Writing is append-only and atomic: under an exclusive lock, the
+file is read and validated whole (a corrupt or foreign file is refused with exit 2, naming the file and
+line, and nothing is written), then its bytes, unchanged, plus the new line go to a temporary file that
+replaces it (fsync, rename), so a crash leaves the old file or the new one, never half a line.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlbench.check import ab as check_ab, lifecycle
+from rlbench.core.errors import UserError
+from rlbench.core.results import provenance
+from rlbench.core.results.metric_table import CHECK_FAMILIES, family
+
+FORMAT = "rlbench-check-history"
+VERSION = 1
+KINDS = ("step", "anchor")
+REQUIRED = {"format": str, "version": int, "kind": str, "date": str, "old_commit": str, "new_commit": str,
+            "workload": dict, "machine": dict, "verdict": dict, "metrics": dict}
+
+
+def entry(kind: str, record: dict, result, confirmed_by: str | None = None, reanchor: bool = False) -> dict:
+    """One history line from an A/B folder's ab.json (record) and its judgement (a CheckResult): every
+    paired metric as its ratio new / old, the 95% interval of it (none for one value per tree) and mark; the
+    date and load average of the A/B run where ab.json has them, else of now."""
+    metrics = {}
+    for r in result.rows:
+        if r.paired and r.change is not None and family(r.metric) in CHECK_FAMILIES:
+            metrics[r.metric] = {"ratio": round(1 + r.change, 6), "low": _bound(r, 0), "high": _bound(r, 1),
+                                 "mark": r.mark, "direction": CHECK_FAMILIES[family(r.metric)].direction}
+    load = record.get("load") or (os.getloadavg() if hasattr(os, "getloadavg") else None)
+    return {"format": FORMAT, "version": VERSION, "kind": kind, "date": record.get("date") or provenance.now(),
+            "old_commit": record["old_commit"], "new_commit": record.get("new_commit") or "unknown",
+            "against": record.get("against"), "workload": workload(record),
+            "machine": {**provenance.machine(), "load": [round(x, 2) for x in load] if load else None},
+            "verdict": {"exit_code": result.exit_code, "line": result.verdict.splitlines()[0]},
+            "planted": record.get("planted") or {}, "ab": record.get("folder"), "confirmed_by": confirmed_by,
+            "reanchor": reanchor, "metrics": metrics}
+
+
+def _bound(row, i: int) -> float | None:
+    return round(1 + row.ci[i], 6) if row.ci else None
+
+
+def workload(record: dict) -> dict:
+    """What both trees ran: the config file (relative to the source tree; a checkout's configs/NAME as
+    configs/NAME wherever the checkout lies), the ablation and the --set overrides; entries chain only within
+    one workload."""
+    config = Path(record.get("config") or "")
+    try:
+        config = config.resolve().relative_to(provenance.source_root())
+    except ValueError:  # another checkout's configs/ (another clone of the project, the A/B's own tree)
+        config = Path("configs", config.name) if config.parent.name == "configs" else config
+    return {"config": config.as_posix(), "ablation": record.get("ablation"), "sets": list(record.get("sets") or [])}
+
+
+# ----------------------------------------------------------------- reading and appending
+
+
+def read(path: Path) -> list[dict]:
+    """Every entry of a history file, in order; [] when it does not exist. A line that is not an entry of
+    this format (corrupt, truncated, another file's) is a UserError naming the file and the line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: cannot read the history file ({e})") from None
+    return [_parse(path, n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def _parse(path: Path, n: int, line: str) -> dict:
+    where = f"{path}:{n}"
+    try:
+        e = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{where}: not a JSON line ({err.msg}, column {err.colno}): a corrupt or truncated "
+                        "history entry; the lines before it are intact") from None
+    if not isinstance(e, dict) or e.get("format") != FORMAT:
+        raise UserError(f"{where}: not an `rlbench check --record` history entry (no \"format\": \"{FORMAT}\"): "
+                        "a foreign file? Give a history file, or a new path to start one")
+    if e.get("version") != VERSION:
+        raise UserError(f"{where}: history version {e.get('version')!r}; this rlbench reads version {VERSION}")
+    for key, kind in REQUIRED.items():
+        if not isinstance(e.get(key), kind):
+            raise UserError(f"{where}: key {key!r} missing or not a {kind.__name__}")
+    if e["kind"] not in KINDS:
+        raise UserError(f"{where}: kind {e['kind']!r}; allowed: {', '.join(KINDS)}")
+    for name, m in e["metrics"].items():
+        ratio = m.get("ratio") if isinstance(m, dict) else None
+        if not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
+            raise UserError(f"{where}: metric {name!r} needs a positive \"ratio\" (new / old), got {m!r}")
+    return e
+
+
+def append(path: Path, new: dict) -> int:
+    """Append one entry atomically (see the module's docstring); -> its line number. The existing file
+    must be a valid history: a corrupt or foreign one is refused (exit 2) and left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(new, sort_keys=False, separators=(",", ":")) + "\n"
+    _parse(path, 0, line)  # what is written must read back
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two recorders never interleave their read and rename
+        old = path.read_bytes() if path.exists() else b""
+        entries = read(path)
+        if old and not old.endswith(b"\n"):
+            raise UserError(f"{path}:{len(old.splitlines())}: the last line has no line end (truncated?); "
+                            "nothing appended")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(old + line.encode())
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return len(entries) + 1
+
+
+# ----------------------------------------------------------------- chained series
+
+
+@dataclass
+class Point:
+    """One commit of a metric's series: its level relative to the anchor commit (a ratio, the product of
+    the chained steps' ratios) with its 95% interval, and the entry (line index) that measured it."""
+    commit: str
+    level: float
+    low: float | None
+    high: float | None
+    index: int  # the entry's index in the history (0-based); -1 for the anchor itself
+    date: str
+    var: float = 0.0  # the variance of log(level): the chained steps' variances added up
+
+
+def same_workload(entries: list[dict], wl: dict) -> list[tuple[int, dict]]:
+    return [(i, e) for i, e in enumerate(entries) if e["workload"] == wl]
+
+
+def anchor_of(entries: list[dict], wl: dict) -> tuple[str | None, int]:
+    """(anchor commit, index of its first step) of a workload: the old commit of its first step, or of the
+    last step marked `reanchor` (an intended change of performance starts a new series)."""
+    steps = [(i, e) for i, e in same_workload(entries, wl) if e["kind"] == "step"]
+    start = max((k for k, (_, e) in enumerate(steps) if e.get("reanchor")), default=0)
+    return (steps[start][1]["old_commit"], steps[start][0]) if steps else (None, 0)
+
+
+def series(entries: list[dict], wl: dict) -> dict[str, list[Point]]:
+    """{metric: [Point]} of one workload from its anchor on: the anchor at level 1, then each step whose old
+    commit has a level, at level(old) x ratio; the log-variances of the steps add up (independent A/B runs),
+    each step's the largest of its interval's, the spread of the metric's steps (step_spread) and
+    (floor / 4)^2. A/Bs against the anchor do not enter the series: they confirm or clear what it shows
+    (bench/check/drift.py). A metric the anchor predates starts at the first step that measures it, its old
+    commit at level 1."""
+    anchor, start = anchor_of(entries, wl)
+    spread = step_spread(entries, wl)
+    out: dict[str, list[Point]] = {}
+    levels: dict[str, dict[str, tuple[float, float]]] = {}  # metric -> commit -> (log level, log variance)
+    for i, e in same_workload(entries, wl):
+        if i < start or e["kind"] != "step":
+            continue
+        for name, m in e["metrics"].items():
+            known = levels.setdefault(name, {})
+            if not known:  # its first measurement: the series starts at the old commit
+                known[e["old_commit"]] = (0.0, 0.0)
+                out[name] = [Point(e["old_commit"], 1.0, 1.0, 1.0, -1 if e["old_commit"] == anchor else i, e["date"])]
+            if e["old_commit"] not in known:
+                continue  # a step off the chain (its old commit was never measured): not chained
+            v, var = known[e["old_commit"]]
+            known[e["new_commit"]] = (v + math.log(m["ratio"]), var + _step_var(m, name, spread))
+            out[name].append(_point(e["new_commit"], *known[e["new_commit"]], i, e["date"]))
+    return out
+
+
+MIN_STEPS = 5  # steps of a metric before its step-to-step spread is estimated from them
+
+
+def floor(name: str) -> float:
+    """A metric's per-step flag line (bench/check/ab.py floor_of; the metrics outside the iterations: their
+    FLOORS). The floors are set at about 4 times a step's measured noise (bench/check/lifecycle_noise.py), so a
+    chained step's noise is taken as at least floor / 4 in log units, whatever its own interval says."""
+    if family(name) in lifecycle.FLOORS:
+        return lifecycle.floor(name, {})
+    return check_ab.floor_of(name)
+
+
+def step_spread(entries: list[dict], wl: dict) -> dict[str, float]:
+    """{metric: variance of one step's log-ratio} from the workload's steps themselves. A step's interval is
+    its A/B run's own iteration-to-iteration noise; between runs a metric also moves by each process's offset
+    (1-2x that error on unchanged runs, more on a busy machine: docs/results/ci-gate.md), and one value per
+    tree has no interval at all. From the differences of consecutive steps' log-ratios (a steady drift
+    cancels in them): their mean square / 2. Metrics with fewer than MIN_STEPS steps: none."""
+    per: dict[str, list[float]] = {}
+    for _, e in same_workload(entries, wl):
+        if e["kind"] == "step":
+            for name, m in e["metrics"].items():
+                per.setdefault(name, []).append(math.log(m["ratio"]))
+    out = {}
+    for name, x in per.items():
+        if len(x) >= MIN_STEPS:
+            d = [b - a for a, b in zip(x, x[1:])]
+            out[name] = sum(v * v for v in d) / len(d) / 2
+    return out
+
+
+def _point(commit: str, v: float, var: float, index: int, date: str) -> Point:
+    half = 1.96 * math.sqrt(var) if math.isfinite(var) else None
+    return Point(commit, math.exp(v), math.exp(v - half) if half is not None else None,
+                 math.exp(v + half) if half is not None else None, index, date, var)
+
+
+def _step_var(m: dict, name: str, spread: dict) -> float:
+    """The variance of one A/B run's log-ratio of a metric: the largest of its interval's, the spread of the
+    metric's steps, and (floor / 4)^2."""
+    own = _log_var(m)
+    return max(own if math.isfinite(own) else 0.0, spread.get(name, 0.0), (math.log1p(floor(name)) / 4) ** 2)
+
+
+def _log_var(m: dict) -> float:
+    """The variance of log(ratio) from its 95% interval; inf where the metric has none (one value per tree)."""
+    if m.get("low") and m.get("high"):
+        return ((math.log(m["high"]) - math.log(m["low"])) / (2 * 1.96)) ** 2
+    return math.inf
