@@ -17,6 +17,7 @@ from rlbench.run.regime import POINTS
 from rlbench.core import schedules
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
+from rlbench.engines.model import weight_file
 
 # The schedules by their role in these tables (each record says its role, bench/core/schedules/).
 _REF, _ASYNC, _BOUNDED = by_role(REFERENCE).name, by_role(PERIODIC).name, by_role(BOUNDED).name
@@ -273,6 +274,13 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
     from rlbench.core.devices import starting
 
     ctx = starting.context(all(cfg.engine.device == "cpu" for _, cfg, _ in cells))
+    try:
+        return _run_todo(ctx, cells, record, run_dir, progress)
+    finally:
+        weight_file.remove(run_dir)  # the run's weight files (engines/model/weight_file.py): no cell starts any more
+
+
+def _run_todo(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
     from rlbench.run import interleave as ring
     from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
 

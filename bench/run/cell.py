@@ -136,9 +136,9 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
         profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
     # the workers' fork server imports while the model loads; after every variable the workers inherit
     starting.warm(device.type == "cpu" and cfg.engine.launcher == "local")
-    dataset, policy, tok = _setup_model(cfg, run, progress)
+    dataset, policy, tok, weights = _setup_model(cfg, run, progress)
     run.schedule, evaluator = build_schedule(cfg, policy, tok, run.t0, run.writer.event, device,
-                                          dataset=dataset, placement=run.placement)
+                                          dataset=dataset, placement=run.placement, weights=weights)
     # the device's description and peak (one device, one thread), asked of a worker that holds it
     run.provenance = launch.provenance(run.schedule, device, next(policy.parameters()).dtype)
     run.host_cpu = HostCPU({w: o.get("pid") for w, o in run.placement.observed.items()})
@@ -157,20 +157,23 @@ def _placement(cfg, kind: str):
 
 
 def _setup_model(cfg, run: CellRun, progress: bool):
+    """-> (dataset, policy on the CPU mapped from the run's weight file, tokenizer, that WeightFile): the
+    run's first cell of this model builds the file (engines/model/weight_file.py)."""
     from rlbench.run.iteration_log import progress_bar
     from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.model.loader import load_policy
+    from rlbench.engines.model.weight_file import policy_once
 
     dataset = load_dataset(cfg.data, cfg.run.seed)
     bar = progress_bar(cfg.model.warmstart_steps, f"{run.name}: warm-start (first run only)", progress)
-    policy, tok, info = load_policy(cfg, dataset, progress=lambda i, n, loss: bar.update(1) if bar else None)
+    policy, tok, info, weights = policy_once(cfg, dataset, run.folder.parent,
+                                             progress=lambda i, n, loss: bar.update(1) if bar else None)
     if bar:
         bar.close()
     run.model_info = {"kind": cfg.model.kind, **info,
                       "parameters": sum(p.numel() for p in policy.parameters())}
     run.shape = utilisation.model_shape(policy)
     run.model_info["shape"] = run.shape  # the speedup prediction's training work (costmodel/predict.py)
-    return dataset, policy, tok
+    return dataset, policy, tok, weights
 
 
 def params_digest(model) -> str | None:
