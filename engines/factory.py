@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from rlbench.core.record import lifecycle
+from rlbench.core.record.lifecycle import Phase
 from rlbench.engines.model.weight_file import write_weights
 from rlbench.engines.model.weights import SharedState
 from rlbench.engines.rollout.base import PromptRequest
@@ -53,11 +55,13 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
     if placement is None or spec.in_process(cfg):
         return _in_process_engine(cfg, policy, tok, t0, sink, device, dataset, placement, weights)
     dev.set_threads(1)  # the driver dispatches and scores; the workers compute
-    session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset,
-                       weights=weights)
+    with lifecycle.phase(Phase.WORKERS):
+        session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset,
+                           weights=weights)
     try:
         build = spec.build_function()  # the schedule's build(options, session), named by its record
-        schedule = build(spec.read(cfg), session)
+        with lifecycle.phase(Phase.WORKERS):
+            schedule = build(spec.read(cfg), session)
         session.check_observed()
         return schedule, WorkerEval(schedule.trainer)
     except BaseException:
@@ -91,7 +95,9 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
                        trainer_in_process=True, weights=weights)
     try:
         build = spec.build_function()
-        schedule = build(spec.read(cfg), session)
+        with lifecycle.phase(Phase.WORKERS):
+            schedule = build(spec.read(cfg), session)
+        session.report_phases()
         return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
     except BaseException:
         session.close()
@@ -198,7 +204,12 @@ class _Session:
 
         observed = {w: o for host in self.hosts for w, o in host.observed.items()}
         self.placement.observed.update(observed)
+        self.report_phases()
         launch.check(self.placement, observed, exact_device=not self.ray)
+
+    def report_phases(self) -> None:
+        """The workers' start-up phases, for this process's lifecycle record (bench/core/record/lifecycle.py)."""
+        lifecycle.add_workers({w: p for host in self.hosts for w, p in host.phases.items()})
 
     def close(self) -> None:
         for host in reversed(self.hosts):  # the trainer's host (first made) closes last: it owns Ray

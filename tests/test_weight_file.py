@@ -101,6 +101,8 @@ def test_a_model_of_hundreds_of_tensors_runs_through_the_fork_servers(tmp_path, 
     cells = [schema.load_cell(run_dir / c) for c in ("sync", "periodic_async_barrier", "periodic_async")]
     assert [c["status"] for c in cells] == ["complete"] * 3
     assert [c["model"]["weights"] for c in cells] == ["built", "mapped", "mapped"]
+    phases = cells[1]["lifecycle"]["startup_phases"]
+    assert set(phases) == {"driver", "trainer0", "rollout0"} and "weights_in" in phases["rollout0"]
     assert not (run_dir / weight_file.FOLDER).exists()
 
 

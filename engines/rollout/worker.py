@@ -50,6 +50,8 @@ class RolloutWorker:
         gate: the RolloutGate of a schedule that runs ahead (engines/rollout/gate.py): while it is closed
         this worker waits at its next step boundary or request; None: never held."""
         from rlbench.core.devices import device as dev
+        from rlbench.core.record import lifecycle
+        from rlbench.core.record.lifecycle import Phase
         from rlbench.engines.model.weights import build_model, initial_state
         from rlbench.core.record.profiling import from_env
         from rlbench.core.record.stages import Recorder
@@ -58,12 +60,13 @@ class RolloutWorker:
         self.name, self.emit = slot.worker, emit
         self.shared = shared
         self.mailbox, self.gate = mailbox, gate
-        state = initial_state(weights)
-        self.sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
-                                     lambda: build_model(model_config, device, state), state)
-        if mailbox is not None:
-            self.sampler.resume_kv = mailbox.resume_kv
-        self.sampler.load_weights(state, 0)  # the model holds them already: a copy onto itself does nothing
+        with lifecycle.phase(Phase.WEIGHTS):
+            state = initial_state(weights)
+            self.sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
+                                         lambda: build_model(model_config, device, state), state)
+            if mailbox is not None:
+                self.sampler.resume_kv = mailbox.resume_kv
+            self.sampler.load_weights(state, 0)  # the model holds them already: a copy onto itself does nothing
         self.rec = Recorder(slot.worker, t0, device=device, devices=1)
         self.prof = from_env(slot.worker, device.type)  # a no-op unless the run asked for --profile
 

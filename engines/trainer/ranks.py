@@ -27,6 +27,8 @@ class TrainerRank:
     def __init__(self, slot, rank: int, world: int, model_config, weights, cfg, tok, t0: float,
                  spec: dict | None, shared: dict | None, emit=None):
         from rlbench.core.devices import device as dev
+        from rlbench.core.record import lifecycle
+        from rlbench.core.record.lifecycle import Phase
         from rlbench.engines.model.weights import build_model, initial_state
         from rlbench.engines.rollout import build_backend
         from rlbench.engines.trainer.trainer import Trainer
@@ -37,8 +39,10 @@ class TrainerRank:
         self.rank, self.world, self.dist_backend = rank, world, _DIST_BACKENDS[slot.kind]
         # every model copy starts from the initial weights: the run's file mapped once per copy (its own pages)
         self._new_model = lambda: build_model(model_config, self.device, initial_state(weights))
-        policy = self._new_model().train()
-        self.trainer = Trainer(policy, cfg, tok, world, ref=self._new_model())
+        with lifecycle.phase(Phase.WEIGHTS):
+            policy = self._new_model().train()
+        with lifecycle.phase(Phase.OPTIMIZER):
+            self.trainer = Trainer(policy, cfg, tok, world, ref=self._new_model())
         self.rec = Recorder(slot.worker, t0, device=self.device, devices=1)
         self.shared = shared if rank == 0 else None  # where rank 0 publishes weights (local processes)
         self.sampler = None
@@ -46,9 +50,10 @@ class TrainerRank:
         self._model_config, self._eos, self._max_num_seqs = model_config, tok.eos_token_id, cfg.rollout.max_num_seqs
         self._spec = spec
         if spec is not None:  # colocated: this rank generates its own shard too
-            self.sampler = build_backend(spec, model_config, tok.eos_token_id, cfg.rollout.max_num_seqs,
-                                         self.device, self._new_model, dict(policy.named_parameters()),
-                                         own_process_group=True)
+            with lifecycle.phase(Phase.WEIGHTS):
+                self.sampler = build_backend(spec, model_config, tok.eos_token_id, cfg.rollout.max_num_seqs,
+                                             self.device, self._new_model, dict(policy.named_parameters()),
+                                             own_process_group=True)
         self.prof = from_env(slot.worker, self.device.type)
 
     # ---------------------------------------------------------------- process group

@@ -10,7 +10,9 @@ measured from its fork, as a process started with a warm module cache would be.
 
 Where a process holds an accelerator, it keeps `spawn`: a worker must be created with only its device
 visible (engines/launch.py start_env), and a forked process inherits the environment its server was
-started with, not its parent's. `RLBENCH_START=spawn` makes every process spawn (to compare the two).
+started with, not its parent's. A cell process is the driver and holds none, so it is forked on any
+machine unless its schedule runs in it (bench/run/ablation.py cell_context). `RLBENCH_START=spawn` makes
+every process spawn (to compare the two).
 
 The servers belong to the run: a cell's server is in the cell's process group and ends with the cell;
 `rlbench run`'s ends with it. A forked process's parent is its server, so the parent-death signal
