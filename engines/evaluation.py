@@ -26,9 +26,17 @@ def _problems(dataset) -> list:
 def eval_inputs(cfg, dataset, tok) -> tuple[list[PromptRequest], SamplingParams]:
     """The evaluation problems' prompts and the greedy sampling every evaluation uses."""
     requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(_problems(dataset))]
-    sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=cfg.rollout.max_new_tokens,
+    sampling = SamplingParams(n=1, temperature=1.0, max_new_tokens=eval_max_new_tokens(cfg, len(requests)),
                               seed=cfg.run.seed, greedy=True)
     return requests, sampling
+
+
+def eval_max_new_tokens(cfg, problems: int) -> int:
+    """The longest evaluation response: rollout.max_new_tokens, cut so that `problems` responses stay within
+    run.eval_token_budget where one is set."""
+    budget = cfg.run.eval_token_budget
+    longest = cfg.rollout.max_new_tokens
+    return longest if budget is None else max(1, min(longest, budget // max(1, problems)))
 
 
 def score(groups, dataset, tok) -> dict:

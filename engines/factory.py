@@ -1,9 +1,17 @@
 """Compose an engine from the config: the schedule picks the composition, not `if`s in the parts."""
 from __future__ import annotations
 
+import atexit
 import copy
 import random
+import shutil
+import tempfile
+from pathlib import Path
 
+from rlbench.core.record import lifecycle
+from rlbench.core.record.lifecycle import Phase
+from rlbench.engines.model.weight_file import write_weights
+from rlbench.engines.model.weights import SharedState
 from rlbench.engines.rollout.base import PromptRequest
 from rlbench.engines.schedules.common import IterationInput
 
@@ -24,9 +32,11 @@ def check_supported(cfg) -> None:
             "compared on the same update); allowed: 1. --engine verl and --engine mindspeed-rl honour it.")
 
 
-def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, placement=None):
+def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, placement=None, weights=None):
     """-> (schedule, evaluator). The schedule's trainer owns the training weights; evaluator(cfg, dataset,
-    tok) -> the evaluation's accuracies (engines/evaluation.py).
+    tok) -> the evaluation's accuracies (engines/evaluation.py). weights: the run's weight file holding
+    `policy`'s parameters (engines/model/weight_file.py), which local workers map; None: written to a
+    temporary file when a local worker needs it (the tests' engines).
 
     placement (bench/core/devices/placement.py): where every worker runs; each holds its own copy of `policy`, and this
     process (the driver) holds no accelerator: `policy` stays on the CPU, evaluation runs on the trainer's
@@ -43,12 +53,15 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
     check_supported(cfg)
     spec = schedules.of(cfg)  # the schedule's record (bench/core/schedules/)
     if placement is None or spec.in_process(cfg):
-        return _in_process_engine(cfg, policy, tok, t0, sink, device, dataset, placement)
+        return _in_process_engine(cfg, policy, tok, t0, sink, device, dataset, placement, weights)
     dev.set_threads(1)  # the driver dispatches and scores; the workers compute
-    session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset)
+    with lifecycle.phase(Phase.WORKERS):
+        session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset,
+                           weights=weights)
     try:
         build = spec.build_function()  # the schedule's build(options, session), named by its record
-        schedule = build(spec.read(cfg), session)
+        with lifecycle.phase(Phase.WORKERS):
+            schedule = build(spec.read(cfg), session)
         session.check_observed()
         return schedule, WorkerEval(schedule.trainer)
     except BaseException:
@@ -56,7 +69,7 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
         raise
 
 
-def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, placement):
+def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, placement, weights):
     """The trainer in this process (on `device`), evaluation here too; a schedule whose record has an
     in-process builder runs whole here, the others' rollout workers as planned."""
     from rlbench.core import schedules
@@ -79,10 +92,12 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
 
     placement = plan(e, device.type, available=e.num_devices)  # rollout workers as planned
     session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset,
-                       trainer_in_process=True)
+                       trainer_in_process=True, weights=weights)
     try:
         build = spec.build_function()
-        schedule = build(spec.read(cfg), session)
+        with lifecycle.phase(Phase.WORKERS):
+            schedule = build(spec.read(cfg), session)
+        session.report_phases()
         return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
     except BaseException:
         session.close()
@@ -95,7 +110,7 @@ class _Session:
     (`trainer(role)`, `rollout_pool(...)`) and the iteration inputs (`future_inputs`)."""
 
     def __init__(self, cfg, policy, tok, t0: float, placement, recorder, dataset=None,
-                 trainer_in_process: bool = False):
+                 trainer_in_process: bool = False, weights=None):
         e = cfg.engine
         self.cfg, self.policy, self.tok, self.t0, self.placement = cfg, policy, tok, t0, placement
         self.recorder, self.dataset = recorder, dataset
@@ -110,15 +125,21 @@ class _Session:
             from rlbench.engines.ray_util import ensure_ray
 
             self.owns_ray = ensure_ray(e.ray_address, placement.devices, placement.kind)
-        # Local workers read the published weights from shared memory; Ray ones from the object store.
-        self.shared = None if self.ray else {n: p.detach().to("cpu").clone().share_memory_()
-                                             for n, p in policy.named_parameters()}
+        # Local workers map the initial weights from the run's file and read the published ones from one
+        # block of shared memory (engines/model/weights.py); Ray ones get both from the object store.
+        self.shared = None if self.ray else SharedState.like(dict(policy.named_parameters()))
+        self._file = weights
         self._ref = None
 
     def weights(self):
-        """How a worker gets the initial weights: the shared tensors, or a Ray object reference in a list."""
-        if self.shared is not None:
-            return self.shared
+        """How a worker gets the initial weights: the run's weight file (written to a temporary one where
+        the caller gave none), or a Ray object reference in a list."""
+        if not self.ray:
+            if self._file is None:
+                folder = Path(tempfile.mkdtemp(prefix="rlbench-weights-"))
+                atexit.register(shutil.rmtree, folder, True)  # read by the workers as long as they live
+                self._file = write_weights(self.policy, folder / "model.safetensors")
+            return self._file
         if self._ref is None:
             import ray
             from rlbench.engines.ray_util import to_numpy
@@ -149,7 +170,8 @@ class _Session:
             return Trainer(self.policy, cfg, tok)
         spec = backend_spec(cfg) if role == Role.COLOCATED else None
         host = self.host(role, TrainerRank, lambda r, n: (r, n, self.policy.config, self.weights(), cfg, tok,
-                                                          self.t0, spec, self.shared), owns_ray=True)
+                                                          self.t0, spec, self.shared if r == 0 else None),
+                         owns_ray=True)  # rank 0 publishes
         return DataParallelTrainer(host, self.policy, self.shared)
 
     def rollout_pool(self, mailbox=None, gate=None):
@@ -161,7 +183,7 @@ class _Session:
 
         cfg = self.cfg
         host = self.host(Role.ROLLOUT, RolloutWorker, lambda r, n: (
-            self.policy.config, self.weights(), self.tok.eos_token_id, cfg.rollout.max_num_seqs,
+            self.policy.config, self.weights(), self.shared, self.tok.eos_token_id, cfg.rollout.max_num_seqs,
             backend_spec(cfg), self.t0, mailbox, gate),
             owns_ray=self.trainer_in_process)  # else the trainer's host owns Ray
         return RolloutPool(host, self.shared, mailbox, gate)
@@ -182,7 +204,12 @@ class _Session:
 
         observed = {w: o for host in self.hosts for w, o in host.observed.items()}
         self.placement.observed.update(observed)
+        self.report_phases()
         launch.check(self.placement, observed, exact_device=not self.ray)
+
+    def report_phases(self) -> None:
+        """The workers' start-up phases, for this process's lifecycle record (bench/core/record/lifecycle.py)."""
+        lifecycle.add_workers({w: p for host in self.hosts for w, p in host.phases.items()})
 
     def close(self) -> None:
         for host in reversed(self.hosts):  # the trainer's host (first made) closes last: it owns Ray

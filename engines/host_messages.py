@@ -3,7 +3,7 @@ engines/ray_host.py), and the heartbeat thread every worker runs for the hang wa
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlbench.engines.watchdog import HEARTBEAT_S, Heartbeat
@@ -31,6 +31,7 @@ class Ready:
     worker: str
     pid: int
     observed: dict  # what the process was given: affinity, threads, visible devices (bench/core/devices/device.py observe)
+    phases: dict = field(default_factory=dict)  # its start-up phases (bench/core/record/lifecycle.py Phase)
 
 
 @dataclass

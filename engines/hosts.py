@@ -39,6 +39,7 @@ class ProcessHost:
         self.procs: dict[str, Any] = {}
         self.pids: dict[str, int] = {}
         self.observed: dict[str, dict] = {}  # worker -> what it observed once started
+        self.phases: dict[str, dict] = {}  # worker -> its start-up phases (bench/core/record/lifecycle.py)
         self._replies: dict[int, Reply] = {}
         self._calls = 0
         self._lock = threading.Lock()  # one reader of `out` at a time (a producer and a consumer thread)
@@ -67,6 +68,7 @@ class ProcessHost:
             if isinstance(msg, Ready):
                 self.pids[msg.worker] = msg.pid
                 self.observed[msg.worker] = {**msg.observed, "pid": msg.pid}  # pid: bench/core/record/hostcpu.py reads it
+                self.phases[msg.worker] = msg.phases
             elif isinstance(msg, Reply) and not msg.ok:
                 raise WorkerError(f"{msg.worker} failed while starting:\n{msg.value}")
             elif msg is None and time.monotonic() > deadline:
@@ -165,7 +167,10 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
     import signal
 
     from rlbench.core.devices import procs, starting
+    from rlbench.core.record import lifecycle
+    from rlbench.core.record.lifecycle import Phase
 
+    lifecycle.record_phase(Phase.IMPORTS, lifecycle.process_age_s() or 0.0)  # spawned: the interpreter's start too
     starting.detach()  # forked by the cell's fork server (on CPU): it must end with the cell
     procs.die_with_parent(signal.SIGKILL)
     procs.interruptible()  # a Ctrl-C passed on to the cell's group reaches the worker too
@@ -173,12 +178,14 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
     try:
         from rlbench.core.devices import device as dev
 
-        dev.pin(slot.kind, slot.index, slot.threads)
+        with lifecycle.phase(Phase.DEVICE):
+            dev.pin(slot.kind, slot.index, slot.threads)
+            dev.initialise(slot.kind, slot.index)
         from rlbench.core import hooks
 
         hooks.call("started", slot.worker)  # a planted fault: a worker given other than its plan
         obj = cls(slot, *args, emit=lambda item: out.put(Emitted(slot.worker, item)))
-        out.put(Ready(slot.worker, os.getpid(), dev.observe(slot.kind)))
+        out.put(Ready(slot.worker, os.getpid(), dev.observe(slot.kind), lifecycle.phases()))
     except BaseException:  # noqa: BLE001 - reported, then this process ends
         out.put(Reply(-1, slot.worker, False, traceback.format_exc()))
         return

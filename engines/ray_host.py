@@ -26,6 +26,7 @@ class RayHost:
         self.actors: dict[str, Any] = {}
         self.pids: dict[str, int] = {}
         self.observed: dict[str, dict] = {}
+        self.phases: dict[str, dict] = {}  # worker -> its start-up phases (bench/core/record/lifecycle.py)
         self.emitted = None
         try:
             self.emitted = Queue(actor_options={"num_cpus": 0})
@@ -37,6 +38,7 @@ class RayHost:
                     slot, cls, args_of(slot), self.emitted)
             self.pids = self._started()
             self.observed = dict(zip(self.actors, ray.get([a.observe.remote() for a in self.actors.values()])))
+            self.phases = dict(zip(self.actors, ray.get([a.phases.remote() for a in self.actors.values()])))
         except BaseException:
             self.close()
             raise
@@ -132,11 +134,15 @@ class _RayWorker:
 
     def __init__(self, slot, cls, args: tuple, emitted):
         from rlbench.core.devices import device as dev
+        from rlbench.core.record import lifecycle
+        from rlbench.core.record.lifecycle import Phase
         from rlbench.engines import launch
 
         slot = launch.child_slot(slot)  # Ray makes the actor's accelerator the only visible one: index 0
         self.kind = slot.kind
-        dev.pin(slot.kind, slot.index, slot.threads)
+        with lifecycle.phase(Phase.DEVICE):
+            dev.pin(slot.kind, slot.index, slot.threads)
+            dev.initialise(slot.kind, slot.index)
         self.obj = cls(slot, *args, emit=emitted.put)
         self._heartbeats = start_heartbeats(slot.worker, emitted.put)  # Ray calls run in one thread
 
@@ -150,6 +156,12 @@ class _RayWorker:
         from rlbench.core.devices import device as dev
 
         return {**dev.observe(self.kind), "node": ray.get_runtime_context().get_node_id()}
+
+    def phases(self) -> dict:
+        """This actor's start-up phases (bench/core/record/lifecycle.py)."""
+        from rlbench.core.record import lifecycle
+
+        return lifecycle.phases()
 
     def call(self, method: str, *args):
         return getattr(self.obj, method)(*args)

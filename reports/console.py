@@ -2,7 +2,8 @@
 
 By default it fits a 100-column window: the verdict, then the key columns (reports/tables.py KEY), the
 families ladder's line or the peer framework's table where the run has one, then where the rest is. wide=True (`--wide`): the verdict, then every headline column, the definitions, the
-attribution or regime sentences, the families ladder, the peers table and the time-to-accuracy table.
+attribution or regime sentences, the families ladder, the peers table, the start-up by phase and the
+time-to-accuracy table.
 """
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from rlbench.analysis.data import RunData, load
 from rlbench.analysis.regime import regime_frame
 from rlbench.analysis.seeds import cell_summary, is_multi_seed
 from rlbench.analysis.speedup import attribution, speedup_frame
+from rlbench.analysis.startup import startup_rows
 from rlbench.analysis.verdict import verdict_of
 from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.reports.families_text import families_brief, families_lines
 from rlbench.reports.glossary import TERMINAL_NOTE
 from rlbench.reports.peers_text import peers_lines
 from rlbench.reports.regime_text import regime_lines
+from rlbench.reports.startup_text import startup_lines
 from rlbench.reports.tables import COMPACT_HEAD, attribution_text, compact_rows, key_table
 from rlbench.reports.text_table import fit
 from rlbench.reports.verdict_text import verdict_lines
@@ -55,4 +58,5 @@ def _wide(run: RunData, df, sp) -> list[str]:
     lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))
     lines += families_lines(run)  # families.csv (bench/analysis/ladder.py), where the run is a families ladder
     lines += peers_lines(run)  # peers.csv (bench/analysis/peers.py), where the run has a peer framework's cell
+    lines += startup_lines(startup_rows(run))  # where each cell's start-up went (bench/analysis/startup.py)
     return lines + accuracy_text(accuracy_frame(run))

@@ -135,6 +135,7 @@ def test_one_cell_power_counts_only_the_slowed_cells_metrics(tmp_path):
 
 
 @pytest.mark.parametrize("key, metric", [("startup_s", "startup:sync"), ("startup_cpu_s", "startup_cpu:sync"),
+                                         ("first_iteration_s", "first_iteration:sync"),
                                          ("eval_s", "eval:sync"), ("peak_rss_mb", "peak_rss:sync:colocated0"),
                                          ("process_cpu", "process_cpu:sync:driver")])
 def test_a_new_tree_whose_startup_evaluation_or_memory_doubles_fails(tmp_path, key, metric):

@@ -84,7 +84,9 @@ def test_tiny_run_on_cuda(tmp_path, tiny_config_path):
     """`rlbench run` (sync, barrier, periodic-async) on the GPU: the pools share cuda:0, TPSPD divides by
     1 device, every worker says cuda:0, and the first iteration (same initial weights, per-sample seeds)
     draws the same samples in every cell. Later ones may drift: CUDA reductions are not bitwise equal
-    across the two layouts' kernels, and one flipped token changes a sample."""
+    across the two layouts' kernels, and one flipped token changes a sample. The cell processes, which hold
+    no device, were forked from `rlbench run`'s fork server (bench/run/ablation.py cell_context): none
+    initialised CUDA, and every worker timed its device's initialisation as a start-up phase."""
     from support.cli import only_run, rlbench
     from rlbench.core.results import schema
 
@@ -100,4 +102,8 @@ def test_tiny_run_on_cuda(tmp_path, tiny_config_path):
         for it in res["iterations"]:
             assert it["devices"] == 1 and it["tpspd"] == pytest.approx(it["tokens"] / it["wall_s"])
         rewards[cell] = res["iterations"][0]["reward_mean"]
+        driver = next(p for p in res["placement"] if p["worker"] == "driver")
+        assert driver["observed"]["cuda_initialized"] is False
+        phases = res["lifecycle"]["startup_phases"]
+        assert all("device" in phases[p["worker"]] for p in res["placement"] if p["device"])
     assert rewards["periodic_async"] == rewards["sync"] == rewards["periodic_async_barrier"]

@@ -211,6 +211,7 @@ class _InlineHost:
         self.objs = {s.worker: cls(dataclasses.replace(s, kind="cpu", index=0), *args_of(s),
                                    emit=self._emitted.append) for s in slots}
         self.observed = {s.worker: {"threads": 1, "visible": str(s.index)} for s in slots}
+        self.phases = {s.worker: {} for s in slots}  # start-up phases: none timed in this process
         self.pids = {}
 
     @property

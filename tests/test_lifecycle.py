@@ -1,10 +1,12 @@
-"""What a cell records outside its measured iterations (bench/core/record/lifecycle.py): the age of a process, the
-peak memory of a process and its children, and the seconds a cell waited in the turn ring (which start-up
-leaves out)."""
+"""What a cell records outside its measured iterations (bench/core/record/lifecycle.py): the age of a process, its
+start-up phases, the peak memory of a process and its children, and the seconds a cell waited in the turn ring
+(which start-up leaves out)."""
 import subprocess
 import sys
 import threading
 import time
+
+import pytest
 
 from rlbench.core.record import lifecycle
 from rlbench.run.interleave import Pacer, Ring
@@ -56,3 +58,39 @@ def test_the_pacer_counts_the_seconds_a_cell_waited_for_others(tmp_path):
     assert Pacer().waited_s == 0.0  # alone: never waits
     for p in (p1, p2):
         p.leave()
+
+
+def test_start_up_phases_add_up_per_process_and_a_new_cell_starts_a_new_record():
+    from rlbench.core.record.lifecycle import Phase
+
+    lifecycle.begin_phases(own_process=False)  # a cell run in this (test) process: no imports phase
+    with lifecycle.phase(Phase.WEIGHTS):
+        time.sleep(0.05)
+    with lifecycle.phase(Phase.WEIGHTS):  # a second model copy: counted too
+        time.sleep(0.05)
+    lifecycle.add_workers({"rollout0": {"imports": 0.5, "weights_in": 2.0}})
+    got = lifecycle.by_process()
+    assert set(got) == {"driver", "rollout0"} and "imports" not in got["driver"]
+    assert 0.1 <= got["driver"]["weights_in"] < 5
+    assert lifecycle.phase_totals(got)["weights_in"] == 2.0  # a phase takes as long as its slowest process
+    lifecycle.begin_phases(own_process=True)  # started for the cell: its age so far is its imports
+    assert lifecycle.by_process()["driver"]["imports"] == pytest.approx(lifecycle.process_age_s(), abs=1.0)
+    assert list(lifecycle.by_process()) == ["driver"]
+
+
+def _phases_in_child(out) -> None:
+    out.put(lifecycle.by_process())
+
+
+def test_a_forked_process_does_not_inherit_its_parents_phases():
+    import multiprocessing as mp
+
+    from rlbench.core.record.lifecycle import Phase
+
+    lifecycle.record_phase(Phase.MODEL, 3.0)
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    p = ctx.Process(target=_phases_in_child, args=(out,))
+    p.start()
+    assert out.get(timeout=60) == {"driver": {}}
+    p.join(30)

@@ -45,6 +45,22 @@ def test_a_process_starts_with_the_preloaded_modules_and_no_life_line(method):
         assert not got["preloaded"] and not got["inherited_line"]
 
 
+@pytest.mark.parametrize("as_cell", [False, True])
+def test_a_cell_forks_its_server_from_itself_and_a_fresh_client_starts_one_that_imports(as_cell):
+    """`rlbench run` (nothing imported) starts a fresh interpreter as its server, which imports the preload
+    list; a cell (the list imported already: it was forked from such a server) forks its server from itself,
+    so the server has nothing to import. Either way the process it forks starts with the modules loaded and
+    lets go of the server's life line, and the server is the client's child."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROBE.parent.parent)}
+    proc = subprocess.run([sys.executable, str(PROBE), *(["--as-cell"] if as_cell else [])], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["method"] == "forkserver" and got["exitcode"] == 0 and got["ppid"] == got["server"]
+    assert got["preloaded"] and got["line_after_detach"] is None and got["server_ppid"] == got["client"]
+    assert got["server_is_a_fork"] is as_cell
+
+
 def test_a_malformed_rlbench_start_is_refused_before_the_run_folder(tmp_path):
     """Bad input: exit 2 naming the variable and what is allowed, before anything is made."""
     from support.cli import rlbench

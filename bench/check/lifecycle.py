@@ -2,7 +2,8 @@
 (or per process of a cell) and tree, read from results.json `lifecycle` and `evals` (bench/core/record/lifecycle.py).
 
 - startup:<cell>: seconds from the cell process's start to its first measured iteration, less its waits in
-  the turn ring; startup_cpu:<cell>: CPU seconds of its processes over the same span;
+  the turn ring; startup_cpu:<cell>: CPU seconds of its processes over the same span; first_iteration:<cell>:
+  seconds to its first iteration (a warm-up one or not), less its first evaluation and its ring waits;
 - eval:<cell>: CPU seconds of its processes during its evaluations;
 - peak_rss:<cell>:<process>: peak resident memory of the cell process (driver) and of every worker;
 - process_cpu:<cell>:<process>: CPU seconds of each process over the measured iterations, inside the stages
@@ -24,12 +25,14 @@ from rlbench.core.results.metric_table import check_metric, family
 # family -> flag line: the smallest change judged a regression (or an improvement), relative. Set from the
 # noise measured on unchanged A/B runs of configs/ci-ab.yaml: bench/baselines/README.md.
 # docs/results/ci-gate.md, 'Floors from measured noise' shows the runs behind each (and what they catch).
-FLOORS = {"startup": 0.25, "startup_cpu": 0.06, "eval": 0.50, "peak_rss": 0.05, "process_cpu": 0.08}
+FLOORS = {"startup": 0.25, "startup_cpu": 0.06, "eval": 0.50, "peak_rss": 0.05, "process_cpu": 0.08,
+          "first_iteration": 0.25}  # start-up's floor until unchanged runs measure its own noise
 # The first cell's start-up has its own: its two sides set up one after the other (the first fills the model
 # cache alone, bench/run/interleave.py), the old side's while the other cells' processes are still importing,
 # so its wall time, and on a busy machine its CPU seconds, move with what else runs, where the other cells'
-# two sides set up side by side.
-FIRST_CELL_FLOORS = {"startup": 0.50, "startup_cpu": 0.25}
+# two sides set up side by side. The same for its time to the first iteration (it also builds the run's
+# weight file, engines/model/weight_file.py).
+FIRST_CELL_FLOORS = {"startup": 0.50, "startup_cpu": 0.25, "first_iteration": 0.50}
 
 
 # Evaluation pooled over the cells (eval:all): the evaluation code is every cell's, and one cell's evaluation
@@ -59,10 +62,11 @@ def cell_values(run_dir: Path) -> tuple[dict[str, float], set[str]]:
         if res.get("status") == "missing":
             continue
         if (res.get("model") or {}).get("cached") is False:
-            cold |= {check_metric(f, cell=cell, process="driver")[0] for f in ("startup", "startup_cpu", "peak_rss")}
+            cold |= {check_metric(f, cell=cell, process="driver")[0]
+                     for f in ("startup", "startup_cpu", "peak_rss", "first_iteration")}
         life = res.get("lifecycle") or {}
         for name, value in (("startup", life.get("startup_s")), ("startup_cpu", life.get("startup_cpu_s")),
-                            ("eval", _eval_cpu(res))):
+                            ("eval", _eval_cpu(res)), ("first_iteration", life.get("first_iteration_s"))):
             if value is not None:
                 out[check_metric(name, cell=cell)[0]] = float(value)
         for name, key in (("peak_rss", "peak_rss_mb"), ("process_cpu", "process_cpu_s")):
@@ -82,7 +86,7 @@ def _eval_cpu(res: dict) -> float | None:
 def paired(old_dir: Path, new_dir: Path) -> dict[str, dict]:
     """{metric: entry} as bench/check/ab.py's paired_metrics, one log-ratio per metric (judged against its
     floor: judge_scalar); "why": the reason a metric both trees measured is not compared; "first_cell": the
-    start-up (seconds, CPU seconds) of the ring's first cell (FIRST_CELL_FLOORS)."""
+    start-up (seconds, CPU seconds) and time to the first iteration of the ring's first cell (FIRST_CELL_FLOORS)."""
     (old, cold_old), (new, cold_new) = cell_values(old_dir), cell_values(new_dir)
     seat = next(iter(read_cells(new_dir)[1]), "")  # the ring's first seat
     first = {check_metric(f, cell=seat)[0] for f in FIRST_CELL_FLOORS}

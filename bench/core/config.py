@@ -234,6 +234,12 @@ class RunSection(Section):
     iterations: int = Field(30, ge=1, description="Training iterations.")
     warmup_iterations: int = Field(3, ge=0, description="Iterations excluded from aggregates.")
     eval_every: int = Field(10, ge=0, description="Evaluate every N iterations (0: only before and after).")
+    eval_token_budget: int | None = Field(
+        None, ge=1, description="The most tokens one evaluation generates (its problems x rollout.max_new_tokens). "
+        "Where more are asked, every evaluation's responses stop at budget // problems tokens (at least 1), so "
+        "that a large model's evaluation is not most of its cell; an answer cut short is scored as it stands, "
+        "so set it for a shape-only model (random weights: its accuracy means nothing) or a first look. "
+        "None (the default): no bound.")
     name: str = Field("run", description="Name used in the run folder.")
     workload: str | None = Field(None, description="Set by `--ablation regime`: the workload this cell runs "
                                  "(its overrides are already applied); reports group cells by it.")

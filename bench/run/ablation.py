@@ -17,6 +17,7 @@ from rlbench.run.regime import POINTS
 from rlbench.core import schedules
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
+from rlbench.engines.model import weight_file
 
 # The schedules by their role in these tables (each record says its role, bench/core/schedules/).
 _REF, _ASYNC, _BOUNDED = by_role(REFERENCE).name, by_role(PERIODIC).name, by_role(BOUNDED).name
@@ -262,6 +263,22 @@ def turn_groups(todo: list, shared_ring: bool) -> list[list]:
     return list(groups.values())
 
 
+def holds_device(cfg) -> bool:
+    """Whether a cell's own process holds an accelerator: only where its schedule runs in that process (its
+    record says so, e.g. engine.sync_layout=single_process) on one. Otherwise the cell process is the driver,
+    which holds none (its workers do, and are spawned with their device: engines/hosts.py), so it is forked
+    from `rlbench run`'s fork server on a GPU as on CPU (bench/core/devices/starting.py)."""
+    return cfg.engine.device != "cpu" and schedules.of(cfg).in_process(cfg)
+
+
+def cell_context(configs: list):
+    """The multiprocessing context the cell processes start from: forked from `rlbench run`'s fork server
+    unless one of them holds an accelerator itself (holds_device) or RLBENCH_START=spawn."""
+    from rlbench.core.devices import starting
+
+    return starting.context(not any(holds_device(cfg) for cfg in configs))
+
+
 def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
     """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
     in its own process; exit codes go into record and ablation.json as they come. Cells take turns by
@@ -270,9 +287,14 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
     # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
     # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from rlbench.core.devices import starting
+    ctx = cell_context([cfg for _, cfg, _ in cells])
+    try:
+        return _run_todo(ctx, cells, record, run_dir, progress)
+    finally:
+        weight_file.remove(run_dir)  # the run's weight files (engines/model/weight_file.py): no cell starts any more
 
-    ctx = starting.context(all(cfg.engine.device == "cpu" for _, cfg, _ in cells))
+
+def _run_todo(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
     from rlbench.run import interleave as ring
     from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
 

@@ -10,7 +10,8 @@ import contextlib
 from pathlib import Path
 
 from rlbench.core.errors import UserError
-from rlbench.core.record.lifecycle import Lifecycle
+from rlbench.core.record import lifecycle
+from rlbench.core.record.lifecycle import Lifecycle, Phase
 from rlbench.core.record.stages import Role, now
 from rlbench.core.results import metrics, utilisation
 from rlbench.core.results.writer import CellWriter
@@ -53,22 +54,26 @@ class CellRun:
         return self.writer.results(self.results())
 
 
-def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) -> dict:
+def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None, own_process: bool = False) -> dict:
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
-    pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone."""
+    pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone.
+    own_process: this process was started for the cell (its start-up phases count from the process's start)."""
     from rlbench.engines.factory import iteration_input
     from rlbench.planted import pause
     from rlbench.run.interleave import Pacer
     from rlbench.run.iteration_log import IterationLog
 
+    lifecycle.begin_phases(own_process)
     run, pacer = CellRun(cfg, folder, name), pacer or Pacer()
     with _outcome(run, pacer):
         schedule, evaluator, dataset, tok = _setup(cfg, run, pacer, progress)
         with IterationLog(cfg, run, evaluator, dataset, tok, progress) as log:  # evaluates before iteration 0
             pacer.ready()
+            warmup = _Warmup(run, pacer)
             for k in range(cfg.run.iterations):
                 pause.before(k)  # RLBENCH_PAUSE only: a planted gap between iterations
                 pacer.before(k)
+                warmup.before(k, cfg.run.warmup_iterations)
                 if k == cfg.run.warmup_iterations:  # the first measured iteration: start-up ends here
                     run.lifecycle.first_measured(pacer.waited_s, run.host_cpu)
                 inp = iteration_input(cfg, dataset, tok, k)
@@ -83,6 +88,22 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None) ->
         pacer.leave(wait_for_others=True)  # no teardown while another cell is being timed
         run.params_sha256 = params_digest(schedule.trainer.policy)
     return run.results()
+
+
+class _Warmup:
+    """The start of the first iteration (lifecycle `first_iteration_s`) and the warm-up phase: from there to
+    the first measured iteration, less the turn ring's waits."""
+
+    def __init__(self, run: CellRun, pacer):
+        self.run, self.pacer = run, pacer
+        self.started, self.waited = None, 0.0
+
+    def before(self, k: int, warmup_iterations: int) -> None:
+        if k == 0:
+            self.run.lifecycle.first_iteration(self.pacer.waited_s, lifecycle.phases().get(Phase.FIRST_EVAL.value, 0.0))
+            self.started, self.waited = now(), self.pacer.waited_s
+        if k == warmup_iterations and k > 0:
+            lifecycle.record_phase(Phase.WARMUP, now() - self.started - (self.pacer.waited_s - self.waited))
 
 
 @contextlib.contextmanager
@@ -110,6 +131,7 @@ def _outcome(run: CellRun, pacer):
         if run.host_cpu is not None:  # peaks so far, the workers still up (they close below)
             with contextlib.suppress(Exception):  # a measurement must never keep the workers from closing
                 run.lifecycle.peaks(run.host_cpu.pids)
+        run.lifecycle.add_phases(lifecycle.by_process())
         if run.status != "rejected" or run.iterations:
             run.save()
         if run.schedule is not None:
@@ -129,16 +151,18 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
     run.planted = slowdown.activate(run.name, cfg.switches())  # before any worker starts
     pause.check()
     pacer.setup()
-    device = dev.resolve(cfg.engine.device)
-    run.placement = _placement(cfg, device.type)
+    with lifecycle.phase(Phase.DEVICE):
+        device = dev.resolve(cfg.engine.device)
+        run.placement = _placement(cfg, device.type)
     if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
         from rlbench.core.record import profiling
         profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
     # the workers' fork server imports while the model loads; after every variable the workers inherit
     starting.warm(device.type == "cpu" and cfg.engine.launcher == "local")
-    dataset, policy, tok = _setup_model(cfg, run, progress)
+    with lifecycle.phase(Phase.MODEL):
+        dataset, policy, tok, weights = _setup_model(cfg, run, progress)
     run.schedule, evaluator = build_schedule(cfg, policy, tok, run.t0, run.writer.event, device,
-                                          dataset=dataset, placement=run.placement)
+                                          dataset=dataset, placement=run.placement, weights=weights)
     # the device's description and peak (one device, one thread), asked of a worker that holds it
     run.provenance = launch.provenance(run.schedule, device, next(policy.parameters()).dtype)
     run.host_cpu = HostCPU({w: o.get("pid") for w, o in run.placement.observed.items()})
@@ -157,20 +181,23 @@ def _placement(cfg, kind: str):
 
 
 def _setup_model(cfg, run: CellRun, progress: bool):
+    """-> (dataset, policy on the CPU mapped from the run's weight file, tokenizer, that WeightFile): the
+    run's first cell of this model builds the file (engines/model/weight_file.py)."""
     from rlbench.run.iteration_log import progress_bar
     from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.model.loader import load_policy
+    from rlbench.engines.model.weight_file import policy_once
 
     dataset = load_dataset(cfg.data, cfg.run.seed)
     bar = progress_bar(cfg.model.warmstart_steps, f"{run.name}: warm-start (first run only)", progress)
-    policy, tok, info = load_policy(cfg, dataset, progress=lambda i, n, loss: bar.update(1) if bar else None)
+    policy, tok, info, weights = policy_once(cfg, dataset, run.folder.parent,
+                                             progress=lambda i, n, loss: bar.update(1) if bar else None)
     if bar:
         bar.close()
     run.model_info = {"kind": cfg.model.kind, **info,
                       "parameters": sum(p.numel() for p in policy.parameters())}
     run.shape = utilisation.model_shape(policy)
     run.model_info["shape"] = run.shape  # the speedup prediction's training work (costmodel/predict.py)
-    return dataset, policy, tok
+    return dataset, policy, tok, weights
 
 
 def params_digest(model) -> str | None:

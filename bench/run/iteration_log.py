@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from rlbench.core.record.lifecycle import eval_seconds
+from rlbench.core.record import lifecycle
+from rlbench.core.record.lifecycle import Phase, eval_seconds
 from rlbench.core.record.stages import Recorder, Role, Stage
 from rlbench.core.results import metrics, utilisation
 from rlbench.run.curves import Curves
@@ -19,7 +20,8 @@ class IterationLog:
         self.cfg, self.run, self.evaluator, self.dataset, self.tok = cfg, run, evaluator, dataset, tok
         self.eval_rec = Recorder(Role.EVAL.value, run.t0, device=evaluator.device, sink=run.writer.event)
         self.curves = Curves(cfg, run.folder, run.name)
-        self.acc = self.evaluate(0)
+        with lifecycle.phase(Phase.FIRST_EVAL):
+            self.acc = self.evaluate(0)
         self.curves.evaluation(0, self.acc)
         self.bar = progress_bar(cfg.run.iterations, f"{run.name}", progress)
         self.prof = _profiler(cfg, run, run.schedule, evaluator.device)

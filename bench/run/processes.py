@@ -127,7 +127,7 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None)
         if framework:  # a peer framework's cell (--ablation peers)
             peers.run_framework_cell(framework, cfg, Path(folder), name, progress, Pacer(seat))
         else:
-            run_cell(cfg, Path(folder), name, progress=progress, pacer=Pacer(seat))
+            run_cell(cfg, Path(folder), name, progress=progress, pacer=Pacer(seat), own_process=True)
     except KeyboardInterrupt:
         sys.exit(130)
     except UserError as e:

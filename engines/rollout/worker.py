@@ -41,27 +41,32 @@ class RolloutWorker:
     """A rollout worker (in a pinned process or a Ray actor, engines/hosts.py): a model copy behind the
     configured backend; hands on each group the moment its G samples are done (`emit`)."""
 
-    def __init__(self, slot, model_config, weights, eos_token_id: int, max_num_seqs: int, spec: dict,
-                 t0: float, mailbox=None, gate=None, *, emit):
-        """mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py): new weights are taken
+    def __init__(self, slot, model_config, weights, shared: dict | None, eos_token_id: int, max_num_seqs: int,
+                 spec: dict, t0: float, mailbox=None, gate=None, *, emit):
+        """weights: the initial weights (engines/model/weights.py: the run's weight file, or a Ray object);
+        shared: the shared-memory block the published weights arrive in (local processes; None on Ray).
+        mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py): new weights are taken
         at the next token boundary, mid-generation; None: only at "sync" requests, between batches.
         gate: the RolloutGate of a schedule that runs ahead (engines/rollout/gate.py): while it is closed
         this worker waits at its next step boundary or request; None: never held."""
         from rlbench.core.devices import device as dev
-        from rlbench.engines.model.weights import build_model, load_state
+        from rlbench.core.record import lifecycle
+        from rlbench.core.record.lifecycle import Phase
+        from rlbench.engines.model.weights import build_model, initial_state
         from rlbench.core.record.profiling import from_env
         from rlbench.core.record.stages import Recorder
 
         device = dev.resolve(slot.kind, slot.index)
         self.name, self.emit = slot.worker, emit
-        self.shared = weights if isinstance(weights, dict) else None  # local: shared-memory tensors
-        state = load_state(weights)
+        self.shared = shared
         self.mailbox, self.gate = mailbox, gate
-        self.sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
-                                     lambda: build_model(model_config, device), state)
-        if mailbox is not None:
-            self.sampler.resume_kv = mailbox.resume_kv
-        self.sampler.load_weights(state, 0)
+        with lifecycle.phase(Phase.WEIGHTS):
+            state = initial_state(weights)
+            self.sampler = build_backend(spec, model_config, eos_token_id, max_num_seqs, device,
+                                         lambda: build_model(model_config, device, state), state)
+            if mailbox is not None:
+                self.sampler.resume_kv = mailbox.resume_kv
+            self.sampler.load_weights(state, 0)  # the model holds them already: a copy onto itself does nothing
         self.rec = Recorder(slot.worker, t0, device=device, devices=1)
         self.prof = from_env(slot.worker, device.type)  # a no-op unless the run asked for --profile
 

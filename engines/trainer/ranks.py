@@ -27,7 +27,9 @@ class TrainerRank:
     def __init__(self, slot, rank: int, world: int, model_config, weights, cfg, tok, t0: float,
                  spec: dict | None, shared: dict | None, emit=None):
         from rlbench.core.devices import device as dev
-        from rlbench.engines.model.weights import build_model, load_state
+        from rlbench.core.record import lifecycle
+        from rlbench.core.record.lifecycle import Phase
+        from rlbench.engines.model.weights import build_model, initial_state
         from rlbench.engines.rollout import build_backend
         from rlbench.engines.trainer.trainer import Trainer
         from rlbench.core.record.profiling import from_env
@@ -35,9 +37,12 @@ class TrainerRank:
 
         self.device = dev.resolve(slot.kind, slot.index)
         self.rank, self.world, self.dist_backend = rank, world, _DIST_BACKENDS[slot.kind]
-        policy = build_model(model_config, self.device).train()
-        policy.load_state_dict({n: t.to(self.device) for n, t in load_state(weights).items()}, strict=False)
-        self.trainer = Trainer(policy, cfg, tok, world)  # its reference model is a copy of these initial weights
+        # every model copy starts from the initial weights: the run's file mapped once per copy (its own pages)
+        self._new_model = lambda: build_model(model_config, self.device, initial_state(weights))
+        with lifecycle.phase(Phase.WEIGHTS):
+            policy = self._new_model().train()
+        with lifecycle.phase(Phase.OPTIMIZER):
+            self.trainer = Trainer(policy, cfg, tok, world, ref=self._new_model())
         self.rec = Recorder(slot.worker, t0, device=self.device, devices=1)
         self.shared = shared if rank == 0 else None  # where rank 0 publishes weights (local processes)
         self.sampler = None
@@ -45,9 +50,10 @@ class TrainerRank:
         self._model_config, self._eos, self._max_num_seqs = model_config, tok.eos_token_id, cfg.rollout.max_num_seqs
         self._spec = spec
         if spec is not None:  # colocated: this rank generates its own shard too
-            self.sampler = build_backend(spec, model_config, tok.eos_token_id, cfg.rollout.max_num_seqs,
-                                         self.device, lambda: build_model(model_config, self.device),
-                                         dict(policy.named_parameters()), own_process_group=True)
+            with lifecycle.phase(Phase.WEIGHTS):
+                self.sampler = build_backend(spec, model_config, tok.eos_token_id, cfg.rollout.max_num_seqs,
+                                             self.device, self._new_model, dict(policy.named_parameters()),
+                                             own_process_group=True)
         self.prof = from_env(slot.worker, self.device.type)
 
     # ---------------------------------------------------------------- process group
@@ -122,11 +128,10 @@ class TrainerRank:
             if self._spec is not None and self._spec.get("backend") == EVALUATION["backend"]:
                 self._eval_sampler = self.sampler  # it loads the trainer's weights before every rollout
             else:
-                from rlbench.engines.model.weights import build_model
                 from rlbench.engines.rollout import build_backend
 
                 self._eval_sampler = build_backend(EVALUATION, self._model_config, self._eos, self._max_num_seqs,
-                                                   self.device, lambda: build_model(self._model_config, self.device))
+                                                   self.device, self._new_model)
         self._eval_sampler.load_weights(self.trainer.weights(), self.trainer.version)
         return self._eval_sampler.generate(requests, sampling)
 

@@ -40,12 +40,13 @@ class MicroBatch:
 
 
 class Trainer:
-    def __init__(self, policy, cfg, tokenizer, world: int = 1):
+    def __init__(self, policy, cfg, tokenizer, world: int = 1, ref=None):
         """world: data-parallel ranks training replicas of this policy (their process group joined before
-        the first finish); 1: nothing is reduced."""
+        the first finish); 1: nothing is reduced. ref: the reference model, a model holding the policy's
+        initial weights (a worker maps it from the run's weight file); None: a copy of `policy`."""
         self.cfg, self.tok, self.world = cfg, tokenizer, world
         self.policy = policy
-        self.ref = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.ref = (copy.deepcopy(policy) if ref is None else ref).eval().requires_grad_(False)
         self.policy.train()  # dropout is 0 in the supported models; train() only matters for flags
         t = cfg.train
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=t.lr, betas=tuple(t.betas),

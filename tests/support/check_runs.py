@@ -37,7 +37,8 @@ class Cell:
     status: str = "complete"
     overrides: dict = field(default_factory=dict)  # config overrides (besides the switches)
     slow: dict = field(default_factory=dict)  # {stage: fraction} that stage takes longer (iteration too)
-    # outside the iterations: {"startup_s" | "startup_cpu_s" | "eval_s" | "peak_rss_mb" | "process_cpu": factor}
+    # outside the iterations: {"startup_s" | "startup_cpu_s" | "first_iteration_s" | "eval_s" | "peak_rss_mb" |
+    # "process_cpu": factor}
     life: dict = field(default_factory=dict)
 
 
@@ -91,6 +92,7 @@ def _lifecycle(cell: Cell, main: str, rng) -> dict:
         return base * cell.life.get(key, 1.0) * (1 + 0.01 * rng.standard_normal())
 
     return {"startup_s": value("startup_s", 20.0), "startup_cpu_s": value("startup_cpu_s", 10.0), "ring_wait_s": 5.0,
+            "first_iteration_s": value("first_iteration_s", 8.0),
             "peak_rss_mb": {"driver": value("peak_rss_mb", 350.0), f"{main}0": value("peak_rss_mb", 360.0)},
             "process_cpu_s": {"driver": value("process_cpu", 0.5), f"{main}0": value("process_cpu", 20.0)}}
 

@@ -5,6 +5,12 @@ import os
 import sys
 
 
+def starting_parent(pid: int) -> int | None:
+    from rlbench.core.devices import procs
+
+    return procs.parent_pid(pid)
+
+
 def probe(out) -> None:
     from multiprocessing import forkserver
 
@@ -17,14 +23,30 @@ def probe(out) -> None:
              "line_after_detach": forkserver._forkserver._forkserver_alive_fd})
 
 
+def cmdline(pid) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except (OSError, TypeError):
+        return None
+
+
 if __name__ == "__main__":
+    import importlib
+
     from rlbench.core.devices import starting
 
+    if "--as-cell" in sys.argv:  # as a cell process: the preload list imported, then the server warmed
+        for name in starting.PRELOAD:
+            importlib.import_module(name)
+        starting.warm(cpu_only=True)
     ctx = starting.context(cpu_only=True)
     q = ctx.Queue()
     p = ctx.Process(target=probe, args=(q,))
     p.start()
     found = q.get(timeout=120)
     p.join(30)
-    print(json.dumps({**found, "client": os.getpid(), "server": starting.server_pid(),
-                      "method": ctx.get_start_method(), "exitcode": p.exitcode}))
+    server = starting.server_pid()
+    print(json.dumps({**found, "client": os.getpid(), "server": server, "method": ctx.get_start_method(),
+                      "exitcode": p.exitcode, "server_ppid": None if server is None else starting_parent(server),
+                      "server_is_a_fork": cmdline(server) == cmdline(os.getpid())}))

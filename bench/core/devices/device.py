@@ -106,6 +106,17 @@ def pin(kind: str, index: int, threads: int) -> None:
         torch.npu.set_device(index)
 
 
+def initialise(kind: str, index: int) -> None:
+    """Create the accelerator's context now (a tensor on it), so that its cost is timed as the start-up's
+    device phase (bench/core/record/lifecycle.py) rather than inside whatever touches the device first.
+    CPU: nothing to do."""
+    if kind == "cpu":
+        return
+    import torch
+
+    torch.empty(1, device=torch.device(kind, index))
+
+
 def _npu_available() -> bool:
     """Imports torch_npu (it registers the 'npu' device with torch) only when an NPU is asked for."""
     try:

@@ -4,13 +4,17 @@ A process that imports torch and transformers spends ~3.5 s of CPU doing so, and
 driver and, on the smallest layout, two workers): most of a tiny cell's start-up. On CPU every process of
 a run is therefore forked from a *fork server* that has imported them once (Python's "forkserver"
 context, its preload list below): `rlbench run`'s server creates the cell processes, each cell's own
-server its workers. A forked process starts as a fresh one would at its target (a new process, no
+server its workers. A cell's server is a fork of the cell itself, taken before the cell computes anything
+(`warm`): the cell has the preloaded modules already, so its server has nothing to import (a fresh one
+spent ~3.5 CPU seconds, and its workers waited for it). A forked process starts as a fresh one would at its target (a new process, no
 threads, nothing computed), with those modules already in memory. Its start-up (docs/metrics.md) is
 measured from its fork, as a process started with a warm module cache would be.
 
 Where a process holds an accelerator, it keeps `spawn`: a worker must be created with only its device
 visible (engines/launch.py start_env), and a forked process inherits the environment its server was
-started with, not its parent's. `RLBENCH_START=spawn` makes every process spawn (to compare the two).
+started with, not its parent's. A cell process is the driver and holds none, so it is forked on any
+machine unless its schedule runs in it (bench/run/ablation.py cell_context). `RLBENCH_START=spawn` makes
+every process spawn (to compare the two).
 
 The servers belong to the run: a cell's server is in the cell's process group and ends with the cell;
 `rlbench run`'s ends with it. A forked process's parent is its server, so the parent-death signal
@@ -21,6 +25,10 @@ client as long as any process it forked lives, and those processes would never l
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import sys
+import threading
 
 ENV = "RLBENCH_START"
 # What every cell process and worker imports first; each module is imported once per server.
@@ -54,12 +62,51 @@ def context(cpu_only: bool, tensors: bool = False):
 
 
 def warm(cpu_only: bool) -> None:
-    """Start the fork server now, so that its imports run beside this process's own work (a cell's
-    driver loads its model meanwhile) instead of when the first process is created."""
-    if context(cpu_only).get_start_method() == "forkserver":
-        from multiprocessing import forkserver
+    """Start the fork server now rather than when the first process is created. A process that has the
+    preloaded modules already (a cell process, forked from `rlbench run`'s server) and no thread besides
+    its own forks it from itself: the server is ready at once, with nothing to import. Otherwise (`rlbench
+    run` itself) Python starts a fresh interpreter that imports them, beside this process's own work."""
+    if context(cpu_only).get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
 
+    if all(m in sys.modules for m in PRELOAD) and threading.active_count() == 1 and server_pid() is None:
+        _fork_server()
+    else:
         forkserver.ensure_running()
+
+
+def _fork_server() -> None:
+    """Python's fork server (its `main`, the same protocol), started as a fork of this process instead of a
+    fresh interpreter: a copy of a process that has imported the preload list and computed nothing (no
+    thread, no thread pool started), so what it forks starts as one of a fresh server would. Its signal
+    handlers are a new interpreter's (the processes it forks inherit them); it ends when this process does
+    (the end of its life line, as a spawned server)."""
+    from multiprocessing import connection, forkserver, resource_tracker
+
+    resource_tracker.ensure_running()  # its descriptor is handed on to what the server forks
+    listener = socket.socket(socket.AF_UNIX)
+    address = connection.arbitrary_address("AF_UNIX")
+    listener.bind(address)
+    os.chmod(address, 0o600)
+    listener.listen()
+    alive_r, alive_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the server
+        code = 1
+        try:
+            os.close(alive_w)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            forkserver.main(listener.fileno(), alive_r, [])
+        except SystemExit as e:  # its life line ended: the client is gone
+            code = e.code if isinstance(e.code, int) else 0
+        finally:
+            os._exit(code)
+    os.close(alive_r)
+    listener.close()
+    server = forkserver._forkserver  # noqa: SLF001 - what ensure_running would have set
+    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid  # noqa: SLF001
 
 
 def detach() -> None:

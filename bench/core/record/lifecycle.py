@@ -13,6 +13,11 @@ results.json `lifecycle` of a cell:
   last}: the stages' work and everything between and around them (the cell process's bookkeeping).
 - `peak_rss_mb`: {process: peak resident set size in MB} of the cell process (`driver`) and every worker,
   read just before the workers close (Linux VmHWM; a worker's own child processes are added to it).
+- `startup_phases`: {process: {phase: wall seconds}}: where start-up went, phase by phase (Phase below),
+  each process timing its own with `phase` (a worker's come to the driver with its Ready message).
+- `first_iteration_s`: wall seconds from the cell process's start to the start of its first iteration (a
+  warm-up one or not), less its first evaluation and its waits in the turn ring: how long the cell takes
+  to be ready to work (docs/results/startup.md).
 Each evaluation (results.json `evals`) records its wall seconds (`wall_s`, its `eval` stage event) and the
 CPU seconds of the cell's processes during it (`cpu_s`): the wall time of the first evaluation, made while
 the other tree sets up the same cell, varied by more than 2x between unchanged runs; its work did not.
@@ -20,6 +25,8 @@ Read from /proc (Linux); what cannot be read is left out, never guessed.
 """
 from __future__ import annotations
 
+import contextlib
+import enum
 import os
 import time
 
@@ -38,6 +45,79 @@ def process_age_s(pid: int | None = None) -> float | None:
         return time.clock_gettime(time.CLOCK_BOOTTIME) - started
     except (OSError, ValueError, AttributeError):
         return None
+
+
+class Phase(str, enum.Enum):
+    """The phases of a cell's start-up, in the order they happen; a process records the ones it has."""
+
+    IMPORTS = "imports"  # from the process's start (exec, or fork from a fork server) to its own code
+    DEVICE = "device"  # placement, pinning to the device, the accelerator's initialisation
+    MODEL = "model"  # driver: the policy built (a run's first cell) or mapped from the run's weight file
+    WORKERS = "workers"  # driver: from starting the worker processes to every one ready (their phases inside)
+    WEIGHTS = "weights_in"  # worker: its model copies built from the config with the weights in, on its device
+    OPTIMIZER = "optimizer_ref"  # trainer rank: the reference model and the optimizer
+    FIRST_EVAL = "first_eval"  # driver: the evaluation before the first iteration
+    WARMUP = "warmup"  # driver: the warm-up iterations
+
+
+# This process's phases, and those its workers reported (a forked process starts a new record).
+_PHASES: dict = {"pid": None, "seconds": {}, "workers": {}}
+
+
+def _own(part: str = "seconds") -> dict:
+    if _PHASES["pid"] != os.getpid():
+        _PHASES.update(pid=os.getpid(), seconds={}, workers={})
+    return _PHASES[part]
+
+
+def begin_phases(own_process: bool) -> None:
+    """A new record of this process's phases (a cell starting in it); own_process: the process was started
+    for the cell, so its age so far is its imports phase."""
+    _own().clear()
+    _own("workers").clear()
+    if own_process:
+        record_phase(Phase.IMPORTS, process_age_s() or 0.0)
+
+
+def record_phase(name: Phase, seconds: float) -> None:
+    """Add `seconds` to this process's phase (a phase entered twice counts both)."""
+    seen = _own()
+    seen[name.value] = round(seen.get(name.value, 0.0) + seconds, 3)
+
+
+@contextlib.contextmanager
+def phase(name: Phase):
+    """Time a start-up phase of this process (wall seconds, the system-wide monotonic clock)."""
+    t = time.monotonic()
+    try:
+        yield
+    finally:
+        record_phase(name, time.monotonic() - t)
+
+
+def phases() -> dict[str, float]:
+    """This process's start-up phases so far: {phase: wall seconds}."""
+    return dict(_own())
+
+
+def add_workers(by_worker: dict[str, dict]) -> None:
+    """The start-up phases the workers of this process reported once ready ({worker: {phase: seconds}})."""
+    _own("workers").update(by_worker)
+
+
+def by_process() -> dict[str, dict]:
+    """{process: {phase: seconds}}: this process (the driver) and the workers it heard from."""
+    return {Role.DRIVER.value: phases(), **_own("workers")}
+
+
+def phase_totals(by_process: dict[str, dict]) -> dict[str, float]:
+    """{phase: seconds of the slowest process in it} of a cell's `startup_phases`: the workers start side by
+    side, so a phase takes as long as its slowest process."""
+    out: dict[str, float] = {}
+    for seconds in by_process.values():
+        for name, s in seconds.items():
+            out[name] = max(out.get(name, 0.0), s)
+    return {p.value: out[p.value] for p in Phase if p.value in out}
 
 
 class Lifecycle:
@@ -59,6 +139,17 @@ class Lifecycle:
         self.record.update(startup_s=None if age is None else round(age - waited_s, 3),
                            ring_wait_s=round(waited_s, 3),
                            startup_cpu_s=None if None in used or not used else round(sum(used), 3))
+
+    def first_iteration(self, waited_s: float, first_eval_s: float) -> None:
+        """At the start of the first iteration (warm-up or not): `first_iteration_s`, less the first
+        evaluation (first_eval_s) and the turn ring's waits (waited_s)."""
+        age = process_age_s()
+        if age is not None:
+            self.record["first_iteration_s"] = round(age - waited_s - first_eval_s, 3)
+
+    def add_phases(self, by_process: dict[str, dict]) -> None:
+        """Processes' start-up phases ({process: {phase: seconds}}) into `startup_phases`."""
+        self.record.setdefault("startup_phases", {}).update({w: dict(p) for w, p in by_process.items() if p})
 
     def last_measured(self, host_cpu) -> None:
         """At the end of the last iteration (before its record and evaluation): each process's CPU seconds
