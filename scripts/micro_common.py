@@ -10,11 +10,24 @@ from pathlib import Path
 import torch
 
 
-def build(model_json: Path, dtype: torch.dtype, device: torch.device, attn: str = "sdpa"):
+def build(model_json: Path | str, dtype: torch.dtype, device: torch.device, attn: str = "sdpa",
+          layers: int | None = None):
+    """A randomly initialised model (seed 0) of the config JSON, or of the tiny model's shape ("tiny": the
+    defaults of model.*, the character vocabulary); `layers` decoder layers instead of the config's."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    values = {k: v for k, v in json.loads(model_json.read_text()).items() if not k.startswith("_")}
-    cfg = AutoConfig.for_model(values.pop("model_type"), **values)
+    if str(model_json) == "tiny":
+        from rlbench.core.config import ModelConfig
+        from rlbench.engines.model.shape import tiny_config
+        from rlbench.engines.model.tokenizer import CharTokenizer
+
+        mcfg = ModelConfig() if layers is None else ModelConfig(num_layers=layers)
+        cfg = tiny_config(mcfg, CharTokenizer().vocab_size)
+    else:
+        values = {k: v for k, v in json.loads(Path(model_json).read_text()).items() if not k.startswith("_")}
+        if layers is not None:
+            values["num_hidden_layers"] = layers
+        cfg = AutoConfig.for_model(values.pop("model_type"), **values)
     torch.manual_seed(0)
     with torch.device(device):
         return AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attn)

@@ -1,40 +1,133 @@
-"""Decode micro-benchmark (scripts/micro.py --only sampler): the built-in sampler's decode tok/s against
-HF `generate` on the same model, batch and lengths."""
+"""Decode micro-benchmark (scripts/micro.py --only sampler): at one batch size, the built-in sampler's
+decode step (eager, and on CUDA replayed as CUDA graphs) and HF `generate` on the same model, prompts and
+lengths: decode tokens/s, step time, operators dispatched per step and per decoder layer, on CUDA the
+graph replays per step; beside the bandwidth floor: the bytes one step must read (every weight once, the
+KV cache of the live context) over the copy bandwidth `rlbench env` measures (bench/core/devices/peak.py).
+
+Step time and operators per step are differences between a call that generates N tokens per sequence
+and one that generates 1 (prefill and first token only), divided by N - 1: neither prefill nor set-up
+counts. Operators are counted by a TorchDispatchMode (any device; a graph replay dispatches none);
+per layer: those dispatched from a decoder layer's input norm to the end of its MLP, over the layers.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from micro_common import build, timed
 
 
-def sampler_bench(model_json: Path, device, dtype, batch: int, prompt_len: int, new_tokens: int,
-                  rounds: int, warmup: int) -> dict:
-    """Decode tok/s of the built-in sampler vs HF generate: `batch` sequences, all `new_tokens` long."""
+class OpCounter(TorchDispatchMode):
+    """Counts the aten operators dispatched while active, and those inside the decoder layers of `model`."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.total = self.in_layers = 0
+        self._inside = False
+        self._hooks = []
+        for layer in model.model.layers:
+            self._hooks.append(layer.input_layernorm.register_forward_pre_hook(lambda *_: self._set(True)))
+            self._hooks.append(layer.mlp.register_forward_hook(lambda *_: self._set(False)))
+
+    def _set(self, inside: bool) -> None:
+        self._inside = inside
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.total += 1
+        self.in_layers += self._inside
+        return func(*args, **(kwargs or {}))
+
+    def __exit__(self, *exc):
+        for h in self._hooks:
+            h.remove()
+        return super().__exit__(*exc)
+
+
+def count_ops(fn, model) -> tuple[int, int]:
+    """fn() once under an OpCounter -> (operators, of them inside decoder layers)."""
+    with OpCounter(model) as c:
+        fn()
+    return c.total, c.in_layers
+
+
+def per_step(fn, model, device, new_tokens: int, rounds: int, warmup: int) -> dict:
+    """fn(n) generates n tokens per sequence. -> step seconds and operators per decode step (N vs 1)."""
+    n = new_tokens
+    long_s, short_s = (timed(lambda k=k: fn(k), device, rounds, warmup) for k in (n, 1))
+    (ops_n, layer_n), (ops_1, layer_1) = count_ops(lambda: fn(n), model), count_ops(lambda: fn(1), model)
+    layers = len(model.model.layers)
+    return {"step_s": (long_s - short_s) / (n - 1), "generate_s": long_s, "ops_per_step": (ops_n - ops_1) / (n - 1),
+            "ops_per_layer": (layer_n - layer_1) / (n - 1) / layers}
+
+
+def floor(model, batch: int, context: float, copy_bytes_per_s: float) -> dict:
+    """The bandwidth floor of one decode step: every parameter read once (a tied embedding once) and the
+    K and V of `context` positions per sequence, at the copy bandwidth."""
+    c = model.config
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * model.dtype.itemsize * context * batch
+    return {"weight_bytes": weights, "kv_bytes": int(kv), "copy_bytes_per_s": copy_bytes_per_s,
+            "step_s": (weights + kv) / copy_bytes_per_s}
+
+
+def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len: int, new_tokens: int,
+                  rounds: int, warmup: int, layers: int | None = None) -> dict:
+    """Decode of `batch` sequences of `new_tokens` after `prompt_len`-token prompts: the built-in sampler
+    (eager, and graphs on CUDA) and HF generate, with the floor. model_json: a config JSON or "tiny"."""
+    from rlbench.core.devices.peak import peak
     from rlbench.engines.rollout.base import PromptRequest
     from rlbench.engines.rollout.sampler import BuiltinSampler
     from rlbench.engines.rollout.sampling import LengthSampling
 
-    model = build(model_json, dtype, device).eval()
+    model = build(model_json, dtype, device, layers=layers).eval()
     vocab = model.config.vocab_size
-    g = torch.Generator().manual_seed(2)
-    prompts = torch.randint(0, vocab, (batch, prompt_len), generator=g)
-    sampler = BuiltinSampler(model, eos_token_id=vocab - 1, max_num_seqs=batch, device=device)
-    sp = LengthSampling(n=1, max_new_tokens=new_tokens, response_length="fixed",
-                        response_length_mean=new_tokens)
+    prompts = torch.randint(0, vocab, (batch, prompt_len), generator=torch.Generator().manual_seed(2))
     requests = [PromptRequest(i, p.tolist()) for i, p in enumerate(prompts)]
-    builtin = timed(lambda: sampler.generate(requests, sp), device, rounds, warmup)
+    res = {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens,
+           "layers": model.config.num_hidden_layers}
+    variants = {"builtin": {}} if device.type != "cuda" else {"builtin_eager": {"cuda_graphs": False},
+                                                              "builtin_graphs": {"cuda_graphs": True}}
+    for name, kw in variants.items():
+        sampler = BuiltinSampler(model, eos_token_id=vocab - 1, max_num_seqs=batch, device=device, **kw)
+
+        def gen(n):
+            sampler.generate(requests, LengthSampling(n=1, max_new_tokens=n, response_length="fixed",
+                                                      response_length_mean=n))
+        res[name] = per_step(gen, model, device, new_tokens, rounds, warmup)
+        runner = getattr(sampler, "_runner", None)  # the static step's (absent before it existed)
+        if runner is not None and runner.graphs:
+            before = runner.replays
+            gen(new_tokens)
+            res[name]["replays_per_step"] = (runner.replays - before) / sampler.last_stats["decode_steps"]
+        del sampler
     ids = prompts.to(device)
 
-    def hf():
+    def hf(n):
         with torch.inference_mode():
             model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0, top_p=1.0,
-                           max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
-    hf_s = timed(hf, device, rounds, warmup)
-    tokens = batch * new_tokens
-    return {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens,
-            "builtin_tok_s": tokens / builtin, "hf_generate_tok_s": tokens / hf_s,
-            "builtin_over_hf": hf_s / builtin}
+                           max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+    res["hf_generate"] = per_step(hf, model, device, new_tokens, rounds, warmup)
+    threads = torch.get_num_threads() if device.type == "cpu" else 1
+    bw = peak(device, dtype, threads)["copy_bytes_per_s"]
+    res["floor"] = floor(model, batch, prompt_len + new_tokens / 2, bw)
+    for r in [v for k, v in res.items() if isinstance(v, dict) and "step_s" in v]:
+        r["decode_tok_s"] = batch / r["step_s"] if r["step_s"] > 0 else float("inf")
+    return res
 
 
+def summary(r: dict) -> str:
+    """One line per variant: decode tok/s, step time, its ratio to the floor, operators per step / layer."""
+    fl = r["floor"]["step_s"]
+    lines = [f"batch {r['batch']} ({r['layers']} layers, prompt {r['prompt_len']}, {r['new_tokens']} new): "
+             f"floor {fl * 1e3:.3f} ms/step ({r['floor']['weight_bytes'] / 1e6:.0f} MB weights + "
+             f"{r['floor']['kv_bytes'] / 1e6:.1f} MB KV at {r['floor']['copy_bytes_per_s'] / 1e9:.1f} GB/s)"]
+    for name in [k for k in r if isinstance(r[k], dict) and "ops_per_step" in r[k]]:
+        v = r[name]
+        replays = f", {v['replays_per_step']:.2f} graph replays/step" if "replays_per_step" in v else ""
+        lines.append(f"  {name:15s} {v['decode_tok_s']:10.1f} tok/s  {v['step_s'] * 1e3:8.3f} ms/step "
+                     f"({v['step_s'] / fl:6.1f}x floor)  {v['ops_per_step']:6.1f} ops/step  "
+                     f"{v['ops_per_layer']:5.1f} ops/layer{replays}")
+    return "\n".join(lines)
