@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from micro_common import use_tree
 from micro_decode import sampler_bench, summary
 from micro_packing import equivalence, packing_bench
 
@@ -44,8 +45,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--only", default="packing,equivalence,sampler")
+    ap.add_argument("--threads", type=int, help="intra-op threads (default: torch's)")
+    ap.add_argument("--tree", type=Path, help="import rlbench from this source tree (a worktree of another "
+                    "commit: before/after in one run) instead of the installed one")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    if a.tree:
+        use_tree(a.tree)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     from rlbench.core.devices.device import resolve
 
     kind, _, index = a.device.partition(":")
@@ -53,7 +61,10 @@ def main(argv=None) -> int:
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[a.dtype]
     only = set(a.only.split(","))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    res: dict = {"device": name, "torch": torch.__version__, "model": str(a.model)}
+    import rlbench
+
+    res: dict = {"device": name, "torch": torch.__version__, "model": str(a.model),
+                 "rlbench": str(Path(rlbench.__file__).parent.parent)}
 
     def save():
         if a.out:

@@ -2,12 +2,35 @@
 a timer that synchronises the device, a random GRPO group."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+
+class _Tree:
+    """Finds `rlbench` in another source tree (pyproject.toml's package-dir: bench/, engines/, reports/)."""
+
+    def __init__(self, root: Path):
+        self.dirs = {"rlbench": root / "bench", "rlbench.engines": root / "engines", "rlbench.reports": root / "reports"}
+
+    def find_spec(self, name, path=None, target=None):
+        d = self.dirs.get(name)
+        if d is None:
+            return None
+        return importlib.util.spec_from_file_location(name, d / "__init__.py", submodule_search_locations=[str(d)])
+
+
+def use_tree(root: Path) -> None:
+    """Import rlbench from the source tree `root` (e.g. a worktree of an older commit), not the installed
+    one: the same benchmark measures two versions in one run. Call before anything imports rlbench."""
+    if "rlbench" in sys.modules:
+        raise RuntimeError("use_tree must come before rlbench is imported")
+    sys.meta_path.insert(0, _Tree(Path(root).resolve()))
 
 
 def build(model_json: Path | str, dtype: torch.dtype, device: torch.device, attn: str = "sdpa",

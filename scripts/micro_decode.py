@@ -11,6 +11,7 @@ per layer: those dispatched from a decoder layer's input norm to the end of its 
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -62,6 +63,15 @@ def per_step(fn, model, device, new_tokens: int, rounds: int, warmup: int) -> di
             "ops_per_layer": (layer_n - layer_1) / (n - 1) / layers}
 
 
+@functools.cache
+def copy_bandwidth(device, dtype, threads: int) -> float:
+    """Bytes/s of `rlbench env`'s copy probe, measured once per process (not the cached value: a floor
+    is compared with step times of the same run)."""
+    from rlbench.core.devices.peak import measure
+
+    return measure(device, dtype, threads)["copy_bytes_per_s"]
+
+
 def floor(model, batch: int, context: float, copy_bytes_per_s: float) -> dict:
     """The bandwidth floor of one decode step: every parameter read once (a tied embedding once) and the
     K and V of `context` positions per sequence, at the copy bandwidth."""
@@ -77,7 +87,6 @@ def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len:
                   rounds: int, warmup: int, layers: int | None = None) -> dict:
     """Decode of `batch` sequences of `new_tokens` after `prompt_len`-token prompts: the built-in sampler
     (eager, and graphs on CUDA) and HF generate, with the floor. model_json: a config JSON or "tiny"."""
-    from rlbench.core.devices.peak import peak
     from rlbench.engines.rollout.base import PromptRequest
     from rlbench.engines.rollout.sampler import BuiltinSampler
     from rlbench.engines.rollout.sampling import LengthSampling
@@ -111,8 +120,7 @@ def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len:
                            max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
     res["hf_generate"] = per_step(hf, model, device, new_tokens, rounds, warmup)
     threads = torch.get_num_threads() if device.type == "cpu" else 1
-    bw = peak(device, dtype, threads)["copy_bytes_per_s"]
-    res["floor"] = floor(model, batch, prompt_len + new_tokens / 2, bw)
+    res["floor"] = floor(model, batch, prompt_len + new_tokens / 2, copy_bandwidth(device, dtype, threads))
     for r in [v for k, v in res.items() if isinstance(v, dict) and "step_s" in v]:
         r["decode_tok_s"] = batch / r["step_s"] if r["step_s"] > 0 else float("inf")
     return res

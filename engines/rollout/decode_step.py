@@ -96,27 +96,42 @@ class DecodeStep:
     `_tok`, `_pos`, `_ngen`, `_limit` [S] long, `_live` [S] bool, `_unif` [S, M] float64, `_out_tok`,
     `_out_lp`, `_out_ver` [S, M], `_version_t` [1] long, `_done`, `_redraw` [S] bool, `_step_logits_buf`."""
 
+    def _slot_views(self, a: int, b: int) -> dict:
+        """The views of slots [a, b) a step reads and writes, made once per range (slicing is an operator
+        each time; `_views` is emptied when a buffer is reallocated)."""
+        v = self._views.get((a, b))
+        if v is None:
+            k = b - a
+            v = {name: getattr(self, "_" + name)[a:b] for name in
+                 ("tok", "pos", "ngen", "limit", "live", "done", "redraw", "unif", "out_tok", "out_lp", "out_ver",
+                  "rows")}
+            v.update(tok_col=v["tok"].view(k, 1), pos_col=v["pos"].view(k, 1), ngen_col=v["ngen"].view(k, 1),
+                     version=self._version_t.expand(k, 1), kv=[(kc[a:b], vc[a:b]) for kc, vc in
+                                                               zip(self.k_cache, self.v_cache)],
+                     logits=None if self._step_logits_buf is None else self._step_logits_buf[a:b])
+            self._views[(a, b)] = v
+        return v
+
     def _step(self, a: int, b: int, mode: StepMode) -> None:
         """Slots [a, b): feed each one's next token, draw the following one, store it; set `_done[a:b]` for
         the live slots that finished (and `_redraw[a:b]` where draw_static could not pick the token)."""
-        logits = self._step_logits(a, b)  # [k, V] fp32
-        live, n = self._live[a:b], self._ngen[a:b]  # views: updated in place below
-        u = self._unif[a:b].gather(1, n[:, None])[:, 0]  # [k] this token's pre-drawn uniform
-        tok, lp, redraw = draw_static(logits, u, mode)
-        at = n[:, None]  # column of the token in the output rows
-        self._out_tok[a:b].scatter_(1, at, tok[:, None])
-        self._out_lp[a:b].scatter_(1, at, lp[:, None])
-        self._out_ver[a:b].scatter_(1, at, self._version_t.expand(b - a, 1))
-        self._tok[a:b] = tok
-        done = n + 1 >= self._limit[a:b]
+        v = self._slot_views(a, b)
+        logits = self._step_logits(v)  # [k, V] fp32
+        live, n, at = v["live"], v["ngen"], v["ngen_col"]  # at: column of this token in the output rows
+        tok, lp, redraw = draw_static(logits, v["unif"].gather(1, at)[:, 0], mode)  # the token's own uniform
+        v["out_tok"].scatter_(1, at, tok[:, None])
+        v["out_lp"].scatter_(1, at, lp[:, None])
+        v["out_ver"].scatter_(1, at, v["version"])
+        v["tok"].copy_(tok)
+        done = n + 1 >= v["limit"]
         if mode.eos_stops:
             done |= tok == self.eos_token_id
-        self._done[a:b] = done & live
+        torch.logical_and(done, live, out=v["done"])
         if redraw is not None:
-            self._redraw[a:b] = redraw & live
-            self._step_logits_buf[a:b] = logits
-        n += live  # a free slot stays where it is: its indices stay inside the buffers
-        self._pos[a:b] += live
+            torch.logical_and(redraw, live, out=v["redraw"])
+            v["logits"].copy_(logits)
+        n.add_(live)  # a free slot stays where it is: its indices stay inside the buffers
+        v["pos"].add_(live)
 
     def _redraw_rows(self, B: int, sp) -> None:
         """Top-p rows whose nucleus was larger than draw_static's candidates: draw their last token again

@@ -133,6 +133,7 @@ class BuiltinSampler(SlotForward, DecodeStep):
         self._version_t = torch.zeros(1, **long)
         self._rows = torch.arange(S, device=self.device)
         self._step_logits_buf = None  # [S, V] fp32, for top-p redraws (allocated when first needed)
+        self._views: dict = {}  # (a, b) -> the step's views of slots [a, b) (decode_step.py)
 
     def _ensure_cache(self, length: int, max_new: int, top_p: float = 1.0) -> None:
         """Make the KV cache [S, Hkv, Lc, D] per layer hold `length` positions and the output rows [S, M]
@@ -150,6 +151,7 @@ class BuiltinSampler(SlotForward, DecodeStep):
             self._make_rope(Lc)
             self._cache_len = Lc
             self._runner.clear()
+            self._views.clear()
         if max_new > self._max_new:
             self._unif = torch.zeros(S, max_new, dtype=torch.float64, device=dev_)  # pre-drawn uniforms
             self._out_tok = torch.zeros(S, max_new, dtype=torch.long, device=dev_)
@@ -157,8 +159,10 @@ class BuiltinSampler(SlotForward, DecodeStep):
             self._out_ver = torch.zeros(S, max_new, dtype=torch.long, device=dev_)  # version that sampled each
             self._max_new = max_new
             self._runner.clear()
+            self._views.clear()
         if top_p < 1.0 and self._step_logits_buf is None:
             self._step_logits_buf = torch.zeros(S, self.lm_head.out_features, device=dev_)
+            self._views.clear()
         self._meta: list[tuple[_Request, int] | None] = [None] * S  # slot -> (request, sample index)
 
     def _free(self, rows) -> None:

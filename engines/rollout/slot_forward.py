@@ -32,6 +32,8 @@ class SlotForward:
         cos, sin = self.model.model.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device),
                                                self._arange[None])
         self._cos, self._sin = cos[0], sin[0]
+        self._mask_values = (torch.zeros((), dtype=self.dtype, device=self.device),
+                             torch.full((), float("-inf"), dtype=self.dtype, device=self.device))
 
     # ---------------------------------------------------------------- forward passes
 
@@ -48,30 +50,30 @@ class SlotForward:
             kv.append((k[0], v[0]))
         return kv, self._logits(x[0] if all_logits else x[0, -1])
 
-    def _step_logits(self, a: int, b: int):
-        """Feed each slot in [a, b) its next token at its own position; -> logits [b - a, V] fp32.
+    def _step_logits(self, v: dict):
+        """Feed each slot of a range its next token at its own position; -> logits [k, V] fp32.
 
-        The decode step's forward (engines/rollout/decode_step.py): writes the new K/V into the cache and
-        attends over the whole cache length Lc, positions past a slot's own masked, so every shape is fixed
-        by (a, b) and nothing is read back to the host.
+        The decode step's forward (engines/rollout/decode_step.py); v: that range's views (`_slot_views`).
+        Writes the new K/V into the cache and attends over the whole cache length Lc, positions past a
+        slot's own masked, so every shape is fixed by the range and nothing is read back to the host.
         """
-        k, pos = b - a, self._pos[a:b]
-        x = self.embed(self._tok[a:b, None])  # [k, 1, hidden]
-        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # [k, 1, D]
+        k, pos = len(v["rows"]), v["pos"]
+        x = self.embed(v["tok_col"])  # [k, 1, hidden]
+        cos, sin = self._cos[v["pos_col"]], self._sin[v["pos_col"]]  # [k, 1, D]
         # [k, 1, 1, Lc]: a slot sees its own prefix and token. Additive (0 / -inf) rather than boolean: the
         # same softmax, and CPU SDPA runs ~15% faster with it.
-        mask = torch.where(self._arange <= pos[:, None], 0.0, float("-inf")).to(self.dtype)[:, None, None]
-        rows, rep = self._rows[a:b], self.n_heads // self.n_kv
-        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
+        mask = torch.where(self._arange <= pos.view(k, 1, 1, 1), *self._mask_values)
+        rep = self.n_heads // self.n_kv
+        for layer, kc, vc, (kv, vv) in zip(self.layers, self.k_cache, self.v_cache, v["kv"]):
             q, key, value = layers.attention_inputs(layer, x, cos, sin)  # [k, 1, H or Hkv, D]
             # kc[rows, :, pos] = key[:, 0], as one operator whatever the batch (Python's indexing adds a
             # view when it is 1)
-            torch.ops.aten.index_put_(kc, [rows, None, pos], key[:, 0])
-            torch.ops.aten.index_put_(vc, [rows, None, pos], value[:, 0])
+            torch.ops.aten.index_put_(kc, [v["rows"], None, pos], key[:, 0])
+            torch.ops.aten.index_put_(vc, [v["rows"], None, pos], value[:, 0])
             # GQA without copying K/V: the H = Hkv * rep query heads of one token become rep queries
             # per kv head (head h uses kv head h // rep, as in HF's repeat_kv).
             q = q.view(k, self.n_kv, rep, self.head_dim)  # [k, Hkv, rep, D]
-            o = F.scaled_dot_product_attention(q, kc[a:b], vc[a:b], attn_mask=mask, scale=self.scale)
+            o = F.scaled_dot_product_attention(q, kv, vv, attn_mask=mask, scale=self.scale)
             x = layers.finish(layer, x, o.view(k, 1, -1))  # o [k, Hkv, rep, D]
         return self._logits(x[:, 0])
 
@@ -85,5 +87,5 @@ class SlotForward:
             out = [first]
             for t in range(prefill_len, len(ids)):
                 self._tok[0], self._pos[0] = ids[t], t
-                out.append(self._step_logits(0, 1))
+                out.append(self._step_logits(self._slot_views(0, 1)))
             return torch.cat(out)
