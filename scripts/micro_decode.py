@@ -64,6 +64,12 @@ def per_step(fn, model, device, new_tokens: int, rounds: int, warmup: int) -> di
 
 
 @functools.cache
+def _model(model_json: str, dtype, device, layers: int | None):
+    """One model per shape for every batch size (neither the samplers nor generate change its weights)."""
+    return build(model_json, dtype, device, layers=layers).eval()
+
+
+@functools.cache
 def copy_bandwidth(device, dtype, threads: int) -> float:
     """Bytes/s of `rlbench env`'s copy probe, measured once per process (not the cached value: a floor
     is compared with step times of the same run)."""
@@ -89,9 +95,8 @@ def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len:
     (eager, and graphs on CUDA) and HF generate, with the floor. model_json: a config JSON or "tiny"."""
     from rlbench.engines.rollout.base import PromptRequest
     from rlbench.engines.rollout.sampler import BuiltinSampler
-    from rlbench.engines.rollout.sampling import LengthSampling
 
-    model = build(model_json, dtype, device, layers=layers).eval()
+    model = _model(str(model_json), dtype, device, layers)
     vocab = model.config.vocab_size
     prompts = torch.randint(0, vocab, (batch, prompt_len), generator=torch.Generator().manual_seed(2))
     requests = [PromptRequest(i, p.tolist()) for i, p in enumerate(prompts)]
@@ -100,18 +105,11 @@ def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len:
     variants = {"builtin": {}} if device.type != "cuda" else {"builtin_eager": {"cuda_graphs": False},
                                                               "builtin_graphs": {"cuda_graphs": True}}
     for name, kw in variants.items():
-        sampler = BuiltinSampler(model, eos_token_id=vocab - 1, max_num_seqs=batch, device=device, **kw)
-
-        def gen(n):
-            sampler.generate(requests, LengthSampling(n=1, max_new_tokens=n, response_length="fixed",
-                                                      response_length_mean=n))
-        res[name] = per_step(gen, model, device, new_tokens, rounds, warmup)
-        runner = getattr(sampler, "_runner", None)  # the static step's (absent before it existed)
-        if runner is not None and runner.graphs:
-            before = runner.replays
-            gen(new_tokens)
-            res[name]["replays_per_step"] = (runner.replays - before) / sampler.last_stats["decode_steps"]
-        del sampler
+        try:
+            res[name] = _builtin(BuiltinSampler(model, vocab - 1, max_num_seqs=batch, device=device, **kw),
+                                 requests, model, device, new_tokens, rounds, warmup)
+        except Exception as e:  # noqa: BLE001 - one variant failing (on a GPU run) leaves the others' numbers
+            res[name] = {"error": f"{type(e).__name__}: {e}"}
     ids = prompts.to(device)
 
     def hf(n):
@@ -126,14 +124,33 @@ def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len:
     return res
 
 
+def _builtin(sampler, requests, model, device, new_tokens: int, rounds: int, warmup: int) -> dict:
+    """per_step of the built-in sampler, plus its graph replays per decode step where it replays graphs."""
+    from rlbench.engines.rollout.sampling import LengthSampling
+
+    def gen(n):
+        sampler.generate(requests, LengthSampling(n=1, max_new_tokens=n, response_length="fixed",
+                                                  response_length_mean=n))
+    out = per_step(gen, model, device, new_tokens, rounds, warmup)
+    runner = getattr(sampler, "_runner", None)  # the static step's (absent before it existed)
+    if runner is not None and runner.graphs:
+        before = runner.replays
+        gen(new_tokens)
+        out["replays_per_step"] = (runner.replays - before) / sampler.last_stats["decode_steps"]
+    return out
+
+
 def summary(r: dict) -> str:
     """One line per variant: decode tok/s, step time, its ratio to the floor, operators per step / layer."""
     fl = r["floor"]["step_s"]
     lines = [f"batch {r['batch']} ({r['layers']} layers, prompt {r['prompt_len']}, {r['new_tokens']} new): "
              f"floor {fl * 1e3:.3f} ms/step ({r['floor']['weight_bytes'] / 1e6:.0f} MB weights + "
              f"{r['floor']['kv_bytes'] / 1e6:.1f} MB KV at {r['floor']['copy_bytes_per_s'] / 1e9:.1f} GB/s)"]
-    for name in [k for k in r if isinstance(r[k], dict) and "ops_per_step" in r[k]]:
+    for name in [k for k in r if isinstance(r[k], dict) and ("ops_per_step" in r[k] or "error" in r[k])]:
         v = r[name]
+        if "error" in v:
+            lines.append(f"  {name:15s} failed: {v['error']}")
+            continue
         replays = f", {v['replays_per_step']:.2f} graph replays/step" if "replays_per_step" in v else ""
         lines.append(f"  {name:15s} {v['decode_tok_s']:10.1f} tok/s  {v['step_s'] * 1e3:8.3f} ms/step "
                      f"({v['step_s'] / fl:6.1f}x floor)  {v['ops_per_step']:6.1f} ops/step  "
