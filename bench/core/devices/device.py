@@ -161,7 +161,8 @@ class Graph:
                 fn()
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
+        # thread_local: another thread of the process (a trainer's, a heartbeat) may use CUDA meanwhile
+        with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
             self.outputs = fn()
 
     def replay(self) -> None:
