@@ -4,20 +4,23 @@ lengths: decode tokens/s, step time, operators dispatched per step and per decod
 graph replays per step; beside the bandwidth floor: the bytes one step must read (every weight once, the
 KV cache of the live context) over the copy bandwidth `rlbench env` measures (bench/core/devices/peak.py).
 
-Step time and operators per step are differences between a call that generates N tokens per sequence
-and one that generates 1 (prefill and first token only), divided by N - 1: neither prefill nor set-up
-counts. Operators are counted by a TorchDispatchMode (any device; a graph replay dispatches none);
+Step time: the mean interval between decode steps within a call (the built-in sampler's own step clock,
+which ends each step at its one host sync; for HF, a stopping criterion that reads the clock after each
+token), median over rounds; prefill does not count. Operators per step: a call that generates N tokens
+per sequence against one that generates 1 (prefill and first token only), divided by N - 1. Operators are counted by a TorchDispatchMode (any device; a graph replay dispatches none);
 per layer: those dispatched from a decoder layer's input norm to the end of its MLP, over the layers.
 """
 from __future__ import annotations
 
 import functools
+import statistics
+import time
 from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from micro_common import build, timed
+from micro_common import build
 
 
 class OpCounter(TorchDispatchMode):
@@ -54,13 +57,45 @@ def count_ops(fn, model) -> tuple[int, int]:
 
 
 def per_step(fn, model, device, new_tokens: int, rounds: int, warmup: int) -> dict:
-    """fn(n) generates n tokens per sequence. -> step seconds and operators per decode step (N vs 1)."""
+    """fn(n, timing) generates n tokens per sequence and returns the mean seconds of its decode steps (timing
+    False: nothing added to measure them, when operators are counted). -> the median
+    of that over `rounds` (after `warmup` calls), the median seconds of a whole call (prefill included),
+    and the operators per decode step and per layer (a call of N tokens against one of 1)."""
+    from rlbench.core.devices.device import synchronize
+
     n = new_tokens
-    long_s, short_s = (timed(lambda k=k: fn(k), device, rounds, warmup) for k in (n, 1))
-    (ops_n, layer_n), (ops_1, layer_1) = count_ops(lambda: fn(n), model), count_ops(lambda: fn(1), model)
+    for _ in range(warmup):
+        fn(n)
+    steps, calls = [], []
+    for _ in range(rounds):
+        synchronize(device)
+        t = time.perf_counter()
+        steps.append(fn(n))
+        synchronize(device)
+        calls.append(time.perf_counter() - t)
+    (ops_n, layer_n), (ops_1, layer_1) = (count_ops(lambda k=k: fn(k, timing=False), model) for k in (n, 1))
     layers = len(model.model.layers)
-    return {"step_s": (long_s - short_s) / (n - 1), "generate_s": long_s, "ops_per_step": (ops_n - ops_1) / (n - 1),
-            "ops_per_layer": (layer_n - layer_1) / (n - 1) / layers}
+    return {"step_s": statistics.median(steps), "generate_s": statistics.median(calls),
+            "ops_per_step": (ops_n - ops_1) / (n - 1), "ops_per_layer": (layer_n - layer_1) / (n - 1) / layers}
+
+
+class _StepClock:
+    """A StoppingCriteria of HF `generate` that never stops it and reads the clock (device synchronised)
+    each time it is asked, once per generated token: the decode steps are the intervals between."""
+
+    def __init__(self, device):
+        self.device, self.times = device, []
+
+    def __call__(self, input_ids, scores, **kwargs):
+        from rlbench.core.devices.device import synchronize
+
+        synchronize(self.device)
+        self.times.append(time.perf_counter())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def step_s(self) -> float:
+        t = self.times
+        return (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else 0.0
 
 
 @functools.cache
@@ -112,10 +147,15 @@ def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len:
             res[name] = {"error": f"{type(e).__name__}: {e}"}
     ids = prompts.to(device)
 
-    def hf(n):
+    def hf(n, timing=True):
+        from transformers import StoppingCriteriaList
+
+        clock = _StepClock(device)
         with torch.inference_mode():
             model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0, top_p=1.0,
-                           max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+                           max_new_tokens=n, min_new_tokens=n, pad_token_id=0,
+                           stopping_criteria=StoppingCriteriaList([clock] if timing else []))
+        return clock.step_s()
     res["hf_generate"] = per_step(hf, model, device, new_tokens, rounds, warmup)
     threads = torch.get_num_threads() if device.type == "cpu" else 1
     res["floor"] = floor(model, batch, prompt_len + new_tokens / 2, copy_bandwidth(device, dtype, threads))
@@ -128,9 +168,11 @@ def _builtin(sampler, requests, model, device, new_tokens: int, rounds: int, war
     """per_step of the built-in sampler, plus its graph replays per decode step where it replays graphs."""
     from rlbench.engines.rollout.sampling import LengthSampling
 
-    def gen(n):
+    def gen(n, timing=True):
         sampler.generate(requests, LengthSampling(n=1, max_new_tokens=n, response_length="fixed",
                                                   response_length_mean=n))
+        steps, seconds = sampler.last_stats["step_s_by_active"].get(str(len(requests)), (0, 0.0))
+        return seconds / steps if steps else 0.0
     out = per_step(gen, model, device, new_tokens, rounds, warmup)
     runner = getattr(sampler, "_runner", None)  # the static step's (absent before it existed)
     if runner is not None and runner.graphs:
