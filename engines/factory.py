@@ -25,6 +25,12 @@ def check_supported(cfg) -> None:
     missing = BACKENDS[cfg.rollout.backend].missing()
     if missing:
         raise UserError(missing)
+    if getattr(cfg.rollout, "cuda_graphs", None) and cfg.engine.device == "auto":
+        import torch
+
+        from rlbench.core.devices import device as dev
+
+        dev.use_graphs(True, torch.device(dev.resolve_kind("auto")))  # UserError where auto finds no CUDA
     if cfg.train.ppo_mini_batches != 1:
         raise UserError(
             f"train.ppo_mini_batches={cfg.train.ppo_mini_batches}: rlbench's built-in engines take one optimizer "

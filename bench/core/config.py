@@ -277,7 +277,8 @@ class RunConfig(Section):
             raise ValueError(
                 f"train.micro_batch_size={mbs} must divide rollout.group_size={g}: micro-batches never "
                 "straddle groups, so both schedules split the batch the same way")
-        for problem in schedules.of(self).problems(self) + schedules.foreign_options(self):
+        for problem in (schedules.of(self).problems(self) + schedules.foreign_options(self)
+                        + components.BACKENDS[self.rollout.backend].problems(self)):
             raise ValueError(problem)
         if self.engine.shared_prompt and self.rollout.group_size > 1 and mbs % self.rollout.group_size \
                 and self.rollout.group_size % mbs:

@@ -4,11 +4,15 @@ It reuses the submodules of a Hugging Face `Qwen2ForCausalLM` / `LlamaForCausalL
 q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode loop:
 
 - KV cache: per layer one K and one V tensor [S, Hkv, Lc, D] (S = max_num_seqs slots, Lc = cache
-  length). Every slot has its own length; a mask over cache positions hides the rest, and attention
-  reads only the prefix [0, L) up to the longest live sequence.
-- Continuous batching: live sequences always occupy slots 0..B-1, so a decode step slices the cache
-  (a view) instead of gathering it. A finished slot is refilled from pending work; when none is left,
-  the highest live slot moves into the hole (a copy on that event only).
+  length, fixed while it suffices). Every slot has its own length; an additive mask over the cache
+  positions hides the rest, so a decode step's shapes never change with the lengths.
+- The decode step (decode_step.py) is one static-shape function over preallocated tensors (tokens,
+  positions, lengths, pre-drawn uniforms, outputs), run at fixed batch sizes (buckets); on CUDA each
+  bucket's step is captured once as a CUDA graph and replayed (rollout.cuda_graphs). The host reads one
+  thing per step: whether any sequence finished.
+- Continuous batching: live sequences always occupy slots 0..B-1, so a step runs over the slot range
+  [0, bucket) (a view) instead of gathering rows. A finished slot is refilled from pending work; when
+  none is left, the highest live slot moves into the hole (a copy on that event only).
 - Prefix sharing: a prompt is prefilled once; its K/V are copied into the slots of its G samples.
 - Seeding: sample j of request i draws its uniforms from its own generator, seeded by a stable hash of
   (seed, iteration, i, j), and picks tokens by inverse CDF in float64, so the tokens do not depend on
@@ -26,8 +30,8 @@ q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode lo
   each sample's length is drawn from its own seed and EOS does not stop it, so a randomly initialised
   model (which almost never samples EOS) still produces a realistic long tail of lengths.
 
-The forward passes over the cache (prefill, a decode step) are in slot_forward.py; how a token is drawn
-(seeds, inverse CDF, top-p) in sampling.py.
+The forward passes over the cache (prefill, a decode step's) are in slot_forward.py; the step and its
+buckets in decode_step.py; how a token is drawn (seeds, inverse CDF, top-p) in sampling.py.
 """
 from __future__ import annotations
 
@@ -39,9 +43,12 @@ from typing import Callable
 
 import torch
 
+from rlbench.core.devices import device as dev
 from rlbench.engines.model import layers
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
-from rlbench.engines.rollout.sampling import RESPONSE_LENGTHS, RESUME_KV, draw, sample_seed, target_length
+from rlbench.engines.rollout.decode_step import MAX_BUCKET, DecodeStep, StepRunner, batch_buckets
+from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, StepMode, draw, sample_seed,
+                                              target_length)
 from rlbench.engines.rollout.slot_forward import SlotForward
 from rlbench.engines.rollout.step_costs import StepCosts
 from rlbench.core import hooks
@@ -56,11 +63,16 @@ class _Request(PendingGroup):
     admitted: int = 0  # samples given a slot so far
 
 
-class BuiltinSampler(SlotForward):
+CACHE_ROUND = 64  # the cache length is a multiple of this (fewer reallocations, aligned mask rows)
+
+
+class BuiltinSampler(SlotForward, DecodeStep):
     """`RolloutBackend` over an HF causal LM the sampler owns (the caller passes its own copy)."""
 
     def __init__(self, model, eos_token_id: int, max_num_seqs: int, device=None, max_len: int | None = None,
-                 resume_kv: str = "recompute"):
+                 resume_kv: str = "recompute", cuda_graphs: bool | None = None, max_bucket: int = MAX_BUCKET):
+        """cuda_graphs: rollout.cuda_graphs (None: on where the device is CUDA); max_bucket: the largest
+        batch one step runs (decode_step.py), more sequences are split over several steps."""
         cfg = model.config
         layers.check_supported(model)
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -68,7 +80,6 @@ class BuiltinSampler(SlotForward):
         self.eos_token_id = int(eos_token_id)
         self.max_num_seqs = int(max_num_seqs)
         self.max_len = int(max_len or cfg.max_position_embeddings)
-        self.version = 0
         if resume_kv not in RESUME_KV:
             raise ValueError(f"resume_kv must be one of {RESUME_KV}, got {resume_kv!r}")
         self.resume_kv = resume_kv  # partial rollout: rebuild the live slots' K/V after new weights, or keep it
@@ -80,9 +91,22 @@ class BuiltinSampler(SlotForward):
         self.n_heads, self.head_dim, self.scale = cfg.num_attention_heads, attn.head_dim, attn.scaling
         self.n_kv = cfg.num_key_value_heads
         self.dtype = next(self.model.parameters()).dtype
-        self._cache_len = 0  # allocated cache length; grows on demand (see _ensure_cache)
+        self._cache_len = self._max_new = 0  # allocated cache length and output columns; grow on demand
         self._eos_stops = True  # False while lengths come from a distribution (LengthSampling)
-        self._rope_len = 0
+        self._alloc_slots()
+        self.version = 0
+        self._runner = StepRunner(self._step, self.device, dev.use_graphs(cuda_graphs, self.device),
+                                  batch_buckets(self.max_num_seqs, max_bucket), self.max_num_seqs)
+
+    @property
+    def version(self) -> int:
+        """The weight version that samples the next token (mirrored on the device for the step)."""
+        return self._version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self._version = int(value)
+        self._version_t.fill_(self._version)
 
     # ---------------------------------------------------------------- weights
 
@@ -99,26 +123,52 @@ class BuiltinSampler(SlotForward):
 
     # ---------------------------------------------------------------- slots and sampling
 
-    def _ensure_cache(self, length: int, max_new: int) -> None:
-        """Allocate the KV cache [S, Hkv, Lc, D] per layer and the per-slot state, reused across calls.
+    def _alloc_slots(self) -> None:
+        """The per-slot state the decode step reads and writes, [S] each, allocated once."""
+        S, long = self.max_num_seqs, dict(dtype=torch.long, device=self.device)
+        self._tok, self._pos = torch.zeros(S, **long), torch.zeros(S, **long)  # next token to feed, its position
+        self._ngen, self._limit = torch.zeros(S, **long), torch.ones(S, **long)  # tokens generated, allowed
+        self._live, self._done, self._redraw = (torch.zeros(S, dtype=torch.bool, device=self.device)
+                                                for _ in range(3))
+        self._version_t = torch.zeros(1, **long)
+        self._rows = torch.arange(S, device=self.device)
+        self._step_logits_buf = None  # [S, V] fp32, for top-p redraws (allocated when first needed)
+        self._views: dict = {}  # (a, b) -> the step's views of slots [a, b) (decode_step.py)
+
+    def _ensure_cache(self, length: int, max_new: int, top_p: float = 1.0) -> None:
+        """Make the KV cache [S, Hkv, Lc, D] per layer hold `length` positions and the output rows [S, M]
+        `max_new` tokens, and reset every slot to free. A buffer that grows is reallocated (then the
+        captured steps are dropped: they read the old one); otherwise everything is reused.
 
         Zero-filled, not empty(): a masked position still meets V in SDPA's matmul (0 * NaN = NaN).
         """
-        S, dev = self.max_num_seqs, self.device
+        S, dev_ = self.max_num_seqs, self.device
         if length > self._cache_len:
-            shape = (S, self.n_kv, length, self.head_dim)
-            self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in self.layers]
-            self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in self.layers]
-            self._cache_len = length
-        long = dict(dtype=torch.long, device=dev)
-        self._tok, self._pos = torch.zeros(S, **long), torch.zeros(S, **long)  # next token to feed, its position
-        self._ngen, self._limit = torch.zeros(S, **long), torch.ones(S, **long)  # tokens generated, allowed
-        self._unif = torch.zeros(S, max_new, dtype=torch.float64, device=dev)  # pre-drawn uniforms
-        self._out_tok = torch.zeros(S, max_new, **long)
-        self._out_lp = torch.zeros(S, max_new, dtype=torch.float64, device=dev)
-        self._out_ver = torch.zeros(S, max_new, **long)  # weight version that sampled each token
-        self._rows = torch.arange(S, device=dev)
+            Lc = min(self.max_len, -(-length // CACHE_ROUND) * CACHE_ROUND)
+            shape = (S, self.n_kv, Lc, self.head_dim)
+            self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=dev_) for _ in self.layers]
+            self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=dev_) for _ in self.layers]
+            self._make_rope(Lc)
+            self._cache_len = Lc
+            self._runner.clear()
+            self._views.clear()
+        if max_new > self._max_new:
+            self._unif = torch.zeros(S, max_new, dtype=torch.float64, device=dev_)  # pre-drawn uniforms
+            self._out_tok = torch.zeros(S, max_new, dtype=torch.long, device=dev_)
+            self._out_lp = torch.zeros(S, max_new, dtype=torch.float64, device=dev_)
+            self._out_ver = torch.zeros(S, max_new, dtype=torch.long, device=dev_)  # version that sampled each
+            self._max_new = max_new
+            self._runner.clear()
+            self._views.clear()
+        if top_p < 1.0 and self._step_logits_buf is None:
+            self._step_logits_buf = torch.zeros(S, self.lm_head.out_features, device=dev_)
+            self._views.clear()
         self._meta: list[tuple[_Request, int] | None] = [None] * S  # slot -> (request, sample index)
+
+    def _free(self, rows) -> None:
+        """Mark slots free: the step leaves them where they are (position 0, no tokens) and never finishes them."""
+        for t in (self._live, self._done, self._redraw, self._pos, self._ngen):
+            t[rows] = 0
 
     def _record(self, rows, logits, sp: SamplingParams):
         """Sample the next token of the slots `rows` [k] from logits [k, V]; store it; -> done mask [k]."""
@@ -139,7 +189,7 @@ class BuiltinSampler(SlotForward):
         for (k, v), kc, vc in zip(kv, self.k_cache, self.v_cache):
             kc[slot, :, :P] = k
             vc[slot, :, :P] = v
-        self._pos[slot], self._ngen[slot] = P, 0
+        self._pos[slot], self._ngen[slot], self._live[slot] = P, 0, True
 
     def _admit(self, slots: list[int], pending: deque, sp: SamplingParams):
         """Start pending samples in the free `slots`; -> (rows [k], first-token logits [k, V])."""
@@ -155,7 +205,7 @@ class BuiltinSampler(SlotForward):
             self._limit[slot] = min(length, self.max_len - P)  # prompt + response <= max_len
             if not sp.greedy:
                 g = torch.Generator().manual_seed(sample_seed(sp.seed, sp.iteration, r.req.index, j))
-                self._unif[slot] = torch.rand(sp.max_new_tokens, generator=g, dtype=torch.float64)
+                self._unif[slot, :sp.max_new_tokens] = torch.rand(sp.max_new_tokens, generator=g, dtype=torch.float64)
             self._meta[slot] = (r, j)
             r.admitted += 1
             if r.admitted == r.g:
@@ -175,6 +225,8 @@ class BuiltinSampler(SlotForward):
             versions = self._out_ver[slot, :n].tolist() if self._versions else None
             r.finish(j, toks, self._out_lp[slot, :n].tolist(), eos, self.version, out, on_group, versions)
             tokens += n
+        if slots:
+            self._free(torch.tensor(slots, device=self.device))
         return tokens
 
     def _fill(self, pending: deque, sp: SamplingParams, out: list[Group], on_group) -> int:
@@ -190,11 +242,11 @@ class BuiltinSampler(SlotForward):
             tokens += self._retire(rows[done].tolist(), out, on_group)
         return tokens
 
-    def _compact(self) -> tuple[int, int]:
-        """Move the highest live slots into holes so that live slots are 0..B-1; -> (B, L = max pos + 1).
+    def _compact(self) -> int:
+        """Move the highest live slots into holes so that live slots are 0..B-1; -> B.
 
-        Decode then slices the cache (a view) instead of gathering rows every step; this copy happens
-        only when a sequence ends with no pending work left to refill its slot.
+        A step then runs over a slot range (a view) instead of gathering rows every step; this copy
+        happens only when a sequence ends with no pending work left to refill its slot.
         """
         live = [i for i, m in enumerate(self._meta) if m is not None]
         B = len(live)
@@ -205,12 +257,13 @@ class BuiltinSampler(SlotForward):
             src, dst = torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device)
             for c in self.k_cache + self.v_cache:
                 c[dst, :, :L] = c[src, :, :L]
-            for t in (self._tok, self._pos, self._ngen, self._limit, self._unif, self._out_tok, self._out_lp,
-                      self._out_ver):
+            for t in (self._tok, self._pos, self._ngen, self._limit, self._live, self._unif, self._out_tok,
+                      self._out_lp, self._out_ver):
                 t[dst] = t[src]
+            self._free(src)
             for s, d in zip(movers, holes):
                 self._meta[d], self._meta[s] = self._meta[s], None
-        return B, int(self._pos[:B].max()) + 1 if B else 0
+        return B
 
     # ---------------------------------------------------------------- partial rollout
 
@@ -251,6 +304,16 @@ class BuiltinSampler(SlotForward):
                 raise ValueError(f"prompt {r.index} has {len(r.prompt_ids)} tokens; need 1 to {self.max_len - 1} "
                                  f"so that a response fits in max_len={self.max_len}")
 
+    def _prepare(self, requests: list[PromptRequest], sp: SamplingParams, mode: StepMode) -> None:
+        """Buffers for this call (engines/rollout/decode_step.py); on CUDA the steps of a new sampling mode
+        are captured now, before any slot is in use (capturing runs them), and every slot starts free."""
+        longest = max((len(r.prompt_ids) for r in requests), default=1)
+        self._ensure_cache(min(self.max_len, longest + sp.max_new_tokens), sp.max_new_tokens, mode.top_p)
+        self._free(self._rows)  # a capture's steps then keep every index inside the buffers
+        if self._runner.prepare(mode):
+            self._free(self._rows)
+        self._limit.fill_(1)
+
     def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
                  on_group: Callable[[Group], None] | None = None,
                  poll: Callable[[], tuple[dict, int] | None] | None = None,
@@ -270,18 +333,16 @@ class BuiltinSampler(SlotForward):
         self._check(requests, sp)
         self._eos_stops = getattr(sp, "response_length", "eos") == "eos"
         self._versions = poll is not None
+        mode = StepMode.of(sp)
         out: list[Group] = []
         steps = active_sum = 0
         cost = StepCosts()
         with torch.inference_mode():
-            longest = max((len(r.prompt_ids) for r in requests), default=1)
-            length = min(self.max_len, longest + sp.max_new_tokens)
-            self._ensure_rope(length)
-            self._ensure_cache(length, sp.max_new_tokens)
+            self._prepare(requests, sp, mode)
             pending = deque((r, j) for r in (_Request(q, sp.n) for q in requests) for j in range(sp.n))
             t = time.perf_counter()
             tokens = self._fill(pending, sp, out, on_group)
-            B, L = self._compact()
+            B = self._compact()
             t = cost.refill(t, len(requests))
             while B:
                 if hold is not None and hold():
@@ -290,19 +351,19 @@ class BuiltinSampler(SlotForward):
                 if update is not None:
                     t = cost.reload(t, self._reload(B, pending, *update))
                 step_cpu = time.thread_time()
-                logits = self._decode(B, L)
-                self._pos[:B] += 1
-                L += 1  # every live slot grew by one token
-                done = self._record(self._rows[:B], logits, sp)
+                self._runner.run(B, mode)
                 steps, active_sum = steps + 1, active_sum + B
                 progress.beat()  # a step made: the hang watchdog's sign of progress
-                finished = bool(done.any())  # the one host sync per step
+                flags = self._done[:B] if mode.top_p >= 1.0 else self._done[:B] | self._redraw[:B]
+                finished = bool(flags.any())  # the one host sync per step
                 hooks.call("decode_step", time.thread_time() - step_cpu)  # RLBENCH_SLOW=decode:F burns here
                 t = cost.step(t, B)
                 if finished:
-                    tokens += self._retire(done.nonzero()[:, 0].tolist(), out, on_group)
+                    if mode.top_p < 1.0:
+                        self._redraw_rows(B, sp)
+                    tokens += self._retire(self._done[:B].nonzero()[:, 0].tolist(), out, on_group)
                     tokens += self._fill(pending, sp, out, on_group)
-                    B, L = self._compact()
+                    B = self._compact()
                     t = cost.refill(t)
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
                            "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
@@ -312,4 +373,5 @@ class BuiltinSampler(SlotForward):
 def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
           own_process_group: bool = False):
     """The registered builder (bench/core/components.py): a sampler owning the model make_model() returns."""
-    return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device)
+    return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device,
+                          cuda_graphs=spec.get("cuda_graphs"))

@@ -1,5 +1,7 @@
 """How samples are drawn, the same in every backend and process: per-sample seeds, drawn response
-lengths (rollout.response_length), and inverse-CDF token choice with a top-p nucleus."""
+lengths (rollout.response_length), and inverse-CDF token choice with a top-p nucleus: `draw` for any batch
+(data-dependent shapes), `draw_static` for the built-in sampler's static decode step (fixed shapes, no
+host sync; the same tokens)."""
 from __future__ import annotations
 
 import hashlib
@@ -114,3 +116,43 @@ def draw(logits, u, sp: SamplingParams):
     else:
         tok = inverse_cdf(p, u)
     return tok, z.gather(1, tok[:, None])[:, 0] - m[:, 0] - total.log()
+
+
+@dataclass(frozen=True)
+class StepMode:
+    """What a decode step's sampling depends on besides its tensors; a captured step is kept per mode."""
+
+    greedy: bool
+    temperature: float
+    top_p: float
+    eos_stops: bool  # False while lengths come from a distribution (LengthSampling)
+
+    @classmethod
+    def of(cls, sp: SamplingParams) -> "StepMode":
+        return cls(bool(sp.greedy), float(sp.temperature), float(sp.top_p),
+                   getattr(sp, "response_length", "eos") == "eos")
+
+
+def draw_static(logits, u, mode: StepMode):
+    """`draw` with shapes fixed by the batch and vocabulary and no host sync (a CUDA graph can hold it):
+    logits [k, V] fp32, u [k] float64 -> (tokens [k], log-probs [k] float64, redraw [k] bool or None).
+
+    Greedy and top_p = 1 are `draw`'s own operations. With top_p < 1 only the first candidate set of
+    `top_p_sample` (the top 256 tokens) is searched; a row whose nucleus is larger is marked in `redraw`
+    and its token must be drawn again by `draw` (outside the step): the tokens are then `draw`'s, exactly.
+    """
+    if mode.greedy or mode.top_p >= 1.0:
+        tok, lp = draw(logits, u, mode)
+        return tok, lp, None
+    z = logits.double().div_(mode.temperature)
+    m = z.max(-1, keepdim=True).values
+    p = (z - m).exp_()  # [k, V]
+    limit = mode.top_p * p.sum(-1)  # [k]
+    V = p.shape[1]
+    k = _NUCLEUS_CANDIDATES[0]
+    vals, idx = p.topk(k, -1) if k < V else p.sort(dim=-1, descending=True, stable=True)
+    cum = vals.cumsum(-1)
+    redraw = cum[:, -1] < limit if k < V else torch.zeros_like(limit, dtype=torch.bool)
+    kept = vals * ((cum - vals) < limit[:, None])
+    tok = idx.gather(1, inverse_cdf(kept, u)[:, None])[:, 0]
+    return tok, z.gather(1, tok[:, None])[:, 0] - m[:, 0] - kept.sum(-1).log(), redraw

@@ -1,9 +1,9 @@
 """The built-in sampler's forward passes over the HF model's own submodules, with the slot KV cache.
 
 A mixin of BuiltinSampler (engines/rollout/sampler.py), which owns the model, the cache tensors and the slot
-state these methods read (`k_cache`, `v_cache` [S, Hkv, Lc, D] per layer; `_tok`, `_pos` [S]; `_rows`):
-prefill of one prompt, one decode step of the live slots 0..B-1, and the logits generation computes (for
-the tests against HF's forward).
+state these methods read (`k_cache`, `v_cache` [S, Hkv, Lc, D] per layer; `_tok`, `_pos` [S]; `_rows`;
+the RoPE tables `_cos`, `_sin` [Lc, D] and `_arange` [Lc]): prefill of one prompt, the forward of one
+decode step over a range of slots, and the logits generation computes (for the tests against HF's forward).
 """
 from __future__ import annotations
 
@@ -25,14 +25,15 @@ class SlotForward:
         """Final norm and lm_head; fp32 logits [..., V] (a half-precision head is upcast after the matmul)."""
         return self.lm_head(self.norm(x)).float()
 
-    def _ensure_rope(self, length: int) -> None:
-        """cos/sin tables [length, D] from the model's rotary_emb (static RoPE: one row per position)."""
-        if length <= self._rope_len:
-            return
-        pos = torch.arange(length, device=self.device)[None]
-        cos, sin = self.model.model.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device), pos)
-        self._cos, self._sin, self._rope_len = cos[0], sin[0], length
+    def _make_rope(self, length: int) -> None:
+        """cos/sin tables [length, D] from the model's rotary_emb (static RoPE: one row per position), and
+        the cache positions `_arange` [length] the decode mask compares with."""
         self._arange = torch.arange(length, device=self.device)
+        cos, sin = self.model.model.rotary_emb(torch.zeros(1, dtype=self.dtype, device=self.device),
+                                               self._arange[None])
+        self._cos, self._sin = cos[0], sin[0]
+        self._mask_values = (torch.zeros((), dtype=self.dtype, device=self.device),
+                             torch.full((), float("-inf"), dtype=self.dtype, device=self.device))
 
     # ---------------------------------------------------------------- forward passes
 
@@ -49,39 +50,42 @@ class SlotForward:
             kv.append((k[0], v[0]))
         return kv, self._logits(x[0] if all_logits else x[0, -1])
 
-    def _decode(self, B: int, L: int):
-        """Feed each live slot's next token (slots 0..B-1) at its own position; -> logits [B, V] fp32.
+    def _step_logits(self, v: dict):
+        """Feed each slot of a range its next token at its own position; -> logits [k, V] fp32.
 
-        Writes the new K/V into the cache and attends over cache positions [0, L) only, L = max pos + 1.
+        The decode step's forward (engines/rollout/decode_step.py); v: that range's views (`_slot_views`).
+        Writes the new K/V into the cache and attends over the whole cache length Lc, positions past a
+        slot's own masked, so every shape is fixed by the range and nothing is read back to the host.
         """
-        pos, rows = self._pos[:B], self._rows[:B]
-        x = self.embed(self._tok[:B, None])  # [B, 1, hidden]
-        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # [B, 1, D]
-        # [B, 1, 1, L]: a slot sees its own prefix and token. Additive (0 / -inf) rather than boolean: the
+        k, pos = len(v["rows"]), v["pos"]
+        x = self.embed(v["tok_col"])  # [k, 1, hidden]
+        cos, sin = self._cos[v["pos_col"]], self._sin[v["pos_col"]]  # [k, 1, D]
+        # [k, 1, 1, Lc]: a slot sees its own prefix and token. Additive (0 / -inf) rather than boolean: the
         # same softmax, and CPU SDPA runs ~15% faster with it.
-        mask = torch.where(self._arange[:L] <= pos[:, None], 0.0, float("-inf")).to(self.dtype)[:, None, None]
+        mask = torch.where(self._arange <= pos.view(k, 1, 1, 1), *self._mask_values)
         rep = self.n_heads // self.n_kv
-        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
-            q, k, v = self._qkv(layer, x, cos, sin)  # q [B, H, 1, D], k/v [B, Hkv, 1, D]
-            kc[rows, :, pos] = k[:, :, 0]
-            vc[rows, :, pos] = v[:, :, 0]
+        for layer, kc, vc, (kv, vv) in zip(self.layers, self.k_cache, self.v_cache, v["kv"]):
+            q, key, value = layers.attention_inputs(layer, x, cos, sin)  # [k, 1, H or Hkv, D]
+            # kc[rows, :, pos] = key[:, 0], as one operator whatever the batch (Python's indexing adds a
+            # view when it is 1)
+            torch.ops.aten.index_put_(kc, [v["rows"], None, pos], key[:, 0])
+            torch.ops.aten.index_put_(vc, [v["rows"], None, pos], value[:, 0])
             # GQA without copying K/V: the H = Hkv * rep query heads of one token become rep queries
             # per kv head (head h uses kv head h // rep, as in HF's repeat_kv).
-            q = q.reshape(B, self.n_kv, rep, self.head_dim)  # [B, Hkv, rep, D]
-            o = F.scaled_dot_product_attention(q, kc[:B, :, :L], vc[:B, :, :L], attn_mask=mask, scale=self.scale)
-            x = layers.finish(layer, x, o.reshape(B, 1, -1))  # o [B, Hkv, rep, D]
+            q = q.view(k, self.n_kv, rep, self.head_dim)  # [k, Hkv, rep, D]
+            o = F.scaled_dot_product_attention(q, kv, vv, attn_mask=mask, scale=self.scale)
+            x = layers.finish(layer, x, o.view(k, 1, -1))  # o [k, Hkv, rep, D]
         return self._logits(x[:, 0])
 
     def debug_logits(self, ids: list[int], prefill_len: int) -> torch.Tensor:
         """Logits [len(ids), V] computed as generation does: prefill ids[:prefill_len], then one token per
         decode step in slot 0. Tests compare it with the HF forward; not used by generate()."""
         with torch.inference_mode():
-            self._ensure_rope(len(ids))
             self._ensure_cache(len(ids), 1)
             kv, first = self._prefill(ids[:prefill_len], all_logits=True)
             self._install(0, kv, prefill_len)
             out = [first]
             for t in range(prefill_len, len(ids)):
                 self._tok[0], self._pos[0] = ids[t], t
-                out.append(self._decode(1, t + 1))
+                out.append(self._step_logits(self._slot_views(0, 1)))
             return torch.cat(out)

@@ -137,6 +137,49 @@ def synchronize(device) -> None:
         torch.npu.synchronize(device)
 
 
+def use_graphs(setting: bool | None, device) -> bool:
+    """rollout.cuda_graphs -> whether the built-in sampler replays its decode steps as CUDA graphs: unset
+    (None) means where the device is CUDA; true on another device is refused (UserError naming the key)."""
+    if setting is None:
+        return device.type == "cuda"
+    if setting and device.type != "cuda":
+        from rlbench.core.errors import UserError
+        raise UserError(f"rollout.cuda_graphs=true needs a CUDA device, and this worker runs on {device.type}; "
+                        "leave it unset (on where the device is CUDA) or set it false")
+    return bool(setting)
+
+
+def graph_pool(device):
+    """A memory pool that the graphs of one sampler share (they never run at the same time)."""
+    import torch
+
+    return torch.cuda.graph_pool_handle()
+
+
+class Graph:
+    """fn() (device work only: no host sync, no data-dependent shapes) captured once as a CUDA graph;
+    replay() runs the same kernels on whatever the tensors fn read hold then. fn runs `warmup` times first
+    on a side stream, as torch asks (lazy initialisation, cuBLAS workspaces), so the tensors it writes
+    hold garbage afterwards."""
+
+    def __init__(self, fn, device, pool=None, warmup: int = 2):
+        import torch
+
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        # thread_local: another thread of the process (a trainer's, a heartbeat) may use CUDA meanwhile
+        with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+            self.outputs = fn()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
 def range_context(name: str, device):
     """Profiler range: record_function everywhere, plus NVTX on CUDA and MSTX on NPU."""
     import torch
