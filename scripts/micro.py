@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
+import micro_packing
 from micro_decode import sampler_bench
-from micro_packing import equivalence, packing_bench
+from micro_packing import equivalence
 
 
 def main(argv=None) -> int:
@@ -40,6 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--only", default="packing,equivalence,sampler")
     ap.add_argument("--out", type=Path)
+    micro_packing.add_arguments(ap)
     a = ap.parse_args(argv)
     from rlbench.core.devices.device import resolve
 
@@ -55,11 +57,13 @@ def main(argv=None) -> int:
             a.out.write_text(json.dumps(res, indent=2))
 
     if "packing" in only:
-        res["packing"] = packing_bench(a.model, device, dtype, a.P, a.R, a.G, a.rounds, a.warmup)
-        print("packing", json.dumps(res["packing"]), flush=True)
-        save()
+        res["packing"] = []  # one entry per shape
+        for shape in micro_packing.shapes_of(a):
+            res["packing"] += micro_packing.run(a, device, dtype, [shape])
+            print("packing", json.dumps(res["packing"][-1]), flush=True)
+            save()
     if "equivalence" in only:
-        res["equivalence"] = {str(d).removeprefix("torch."): equivalence(a.model, device, d, a.P, a.R, a.G)
+        res["equivalence"] = {str(d).removeprefix("torch."): equivalence(a.model, device, d, a.P, a.R, a.G, a.layers, a.vocab)
                               for d in (torch.float32, torch.bfloat16)}
         print("equivalence", json.dumps(res["equivalence"]), flush=True)
         save()

@@ -10,10 +10,13 @@ from pathlib import Path
 import torch
 
 
-def build(model_json: Path, dtype: torch.dtype, device: torch.device, attn: str = "sdpa"):
+def build(model_json: Path, dtype: torch.dtype, device: torch.device, attn: str = "sdpa", **overrides):
+    """The config JSON's architecture, randomly initialised (seed 0); overrides replace its values
+    (e.g. num_hidden_layers, vocab_size)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     values = {k: v for k, v in json.loads(model_json.read_text()).items() if not k.startswith("_")}
+    values.update({k: v for k, v in overrides.items() if v is not None})
     cfg = AutoConfig.for_model(values.pop("model_type"), **values)
     torch.manual_seed(0)
     with torch.device(device):

@@ -1,56 +1,217 @@
-"""Shared-prompt attention micro-benchmark (scripts/micro.py --only packing,equivalence): one trainer step
-(forward + backward of the response log-probs of one GRPO group, P prompt tokens, G responses of R)
-unpacked vs packed, per packed layout, against the token ratio G(P+R)/(P+GR); and packed == unpacked
-log-probs and gradients."""
+"""Shared-prompt attention micro-benchmark (scripts/micro.py --only packing,equivalence): one GRPO group (P
+prompt tokens, G responses of R) through each layout, against the token ratio G(P+R)/(P+GR):
+
+- step: forward + backward of the response log-probs (the trainer's update stage);
+- forward: the log-probs under no_grad (its old-log-prob and reference stages);
+- peak memory of a step: on CUDA the caching allocator's peak above what was allocated before it; on CPU
+  the peak resident set (VmHWM, reset after the build) of a fresh process that builds the model and runs
+  one step, above its resident set before the step (torch's CPU allocations are invisible to tracemalloc;
+  a process that ran another layout first keeps freed pages and would hide part of the next one's peak);
+- auto: engine.shared_prompt=auto's layout (bench/core/costmodel/packing.py) and its reason.
+
+Layouts are timed in turns (round r of every layout, then round r + 1), so a machine's drift hits all of
+them alike. --shapes runs named shapes (SHAPES); --layers and --vocab shrink every shape's model (the CPU
+runs: a 2-core machine needs minutes per layer at these lengths, and a vocabulary of 150k makes lm_head,
+the same work in every layout, outweigh a few layers).
+
+    python scripts/micro.py --only packing --shapes 0.5b-p512,0.5b-p2048,7b-layer --device cuda --out m.json
+"""
 from __future__ import annotations
 
+import multiprocessing
+import statistics
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from micro_common import build, group, timed
+from micro_common import build, group
+
+MODELS = Path(__file__).resolve().parents[1] / "configs" / "models"
 
 
-def layouts(device) -> dict:
-    from rlbench.engines.trainer import packing
+@dataclass(frozen=True)
+class Shape:
+    model: str  # file under configs/models/
+    P: int
+    R: int
+    G: int
+    layers: int | None = None  # None: the model's own
 
-    out = {"unpacked": packing.unpacked_logprobs, "shared_prompt": packing.packed_logprobs,
-           "mask4d": packing.packed_logprobs_mask4d}
-    if device.type == "cuda":  # FlexAttention has a backward on CUDA only
-        out["flex"] = packing.packed_logprobs_flex
+
+SHAPES = {
+    "0.5b-p512": Shape("qwen2.5-0.5b.json", 512, 128, 8),
+    "0.5b-p2048": Shape("qwen2.5-0.5b.json", 2048, 256, 16),
+    "7b-layer": Shape("qwen2.5-7b.json", 2048, 512, 16, layers=4),
+    # The 7B layer at a quarter of the lengths, the same token ratio (4.0x): at full length one layer's
+    # unpacked activations need ~18 GB in fp32, more than a 24 GB machine shared with others can hold.
+    "7b-layer-quarter": Shape("qwen2.5-7b.json", 512, 128, 16, layers=1),
+}
+LAYOUTS = ("unpacked", "dense", "gather", "mask4d", "flex", "auto")
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("--shapes", default="", help=f"named shapes, comma-separated: {', '.join(SHAPES)} "
+                    "(default: the one shape of --model, --P, --R, --G)")
+    ap.add_argument("--layers", type=int, help="decoder layers of every shape's model (default: the shape's)")
+    ap.add_argument("--vocab", type=int, help="vocabulary size of every shape's model (default: the model's)")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS),
+                    help="layouts to time, comma-separated (flex runs on CUDA only)")
+
+
+def shapes_of(a) -> list[tuple[str, Shape]]:
+    if not a.shapes:
+        return [("custom", Shape(str(a.model), a.P, a.R, a.G))]
+    unknown = [s for s in a.shapes.split(",") if s not in SHAPES]
+    if unknown:
+        raise SystemExit(f"--shapes: unknown {', '.join(unknown)}; choices: {', '.join(SHAPES)}")
+    return [(s, SHAPES[s]) for s in a.shapes.split(",")]
+
+
+def run(a, device, dtype, shapes: list[tuple[str, Shape]]) -> list[dict]:
+    """These shapes (shapes_of(a)) -> one packing_bench result each."""
+    out = []
+    for name, s in shapes:
+        model_json = Path(s.model) if Path(s.model).is_file() else MODELS / s.model
+        res = packing_bench(model_json, device, dtype, s.P, s.R, s.G, a.rounds, a.warmup,
+                            layers=a.layers or s.layers, vocab=a.vocab, names=a.layouts.split(","))
+        out.append({"shape": name, **res})
     return out
 
 
-def packing_bench(model_json: Path, device, dtype, P: int, R: int, G: int, rounds: int, warmup: int) -> dict:
-    """Train-step seconds per layout and speedup over unpacked; theory = token ratio."""
+def layouts(device, model=None, names=LAYOUTS) -> dict:
+    """name -> log-prob function; auto needs the model (it weighs the model's shape on its device)."""
+    from rlbench.engines.trainer import packing
+    from rlbench.engines.trainer.logprob_plans import make_logprob_fn
+    from rlbench.engines.trainer.packing_dense import packed_logprobs_dense
+
+    out = {"unpacked": packing.unpacked_logprobs, "dense": packed_logprobs_dense, "gather": packing.packed_logprobs,
+           "mask4d": packing.packed_logprobs_mask4d}
+    if device.type == "cuda":  # FlexAttention has a backward on CUDA only
+        out["flex"] = packing.packed_logprobs_flex
+    if model is not None:
+        out["auto"] = make_logprob_fn("auto", "dense", model)
+    return {k: v for k, v in out.items() if k in names}
+
+
+def packing_bench(model_json: Path, device, dtype, P: int, R: int, G: int, rounds: int, warmup: int,
+                  layers: int | None = None, vocab: int | None = None, names=LAYOUTS) -> dict:
+    """Step and forward seconds per layout (medians), speedups over unpacked, peak step memory, auto's choice."""
     from rlbench.engines.trainer.packing import theoretical_speedup
 
-    model = build(model_json, dtype, device).train()
+    model = build(model_json, dtype, device, num_hidden_layers=layers, vocab_size=vocab).train()
     prompt, responses = group(model.config.vocab_size, P, R, G)
-
-    def step(fn):
-        def run():
-            model.zero_grad(set_to_none=True)
-            torch.stack([lp.sum() for lp in fn(model, prompt, responses)]).sum().backward()
-        return run
-
-    result = {"P": P, "R": R, "G": G, "dtype": str(dtype).removeprefix("torch."),
-              "theoretical": theoretical_speedup(P, R, G), "seconds": {}, "errors": {}}
-    for name, fn in layouts(device).items():
-        try:
-            result["seconds"][name] = timed(step(fn), device, rounds, warmup)
-        except Exception as e:  # noqa: BLE001 - one layout failing must not hide the others' numbers
-            result["errors"][name] = f"{type(e).__name__}: {str(e)[:300]}"
-    base = result["seconds"].get("unpacked")
-    result["speedup"] = {k: base / v for k, v in result["seconds"].items() if base and k != "unpacked"}
+    fns = layouts(device, model, names)
+    result = {"model": str(model_json), "layers": model.config.num_hidden_layers, "vocab": model.config.vocab_size,
+              "P": P, "R": R, "G": G, "dtype": str(dtype).removeprefix("torch."),
+              "token_ratio": theoretical_speedup(P, R, G), "theoretical": theoretical_speedup(P, R, G),
+              "errors": {}}
+    if "auto" in fns:
+        result["auto"] = fns["auto"].choose(prompt, responses).as_dict()
+    steps = {k: _step(model, fn, prompt, responses) for k, fn in fns.items()}
+    forwards = {k: _forward(model, fn, prompt, responses) for k, fn in fns.items()}
+    result["seconds"] = _interleaved(steps, device, rounds, warmup, result["errors"])
+    result["forward_seconds"] = _interleaved({k: forwards[k] for k in result["seconds"]}, device, rounds, warmup,
+                                             result["errors"])
+    for key, speed in (("seconds", "speedup"), ("forward_seconds", "forward_speedup")):
+        base = result[key].get("unpacked")
+        result[speed] = {k: base / v for k, v in result[key].items() if base and k != "unpacked"}
+    del model, steps, forwards, fns
+    result["peak_memory"], result["memory_method"] = _peak_memory(
+        model_json, device, dtype, P, R, G, layers, vocab, list(result["seconds"]))
     return result
 
 
-def equivalence(model_json: Path, device, dtype, P: int, R: int, G: int) -> dict:
-    """Max |packed - unpacked| of the log-probs and max relative gradient difference, per packed layout.
+def _step(model, fn, prompt, responses):
+    def run():
+        model.zero_grad(set_to_none=True)
+        torch.stack([lp.sum() for lp in fn(model, prompt, responses)]).sum().backward()
+    return run
 
-    Responses of unequal length (R, R-1, ...) so padding is exercised."""
-    model = build(model_json, dtype, device).train()
+
+def _forward(model, fn, prompt, responses):
+    def run():
+        with torch.no_grad():
+            fn(model, prompt, responses)
+    return run
+
+
+def _interleaved(fns: dict, device, rounds: int, warmup: int, errors: dict) -> dict:
+    """Median seconds of each fn over `rounds` turns (each turn runs every fn once), after `warmup` calls
+    each; a fn that fails is dropped with its error."""
+    from rlbench.core.devices.device import synchronize
+
+    live = {}
+    for name, fn in fns.items():
+        try:
+            for _ in range(warmup):
+                fn()
+            live[name] = fn
+        except Exception as e:  # noqa: BLE001 - one layout failing must not hide the others' numbers
+            errors[name] = f"{type(e).__name__}: {str(e)[:300]}"
+    times: dict[str, list[float]] = {name: [] for name in live}
+    for _ in range(rounds):
+        for name, fn in live.items():
+            synchronize(device)
+            t = time.perf_counter()
+            fn()
+            synchronize(device)
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _peak_memory(model_json, device, dtype, P, R, G, layers, vocab, names) -> tuple[dict, str]:
+    """layout -> bytes a step needs above the built model (see the module's docstring for how)."""
+    if device.type == "cuda":
+        model = build(model_json, dtype, device, num_hidden_layers=layers, vocab_size=vocab).train()
+        prompt, responses = group(model.config.vocab_size, P, R, G)
+        out = {}
+        for name, fn in layouts(device, model, names).items():
+            model.zero_grad(set_to_none=True)
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+            _step(model, fn, prompt, responses)()
+            out[name] = torch.cuda.max_memory_allocated(device) - before
+        return out, "cuda caching allocator: max_memory_allocated during one step minus allocated before it"
+    ctx = multiprocessing.get_context("spawn")  # a fresh process per layout: ru_maxrss cannot be reset
+    out = {}
+    for name in names:
+        with ctx.Pool(1) as pool:
+            out[name] = pool.apply(_rss_of_step, (model_json, dtype, P, R, G, layers, vocab, name,
+                                                  torch.get_num_threads()))
+    return out, "peak RSS (VmHWM) of a fresh process over one step minus its RSS before the step"
+
+
+def _rss_of_step(model_json, dtype, P, R, G, layers, vocab, name, threads) -> int:
+    """In a fresh process: build the model, run one step of layout `name`; -> its peak RSS above the RSS
+    before the step, in bytes (Linux: the peak is reset through /proc/self/clear_refs after the build)."""
+    torch.set_num_threads(threads)
+    cpu = torch.device("cpu")
+    model = build(model_json, dtype, cpu, num_hidden_layers=layers, vocab_size=vocab).train()
+    prompt, responses = group(model.config.vocab_size, P, R, G)
+    fn = layouts(cpu, model, [name])[name]
+    Path("/proc/self/clear_refs").write_text("5")  # the peak so far (the build's) is forgotten
+    before = _status_kib("VmRSS")
+    _step(model, fn, prompt, responses)()
+    return (_status_kib("VmHWM") - before) * 1024
+
+
+def _status_kib(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (VmRSS: now, VmHWM: its peak), in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def equivalence(model_json: Path, device, dtype, P: int, R: int, G: int, layers: int | None = None,
+                vocab: int | None = None) -> dict:
+    """Max |packed - unpacked| of the log-probs and relative gradient difference, per packed layout.
+
+    Responses of unequal length (R, R-1, ..., at least 1) so padding is exercised."""
+    model = build(model_json, dtype, device, num_hidden_layers=layers, vocab_size=vocab).train()
     prompt, responses = group(model.config.vocab_size, P, R, G, seed=1)
     responses = [r[: max(1, R - i)] for i, r in enumerate(responses)]
 
@@ -61,7 +222,7 @@ def equivalence(model_json: Path, device, dtype, P: int, R: int, G: int) -> dict
         grads = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
         return torch.cat([lp.detach().float() for lp in lps]), grads
 
-    fns = layouts(device)
+    fns = layouts(device, model)
     ref_lp, ref_g = run(fns.pop("unpacked"))
     out = {}
     for name, fn in fns.items():
@@ -72,5 +233,3 @@ def equivalence(model_json: Path, device, dtype, P: int, R: int, G: int) -> dict
         except Exception as e:  # noqa: BLE001
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out
-
-
