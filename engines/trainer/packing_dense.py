@@ -44,7 +44,10 @@ def packed_logprobs_dense(model, prompt_ids: list[int], responses: list[list[int
     D = h.shape[-1]
     # resp_i[0] is predicted by the prompt's last position (shared: expand sums its G gradients),
     # resp_i[t] by resp_i[t-1]; the norm is per token, so only the predicting positions are normalised.
-    pred = torch.cat([h[P - 1].expand(G, 1, D), h[P:].view(G, R, D)[:, :-1]], dim=1)  # [G, R, D]
+    # split, not slicing: a slice's backward zero-fills a tensor the size of its source and copies into it.
+    hp, hr = h.split([P, G * R])                                                       # [P, D], [G*R, D]
+    rows = hr.view(G, R, D).split([R - 1, 1], dim=1)[0]                                # [G, R-1, D]
+    pred = torch.cat([hp[P - 1:].expand(G, 1, D), rows], dim=1)                        # [G, R, D]
     logits = model.lm_head(model.model.norm(pred))                                    # [G, R, V]
     # fp32 log-softmax: in bf16 the log-prob of a likely token loses most of its digits.
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)                    # [G, R, V]
@@ -66,12 +69,15 @@ def _stream(prompt_ids: list[int], responses: list[list[int]], R: int) -> torch.
 
 def _attention(attn, q, k, v, bias, P: int, G: int, R: int) -> torch.Tensor:
     """q [L, H, Dh], k/v [L, Hkv, Dh] of the padded stream -> attention output [L, H*Dh]."""
-    prompt = lambda t: t[:P].transpose(0, 1).unsqueeze(0)                     # noqa: E731 [1, h, P, Dh]
-    rows = lambda t: t[P:].view(G, R, *t.shape[1:]).transpose(1, 2)           # noqa: E731 [G, h, R, Dh]
-    kp, vp = prompt(k), prompt(v)
-    out_p = sdpa(attn, prompt(q), kp, vp, is_causal=True)                     # [1, H, P, Dh]
-    kr = torch.cat([kp.expand(G, -1, -1, -1), rows(k)], dim=2)                # [G, Hkv, P+R, Dh]
-    vr = torch.cat([vp.expand(G, -1, -1, -1), rows(v)], dim=2)                # [G, Hkv, P+R, Dh]
-    out_r = sdpa(attn, rows(q), kr, vr, attn_mask=bias)          # [G, H, R, Dh]
+    # split into prompt and responses (views; split's backward is one concatenation, where slicing's would
+    # zero-fill a gradient the size of the stream per slice and add them up)
+    (qp, qr), (kp, kr), (vp, vr) = (t.split([P, G * R]) for t in (q, k, v))
+    prompt = lambda t: t.transpose(0, 1).unsqueeze(0)                         # noqa: E731 [1, h, P, Dh]
+    rows = lambda t: t.view(G, R, *t.shape[1:]).transpose(1, 2)               # noqa: E731 [G, h, R, Dh]
+    kp, vp = prompt(kp), prompt(vp)
+    out_p = sdpa(attn, prompt(qp), kp, vp, is_causal=True)                    # [1, H, P, Dh]
+    kr = torch.cat([kp.expand(G, -1, -1, -1), rows(kr)], dim=2)               # [G, Hkv, P+R, Dh]
+    vr = torch.cat([vp.expand(G, -1, -1, -1), rows(vr)], dim=2)               # [G, Hkv, P+R, Dh]
+    out_r = sdpa(attn, rows(qr), kr, vr, attn_mask=bias)                      # [G, H, R, Dh]
     return torch.cat([out_p[0].transpose(0, 1).reshape(P, -1),                # [P, H*Dh]
                       out_r.transpose(1, 2).reshape(G * R, -1)])              # [G*R, H*Dh]
