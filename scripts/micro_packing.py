@@ -3,10 +3,10 @@ prompt tokens, G responses of R) through each layout, against the token ratio G(
 
 - step: forward + backward of the response log-probs (the trainer's update stage);
 - forward: the log-probs under no_grad (its old-log-prob and reference stages);
-- peak memory of a step: on CUDA the caching allocator's peak above what was allocated before it; on CPU
-  the peak resident set (VmHWM, reset after the build) of a fresh process that builds the model and runs
-  one step, above its resident set before the step (torch's CPU allocations are invisible to tracemalloc;
-  a process that ran another layout first keeps freed pages and would hide part of the next one's peak);
+- peak memory of a step (the first warm-up step of each layout): on CUDA the caching allocator's peak
+  above what was allocated before it; on CPU the process's peak resident set during the step (VmHWM,
+  reset before it) above its resident set before it, the last step's gradients freed and freed heap pages
+  returned first (torch's CPU allocations are invisible to tracemalloc; MEMORY_METHOD);
 - auto: engine.shared_prompt=auto's layout (bench/core/costmodel/packing.py) and its reason.
 
 Layouts are timed in turns (round r of every layout, then round r + 1), so a machine's drift hits all of
@@ -18,7 +18,6 @@ the same work in every layout, outweigh a few layers).
 """
 from __future__ import annotations
 
-import multiprocessing
 import statistics
 import time
 from dataclasses import dataclass
@@ -44,9 +43,9 @@ SHAPES = {
     "0.5b-p512": Shape("qwen2.5-0.5b.json", 512, 128, 8),
     "0.5b-p2048": Shape("qwen2.5-0.5b.json", 2048, 256, 16),
     "7b-layer": Shape("qwen2.5-7b.json", 2048, 512, 16, layers=4),
-    # The 7B layer at a quarter of the lengths, the same token ratio (4.0x): at full length one layer's
-    # unpacked activations need ~18 GB in fp32, more than a 24 GB machine shared with others can hold.
-    "7b-layer-quarter": Shape("qwen2.5-7b.json", 512, 128, 16, layers=1),
+    # The 7B layer at an eighth of the lengths, the same token ratio (4.0x), for CPUs: at full length one
+    # layer's unpacked step needs ~18 GB in fp32 and ~60 TFLOP (minutes per step on 2 cores).
+    "7b-layer-cpu": Shape("qwen2.5-7b.json", 256, 64, 16, layers=1),
 }
 LAYOUTS = ("unpacked", "dense", "gather", "mask4d", "flex", "auto")
 
@@ -97,7 +96,8 @@ def layouts(device, model=None, names=LAYOUTS) -> dict:
 
 def packing_bench(model_json: Path, device, dtype, P: int, R: int, G: int, rounds: int, warmup: int,
                   layers: int | None = None, vocab: int | None = None, names=LAYOUTS) -> dict:
-    """Step and forward seconds per layout (medians), speedups over unpacked, peak step memory, auto's choice."""
+    """Step and forward seconds per layout (medians), speedups over unpacked, peak step memory (of the
+    first warm-up step), auto's choice."""
     from rlbench.engines.trainer.packing import theoretical_speedup
 
     model = build(model_json, dtype, device, num_hidden_layers=layers, vocab_size=vocab).train()
@@ -106,20 +106,17 @@ def packing_bench(model_json: Path, device, dtype, P: int, R: int, G: int, round
     result = {"model": str(model_json), "layers": model.config.num_hidden_layers, "vocab": model.config.vocab_size,
               "P": P, "R": R, "G": G, "dtype": str(dtype).removeprefix("torch."),
               "token_ratio": theoretical_speedup(P, R, G), "theoretical": theoretical_speedup(P, R, G),
-              "errors": {}}
+              "errors": {}, "peak_memory": {}, "memory_method": MEMORY_METHOD[device.type == "cuda"]}
     if "auto" in fns:
         result["auto"] = fns["auto"].choose(prompt, responses).as_dict()
     steps = {k: _step(model, fn, prompt, responses) for k, fn in fns.items()}
-    forwards = {k: _forward(model, fn, prompt, responses) for k, fn in fns.items()}
-    result["seconds"] = _interleaved(steps, device, rounds, warmup, result["errors"])
-    result["forward_seconds"] = _interleaved({k: forwards[k] for k in result["seconds"]}, device, rounds, warmup,
-                                             result["errors"])
+    result["seconds"] = _interleaved(steps, device, rounds, max(warmup, 1), result["errors"],
+                                     first=lambda name, fn: result["peak_memory"].update({name: _peak(fn, device, model)}))
+    forwards = {k: _forward(model, fns[k], prompt, responses) for k in result["seconds"]}
+    result["forward_seconds"] = _interleaved(forwards, device, rounds, warmup, result["errors"])
     for key, speed in (("seconds", "speedup"), ("forward_seconds", "forward_speedup")):
         base = result[key].get("unpacked")
         result[speed] = {k: base / v for k, v in result[key].items() if base and k != "unpacked"}
-    del model, steps, forwards, fns
-    result["peak_memory"], result["memory_method"] = _peak_memory(
-        model_json, device, dtype, P, R, G, layers, vocab, list(result["seconds"]))
     return result
 
 
@@ -137,16 +134,16 @@ def _forward(model, fn, prompt, responses):
     return run
 
 
-def _interleaved(fns: dict, device, rounds: int, warmup: int, errors: dict) -> dict:
+def _interleaved(fns: dict, device, rounds: int, warmup: int, errors: dict, first=None) -> dict:
     """Median seconds of each fn over `rounds` turns (each turn runs every fn once), after `warmup` calls
-    each; a fn that fails is dropped with its error."""
+    each, the first of them through first(name, fn) when given; a fn that fails is dropped with its error."""
     from rlbench.core.devices.device import synchronize
 
     live = {}
     for name, fn in fns.items():
         try:
-            for _ in range(warmup):
-                fn()
+            for i in range(warmup):
+                first(name, fn) if first is not None and i == 0 else fn()
             live[name] = fn
         except Exception as e:  # noqa: BLE001 - one layout failing must not hide the others' numbers
             errors[name] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -161,41 +158,42 @@ def _interleaved(fns: dict, device, rounds: int, warmup: int, errors: dict) -> d
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def _peak_memory(model_json, device, dtype, P, R, G, layers, vocab, names) -> tuple[dict, str]:
-    """layout -> bytes a step needs above the built model (see the module's docstring for how)."""
+MEMORY_METHOD = {
+    True: "CUDA caching allocator: max_memory_allocated during the step minus memory_allocated before it",
+    False: "peak RSS (/proc/self/status VmHWM, reset through /proc/self/clear_refs) during the step minus the "
+           "RSS before it, after freeing the gradients and returning freed heap pages (malloc_trim)"}
+
+
+def _peak(step, device, model) -> int | None:
+    """Bytes a step needs above what was in use before it (its gradients included: each step frees the
+    last step's first); None where the platform cannot say (CPU off Linux/glibc)."""
+    model.zero_grad(set_to_none=True)
     if device.type == "cuda":
-        model = build(model_json, dtype, device, num_hidden_layers=layers, vocab_size=vocab).train()
-        prompt, responses = group(model.config.vocab_size, P, R, G)
-        out = {}
-        for name, fn in layouts(device, model, names).items():
-            model.zero_grad(set_to_none=True)
-            torch.cuda.synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            before = torch.cuda.memory_allocated(device)
-            _step(model, fn, prompt, responses)()
-            out[name] = torch.cuda.max_memory_allocated(device) - before
-        return out, "cuda caching allocator: max_memory_allocated during one step minus allocated before it"
-    ctx = multiprocessing.get_context("spawn")  # a fresh process per layout: ru_maxrss cannot be reset
-    out = {}
-    for name in names:
-        with ctx.Pool(1) as pool:
-            out[name] = pool.apply(_rss_of_step, (model_json, dtype, P, R, G, layers, vocab, name,
-                                                  torch.get_num_threads()))
-    return out, "peak RSS (VmHWM) of a fresh process over one step minus its RSS before the step"
-
-
-def _rss_of_step(model_json, dtype, P, R, G, layers, vocab, name, threads) -> int:
-    """In a fresh process: build the model, run one step of layout `name`; -> its peak RSS above the RSS
-    before the step, in bytes (Linux: the peak is reset through /proc/self/clear_refs after the build)."""
-    torch.set_num_threads(threads)
-    cpu = torch.device("cpu")
-    model = build(model_json, dtype, cpu, num_hidden_layers=layers, vocab_size=vocab).train()
-    prompt, responses = group(model.config.vocab_size, P, R, G)
-    fn = layouts(cpu, model, [name])[name]
-    Path("/proc/self/clear_refs").write_text("5")  # the peak so far (the build's) is forgotten
-    before = _status_kib("VmRSS")
-    _step(model, fn, prompt, responses)()
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    try:
+        _release_heap()
+        Path("/proc/self/clear_refs").write_text("5")  # the process's peak so far is forgotten
+        before = _status_kib("VmRSS")
+    except OSError:
+        step()
+        return None
+    step()
     return (_status_kib("VmHWM") - before) * 1024
+
+
+def _release_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them), so the RSS before a step is what the process
+    holds and the step's growth shows in its peak."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _status_kib(field: str) -> int:
@@ -203,7 +201,7 @@ def _status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
+    raise OSError(f"no {field} in /proc/self/status")
 
 
 def equivalence(model_json: Path, device, dtype, P: int, R: int, G: int, layers: int | None = None,
