@@ -146,3 +146,17 @@ def test_trainer_records_auto_choices_per_micro_batch():
     assert {c["prompt"] for c in record["choices"]} == {g.prompt_index for g in groups}
     assert all(c["reason"] for c in record["choices"])
     assert tr.layout_choices == []  # the next iteration starts its own list
+
+
+def test_shared_prompt_ablation_has_dense_gather_and_auto_cells():
+    from rlbench.core.config import load_config
+    from rlbench.run.ablation import cells_for
+
+    cells = dict(cells_for("shared_prompt", load_config(None, ["engine.shared_prompt_impl=gather"])))
+    engine = {name: (c.engine.shared_prompt, c.engine.shared_prompt_impl) for name, c in cells.items()}
+    assert engine == {"sync": (False, "dense"), "sync+shared_prompt": (True, "dense"),
+                      "sync+shared_prompt_gather": (True, "gather"), "sync+shared_prompt_auto": ("auto", "dense"),
+                      "periodic_async": (False, "dense"), "periodic_async+shared_prompt": (True, "dense"),
+                      "periodic_async+shared_prompt_auto": ("auto", "dense")}  # the user's impl: the cells' own
+    assert "shared_prompt_impl" not in cells["sync"].switches()  # recorded only where it packs
+    assert cells["sync+shared_prompt_gather"].switches()["shared_prompt_impl"] == "gather"
