@@ -231,3 +231,32 @@ def equivalence(model_json: Path, device, dtype, P: int, R: int, G: int, layers:
         except Exception as e:  # noqa: BLE001
             out[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out
+
+
+def markdown(result: dict) -> str:
+    """One shape's result (micro.json's `packing` entry) as the table docs/results/shared-prompt.md shows."""
+    r, mib = result, lambda b: "–" if b is None else f"{b / 2**20:,.0f}"  # noqa: E731
+    lines = [f"{r['shape']}: {r['model'].rsplit('/', 1)[-1]}, {r['layers']} layer(s), vocabulary {r['vocab']:,}, "
+             f"P={r['P']} R={r['R']} G={r['G']}, {r['dtype']}; token ratio {r['token_ratio']:.2f}x", "",
+             "| layout | step s | step speedup | of the token ratio | forward s | forward speedup | peak MiB |",
+             "|---|---|---|---|---|---|---|"]
+    for name, s in r["seconds"].items():
+        up, fup = r["speedup"].get(name, 1.0), r["forward_speedup"].get(name, 1.0)
+        fwd = r["forward_seconds"].get(name)
+        share = "–" if name == "unpacked" else f"{up / r['token_ratio']:.0%}"
+        lines.append(f"| {name} | {s:.3g} | {up:.2f}x | {share} | "
+                     f"{'–' if fwd is None else f'{fwd:.3g}'} | {fup:.2f}x | {mib(r['peak_memory'].get(name))} |")
+    if r.get("auto"):
+        lines += ["", f"auto: {'packed' if r['auto']['packed'] else 'unpacked'}; {r['auto']['reason']}"]
+    if r.get("errors"):
+        lines += [""] + [f"{k} failed: {v}" for k, v in r["errors"].items()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python scripts/micro_packing.py micro.json ...: the tables of their packing results
+    import json
+    import sys
+
+    for path in sys.argv[1:]:
+        for shape in json.loads(Path(path).read_text()).get("packing", []):
+            print(markdown(shape), end="\n\n")
