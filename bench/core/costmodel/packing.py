@@ -5,20 +5,23 @@ Nothing fitted. The model's shape (bench/core/results/utilisation.py `model_shap
 length P, response lengths R_i, G of them) and the device's measured peak (bench/core/devices/peak.py:
 matmul FLOP/s, copy B/s, host seconds per op) give, per layout:
 
-    compute = FLOPs / matmul FLOP/s + bytes copied / copy B/s
+    compute = matmuls + attention FLOPs / matmul FLOP/s + bytes copied / copy B/s
+    matmuls = max(their FLOPs / matmul FLOP/s, their weights' bytes / copy B/s)   per weight set
     host    = ops dispatched x seconds per op
     pass    = compute + host          where the host runs each op itself (CPU)
               max(compute, host)      where it queues kernels ahead of the device (CUDA, NPU)
 
 FLOPs (utilisation.py's count; a backward is twice its forward): 2 x (layer matmul weights) per token the
-decoder layers run (unpacked: G rows of P + R_max; packed: P + G*R_max, `dense` pads its responses as
-the rows do) plus lm_head over the predicting positions (the same in both), and attention 4 H Dh per
-(query, key) pair a causal kernel visits (unpacked: G (P+R)^2 / 2; packed: P^2 / 2 for the prompt plus
-G R (P + R/2) for the responses). Bytes: the packed layout's copies (the prompt's K/V into each of the G
-rows, the two halves of the output stream). Ops: what one pass dispatches (OPS below, counted on Qwen2 by
-tests/test_packing_auto.py, which fails when the code's count drifts from them). The attention share
-decides how far the FLOPs fall below the token ratio; the host term decides where a step made of small
-kernels gains nothing from fewer tokens (docs/results/gpu.md: 0.5B, P=512 on an H200).
+decoder layers run (unpacked: G rows of P + R_max; packed: P + G*R_max, `dense` pads its responses as the
+rows do) plus lm_head over the predicting positions (the same in both), and attention 4 H Dh per (query,
+key) pair a causal kernel visits (unpacked: G (P+R)^2 / 2; packed: P^2 / 2 for the prompt plus G R
+(P + R/2) for the responses). A matmul over few tokens waits on its weights instead (read once forward;
+in training read again for the input gradient and their gradient written): the same in both layouts.
+Bytes copied: the packed layout's (the prompt's K/V into each of the G rows, the two halves of the output
+stream). Ops: what one pass dispatches (OPS below, counted on Qwen2 by tests/test_packing_auto.py, which
+fails when the code's count drifts from them). The attention share and the weights decide how far the
+gain falls below the token ratio; the host term decides where a step made of small kernels gains nothing
+from fewer tokens (docs/results/gpu.md: 0.5B, P=512 on an H200).
 """
 from __future__ import annotations
 
@@ -72,7 +75,7 @@ class Choice:
     packed: bool
     predicted_speedup: float  # unpacked seconds / packed seconds, predicted
     token_ratio: float  # decoder tokens unpacked / packed
-    attention_share: float  # attention's share of the unpacked pass's FLOPs
+    attention_share: float  # attention's share of the unpacked pass's compute seconds
     reason: str
 
     def as_dict(self) -> dict:
@@ -85,17 +88,25 @@ def _pass(shape: dict, dev: Device, kind: str, train: bool, tokens: int, head_to
     per layer; copied: elements copied per layer (forward)."""
     layer_params = shape["matmul_params"] - shape["lm_head_params"]
     mult = 3 if train else 1
+
+    def matmuls(params: float, n: int) -> float:
+        """Seconds of the matmuls of `params` weights over n tokens: their FLOPs, or reading the weights
+        (forward; training also reads them for the input gradient and writes their gradient), the slower:
+        with few tokens a matmul waits on its weights, whatever the layout."""
+        return max(2.0 * params * n * mult / dev.flops_per_s,
+                   params * shape["param_bytes"] * mult / dev.copy_bytes_per_s)
+
     attention = 4.0 * shape["heads"] * shape["head_dim"] * pairs * shape["layers"] * mult
-    flops = 2.0 * (layer_params * tokens + shape["lm_head_params"] * head_tokens) * mult + attention
     copy_bytes = 2.0 * copied * shape["layers"] * shape["param_bytes"] * (2 if train else 1)  # read + write
-    compute = flops / dev.flops_per_s + copy_bytes / dev.copy_bytes_per_s
+    compute = matmuls(layer_params, tokens) + matmuls(shape["lm_head_params"], head_tokens) + \
+        (attention / dev.flops_per_s) + copy_bytes / dev.copy_bytes_per_s
     fixed, per_layer = OPS[kind]["train" if train else "forward"]
     host = (fixed + per_layer * shape["layers"]) * dev.launch_s
     return Pass(compute, host, compute + host if dev.host_waits else max(compute, host)), attention
 
 
 def predict(shape: dict, dev: Device, impl: str, P: int, lengths: list[int], train: bool) -> tuple[Pass, Pass, float]:
-    """-> (unpacked pass, packed pass, attention share of the unpacked FLOPs) for one group."""
+    """-> (unpacked pass, packed pass, attention's share of the unpacked compute) for one group."""
     G, R, N = len(lengths), max(lengths), sum(lengths)
     kv = shape["kv_heads"] * shape["head_dim"]
     unpacked, attn = _pass(shape, dev, "unpacked", train, G * (P + R), G * R, G * (P + R) ** 2 / 2, 0.0)
@@ -107,8 +118,7 @@ def predict(shape: dict, dev: Device, impl: str, P: int, lengths: list[int], tra
         pairs = P * P / 2 + G * R * (P + R / 2)
         copied = 2 * G * (P + R) * kv + tokens * shape["heads"] * shape["head_dim"]  # K/V rows, output stream
         packed, _ = _pass(shape, dev, impl, train, tokens, N if impl == "gather" else G * R, pairs, copied)
-    total_flops = (unpacked.compute_s * dev.flops_per_s) or 1.0
-    return unpacked, packed, attn / total_flops
+    return unpacked, packed, min(1.0, attn / dev.flops_per_s / (unpacked.compute_s or 1.0))
 
 
 def choose(shape: dict, dev: Device, impl: str, P: int, lengths: list[int], train: bool = True) -> Choice:
@@ -120,7 +130,7 @@ def choose(shape: dict, dev: Device, impl: str, P: int, lengths: list[int], trai
     unpacked, packed, share = predict(shape, dev, impl, P, lengths, train)
     speedup = unpacked.seconds / packed.seconds
     ms = lambda p: f"{p.compute_s * 1e3:.3g} ms compute, {p.host_s * 1e3:.3g} ms host"  # noqa: E731
-    why = (f"predicted {speedup:.2f}x (token ratio {ratio:.2f}x, attention {share:.0%} of the FLOPs; "
+    why = (f"predicted {speedup:.2f}x (token ratio {ratio:.2f}x, attention {share:.0%} of the compute; "
            f"unpacked {unpacked.bound}-bound: {ms(unpacked)}; packed {packed.bound}-bound: {ms(packed)})")
     packed_faster = speedup >= 1 + MARGIN
     return Choice(packed_faster, speedup, ratio, share,
