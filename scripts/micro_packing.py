@@ -51,20 +51,27 @@ LAYOUTS = ("unpacked", "dense", "gather", "mask4d", "flex", "auto")
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--shapes", default="", help=f"named shapes, comma-separated: {', '.join(SHAPES)} "
-                    "(default: the one shape of --model, --P, --R, --G)")
+    ap.add_argument("--shapes", default="", type=_shape_names, help=f"named shapes, comma-separated: "
+                    f"{', '.join(SHAPES)} (default: the one shape of --model, --P, --R, --G)")
     ap.add_argument("--layers", type=int, help="decoder layers of every shape's model (default: the shape's)")
     ap.add_argument("--vocab", type=int, help="vocabulary size of every shape's model (default: the model's)")
     ap.add_argument("--layouts", default=",".join(LAYOUTS),
                     help="layouts to time, comma-separated (flex runs on CUDA only)")
 
 
+def _shape_names(value: str) -> str:
+    """--shapes: known names only (argparse exits 2 with this message otherwise)."""
+    import argparse
+
+    unknown = [s for s in value.split(",") if s and s not in SHAPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choices: {', '.join(SHAPES)}")
+    return value
+
+
 def shapes_of(a) -> list[tuple[str, Shape]]:
     if not a.shapes:
         return [("custom", Shape(str(a.model), a.P, a.R, a.G))]
-    unknown = [s for s in a.shapes.split(",") if s not in SHAPES]
-    if unknown:
-        raise SystemExit(f"--shapes: unknown {', '.join(unknown)}; choices: {', '.join(SHAPES)}")
     return [(s, SHAPES[s]) for s in a.shapes.split(",")]
 
 
