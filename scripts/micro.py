@@ -10,6 +10,7 @@ micro_decode.py, micro_common.py):
 
     python scripts/micro.py --device cuda --model configs/models/qwen2.5-0.5b.json --out micro.json
     python scripts/micro.py --only sampler --model tiny --dtype float32 --batches 1,8,64  # CPU, tiny model
+    python scripts/micro.py --only packing --shapes 0.5b-p512,7b-layer-cpu --layers 1  # CPU, named shapes
 
 Prints one line per measurement and writes everything as JSON. Times are medians over --rounds after
 --warmup rounds, with the device synchronised around each one. The model is randomly initialised from
@@ -24,9 +25,10 @@ from pathlib import Path
 
 import torch
 
+import micro_packing
 from micro_common import use_tree
 from micro_decode import sampler_bench, summary
-from micro_packing import equivalence, packing_bench
+from micro_packing import equivalence
 
 
 def main(argv=None) -> int:
@@ -34,7 +36,6 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="configs/models/qwen2.5-0.5b.json",
                     help="a model config JSON, or 'tiny' (the tiny model's shape; sampler only)")
-    ap.add_argument("--layers", type=int, help="decoder layers instead of the config's (sampler only)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--P", type=int, default=512)
     ap.add_argument("--R", type=int, default=128)
@@ -49,6 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tree", type=Path, help="import rlbench from this source tree (a worktree of another "
                     "commit: before/after in one run) instead of the installed one")
     ap.add_argument("--out", type=Path)
+    micro_packing.add_arguments(ap)  # --shapes, --layers, --vocab, --layouts
     a = ap.parse_args(argv)
     if a.tree:
         use_tree(a.tree)
@@ -71,11 +73,13 @@ def main(argv=None) -> int:
             a.out.write_text(json.dumps(res, indent=2))
 
     if "packing" in only:
-        res["packing"] = packing_bench(a.model, device, dtype, a.P, a.R, a.G, a.rounds, a.warmup)
-        print("packing", json.dumps(res["packing"]), flush=True)
-        save()
+        res["packing"] = []  # one entry per shape
+        for shape in micro_packing.shapes_of(a):
+            res["packing"] += micro_packing.run(a, device, dtype, [shape])
+            print("packing", json.dumps(res["packing"][-1]), flush=True)
+            save()
     if "equivalence" in only:
-        res["equivalence"] = {str(d).removeprefix("torch."): equivalence(a.model, device, d, a.P, a.R, a.G)
+        res["equivalence"] = {str(d).removeprefix("torch."): equivalence(a.model, device, d, a.P, a.R, a.G, a.layers, a.vocab)
                               for d in (torch.float32, torch.bfloat16)}
         print("equivalence", json.dumps(res["equivalence"]), flush=True)
         save()

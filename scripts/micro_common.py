@@ -34,9 +34,10 @@ def use_tree(root: Path) -> None:
 
 
 def build(model_json: Path | str, dtype: torch.dtype, device: torch.device, attn: str = "sdpa",
-          layers: int | None = None):
+          layers: int | None = None, **overrides):
     """A randomly initialised model (seed 0) of the config JSON, or of the tiny model's shape ("tiny": the
-    defaults of model.*, the character vocabulary); `layers` decoder layers instead of the config's."""
+    defaults of model.*, the character vocabulary); `layers` decoder layers instead of the config's;
+    overrides replace the JSON's values (e.g. vocab_size)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if str(model_json) == "tiny":
@@ -48,8 +49,7 @@ def build(model_json: Path | str, dtype: torch.dtype, device: torch.device, attn
         cfg = tiny_config(mcfg, CharTokenizer().vocab_size)
     else:
         values = {k: v for k, v in json.loads(Path(model_json).read_text()).items() if not k.startswith("_")}
-        if layers is not None:
-            values["num_hidden_layers"] = layers
+        values.update({k: v for k, v in {"num_hidden_layers": layers, **overrides}.items() if v is not None})
         cfg = AutoConfig.for_model(values.pop("model_type"), **values)
     torch.manual_seed(0)
     with torch.device(device):

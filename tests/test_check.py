@@ -39,7 +39,9 @@ def every_pair_run(path):
     tri = {**ASYNC, "tri_model": True}
     return write_run(path, [Cell("sync", SYNC, 100.0), Cell("+periodic_async", ASYNC, 200.0),
                             Cell("+tri_model", tri, 220.0),
-                            Cell("+shared_prompt", {**tri, "shared_prompt": True}, 275.0),
+                            # how it packs is recorded where it packs: it comes with the switch
+                            Cell("+shared_prompt", {**tri, "shared_prompt": True, "shared_prompt_impl": "dense"},
+                                 275.0),
                             Cell("sync+tri_model", {**SYNC, "tri_model": True}, 110.0)])
 
 

@@ -52,6 +52,12 @@ def test_overrides_parse_yaml_scalars():
     ("engine:\n  schedule: periodic_async\ntrain:\n  ppo_mini_batches: 2\n", "ppo_mini_batches", "on-policy"),
     ("engine:\n  train_ranks: 2\n", "engine.train_ranks", "one data-parallel trainer rank per training device"),
     ("engine:\n  backend: ray\n", "engine.backend", "renamed to engine.launcher"),
+    ("engine:\n  shared_prompt_impl: fused\n", "engine.shared_prompt_impl",
+     "'dense', 'gather', 'mask4d' or 'flex'"),
+    ("engine:\n  shared_prompt: sometimes\n", "engine.shared_prompt", "allowed: true, false, auto"),
+    # FlexAttention has no backward on CPU: refused before any work, with the choices that train there
+    ("engine:\n  shared_prompt: auto\n  shared_prompt_impl: flex\n", "engine.shared_prompt_impl=flex",
+     "no backward on cpu; choices on cpu: dense, gather, mask4d"),
 ])
 def test_bad_config_names_key(tmp_path, yaml_text, key, hint):
     f = tmp_path / "bad.yaml"
@@ -67,6 +73,22 @@ def test_renamed_key_is_one_clear_error_exit_2(tmp_path):
     assert out.returncode == 2, out.stderr
     assert "engine.backend: renamed to engine.launcher (same values)" in out.stderr
     assert load_config(None, ["engine.launcher=ray"]).engine.launcher == "ray"
+
+
+def test_shared_prompt_takes_true_false_auto():
+    assert load_config(None, ["engine.shared_prompt=auto"]).engine.shared_prompt == "auto"
+    assert load_config(None, ["engine.shared_prompt=true"]).engine.shared_prompt is True
+    assert load_config(None, ["engine.shared_prompt=off"]).engine.shared_prompt is False  # YAML's off
+    flex_unused = load_config(None, ["engine.shared_prompt=false", "engine.shared_prompt_impl=flex"])
+    assert flex_unused.engine.shared_prompt_impl == "flex"  # nothing packs: nothing to refuse
+
+
+def test_flex_on_cpu_exit_2_through_cli(tmp_path):
+    out = rlbench("run", "--set", "engine.shared_prompt=true", "--set", "engine.shared_prompt_impl=flex",
+                  "--out", tmp_path, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "engine.shared_prompt_impl=flex" in out.stderr and "choices on cpu: dense, gather, mask4d" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_bad_config_exit_code_2_through_cli(tmp_path):

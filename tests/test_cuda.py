@@ -8,8 +8,9 @@ docs/results/gpu.md):
   the parameter's largest entry. All three layouts passed on the H200.
 - bf16: 8 bits of mantissa; each path rounds every activation, so log-probs differ by up to ~0.15 on
   these std-0.2 weights (a masking bug moves them by 1-10) and gradients by a few % (relative norm).
-  Measured on the H200: shared_prompt and mask4d within 0.15 (log-probs and gradients); flex 0.155 on
-  1 of 70 log-probs, its gradients not reached then: atol 0.25, still far below a masking bug's 1-10.
+  Measured on the H200: gather (then named shared_prompt) and mask4d within 0.15 (log-probs and
+  gradients); flex 0.155 on 1 of 70 log-probs, its gradients not reached then: atol 0.25, still far below
+  a masking bug's 1-10. dense (the lower-right causal bias, flash kernel in bf16) has not run on a GPU yet.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import pytest
 import torch
 
 from rlbench.engines.trainer import packing
+from rlbench.engines.trainer.packing_dense import packed_logprobs_dense
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-LAYOUTS = {"shared_prompt": packing.packed_logprobs, "mask4d": packing.packed_logprobs_mask4d,
-           "flex": packing.packed_logprobs_flex}
+LAYOUTS = {"dense": packed_logprobs_dense, "gather": packing.packed_logprobs,
+           "mask4d": packing.packed_logprobs_mask4d, "flex": packing.packed_logprobs_flex}
 TOL = {torch.float32: (1e-4, 1e-3), torch.bfloat16: (0.25, 0.05)}  # (log-prob atol, gradient tolerance)
 
 
@@ -65,6 +67,23 @@ def test_packed_equals_unpacked_on_cuda(layout, dtype):
             torch.testing.assert_close(grads[name], a, rtol=g_tol, atol=g_tol * a.abs().max().item(), msg=name)
         else:
             assert (grads[name] - a).norm() <= g_tol * a.norm() + 1e-6, name
+
+
+def test_dense_runs_on_the_flash_kernel_alone_in_bf16():
+    """With every SDPA kernel but flash disabled, dense still trains: its response attention took the flash
+    path of the lower-right bias (a materialised mask would need another kernel and fail here)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = _model(torch.bfloat16)
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, 64, (96,), generator=g).tolist()
+    responses = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (40, 1, 17)]
+    ref_lp, _ = _run(model, packing.unpacked_logprobs, prompt, responses)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        lp, grads = _run(model, packed_logprobs_dense, prompt, responses)
+    assert all(torch.isfinite(g).all() for g in grads.values())
+    for a, b in zip(ref_lp, lp):
+        torch.testing.assert_close(b, a, atol=TOL[torch.bfloat16][0], rtol=0)
 
 
 def test_sampler_logits_match_hf_on_cuda():

@@ -47,7 +47,8 @@ def train_params(overrides: list[str], iterations: int = 3):
     return {n: p.detach().clone() for n, p in schedule.trainer.policy.named_parameters()}, samples
 
 
-SWITCHES = list(itertools.product([False, True], [False, True]))
+# auto packs per group by the cost model; sync and periodic-async see the same groups, so the same choices
+SWITCHES = list(itertools.product([False, True], [False, True])) + [(False, "auto")]
 
 
 @pytest.mark.parametrize("tri_model, shared_prompt", SWITCHES)

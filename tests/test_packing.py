@@ -1,5 +1,5 @@
-"""Shared-prompt packing: packed == unpacked log-probs and gradients (docs/architecture.md,
-'Shared-prompt attention' and 'Tests').
+"""Shared-prompt packing: packed == unpacked log-probs and gradients, for every layout that trains on CPU
+(dense, gather, mask4d; docs/architecture.md, 'Shared-prompt attention' and 'Tests').
 
 Tolerances (fp32 everywhere):
 - log-probs: atol 2e-5. The paths sum the same products in a different order
@@ -30,6 +30,7 @@ from rlbench.engines.trainer.packing import (
     theoretical_speedup,
     unpacked_logprobs,
 )
+from rlbench.engines.trainer.packing_dense import packed_logprobs_dense
 
 VOCAB = 64
 LOGP_ATOL = 2e-5
@@ -40,7 +41,7 @@ FAMILIES = {
     "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),  # q_norm / k_norm
 }
 CASES = [(f, impl) for f in ("qwen2", "llama") for impl in ("sdpa", "eager")] + [("qwen3", "sdpa")]
-PACKED = {"shared_prompt": packed_logprobs, "mask4d": packed_logprobs_mask4d}
+PACKED = {"dense": packed_logprobs_dense, "gather": packed_logprobs, "mask4d": packed_logprobs_mask4d}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -128,8 +129,9 @@ def test_edge_cases(P, lengths, packed):
     _assert_grads_equal(model, packed, prompt, responses)
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
-    """The shared-prompt path runs the layers itself, so it must apply checkpointing itself."""
+@pytest.mark.parametrize("packed", [packed_logprobs_dense, packed_logprobs], ids=["dense", "gather"])
+def test_gradient_checkpointing_gives_the_same_gradients(packed):
+    """The shared-prompt paths run the layers themselves, so they must apply checkpointing themselves."""
     model = _model("qwen2", "sdpa", seed=1)  # used by this test only: the shared ones stay in eval mode
     prompt, responses = _group(5, 7, [4, 9])
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
@@ -140,20 +142,52 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     for layer in model.model.layers:  # count the recomputations: checkpointing must really happen
         func = layer._gradient_checkpointing_func
         layer._gradient_checkpointing_func = lambda *a, _f=func, **k: calls.append(1) or _f(*a, **k)
-    _assert_grads_equal(model, packed_logprobs, prompt, responses)
+    _assert_grads_equal(model, packed, prompt, responses)
     assert len(calls) >= 2 * len(model.model.layers)  # unpacked and packed each checkpoint every layer
 
 
-def test_response_sees_only_prompt_and_itself():
+@pytest.mark.parametrize("packed", PACKED.values(), ids=PACKED.keys())
+def test_response_sees_only_prompt_and_itself(packed):
     """Changing one response must not change any other response's log-probs."""
     model = _model("llama", "sdpa")
     prompt, responses = _group(3, 6, [5, 7, 4])
-    before = packed_logprobs(model, prompt, responses)
+    before = packed(model, prompt, responses)
     changed = [responses[0], [(t + 1) % VOCAB for t in responses[1]], responses[2]]
-    after = packed_logprobs(model, prompt, changed)
+    after = packed(model, prompt, changed)
     torch.testing.assert_close(after[0], before[0], atol=LOGP_ATOL, rtol=0)
     torch.testing.assert_close(after[2], before[2], atol=LOGP_ATOL, rtol=0)
     assert (after[1] - before[1]).abs().max() > 1e-2
+
+
+def test_dense_builds_no_stream_sized_mask(monkeypatch):
+    """dense: no tensor of the forward or the backward is L x L (L = P + G*R_max, the packed stream)."""
+    from torch.nn.attention.bias import causal_lower_right
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import rlbench.engines.trainer.packing_dense as dense
+
+    P, lengths = 40, [30, 1, 25, 12]
+    L = P + len(lengths) * max(lengths)  # 160: no dimension of the model has this size
+    # CausalBias (a tensor subclass) cannot be made inside a dispatch mode: make the one it needs first.
+    bias = causal_lower_right(max(lengths), P + max(lengths))
+    monkeypatch.setattr(dense, "causal_lower_right", lambda *_: bias)
+    shapes = []
+
+    class Shapes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            shapes.extend(t.shape for t in (out if isinstance(out, (tuple, list)) else [out])
+                          if isinstance(t, torch.Tensor))
+            return out
+
+    prompt, responses = _group(6, P, lengths)
+    model = _model("qwen2", "sdpa")
+    with Shapes():
+        logps = dense.packed_logprobs_dense(model, prompt, responses)
+        sum(lp.sum() for lp in logps).backward()
+    model.zero_grad(set_to_none=True)
+    assert len(shapes) > 100  # the counter saw the layers
+    assert not [s for s in shapes if tuple(s[-2:]) == (L, L)]
 
 
 def test_eager_needs_additive_mask():
@@ -172,12 +206,13 @@ def test_eager_needs_additive_mask():
     assert (as_bool - right).abs().max() > 1e-2
 
 
-def test_rejects_empty_inputs():
+@pytest.mark.parametrize("packed", [packed_logprobs_dense, packed_logprobs], ids=["dense", "gather"])
+def test_rejects_empty_inputs(packed):
     model = _model("qwen2", "sdpa")
     with pytest.raises(ValueError, match="non-empty"):
-        packed_logprobs(model, [1, 2], [[3], []])
+        packed(model, [1, 2], [[3], []])
     with pytest.raises(ValueError, match="non-empty"):
-        packed_logprobs(model, [], [[3]])
+        packed(model, [], [[3]])
 
 
 def test_mask4d_rejects_unknown_attention():
@@ -229,9 +264,10 @@ def test_property_logprobs(family, attn, group):
             _assert_logprobs_equal(model, packed, prompt, responses, temperature)
 
 
+@pytest.mark.parametrize("packed", [packed_logprobs_dense, packed_logprobs], ids=["dense", "gather"])
 @pytest.mark.parametrize("family,attn", [("qwen2", "sdpa"), ("llama", "eager")])
 @PROPERTY
 @given(group=groups(), seed=st.integers(0, 2**16))
-def test_property_gradients(family, attn, group, seed):
+def test_property_gradients(family, attn, packed, group, seed):
     prompt, responses, temperature = group
-    _assert_grads_equal(_model(family, attn), packed_logprobs, prompt, responses, temperature, seed)
+    _assert_grads_equal(_model(family, attn), packed, prompt, responses, temperature, seed)

@@ -28,6 +28,8 @@ SWITCHES = {"schedule": (by_role(PERIODIC).name, by_role(REFERENCE).name), "tri_
             "shared_prompt": (True, False)}
 # Keys that come with the pair's schedules (their own recorded options): not a second difference.
 SCHEDULE_KEYS = tuple(schedules.option_keys())
+# Keys that come with a switch (recorded only where it is on): not a second difference either.
+COMES_WITH = {"schedule": SCHEDULE_KEYS, "shared_prompt": ("shared_prompt_impl",)}
 # switch -> its gain's family (bench/core/results/metric_table.py)
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
 # switch -> the stages whose cost that switch changes: what a regression of its component shows in
@@ -120,7 +122,7 @@ def _pairs(cells: dict):
         for key, (on, off) in SWITCHES.items():
             if s_on.get(key) != on:
                 continue
-            drop = SCHEDULE_KEYS if key == "schedule" else ()
+            drop = COMES_WITH.get(key, ())
             want = {k: v for k, v in {**s_on, key: off}.items() if k not in drop}
             for off_name, s_off in sw.items():
                 if {k: v for k, v in s_off.items() if k not in drop} == want:

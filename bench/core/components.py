@@ -1,6 +1,7 @@
 """Registered components: what each is called, the config options it reads (a pydantic model of its own),
-what it refuses, and where its builder lives. The rollout backends are registered here (BACKENDS); the
-schedules extend `Component` with what else differs between them (bench/core/schedules/).
+what it refuses, and where its builder lives. The rollout backends are registered here (BACKENDS), and the
+ways to compute a shared-prompt packed group (PACKING_IMPLS); the schedules extend `Component` with what
+else differs between them (bench/core/schedules/).
 
 Config choices (`rollout.backend`), the rollout worker and the engine factory read these records.
 This is the core: it names builders by import path, imported only when a component is built.
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rlbench.core.devices import device as devices
 
 
 class Options(BaseModel):
@@ -142,3 +145,41 @@ def _declaration(field: tuple) -> tuple:
     """What makes two declarations of an option the same one (pydantic copies the FieldInfo per model)."""
     annotation, f = field
     return annotation, f.default, f.description, tuple(map(repr, f.metadata))
+
+
+@dataclass(frozen=True)
+class PackingImpl:
+    """One way to compute a shared-prompt packed group's log-probs (engine.shared_prompt_impl; the config
+    field's help says what each does)."""
+
+    name: str
+    function: str  # "module:function": (model, prompt_ids, responses, temperature) -> G tensors [R_i]
+    trains_on: Callable[[str], bool] = lambda kind: True  # device kind -> whether it has a backward there
+
+    def load(self) -> Callable:
+        import importlib
+
+        module, name = self.function.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+PACKING_IMPLS: dict[str, PackingImpl] = {i.name: i for i in [  # the first is the default
+    PackingImpl("dense", "rlbench.engines.trainer.packing_dense:packed_logprobs_dense"),
+    PackingImpl("gather", "rlbench.engines.trainer.packing:packed_logprobs"),
+    PackingImpl("mask4d", "rlbench.engines.trainer.packing:packed_logprobs_mask4d"),
+    PackingImpl("flex", "rlbench.engines.trainer.packing:packed_logprobs_flex",
+                trains_on=devices.flex_attention_trains),
+]}
+
+
+def packing_impls(kind: str) -> list[str]:
+    """The engine.shared_prompt_impl choices that can train on a device kind ('cpu', 'cuda', 'npu')."""
+    return [name for name, impl in PACKING_IMPLS.items() if impl.trains_on(kind)]
+
+
+def packing_impl_problem(name: str, kind: str) -> str | None:
+    """The refusal of engine.shared_prompt_impl=name on device kind, naming the key and its choices there."""
+    if name in packing_impls(kind):
+        return None
+    why = "no such implementation" if name not in PACKING_IMPLS else f"it has no backward on {kind}"
+    return (f"engine.shared_prompt_impl={name}: {why}; choices on {kind}: {', '.join(packing_impls(kind))}")

@@ -161,7 +161,17 @@ class _EngineSection(Section):
         "train_devices)-1 instead of taking disjoint ones (needed on a single GPU); the run then occupies "
         "max(rollout_devices, train_devices) physical devices, and TPSPD divides by that.")
     tri_model: bool = Field(False, description="Policy/old/ref log-probs in one module and one pass.")
-    shared_prompt: bool = Field(False, description="Pack prompt|resp_1..resp_G into one sequence for training.")
+    shared_prompt: bool | Literal["auto"] = Field(
+        False, description="Pack prompt|resp_1..resp_G into one sequence for training (true), never (false), or "
+        "per group where the cost model predicts the packed pass cheaper on this device (auto: token ratio, "
+        "attention share, the device's measured per-op launch cost; bench/core/costmodel/packing.py), the choice "
+        "and its reason recorded per iteration (docs/architecture.md, 'Shared-prompt attention').")
+    shared_prompt_impl: Literal[tuple(components.PACKING_IMPLS)] = Field(
+        "dense", description="How a packed group is computed (engines/trainer/packing*.py). dense: the prompt "
+        "once, the G responses a batch attending [prompt K/V; own K/V] under a lower-right causal bias, "
+        "dense SDPA kernels only; gather: the same attention on the unpadded stream, responses gathered into "
+        "a padded batch and back (an explicit [R, P+R] mask); mask4d: the HF forward with an [L, L] mask; "
+        "flex: FlexAttention with a block mask (CUDA only: it has no backward elsewhere).")
     queue_timeout_s: float = Field(
         300.0, gt=0, description="Longest a worker process (or Ray actor) may take to start, and the longest the "
         "async trainer waits for the next rollout group, before the run fails.")
@@ -181,10 +191,25 @@ class _EngineSection(Section):
         None, description="launcher=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
         "'ray://head:10001'); unset: start a local Ray instance for the run and stop it afterwards.")
 
+    @field_validator("shared_prompt", mode="before")
+    @classmethod
+    def _on_off_auto(cls, value):
+        """true / false / auto (YAML's on/off and yes/no read as booleans already); anything else is refused
+        with the choices, not with pydantic's two errors of a union."""
+        if isinstance(value, bool) or value == "auto":
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "auto"):
+            return {"true": True, "false": False, "auto": "auto"}[value.lower()]
+        raise ValueError(f"allowed: true, false, auto; got {value!r}")
+
     @model_validator(mode="after")
     def _check(self) -> "_EngineSection":
         if self.ray_address and self.launcher != "ray":
             raise ValueError("engine.ray_address is only used with engine.launcher=ray")
+        if self.shared_prompt is not False and self.device != "auto":  # auto: checked once resolved
+            problem = components.packing_impl_problem(self.shared_prompt_impl, self.device)
+            if problem:
+                raise ValueError(problem)
         return self
 
     @property

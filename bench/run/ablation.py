@@ -40,9 +40,13 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
        for name, points in POINTS.items()},
     "tri_model": [(_REF, REF_SW), (f"{_REF}+tri_model", {**REF_SW, "tri_model": True}),
                   (_ASYNC, ASYNC_SW), (f"{_ASYNC}+tri_model", {**ASYNC_SW, "tri_model": True})],
+    # +shared_prompt: the default layout (dense); _gather: the layout before it; _auto: the cost model's choice.
     "shared_prompt": [(_REF, REF_SW), (f"{_REF}+shared_prompt", {**REF_SW, "shared_prompt": True}),
+                      (f"{_REF}+shared_prompt_gather", {**REF_SW, "shared_prompt": True, "shared_prompt_impl": "gather"}),
+                      (f"{_REF}+shared_prompt_auto", {**REF_SW, "shared_prompt": "auto"}),
                       (_ASYNC, ASYNC_SW),
-                      (f"{_ASYNC}+shared_prompt", {**ASYNC_SW, "shared_prompt": True})],
+                      (f"{_ASYNC}+shared_prompt", {**ASYNC_SW, "shared_prompt": True}),
+                      (f"{_ASYNC}+shared_prompt_auto", {**ASYNC_SW, "shared_prompt": "auto"})],
     "all": [(_REF, REF_SW), (f"+{_ASYNC}", ASYNC_SW),
             ("+tri_model", {**ASYNC_SW, "tri_model": True}),
             ("+shared_prompt", {**ASYNC_SW, "tri_model": True, "shared_prompt": True}),
@@ -76,7 +80,7 @@ ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic
          "regime-quick": "the regime map at toy sizes",
          "regime-natural": "SmolLM2's own EOS tail; needs setup.sh --gguf",
          "tri_model": "the tri-model log-probs off and on, under both schedules",
-         "shared_prompt": "shared-prompt packing off and on, under both schedules",
+         "shared_prompt": "shared-prompt packing off, on (dense; gather on sync) and auto, under both schedules",
          "all": "the optimisations one after another, then on sync",
          "ci": "the CI benchmark",
          "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
@@ -96,7 +100,8 @@ def help_text() -> str:
 
 
 # Where each switch lives in the config: the two optimisations, and every schedule's options (their records).
-SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "shared_prompt": "engine.shared_prompt", "ppo_mini_batches": "train.ppo_mini_batches",
+SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "shared_prompt": "engine.shared_prompt",
+               "shared_prompt_impl": "engine.shared_prompt_impl", "ppo_mini_batches": "train.ppo_mini_batches",
               **schedules.option_keys()}
 NOT_CONFIG = {"framework"}  # switches that are no config key: which framework runs the cell (bench/analysis/peers.py)
 # Settings every cell of an ablation shares, laid under the user's --set (the cells still differ only in

@@ -55,7 +55,7 @@ class IterationLog:
                                       occupancy=_occupancy(out.rollout_stats),
                                       prev_end=run.iterations[-1]["end"] if run.iterations else None,
                                       work=utilisation.stage_work(
-                                          run.shape, rows, out.rollout_stats, shared_prompt=cfg.engine.shared_prompt,
+                                          run.shape, rows, out.rollout_stats, shared_prompt=_packed(cfg, out),
                                           tri_model=cfg.engine.tri_model, kl=cfg.train.kl_coef > 0))
         done = k + 1
         if done == cfg.run.iterations or (cfg.run.eval_every and done % cfg.run.eval_every == 0):
@@ -79,6 +79,13 @@ def _profiler(cfg, run, schedule, device):
     worker = schedule.rec.worker
     return IterationProfiler(trace_dir, worker, cfg.run.warmup_iterations, cfg.run.profile_iterations,
                              device.type if device is not None else "cpu")
+
+
+def _packed(cfg, out) -> bool | set[int]:
+    """Whether the iteration's groups were packed: the config's answer, or auto's per group."""
+    if cfg.engine.shared_prompt != "auto":
+        return cfg.engine.shared_prompt
+    return {c["prompt"] for c in (out.train_stats or {}).get("shared_prompt_choices", []) if c["packed"]}
 
 
 def _sample_rows(k: int, out) -> list[dict]:

@@ -47,19 +47,19 @@ class DataParallelTrainer:
         self._pending = []
 
     def finish(self, rec, k: int) -> tuple[dict, dict]:
-        """Wait for the ranks' shares, all-reduce and step; -> (rank 0's step stats, rewards of every group)."""
+        """Wait for the ranks' shares, all-reduce and step; -> (the step stats, rewards of every group)."""
         self.wait_trained(k)
         shares, self._shares = self._shares, []
         steps = self._all(lambda n: (n, "step", k), f"stepping iteration {k}")
         self.version += 1
         rec.extend([ev for _, events in steps for ev in events])
-        return steps[0][0], {i: r for share in shares for i, r in share.items()}
+        return _merged_stats([st for st, _ in steps]), {i: r for share in shares for i, r in share.items()}
 
     # ---------------------------------------------------------------- sync (colocated ranks)
 
     def colocated_iteration(self, rec, k: int, requests: list, sampling, answers: dict):
         """Every rank runs its shard (prompt i on rank i mod ranks) start to step; -> the merged
-        (groups in dispatch order, rewards, rank 0's stats, rollout stats per rank)."""
+        (groups in dispatch order, rewards, the step stats, rollout stats per rank)."""
         n = len(self.names)
         done = self._all(lambda name: (name, "iteration", k, requests[self.names.index(name)::n], sampling,
                                        answers), f"running iteration {k}")
@@ -68,7 +68,7 @@ class DataParallelTrainer:
         results = [res for res, _ in done]
         groups = sorted((g for res in results for g in res.groups), key=lambda g: g.prompt_index)
         rewards = {i: r for res in results for i, r in res.rewards.items()}
-        return groups, rewards, results[0].stats, [res.rollout_stats for res in results]
+        return groups, rewards, _merged_stats([res.stats for res in results]), [res.rollout_stats for res in results]
 
     # ---------------------------------------------------------------- weights
 
@@ -121,3 +121,12 @@ class DataParallelTrainer:
 
     def _all(self, call, doing: str) -> list:
         return self.host.wait([self.host.submit(*call(n)) for n in self.names], doing)
+
+
+def _merged_stats(per_rank: list[dict]) -> dict:
+    """Rank 0's step stats (all-reduced: every rank has the same), with the per-group layout choices of
+    engine.shared_prompt=auto gathered from every rank (each decided for its own groups)."""
+    stats = dict(per_rank[0])
+    if "shared_prompt_choices" in stats:
+        stats["shared_prompt_choices"] = [c for st in per_rank for c in st.get("shared_prompt_choices", [])]
+    return stats

@@ -5,18 +5,57 @@
   over one data path. On-policy, the old policy *is* the current policy at the first (only) pass of
   the iteration, so the old log-probs are the detached policy log-probs and that forward is skipped.
 
-The sequence layout (engine.shared_prompt) is a second, independent component: `logprob_fn`.
+The sequence layout (engine.shared_prompt, engine.shared_prompt_impl) is a second, independent component:
+`logprob_fn`, the same call whatever it does: unpacked rows, a packed group (bench/core/components.py
+PACKING_IMPLS), or `AutoLayout`, which picks one of the two per group by the cost model.
 """
 from __future__ import annotations
 
 import torch
 
-from rlbench.engines.trainer.packing import packed_logprobs, unpacked_logprobs
+from rlbench.core import components
+from rlbench.core.costmodel import packing as cost
+from rlbench.core.devices import device as devices
+from rlbench.core.devices import peak
+from rlbench.core.errors import UserError
+from rlbench.core.results.utilisation import model_shape
+from rlbench.engines.trainer.packing import unpacked_logprobs
 
 
-def make_logprob_fn(shared_prompt: bool):
-    """(model, prompt_ids, responses, temperature) -> list of [R_i] response-token log-probs."""
-    return packed_logprobs if shared_prompt else unpacked_logprobs
+def make_logprob_fn(shared_prompt: bool | str, impl: str = "dense", model=None):
+    """(model, prompt_ids, responses, temperature) -> list of [R_i] response-token log-probs.
+
+    shared_prompt: False (unpacked rows), True (every group packed by `impl`) or "auto" (AutoLayout, which
+    needs the model, on its device, to weigh the two)."""
+    if shared_prompt is False:
+        return unpacked_logprobs
+    if model is not None:
+        kind = model.device.type
+        problem = components.packing_impl_problem(impl, kind)
+        if problem:  # engine.device=auto resolved to a device the config could not know
+            raise UserError(problem)
+    packed = components.PACKING_IMPLS[impl].load()
+    return packed if shared_prompt is True else AutoLayout(model, impl, packed)
+
+
+class AutoLayout:
+    """engine.shared_prompt=auto: per group, the packed layout where the cost model predicts its training
+    pass at least cost.MARGIN faster on this device, the unpacked rows elsewhere; both give the same
+    log-probs. One decision per group covers all its passes (old, reference, update), so a group's
+    log-probs of every pass come from one layout."""
+
+    def __init__(self, model, impl: str, packed):
+        self.impl, self.packed = impl, packed
+        self.shape = model_shape(model)
+        measured = peak.peak(model.device, model.dtype, threads=torch.get_num_threads())
+        self.device = cost.Device.from_peak(measured, devices.host_waits_for_kernels(model.device))
+
+    def choose(self, prompt_ids: list[int], responses: list[list[int]]) -> cost.Choice:
+        return cost.choose(self.shape, self.device, self.impl, len(prompt_ids), [len(r) for r in responses])
+
+    def __call__(self, model, prompt_ids, responses, temperature: float = 1.0) -> list[torch.Tensor]:
+        fn = self.packed if self.choose(prompt_ids, responses).packed else unpacked_logprobs
+        return fn(model, prompt_ids, responses, temperature)
 
 
 class SeparatePasses:
@@ -52,6 +91,7 @@ class TriModel:
         return logp, old, ref_lp
 
 
-def make_plan(engine_cfg, temperature: float):
-    fn = make_logprob_fn(engine_cfg.shared_prompt)
+def make_plan(engine_cfg, temperature: float, model=None):
+    """The plan the config asks for; model: the policy (auto weighs its shape on its device)."""
+    fn = make_logprob_fn(engine_cfg.shared_prompt, engine_cfg.shared_prompt_impl, model)
     return (TriModel if engine_cfg.tri_model else SeparatePasses)(fn, temperature)

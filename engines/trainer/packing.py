@@ -169,7 +169,8 @@ def packed_logprobs_mask4d(model, prompt_ids: list[int], responses: list[list[in
 # ----------------------------------------------------------------- packed, shared prompt (option B)
 
 
-def _sdpa(attn, q, k, v, **kw) -> torch.Tensor:
+def sdpa(attn, q, k, v, **kw) -> torch.Tensor:
+    """SDPA with the attention module's scale and dropout: q [B, H, T, Dh], k/v [B, Hkv, S, Dh] -> [B, H, T, Dh]."""
     dropout = attn.attention_dropout if attn.training else 0.0
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=attn.scaling,
                                           enable_gqa=q.shape[1] != k.shape[1], **kw)
@@ -180,7 +181,7 @@ def _shared_prompt_attention(attn, q, k, v, layout: _Layout, resp_mask: torch.Te
     P, (G, R) = layout.P, layout.pad_index.shape
     heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [T, h, Dh] -> [1, h, T, Dh]
     qp, kp, vp = heads_first(q[:P]), heads_first(k[:P]), heads_first(v[:P])  # [1, h, P, Dh]
-    out_p = _sdpa(attn, qp, kp, vp, is_causal=True)                           # [1, H, P, Dh]
+    out_p = sdpa(attn, qp, kp, vp, is_causal=True)                           # [1, H, P, Dh]
     # Responses as a right-padded batch for attention only: the linear layers run on the
     # unpadded stream, so unequal lengths cost padding here and nowhere else.
     pad = lambda t: t[P:][layout.pad_index].transpose(1, 2)  # noqa: E731  [N, h, Dh] -> [G, h, R, Dh]
@@ -188,7 +189,7 @@ def _shared_prompt_attention(attn, q, k, v, layout: _Layout, resp_mask: torch.Te
     # into the one prompt, exactly as the G unpacked rows would (each with its own copy).
     kr = torch.cat([kp.expand(G, -1, -1, -1), pad(k)], dim=2)  # [G, Hkv, P+R, Dh]
     vr = torch.cat([vp.expand(G, -1, -1, -1), pad(v)], dim=2)  # [G, Hkv, P+R, Dh]
-    out_r = _sdpa(attn, pad(q), kr, vr, attn_mask=resp_mask)    # [G, H, R, Dh]
+    out_r = sdpa(attn, pad(q), kr, vr, attn_mask=resp_mask)    # [G, H, R, Dh]
     out_p = out_p[0].transpose(0, 1).reshape(P, -1)                              # [P, H*Dh]
     out_r = out_r.transpose(1, 2).reshape(G * R, -1)[layout.valid_index]         # [N, H*Dh]
     return torch.cat([out_p, out_r])                                             # [L, H*Dh]
@@ -285,12 +286,19 @@ def packed_logprobs_flex(model, prompt_ids: list[int], responses: list[list[int]
 
 def _packed(model, layout: _Layout, temperature: float, attend) -> list[torch.Tensor]:
     """The decoder layers on the packed stream with the given attention -> G tensors [R_i]."""
+    h = run_decoder(model, layout.input_ids, layout.position_ids, attend)     # [L, D]
+    # The final norm is per token: normalise only the N positions that predict a token.
+    logits = model.lm_head(model.model.norm(h[layout.pred_index]))             # [N, V]
+    return _token_logprobs(logits, layout.targets, temperature, layout.lengths)
+
+
+def run_decoder(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attend) -> torch.Tensor:
+    """Embedding and every decoder layer over one packed stream: input_ids, position_ids [L] -> hidden
+    states [L, D] before the final norm. attend(attn, q, k, v) -> [L, H*Dh] is the packed attention."""
     base = model.model
-    h = base.embed_tokens(layout.input_ids)                                    # [L, D]
-    cos, sin = base.rotary_emb(h[None], layout.position_ids[None])             # [1, L, Dh] each
+    h = base.embed_tokens(input_ids)                                           # [L, D]
+    cos, sin = base.rotary_emb(h[None], position_ids[None])                    # [1, L, Dh] each
     cos, sin = cos[0], sin[0]                                                  # [L, Dh]
     for layer in base.layers[: model.config.num_hidden_layers]:
         h = _run_layer(layer, h, cos, sin, attend)                             # [L, D]
-    # The final norm is per token: normalise only the N positions that predict a token.
-    logits = model.lm_head(base.norm(h[layout.pred_index]))                    # [N, V]
-    return _token_logprobs(logits, layout.targets, temperature, layout.lengths)
+    return h

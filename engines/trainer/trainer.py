@@ -19,7 +19,7 @@ import torch
 from rlbench.engines.data.reward import gsm8k_reward
 from rlbench.engines.rollout.base import Group
 from rlbench.engines.trainer import grpo
-from rlbench.engines.trainer.logprob_plans import make_plan
+from rlbench.engines.trainer.logprob_plans import AutoLayout, make_plan
 from rlbench.core.record import progress
 from rlbench.core.record.stages import Stage
 
@@ -51,7 +51,8 @@ class Trainer:
         t = cfg.train
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=t.lr, betas=tuple(t.betas),
                                            weight_decay=t.weight_decay, eps=1e-8)
-        self.plan = make_plan(cfg.engine, cfg.rollout.temperature)
+        self.plan = make_plan(cfg.engine, cfg.rollout.temperature, policy)
+        self.auto_layout = self.plan.fn if isinstance(self.plan.fn, AutoLayout) else None
         self.loss = grpo.make_loss(cfg)  # PPOLoss, or DecoupledPPOLoss for stale samples (bounded_async)
         self.version = 0  # weight version: number of optimizer steps taken
         self._reset()
@@ -62,6 +63,7 @@ class Trainer:
         self.kl_sum = 0.0
         self.extra_sums = dict.fromkeys(self.loss.token_stats, 0.0)  # the loss's own per-token sums
         self.iteration_rewards: dict[int, list[float]] = {}  # prompt index -> [G], groups trained so far
+        self.layout_choices: list[dict] = []  # engine.shared_prompt=auto: one per micro-batch trained
         self.policy.zero_grad(set_to_none=True)
 
     def begin(self) -> None:
@@ -143,6 +145,10 @@ class Trainer:
     def accumulate(self, mb: MicroBatch) -> None:
         """Forward + backward of the micro-batch's token-sum loss; gradients add up in .grad."""
         logp, old, ref = self.plan.update_logprobs(self.policy, self.ref, mb)
+        if self.auto_layout is not None:  # the choice its passes made (a pure function of the lengths)
+            choice = self.auto_layout.choose(mb.prompt_ids, mb.responses)
+            self.layout_choices.append({"prompt": mb.prompt_index, "responses": len(mb.responses),
+                                        **choice.as_dict()})
         logp, mask = grpo.pad_logprobs(logp)
         old = grpo.pad_logprobs(old)[0] if old is not None else None  # None: loglinear skipped its pass
         ref = grpo.pad_logprobs(ref)[0] if ref is not None else None
@@ -166,6 +172,8 @@ class Trainer:
         stats = {"loss": self.loss_sum / n, "kl": self.kl_sum / n, "grad_norm": float(grad_norm),
                  "tokens": self.tokens}
         stats.update({f"{key}_mean": v / n for key, v in self.extra_sums.items()})
+        if self.auto_layout is not None:  # this rank's; DataParallelTrainer gathers every rank's
+            stats["shared_prompt_choices"] = self.layout_choices
         self._reset()
         return stats
 

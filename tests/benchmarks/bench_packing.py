@@ -26,10 +26,12 @@ from rlbench.engines.trainer.packing import (
     theoretical_speedup,
     unpacked_logprobs,
 )
+from rlbench.engines.trainer.packing_dense import packed_logprobs_dense
 
 P, R, G = 512, 128, 8
 ROUNDS = 7
-LAYOUTS = {"unpacked": unpacked_logprobs, "shared_prompt": packed_logprobs, "mask4d": packed_logprobs_mask4d}
+LAYOUTS = {"unpacked": unpacked_logprobs, "dense": packed_logprobs_dense, "gather": packed_logprobs,
+           "mask4d": packed_logprobs_mask4d}
 THREADS = [1, 2]
 
 
@@ -57,7 +59,7 @@ def timings(request):
     yield out
     rows = []
     for threads in THREADS:
-        for layout in ("shared_prompt", "mask4d"):
+        for layout in ("dense", "gather", "mask4d"):
             if (threads, "unpacked") in out and (threads, layout) in out:
                 (base_med, base_min), (med, mn) = out[(threads, "unpacked")], out[(threads, layout)]
                 rows.append({"threads": threads, "layout": layout,

@@ -127,6 +127,17 @@ def _npu_available() -> bool:
     return bool(torch.npu.is_available())
 
 
+def flex_attention_trains(kind: str) -> bool:
+    """Whether FlexAttention has a backward on this device kind: CUDA only (elsewhere it runs forward only)."""
+    return kind == "cuda"
+
+
+def host_waits_for_kernels(device) -> bool:
+    """CPU: the host runs each op itself, so a step costs its dispatch plus its compute. Accelerators: the
+    host queues kernels ahead of the device, so a step costs the larger of the two."""
+    return device.type == "cpu"
+
+
 def synchronize(device) -> None:
     """Wait for queued device work, so a clock read after it measures finished work."""
     import torch

@@ -1,8 +1,11 @@
 """The machine's peak, measured: what one device can do at best, the yardstick of per-stage utilisation.
 
-Two probes on one device with the threads one rlbench worker gets (CPU: one core, one intra-op thread):
+Three probes on one device with the threads one rlbench worker gets (CPU: one core, one intra-op thread):
 - matmul: a square matmul in the run's dtype, best of several; 2 n^3 FLOPs each -> peak FLOP/s.
 - copy: copying a buffer far larger than the caches, best of several; read + write bytes -> peak B/s.
+- launch: a chain of tiny ops recorded by autograd, forward then backward, best of several; seconds per
+  op -> what the host pays to issue one op of a training step, the floor of a step made of many small
+  ones (engine.shared_prompt=auto weighs it, bench/core/costmodel/packing.py).
 They are what a stage can reach with the same library on the same device (a practical peak, not the
 datasheet's), so a stage at 80% of it is close to the hardware limit. The result is cached per device
 name, threads, dtype and torch version (`rlbench env --remeasure` measures again).
@@ -18,6 +21,7 @@ from pathlib import Path
 MATMUL_N = {"cpu": 512, "accel": 8192}
 COPY_BYTES = {"cpu": 256 << 20, "accel": 2 << 30}
 REPEATS = 5
+LAUNCH_OPS = 200  # ops in the launch probe's chain (forward; as many again in its backward)
 
 
 def cache_path() -> Path:
@@ -55,11 +59,28 @@ def measure(device, dtype, threads: int = 1) -> dict:
         src = torch.ones(numel, device=device)
         dst = torch.empty_like(src)
         copy_s = _best(lambda: dst.copy_(src), lambda: dev.synchronize(device), REPEATS)
+        launch = launch_s_per_op(device, dtype)
     finally:
         torch.set_num_threads(before)
     return {"matmul_flops_per_s": 2 * n ** 3 / mm_s, "copy_bytes_per_s": 2 * numel * 4 / copy_s,
-            "matmul_n": n, "copy_bytes": numel * 4, "dtype": str(dtype).replace("torch.", ""),
-            "threads": threads if device.type == "cpu" else None}
+            "launch_s_per_op": launch, "matmul_n": n, "copy_bytes": numel * 4,
+            "dtype": str(dtype).replace("torch.", ""), "threads": threads if device.type == "cpu" else None}
+
+
+def launch_s_per_op(device, dtype) -> float:
+    """Seconds the host spends per op of a training step: LAUNCH_OPS multiplications of an 8-element tensor
+    recorded by autograd, then their backward (one op each), best of REPEATS, over 2 x LAUNCH_OPS."""
+    import torch
+    from rlbench.core.devices import device as dev
+
+    x = torch.ones(8, device=device, dtype=dtype, requires_grad=True)
+
+    def chain():
+        y = x
+        for _ in range(LAUNCH_OPS):
+            y = y * 1.0001
+        y.sum().backward()
+    return _best(chain, lambda: dev.synchronize(device), REPEATS) / (2 * LAUNCH_OPS)
 
 
 def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
@@ -78,11 +99,21 @@ def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
     if remeasure or key not in cache:
         cache[key] = {**measure(device, dtype, threads), "device": name,
                       "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    elif "launch_s_per_op" not in cache[key]:  # cached before the launch probe existed: add it alone
+        before = torch.get_num_threads()
+        if device.type == "cpu":
+            torch.set_num_threads(threads)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(cache, indent=1))
-            tmp.replace(path)
-        except OSError:
-            pass  # a read-only home: measured every time, still correct
+            cache[key]["launch_s_per_op"] = launch_s_per_op(device, dtype)
+        finally:
+            torch.set_num_threads(before)
+    else:
+        return cache[key]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home: measured every time, still correct
     return cache[key]

@@ -109,7 +109,16 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
         kl=train_stats.get("kl", 0.0), stage_s=dict(stage_s),
         idle_frac=idle_fractions(events, start, end), rollout_occupancy=occupancy, warmup=warmup,
         behav_imp_weight=train_stats.get("behav_imp_weight_mean"),
-        behav_capped=train_stats.get("behav_capped_mean"), work=work or {})
+        behav_capped=train_stats.get("behav_capped_mean"), work=work or {},
+        shared_prompt=layout_choices(train_stats.get("shared_prompt_choices")))
+
+
+def layout_choices(choices: list[dict] | None) -> dict | None:
+    """engine.shared_prompt=auto's choices of one iteration -> {packed, unpacked, choices}; None without."""
+    if choices is None:
+        return None
+    packed = sum(1 for c in choices if c["packed"])
+    return {"packed": packed, "unpacked": len(choices) - packed, "choices": choices}
 
 
 def _spread(values: list[float]) -> dict:

@@ -84,6 +84,9 @@ class IterationRecord:
     # bench/core/record/hostcpu.py: process -> CPU seconds in the iteration (driver included); the driver's % of a core
     host_cpu_s: dict[str, float] = field(default_factory=dict)
     host_cpu_pct: float | None = None
+    # engine.shared_prompt=auto: {"packed": n, "unpacked": m, "choices": [one per micro-batch: prompt,
+    # responses, packed, predicted_speedup, token_ratio, attention_share, reason]} (bench/core/costmodel/packing.py)
+    shared_prompt: dict | None = None
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

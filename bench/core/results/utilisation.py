@@ -31,7 +31,9 @@ def model_shape(model) -> dict:
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    return {"matmul_params": int(matmul), "layers": cfg.num_hidden_layers, "heads": heads,
+    head = getattr(model, "lm_head", None)
+    return {"matmul_params": int(matmul), "lm_head_params": int(head.weight.numel()) if head is not None else 0,
+            "layers": cfg.num_hidden_layers, "heads": heads,
             "kv_heads": getattr(cfg, "num_key_value_heads", None) or heads, "head_dim": head_dim,
             "param_bytes": next(model.parameters()).element_size()}
 
@@ -48,16 +50,16 @@ def _groups(samples: list[dict]) -> dict[int, tuple[int, list[int]]]:
     return out
 
 
-def stage_work(shape: dict, samples: list[dict], rollout_stats: list[dict], *, shared_prompt: bool,
+def stage_work(shape: dict, samples: list[dict], rollout_stats: list[dict], *, shared_prompt: bool | set[int],
                tri_model: bool, kl: bool) -> dict[str, dict[str, float]]:
-    """stage -> {"flops", "bytes"} of one iteration (bytes only where counted)."""
+    """stage -> {"flops", "bytes"} of one iteration (bytes only where counted). shared_prompt: whether every
+    group was packed, or the prompt indices of the groups that were (engine.shared_prompt=auto)."""
     groups = _groups(samples)
-    if shared_prompt:  # one packed sequence per group: the prompt once, each response attending it
-        tokens = sum(p + sum(rs) for p, rs in groups.values())
-        seq_sq = sum(p * p + sum(2 * p * r + r * r for r in rs) for p, rs in groups.values())
-    else:
-        tokens = sum(p + r for p, rs in groups.values() for r in rs)
-        seq_sq = sum((p + r) ** 2 for p, rs in groups.values() for r in rs)
+    packed = {i for i in groups if shared_prompt is True or (isinstance(shared_prompt, set) and i in shared_prompt)}
+    # A packed group is one sequence: the prompt once, each response attending it; the others G rows.
+    tokens = sum(p + sum(rs) if i in packed else sum(p + r for r in rs) for i, (p, rs) in groups.items())
+    seq_sq = sum(p * p + sum(2 * p * r + r * r for r in rs) if i in packed else sum((p + r) ** 2 for r in rs)
+                 for i, (p, rs) in groups.items())
     fwd = _forward_flops(shape, tokens, seq_sq)
     work = {Stage.OLD_LOGPROB.value: {"flops": fwd}, Stage.REF_LOGPROB.value: {"flops": fwd},
             Stage.UPDATE.value: {"flops": 3 * fwd + (fwd if tri_model and kl else 0.0)}}

@@ -100,6 +100,8 @@ def switches(cfg) -> dict:
     sched = of(cfg)
     out = {"schedule": sched.name, "tri_model": cfg.engine.tri_model, "shared_prompt": cfg.engine.shared_prompt,
            **sched.read(cfg).model_dump()}
+    if cfg.engine.shared_prompt is not False:  # how it packs: recorded only where it packs
+        out["shared_prompt_impl"] = cfg.engine.shared_prompt_impl
     if cfg.run.workload:
         out["workload"] = cfg.run.workload
     return out
