@@ -57,8 +57,9 @@ def _tpspd(r: dict) -> str:
 def _row(r: dict) -> list[str]:
     paired = "" if r["vs_sync_paired_min"] is None else \
         f" ({r['vs_sync_paired_min']:.2f}–{r['vs_sync_paired_max']:.2f})"
-    engine = r["engine"] if r["steps_per_generation"] in (None, 1) else \
-        f"{r['engine']} ({r['steps_per_generation']} steps/generation)"
+    how = ([] if r["steps_per_generation"] in (None, 1) else [f"{r['steps_per_generation']} steps/generation"]) \
+        + (["continuous batching"] if r.get("continuous_batching") is True else [])
+    engine = r["engine"] + (f" ({', '.join(how)})" if how else "")
     return [r["cell"], engine, _tpspd(r), x(r["vs_sync"]) + paired, *_cells(r), fmt(r["other_s_per_ktok"]),
             fmt(r["total_s_per_ktok"]), fmt(r["staleness_max"]),
             f"{fmt(r['accuracy_first'])}→{fmt(r['accuracy_final'])}", str(r["status"])]

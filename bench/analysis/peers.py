@@ -7,6 +7,8 @@ framework's cells.
     periodic_async  rlbench's periodic asynchrony on the same devices
     trl             TRL on-policy: one pinned rank per device (data parallel, gloo), one optimizer step
                     per generation, the same loss (tests/test_trl_loss.py)
+    trl_cb          TRL on-policy with transformers' continuous batching for its generation
+                    (use_transformers_continuous_batching; engines/external/trl/settings.py TrlOptions)
     trl_off_policy  TRL with OFF_POLICY_STEPS optimizer steps per generation (steps_per_generation that
                     many times gradient_accumulation_steps: its off-policy setting; train.ppo_mini_batches)
     sync+tri_model+shared_prompt
@@ -35,12 +37,14 @@ _REF, _ASYNC = by_role(REFERENCE).name, by_role(PERIODIC).name
 OFF_POLICY_STEPS = 2  # TRL's off-policy cell: optimizer steps per generation
 CELLS: list[tuple[str, dict]] = [
     (_REF, {"schedule": _REF}), (_ASYNC, {"schedule": _ASYNC}),
-    ("trl", {"framework": "trl"}), ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS}),
+    ("trl", {"framework": "trl"}),
+    ("trl_cb", {"framework": "trl", "framework_options": {"continuous_batching": True}}),
+    ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS}),
     (f"{_REF}+tri_model+shared_prompt", {"schedule": _REF, "tri_model": True, "shared_prompt": True})]
 BASE = {"train": {"adv_eps": 1e-4}, "run": {"interleave": True}}
-ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy and with "
-         f"{OFF_POLICY_STEPS} steps per generation, then sync with tri-model and shared-prompt, on the same "
-         "devices; the stage breakdown side by side")
+ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy (padded generate, and "
+         f"continuous batching) and with {OFF_POLICY_STEPS} steps per generation, then sync with tri-model and "
+         "shared-prompt, on the same devices; the stage breakdown side by side")
 CSV = "peers.csv"
 STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "update", "optimizer_step",
           "weight_sync", "queue_wait", "handoff")
@@ -48,9 +52,19 @@ STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "updat
 
 def framework_of(cell: str) -> str | None:
     """The framework that runs an ablation cell (by its name, a seed's suffix dropped); None: rlbench."""
+    return _switches(cell).get("framework")
+
+
+def framework_options(cell: str) -> dict:
+    """The peer framework's own settings of an ablation cell (no rlbench config key), e.g. TRL's
+    continuous batching; {} for the framework's defaults."""
+    return dict(_switches(cell).get("framework_options") or {})
+
+
+def _switches(cell: str) -> dict:
     from rlbench.core.results.schema import split_seeded
 
-    return dict(CELLS).get(split_seeded(cell)[0], {}).get("framework")
+    return dict(CELLS).get(split_seeded(cell)[0], {})
 
 
 def write_peers(run_dir) -> Path | None:
@@ -100,7 +114,8 @@ def _row(c, sync) -> dict:
     named = sum(v for v in stages.values() if v is not None)
     evals = c.result.get("evals") or []
     return {"cell": c.name, "engine": c.switches.get("engine") or "rlbench", "schedule": c.schedule,
-            "steps_per_generation": c.switches.get("steps_per_generation", 1), "devices": c.devices,
+            "steps_per_generation": c.switches.get("steps_per_generation", 1),
+            "continuous_batching": c.switches.get("continuous_batching"), "devices": c.devices,
             "tpspd_median": c.tpspd(), "tpspd_min": c.tpspd("min"), "tpspd_max": c.tpspd("max"),
             "vs_sync": ratio(c.tpspd(), sync.tpspd()), **_paired(c, sync),
             "wall_s_median": (c.aggregates.get("wall_s") or {}).get("median"),

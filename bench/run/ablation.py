@@ -97,7 +97,8 @@ def help_text() -> str:
 # Where each switch lives in the config: the two optimisations, and every schedule's options (their records).
 SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "shared_prompt": "engine.shared_prompt", "ppo_mini_batches": "train.ppo_mini_batches",
               **schedules.option_keys()}
-NOT_CONFIG = {"framework"}  # switches that are no config key: which framework runs the cell (bench/analysis/peers.py)
+# switches that are no config key: which framework runs the cell and its own settings (bench/analysis/peers.py)
+NOT_CONFIG = {"framework", "framework_options"}
 # Settings every cell of an ablation shares, laid under the user's --set (the cells still differ only in
 # their switches).
 SHARED = {"peers": peers.BASE}
