@@ -19,6 +19,9 @@ Every cell gets BASE under the user's --set: TRL's fixed advantage epsilon (so t
 turns by iteration (run.interleave: iteration k of every cell on nearly the same machine). A TRL cell is
 run by the framework bench/run/peers.py names (engines/external/trl/adapter.py) in the cell's process.
 
+Each cell's TPSPD over sync's is stated with its 95% interval from the per-iteration ratios (iteration k of
+every cell back to back when they take turns): faster or slower only where the interval excludes 1.
+
 Where the TPSPD difference comes from: device-seconds per 1,000 trained tokens, pooled over the measured
 iterations, split by stage (summed over workers) plus `other` (device time in no stage: idle, and a peer's
 work outside the stages rlbench names). 1000 / TPSPD is that total, so the stage deltas between two cells
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlbench.analysis import intervals
 from rlbench.core.schedules import by_role
 from rlbench.core.schedules.spec import PERIODIC, REFERENCE
 
@@ -152,13 +156,15 @@ def _on_cpu_pct(c, iterations: set[int]) -> float | None:
 
 def _paired(c, sync) -> dict:
     """Min and max over the measured iterations of this cell's TPSPD over the sync cell's same iteration
-    (taken back to back when the cells take turns)."""
+    (taken back to back when the cells take turns), and the 95% interval of the ratio they give
+    (bench/analysis/intervals.py: vs_sync_low, _high, _n, _basis)."""
     from rlbench.core.results.schema import measured, ratio
 
     ours = {it["iteration"]: it["tpspd"] for it in measured(sync.iterations)}
     r = [ratio(it["tpspd"], ours[it["iteration"]]) for it in measured(c.iterations) if it["iteration"] in ours]
     r = [v for v in r if v is not None]
-    return {"vs_sync_paired_min": min(r, default=None), "vs_sync_paired_max": max(r, default=None)}
+    return {"vs_sync_paired_min": min(r, default=None), "vs_sync_paired_max": max(r, default=None),
+            **intervals.columns(intervals.paired(c, sync), "vs_sync")}
 
 
 def _mean(xs):
