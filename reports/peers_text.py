@@ -99,10 +99,11 @@ def sentences(frame: pd.DataFrame) -> list[str]:
         than = THAN[ours.outcome] + ("" if ours.outcome != "even" else
                                      ": the interval includes 1" if ours.low is not None else ": no interval")
         parts = ", ".join(f"{k} {d:+.3f}" for k, d in diffs[:4])
-        out.append(f"rlbench's {sync['cell']} reaches {ours.value:.2f}× the TPSPD of {r['cell']} "
+        against = r.get("against") if isinstance(r.get("against"), str) else sync["cell"]  # its own pair's run
+        out.append(f"rlbench's {against} reaches {ours.value:.2f}× the TPSPD of {r['cell']} "
                    f"({described(ours)}): {than}. Per 1,000 tokens {r['cell']} spends "
-                   f"{r['total_s_per_ktok']:.3f} device-s, {sync['cell']} {sync['total_s_per_ktok']:.3f} "
-                   f"({r['total_vs_sync']:+.3f}: {parts}).")
+                   f"{r['total_s_per_ktok']:.3f} device-s, {against} "
+                   f"{r['total_s_per_ktok'] - r['total_vs_sync']:.3f} ({r['total_vs_sync']:+.3f}: {parts}).")
     ours = frame[frame["engine"] == "rlbench"].to_dict("records")
     if ours and ours[0].get("vs_peer"):
         out.append(f"TPSPD over {ours[0]['peer']}'s: " + ", ".join(f"{r['cell']} {x(r['vs_peer'])}" for r in ours) + ".")

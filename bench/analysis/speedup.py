@@ -94,18 +94,29 @@ def _model(c: CellData) -> str | None:
 
 def sync_twin(run: RunData, cell: CellData) -> CellData | None:
     """The sync cell of the same workload with the same optimisation switches, else that workload's first
-    sync cell."""
+    sync cell; of those, one that took turns with the cell (run.interleave_pairs' turn group) first."""
     syncs = [s for s in run.cells if colocated(s) and s.iterations
              and s.switches.get("workload") == cell.switches.get("workload")]
     same = [s for s in syncs if all(s.switches.get(k) == cell.switches.get(k)
                                     for k in ("tri_model", "shared_prompt"))]
-    return (same or syncs or [None])[0]
+    return (_same_group(same, cell) or same or _same_group(syncs, cell) or syncs or [None])[0]
 
 
 def reference_of(run: RunData, cell: CellData) -> CellData:
-    """The cell a speedup is relative to: the first cell of the same workload (regime sweeps), else the first."""
+    """The cell a speedup is relative to: the first cell of the same turn group (run.interleave_pairs: the
+    reference run beside this cell), else of the same workload (regime sweeps), else the first."""
     same = [c for c in run.cells if c.switches.get("workload") == cell.switches.get("workload")]
-    return (same or run.cells)[0]
+    return (_same_group(same, cell) or same or run.cells)[0]
+
+
+def turn_group(c: CellData) -> str | None:
+    """The turn group the cell ran in (run.interleave_pairs), or None."""
+    return get_path(c.result, "config.run.turn_group")
+
+
+def _same_group(cells: list[CellData], cell: CellData) -> list[CellData]:
+    group = turn_group(cell)
+    return [c for c in cells if group is not None and turn_group(c) == group]
 
 
 def _overlap(c: CellData) -> bool:
