@@ -10,13 +10,14 @@ import math
 
 import pandas as pd
 from rlbench.analysis.data import RunData, read_table
+from rlbench.analysis.intervals import from_columns
 from rlbench.reports.html import esc, table
 from rlbench.reports.tables import fmt
 from rlbench.reports.text_table import wrap
 
 TITLE = "The families ladder: where the speedup comes from"
 CSV = "families.csv"  # written by bench/analysis/ladder.py
-SHOWN = ["cell", "TPSPD median (min–max)", "factor", "predicted", "error", "vs sync", "staleness 0/1/2…",
+SHOWN = ["cell", "TPSPD median (min–max)", "factor", "predicted", "error", "vs sync (95% interval)", "staleness 0/1/2…",
          "token staleness", "idle % per worker", "acc first→final", "status"]
 NOTE = ("Each rung adds one thing to the rung above it, on the same devices and config: the factor is its "
         "TPSPD over that rung's (the ladder line multiplies the two staleness rungs into one factor). "
@@ -25,7 +26,9 @@ NOTE = ("Each rung adds one thing to the rung above it, on the same devices and 
         "async cells replayed on those costs; nothing fitted, nothing read from the async cells. Staleness: "
         "trained samples of the measured iterations by trained − behaviour version (a sample's behaviour "
         "version is its oldest token's); token staleness: the mean over response tokens (partial rollout "
-        "makes later tokens fresher). Idle: share of the measured span a worker ran no work stage.")
+        "makes later tokens fresher). Idle: share of the measured span a worker ran no work stage. vs sync: "
+        "the rung's TPSPD over sync's, with its 95% interval from the per-iteration ratios and what that "
+        "interval says (wins or loses only where it excludes 1: docs/metrics.md, 'Verdicts').")
 
 
 def read(run: RunData) -> pd.DataFrame | None:
@@ -66,9 +69,18 @@ def _row(r: dict, stale_cols: list[str], idle_cols: list[str]) -> list[str]:
     idle = ", ".join(f"{c[5:-4]} {r[c]:.0f}" for c in idle_cols if r[c] is not None) or "–"
     factor = "" if r["factor_name"] is None else f"{r['factor_name']} {x(r['factor'])}"
     pred = "" if r["factor_name"] is None else x(r["predicted_factor"])
-    return [r["cell"], tp, factor, pred, err, x(r["speedup"]), "/".join(fmt(r[c]) for c in stale_cols),
+    return [r["cell"], tp, factor, pred, err, _vs_sync(r), "/".join(fmt(r[c]) for c in stale_cols),
             fmt(r["token_staleness_mean"]), idle, f"{fmt(r['accuracy_first'])}→{fmt(r['accuracy_final'])}",
             str(r["status"])]
+
+
+def _vs_sync(r: dict) -> str:
+    """'1.04× (0.98–1.10, even)'; the first rung (sync itself) just its 1.00×."""
+    ratio = from_columns(r, "speedup", "speedup")
+    if r["factor_name"] is None or ratio.value is None:
+        return x(r["speedup"])
+    bounds = "" if ratio.low is None else f"{ratio.low:.2f}–{ratio.high:.2f}, "
+    return f"{x(ratio.value)} ({bounds}{ratio.outcome})"
 
 
 def families_rows(frame: pd.DataFrame) -> list[list[str]]:

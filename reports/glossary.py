@@ -3,10 +3,10 @@
 output leaves it out; `--wide` keeps its one-line note."""
 from __future__ import annotations
 
-from rlbench.analysis.verdict import EVEN
-
-VERDICT = (f"wins / loses: periodic-async's TPSPD above / below its sync cell's on the same devices; about "
-           f"even: within ±{100 * EVEN:.0f}%. Device split: the barrier cell (periodic-async's pools, training "
+VERDICT = ("wins / loses: periodic-async's TPSPD above / below its sync cell's on the same devices, said only "
+           "where the 95% interval of the ratio (from the per-iteration ratios, or from the seeds' ratios) lies "
+           "wholly above / below 1; even: the interval includes 1 (or there are fewer than 3 paired iterations). "
+           "Device split: the barrier cell (periodic-async's pools, training "
            "only after the last group) over sync; overlap: periodic-async over the barrier; the speedup is "
            "their product.")
 COLUMNS = {

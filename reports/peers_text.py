@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from rlbench.analysis.data import RunData, read_table
+from rlbench.analysis.intervals import described, from_columns, inverted
 from rlbench.reports.html import esc, table
 from rlbench.reports.tables import fmt
 from rlbench.reports.text_table import fit
@@ -17,7 +18,7 @@ CSV = "peers.csv"
 # stage -> its short column name (the terminal's table fits 100 columns)
 STAGES = {"rollout": "rollout", "old_logprob": "old", "ref_logprob": "ref", "update": "update",
           "optimizer_step": "opt", "weight_sync": "wsync"}
-HEAD = ["cell", "engine", "TPSPD median (min–max)", "vs sync (per iteration)",
+HEAD = ["cell", "engine", "TPSPD median (min–max)", "vs sync (95% interval)",
         *[f"{short} s/ktok" for short in STAGES.values()], "other s/ktok", "total s/ktok", "max stale",
         "acc first→final", "status"]
 SHORT_HEAD = ["cell", "TPSPD (min–max)", "vs sync", *STAGES.values(), "other", "total", "acc"]
@@ -32,8 +33,9 @@ NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, samp
         "seconds, which neither waiting nor another job on the core adds to; on core %: the share of the "
         "rollout and log-prob passes' wall time their workers were on a core (below 100: other processes "
         "took the cores while this cell ran). vs sync: TPSPD median over "
-        "rlbench's sync; in brackets the range of per-iteration ratios (iteration k of each cell ran back to "
-        "back when the cells took turns).")
+        "rlbench's sync; in brackets its 95% interval from the per-iteration ratios (iteration k of each cell "
+        "ran back to back when the cells took turns; bench/analysis/intervals.py): faster or slower only where "
+        "it excludes 1.")
 
 
 def read(run: RunData) -> pd.DataFrame | None:
@@ -54,11 +56,16 @@ def _tpspd(r: dict) -> str:
         f"{fmt(r['tpspd_median'])} ({fmt(r['tpspd_min'])}–{fmt(r['tpspd_max'])})"
 
 
+def _interval(r: dict) -> str:
+    ratio = from_columns(r, "vs_sync", "vs_sync")
+    return "" if ratio.low is None else f" ({ratio.low:.2f}–{ratio.high:.2f})"
+
+
 def _row(r: dict) -> list[str]:
-    paired = "" if r["vs_sync_paired_min"] is None else \
-        f" ({r['vs_sync_paired_min']:.2f}–{r['vs_sync_paired_max']:.2f})"
-    engine = r["engine"] if r["steps_per_generation"] in (None, 1) else \
-        f"{r['engine']} ({r['steps_per_generation']} steps/generation)"
+    paired = _interval(r)
+    how = ([] if r["steps_per_generation"] in (None, 1) else [f"{r['steps_per_generation']} steps/generation"]) \
+        + (["continuous batching"] if r.get("continuous_batching") is True else [])
+    engine = r["engine"] + (f" ({', '.join(how)})" if how else "")
     return [r["cell"], engine, _tpspd(r), x(r["vs_sync"]) + paired, *_cells(r), fmt(r["other_s_per_ktok"]),
             fmt(r["total_s_per_ktok"]), fmt(r["staleness_max"]),
             f"{fmt(r['accuracy_first'])}→{fmt(r['accuracy_final'])}", str(r["status"])]
@@ -75,9 +82,12 @@ def _cpu_row(r: dict) -> list[str]:
             fmt(r["response_len_mean"])]
 
 
+THAN = {"wins": "faster than it", "loses": "slower than it", "even": "even with it"}
+
+
 def sentences(frame: pd.DataFrame) -> list[str]:
-    """Per peer cell: its TPSPD against rlbench's sync and the stages that make the difference (the
-    `<stage>_vs_sync` columns, largest first)."""
+    """Per peer cell: rlbench's sync against it, with the 95% interval (faster or slower only where it
+    excludes 1), and the stages that make the difference (the `<stage>_vs_sync` columns, largest first)."""
     sync = frame[frame["engine"] == "rlbench"].iloc[0]
     keys = [c[:-len("_vs_sync")] for c in frame.columns if c.endswith("_vs_sync") and c != "total_vs_sync"]
     out = []
@@ -85,11 +95,15 @@ def sentences(frame: pd.DataFrame) -> list[str]:
         diffs = sorted(((k, r[f"{k}_vs_sync"]) for k in keys if r[f"{k}_vs_sync"]), key=lambda d: -abs(d[1]))
         if not r["vs_sync"] or not diffs or r["total_vs_sync"] is None:
             continue
-        than = "faster than" if r["vs_sync"] < 1 else "slower than"
+        ours = inverted(from_columns(r, "vs_sync", "vs_sync"))  # sync over the peer cell
+        than = THAN[ours.outcome] + ("" if ours.outcome != "even" else
+                                     ": the interval includes 1" if ours.low is not None else ": no interval")
         parts = ", ".join(f"{k} {d:+.3f}" for k, d in diffs[:4])
-        out.append(f"rlbench's {sync['cell']} reaches {1 / r['vs_sync']:.2f}× the TPSPD of {r['cell']} ({than} "
-                   f"it). Per 1,000 tokens {r['cell']} spends {r['total_s_per_ktok']:.3f} device-s, "
-                   f"{sync['cell']} {sync['total_s_per_ktok']:.3f} ({r['total_vs_sync']:+.3f}: {parts}).")
+        against = r.get("against") if isinstance(r.get("against"), str) else sync["cell"]  # its own pair's run
+        out.append(f"rlbench's {against} reaches {ours.value:.2f}× the TPSPD of {r['cell']} "
+                   f"({described(ours)}): {than}. Per 1,000 tokens {r['cell']} spends "
+                   f"{r['total_s_per_ktok']:.3f} device-s, {against} "
+                   f"{r['total_s_per_ktok'] - r['total_vs_sync']:.3f} ({r['total_vs_sync']:+.3f}: {parts}).")
     ours = frame[frame["engine"] == "rlbench"].to_dict("records")
     if ours and ours[0].get("vs_peer"):
         out.append(f"TPSPD over {ours[0]['peer']}'s: " + ", ".join(f"{r['cell']} {x(r['vs_peer'])}" for r in ours) + ".")

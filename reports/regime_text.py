@@ -9,10 +9,9 @@ import math
 import pandas as pd
 from rlbench.analysis.cost_spread import BUSY_PCT, SPREAD_PCT
 from rlbench.analysis.regime import STATISTICS, Crossover, prediction_check, verdict
-from rlbench.analysis.verdict import outcome
+from rlbench.analysis.intervals import described, from_columns
 
-
-IN_WORDS = {"wins": "wins", "loses": "loses", "about even": "is about even"}  # "periodic asynchrony ..."
+IN_WORDS = {"wins": "wins", "loses": "loses", "even": "is even"}  # "periodic asynchrony ...", by the interval
 
 
 def _missing(v) -> bool:
@@ -48,9 +47,11 @@ def setting(r: dict) -> str:
 
 
 def point_sentence(r: dict) -> str:
-    """What one point measured and predicted, and why (the barrier's split × overlap)."""
-    verdict = IN_WORDS.get(outcome(r["measured_speedup"]), "is not measured")
-    spread = "" if _missing(r["measured_min"]) else f" ({x(r['measured_min'])}–{x(r['measured_max'])} over iterations)"
+    """What one point measured (with its interval) and predicted, and why (the barrier's split × overlap)."""
+    ratio = from_columns(r, "measured_speedup", "measured")
+    verdict = IN_WORDS.get(ratio.outcome, "is not measured")
+    spread = "" if _missing(r["measured_min"]) else \
+        f" ({described(ratio)}; per iteration {x(r['measured_min'])}–{x(r['measured_max'])})"
     err = "" if _missing(r["error_pct"]) else f" ({r['error_pct']:+.0f}%)"
     why = "" if _missing(r["split_measured"]) else (
         f"; device split alone {x(r['split_measured'])} (predicted {x(r['split_predicted'])}) × overlap "
@@ -79,13 +80,23 @@ def crossover_sentence(frame: pd.DataFrame) -> str | None:
     evidence = (f"{STATISTICS[name].label} separates wins from losses best: {v.measured.misclassified} of {n} "
                 f"points on the wrong side of one threshold, Spearman ρ {_rho(best['spearman'])} with the "
                 f"measured speedup" + (f" (other statistics — {others})" if others else ""))
-    return f"{_verdict(v.measured, name, frame)}; predicted: {_short(v.predicted, name)}. {evidence}."
+    return f"{_verdict(v.measured, name, frame, v.measured_range)}; predicted: {_short(v.predicted, name)}. {evidence}."
 
 
-def _verdict(c: Crossover, name: str, frame: pd.DataFrame) -> str:
+def crossover_range(r, name: str) -> str:
+    """'95% range 31% to 44%': where the crossover lies given the points' intervals (regime.CrossoverRange);
+    an open end where the points' upper bounds pay at every one (or their lower bounds at none)."""
+    if r is None:
+        return "no range: the points have no intervals"
+    low = "below the lowest point" if r.low is None else stat_value(name, r.low)
+    high = "beyond the highest point" if r.high is None else stat_value(name, r.high)
+    return f"95% range {low} to {high}"
+
+
+def _verdict(c: Crossover, name: str, frame: pd.DataFrame, rng=None) -> str:
     if c.kind == "crossing":
         return (f"Periodic asynchrony pays here when {STATISTICS[name].condition.format(stat_value(name, c.x))} "
-                f"(measured crossover, between {c.below} and {c.above})")
+                f"(measured crossover, between {c.below} and {c.above}; {crossover_range(rng, name)})")
     best = frame.loc[pd.to_numeric(frame["measured_speedup"]).idxmax()]
     if c.kind == "everywhere":
         return f"Periodic asynchrony pays at every point of this map (lowest speedup {x(frame['measured_speedup'].min())})"

@@ -11,7 +11,7 @@ import pandas as pd
 from rlbench.analysis.data import RunData
 from rlbench.analysis.regime import regime_frame
 from rlbench.analysis.speedup import attribution
-from rlbench.analysis.verdict import outcome
+from rlbench.analysis.intervals import described
 from rlbench.reports.regime_text import IN_WORDS, regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
@@ -25,9 +25,9 @@ def attribution_text(rows: list[dict]) -> list[str]:
             return "n/a" if _missing(v) else f"{v:.2f}×"
         share = "" if _missing(r["rollout_share_of_sync"]) else \
             f" (sync spends {100 * r['rollout_share_of_sync']:.0f}% of its iteration generating)"
-        verdict = IN_WORDS.get(outcome(r["total_measured"]), "is not measured")
+        verdict = IN_WORDS.get(r["total"].outcome, "is not measured")
         out.append(f"{r['async']} vs {r['sync']}{share}: periodic asynchrony {verdict}, {x(r['total_measured'])} "
-                   f"measured (predicted {x(r['total_predicted'])}) = device split alone {x(r['split_measured'])} "
+                   f"measured ({described(r['total'])}; predicted {x(r['total_predicted'])}) = device split alone {x(r['split_measured'])} "
                    f"(barrier cell {r['barrier']}; predicted {x(r['split_predicted'])}) × overlap "
                    f"{x(r['overlap_measured'])} (predicted {x(r['overlap_predicted'])}).")
     return out

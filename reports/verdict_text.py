@@ -1,8 +1,9 @@
 """The verdict in words (computed by bench/analysis/verdict.py): one short block per periodic-async cell,
 then what would change the answer. The terminal prints it first, summary.md and report.html open with it.
 
-    periodic_async 0.67× sync's TPSPD (predicted 0.69×): loses here. The sync cell spends 17% of its
-    iteration generating; the device split costs 0.65×, overlap gives back 1.03×.
+    periodic_async 0.67× sync's TPSPD (95% interval 0.62–0.71× over 17 iterations; predicted 0.69×): loses
+    here. The sync cell spends 17% of its iteration generating; the device split costs 0.65×, overlap gives
+    back 1.03×.
 """
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import re
 
 from rlbench.analysis.data import RunData
 from rlbench.analysis.regime import STATISTICS, MapVerdict
-from rlbench.analysis.verdict import EVEN, Comparison, LadderAnswer, Verdict
+from rlbench.analysis.intervals import Ratio, described
+from rlbench.analysis.verdict import Comparison, LadderAnswer, Verdict
 from rlbench.reports import peers_text
 from rlbench.reports.html import esc
-from rlbench.reports.regime_text import stat_value, x
+from rlbench.reports.regime_text import crossover_range, stat_value, x
 from rlbench.reports.text_table import WIDTH, wrap
 
 TITLE = "Verdict"
@@ -21,14 +23,23 @@ HINT = ("What would change it: `rlbench run --ablation regime` maps where period
         "machine, `--ablation families` what each step beyond it adds.")
 
 
+SAID = {"wins": "wins here", "loses": "loses here", "even": "even here"}
+
+
+def even_why(r: Ratio) -> str:
+    """Why a ratio is called even: its interval includes 1, or there is none."""
+    return " (too few paired samples for an interval)" if r.low is None else ": the interval includes 1"
+
+
 def comparison_sentence(c: Comparison) -> str:
-    """'periodic_async 0.67× sync's TPSPD (predicted 0.69×): loses here. The sync cell spends 17% of
-    its iteration generating; the device split costs 0.65×, overlap gives back 1.03×.'"""
+    """'periodic_async 0.67× sync's TPSPD (95% interval 0.62–0.71× over 17 iterations; predicted 0.69×):
+    loses here. The sync cell spends 17% of its iteration generating; the device split costs 0.65×, overlap
+    gives back 1.03×.'"""
     if c.measured is None:
         return f"{c.async_cell}: no measured TPSPD to set against {c.sync_cell}'s."
-    said = {"wins": "wins here", "loses": "loses here",
-            "about even": f"about even here (within ±{100 * EVEN:.0f}%)"}[c.outcome]
-    head = f"{c.async_cell} {x(c.measured)} {c.sync_cell}'s TPSPD (predicted {x(c.predicted)}): {said}."
+    said = SAID[c.outcome] + (even_why(c.interval) if c.outcome == "even" else "")
+    head = (f"{c.async_cell} {x(c.measured)} {c.sync_cell}'s TPSPD ({described(c.interval)}; predicted "
+            f"{x(c.predicted)}): {said}.")
     share = [] if c.rollout_share is None else [f"the sync cell spends {100 * c.rollout_share:.0f}% of its "
                                                 "iteration generating"]
     factors = []
@@ -44,30 +55,33 @@ def comparison_sentence(c: Comparison) -> str:
 
 
 def regime_sentence(v: MapVerdict) -> str:
-    """What the regime map says would change the answer: its measured crossover, and the predicted one."""
+    """What the regime map says would change the answer: its measured crossover with its range (from the
+    points' intervals), and the predicted one."""
     c, name = v.measured, v.statistic
     if c.kind == "crossing":
         predicted = v.predicted
         pred = "" if predicted is None or predicted.kind != "crossing" else \
             f"; predicted {stat_value(name, predicted.x)}"
         return (f"On this machine it pays when {STATISTICS[name].condition.format('about ' + stat_value(name, c.x))}"
-                f" (the regime map's crossover, between {c.below} and {c.above}{pred}).")
+                f" (the regime map's crossover, between {c.below} and {c.above}; {crossover_range(v.measured_range, name)}"
+                f"{pred}).")
     where = "at every point" if c.kind == "everywhere" else "at no point"
     return f"On this machine it pays {where} of the regime map ({STATISTICS[name].label} from its points)."
 
 
 def ladder_sentence(a: LadderAnswer) -> str | None:
-    """The first rung of the families ladder that pays, or the best rung where none does."""
+    """The first rung of the families ladder that pays by its interval, or the best rung where none does."""
     best = a.best
     if best is None:
         return None
     if a.first_paying is None:
-        return (f"No rung of the families ladder pays here: the best, {best.cell} ({best.adds}), reaches "
-                f"{x(best.speedup)} sync's TPSPD (predicted {x(best.predicted)}).")
+        return (f"No rung of the families ladder pays here by its interval: the best, {best.cell} ({best.adds}), "
+                f"reaches {x(best.speedup)} sync's TPSPD ({described(best.interval)}; predicted "
+                f"{x(best.predicted)}): {best.outcome}.")
     r = a.first_paying
     more = "" if best.cell == r.cell else f"; the best, {best.cell}, {x(best.speedup)}"
     return (f"On the families ladder it pays from {r.cell} on ({r.adds}): {x(r.speedup)} sync's TPSPD "
-            f"(predicted {x(r.predicted)}){more}.")
+            f"({described(r.interval)}; predicted {x(r.predicted)}){more}.")
 
 
 def verdict_sentences(run: RunData, v: Verdict) -> list[str]:

@@ -267,7 +267,7 @@ def test_quick_map_through_the_cli(tmp_path):
     heavy, light = f[f["point"].str.contains("heavy")], f[f["point"].str.contains("light")]
     assert heavy["longest_response"].min() > light["longest_response"].max()
     verdict = " ".join(proc.stdout.split("\n\n")[0].split())  # the verdict block, its lines unwrapped
-    assert sum(verdict.count(w) for w in ("wins here", "loses here", "about even here")) >= 2  # one per point
+    assert sum(verdict.count(w) for w in ("wins here", "loses here", "even here")) >= 2  # one per point
     assert "On this machine it pays " in verdict and (run_dir / "plots" / "regime.png").is_file()
 
 

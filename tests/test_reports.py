@@ -138,8 +138,9 @@ def test_compare_ratio_by_name_and_position(tmp_path):
 def test_terminal_opens_with_the_verdict_and_fits_100_columns(ablation):
     text = summary_table_text(ablation)
     lines = text.splitlines()
-    assert lines[0] == "Verdict:" and lines[1].startswith("  periodic_async 1.16× sync's TPSPD (predicted ")
-    assert "wins here" in lines[1] and "64% of its" in text  # the fixture's async cell overlaps the tail
+    assert lines[0] == "Verdict:" and lines[1].startswith("  periodic_async 1.16× sync's TPSPD (95% interval ")
+    # the fixture's async cell overlaps the tail, every iteration alike: an interval above 1
+    assert "wins here" in " ".join(lines[1:3]) and "64% of its" in text
     assert max(len(line) for line in lines) <= 100, max(lines, key=len)
     head = next(line for line in lines if line.startswith("cell"))
     assert head.split("  ")[0] == "cell" and [h for h in KEY if h in head] == KEY
@@ -165,28 +166,52 @@ def test_a_table_wider_than_the_window_is_split_into_blocks():
         ["cell", "a-long-cell-name", "cell", "a-long-cell-name"]  # each block keeps the cell column
 
 
-@pytest.mark.parametrize("measured, word", [(0.67, "loses"), (0.99, "about even"), (1.015, "about even"),
-                                            (1.03, "wins"), (None, None)])
-def test_outcome_band(measured, word):
-    from rlbench.analysis.verdict import outcome
+@pytest.mark.parametrize("value, low, high, word", [
+    (0.67, 0.60, 0.75, "loses"), (0.95, 0.85, 1.02, "even"), (1.30, 0.98, 1.70, "even"),
+    (1.03, 1.01, 1.05, "wins"), (1.10, None, None, "even"), (None, None, None, None)])
+def test_outcome_is_read_from_the_interval(value, low, high, word):
+    """Wins or loses only where the interval excludes 1, however far the ratio itself is from 1."""
+    from rlbench.analysis.intervals import outcome
 
-    assert outcome(measured) == word
+    assert outcome(value, low, high) == word
+
+
+def test_interval_from_paired_iterations():
+    """Per-iteration ratios near 0.9 give an interval below 1; a scatter across 1 gives one that includes it;
+    two iterations give none (fewer than 3 paired samples)."""
+    import math
+
+    from rlbench.analysis.intervals import over_seeds
+    from rlbench.core.stats import log_ratio_interval
+
+    lo, hi = log_ratio_interval([math.log(v) for v in (0.88, 0.9, 0.91, 0.89, 0.93, 0.9)])
+    assert 0.87 < lo < 0.9 < hi < 0.93
+    lo, hi = log_ratio_interval([math.log(v) for v in (0.7, 1.3, 0.9, 1.2, 0.8, 1.1)])
+    assert lo < 1 < hi
+    assert over_seeds([0.9, 0.91], 0.905).low is None and over_seeds([0.9, 0.91], 0.905).outcome == "even"
+    assert over_seeds([0.9, 0.91, 0.89, 0.9], 0.9).outcome == "loses"
 
 
 def test_verdict_sentence_names_the_two_factors():
+    from rlbench.analysis.intervals import Ratio
     from rlbench.analysis.verdict import Comparison
     from rlbench.reports.verdict_text import comparison_sentence
 
-    c = Comparison("periodic_async", "sync", 0.6695, 0.69, 0.17, "periodic_async_barrier", 0.65, 1.03)
+    c = Comparison("periodic_async", "sync", 0.6695, 0.69, 0.17, "periodic_async_barrier", 0.65, 1.03,
+                   Ratio(0.6695, 0.62, 0.71, 17))
     assert comparison_sentence(c) == (
-        "periodic_async 0.67× sync's TPSPD (predicted 0.69×): loses here. The sync cell spends 17% of its "
-        "iteration generating; the device split costs 0.65×, overlap gives back 1.03×.")
-    other = Comparison("periodic_async", "sync", 0.9975, 1.2, None, "periodic_async_barrier", 1.05, 0.95)
-    assert comparison_sentence(other).endswith("about even here (within ±2%). The device split gives 1.05×, "
-                                               "overlap costs 0.95×.")
-    even = Comparison("periodic_async", "sync", 1.01, None, None)
-    assert comparison_sentence(even) == \
-        "periodic_async 1.01× sync's TPSPD (predicted n/a): about even here (within ±2%)."
+        "periodic_async 0.67× sync's TPSPD (95% interval 0.62–0.71× over 17 iterations; predicted 0.69×): "
+        "loses here. The sync cell spends 17% of its iteration generating; the device split costs 0.65×, overlap "
+        "gives back 1.03×.")
+    other = Comparison("periodic_async", "sync", 1.08, 1.2, None, "periodic_async_barrier", 1.05, 0.95,
+                       Ratio(1.08, 0.97, 1.19, 6, "interleaved iterations"))
+    assert comparison_sentence(other).endswith("(95% interval 0.97–1.19× over 6 interleaved iterations; predicted "
+                                               "1.20×): even here: the interval includes 1. The device split gives "
+                                               "1.05×, overlap costs 0.95×.")
+    even = Comparison("periodic_async", "sync", 1.01, None, None, interval=Ratio(1.01, n=2))
+    assert comparison_sentence(even) == ("periodic_async 1.01× sync's TPSPD (too few paired iterations for an "
+                                         "interval (2); predicted n/a): even here (too few paired samples for an "
+                                         "interval).")
 
 
 def test_summary_md_leads_with_the_verdict_and_at_most_8_columns(built):
@@ -369,7 +394,7 @@ def test_help_ends_with_what_the_columns_mean(command):
 
     text = " ".join(CliRunner().invoke(app, [command, "--help"], terminal_width=200).output.split())
     for phrase in ("What the table and the verdict say", "rollout %: share of a sync iteration spent generating",
-                   "about even: within ±2%", "--wide"):
+                   "even: the interval includes 1", "--wide"):
         assert phrase in text, phrase
 
 

@@ -56,3 +56,18 @@ def test_two_seed_run_through_the_cli(two_seed_run):
     assert df["tpspd_median"][0] == pytest.approx(sum(tp) / 2)  # median of two
     assert len(pd.read_csv(run_dir / "summary_seeds.csv")) == 2
     assert "median over seeds" in proc.stdout
+
+
+def test_a_speedup_interval_over_seeds_comes_from_the_seeds_speedups():
+    """Aggregated over seeds, a speedup's interval is that of the seeds' speedups (one ratio per seed), not
+    a median of each seed's own per-iteration interval."""
+    import pandas as pd
+
+    from rlbench.analysis.seeds import aggregate
+
+    per = pd.DataFrame({"cell": ["periodic_async"] * 4, "seed": [0, 1, 2, 3],
+                        "measured_speedup": [0.80, 0.82, 0.79, 0.81], "measured_low": [0.5] * 4,
+                        "measured_high": [1.5] * 4, "measured_n": [17] * 4, "measured_basis": ["iterations"] * 4})
+    row = aggregate(per).iloc[0]
+    assert row["measured_basis"] == "seeds" and row["measured_n"] == 4
+    assert 0.77 < row["measured_low"] < 0.80 < row["measured_high"] < 0.83  # below 1: loses, by its seeds

@@ -10,9 +10,12 @@ accumulation of the token sum, the one division by the token count) and TRL's GR
 advantages and reference pass; then compute_loss and backward per micro-batch, as its training step does).
 
 Tolerance (float32): loss within 1e-6 relative, every gradient element within 1e-6 + 1e-5 x |g| (measured:
-1.8e-7 at most, for |g| up to 0.23). Where TRL's defaults differ from VERL's, ALIGN names the setting that
+1.8e-7 at most, for |g| up to 0.23). The same on two gloo ranks, each engine data parallel its own way
+(tests/support/trl_ranks.py), the gradients compared after their all-reduce. Where TRL's defaults differ from VERL's, ALIGN names the setting that
 aligns them and a test shows the gradient moves when that one setting is left at TRL's default.
 """
+import contextlib
+
 import pytest
 
 pytest.importorskip("trl")
@@ -47,7 +50,12 @@ def config(**over):
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory, one_thread):
-    """The policy directory (random tiny model + character tokenizer), the problems and fixed responses."""
+    return make_batch(tmp_path_factory.mktemp("policy"))
+
+
+def make_batch(folder) -> dict:
+    """The policy directory (random tiny model + character tokenizer, written into folder unless it is
+    there), the problems and fixed responses: the same on every rank that builds it."""
     import torch
 
     from rlbench.engines.data.source import load_dataset
@@ -56,9 +64,9 @@ def batch(tmp_path_factory, one_thread):
     from rlbench.engines.model.tokenizer import CharTokenizer
 
     cfg, tok = config(), CharTokenizer()
-    folder = tmp_path_factory.mktemp("policy")
-    build_tiny(cfg.model, tok.vocab_size, SEED).save_pretrained(folder)
-    char_tokenizer().save_pretrained(folder)
+    if not (folder / "config.json").is_file():
+        build_tiny(cfg.model, tok.vocab_size, SEED).save_pretrained(folder)
+        char_tokenizer().save_pretrained(folder)
     dataset = load_dataset(cfg.data, SEED)
     problems = dataset.train[:2]
     responses = []
@@ -83,8 +91,10 @@ def perturb(model) -> None:
             p.add_(torch.randn(p.shape, generator=g) * 0.05)
 
 
-def rlbench_side(batch, **over) -> dict:
-    """rlbench's Trainer on the batch: loss, gradients, per-sample advantages and reference log-probs."""
+def rlbench_side(batch, rank: int = 0, world: int = 1, **over) -> dict:
+    """rlbench's Trainer on the batch (world > 1: this rank's prompts, rank::world, gradients and sums
+    all-reduced as its data-parallel step does): loss, gradients, per-sample advantages and reference
+    log-probs."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -94,11 +104,11 @@ def rlbench_side(batch, **over) -> dict:
 
     cfg, tok = config(**over), CharTokenizer()
     policy = AutoModelForCausalLM.from_pretrained(batch["folder"], attn_implementation="sdpa").float()
-    trainer = Trainer(policy, cfg, tok)  # its reference: a copy of these weights
+    trainer = Trainer(policy, cfg, tok, world)  # its reference: a copy of these weights
     perturb(trainer.policy)
     trainer.begin()
     advantages, refs, counts = [], [], {}
-    for i, p in enumerate(batch["problems"]):
+    for i, p in list(enumerate(batch["problems"]))[rank::world]:
         rows = batch["responses"][i * G:(i + 1) * G]
         group = Group(i, tok.prompt_ids(batch["prompts"][i]), rows, [[0.0] * len(r) for r in rows])
         adv = trainer.advantages(trainer.rewards(group, p.answer))
@@ -111,13 +121,19 @@ def rlbench_side(batch, **over) -> dict:
             mb.old = [lp.detach() + batch["offsets"][first + n] for n, lp in enumerate(logp)]
             refs += [r.tolist() for r in mb.ref]
             trainer.accumulate(mb)
+    if world > 1:
+        trainer.all_reduce()  # as its optimizer step does: token counts, sums, one flat gradient buffer
     n = trainer.tokens
     grads = {name: p.grad / n for name, p in trainer.policy.named_parameters()}
     return {"loss": trainer.loss_sum / n, "grads": grads, "advantages": advantages, "ref": refs, "tokens": n}
 
 
-def trl_side(batch, **trl_over) -> dict:
-    """TRL's GRPOTrainer on the batch (settings.grpo_kwargs for one rank, `trl_over` laid over it)."""
+def trl_side(batch, rank: int = 0, world: int = 1, **trl_over) -> dict:
+    """TRL's GRPOTrainer on the batch (settings.grpo_kwargs for `world` ranks, `trl_over` laid over it). With
+    world > 1 (this process one of them, accelerate's process group from the environment): this rank's
+    prompts (rank::world, their samples), TRL's advantages and token count over the whole generation
+    batch, and its micro-batches through the DDP-wrapped model, the gradient all-reduced during the last
+    backward as in its training step; the loss summed over the ranks."""
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -128,18 +144,19 @@ def trl_side(batch, **trl_over) -> dict:
     from rlbench.engines.external.trl.export import char_tokenizer
 
     cfg, tok = config(), char_tokenizer()
-    args = GRPOConfig(**{**settings.grpo_kwargs(cfg, 1, str(batch["folder"] / "trl")), **trl_over})
-    rows = [{"prompt": batch["prompts"][i // G], "answer": batch["problems"][i // G].answer}
-            for i in range(2 * G)]
+    args = GRPOConfig(**{**settings.grpo_kwargs(cfg, world, str(batch["folder"] / f"trl{rank}")), **trl_over})
+    mine = [i for i in range(2 * G) if (i // G) % world == rank]  # this rank's samples, group by group
+    rows = [{"prompt": batch["prompts"][i // G], "answer": batch["problems"][i // G].answer} for i in mine]
 
     def fixed(prompts, trainer):  # TRL's hook for a rollout of one's own: here, the fixed responses
         return {"prompt_ids": [tok(p)["input_ids"] for p in prompts],
-                "completion_ids": [list(r) for r in batch["responses"]], "logprobs": None}
+                "completion_ids": [list(batch["responses"][i]) for i in mine], "logprobs": None}
 
     trainer = GRPOTrainer(model=str(batch["folder"]), reward_funcs=[strict_gsm8k], args=args,
                           train_dataset=Dataset.from_list(rows), processing_class=tok, rollout_func=fixed)
     perturb(trainer.model)
     trainer.model.train()
+    model = trainer.accelerator.prepare_model(trainer.model) if world > 1 else trainer.model  # DDP, as train()
     out = trainer._generate_and_score_completions(rows)
     mask = out["completion_mask"].bool()
     with torch.no_grad():
@@ -147,19 +164,35 @@ def trl_side(batch, **trl_over) -> dict:
             trainer.model, torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
             torch.cat([out["prompt_mask"], out["completion_mask"]], 1), out["completion_ids"].size(1))[0]
     old = torch.zeros_like(logp)
-    for i, off in enumerate(batch["offsets"]):
-        old[i, :len(off)] = logp[i, :len(off)] + off
+    for row, i in enumerate(mine):
+        off = batch["offsets"][i]
+        old[row, :len(off)] = logp[row, :len(off)] + off
     out["old_per_token_logps"] = old
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
     losses = []
-    for chunk in split_tensor_dict(out, args.steps_per_generation):  # micro-batches, as its training step
-        loss = trainer.compute_loss(trainer.model, chunk)
-        loss.backward()
+    chunks = split_tensor_dict(out, args.steps_per_generation)  # micro-batches, as its training step
+    for j, chunk in enumerate(chunks):  # DDP all-reduces in the last backward only (accelerate's accumulate)
+        with contextlib.nullcontext() if world == 1 or j == len(chunks) - 1 else model.no_sync():
+            loss = trainer.compute_loss(model, chunk)
+            loss.backward()
         losses.append(loss.item())
-    return {"loss": sum(losses), "grads": {n: p.grad for n, p in trainer.model.named_parameters()},
-            "advantages": out["advantages"].tolist(), "tokens": int(mask.sum()),
+    return {"loss": _summed(sum(losses), world) / world,
+            "grads": {n: p.grad for n, p in trainer.model.named_parameters()},
+            "advantages": out["advantages"].tolist(), "tokens": int(_summed(int(mask.sum()), world)),
             "ref": [r[m].tolist() for r, m in zip(out.get("ref_per_token_logps", []), mask)],  # beta 0: none
             "logp": [r[m] for r, m in zip(logp, mask)], "old": [r[m] for r, m in zip(old, mask)]}
+
+
+def _summed(value: float, world: int) -> float:
+    """value summed over the ranks (as is, on one)."""
+    if world == 1:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item())
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +241,48 @@ def test_each_alignment_is_needed(setting, aligned, batch):
     ours = rlbench_side(batch, **ours_over) if ours_over else aligned[0]
     trl = trl_side(batch, **trl_over) if trl_over else aligned[1]
     assert max_grad_excess(trl["grads"], ours["grads"]) > 0
+
+
+RANKS = 2
+
+
+@pytest.mark.e2e
+def test_two_ranks_give_the_same_gradient_after_the_all_reduce(batch, aligned, tmp_path):
+    """Data parallel on 2 gloo ranks, each engine its own way (rlbench: each rank trains its prompts, one flat
+    all-reduce of gradients and token counts before the step; TRL under accelerate: DDP over the ranks, its
+    dapo normaliser the generation batch's tokens over all ranks, the all-reduce in the last backward): on
+    every rank, the loss and the gradient after the all-reduce are equal within the one-rank tolerance, and
+    equal to the one-rank gradient of the whole batch."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = Path(__file__).parent / "support" / "trl_ranks.py"
+    procs = [subprocess.Popen(
+        [sys.executable, str(script), str(batch["folder"]), str(tmp_path)],
+        env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(RANKS),
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(RANKS)]
+    try:
+        logs = [p.communicate(timeout=600)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0] * RANKS, "\n".join(log[-3000:] for log in logs)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(RANKS)]
+    whole = aligned[0]  # rlbench on one rank, the whole batch
+    for res in ranks:
+        ours, trl = res["rlbench"], res["trl"]
+        assert ours["tokens"] == trl["tokens"] == whole["tokens"]
+        assert trl["loss"] == pytest.approx(ours["loss"], rel=LOSS_RTOL)
+        assert max_grad_excess(trl["grads"], ours["grads"]) <= 0
+        assert max_grad_excess(ours["grads"], whole["grads"]) <= 0  # the same update as one rank
+    assert sum((r["trl"]["advantages"] for r in ranks), []) == pytest.approx(whole["advantages"], abs=1e-6)
+    assert sum((r["rlbench"]["advantages"] for r in ranks), []) == pytest.approx(whole["advantages"], abs=1e-6)

@@ -10,7 +10,8 @@ from rlbench.core.results import schema
 pytest.importorskip("trl")
 
 ITERATIONS = 3  # one warm-up, two measured
-CELLS = ("sync", "periodic_async", "trl", "trl_off_policy", "sync+tri_model+shared_prompt")
+CELLS = ("sync", "periodic_async", "trl", "trl_cb", "trl_off_policy", "sync+tri_model+shared_prompt")
+TRL = ("trl", "trl_cb", "trl_off_policy")
 
 
 def cli(*args, timeout=900):
@@ -39,7 +40,7 @@ def test_every_cell_completes_on_the_same_devices(peers):
     for name, res in cells.items():
         assert res["status"] == "complete", (name, res["error"])
         assert res["devices"] == 2 and len(res["iterations"]) == ITERATIONS
-    for name in ("trl", "trl_off_policy"):  # one pinned process per core, one thread, as sync's ranks
+    for name in TRL:  # one pinned process per core, one thread, as sync's ranks
         placed = [p for p in cells[name]["placement"] if p["role"] == "colocated"]
         assert [p["observed"]["threads"] for p in placed] == [1, 1]
         assert sorted(p["observed"]["affinity"][0] for p in placed) == sorted(
@@ -50,13 +51,29 @@ def test_every_cell_completes_on_the_same_devices(peers):
 
 
 @pytest.mark.e2e
+def test_trl_runs_as_resolved_with_every_cost_setting_equal_or_listed(peers):
+    """What TRL resolved in the run itself (its trainer's args, every field): no activation checkpointing, no
+    autocast, continuous batching only in trl_cb, and no cost setting differs without a listed difference."""
+    _, cells, _ = peers
+    for name in TRL:
+        ext = cells[name]["external"]
+        assert len(ext["trl_args"]) > 150 and ext["trl_args"]["activation_checkpointing"] is False
+        assert ext["trl_args"]["gradient_checkpointing"] is False and ext["model_facts"]["checkpointing"] is False
+        assert ext["trl_args"]["use_transformers_continuous_batching"] is (name == "trl_cb")
+        assert [r for r in ext["cost_settings"] if not r["equal"] and not r["listed_as"]] == []
+        assert not [w for w in cells[name]["warnings"] if "cost setting" in w]
+    assert cells["trl_cb"]["switches"]["continuous_batching"] is True
+    assert cells["trl"]["switches"]["continuous_batching"] is False
+
+
+@pytest.mark.e2e
 def test_trl_trains_the_same_prompts_per_iteration(peers):
     """Both engines train each iteration's prompts x G samples, the same prompts (by length and index)."""
     _, cells, _ = peers
     def prompts(res):
         return sorted({(s["iteration"], s["prompt"], s["prompt_len"]) for s in res["_samples"]})
     g = cells["sync"]["config"]["rollout"]["group_size"]
-    for name in ("trl", "trl_off_policy"):
+    for name in TRL:
         assert prompts(cells[name]) == prompts(cells["sync"])
         for it in cells[name]["iterations"]:
             assert it["num_samples"] == cells["sync"]["config"]["train"]["prompts_per_iteration"] * g
@@ -67,7 +84,7 @@ def test_tpspd_is_rlbench_formula_over_the_step_window(peers):
     """tokens = prompt + response tokens of the trained samples (TRL's own counter agrees); TPSPD = tokens /
     (window x devices); the window holds every stage event of the iteration and no evaluation."""
     _, cells, _ = peers
-    for name in ("trl", "trl_off_policy"):
+    for name in TRL:
         res = cells[name]
         evals = [e for e in res["_events"] if e["stage"] == "eval"]
         assert {e["iteration"] for e in evals} == {0, ITERATIONS}
@@ -101,7 +118,7 @@ def test_stages_under_rlbench_names(peers):
 @pytest.mark.e2e
 def test_accuracy_by_rlbench_evaluation(peers):
     _, cells, _ = peers
-    for name in ("trl", "trl_off_policy"):
+    for name in TRL:
         evals = cells[name]["evals"]
         assert [e["iteration"] for e in evals] == [0, ITERATIONS]
         assert evals[0]["n"] == cells["sync"]["evals"][0]["n"]

@@ -91,3 +91,34 @@ def test_reward_function_is_the_strict_rule():
 
     assert strict_gsm8k(["2+2=4\n#### 4", "#### 4.", [{"role": "assistant", "content": "#### 1,234"}]],
                         answer=["4", "4", "1234"], trainer_state=None) == [1.0, 0.0, 1.0]
+
+
+def test_a_stage_generated_on_another_thread_counts_that_threads_cpu():
+    """transformers' continuous batching generates on a thread of its own while TRL's waits: the rollout
+    stage then counts the process's CPU seconds, so that its work shows in the CPU-seconds table."""
+    import threading
+    import time
+
+    from rlbench.core.record.stages import Recorder, Stage
+    from rlbench.engines.external.trl.timing import StepClock
+
+    events, spent = [], {}
+
+    def work():
+        t0 = time.thread_time()
+        x = 0
+        for i in range(3_000_000):
+            x += i * i
+        spent["cpu"] = time.thread_time() - t0
+
+    clock = StepClock(Recorder("colocated0", time.monotonic(), sink=events.append), out=None, steps_per_iteration=1)
+    with clock.stage(Stage.ROLLOUT):  # the timer's first use imports torch (its profiler range): not measured
+        pass
+    events.clear()
+    for whole in (False, True):
+        with clock.stage(Stage.ROLLOUT, whole_process=whole):
+            t = threading.Thread(target=work)
+            t.start()
+            t.join()
+    this_thread, process = events[0].cpu, events[1].cpu
+    assert this_thread < 0.2 * spent["cpu"] and process >= 0.9 * spent["cpu"]

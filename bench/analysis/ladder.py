@@ -2,7 +2,7 @@
 into families.csv, which the terminal and the report render (reports/families_text.py).
 
 One row per rung: TPSPD (median, min–max over measured iterations), the factor over the rung before and
-the speedup over sync, idle per worker over the measured span, the staleness histogram (trained samples
+the speedup over sync with its 95% interval (bench/analysis/intervals.py), idle per worker over the measured span, the staleness histogram (trained samples
 of the measured iterations by trained − behaviour version; a sample's behaviour version is its oldest
 token's) and the token staleness (partial rollout: tokens of one response can come from several
 versions), accuracy first → final, and the prediction: every rung from the sync cell's measured costs
@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from rlbench.core.results import schema
-from rlbench.analysis import families
+from rlbench.analysis import families, intervals
 from rlbench.core.errors import UserError
 from rlbench.core.results.metrics import idle_fractions
 from rlbench.analysis.data import CellData, RunData, load, workers_in
@@ -29,8 +29,9 @@ CSV = "families.csv"
 GROUP_OF = {part: name for name, parts in families.GROUPS for part in parts}  # rung factor -> line factor
 STALENESS_SHOWN = 3  # stale_0 .. stale_2 columns always (k = 2); more where a run has more
 HEAD = ["rung", "cell", "schedule", "adds", "factor_name", "ladder_factor", "tpspd_median", "tpspd_min",
-        "tpspd_max", "tpspd_span", "factor", "speedup", "predicted_tpspd", "predicted_factor", "predicted_speedup",
-        "error_pct", "wall_s_median", "token_staleness_mean", "accuracy_first", "accuracy_final", "status"]
+        "tpspd_max", "tpspd_span", "factor", "speedup", "speedup_low", "speedup_high", "speedup_n",
+        "speedup_basis", "predicted_tpspd", "predicted_factor", "predicted_speedup", "error_pct", "wall_s_median",
+        "token_staleness_mean", "accuracy_first", "accuracy_final", "status"]
 
 
 def write_ladder(run_dir) -> Path | None:
@@ -72,6 +73,7 @@ def families_frame(run: RunData):
     rows = []
     for i, (rung, c) in enumerate(zip(families.RUNGS, cells)):
         row = _row(i, rung, c, predicted.get(rung.cell), rows[-1] if rows else None, rows[0] if rows else None)
+        row.update(intervals.columns(intervals.paired(c, cells[0]), "speedup"))  # over sync, by iteration
         row.update({f"stale_{s}": stale[i].get(s, 0) if c is not None else None for s in range(depth + 1)})
         idle = _idle(c)
         row.update({f"idle_{w}_pct": 100 * idle[w] if w in idle else None for w in workers})

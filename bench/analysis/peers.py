@@ -7,6 +7,8 @@ framework's cells.
     periodic_async  rlbench's periodic asynchrony on the same devices
     trl             TRL on-policy: one pinned rank per device (data parallel, gloo), one optimizer step
                     per generation, the same loss (tests/test_trl_loss.py)
+    trl_cb          TRL on-policy with transformers' continuous batching for its generation
+                    (use_transformers_continuous_batching; engines/external/trl/settings.py TrlOptions)
     trl_off_policy  TRL with OFF_POLICY_STEPS optimizer steps per generation (steps_per_generation that
                     many times gradient_accumulation_steps: its off-policy setting; train.ppo_mini_batches)
     sync+tri_model+shared_prompt
@@ -16,6 +18,9 @@ framework's cells.
 Every cell gets BASE under the user's --set: TRL's fixed advantage epsilon (so the losses are equal), and
 turns by iteration (run.interleave: iteration k of every cell on nearly the same machine). A TRL cell is
 run by the framework bench/run/peers.py names (engines/external/trl/adapter.py) in the cell's process.
+
+Each cell's TPSPD over sync's is stated with its 95% interval from the per-iteration ratios (iteration k of
+every cell back to back when they take turns): faster or slower only where the interval excludes 1.
 
 Where the TPSPD difference comes from: device-seconds per 1,000 trained tokens, pooled over the measured
 iterations, split by stage (summed over workers) plus `other` (device time in no stage: idle, and a peer's
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlbench.analysis import intervals
 from rlbench.core.schedules import by_role
 from rlbench.core.schedules.spec import PERIODIC, REFERENCE
 
@@ -35,12 +41,14 @@ _REF, _ASYNC = by_role(REFERENCE).name, by_role(PERIODIC).name
 OFF_POLICY_STEPS = 2  # TRL's off-policy cell: optimizer steps per generation
 CELLS: list[tuple[str, dict]] = [
     (_REF, {"schedule": _REF}), (_ASYNC, {"schedule": _ASYNC}),
-    ("trl", {"framework": "trl"}), ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS}),
+    ("trl", {"framework": "trl"}),
+    ("trl_cb", {"framework": "trl", "framework_options": {"continuous_batching": True}}),
+    ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS}),
     (f"{_REF}+tri_model+shared_prompt", {"schedule": _REF, "tri_model": True, "shared_prompt": True})]
 BASE = {"train": {"adv_eps": 1e-4}, "run": {"interleave": True}}
-ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy and with "
-         f"{OFF_POLICY_STEPS} steps per generation, then sync with tri-model and shared-prompt, on the same "
-         "devices; the stage breakdown side by side")
+ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy (padded generate, and "
+         f"continuous batching) and with {OFF_POLICY_STEPS} steps per generation, then sync with tri-model and "
+         "shared-prompt, on the same devices; the stage breakdown side by side")
 CSV = "peers.csv"
 STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "update", "optimizer_step",
           "weight_sync", "queue_wait", "handoff")
@@ -48,9 +56,19 @@ STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "updat
 
 def framework_of(cell: str) -> str | None:
     """The framework that runs an ablation cell (by its name, a seed's suffix dropped); None: rlbench."""
+    return _switches(cell).get("framework")
+
+
+def framework_options(cell: str) -> dict:
+    """The peer framework's own settings of an ablation cell (no rlbench config key), e.g. TRL's
+    continuous batching; {} for the framework's defaults."""
+    return dict(_switches(cell).get("framework_options") or {})
+
+
+def _switches(cell: str) -> dict:
     from rlbench.core.results.schema import split_seeded
 
-    return dict(CELLS).get(split_seeded(cell)[0], {}).get("framework")
+    return dict(CELLS).get(split_seeded(cell)[0], {})
 
 
 def write_peers(run_dir) -> Path | None:
@@ -69,49 +87,106 @@ def write_peers(run_dir) -> Path | None:
 
 
 def peers_frame(run):
-    """One row per cell (a pandas DataFrame), or None without both an rlbench sync cell and a peer's cell."""
+    """One row per cell (a pandas DataFrame), or None without both an rlbench sync cell and a peer's cell.
+    Where the cells took turns in pairs (run.interleave_pairs), sync's runs beside each other cell are pooled
+    into one row named after it, and every other row is measured against the sync run it took turns with."""
     import pandas as pd
 
-    from rlbench.core.results.schema import ratio
+    from rlbench.analysis.speedup import reference_of, turn_group
 
     sync = next((c for c in run.cells if c.schedule == _REF and c.iterations), None)
-    if sync is None or not any(c.switches.get("engine") not in (None, "rlbench") for c in run.cells):
+    if sync is None or not any(_is_peer(c) for c in run.cells):
         return None
-    frame = pd.DataFrame([_row(c, sync) for c in run.cells])
-    peer = next(c for c in run.cells if c.switches.get("engine") not in (None, "rlbench"))
-    frame["vs_peer"] = [ratio(c.tpspd(), peer.tpspd()) for c in run.cells]  # over the first peer cell's TPSPD
+    runs = [c for c in run.cells if turn_group(c) and reference_of(run, c) is c and c.schedule == _REF]
+    if runs:  # in pairs: every cell against its own pair's sync run
+        sync = _pooled(runs, split_ref(runs[0].name))
+        shown, ref_of = [sync] + [c for c in run.cells if c not in runs], lambda c: reference_of(run, c)
+    else:
+        shown, ref_of = run.cells, lambda c: sync
+    frame = pd.DataFrame([_row(c, sync if c is sync else ref_of(c), c is sync) for c in shown])
+    peer = next(c for c in shown if _is_peer(c))
+    peer_vs_sync = float(frame.loc[frame["cell"] == peer.name, "vs_sync"].iloc[0])
+    # over the first peer cell's TPSPD: (cell / its sync) / (peer / its sync), the direct ratio without pairs
+    frame["vs_peer"] = [None if v is None or v != v else v / peer_vs_sync for v in frame["vs_sync"]]
     frame["peer"] = peer.name
-    for key in (*STAGES, "other", "total"):  # each cell minus rlbench's sync: they add up (module docstring)
-        col = frame[f"{key}_s_per_ktok"].astype(float)
-        frame[f"{key}_vs_sync"] = col - float(col[frame["cell"] == sync.name].iloc[0])
     return frame
 
 
-def _row(c, sync) -> dict:
-    from rlbench.core.results.schema import measured, ratio
+def split_ref(name: str) -> str:
+    """'sync@trl' -> 'sync': the reference cell's name without the cell it took turns with."""
+    return name.split("@", 1)[0]
+
+
+def _is_peer(c) -> bool:
+    return c.switches.get("engine") not in (None, "rlbench")
+
+
+def _pooled(runs: list, name: str):
+    """The reference cell's runs (one per pair) as one cell: their iterations and events together (the same
+    iteration numbers, so per-iteration sums add over the runs), TPSPD median and range over all of them."""
+    import statistics
+
+    from rlbench.analysis.data import CellData
+    from rlbench.core.results.schema import measured
+
+    its = [it for c in runs for it in c.iterations]
+    tp = [it["tpspd"] for it in measured(its) if it.get("tpspd")]
+    walls = [it["wall_s"] for it in measured(its)]
+    agg = {**runs[0].aggregates, "tpspd": {"median": statistics.median(tp), "min": min(tp), "max": max(tp)}
+           if tp else {}, "wall_s": {"median": statistics.median(walls)} if walls else {},
+           "staleness_max": max((c.aggregates.get("staleness_max") or 0) for c in runs)}
+    result = {**runs[0].result, "iterations": its, "aggregates": agg,
+              "status": "complete" if all(c.status == "complete" for c in runs) else "incomplete"}
+    return CellData(f"{name} ({len(runs)} runs, one per pair)" if len(runs) > 1 else name, runs[0].dir, result,
+                    [e for c in runs for e in c.events], [x for c in runs for x in c.samples])
+
+
+def _row(c, sync, is_ref: bool = False) -> dict:
+    """A cell's row; sync: the sync run it is measured against (the stage columns minus sync's add up to
+    the difference of the totals: the module docstring)."""
+    from rlbench.core.results.schema import ratio
+
+    own = _per_ktok(c)
+    ref = own if is_ref else _per_ktok(sync)
+    evals = c.result.get("evals") or []
+    paired = {"vs_sync": 1.0, "vs_sync_paired_min": 1.0, "vs_sync_paired_max": 1.0,
+              **intervals.columns(intervals.Ratio(1.0), "vs_sync")} if is_ref else \
+        {"vs_sync": ratio(c.tpspd(), sync.tpspd()), **_paired(c, sync)}
+    return {"cell": c.name, "engine": c.switches.get("engine") or "rlbench", "schedule": c.schedule,
+            "steps_per_generation": c.switches.get("steps_per_generation", 1),
+            "continuous_batching": c.switches.get("continuous_batching"), "devices": c.devices,
+            "tpspd_median": c.tpspd(), "tpspd_min": c.tpspd("min"), "tpspd_max": c.tpspd("max"),
+            **paired, "against": sync.name, "wall_s_median": (c.aggregates.get("wall_s") or {}).get("median"),
+            **own, **{f"{k}_vs_sync": _minus(own[f"{k}_s_per_ktok"], ref[f"{k}_s_per_ktok"])
+                      for k in (*STAGES, "other", "total")},
+            "staleness_max": c.aggregates.get("staleness_max"),
+            "accuracy_first": evals[0]["accuracy"] if evals else None,
+            "accuracy_final": evals[-1]["accuracy"] if evals else None, "status": c.status}
+
+
+def _per_ktok(c) -> dict:
+    """Device- and CPU-seconds per 1,000 trained tokens by stage over the measured iterations, tokens per
+    iteration, mean response length, on-core share."""
+    from rlbench.core.results.schema import measured
 
     its = measured(c.iterations)
     tokens = sum(it["tokens"] for it in its) or None
     per_k = lambda s: None if not tokens else 1000 * s / tokens
     stages = {f"{s}_s_per_ktok": per_k(sum(it["stage_s"].get(s, 0.0) for it in its)) for s in STAGES}
     cpu = _cpu_seconds(c, {it["iteration"] for it in its})
-    cpu_stages = {f"cpu_{s}_s_per_ktok": per_k(cpu[s]) if s in cpu else None for s in STAGES}
     total = per_k(sum(it["wall_s"] * it["devices"] for it in its))
     named = sum(v for v in stages.values() if v is not None)
-    evals = c.result.get("evals") or []
-    return {"cell": c.name, "engine": c.switches.get("engine") or "rlbench", "schedule": c.schedule,
-            "steps_per_generation": c.switches.get("steps_per_generation", 1), "devices": c.devices,
-            "tpspd_median": c.tpspd(), "tpspd_min": c.tpspd("min"), "tpspd_max": c.tpspd("max"),
-            "vs_sync": ratio(c.tpspd(), sync.tpspd()), **_paired(c, sync),
-            "wall_s_median": (c.aggregates.get("wall_s") or {}).get("median"),
-            "tokens_per_iteration": tokens / len(its) if tokens else None,
+    return {"tokens_per_iteration": tokens / len(its) if tokens else None,
             "response_len_mean": _mean([it["response_len_mean"] for it in its]),
             **stages, "other_s_per_ktok": None if total is None else total - named, "total_s_per_ktok": total,
-            **cpu_stages, "cpu_total_s_per_ktok": per_k(sum(cpu.values())) if cpu else None,
-            "on_cpu_pct": _on_cpu_pct(c, {it["iteration"] for it in its}),
-            "staleness_max": c.aggregates.get("staleness_max"),
-            "accuracy_first": evals[0]["accuracy"] if evals else None,
-            "accuracy_final": evals[-1]["accuracy"] if evals else None, "status": c.status}
+            **{f"cpu_{s}_s_per_ktok": per_k(cpu[s]) if s in cpu else None for s in STAGES},
+            "cpu_total_s_per_ktok": per_k(sum(cpu.values())) if cpu else None,
+            "on_cpu_pct": _on_cpu_pct(c, {it["iteration"] for it in its})}
+
+
+def _minus(a, b):
+    """a - b, a missing stage counting as 0 (its cell does not run it); None where neither has it."""
+    return None if a is None and b is None else (a or 0.0) - (b or 0.0)
 
 
 def _cpu_seconds(c, iterations: set[int]) -> dict[str, float]:
@@ -137,13 +212,15 @@ def _on_cpu_pct(c, iterations: set[int]) -> float | None:
 
 def _paired(c, sync) -> dict:
     """Min and max over the measured iterations of this cell's TPSPD over the sync cell's same iteration
-    (taken back to back when the cells take turns)."""
+    (taken back to back when the cells take turns), and the 95% interval of the ratio they give
+    (bench/analysis/intervals.py: vs_sync_low, _high, _n, _basis)."""
     from rlbench.core.results.schema import measured, ratio
 
     ours = {it["iteration"]: it["tpspd"] for it in measured(sync.iterations)}
     r = [ratio(it["tpspd"], ours[it["iteration"]]) for it in measured(c.iterations) if it["iteration"] in ours]
     r = [v for v in r if v is not None]
-    return {"vs_sync_paired_min": min(r, default=None), "vs_sync_paired_max": max(r, default=None)}
+    return {"vs_sync_paired_min": min(r, default=None), "vs_sync_paired_max": max(r, default=None),
+            **intervals.columns(intervals.paired(c, sync), "vs_sync")}
 
 
 def _mean(xs):

@@ -41,7 +41,8 @@ STATISTICS = {
 }
 COLUMNS = ["point", "sync", "barrier", "async", "response_length", "length_mean", "length_sigma",
            "max_new_tokens", "prompts", "group_size", "max_num_seqs", *STATISTICS, "measured_speedup",
-           "measured_min", "measured_max", "predicted_speedup", "error_pct", "split_measured",
+           "measured_low", "measured_high", "measured_n", "measured_basis", "measured_min", "measured_max",
+           "predicted_speedup", "error_pct", "split_measured",
            "split_predicted", "overlap_measured", "overlap_predicted", "predicted_with_contention",
            "contention_error_pct", "contention_kappa", "contention_kappa_decode", "kappa_source",
            "train_cost_spread_pct", "rollout_cost_spread_pct", "descheduled_pct"]
@@ -50,9 +51,10 @@ COLUMNS = ["point", "sync", "barrier", "async", "response_length", "length_mean"
 def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:
     """One row per point (a workload) that has a sync cell and a periodic-async (overlap) cell, in run order.
 
-    sp: tables.speedup_frame(run). measured_min/max: the async cell's TPSPD over sync's, iteration by
-    iteration (both cells draw the same lengths for iteration k, so the pairing removes the spread the
-    tail itself puts between iterations); split: barrier / sync; overlap: async / barrier."""
+    sp: tables.speedup_frame(run). measured_low/high: the measured speedup's 95% interval, from
+    measured_min/max's samples: the async cell's TPSPD over sync's, iteration by iteration (both cells draw
+    the same lengths for iteration k, so the pairing removes the spread the tail itself puts between
+    iterations; bench/analysis/intervals.py); split: barrier / sync; overlap: async / barrier."""
     if not len(sp):
         return pd.DataFrame(columns=COLUMNS)
     recs = [r for r in sp.to_dict("records") if run.cell(r["cell"]).switches.get("workload")]
@@ -65,7 +67,9 @@ def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:
         lo, hi = paired_range(cell, sync)
         rows.append({"point": _point(cell), "sync": sync.name, "barrier": b and b["cell"], "async": cell.name,
                      **knobs(sync), "rollout_share": a["rollout_share_of_sync"], **tail_stats(sync),
-                     "measured_speedup": a["measured_speedup"], "measured_min": lo, "measured_max": hi,
+                     "measured_speedup": a["measured_speedup"], "measured_low": a["measured_low"],
+                     "measured_high": a["measured_high"], "measured_n": a["measured_n"],
+                     "measured_basis": a["measured_basis"], "measured_min": lo, "measured_max": hi,
                      "predicted_speedup": a["predicted_speedup"], "error_pct": a["error_pct"],
                      "split_measured": b and b["measured_speedup"], "split_predicted": b and b["predicted_speedup"],
                      "overlap_measured": b and schema.ratio(a["measured_speedup"], b["measured_speedup"]),
@@ -171,13 +175,24 @@ def explain(frame: pd.DataFrame) -> list[dict]:
 
 
 @dataclass(frozen=True)
+class CrossoverRange:
+    """Where the measured crossover lies given the points' 95% intervals: low, where the curve of their
+    upper bounds crosses WIN, high, where the curve of their lower bounds does (each taken with the
+    crossover itself, so low <= x <= high). None: open at that end (the upper bounds pay at every point,
+    so the crossover may lie below the map; the lower bounds pay at none, so it may lie beyond it)."""
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
 class MapVerdict:
-    """The map's answer: the statistic that explains it best, and the crossover along it, measured and
-    predicted; ranked: explain()'s list (the chosen statistic first)."""
+    """The map's answer: the statistic that explains it best, and the crossover along it, measured (with
+    its range) and predicted; ranked: explain()'s list (the chosen statistic first)."""
     statistic: str
     measured: Crossover
     predicted: Crossover | None
     ranked: list
+    measured_range: CrossoverRange | None = None
 
 
 def verdict(frame: pd.DataFrame) -> MapVerdict | None:
@@ -186,7 +201,25 @@ def verdict(frame: pd.DataFrame) -> MapVerdict | None:
     if not ranked:
         return None
     name = ranked[0]["statistic"]
-    return MapVerdict(name, ranked[0]["crossover"], crossover(frame, name, "predicted_speedup"), ranked)
+    measured = ranked[0]["crossover"]
+    return MapVerdict(name, measured, crossover(frame, name, "predicted_speedup"), ranked,
+                      crossover_range(frame, name, measured))
+
+
+def crossover_range(frame: pd.DataFrame, statistic: str, measured: Crossover) -> CrossoverRange | None:
+    """The measured crossover's range along `statistic` from the points' intervals (CrossoverRange); None
+    where no point has an interval. A point without one (too few iterations) counts as unbounded: its
+    upper bound pays and its lower bound does not."""
+    if measured.kind != "crossing" or "measured_low" not in frame or frame["measured_low"].isna().all():
+        return None
+    bounds = frame.assign(measured_low=frame["measured_low"].fillna(0.0),
+                          measured_high=frame["measured_high"].fillna(math.inf))
+    early, late = crossover(bounds, statistic, "measured_high"), crossover(bounds, statistic, "measured_low")
+    low = None if early is None or early.kind == "everywhere" else \
+        min(measured.x, early.x if early.kind == "crossing" else measured.x)
+    high = None if late is None or late.kind == "nowhere" else \
+        max(measured.x, late.x if late.kind == "crossing" else measured.x)
+    return CrossoverRange(low, high)
 
 
 def spearman(a: pd.Series, b: pd.Series) -> float | None:

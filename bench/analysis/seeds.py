@@ -4,7 +4,8 @@ tables, speedups against that seed's reference cell), then every cell is aggrega
 Files: summary.csv holds one row per cell (the median over seeds of every numeric column, `seeds`, and
 for the headline metrics `<metric>_seed_min` / `<metric>_seed_max`: the spread over seeds; tpspd_min /
 tpspd_max are the extremes over every seed's measured iterations); summary_seeds.csv keeps one row per
-cell and seed.
+cell and seed. A speedup's interval over seeds is computed from the seeds' speedups
+(bench/analysis/intervals.py), not taken as a median of each seed's own.
 """
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from dataclasses import replace
 
 import pandas as pd
 
+from rlbench.analysis import intervals
 from rlbench.analysis.data import RunData
 from rlbench.analysis.summary import summary_frame
 from rlbench.core.results import metric_table, schema
 
 SPREAD = metric_table.names(metric_table.SPREAD)  # bench/core/results/metric_table.py
 EXTREMES = metric_table.seed_extremes()
+# A ratio's interval over seeds (one ratio per seed) replaces each seed's own: value column -> its prefix
+INTERVALS = {"measured_speedup": "measured"}
 
 
 def seeds_of(run: RunData) -> list[int]:
@@ -74,6 +78,9 @@ def aggregate(per: pd.DataFrame, spread: list[str] = SPREAD) -> pd.DataFrame:
         for m in spread:
             if m in g:
                 row[f"{m}_seed_min"], row[f"{m}_seed_max"] = g[m].min(), g[m].max()
+        for value, prefix in INTERVALS.items():
+            if value in g and f"{prefix}_low" in g:
+                row.update(intervals.columns(intervals.over_seeds(list(g[value]), row[value]), prefix))
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 
 import pandas as pd
+from rlbench.analysis import intervals
 from rlbench.analysis.data import CellData, RunData, get_path
 from rlbench.core import schedules
 from rlbench.core.costmodel.contention import predict_contended
@@ -21,7 +22,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
 
     Each is predicted from the sync cell with the same switches and workload (its own measured
     device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its
-    workload), so they stand beside the summary's speedup column."""
+    workload), so they stand beside the summary's speedup column. measured_low / _high: the measured
+    speedup's 95% interval from the per-iteration ratios (bench/analysis/intervals.py)."""
     rows = []
     for c in run.cells:
         sync = sync_twin(run, c)
@@ -31,7 +33,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
         r, t = _split(c)
         row = {"cell": c.name, "predicted_from": sync.name, "overlap": _overlap(c), "rollout_devices": r,
                "train_devices": t, "rollout_share_of_sync": None,
-               "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()), "predicted_speedup": None, "error_pct": None,
+               "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()),
+               **intervals.columns(intervals.paired(c, ref), "measured"), "predicted_speedup": None, "error_pct": None,
                "predicted_with_contention": None, "contention_kappa": None, "contention_kappa_decode": None,
                "kappa_source": None}
         try:
@@ -52,9 +55,12 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
                            contention_kappa_decode=k[0] if isinstance(k, tuple) else None)
         rows.append(row)
     cols = ["cell", "predicted_from", "overlap", "rollout_devices", "train_devices", "rollout_share_of_sync",
-            "measured_speedup", "predicted_speedup", "error_pct", "predicted_with_contention", "contention_kappa",
+            "measured_speedup", *INTERVAL, "predicted_speedup", "error_pct", "predicted_with_contention", "contention_kappa",
             "contention_kappa_decode", "kappa_source"]
     return pd.DataFrame(rows, columns=cols)
+
+
+INTERVAL = list(intervals.columns(intervals.Ratio(None), "measured"))  # measured_low, _high, _n, _basis
 
 
 def attribution(sp: pd.DataFrame) -> list[dict]:
@@ -71,7 +77,8 @@ def attribution(sp: pd.DataFrame) -> list[dict]:
                         "split_measured": b["measured_speedup"], "split_predicted": b["predicted_speedup"],
                         "overlap_measured": schema.ratio(a["measured_speedup"], b["measured_speedup"]),
                         "overlap_predicted": schema.ratio(a["predicted_speedup"], b["predicted_speedup"]),
-                        "total_measured": a["measured_speedup"], "total_predicted": a["predicted_speedup"]})
+                        "total_measured": a["measured_speedup"], "total_predicted": a["predicted_speedup"],
+                        "total": intervals.from_columns(a, "measured_speedup", "measured")})
     return out
 
 
@@ -87,18 +94,29 @@ def _model(c: CellData) -> str | None:
 
 def sync_twin(run: RunData, cell: CellData) -> CellData | None:
     """The sync cell of the same workload with the same optimisation switches, else that workload's first
-    sync cell."""
+    sync cell; of those, one that took turns with the cell (run.interleave_pairs' turn group) first."""
     syncs = [s for s in run.cells if colocated(s) and s.iterations
              and s.switches.get("workload") == cell.switches.get("workload")]
     same = [s for s in syncs if all(s.switches.get(k) == cell.switches.get(k)
                                     for k in ("tri_model", "shared_prompt"))]
-    return (same or syncs or [None])[0]
+    return (_same_group(same, cell) or same or _same_group(syncs, cell) or syncs or [None])[0]
 
 
 def reference_of(run: RunData, cell: CellData) -> CellData:
-    """The cell a speedup is relative to: the first cell of the same workload (regime sweeps), else the first."""
+    """The cell a speedup is relative to: the first cell of the same turn group (run.interleave_pairs: the
+    reference run beside this cell), else of the same workload (regime sweeps), else the first."""
     same = [c for c in run.cells if c.switches.get("workload") == cell.switches.get("workload")]
-    return (same or run.cells)[0]
+    return (_same_group(same, cell) or same or run.cells)[0]
+
+
+def turn_group(c: CellData) -> str | None:
+    """The turn group the cell ran in (run.interleave_pairs), or None."""
+    return get_path(c.result, "config.run.turn_group")
+
+
+def _same_group(cells: list[CellData], cell: CellData) -> list[CellData]:
+    group = turn_group(cell)
+    return [c for c in cells if group is not None and turn_group(c) == group]
 
 
 def _overlap(c: CellData) -> bool:

@@ -1,35 +1,31 @@
 """The verdict: what a run answers, the first thing its reader sees (terminal, summary.md, report.html).
 
 Per periodic-async cell beside its sync twin (speedup.speedup_frame): the measured and predicted speedup,
-whether periodic asynchrony wins, loses or is about even, sync's rollout share and, where a barrier cell
-ran, the two factors the speedup multiplies to (device split x overlap, speedup.attribution). Where the run
-has a regime map or a families ladder, what would change the answer: the map's crossover (regime.verdict)
-or the first rung of the ladder that pays. Computed here; reports/verdict_text.py renders it.
+the measured one's 95% interval and from it whether periodic asynchrony wins, loses or is even
+(bench/analysis/intervals.py), sync's rollout share and, where a barrier cell ran, the two factors the
+speedup multiplies to (device split x overlap, speedup.attribution). Where the run has a regime map or a
+families ladder, what would change the answer: the map's crossover with its range (regime.verdict) or the
+first rung of the ladder that pays by its interval. Computed here; reports/verdict_text.py renders it.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # import-light: `rlbench --help` reads EVEN (reports/glossary.py)
+from rlbench.analysis import intervals
+from rlbench.analysis.intervals import Ratio
+
+if TYPE_CHECKING:  # import-light
     import pandas as pd
     from rlbench.analysis.regime import MapVerdict
-
-EVEN = 0.02  # a speedup within 1 ± EVEN is "about even": closer to sync than two runs of one cell usually are
-
-
-def outcome(speedup) -> str | None:
-    """"wins", "loses" or "about even" for a speedup over sync; None where nothing was measured."""
-    if _missing(speedup):
-        return None
-    return "about even" if abs(speedup - 1.0) <= EVEN else "wins" if speedup > 1.0 else "loses"
 
 
 @dataclass(frozen=True)
 class Comparison:
     """One periodic-async cell against its sync twin; split and overlap only where a barrier cell ran
-    (split: barrier / sync, overlap: async / barrier, measured; split x overlap = measured)."""
+    (split: barrier / sync, overlap: async / barrier, measured; split x overlap = measured). interval: the
+    measured speedup's (its value is `measured`)."""
     async_cell: str
     sync_cell: str
     measured: float | None
@@ -38,25 +34,31 @@ class Comparison:
     barrier: str | None = None
     split: float | None = None
     overlap: float | None = None
+    interval: Ratio = field(default_factory=lambda: Ratio(None))
 
     @property
     def outcome(self) -> str | None:
-        return outcome(self.measured)
+        return intervals.outcome(self.measured, self.interval.low, self.interval.high)
 
 
 @dataclass(frozen=True)
 class Rung:
-    """A rung of the families ladder, its speedup over sync measured and predicted."""
+    """A rung of the families ladder, its speedup over sync measured (with its interval) and predicted."""
     cell: str
     adds: str
     speedup: float | None
     predicted: float | None
+    interval: Ratio = field(default_factory=lambda: Ratio(None))
+
+    @property
+    def outcome(self) -> str | None:
+        return intervals.outcome(self.speedup, self.interval.low, self.interval.high)
 
 
 @dataclass(frozen=True)
 class LadderAnswer:
-    """first_paying: the first rung whose measured speedup over sync wins (None: no rung does); best: the
-    rung with the highest measured speedup."""
+    """first_paying: the first rung whose speedup over sync wins by its interval (None: no rung does);
+    best: the rung with the highest measured speedup."""
     first_paying: Rung | None
     best: Rung | None
 
@@ -80,7 +82,8 @@ def comparisons(sp: pd.DataFrame, attribution: list[dict]) -> list[Comparison]:
         a = by_async.get(r["cell"], {})
         out.append(Comparison(r["cell"], r["predicted_from"], _value(r["measured_speedup"]),
                               _value(r["predicted_speedup"]), _value(r["rollout_share_of_sync"]),
-                              a.get("barrier"), _value(a.get("split_measured")), _value(a.get("overlap_measured"))))
+                              a.get("barrier"), _value(a.get("split_measured")), _value(a.get("overlap_measured")),
+                              intervals.from_columns(r, "measured_speedup", "measured")))
     return out
 
 
@@ -88,10 +91,11 @@ def ladder_answer(frame: pd.DataFrame | None) -> LadderAnswer | None:
     """The families ladder (ladder.ladder_frame) read for its answer: which rung first pays, which pays most."""
     if frame is None or not len(frame):
         return None
-    rungs = [Rung(r["cell"], r["adds"], _value(r["speedup"]), _value(r["predicted_speedup"]))
+    rungs = [Rung(r["cell"], r["adds"], _value(r["speedup"]), _value(r["predicted_speedup"]),
+                  intervals.from_columns(r, "speedup", "speedup"))
              for r in frame.to_dict("records")[1:]]  # the first rung is sync itself
     measured = [r for r in rungs if r.speedup is not None]
-    paying = [r for r in measured if outcome(r.speedup) == "wins"]
+    paying = [r for r in measured if r.outcome == intervals.WINS]
     return LadderAnswer(paying[0] if paying else None, max(measured, key=lambda r: r.speedup, default=None))
 
 

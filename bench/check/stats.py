@@ -3,8 +3,9 @@ beyond the noise this machine was measured to have (bench/baselines/README.md, "
 
 A metric's samples are per-iteration log-ratios x_k (bench/check/metrics.py). Its statistic is their
 20%-trimmed mean (robust to a stray iteration, nearly as efficient as the mean), with the
-Tukey-McLaughlin standard error. Per-iteration noise is not the whole story: a run also varies as a
-whole (what else the machine does while it runs), so a baseline calibrated from R unchanged runs
+Tukey-McLaughlin standard error (bench/core/stats.py, which every verdict of a run uses too).
+Per-iteration noise is not the whole story: a run also varies as a whole (what else the machine does
+while it runs), so a baseline calibrated from R unchanged runs
 (`calibrate`) stores, per metric, the run-level spread `run_sd` beyond the within-run error and the
 standard error `se` of its value (the mean over the runs). The change of a run against the baseline
 is d = stat(run) - log(baseline value), with standard error sqrt(se_run^2 + run_sd^2 + se^2); it is a
@@ -17,9 +18,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats as scipy_stats
 
-TRIM = 0.2
+from rlbench.core.stats import TRIM, t_quantile, trimmed  # noqa: F401 (this module's API: ab.py, calibrate)
+
 # z = 2.5 one-sided (stored-baseline checks, `--baseline`): a false alarm per metric of 0.6% were the
 # errors exact; what counts is measured. The last study (9 unchanged runs, bench/baselines/README.md)
 # flagged 0/9 real held-out runs but 13.2% of resampled pseudo-runs (an upper estimate); z = 3 halved
@@ -27,32 +28,6 @@ TRIM = 0.2
 # statistics of its own, measured separately.
 DEFAULTS = {"statistic": f"{TRIM:.0%}-trimmed mean of per-iteration log-ratios", "z": 2.5, "inflation": 1.0,
             "runs": 1}
-
-
-def trimmed(x) -> tuple[float, float]:
-    """(20%-trimmed mean, its standard error) of x; se is inf with fewer than 3 values. The mean is
-    scipy.stats.trim_mean; the error is Tukey-McLaughlin's, from the winsorized standard deviation over
-    (1 - 2g/n) sqrt(n) with g = floor(0.2 n) values cut at each end (scipy.stats.mstats.trimmed_stde divides
-    by (1 - 0.4) whatever n, which is not the trimmed fraction when 0.2 n is not whole)."""
-    x = np.sort(np.asarray(x, dtype=float))
-    n = len(x)
-    if n == 0:
-        return float("nan"), float("inf")
-    mean = float(scipy_stats.trim_mean(x, TRIM))
-    if n < 3:
-        return mean, float("inf")
-    g = int(math.floor(TRIM * n))
-    w = np.clip(x, x[g], x[n - 1 - g])  # winsorized
-    se = float(np.std(w, ddof=1) / ((1 - 2 * g / n) * math.sqrt(n)))
-    return mean, se
-
-
-def t_quantile(z: float, df: float) -> float:
-    """Student-t critical value with the same one-sided tail as the normal z (scipy.stats.t): a verdict over
-    few iterations needs a wider bar than z standard errors."""
-    if not math.isfinite(df) or df <= 0:
-        return float("inf") if df <= 0 else z
-    return float(scipy_stats.t.ppf(scipy_stats.norm.cdf(z), df))
 
 
 def change(base: dict, cur: dict, stats: dict) -> tuple[float, float]:

@@ -275,6 +275,15 @@ class RunSection(Section):
                              "drift hits every cell alike and `rlbench check` can pair their iterations. A "
                              "schedule whose rollout runs ahead holds its rollout workers during the other cells' "
                              "turns (docs/metrics.md).")
+    interleave_pairs: bool = Field(
+        False, description="Ablations: run.interleave, in pairs: the first (reference) cell takes turns with one "
+        "other cell at a time instead of all cells at once, and runs once beside each other cell (named "
+        "<reference>@<other>); the pairs run one after another. Every ratio to the reference still comes from "
+        "one machine state, with two cells' processes alive at once (for models whose cells would not fit in "
+        "memory together).")
+    turn_group: str | None = Field(None, description="Set by run.interleave_pairs: the cells of one turn group "
+                                   "take turns together, the groups one after another; reports compare a cell "
+                                   "with the reference of its group.")
     logger: list[str] = Field(
         [], description="Per-iteration curves besides the result files (`rlbench run --logger`): tensorboard "
         "(<run folder>/tensorboard/<cell>), wandb (Weights & Biases in offline mode, <run folder>/wandb/<cell>), "

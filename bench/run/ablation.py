@@ -103,7 +103,8 @@ def help_text() -> str:
 SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "shared_prompt": "engine.shared_prompt",
                "shared_prompt_impl": "engine.shared_prompt_impl", "ppo_mini_batches": "train.ppo_mini_batches",
               **schedules.option_keys()}
-NOT_CONFIG = {"framework"}  # switches that are no config key: which framework runs the cell (bench/analysis/peers.py)
+# switches that are no config key: which framework runs the cell and its own settings (bench/analysis/peers.py)
+NOT_CONFIG = {"framework", "framework_options"}
 # Settings every cell of an ablation shares, laid under the user's --set (the cells still differ only in
 # their switches).
 SHARED = {"peers": peers.BASE}
@@ -128,8 +129,22 @@ def cells_for(name: str, base: RunConfig, overrides: dict | None = None) -> list
     if name not in ABLATIONS:
         raise UserError(f"--ablation {name!r}: allowed: {', '.join(['none', *ABLATIONS])}")
     shared = merge_trees(SHARED[name], overrides or {}) if name in SHARED else {}
-    return [(cell, with_overrides(base, merge_trees(shared, _overrides({**off_values(name), **sw}, overrides or {}))))
-            for cell, sw in ABLATIONS[name]]
+    cells = [(cell, with_overrides(base, merge_trees(shared, _overrides({**off_values(name), **sw}, overrides or {}))))
+             for cell, sw in ABLATIONS[name]]
+    return in_pairs(cells) if cells[0][1].run.interleave_pairs else cells
+
+
+def in_pairs(cells: list[tuple[str, RunConfig]]) -> list[tuple[str, RunConfig]]:
+    """run.interleave_pairs: the reference cell beside each other cell in turn, [(ref@other, ref), (other,
+    other)] for each, every pair its own turn group (run.turn_group: the other cell's name)."""
+    (ref, ref_cfg), others = cells[0], cells[1:]
+    if not others:
+        raise UserError("run.interleave_pairs: the ablation has one cell, nothing to pair the reference with")
+    out = []
+    for name, cfg in others:
+        group = {"run": {"turn_group": name, "interleave": True}}
+        out += [(f"{ref}@{name}", with_overrides(ref_cfg, group)), (name, with_overrides(cfg, group))]
+    return out
 
 
 def _overrides(switches: dict, user: dict) -> dict:
@@ -256,15 +271,17 @@ def calibrate_contention(name: str, base, run_dir: Path) -> None:
 
 
 def turn_groups(todo: list, shared_ring: bool) -> list[list]:
-    """The cells that take turns together: the cells of one workload (a regime point, per seed) when the
-    cells have workloads, so a point's sync, barrier and periodic-async see the same machine iteration by
-    iteration while the points run one after the other (24 cells at once would not fit in memory);
-    otherwise, or in a ring shared with another tree (`check --against`), all of them."""
-    if shared_ring or not any(cfg.run.workload for _, (_, cfg, _) in todo):
+    """The cells that take turns together: the cells of one turn group (run.interleave_pairs: the reference
+    and one other cell, per seed) or of one workload (a regime point, per seed), so a point's sync, barrier
+    and periodic-async see the same machine iteration by iteration while the groups run one after the other
+    (24 cells, or a large model's cells, at once would not fit in memory); otherwise, or in a ring shared
+    with another tree (`check --against`), all of them."""
+    key = lambda cfg: cfg.run.turn_group or cfg.run.workload
+    if shared_ring or not any(key(cfg) for _, (_, cfg, _) in todo):
         return [todo]
     groups: dict = {}
     for entry, (cell, cfg, seed) in todo:
-        groups.setdefault((cfg.run.workload, seed), []).append((entry, (cell, cfg, seed)))
+        groups.setdefault((key(cfg), seed), []).append((entry, (cell, cfg, seed)))
     return list(groups.values())
 
 

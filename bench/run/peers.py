@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlbench.analysis.peers import framework_of
+from rlbench.analysis.peers import framework_of, framework_options
 
 FRAMEWORKS = {"trl": "rlbench.engines.external.trl.adapter:run_trl"}
 
@@ -25,4 +25,5 @@ def run_framework_cell(framework: str, cfg, folder: Path, name: str, progress: b
     import importlib
 
     module, fn = FRAMEWORKS[framework].split(":")
-    return getattr(importlib.import_module(module), fn)(cfg, folder, name=name, pacer=pacer, progress=progress)
+    return getattr(importlib.import_module(module), fn)(cfg, folder, name=name, pacer=pacer, progress=progress,
+                                                        options=framework_options(name))

@@ -35,9 +35,11 @@ class _Alone:
     def leave(self, wait_for_others=False): pass
 
 
-def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool = False) -> dict:
+def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool = False,
+            options: dict | None = None) -> dict:
     """TRL's GRPO on cfg's workload, one pinned rank per device; writes out_dir's result files and returns
-    results.json's dict. pacer (bench/run/interleave.py Pacer): the cell's turns, when it takes them.
+    results.json's dict. pacer (bench/run/interleave.py Pacer): the cell's turns, when it takes them;
+    options: TRL's own settings the cell varies (settings.TrlOptions, e.g. continuous_batching).
     Raises UserError (exit 2) before anything runs when TRL is missing or cannot run the config, and
     WorkerError (exit 3) when a rank fails."""
     from rlbench.core.devices import device as dev
@@ -46,12 +48,13 @@ def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool =
     require_trl()
     world = cfg.engine.num_devices
     settings.check(cfg, world)
+    opts = settings.TrlOptions(**(options or {}))
     if world > dev.available("cpu"):
         raise UserError(f"--engine trl: {world} devices (engine.rollout_devices + engine.train_devices) but this "
                         f"machine has {dev.available('cpu')} cores")
     pacer = pacer or _Alone()
     pacer.setup()
-    run = TrlRun(cfg, Path(out_dir).resolve(), name, world)
+    run = TrlRun(cfg, Path(out_dir).resolve(), name, world, opts)
     try:
         run.start(pacer)
         run.wait(progress)
@@ -70,10 +73,10 @@ def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool =
 class TrlRun:
     """One TRL cell while it runs: its ranks, its status, and its result files."""
 
-    def __init__(self, cfg, out: Path, name: str, world: int):
+    def __init__(self, cfg, out: Path, name: str, world: int, options):
         from rlbench.core.record.stages import now
 
-        self.cfg, self.out, self.name, self.world = cfg, out, name, world
+        self.cfg, self.out, self.name, self.world, self.options = cfg, out, name, world, options
         self.folder = out / "trl"  # the ranks' own files (files.py) and logs
         self.folder.mkdir(parents=True, exist_ok=True)
         self.t0 = now()
@@ -91,7 +94,8 @@ class TrlRun:
         self.model_dir = export_policy(self.cfg, load_dataset(self.cfg.data, self.cfg.run.seed))
         self.gate = GateServer(pacer)
         spec = {"config": self.cfg.model_dump(mode="json"), "world": self.world, "model_dir": str(self.model_dir),
-                "folder": str(self.folder), "t0": self.t0, "gate": list(self.gate.child_fds)}
+                "folder": str(self.folder), "t0": self.t0, "gate": list(self.gate.child_fds),
+                "options": self.options.as_dict()}
         spec_path = self.folder / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
         self.procs = start_ranks(spec_path, self.world, self.folder, self.gate.child_fds)

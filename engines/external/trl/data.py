@@ -34,3 +34,15 @@ def strict_gsm8k(completions, answer, **_) -> list[float]:
     from rlbench.engines.data.reward import gsm8k_reward
 
     return [gsm8k_reward(completion_text(c), a) for c, a in zip(completions, answer)]
+
+
+def longest_prompt(tok, rows: list[dict]) -> int:
+    """The longest prompt of the rows in tokens, as TRL will encode it (the chat template applied to a
+    conversational prompt, with the assistant's turn opened)."""
+    def length(prompt) -> int:
+        if isinstance(prompt, str):
+            return len(tok(prompt)["input_ids"])
+        ids = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    return max((length(r["prompt"]) for r in rows), default=0)

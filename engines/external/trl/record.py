@@ -19,10 +19,11 @@ def placement(world: int):
     return Placement(slots, world, "cpu")
 
 
-def switches(cfg) -> dict:
-    """What results.json records the cell as: TRL's engine, on-policy or with several steps per generation."""
+def switches(cfg, options) -> dict:
+    """What results.json records the cell as: TRL's engine, on-policy or with several steps per generation,
+    and TRL's own settings the cell varies (settings.TrlOptions)."""
     return {"engine": "trl", "schedule": "trl", "tri_model": False, "shared_prompt": False,
-            "steps_per_generation": cfg.train.ppo_mini_batches}
+            "steps_per_generation": cfg.train.ppo_mini_batches, **options.as_dict()}
 
 
 def provenance(obs0: dict | None) -> dict:
@@ -46,7 +47,7 @@ def _version(pkg: str) -> str | None:
 def cell_results(run) -> tuple[dict, dict]:
     """results.json's dict for a TrlRun (adapter.py), at whatever point it stopped, and the JSONL streams
     beside it (events, samples: every rank's)."""
-    from rlbench.engines.external.trl import results, settings
+    from rlbench.engines.external.trl import cost_settings, results, settings
 
     raw = results.read(run.folder, run.world)
     iters = results.iterations(run.cfg, raw, run.world)
@@ -54,15 +55,20 @@ def cell_results(run) -> tuple[dict, dict]:
     plan.observed = {s.worker: o for s, o in zip(plan.slots, raw["observed"]) if o is not None}
     status, error = _status(run, plan, len(iters))
     obs0 = raw["observed"][0] or {}
+    differences = settings.differences(run.cfg, run.options)
+    costs = cost_settings.compare(obs0["trl_args"], obs0.get("model_facts") or {}, run.cfg,
+                                  [d["setting"] for d in differences]) if obs0.get("trl_args") else []
+    warnings = results.token_warnings(iters) + [f"a cost setting differs from rlbench's and is not among the "
+                                                f"listed differences: {u}" for u in cost_settings.unlisted(costs)]
     res = metrics.cell_result(
-        cell=run.name, switches=switches(run.cfg), config=run.cfg.model_dump(mode="json"),
+        cell=run.name, switches=switches(run.cfg, run.options), config=run.cfg.model_dump(mode="json"),
         provenance=provenance(obs0), status=status, error=error,
         model={"kind": run.cfg.model.kind, "path": run.cfg.model.path, "exported": str(run.model_dir),
                "parameters": obs0.get("parameters"), "shape": obs0.get("shape")},
         iterations=iters, evals=raw["evals"], placement=plan.records(), devices=run.world,
-        wall_s_total=sum(it["wall_s"] for it in iters), clock_t0=run.t0, warnings=results.token_warnings(iters),
-        external={"framework": "trl", "differences": settings.differences(run.cfg),
-                  "grpo_config": settings.grpo_kwargs(run.cfg, run.world, str(run.folder / "output")),
+        wall_s_total=sum(it["wall_s"] for it in iters), clock_t0=run.t0, warnings=warnings,
+        external={"framework": "trl", "options": run.options.as_dict(), "differences": differences,
+                  "cost_settings": costs, "trl_args": obs0.get("trl_args"), "model_facts": obs0.get("model_facts"),
                   "ranks_folder": str(run.folder), "session": os.getsid(0)})
     samples = [row for it in iters for row in results.numbered([s for s in raw["samples"]
                                                                 if s["iteration"] == it["iteration"]])]

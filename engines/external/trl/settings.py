@@ -19,17 +19,22 @@ Settings made equal, and how (tests/test_trl_loss.py checks the loss and gradien
     for A < 0, max(r, clip(r)) capped at delta is min(loss, -A c) of VERL (for A > 0 the cap never binds
     because delta > 1 + epsilon);
   - precision: the weights in model.dtype, no autocast (GRPOConfig's default is bf16=True);
+  - what an iteration costs (cost_settings.py checks every one against rlbench's, from the arguments TRL
+    resolved): no activation (gradient) checkpointing, which GRPOConfig turns on by default and rlbench's
+    trainer never does (recomputing every layer's forward in the backward costs about a fifth of the
+    update); no torch.compile, no Liger kernels, as rlbench; one generation of the whole iteration;
   - optimizer: AdamW (torch), lr, betas, eps 1e-8, weight decay, grad-norm clip, constant schedule, no
     warm-up; sampling: temperature (also in the log-probs), top_p, top_k off; the seed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from rlbench.core.components import evaluation_backend
 from rlbench.core.errors import UserError
 
 TRL_ADV_EPS = 1e-4  # trl/trainer/grpo_trainer.py: advantages / (std_rewards + 1e-4)
+CB_PAGE = 256  # tokens per page of continuous batching's KV cache (transformers' default page_size)
 DDP_TIMEOUT_S = 7200  # a rank waits at the step barrier while other cells take their turns (run.interleave)
 
 
@@ -43,13 +48,35 @@ class Difference:
     why: str
 
 
+@dataclass(frozen=True)
+class TrlOptions:
+    """TRL's own settings that a cell of `--ablation peers` varies (no rlbench config key: rlbench's sampler
+    always batches continuously)."""
+
+    continuous_batching: bool = False  # use_transformers_continuous_batching: transformers' paged generate_batch
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+SAMPLING = "sampling"  # the Difference that says how each engine generates (cost_settings.py names it)
+_SAME_DISTRIBUTION = ("each engine's own generation is what is measured; same temperature, top_p and cap, so the "
+                      "same distribution, not the same samples")
+PADDED_GENERATE = Difference(
+    SAMPLING, "built-in KV-cache sampler, continuous batching (rollout.max_num_seqs in flight), one RNG stream "
+    "per (seed, iteration, prompt, sample)", "model.generate on the rank's whole generation batch, left-padded, "
+    "until every sequence ends (use_transformers_continuous_batching off, TRL's default); torch's global RNG "
+    "seeded per rank", _SAME_DISTRIBUTION)
+CONTINUOUS_GENERATE = Difference(
+    SAMPLING, "built-in KV-cache sampler, continuous batching (rollout.max_num_seqs in flight), one RNG stream "
+    "per (seed, iteration, prompt, sample)", "transformers' continuous batching (generate_batch: a paged KV "
+    "cache sized for the rank's generation batch, at most rollout.max_num_seqs requests per step), its own "
+    "random seed per call", _SAME_DISTRIBUTION)
 DIFFERENCES: tuple[Difference, ...] = (
-    Difference("sampling", "built-in KV-cache sampler, continuous batching (rollout.max_num_seqs in flight), "
-               "one RNG stream per (seed, iteration, prompt, sample)",
-               "model.generate on the rank's whole generation batch, left-padded, until every sequence ends; "
-               "torch's global RNG seeded per rank",
-               "each engine's own generation is what is measured; same temperature, top_p and cap, so the same "
-               "distribution, not the same samples"),
+    Difference("padding in training", "a micro-batch's rows padded to its group's longest response (its "
+               "prompt is the group's one prompt)", "every micro-batch padded to the longest prompt (left) and "
+               "completion (right) of the rank's generation batch", "each engine's own batching; padding "
+               "tokens carry no loss, so the same loss (tests/test_trl_loss.py), different cost"),
     Difference("old log-probs (on-policy)", "a separate forward pass (old_logprob stage; engine.tri_model "
                "skips it)", "skipped: ratio against the detached policy log-probs",
                "TRL's design; equal values (the same weights), different cost"),
@@ -114,12 +141,18 @@ def _value(cfg, dotted: str):
     return getattr(getattr(cfg, section), key)
 
 
-def grpo_kwargs(cfg, world: int, output_dir: str) -> dict:
-    """GRPOConfig's keyword arguments for cfg on `world` data-parallel CPU ranks (check() passed)."""
+def grpo_kwargs(cfg, world: int, output_dir: str, options: TrlOptions = TrlOptions(),
+                longest_prompt: int = CB_PAGE) -> dict:
+    """GRPOConfig's keyword arguments for cfg on `world` data-parallel CPU ranks (check() passed);
+    longest_prompt: the longest prompt of the run in tokens (sizes continuous batching's KV cache)."""
     t, r, run = cfg.train, cfg.rollout, cfg.run
     n = mini_batches(cfg)
     accumulation = cfg.batch_size // (world * t.micro_batch_size * n)
     return dict(
+        # what an iteration costs, as rlbench's (cost_settings.py): GRPOConfig checkpoints activations by
+        # default; transformers 5 names it activation_checkpointing (gradient_checkpointing: its alias)
+        activation_checkpointing=False, torch_compile=False, use_liger_kernel=False,
+        **generation(cfg, world, options, longest_prompt),
         output_dir=output_dir, use_cpu=True, seed=run.seed, data_seed=run.seed, report_to="none",
         save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
         ddp_timeout=DDP_TIMEOUT_S, ddp_find_unused_parameters=False,
@@ -143,9 +176,25 @@ def grpo_kwargs(cfg, world: int, output_dir: str) -> dict:
     )
 
 
-def differences(cfg) -> list[dict]:
+def generation(cfg, world: int, options: TrlOptions, longest_prompt: int) -> dict:
+    """GRPOConfig's generation path: model.generate (TRL's default), or transformers' continuous batching
+    with its paged KV cache sized for what a rank generates. Left to itself, generate_batch sizes the cache
+    from half the free memory (on CPU: the machine's RAM), which took minutes to allocate here and would take
+    memory from every other process on the machine."""
+    if not options.continuous_batching:
+        return {"use_transformers_continuous_batching": False}
+    per_rank = cfg.batch_size // world
+    in_flight = min(cfg.rollout.max_num_seqs, per_rank)  # as rlbench's sampler: rollout.max_num_seqs at most
+    pages = -(-(longest_prompt + cfg.rollout.max_new_tokens) // CB_PAGE)  # a sequence's pages, rounded up
+    return {"use_transformers_continuous_batching": True, "transformers_continuous_batching_config": {
+        "page_size": CB_PAGE, "num_blocks": per_rank * pages, "max_requests_per_batch": in_flight,
+        "max_batch_tokens": in_flight * longest_prompt}}  # every sequence in flight prefilled in one step
+
+
+def differences(cfg, options: TrlOptions = TrlOptions()) -> list[dict]:
     """The settings that differ for this config (results.json external.differences)."""
-    out = [d.__dict__ for d in DIFFERENCES]
+    sampling = CONTINUOUS_GENERATE if options.continuous_batching else PADDED_GENERATE
+    out = [d.__dict__ for d in (sampling, *DIFFERENCES)]
     if cfg.train.adv_eps != TRL_ADV_EPS:
         out.append(Difference("advantage epsilon (this run)", f"train.adv_eps={cfg.train.adv_eps}",
                               f"{TRL_ADV_EPS}", "set train.adv_eps=1e-4 for equal advantages").__dict__)

@@ -3,7 +3,9 @@
 `TimedGRPOTrainer` is TRL's GRPOTrainer with five methods wrapped, nothing else changed; each wrapper
 calls TRL's own method inside a stage (or notes a sample fact) and returns its result:
 
-    _generate_single_turn               -> rollout       (model.generate on the rank's generation batch)
+    _generate_single_turn               -> rollout       (model.generate on the rank's generation batch, or
+                                                          continuous batching's generate_batch: its CPU
+                                                          seconds the process's, as it generates on a thread)
     the reward function                 -> reward        (rlbench's strict rule, data.py)
     _get_per_token_logps_and_entropies  -> ref_logprob   (the reference model)
                                            old_logprob   (the policy without grad: off-policy steps only)
@@ -72,9 +74,18 @@ class StepClock:
     # ------------------------------------------------------------- inside a step (the trainer's)
 
     @contextlib.contextmanager
-    def stage(self, stage: Stage):
-        with self.rec.stage(stage, self.k):
+    def stage(self, stage: Stage, whole_process: bool = False):
+        """A stage on rlbench's timer. whole_process: its CPU seconds are the process's, not this thread's
+        (transformers' continuous batching generates on a thread of its own while this one waits)."""
+        if not whole_process:
+            with self.rec.stage(stage, self.k):
+                yield
+            return
+        start, cpu = now(), time.process_time()
+        try:
             yield
+        finally:
+            self.rec.add(stage, self.k, start, now(), time.process_time() - cpu)
 
     def rewards(self, fn):
         """The reward function TRL calls, timed as `reward`; remembers each sample's reward and prompt."""
@@ -126,7 +137,7 @@ def timed_trainer(clock: StepClock):
 
     class TimedGRPOTrainer(GRPOTrainer):
         def _generate_single_turn(self, *args, **kwargs):
-            with clock.stage(Stage.ROLLOUT):
+            with clock.stage(Stage.ROLLOUT, whole_process=self.use_transformers_continuous_batching):
                 return super()._generate_single_turn(*args, **kwargs)
 
         def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):

@@ -38,7 +38,7 @@ def train(spec: dict, rank: int) -> None:
     out = RankFiles(Path(spec["folder"]), rank)
     dataset = load_dataset(cfg.data, cfg.run.seed)
     trainer, clock = build(spec, cfg, dataset, rank, out)
-    out.observed(observation(trainer.model, rank))
+    out.observed(observation(trainer, rank))
     if rank == 0:
         clock.evaluate(0)
         clock.gate.ready()
@@ -62,7 +62,7 @@ def build(spec: dict, cfg, dataset, rank: int, out):
     from trl import GRPOConfig
 
     from rlbench.engines.external.trl import settings
-    from rlbench.engines.external.trl.data import strict_gsm8k, train_rows
+    from rlbench.engines.external.trl.data import longest_prompt, strict_gsm8k, train_rows
     from rlbench.engines.external.trl.export import load_tokenizer, rlbench_tokenizer
     from rlbench.engines.external.trl.gate import RankGate
     from rlbench.engines.external.trl.timing import StepClock, step_callback, timed_trainer
@@ -71,14 +71,16 @@ def build(spec: dict, cfg, dataset, rank: int, out):
     model_dir = Path(spec["model_dir"])
     tok, rtok = load_tokenizer(model_dir, cfg), rlbench_tokenizer(model_dir, cfg)
     chat = bool(getattr(rtok, "use_chat_template", False))  # rlbench's rule: the template where there is one
-    args = GRPOConfig(**settings.grpo_kwargs(cfg, spec["world"], str(Path(spec["folder"]) / "output")))
+    rows = train_rows(cfg, dataset, chat)
+    args = GRPOConfig(**settings.grpo_kwargs(cfg, spec["world"], str(Path(spec["folder"]) / "output"),
+                                             settings.TrlOptions(**spec["options"]), longest_prompt(tok, rows)))
     rec = Recorder(f"{Role.COLOCATED.value}{rank}", spec["t0"], device=torch.device("cpu"), devices=1,
                    sink=out.event)
     gate = RankGate(*spec["gate"]) if rank == 0 else None
     clock = StepClock(rec, out, settings.mini_batches(cfg), gate)
     trainer = timed_trainer(clock)(
         model=str(model_dir), reward_funcs=[clock.rewards(strict_gsm8k)], args=args,
-        train_dataset=Dataset.from_list(train_rows(cfg, dataset, chat)), processing_class=tok,
+        train_dataset=Dataset.from_list(rows), processing_class=tok,
         callbacks=[step_callback(clock)])
     if rank == 0:
         eval_rec = Recorder(Role.EVAL.value, spec["t0"], sink=out.event)
@@ -125,20 +127,25 @@ class Evaluation:
                              lambda: build_model(config, cpu))
 
 
-def observation(model, rank: int) -> dict:
+def observation(trainer, rank: int) -> dict:
     """What this rank was given (checked against the plan by the adapter), with the model's shape, the
-    device and its measured peak on rank 0 (results.json provenance and the per-stage utilisation)."""
+    device and its measured peak on rank 0 (results.json provenance and the per-stage utilisation), and
+    what TRL resolved: its trainer's arguments after it was built, every field, and what its model says
+    about the cost settings (cost_settings.py)."""
     import torch
 
     from rlbench.core.devices import device as dev
     from rlbench.core.devices import peak
     from rlbench.core.results.utilisation import model_shape
+    from rlbench.engines.external.trl.cost_settings import model_facts, resolved_args
 
+    model = trainer.model
     info = {**dev.observe("cpu"), "pid": os.getpid(), "session": os.getsid(0)}  # the run's session (launch.py)
     if rank == 0:
         cpu = torch.device("cpu")
         info.update(shape=model_shape(model), device=dev.describe(cpu), peak=peak.peak(cpu, model.dtype),
-                    parameters=sum(p.numel() for p in model.parameters()))
+                    parameters=sum(p.numel() for p in model.parameters()),
+                    trl_args=resolved_args(trainer.args), model_facts=model_facts(model))
     return info
 
 

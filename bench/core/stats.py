@@ -1,0 +1,60 @@
+"""Statistics of paired ratios, shared by every verdict rlbench states (the run's verdict, regime map,
+families ladder, peers table: bench/analysis/intervals.py) and by `rlbench check` (bench/check/stats.py).
+
+A ratio of two throughputs is judged from its paired samples' logs x_k = log(a_k / b_k): iteration k of
+two cells (the same lengths drawn, and, when the cells take turns, nearly the same machine), or one ratio
+per seed. Their location is the 20%-trimmed mean (robust to a stray iteration, nearly as efficient as the
+mean) with the Tukey-McLaughlin standard error and Student's t on n - 2g - 1 degrees of freedom (g values
+cut at each end), all from scipy.stats.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+TRIM = 0.2
+LEVEL = 0.95  # every interval rlbench states
+
+
+def trimmed(x) -> tuple[float, float]:
+    """(20%-trimmed mean, its standard error) of x; se is inf with fewer than 3 values. The mean is
+    scipy.stats.trim_mean; the error is Tukey-McLaughlin's, from the winsorized standard deviation over
+    (1 - 2g/n) sqrt(n) with g = floor(0.2 n) values cut at each end (scipy.stats.mstats.trimmed_stde divides
+    by (1 - 0.4) whatever n, which is not the trimmed fraction when 0.2 n is not whole)."""
+    x = np.sort(np.asarray(x, dtype=float))
+    n = len(x)
+    if n == 0:
+        return float("nan"), float("inf")
+    mean = float(scipy_stats.trim_mean(x, TRIM))
+    if n < 3:
+        return mean, float("inf")
+    g = int(math.floor(TRIM * n))
+    w = np.clip(x, x[g], x[n - 1 - g])  # winsorized
+    se = float(np.std(w, ddof=1) / ((1 - 2 * g / n) * math.sqrt(n)))
+    return mean, se
+
+
+def t_quantile(z: float, df: float) -> float:
+    """Student-t critical value with the same one-sided tail as the normal z (scipy.stats.t): a verdict over
+    few iterations needs a wider bar than z standard errors."""
+    if not math.isfinite(df) or df <= 0:
+        return float("inf") if df <= 0 else z
+    return float(scipy_stats.t.ppf(scipy_stats.norm.cdf(z), df))
+
+
+def trimmed_df(n: int) -> int:
+    """Degrees of freedom of the trimmed mean of n values (Tukey-McLaughlin): n - 2g - 1."""
+    return n - 2 * int(math.floor(TRIM * n)) - 1
+
+
+def log_ratio_interval(x, level: float = LEVEL) -> tuple[float, float]:
+    """The `level` interval of the typical ratio exp(trimmed mean of x), x being log-ratios, as (low, high)
+    ratios; (0, inf) with fewer than 3 values (nothing can be said)."""
+    x = [v for v in x if v is not None and math.isfinite(v)]
+    d, se = trimmed(x)
+    if not math.isfinite(se):
+        return 0.0, math.inf
+    t = t_quantile(float(scipy_stats.norm.ppf(0.5 + level / 2)), trimmed_df(len(x)))
+    return math.exp(d - t * se), math.exp(d + t * se)
