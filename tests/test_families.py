@@ -3,7 +3,6 @@ factors in the terminal, families.csv and the report, measured and predicted."""
 import json
 import math
 import re
-import statistics
 
 import pandas as pd
 import pytest
@@ -153,20 +152,17 @@ def test_a_pause_between_iterations_changes_no_schedules_tpspd(families_run):
     works during one. Either fault changes TPSPD by a lot: before the window was one, a bounded-staleness
     iteration after the pause was about 1 s longer (0.2x the others' TPSPD: the pause inside its window);
     with its rollout running on through the pause it measured about 4.5x (work done outside every window
-    credited to the next one). Both are asserted from what the run recorded: the window's wall time, and
-    the workers' timed stages (events.jsonl) against the pauses' gaps. A ratio of TPSPDs would be the
-    same statement measured through the machine's noise: with two test processes on two cores, the
-    medians of 3 and 5 iterations of 0.2 s have differed by 2x with nothing wrong. Every registered
+    credited to the next one). Both are asserted from what the run recorded: the gap between the windows
+    around each pause (it holds the whole pause), and the workers' timed stages (events.jsonl) against
+    it. Neither a ratio of TPSPDs nor of window wall times would do: with two test processes on two cores,
+    the medians of 3 and 5 iterations of 0.2 s have differed by 2x with nothing wrong (and a paused
+    iteration's window by 0.57 s in CI). Every registered
     schedule is among the six rungs."""
     _, run_dir = families_run
     seen = set()
     for rung in families.RUNGS:
         res = json.loads((run_dir / rung.cell / schema.RESULTS).read_text())
         seen.add(res["config"]["engine"]["schedule"])
-        its = schema.measured(res["iterations"])
-        after, others = ([it for it in its if (it["iteration"] in PAUSED) == p] for p in (True, False))
-        wall = [statistics.median(it["wall_s"] for it in x) for x in (after, others)]
-        assert wall[0] - wall[1] < PAUSE_S / 2, (rung.cell, wall)  # the pause in a window would add ~PAUSE_S
         events = schema.load_events(run_dir / rung.cell)
         at = {it["iteration"]: it for it in res["iterations"]}
         for k in PAUSED:  # the gap before iteration k holds the pause; only an in-flight step may end in it
