@@ -11,8 +11,10 @@
 # (HEADLINE_SECONDS, default 470), so that one that fails or runs out of time leaves the others' results:
 #   a. rlbench env: peak bf16 matmul and copy bandwidth                    -> env.json
 #   b. the GPU tests (-m gpu), one line each                               -> log.txt
-#   c. decode: the built-in sampler against HF generate at batch 1/8/64    -> micro-decode.json
-#   d. shared-prompt: the packed train step against unpacked               -> micro-packing.json
+#   c. decode: the built-in sampler (eager and CUDA graphs) against HF generate at batch 1/8/64: tok/s,
+#      step time against the bandwidth floor, operators per step                  -> micro-decode.json
+#   d. shared-prompt: each packed layout's train step and forward against unpacked, peak memory, auto's
+#      choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers   -> micro-packing.json
 #   e. the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
 #   f. if time is left: --ablation shared_prompt, then --ablation tri_model at the same shape
 # Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
@@ -57,7 +59,7 @@ else
     DEV=cuda DTYPE=bfloat16 SHAPE=configs/models/qwen2.5-0.5b.json
     RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
     DECODE=(--batches 1,8,64 --new-tokens 128 --prompt-len 64)
-    PACKING=(--P 512 --R 128 --G 8)
+    PACKING=(--shapes 0.5b-p512,0.5b-p2048,7b-layer)   # the 0.5B shape's two prompt lengths, a 7B layer
     MORE=(--set run.iterations=4 --set run.warmup_iterations=1)
 fi
 RUN+=(--no-progress --out "$RUNS")
@@ -89,7 +91,7 @@ step gpu-tests 100 "$PY" -m pytest -q -rA --tb=line -p no:cacheprovider -m gpu \
     tests/test_cuda.py tests/test_device.py tests/test_vllm_backend.py
 step decode 70 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
     "${DECODE[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-decode.json"
-step shared-prompt 80 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
+step shared-prompt 100 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
     --only packing,equivalence "${PACKING[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-packing.json"
 if [ "$DEV" = cuda ]; then
     nvidia-smi dmon -s ut -d 1 > "$OUT/dmon.txt" 2>&1 &
