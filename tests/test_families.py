@@ -170,9 +170,10 @@ def test_a_pause_between_iterations_changes_no_schedules_tpspd(families_run):
             assert end - start >= PAUSE_S, (rung.cell, k, end - start)
             work = sum(max(0.0, min(end, e["end"]) - max(start, e["start"])) for e in events
                        if e["stage"] not in ("paused", "eval"))
-            # measured: 8 ms at most; with the gate left open through the pause, one_step_off's rollout ran
-            # 0.11 s in it (until its staleness bound stopped it)
-            assert work < 0.05 * PAUSE_S, (rung.cell, k, work)
+            # measured: 8 ms at most on a quiet machine, 52 ms at load 4-4.5 (an in-flight step that the load
+            # stretched past the pause's start); with the gate left open through the pause, one_step_off's
+            # rollout ran 0.11 s in it (until its staleness bound stopped it)
+            assert work < 0.08 * PAUSE_S, (rung.cell, k, work)
         held = [e for e in events if e["stage"] == "paused"]
         for it, e in ((it, e) for it in res["iterations"] for e in held):  # no window holds a held gap
             assert min(it["end"], e["end"]) - max(it["start"], e["start"]) < 1e-3, (rung.cell, it["iteration"])
