@@ -155,6 +155,25 @@ def test_the_step_has_fixed_operators_and_no_host_sync():
         assert not {"_local_scalar_dense", "nonzero", "masked_select", "item"} & set(seen[mode, 1])
 
 
+def test_an_eager_step_attends_over_the_window_its_slots_reach_with_the_same_logits():
+    """Eagerly (CPU) a step attends over the cache positions its slots reach, rounded up, not the whole
+    cache: every K/V view it reads is that long, and its logits are those of the whole-cache step (the
+    positions it leaves out are masked there: they weigh exactly zero)."""
+    sampler = BuiltinSampler(tiny(), NO_EOS, max_num_seqs=8)
+    sampler.generate(prompts(4), SamplingParams(n=1, max_new_tokens=200))  # a cache far longer than the prompts
+    prompt = prompts(1)[0].prompt_ids
+    with torch.inference_mode():
+        sampler._ensure_cache(64, 4)
+        sampler._install(0, sampler._prefill(prompt)[0], len(prompt))
+        window = sampler._window(0, 1)
+        assert len(prompt) < window < sampler._cache_len and window % 16 == 0
+        views = sampler._slot_views(0, 1, window)
+        assert {k.shape[2] for k, v in views["kv"]} == {window}
+        windowed = sampler._step_logits(views).clone()
+        whole = sampler._step_logits(sampler._slot_views(0, 1))
+    torch.testing.assert_close(windowed, whole, rtol=1e-5, atol=1e-5)
+
+
 def test_cuda_graphs_true_without_cuda_is_refused(tiny_config_path):
     from rlbench.core.config import load_config
 

@@ -21,6 +21,7 @@ from rlbench.core.devices import device as dev
 from rlbench.engines.rollout.sampling import StepMode, draw, draw_static
 
 MAX_BUCKET = 512  # vLLM's largest capture size by default: larger batches are split into steps of at most this
+WINDOW_ROUND = 16  # an eager step's cache window is a multiple of this: its views are made once per window
 
 
 def batch_buckets(max_num_seqs: int, largest: int = MAX_BUCKET) -> list[int]:
@@ -81,11 +82,11 @@ class StepRunner:
         self._pool = None
 
     def run(self, B: int, mode: StepMode) -> None:
-        """Advance live slots 0..B-1 by one token."""
+        """Advance live slots 0..B-1 by one token (eagerly: over the cache window their positions reach)."""
         for a, b in layout(B, self.buckets, self.slots):
             graph = self._captured.get((a, b, mode))
             if graph is None:
-                self.step(a, b, mode)
+                self.step(a, b, mode, window=not self.graphs)
             else:
                 graph.replay()
                 self.replays += 1
@@ -96,26 +97,37 @@ class DecodeStep:
     `_tok`, `_pos`, `_ngen`, `_limit` [S] long, `_live` [S] bool, `_unif` [S, M] float64, `_out_tok`,
     `_out_lp`, `_out_ver` [S, M], `_version_t` [1] long, `_done`, `_redraw` [S] bool, `_step_logits_buf`."""
 
-    def _slot_views(self, a: int, b: int) -> dict:
-        """The views of slots [a, b) a step reads and writes, made once per range (slicing is an operator
-        each time; `_views` is emptied when a buffer is reallocated)."""
-        v = self._views.get((a, b))
+    def _slot_views(self, a: int, b: int, length: int | None = None) -> dict:
+        """The views of slots [a, b) a step reads and writes, made once per range and cache window (slicing
+        is an operator each time; `_views` is emptied when a buffer is reallocated). length: attend over
+        cache positions [0, length) only (None: the whole cache)."""
+        v = self._views.get((a, b, length))
         if v is None:
-            k = b - a
+            k, L = b - a, length or self._cache_len
             v = {name: getattr(self, "_" + name)[a:b] for name in
                  ("tok", "pos", "ngen", "limit", "live", "done", "redraw", "unif", "out_tok", "out_lp", "out_ver",
                   "rows")}
             v.update(tok_col=v["tok"].view(k, 1), pos_col=v["pos"].view(k, 1), ngen_col=v["ngen"].view(k, 1),
-                     version=self._version_t.expand(k, 1), kv=[(kc[a:b], vc[a:b]) for kc, vc in
+                     version=self._version_t.expand(k, 1), kv=[(kc[a:b, :, :L], vc[a:b, :, :L]) for kc, vc in
                                                                zip(self.k_cache, self.v_cache)],
+                     positions=self._arange[:L],
                      logits=None if self._step_logits_buf is None else self._step_logits_buf[a:b])
-            self._views[(a, b)] = v
+            self._views[(a, b, length)] = v
         return v
 
-    def _step(self, a: int, b: int, mode: StepMode) -> None:
+    def _window(self, a: int, b: int) -> int:
+        """The cache positions slots [a, b) reach, rounded up to WINDOW_ROUND: one value read back from the
+        device (free on CPU, where a step runs eagerly; a captured step attends over the whole cache)."""
+        reach = int(self._slot_views(a, b)["pos"].max()) + 1
+        return min(self._cache_len, -(-reach // WINDOW_ROUND) * WINDOW_ROUND)
+
+    def _step(self, a: int, b: int, mode: StepMode, window: bool = False) -> None:
         """Slots [a, b): feed each one's next token, draw the following one, store it; set `_done[a:b]` for
-        the live slots that finished (and `_redraw[a:b]` where draw_static could not pick the token)."""
-        v = self._slot_views(a, b)
+        the live slots that finished (and `_redraw[a:b]` where draw_static could not pick the token).
+        window: attend over the positions the slots reach (`_window`), not the whole cache: the same
+        tokens (masked positions weigh exactly zero) for attention over ~half the cache on average, where
+        the step runs eagerly; False inside a CUDA graph, whose shapes are fixed at capture."""
+        v = self._slot_views(a, b, self._window(a, b) if window else None)
         logits = self._step_logits(v)  # [k, V] fp32
         live, n, at = v["live"], v["ngen"], v["ngen_col"]  # at: column of this token in the output rows
         tok, lp, redraw = draw_static(logits, v["unif"].gather(1, at)[:, 0], mode)  # the token's own uniform

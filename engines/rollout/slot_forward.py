@@ -54,15 +54,16 @@ class SlotForward:
         """Feed each slot of a range its next token at its own position; -> logits [k, V] fp32.
 
         The decode step's forward (engines/rollout/decode_step.py); v: that range's views (`_slot_views`).
-        Writes the new K/V into the cache and attends over the whole cache length Lc, positions past a
-        slot's own masked, so every shape is fixed by the range and nothing is read back to the host.
+        Writes the new K/V into the cache and attends over the views' cache window (the whole cache length
+        Lc, or a prefix of it every slot's position lies in), positions past a slot's own masked, so every
+        shape is fixed by the range and the window and nothing is read back to the host.
         """
         k, pos = len(v["rows"]), v["pos"]
         x = self.embed(v["tok_col"])  # [k, 1, hidden]
         cos, sin = self._cos[v["pos_col"]], self._sin[v["pos_col"]]  # [k, 1, D]
-        # [k, 1, 1, Lc]: a slot sees its own prefix and token. Additive (0 / -inf) rather than boolean: the
+        # [k, 1, 1, L]: a slot sees its own prefix and token. Additive (0 / -inf) rather than boolean: the
         # same softmax, and CPU SDPA runs ~15% faster with it.
-        mask = torch.where(self._arange <= pos.view(k, 1, 1, 1), *self._mask_values)
+        mask = torch.where(v["positions"] <= pos.view(k, 1, 1, 1), *self._mask_values)
         rep = self.n_heads // self.n_kv
         for layer, kc, vc, (kv, vv) in zip(self.layers, self.k_cache, self.v_cache, v["kv"]):
             q, key, value = layers.attention_inputs(layer, x, cos, sin)  # [k, 1, H or Hkv, D]
