@@ -20,7 +20,7 @@ from rlbench.reports.timeline import plot_timeline
 DPI = 100
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P"]
-# regime*.png are written by reports/regime_plot.py after these; listed so that no stale one survives
+# regime*.png are written by bench/experiments/regime/plot.py after these; listed so that no stale one survives
 PLOT_FILES = ("tpspd.png", "speedup.png", "regime.png", "regime_lengths.png", "stage_breakdown.png", "timeline.png",
               "reward_accuracy.png", "staleness.png")
 

@@ -4,8 +4,9 @@ Per periodic-async cell beside its sync twin (speedup.speedup_frame): the measur
 the measured one's 95% interval and from it whether periodic asynchrony wins, loses or is even
 (bench/analysis/intervals.py), sync's rollout share and, where a barrier cell ran, the two factors the
 speedup multiplies to (device split x overlap, speedup.attribution). Where the run has a regime map or a
-families ladder, what would change the answer: the map's crossover with its range (regime.verdict) or the
-first rung of the ladder that pays by its interval. Computed here; reports/verdict_text.py renders it.
+families ladder, what would change the answer: the map's crossover with its range or the
+first rung of the ladder that pays by its interval (each experiment's analysis, read from the registry:
+bench/core/experiments/). Computed here; reports/verdict_text.py renders it.
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from rlbench.analysis import intervals
 from rlbench.analysis.intervals import Ratio
+from rlbench.core import experiments
 
 if TYPE_CHECKING:  # import-light
     import pandas as pd
-    from rlbench.analysis.regime import MapVerdict
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class LadderAnswer:
 @dataclass(frozen=True)
 class Verdict:
     comparisons: list[Comparison]
-    regime: MapVerdict | None = None  # where the run is a regime map of at least 2 points
+    # experiment name -> what it says would change the answer (a regime map's crossover), where the run is its
+    answers: dict = field(default_factory=dict)
     ladder: LadderAnswer | None = None  # where the run is a families ladder
     fastest: tuple[str, float, str] | None = None  # (cell, speedup, reference) where nothing is compared
 
@@ -121,12 +123,9 @@ def verdict_of(run, sp: pd.DataFrame, summary: pd.DataFrame) -> Verdict:
     """The run's verdict. sp: its speedup_frame, summary: its summary_frame (a multi-seed run: both as
     seeds.cell_summary aggregates them; its regime map is not read, as the report shows the first seed's)."""
     from rlbench.analysis.ladder import ladder_frame
-    from rlbench.analysis.regime import regime_frame, verdict
-    from rlbench.analysis.seeds import is_multi_seed
     from rlbench.analysis.speedup import attribution
 
     compared = comparisons(sp, attribution(sp))
-    regime = None if is_multi_seed(run) else verdict(regime_frame(run, sp))
     first = str(summary["cell"].iloc[0]) if len(summary) else None
-    return Verdict(compared, regime, ladder_answer(ladder_frame(run)),
+    return Verdict(compared, experiments.answers(run, sp), ladder_answer(ladder_frame(run)),
                    None if compared or first is None else fastest(summary, first))
