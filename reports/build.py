@@ -9,7 +9,6 @@ from rlbench.reports.accuracy_plots import CAPTIONS, write_accuracy_plots
 from rlbench.analysis.accuracy_table import write_accuracy_table
 from rlbench.analysis.data import load
 from rlbench.core import experiments
-from rlbench.reports.families_text import families_section
 from rlbench.reports.html import write_html
 from rlbench.reports.peers_text import peers_markdown, peers_section
 from rlbench.reports.plots import write_plots
@@ -47,8 +46,7 @@ def build_report(run_dir, add=()) -> Path:
         shown = run
     plots = write_plots(shown, df, sp)
     # an experiment's section (a regime map, ...), a families ladder or a peer framework beside rlbench: first
-    headline = experiment_section(shown, sp if shown is run else speedup_frame(shown)) or families_section(shown) \
-        or peers_section(shown)
+    headline = experiment_section(shown, sp if shown is run else speedup_frame(shown)) or peers_section(shown)
     peers_md = peers_markdown(shown)
     if peers_md:
         (run.path / "peers.md").write_text(peers_md)

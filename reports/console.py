@@ -15,7 +15,6 @@ from rlbench.analysis.startup import startup_rows
 from rlbench.analysis.verdict import verdict_of
 from rlbench.core import experiments
 from rlbench.reports.accuracy_html import accuracy_text
-from rlbench.reports.families_text import families_brief, families_lines
 from rlbench.reports.glossary import TERMINAL_NOTE
 from rlbench.reports.peers_text import peers_lines
 from rlbench.reports.startup_text import startup_lines
@@ -43,7 +42,7 @@ def _key(run: RunData, df) -> list[str]:
     if is_multi_seed(run):
         lines.append(MULTI_SEED)
     brief = [line for r in experiments.reports() for line in r.brief(run)]
-    return lines + brief + families_brief(run) + peers_lines(run) + ["", MORE]
+    return lines + brief + peers_lines(run) + ["", MORE]
 
 
 def _wide(run: RunData, df, sp) -> list[str]:
@@ -60,7 +59,6 @@ def _wide(run: RunData, df, sp) -> list[str]:
         lines += attribution_text(attribution(sp))
     for _, found in sections:
         lines += found
-    lines += families_lines(run)  # families.csv (bench/analysis/ladder.py), where the run is a families ladder
     lines += peers_lines(run)  # peers.csv (bench/analysis/peers.py), where the run has a peer framework's cell
     lines += startup_lines(startup_rows(run))  # where each cell's start-up went (bench/analysis/startup.py)
     return lines + accuracy_text(accuracy_frame(run))

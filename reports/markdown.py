@@ -14,15 +14,12 @@ from pathlib import Path
 
 from rlbench.analysis.accuracy_table import accuracy_frame
 from rlbench.analysis.data import RunData, load, merge
-from rlbench.analysis.ladder import ladder_frame
 from rlbench.analysis.origin import Origin, device_text, origin, overrides_of
 from rlbench.analysis.seeds import cell_summary, is_multi_seed
 from rlbench.analysis.speedup import attribution, speedup_frame
 from rlbench.analysis.verdict import verdict_of
 from rlbench.core import experiments
 from rlbench.reports import accuracy_html as accuracy
-from rlbench.reports.families_text import SHOWN as LADDER_HEAD
-from rlbench.reports.families_text import families_rows, ladder_line
 from rlbench.reports.verdict_text import verdict_markdown
 from rlbench.reports.tables import COMPACT_HEAD, SPEEDUP_HEAD, attribution_text, compact_rows, speedup_rows
 from rlbench.reports.tables import markdown_table as table
@@ -48,12 +45,6 @@ def markdown_report(run_dir, add=()) -> str:
                   table(SPEEDUP_HEAD, speedup_rows(sp)), *[f"- {t}" for t in attribution_text(attribution(sp))]]
     for r in experiments.reports():  # each experiment's section where the run is its (a regime map, ...)
         parts += r.markdown(run, sp)
-    ladder = ladder_frame(run)
-    if ladder is not None:
-        ladder = ladder.astype(object).where(ladder.notna(), None)
-        parts += ["", "### Families ladder", "", f"- measured: {ladder_line(ladder)}",
-                  f"- predicted: {ladder_line(ladder, 'predicted_factor')}", "",
-                  table(LADDER_HEAD, families_rows(ladder))]
     acc = accuracy_frame(run)
     if len(acc):
         parts += ["", "### Accuracy", "", table(accuracy.head(acc), accuracy.text_rows(acc)), "",

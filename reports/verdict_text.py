@@ -11,7 +11,7 @@ import re
 
 from rlbench.analysis.data import RunData
 from rlbench.analysis.intervals import Ratio, described
-from rlbench.analysis.verdict import Comparison, LadderAnswer, Verdict
+from rlbench.analysis.verdict import Comparison, Verdict
 from rlbench.core import experiments
 from rlbench.reports import peers_text
 from rlbench.reports.html import esc
@@ -53,21 +53,6 @@ def comparison_sentence(c: Comparison) -> str:
     return f"{head} {why[0].upper()}{why[1:]}." if why else head
 
 
-def ladder_sentence(a: LadderAnswer) -> str | None:
-    """The first rung of the families ladder that pays by its interval, or the best rung where none does."""
-    best = a.best
-    if best is None:
-        return None
-    if a.first_paying is None:
-        return (f"No rung of the families ladder pays here by its interval: the best, {best.cell} ({best.adds}), "
-                f"reaches {x(best.speedup)} sync's TPSPD ({described(best.interval)}; predicted "
-                f"{x(best.predicted)}): {best.outcome}.")
-    r = a.first_paying
-    more = "" if best.cell == r.cell else f"; the best, {best.cell}, {x(best.speedup)}"
-    return (f"On the families ladder it pays from {r.cell} on ({r.adds}): {x(r.speedup)} sync's TPSPD "
-            f"({described(r.interval)}; predicted {x(r.predicted)}){more}.")
-
-
 def verdict_sentences(run: RunData, v: Verdict) -> list[str]:
     """Every sentence of the verdict, unwrapped: the comparisons, then what would change the answer."""
     out = [comparison_sentence(c) for c in v.comparisons]
@@ -79,8 +64,8 @@ def verdict_sentences(run: RunData, v: Verdict) -> list[str]:
     if frame is not None:  # rlbench beside a real framework: what the difference comes from
         out += peers_text.sentences(frame)
     said = [e.load_report().change(v.answers[name]) for name, e in experiments.EXPERIMENTS.items()
-            if name in v.answers]  # each experiment's answer, in registry order (a regime map's crossover)
-    change = [s for s in (*said, v.ladder and ladder_sentence(v.ladder)) if s]
+            if name in v.answers]  # each experiment's answer, in registry order (a regime map's crossover, ...)
+    change = [s for s in said if s]
     return out + (change or ([HINT] if v.comparisons else []))
 
 

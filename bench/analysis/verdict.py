@@ -43,33 +43,11 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class Rung:
-    """A rung of the families ladder, its speedup over sync measured (with its interval) and predicted."""
-    cell: str
-    adds: str
-    speedup: float | None
-    predicted: float | None
-    interval: Ratio = field(default_factory=lambda: Ratio(None))
-
-    @property
-    def outcome(self) -> str | None:
-        return intervals.outcome(self.speedup, self.interval.low, self.interval.high)
-
-
-@dataclass(frozen=True)
-class LadderAnswer:
-    """first_paying: the first rung whose speedup over sync wins by its interval (None: no rung does);
-    best: the rung with the highest measured speedup."""
-    first_paying: Rung | None
-    best: Rung | None
-
-
-@dataclass(frozen=True)
 class Verdict:
     comparisons: list[Comparison]
-    # experiment name -> what it says would change the answer (a regime map's crossover), where the run is its
+    # experiment name -> what it says would change the answer (a regime map's crossover, a families ladder's
+    # first paying rung), where the run is that experiment's
     answers: dict = field(default_factory=dict)
-    ladder: LadderAnswer | None = None  # where the run is a families ladder
     fastest: tuple[str, float, str] | None = None  # (cell, speedup, reference) where nothing is compared
 
 
@@ -87,18 +65,6 @@ def comparisons(sp: pd.DataFrame, attribution: list[dict]) -> list[Comparison]:
                               a.get("barrier"), _value(a.get("split_measured")), _value(a.get("overlap_measured")),
                               intervals.from_columns(r, "measured_speedup", "measured")))
     return out
-
-
-def ladder_answer(frame: pd.DataFrame | None) -> LadderAnswer | None:
-    """The families ladder (ladder.ladder_frame) read for its answer: which rung first pays, which pays most."""
-    if frame is None or not len(frame):
-        return None
-    rungs = [Rung(r["cell"], r["adds"], _value(r["speedup"]), _value(r["predicted_speedup"]),
-                  intervals.from_columns(r, "speedup", "speedup"))
-             for r in frame.to_dict("records")[1:]]  # the first rung is sync itself
-    measured = [r for r in rungs if r.speedup is not None]
-    paying = [r for r in measured if r.outcome == intervals.WINS]
-    return LadderAnswer(paying[0] if paying else None, max(measured, key=lambda r: r.speedup, default=None))
 
 
 def fastest(summary: pd.DataFrame, reference: str) -> tuple[str, float, str] | None:
@@ -122,10 +88,9 @@ def _missing(v) -> bool:
 def verdict_of(run, sp: pd.DataFrame, summary: pd.DataFrame) -> Verdict:
     """The run's verdict. sp: its speedup_frame, summary: its summary_frame (a multi-seed run: both as
     seeds.cell_summary aggregates them; its regime map is not read, as the report shows the first seed's)."""
-    from rlbench.analysis.ladder import ladder_frame
     from rlbench.analysis.speedup import attribution
 
     compared = comparisons(sp, attribution(sp))
     first = str(summary["cell"].iloc[0]) if len(summary) else None
-    return Verdict(compared, experiments.answers(run, sp), ladder_answer(ladder_frame(run)),
+    return Verdict(compared, experiments.answers(run, sp),
                    None if compared or first is None else fastest(summary, first))

@@ -11,7 +11,7 @@ from pathlib import Path
 from rlbench.core.config import RunConfig, merge_trees, with_overrides
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
-from rlbench.analysis import families, peers
+from rlbench.analysis import peers
 from rlbench.run import peers as run_peers
 from rlbench.core import experiments, schedules
 from rlbench.core.schedules import SCHEDULES, by_role
@@ -56,7 +56,6 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
     **experiments.ablations(),
-    "families": list(families.CELLS),  # the async families as a ladder of factors (bench/analysis/families.py)
     "peers": list(peers.CELLS),  # rlbench beside TRL's GRPOTrainer on the same devices (bench/analysis/peers.py)
 }
 
@@ -78,7 +77,6 @@ ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic
          "ci": "the CI benchmark",
          "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
          **experiments.about(),
-         "families": families.ABOUT,
          "peers": peers.ABOUT}
 
 
