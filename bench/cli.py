@@ -112,7 +112,6 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
     """Write summary.csv/.md, plots and report.html into RUN_DIR and print its verdict and key columns (with
     --markdown: print its tables)."""
     from rlbench.reports import build_report, markdown_report, summary_table_text
-    from rlbench.analysis.peers import write_peers
     from rlbench.core import experiments
 
     if markdown:
@@ -120,7 +119,6 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
         return
 
     experiments.write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
-    write_peers(run_dir)  # peers.csv (rlbench beside a peer framework only), likewise
     typer.echo(summary_table_text(run_dir, add, wide=wide))
     typer.echo(f"report: {build_report(run_dir, add)}")
 

@@ -10,7 +10,6 @@ from rlbench.analysis.accuracy_table import write_accuracy_table
 from rlbench.analysis.data import load
 from rlbench.core import experiments
 from rlbench.reports.html import write_html
-from rlbench.reports.peers_text import peers_markdown, peers_section
 from rlbench.reports.plots import write_plots
 from rlbench.analysis.seeds import is_multi_seed
 from rlbench.reports.seeds_summary import seed_frames, write_seed_summary
@@ -45,11 +44,10 @@ def build_report(run_dir, add=()) -> Path:
                       [line for r in experiments.reports() for line in r.summary(run, sp)])
         shown = run
     plots = write_plots(shown, df, sp)
-    # an experiment's section (a regime map, ...), a families ladder or a peer framework beside rlbench: first
-    headline = experiment_section(shown, sp if shown is run else speedup_frame(shown)) or peers_section(shown)
-    peers_md = peers_markdown(shown)
-    if peers_md:
-        (run.path / "peers.md").write_text(peers_md)
+    # an experiment's section (a regime map, a families ladder, a peer framework beside rlbench): first
+    headline = experiment_section(shown, sp if shown is run else speedup_frame(shown))
+    for r in experiments.reports():
+        r.files(shown, run.path)  # e.g. peers.md
     acc = write_accuracy_table(run)
     target = acc["target"].iloc[0] if len(acc) else None
     acc_plots = write_accuracy_plots(curves(run), acc, None if target != target else target, run.path / "plots")

@@ -1,9 +1,11 @@
 """summary_table_text: what the terminal prints after a run (plain text, no colour, no rich).
 
-By default it fits a 100-column window: the verdict, then the key columns (reports/tables.py KEY), the
-families ladder's line or the peer framework's table where the run has one, then where the rest is. wide=True (`--wide`): the verdict, then every headline column, the definitions, the
-attribution or regime sentences, the families ladder, the peers table, the start-up by phase and the
-time-to-accuracy table.
+By default it fits a 100-column window: the verdict, then the key columns (reports/tables.py KEY), each
+experiment's brief lines where the run is its (a families ladder's line, a peer framework's table), then
+where the rest is. wide=True (`--wide`): the verdict, then every headline column, the definitions, the
+attribution sentences or an experiment's that stand in for them (a regime map's), each experiment's
+section, the start-up by phase and the time-to-accuracy table. The experiments' lines come from their
+records (bench/core/experiments/).
 """
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from rlbench.analysis.verdict import verdict_of
 from rlbench.core import experiments
 from rlbench.reports.accuracy_html import accuracy_text
 from rlbench.reports.glossary import TERMINAL_NOTE
-from rlbench.reports.peers_text import peers_lines
 from rlbench.reports.startup_text import startup_lines
 from rlbench.reports.tables import COMPACT_HEAD, attribution_text, compact_rows, key_table
 from rlbench.reports.text_table import fit
@@ -42,7 +43,7 @@ def _key(run: RunData, df) -> list[str]:
     if is_multi_seed(run):
         lines.append(MULTI_SEED)
     brief = [line for r in experiments.reports() for line in r.brief(run)]
-    return lines + brief + peers_lines(run) + ["", MORE]
+    return lines + brief + ["", MORE]
 
 
 def _wide(run: RunData, df, sp) -> list[str]:
@@ -59,6 +60,5 @@ def _wide(run: RunData, df, sp) -> list[str]:
         lines += attribution_text(attribution(sp))
     for _, found in sections:
         lines += found
-    lines += peers_lines(run)  # peers.csv (bench/analysis/peers.py), where the run has a peer framework's cell
     lines += startup_lines(startup_rows(run))  # where each cell's start-up went (bench/analysis/startup.py)
     return lines + accuracy_text(accuracy_frame(run))

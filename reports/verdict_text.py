@@ -13,7 +13,6 @@ from rlbench.analysis.data import RunData
 from rlbench.analysis.intervals import Ratio, described
 from rlbench.analysis.verdict import Comparison, Verdict
 from rlbench.core import experiments
-from rlbench.reports import peers_text
 from rlbench.reports.html import esc
 from rlbench.reports.text_table import WIDTH, wrap, x
 
@@ -60,9 +59,8 @@ def verdict_sentences(run: RunData, v: Verdict) -> list[str]:
         out.append(f"No periodic-async cell beside a sync cell in this run; fastest cell: {v.fastest[0]}, "
                    f"{x(v.fastest[1])} {v.fastest[2]}'s TPSPD." if v.fastest else
                    "No periodic-async cell beside a sync cell in this run.")
-    frame = peers_text.read(run)
-    if frame is not None:  # rlbench beside a real framework: what the difference comes from
-        out += peers_text.sentences(frame)
+    for r in experiments.reports():  # what the run holds (rlbench beside a real framework: where the difference comes from)
+        out += r.notes(run)
     said = [e.load_report().change(v.answers[name]) for name, e in experiments.EXPERIMENTS.items()
             if name in v.answers]  # each experiment's answer, in registry order (a regime map's crossover, ...)
     change = [s for s in said if s]

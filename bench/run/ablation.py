@@ -11,8 +11,6 @@ from pathlib import Path
 from rlbench.core.config import RunConfig, merge_trees, with_overrides
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
-from rlbench.analysis import peers
-from rlbench.run import peers as run_peers
 from rlbench.core import experiments, schedules
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
@@ -56,7 +54,6 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
     **experiments.ablations(),
-    "peers": list(peers.CELLS),  # rlbench beside TRL's GRPOTrainer on the same devices (bench/analysis/peers.py)
 }
 
 
@@ -76,8 +73,7 @@ ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic
          "all": "the optimisations one after another, then on sync",
          "ci": "the CI benchmark",
          "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
-         **experiments.about(),
-         "peers": peers.ABOUT}
+         **experiments.about()}
 
 
 def describe(name: str) -> str:
@@ -96,10 +92,10 @@ SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "
                "shared_prompt_impl": "engine.shared_prompt_impl", "ppo_mini_batches": "train.ppo_mini_batches",
               **schedules.option_keys()}
 # switches that are no config key (which framework runs a cell and its own settings): the experiments' records
-NOT_CONFIG = {"framework", "framework_options", *experiments.not_config()}
+NOT_CONFIG = experiments.not_config()
 # Settings every cell of an ablation shares, laid under the user's --set (the cells still differ only in
 # their switches).
-SHARED = {"peers": peers.BASE, **experiments.shared()}
+SHARED = experiments.shared()
 
 
 def off_values(name: str | None = None) -> dict:
@@ -223,7 +219,6 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
     base, overrides = load_config(config, sets), parse_overrides(sets)
     seeds = parse_seeds(seeds)
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
-    run_peers.preflight(cells)  # a peer framework's cells: installed, and able to run their config (exit 2)
     for runner in experiments.runners():  # e.g. a peer framework's cells: installed, able to run their config
         runner.preflight(cells)
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run

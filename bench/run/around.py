@@ -71,7 +71,6 @@ def finish(run_dir: Path, end: Ending) -> None:
     """The verdict and table, and the report, from whatever was measured, also after a failure or Ctrl-C."""
     from rlbench.reports import build_report, summary_table_text
     from rlbench.core.results import schema
-    from rlbench.analysis.peers import write_peers
     from rlbench.core import experiments
 
     try:
@@ -80,7 +79,6 @@ def finish(run_dir: Path, end: Ending) -> None:
     except UserError:
         return
     experiments.write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
-    write_peers(run_dir)  # peers.csv (rlbench beside a peer framework only), likewise
     typer.echo(summary_table_text(run_dir, wide=end.wide))
     if end.report:
         path = build_report(run_dir)

@@ -16,6 +16,7 @@ from rlbench.core.experiments.spec import Analysis, ExperimentSpec, Report, Runn
 REGISTERED = (  # one line per experiment, "module:record", in report order (the first with a section heads it)
     "rlbench.experiments.regime:EXPERIMENT",
     "rlbench.experiments.families:EXPERIMENT",
+    "rlbench.experiments.peers:EXPERIMENT",
 )
 
 
