@@ -43,7 +43,7 @@ def build_report(run_dir, add=()) -> Path:
         write_summary(run, df, sp, verdict_markdown(run, verdict),
                       [line for r in experiments.reports() for line in r.summary(run, sp)])
         shown = run
-    plots = write_plots(shown, df, sp)
+    plots = write_plots(shown, df, sp, experiments.plot_files())
     # an experiment's section (a regime map, a families ladder, a peer framework beside rlbench): first
     headline = experiment_section(shown, sp if shown is run else speedup_frame(shown))
     for r in experiments.reports():

@@ -67,6 +67,11 @@ def not_config() -> set[str]:
     return {s for e in _all().values() for s in e.switches}
 
 
+def plot_files() -> list[str]:
+    """The files the experiments' report sections write under a run's plots/."""
+    return [f for e in _all().values() for f in e.plots]
+
+
 def analyses() -> list[Analysis]:
     return [e.load_analysis() for e in _all().values()]
 

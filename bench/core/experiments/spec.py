@@ -73,6 +73,7 @@ class ExperimentSpec:
     workloads: dict[str, dict] = field(default_factory=dict)  # a cell's run.workload -> overrides of the config
     shared: dict[str, dict] = field(default_factory=dict)  # ablation -> settings every cell shares
     switches: tuple[str, ...] = ()  # switches of its cells that are no config key (a peer framework's settings)
+    plots: tuple[str, ...] = ()  # the files its report section writes under plots/ (removed before a rebuild)
     analysis: str | None = None  # "module:attribute" of its Analysis
     report: str | None = None  # "module:attribute" of its Report
     runner: str | None = None  # "module:attribute" of its Runner

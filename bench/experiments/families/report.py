@@ -152,5 +152,13 @@ def ladder_sentence(a: LadderAnswer) -> str | None:
             f"({described(r.interval)}; predicted {x(r.predicted)}){more}.")
 
 
-REPORT = Report(html=lambda run, sp: families_section(run), brief=families_brief,
-                wide=lambda run, sp: families_lines(run), markdown=markdown_lines, change=ladder_sentence)
+def html_section(run: RunData, sp=None) -> tuple[str, str] | None:
+    return families_section(run)
+
+
+def wide_lines(run: RunData, sp=None) -> list[str]:
+    return families_lines(run)
+
+
+REPORT = Report(html=html_section, brief=families_brief, wide=wide_lines, markdown=markdown_lines,
+                change=ladder_sentence)

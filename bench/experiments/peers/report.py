@@ -175,5 +175,12 @@ def notes(run: RunData) -> list[str]:
     return [] if frame is None else sentences(frame)
 
 
-REPORT = Report(html=lambda run, sp: peers_section(run), files=write_markdown, brief=peers_lines,
-                wide=lambda run, sp: peers_lines(run), notes=notes)
+def html_section(run: RunData, sp=None) -> tuple[str, str] | None:
+    return peers_section(run)
+
+
+def wide_lines(run: RunData, sp=None) -> list[str]:
+    return peers_lines(run)
+
+
+REPORT = Report(html=html_section, files=write_markdown, brief=peers_lines, wide=wide_lines, notes=notes)

@@ -12,6 +12,6 @@ from rlbench.experiments.regime import cells
 EXPERIMENT = ExperimentSpec(
     name="regime",
     summary="the async ladder over response-length tails x batch sizes: where periodic asynchrony pays",
-    cells=cells.ablations, about=cells.ABOUT, workloads=cells.WORKLOADS,
+    cells=cells.ablations, about=cells.ABOUT, workloads=cells.WORKLOADS, plots=("regime.png", "regime_lengths.png"),
     analysis="rlbench.experiments.regime.analysis:ANALYSIS", report="rlbench.experiments.regime.report:REPORT",
     runner="rlbench.experiments.regime.probe:RUNNER")
