@@ -112,15 +112,13 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
     """Write summary.csv/.md, plots and report.html into RUN_DIR and print its verdict and key columns (with
     --markdown: print its tables)."""
     from rlbench.reports import build_report, markdown_report, summary_table_text
-    from rlbench.analysis.ladder import write_ladder
-    from rlbench.analysis.peers import write_peers
+    from rlbench.core import experiments
 
     if markdown:
         typer.echo(markdown_report(run_dir, add), nl=False)
         return
 
-    write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
-    write_peers(run_dir)  # peers.csv (rlbench beside a peer framework only), likewise
+    experiments.write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
     typer.echo(summary_table_text(run_dir, add, wide=wide))
     typer.echo(f"report: {build_report(run_dir, add)}")
 

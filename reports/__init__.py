@@ -1,8 +1,12 @@
 """Reports: tables, plots and a self-contained HTML report, read from result files only.
 
 Imports of the core are limited to the result schema and metric table (rlbench.core.results), the stage names
-(rlbench.core.record.stages), rlbench.core.errors, the schedule records and the cost model (no engine code, no torch), so `rlbench report` and `rlbench compare` are fast and need no accelerator.
-Reports render; what they show is computed in the core (the speedup prediction: rlbench.core.costmodel.predict).
+(rlbench.core.record.stages), rlbench.core.errors, the schedule and experiment records and the cost model (no
+engine code, no torch), so `rlbench report` and `rlbench compare` are fast and need no accelerator. These are
+the shared pieces (the HTML page, tables, plots, the terminal and markdown text); an experiment's own section
+lives in its folder (bench/experiments/<name>/report.py) and is found through the registry. Reports render;
+what they show is computed in the core (the speedup prediction: rlbench.core.costmodel.predict), the analysis
+and the experiments' analyses.
 The names below load on first use, so importing rlbench.reports costs nothing until a report is built
 (pandas and matplotlib).
 """

@@ -8,11 +8,9 @@ from rlbench.reports.accuracy_html import accuracy_html
 from rlbench.reports.accuracy_plots import CAPTIONS, write_accuracy_plots
 from rlbench.analysis.accuracy_table import write_accuracy_table
 from rlbench.analysis.data import load
-from rlbench.reports.families_text import families_section
+from rlbench.core import experiments
 from rlbench.reports.html import write_html
-from rlbench.reports.peers_text import peers_markdown, peers_section
 from rlbench.reports.plots import write_plots
-from rlbench.reports.regime_report import regime_section
 from rlbench.analysis.seeds import is_multi_seed
 from rlbench.reports.seeds_summary import seed_frames, write_seed_summary
 from rlbench.analysis.speedup import speedup_frame
@@ -42,18 +40,27 @@ def build_report(run_dir, add=()) -> Path:
     if multi:
         shown = write_seed_summary(run, df, per, sp, verdict_markdown(run, verdict))
     else:
-        write_summary(run, df, sp, verdict_markdown(run, verdict))
+        write_summary(run, df, sp, verdict_markdown(run, verdict),
+                      [line for r in experiments.reports() for line in r.summary(run, sp)])
         shown = run
-    plots = write_plots(shown, df, sp)
-    # a regime map, a families ladder or a peer framework beside rlbench: first
-    headline = regime_section(shown, sp if shown is run else speedup_frame(shown)) or families_section(shown) \
-        or peers_section(shown)
-    peers_md = peers_markdown(shown)
-    if peers_md:
-        (run.path / "peers.md").write_text(peers_md)
+    plots = write_plots(shown, df, sp, experiments.plot_files())
+    # an experiment's section (a regime map, a families ladder, a peer framework beside rlbench): first
+    headline = experiment_section(shown, sp if shown is run else speedup_frame(shown))
+    for r in experiments.reports():
+        r.files(shown, run.path)  # e.g. peers.md
     acc = write_accuracy_table(run)
     target = acc["target"].iloc[0] if len(acc) else None
     acc_plots = write_accuracy_plots(curves(run), acc, None if target != target else target, run.path / "plots")
     section = ("Accuracy: time to target, final accuracy, throughput trade-off", accuracy_html(acc, acc_plots, CAPTIONS))
     return write_html(run, df, sp, plots, sections=[section], headline=headline,
                       verdict=verdict_html(run, verdict))
+
+
+def experiment_section(run, sp) -> tuple[str, str] | None:
+    """The section at the top of report.html: the first experiment, in registry order, that has one for this
+    run (bench/core/experiments/); the later ones are not asked (a section writes its files as it is made)."""
+    for r in experiments.reports():
+        section = r.html(run, sp)
+        if section:
+            return section
+    return None

@@ -1,24 +1,23 @@
 """summary_table_text: what the terminal prints after a run (plain text, no colour, no rich).
 
-By default it fits a 100-column window: the verdict, then the key columns (reports/tables.py KEY), the
-families ladder's line or the peer framework's table where the run has one, then where the rest is. wide=True (`--wide`): the verdict, then every headline column, the definitions, the
-attribution or regime sentences, the families ladder, the peers table, the start-up by phase and the
-time-to-accuracy table.
+By default it fits a 100-column window: the verdict, then the key columns (reports/tables.py KEY), each
+experiment's brief lines where the run is its (a families ladder's line, a peer framework's table), then
+where the rest is. wide=True (`--wide`): the verdict, then every headline column, the definitions, the
+attribution sentences or an experiment's that stand in for them (a regime map's), each experiment's
+section, the start-up by phase and the time-to-accuracy table. The experiments' lines come from their
+records (bench/core/experiments/).
 """
 from __future__ import annotations
 
 from rlbench.analysis.accuracy_table import accuracy_frame
 from rlbench.analysis.data import RunData, load
-from rlbench.analysis.regime import regime_frame
 from rlbench.analysis.seeds import cell_summary, is_multi_seed
 from rlbench.analysis.speedup import attribution, speedup_frame
 from rlbench.analysis.startup import startup_rows
 from rlbench.analysis.verdict import verdict_of
+from rlbench.core import experiments
 from rlbench.reports.accuracy_html import accuracy_text
-from rlbench.reports.families_text import families_brief, families_lines
 from rlbench.reports.glossary import TERMINAL_NOTE
-from rlbench.reports.peers_text import peers_lines
-from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.startup_text import startup_lines
 from rlbench.reports.tables import COMPACT_HEAD, attribution_text, compact_rows, key_table
 from rlbench.reports.text_table import fit
@@ -43,7 +42,8 @@ def _key(run: RunData, df) -> list[str]:
     lines = fit(head, rows)
     if is_multi_seed(run):
         lines.append(MULTI_SEED)
-    return lines + families_brief(run) + peers_lines(run) + ["", MORE]
+    brief = [line for r in experiments.reports() for line in r.brief(run)]
+    return lines + brief + ["", MORE]
 
 
 def _wide(run: RunData, df, sp) -> list[str]:
@@ -53,10 +53,12 @@ def _wide(run: RunData, df, sp) -> list[str]:
     if multi:
         lines.append(MULTI_SEED)
     lines += ["", TERMINAL_NOTE]
-    regime = [] if multi else regime_lines(regime_frame(run, sp))
-    # a regime map: one sentence per point (its attribution included), then where periodic asynchrony pays
-    lines += ["Regime map (regime.csv, plots/regime.png):"] + regime if regime else attribution_text(attribution(sp))
-    lines += families_lines(run)  # families.csv (bench/analysis/ladder.py), where the run is a families ladder
-    lines += peers_lines(run)  # peers.csv (bench/analysis/peers.py), where the run has a peer framework's cell
+    # the experiments' sections (bench/core/experiments/); one that explains the speedups (a regime map: one
+    # sentence per point, its attribution included) stands in for the attribution sentences
+    sections = [(r, r.wide(run, sp)) for r in experiments.reports()]
+    if not any(found for r, found in sections if r.explains_speedup):
+        lines += attribution_text(attribution(sp))
+    for _, found in sections:
+        lines += found
     lines += startup_lines(startup_rows(run))  # where each cell's start-up went (bench/analysis/startup.py)
     return lines + accuracy_text(accuracy_frame(run))

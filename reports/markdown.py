@@ -4,8 +4,9 @@ docs/results/ is pasted from this output rather than typed.
 
 Sections, each where the run has it: the verdict (reports/verdict_text.py), the summary's headline
 columns (the terminal's --wide table), the speedups measured vs predicted with their attribution to device
-split and overlap, the regime map, the families ladder and the time-to-accuracy table. Everything is
-computed by bench/analysis; this module renders. Nothing is written into the run folder.
+split and overlap, each experiment's section (a regime map, a families ladder: their records, read from the
+registry, bench/core/experiments/) and the time-to-accuracy table. Everything is computed by bench/analysis
+and the experiments' analyses; this module renders. Nothing is written into the run folder.
 """
 from __future__ import annotations
 
@@ -13,19 +14,14 @@ from pathlib import Path
 
 from rlbench.analysis.accuracy_table import accuracy_frame
 from rlbench.analysis.data import RunData, load, merge
-from rlbench.analysis.ladder import ladder_frame
 from rlbench.analysis.origin import Origin, device_text, origin, overrides_of
-from rlbench.analysis.regime import regime_frame
 from rlbench.analysis.seeds import cell_summary, is_multi_seed
 from rlbench.analysis.speedup import attribution, speedup_frame
 from rlbench.analysis.verdict import verdict_of
+from rlbench.core import experiments
 from rlbench.reports import accuracy_html as accuracy
-from rlbench.reports.families_text import SHOWN as LADDER_HEAD
-from rlbench.reports.families_text import families_rows, ladder_line
-from rlbench.reports.regime_report import SHOWN as REGIME_HEAD
-from rlbench.reports.regime_text import regime_lines
 from rlbench.reports.verdict_text import verdict_markdown
-from rlbench.reports.tables import COMPACT_HEAD, SPEEDUP_HEAD, attribution_text, compact_rows, fmt, speedup_rows
+from rlbench.reports.tables import COMPACT_HEAD, SPEEDUP_HEAD, attribution_text, compact_rows, speedup_rows
 from rlbench.reports.tables import markdown_table as table
 
 NOT_RECORDED = "not recorded"
@@ -47,16 +43,8 @@ def markdown_report(run_dir, add=()) -> str:
     if len(sp):
         parts += ["", "### Speedup: measured vs predicted (TPSPD over the reference cell's)", "",
                   table(SPEEDUP_HEAD, speedup_rows(sp)), *[f"- {t}" for t in attribution_text(attribution(sp))]]
-    regime = None if multi else regime_frame(run, sp)
-    if regime is not None and len(regime) >= 2:
-        rows = [[_value(v) for v in r] for r in regime[REGIME_HEAD].itertuples(index=False)]
-        parts += ["", "### Regime map", "", table(REGIME_HEAD, rows), *[f"- {t}" for t in regime_lines(regime)]]
-    ladder = ladder_frame(run)
-    if ladder is not None:
-        ladder = ladder.astype(object).where(ladder.notna(), None)
-        parts += ["", "### Families ladder", "", f"- measured: {ladder_line(ladder)}",
-                  f"- predicted: {ladder_line(ladder, 'predicted_factor')}", "",
-                  table(LADDER_HEAD, families_rows(ladder))]
+    for r in experiments.reports():  # each experiment's section where the run is its (a regime map, ...)
+        parts += r.markdown(run, sp)
     acc = accuracy_frame(run)
     if len(acc):
         parts += ["", "### Accuracy", "", table(accuracy.head(acc), accuracy.text_rows(acc)), "",
@@ -89,10 +77,3 @@ def _date(o: Origin) -> str:
         return NOT_RECORDED
     return o.created + (" (run start)" if o.command else " (the first cell's provenance)")
 
-
-def _missing(v) -> bool:
-    return v is None or v != v
-
-
-def _value(v) -> str:
-    return fmt(None if _missing(v) else v)

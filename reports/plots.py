@@ -20,9 +20,9 @@ from rlbench.reports.timeline import plot_timeline
 DPI = 100
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P"]
-# regime*.png are written by reports/regime_plot.py after these; listed so that no stale one survives
-PLOT_FILES = ("tpspd.png", "speedup.png", "regime.png", "regime_lengths.png", "stage_breakdown.png", "timeline.png",
-              "reward_accuracy.png", "staleness.png")
+# an experiment's plots are written by its report section after these (its record lists them: `stale` below)
+PLOT_FILES = ("tpspd.png", "speedup.png", "stage_breakdown.png", "timeline.png", "reward_accuracy.png",
+              "staleness.png")
 
 
 def save(fig: Figure, path: Path) -> Path:
@@ -156,10 +156,11 @@ def plot_speedup(sp: pd.DataFrame, path: Path) -> Path | None:
     return save(fig, path)
 
 
-def write_plots(run: RunData, df: pd.DataFrame, sp: pd.DataFrame) -> dict[str, Path]:
-    """All plots under <run>/plots/; returns {title: path} in report order."""
+def write_plots(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, stale=()) -> dict[str, Path]:
+    """All plots under <run>/plots/; returns {title: path} in report order. stale: the experiments' plot files,
+    removed with these (their sections write them again where the run is theirs)."""
     d = run.path / "plots"
-    for name in PLOT_FILES:  # no stale plot from an earlier report of this folder
+    for name in (*PLOT_FILES, *stale):  # no stale plot from an earlier report of this folder
         (d / name).unlink(missing_ok=True)
     out = {"TPSPD per cell": plot_tpspd(df, d / "tpspd.png"),
            "Measured vs predicted speedup": plot_speedup(sp, d / "speedup.png"),

@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pandas as pd
 from rlbench.analysis.data import RunData
-from rlbench.analysis.regime import regime_frame
 from rlbench.analysis.speedup import attribution
 from rlbench.analysis.intervals import described
-from rlbench.reports.regime_text import IN_WORDS, regime_lines
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text, utilisation_frame
+
+IN_WORDS = {"wins": "wins", "loses": "loses", "even": "is even"}  # "periodic asynchrony ...", by the interval
 
 
 def attribution_text(rows: list[dict]) -> list[str]:
@@ -152,15 +152,15 @@ def speedup_markdown(sp: pd.DataFrame, title: str) -> list[str]:
         (["\n## Where the speedup comes from\n"] + [f"- {t}" for t in why] if why else [])
 
 
-def write_summary(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, verdict: list[str]) -> None:
+def write_summary(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, verdict: list[str],
+                  sections: list[str] = ()) -> None:
     """Write summary.csv and summary.md into the run folder. df, sp: summary_frame(run), speedup_frame(run);
-    verdict: the verdict's markdown lines (reports/verdict_text.py), which open summary.md."""
+    verdict: the verdict's markdown lines (reports/verdict_text.py), which open summary.md; sections: the
+    experiments' lines after the speedups (reports/build.py reads them from their records)."""
     df.to_csv(run.path / "summary.csv", index=False)
     md = summary_lead(f"rlbench summary: {run.name}", df, verdict)
     md += speedup_markdown(sp, "Measured vs predicted periodic-async speedup (TPSPD ratio)")
-    regime = regime_lines(regime_frame(run, sp))
-    if regime:
-        md += ["\n## Where periodic asynchrony pays: the regime map\n"] + [f"- {t}" for t in regime]
+    md += list(sections)
     util = utilisation_frame(run)
     if len(util):
         util.to_csv(run.path / "utilisation.csv", index=False)

@@ -3,6 +3,7 @@ blocks that each repeat its first column, and prose wrapped to the same width. T
 WIDTH characters; report.html splits its tables by the same rule (reports/html.py)."""
 from __future__ import annotations
 
+import math
 import textwrap
 
 WIDTH = 100  # characters: the default terminal output fits a 100-column window
@@ -45,3 +46,8 @@ def wrap(text: str, width: int = WIDTH, indent: str = "") -> list[str]:
     """A paragraph as lines of at most width characters (a word longer than that stays whole)."""
     return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent,
                          break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+
+
+def x(v) -> str:
+    """A ratio as text: '0.67×', 'n/a' where missing."""
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}×"

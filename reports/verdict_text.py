@@ -10,13 +10,11 @@ from __future__ import annotations
 import re
 
 from rlbench.analysis.data import RunData
-from rlbench.analysis.regime import STATISTICS, MapVerdict
 from rlbench.analysis.intervals import Ratio, described
-from rlbench.analysis.verdict import Comparison, LadderAnswer, Verdict
-from rlbench.reports import peers_text
+from rlbench.analysis.verdict import Comparison, Verdict
+from rlbench.core import experiments
 from rlbench.reports.html import esc
-from rlbench.reports.regime_text import crossover_range, stat_value, x
-from rlbench.reports.text_table import WIDTH, wrap
+from rlbench.reports.text_table import WIDTH, wrap, x
 
 TITLE = "Verdict"
 HINT = ("What would change it: `rlbench run --ablation regime` maps where periodic asynchrony pays on this "
@@ -54,36 +52,6 @@ def comparison_sentence(c: Comparison) -> str:
     return f"{head} {why[0].upper()}{why[1:]}." if why else head
 
 
-def regime_sentence(v: MapVerdict) -> str:
-    """What the regime map says would change the answer: its measured crossover with its range (from the
-    points' intervals), and the predicted one."""
-    c, name = v.measured, v.statistic
-    if c.kind == "crossing":
-        predicted = v.predicted
-        pred = "" if predicted is None or predicted.kind != "crossing" else \
-            f"; predicted {stat_value(name, predicted.x)}"
-        return (f"On this machine it pays when {STATISTICS[name].condition.format('about ' + stat_value(name, c.x))}"
-                f" (the regime map's crossover, between {c.below} and {c.above}; {crossover_range(v.measured_range, name)}"
-                f"{pred}).")
-    where = "at every point" if c.kind == "everywhere" else "at no point"
-    return f"On this machine it pays {where} of the regime map ({STATISTICS[name].label} from its points)."
-
-
-def ladder_sentence(a: LadderAnswer) -> str | None:
-    """The first rung of the families ladder that pays by its interval, or the best rung where none does."""
-    best = a.best
-    if best is None:
-        return None
-    if a.first_paying is None:
-        return (f"No rung of the families ladder pays here by its interval: the best, {best.cell} ({best.adds}), "
-                f"reaches {x(best.speedup)} sync's TPSPD ({described(best.interval)}; predicted "
-                f"{x(best.predicted)}): {best.outcome}.")
-    r = a.first_paying
-    more = "" if best.cell == r.cell else f"; the best, {best.cell}, {x(best.speedup)}"
-    return (f"On the families ladder it pays from {r.cell} on ({r.adds}): {x(r.speedup)} sync's TPSPD "
-            f"({described(r.interval)}; predicted {x(r.predicted)}){more}.")
-
-
 def verdict_sentences(run: RunData, v: Verdict) -> list[str]:
     """Every sentence of the verdict, unwrapped: the comparisons, then what would change the answer."""
     out = [comparison_sentence(c) for c in v.comparisons]
@@ -91,10 +59,11 @@ def verdict_sentences(run: RunData, v: Verdict) -> list[str]:
         out.append(f"No periodic-async cell beside a sync cell in this run; fastest cell: {v.fastest[0]}, "
                    f"{x(v.fastest[1])} {v.fastest[2]}'s TPSPD." if v.fastest else
                    "No periodic-async cell beside a sync cell in this run.")
-    frame = peers_text.read(run)
-    if frame is not None:  # rlbench beside a real framework: what the difference comes from
-        out += peers_text.sentences(frame)
-    change = [s for s in (v.regime and regime_sentence(v.regime), v.ladder and ladder_sentence(v.ladder)) if s]
+    for r in experiments.reports():  # what the run holds (rlbench beside a real framework: where the difference comes from)
+        out += r.notes(run)
+    said = [e.load_report().change(v.answers[name]) for name, e in experiments.EXPERIMENTS.items()
+            if name in v.answers]  # each experiment's answer, in registry order (a regime map's crossover, ...)
+    change = [s for s in said if s]
     return out + (change or ([HINT] if v.comparisons else []))
 
 

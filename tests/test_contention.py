@@ -166,7 +166,7 @@ def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
 
     from rlbench.core.config import load_config
     from rlbench.core.results import schema
-    from rlbench.run import contention_probe
+    from rlbench.experiments.regime import probe as contention_probe
 
     r = contention_probe.measure(load_config(None, []).model.model_dump(mode="json"), tmp_path, cores=(0, 0),
                                  phase_s=0.4)

@@ -9,7 +9,7 @@ import pytest
 
 from rlbench.analysis.cost_spread import cpu_per_token, descheduled_pct, point_spread, spread_pct
 from rlbench.analysis.data import CellData
-from rlbench.reports.regime_text import prediction_sentence
+from rlbench.experiments.regime.text import prediction_sentence
 
 
 def _cell(name: str, train_cpu: float, roll_cpu: float, async_layout: bool, wall: float = 1.0) -> CellData:

@@ -1,4 +1,4 @@
-"""`--ablation families` (bench/analysis/families.py, reports/families_text.py): six rungs on one config, the ladder of
+"""`--ablation families` (bench/experiments/families/: cells.py, analysis.py, report.py): six rungs on one config, the ladder of
 factors in the terminal, families.csv and the report, measured and predicted."""
 import json
 import math
@@ -11,13 +11,13 @@ from conftest import TINY
 from support.cli import only_run, rlbench
 from support.report_runs import LADDER, make_families
 from rlbench.core.results import schema
-from rlbench.analysis import families
+from rlbench.experiments.families import cells as families
 from rlbench.run.ablation import ABLATIONS, cells_for
 from rlbench.core.config import load_config
-from rlbench.analysis.ladder import families_frame, is_families, write_ladder
+from rlbench.experiments.families.analysis import families_frame, is_families, write_ladder
 from rlbench.reports import build_report, summary_table_text
 from rlbench.analysis.data import load
-from rlbench.reports.families_text import ladder_line, read
+from rlbench.experiments.families.report import ladder_line, read
 from rlbench.core.schedules import SCHEDULES
 from rlbench.core.schedules.spec import BOUNDED, ONE_STEP, PERIODIC, REFERENCE
 

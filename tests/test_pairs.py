@@ -57,7 +57,7 @@ def paired_run(root):
 
 def test_every_ratio_is_against_the_sync_run_of_its_pair(tmp_path):
     from rlbench.analysis.data import load
-    from rlbench.analysis.peers import peers_frame
+    from rlbench.experiments.peers.analysis import peers_frame
     from rlbench.analysis.speedup import reference_of, speedup_frame, sync_twin
 
     run = load(paired_run(tmp_path / "run"))
@@ -80,7 +80,7 @@ def test_every_ratio_is_against_the_sync_run_of_its_pair(tmp_path):
     tp = [it["tpspd"] for c in ("sync@periodic_async", "sync@trl") for it in run.cell(c).measured()]
     assert min(tp) == frame.loc[pooled, "tpspd_min"] and max(tp) == frame.loc[pooled, "tpspd_max"]
     # every iteration of the pair alike: an interval that lies below 1, and the sentence says slower
-    from rlbench.reports.peers_text import sentences
+    from rlbench.experiments.peers.report import sentences
 
     said = next(s for s in sentences(frame.reset_index()) if "of trl" in s)
     assert said.startswith("rlbench's sync@trl reaches 1.50× the TPSPD of trl (95% interval ")

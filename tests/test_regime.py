@@ -1,4 +1,4 @@
-"""The regime map: its grid (bench/run/regime.py), the crossover logic (bench/analysis/regime.py), the report's
+"""The regime map: its grid (bench/experiments/regime/cells.py), the crossover logic (bench/experiments/regime/analysis.py), the report's
 headline on hand-written result folders (tests/support/regime_runs.py), and a real quick map through the CLI."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from support.cli import only_run, rlbench
 from support.regime_runs import MAP, make_regime
 from support.report_runs import make_ablation
 from rlbench.reports import build_report, summary_table_text
-from rlbench.analysis.regime import crossover, explain, prediction_check, regime_frame, spearman, verdict
+from rlbench.experiments.regime.analysis import crossover, explain, prediction_check, regime_frame, spearman, verdict
 from rlbench.analysis.speedup import speedup_frame
 from rlbench.core.results import schema
 
@@ -81,8 +81,8 @@ def test_the_map_has_two_axes(name, config):
 
 
 def test_map_fits_the_model_and_the_quick_grid_is_quick():
-    from rlbench.run.regime import MAP as GRID
-    from rlbench.run.regime import POINTS, QUICK
+    from rlbench.experiments.regime.cells import MAP as GRID
+    from rlbench.experiments.regime.cells import POINTS, QUICK
 
     # prompt (about 80 tokens on the built-in task, 256 allowed) + response within the tiny model's 2048
     assert max(t.max_tokens for t in GRID.tails.values()) + 256 <= 2048

@@ -67,7 +67,7 @@ def test_an_unrecorded_run_says_so(tmp_path):
 
 def test_families_ladder_section(tmp_path):
     from rlbench.analysis.data import load
-    from rlbench.analysis.ladder import families_frame
+    from rlbench.experiments.families.analysis import families_frame
 
     root = make_families(tmp_path / "families")
     md = markdown_report(root)

@@ -330,9 +330,9 @@ def test_reports_import_only_the_result_core():
             used.add(module if path.with_suffix(".py").is_file() or path.is_dir() else pkg[1:])
     used = {u for u in used if u.split(".")[0] != "reports"}
     # what they render: the analysis, and from the core the result schema, the metric table, the stage
-    # names, the errors, the schedule records and the cost model's text (no engine, no harness)
+    # names, the errors, the schedule and experiment records and the cost model's text (no engine, no harness)
     allowed = ("analysis", "core.results.schema", "core.results.metric_table", "core.record.stages", "core.errors",
-               "core.costmodel", "core.schedules")
+               "core.costmodel", "core.schedules", "core.experiments")
     assert all(any(u == a or u.startswith(a + ".") for a in allowed) for u in used), used
 
 

@@ -16,7 +16,7 @@ SOURCES = ("bench", "engines", "reports")
 # Where a word that is also a schedule's name means something else.
 OTHER_MEANING = {
     ("engines/rollout/pool.py", "sync"): "the rollout worker's weight-sync message",
-    ("bench/analysis/regime.py", "sync"): "the regime table's column of each point's reference cell",
+    ("bench/experiments/regime/analysis.py", "sync"): "the regime table's column of each point's reference cell",
     ("bench/analysis/speedup.py", "sync"): "the attribution table's column of the reference cell",
     ("reports/tables.py", "sync"): "the attribution sentence reads that column",
     ("bench/core/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",

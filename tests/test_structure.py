@@ -5,12 +5,15 @@
     engines/         engines    data, model, rollout, trainer, schedules, hosts, external adapters
     bench/analysis/  analysis   conclusions computed from result files (intervals, crossover, seeds, ladder)
     reports/         reports    render tables, plots and HTML from result files and analysis output
+    bench/experiments/ experiments  one folder per experiment: its cells, analysis and report section
     bench/ (the rest) harness   cli, run, check, simulate: may use every layer
 
 The core imports no other layer (its registries name engine builders, and its hook points the test hooks,
 by string, imported only when a component is built or a test hook is asked for); engines import the core
 only, and no other engine's internals; analysis imports the core only; reports the core and analysis;
-no private names across modules; no cycles. Read from the source (every `import`, lazy ones inside
+an experiment every layer but the hooks and the harness (the core's experiment registry names each record by
+string, and the records their analysis and report, so analysis and reports reach an experiment only
+through the registry); no private names across modules; no cycles. Read from the source (every `import`, lazy ones inside
 functions included, and imports by name: a `module:attribute` string), so a violation fails here even when
 no test happens to execute the import. A module's layer comes from its folder: nothing is listed by module.
 """
@@ -24,13 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"bench": "rlbench", "engines": "rlbench.engines", "reports": "rlbench.reports"}
 # The layer of a folder (relative to the tree); every other module under bench/ is the harness.
 LAYERS = {"bench/core": "core", "bench/planted": "hooks", "bench/analysis": "analysis", "engines": "engines",
-          "reports": "reports"}
+          "reports": "reports", "bench/experiments": "experiments"}
 BELOW = {"core": {"core"}, "hooks": {"core", "hooks"}, "engines": {"core", "engines"},
          "analysis": {"core", "analysis"}, "reports": {"core", "analysis", "reports"},
-         "harness": {"core", "hooks", "engines", "analysis", "reports", "harness"}}
-# What the core names by string: engine builders (the registries) and the test hooks (the hook points).
+         "experiments": {"core", "engines", "analysis", "reports", "experiments"},
+         "harness": {"core", "hooks", "engines", "analysis", "reports", "experiments", "harness"}}
+# What the core names by string: engine builders (the registries), the test hooks (the hook points) and the
+# experiments' records (their registry).
 BY_NAME_FROM_CORE = {"rlbench.core.components": "engines", "rlbench.core.schedules": "engines",
-                     "rlbench.core.hooks": "hooks"}
+                     "rlbench.core.hooks": "hooks", "rlbench.core.experiments": "experiments"}
 
 
 def _modules() -> dict[str, Path]:
@@ -98,6 +103,7 @@ def test_the_layers_are_the_folders():
     assert LAYER["rlbench.core.config"] == LAYER["rlbench.core.record.stages"] == "core"
     assert LAYER["rlbench.planted.slowdown"] == "hooks" and LAYER["rlbench.engines.factory"] == "engines"
     assert LAYER["rlbench.reports.html"] == "reports" and LAYER["rlbench.cli"] == LAYER["rlbench.run.cell"] == "harness"
+    assert LAYER["rlbench.experiments.regime.analysis"] == "experiments"
     assert layer_of(ROOT / "bench" / "newpackage" / "thing.py") == "harness"
     assert layer_of(ROOT / "bench" / "core" / "new.py") == "core"
 

@@ -4,8 +4,9 @@ Per periodic-async cell beside its sync twin (speedup.speedup_frame): the measur
 the measured one's 95% interval and from it whether periodic asynchrony wins, loses or is even
 (bench/analysis/intervals.py), sync's rollout share and, where a barrier cell ran, the two factors the
 speedup multiplies to (device split x overlap, speedup.attribution). Where the run has a regime map or a
-families ladder, what would change the answer: the map's crossover with its range (regime.verdict) or the
-first rung of the ladder that pays by its interval. Computed here; reports/verdict_text.py renders it.
+families ladder, what would change the answer: the map's crossover with its range or the
+first rung of the ladder that pays by its interval (each experiment's analysis, read from the registry:
+bench/core/experiments/). Computed here; reports/verdict_text.py renders it.
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from rlbench.analysis import intervals
 from rlbench.analysis.intervals import Ratio
+from rlbench.core import experiments
 
 if TYPE_CHECKING:  # import-light
     import pandas as pd
-    from rlbench.analysis.regime import MapVerdict
 
 
 @dataclass(frozen=True)
@@ -42,32 +43,11 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class Rung:
-    """A rung of the families ladder, its speedup over sync measured (with its interval) and predicted."""
-    cell: str
-    adds: str
-    speedup: float | None
-    predicted: float | None
-    interval: Ratio = field(default_factory=lambda: Ratio(None))
-
-    @property
-    def outcome(self) -> str | None:
-        return intervals.outcome(self.speedup, self.interval.low, self.interval.high)
-
-
-@dataclass(frozen=True)
-class LadderAnswer:
-    """first_paying: the first rung whose speedup over sync wins by its interval (None: no rung does);
-    best: the rung with the highest measured speedup."""
-    first_paying: Rung | None
-    best: Rung | None
-
-
-@dataclass(frozen=True)
 class Verdict:
     comparisons: list[Comparison]
-    regime: MapVerdict | None = None  # where the run is a regime map of at least 2 points
-    ladder: LadderAnswer | None = None  # where the run is a families ladder
+    # experiment name -> what it says would change the answer (a regime map's crossover, a families ladder's
+    # first paying rung), where the run is that experiment's
+    answers: dict = field(default_factory=dict)
     fastest: tuple[str, float, str] | None = None  # (cell, speedup, reference) where nothing is compared
 
 
@@ -85,18 +65,6 @@ def comparisons(sp: pd.DataFrame, attribution: list[dict]) -> list[Comparison]:
                               a.get("barrier"), _value(a.get("split_measured")), _value(a.get("overlap_measured")),
                               intervals.from_columns(r, "measured_speedup", "measured")))
     return out
-
-
-def ladder_answer(frame: pd.DataFrame | None) -> LadderAnswer | None:
-    """The families ladder (ladder.ladder_frame) read for its answer: which rung first pays, which pays most."""
-    if frame is None or not len(frame):
-        return None
-    rungs = [Rung(r["cell"], r["adds"], _value(r["speedup"]), _value(r["predicted_speedup"]),
-                  intervals.from_columns(r, "speedup", "speedup"))
-             for r in frame.to_dict("records")[1:]]  # the first rung is sync itself
-    measured = [r for r in rungs if r.speedup is not None]
-    paying = [r for r in measured if r.outcome == intervals.WINS]
-    return LadderAnswer(paying[0] if paying else None, max(measured, key=lambda r: r.speedup, default=None))
 
 
 def fastest(summary: pd.DataFrame, reference: str) -> tuple[str, float, str] | None:
@@ -120,13 +88,9 @@ def _missing(v) -> bool:
 def verdict_of(run, sp: pd.DataFrame, summary: pd.DataFrame) -> Verdict:
     """The run's verdict. sp: its speedup_frame, summary: its summary_frame (a multi-seed run: both as
     seeds.cell_summary aggregates them; its regime map is not read, as the report shows the first seed's)."""
-    from rlbench.analysis.ladder import ladder_frame
-    from rlbench.analysis.regime import regime_frame, verdict
-    from rlbench.analysis.seeds import is_multi_seed
     from rlbench.analysis.speedup import attribution
 
     compared = comparisons(sp, attribution(sp))
-    regime = None if is_multi_seed(run) else verdict(regime_frame(run, sp))
     first = str(summary["cell"].iloc[0]) if len(summary) else None
-    return Verdict(compared, regime, ladder_answer(ladder_frame(run)),
+    return Verdict(compared, experiments.answers(run, sp),
                    None if compared or first is None else fastest(summary, first))

@@ -32,7 +32,7 @@ class Tier:
 # mailbox, the decoupled loss (grpo.py: bounded staleness trains with it), the ladder's cells (not the config:
 # both trees run the same one).
 SCHEDULE_PATHS = ("engines/schedules/", "bench/core/schedules/", "engines/rollout/mailbox.py",
-                  "engines/trainer/grpo.py", "bench/analysis/families.py")
+                  "engines/trainer/grpo.py", "bench/experiments/families/cells.py")
 TIERS = (Tier("main", "ci", "configs/ci-ab.yaml"),
          Tier("schedules", "families", "configs/ci-schedules.yaml", SCHEDULE_PATHS))
 

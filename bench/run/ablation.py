@@ -11,10 +11,7 @@ from pathlib import Path
 from rlbench.core.config import RunConfig, merge_trees, with_overrides
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
-from rlbench.analysis import families, peers
-from rlbench.run import peers as run_peers
-from rlbench.run.regime import POINTS
-from rlbench.core import schedules
+from rlbench.core import experiments, schedules
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 from rlbench.engines.model import weight_file
@@ -26,18 +23,14 @@ ASYNC_SW = {"schedule": _ASYNC}
 BARRIER_SW = {**ASYNC_SW, "overlap": False}
 BOUNDED_SW = {"schedule": _BOUNDED}
 
-# Workloads of `--ablation regime` (the regime map), `regime-quick` (the same axes at toy sizes) and
-# `regime-natural` (a pretrained model's own EOS tail): config overrides laid over the run's config, one
-# per point (bench/run/regime.py).
-WORKLOADS: dict[str, dict] = {name: over for points in POINTS.values() for name, over in points.items()}
-# Every grid point runs the three cells of the async ladder, so each speedup splits into device split x overlap.
-_LADDER = ((_REF, REF_SW), (f"{_ASYNC}_barrier", BARRIER_SW), (_ASYNC, ASYNC_SW))
+# Config overrides a cell's run.workload lays over the run's config (a regime point): the experiments' records.
+WORKLOADS: dict[str, dict] = experiments.workloads()
 
-# name -> [(cell name, engine switches)]; the first cell is the reference for speedups.
+# name -> [(cell name, engine switches)]; the first cell is the reference for speedups. The built-in ablations
+# compare switches with no analysis of their own (the speedups and intervals every run gets); the experiments
+# (bench/experiments/<name>/: cells, analysis, report section) add theirs from the registry.
 ABLATIONS: dict[str, list[tuple[str, dict]]] = {
-    "async": list(_LADDER),
-    **{name: [(f"{w}/{c}", {**sw, "workload": w}) for w in points for c, sw in _LADDER]
-       for name, points in POINTS.items()},
+    "async": [(_REF, REF_SW), (f"{_ASYNC}_barrier", BARRIER_SW), (_ASYNC, ASYNC_SW)],
     "tri_model": [(_REF, REF_SW), (f"{_REF}+tri_model", {**REF_SW, "tri_model": True}),
                   (_ASYNC, ASYNC_SW), (f"{_ASYNC}+tri_model", {**ASYNC_SW, "tri_model": True})],
     # +shared_prompt: the default layout (dense); _gather: the layout before it; _auto: the cost model's choice.
@@ -60,8 +53,7 @@ ABLATIONS: dict[str, list[tuple[str, dict]]] = {
     "staleness": [(_REF, REF_SW), (_ASYNC, ASYNC_SW)]
     + [(f"bounded_k{k}_{prox}", {**BOUNDED_SW, "max_staleness": k, "prox_logp": prox})
        for k in (1, 2, 4) for prox in ("recompute", "loglinear")],
-    "families": list(families.CELLS),  # the async families as a ladder of factors (bench/analysis/families.py)
-    "peers": list(peers.CELLS),  # rlbench beside TRL's GRPOTrainer on the same devices (bench/analysis/peers.py)
+    **experiments.ablations(),
 }
 
 
@@ -76,16 +68,12 @@ def add_schedule_cells(table: dict, specs) -> dict:
 add_schedule_cells(ABLATIONS, SCHEDULES.values())
 # What each ablation compares: the `--ablation` help of `rlbench run` is made from this and ABLATIONS.
 ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic asynchrony",
-         "regime": "the regime map: that ladder over response-length tails x batch sizes, ~13 min on 2 cores",
-         "regime-quick": "the regime map at toy sizes",
-         "regime-natural": "SmolLM2's own EOS tail; needs setup.sh --gguf",
          "tri_model": "the tri-model log-probs off and on, under both schedules",
          "shared_prompt": "shared-prompt packing off, on (dense; gather on sync) and auto, under both schedules",
          "all": "the optimisations one after another, then on sync",
          "ci": "the CI benchmark",
          "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
-         "families": families.ABOUT,
-         "peers": peers.ABOUT}
+         **experiments.about()}
 
 
 def describe(name: str) -> str:
@@ -103,11 +91,11 @@ def help_text() -> str:
 SWITCH_KEYS = {"schedule": "engine.schedule", "tri_model": "engine.tri_model", "shared_prompt": "engine.shared_prompt",
                "shared_prompt_impl": "engine.shared_prompt_impl", "ppo_mini_batches": "train.ppo_mini_batches",
               **schedules.option_keys()}
-# switches that are no config key: which framework runs the cell and its own settings (bench/analysis/peers.py)
-NOT_CONFIG = {"framework", "framework_options"}
+# switches that are no config key (which framework runs a cell and its own settings): the experiments' records
+NOT_CONFIG = experiments.not_config()
 # Settings every cell of an ablation shares, laid under the user's --set (the cells still differ only in
 # their switches).
-SHARED = {"peers": peers.BASE}
+SHARED = experiments.shared()
 
 
 def off_values(name: str | None = None) -> dict:
@@ -231,7 +219,8 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
     base, overrides = load_config(config, sets), parse_overrides(sets)
     seeds = parse_seeds(seeds)
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
-    run_peers.preflight(cells)  # a peer framework's cells: installed, and able to run their config (exit 2)
+    for runner in experiments.runners():  # e.g. a peer framework's cells: installed, able to run their config
+        runner.preflight(cells)
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     starting.method(cpu_only=True)  # a malformed RLBENCH_START likewise
     preflight(base)
@@ -241,33 +230,12 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
         cells = expand(cells, seeds)
         record = new_record(name, base, cells, seeds, overrides, config)
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
-        calibrate_contention(name, base, run_dir)
+        for runner in experiments.runners():  # a calibration step before the cells (the regime map's)
+            runner.before(name, base, run_dir)
         record = run_cells(cells, record, run_dir, progress)
     finally:
         finish(run_dir, end or Ending())
     raise_failed(record)
-
-
-def calibrate_contention(name: str, base, run_dir: Path) -> None:
-    """The regime map's calibration step (bench/run/contention_probe.py), before its cells: how much decode
-    and training slow each other on two cores. Where it cannot run (not CPU, fewer than 2 cores, a model
-    other than the tiny one) or fails, the prediction keeps the sync cell's own estimate; nothing is lost."""
-    import typer
-    from rlbench.core.devices.device import cpu_cores
-    from rlbench.run import contention_probe
-
-    if name not in contention_probe.PROBED or base.engine.device != "cpu" or base.model.kind != "tiny" \
-            or len(cpu_cores()) < 2:
-        return
-    typer.echo("rlbench: contention probe: decode and training alone and together on the first two cores (~20 s)",
-               err=True)
-    try:
-        r = contention_probe.measure(base.model.model_dump(mode="json"), run_dir)
-    except Exception as e:  # a calibration that failed must not cost the map
-        typer.echo(f"rlbench: contention probe failed ({e}); the prediction uses the sync cell's estimate", err=True)
-        return
-    typer.echo(f"rlbench: contention probe: decode {r['decode']['kappa']:+.0%} slower and training "
-               f"{r['train']['kappa']:+.0%} slower while the other core computes", err=True)
 
 
 def turn_groups(todo: list, shared_ring: bool) -> list[list]:

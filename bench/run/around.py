@@ -71,16 +71,14 @@ def finish(run_dir: Path, end: Ending) -> None:
     """The verdict and table, and the report, from whatever was measured, also after a failure or Ctrl-C."""
     from rlbench.reports import build_report, summary_table_text
     from rlbench.core.results import schema
-    from rlbench.analysis.ladder import write_ladder
-    from rlbench.analysis.peers import write_peers
+    from rlbench.core import experiments
 
     try:
         if not schema.load_run(run_dir):
             return
     except UserError:
         return
-    write_ladder(run_dir)  # families.csv (a families ladder only), which the table and the report show
-    write_peers(run_dir)  # peers.csv (rlbench beside a peer framework only), likewise
+    experiments.write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
     typer.echo(summary_table_text(run_dir, wide=end.wide))
     if end.report:
         path = build_report(run_dir)

@@ -113,7 +113,7 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None)
     import sys
 
     from rlbench.core.devices import procs, starting
-    from rlbench.run import peers
+    from rlbench.core import experiments
     from rlbench.run.cell import run_cell
     from rlbench.run.interleave import Pacer
 
@@ -123,9 +123,9 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None)
     procs.stop_group_on_sigterm()  # a polite stop, as Ctrl-C: results saved, workers closed
     procs.die_with_parent(signal.SIGTERM)
     try:
-        cfg, framework = RunConfig.model_validate(cfg_json), peers.framework_of(name)
-        if framework:  # a peer framework's cell (--ablation peers)
-            peers.run_framework_cell(framework, cfg, Path(folder), name, progress, Pacer(seat))
+        cfg, runner = RunConfig.model_validate(cfg_json), experiments.runner_of(name)
+        if runner:  # a cell an experiment runs itself (a peer framework's: bench/experiments/<name>/)
+            runner(cfg, Path(folder), name, progress, Pacer(seat))
         else:
             run_cell(cfg, Path(folder), name, progress=progress, pacer=Pacer(seat), own_process=True)
     except KeyboardInterrupt:

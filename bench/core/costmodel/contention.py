@@ -168,7 +168,7 @@ def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], 
                       probe: dict | None = None) -> dict:
     """The 1 + 1 prediction with the contention term (module docstring), from a measured sync cell.
 
-    probe: the run's contention_probe.json (bench/run/contention_probe.py): decode's and training's kappa
+    probe: the run's contention_probe.json (bench/experiments/regime/probe.py): decode's and training's kappa
     measured alone vs together, used instead of the estimate from the sync cell's events.
     -> kappa (None, with reason, where neither can tell; a (decode, train) pair from the probe), its
     source, f_train and f_roll, and predicted_speedup (None without kappa), relative to reference_tpspd

@@ -32,7 +32,7 @@ EVENTS = "events.jsonl"
 ITERATIONS = "iterations.jsonl"
 SAMPLES = "samples.jsonl"
 ABLATION = "ablation.json"
-CONTENTION_PROBE = "contention_probe.json"  # the regime map's calibration step (bench/run/contention_probe.py)
+CONTENTION_PROBE = "contention_probe.json"  # the regime map's calibration step (bench/experiments/regime/probe.py)
 
 # Multi-seed runs (`--seeds`): the cell `sync` of seed 2 is named and stored as `sync@seed2`;
 # ablation.json then lists "seeds" and each cell's base "cell" and "seed".

@@ -29,7 +29,7 @@ MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (engines/schedules/b
 REFERENCE = "reference"  # the baseline every speedup is over
 PERIODIC = "periodic"  # the async ladder's cell (periodic asynchrony)
 BOUNDED = "bounded"  # the staleness sweep
-ONE_STEP = "one_step"  # the families ladder's k = 1 rung (bench/analysis/families.py)
+ONE_STEP = "one_step"  # the families ladder's k = 1 rung (bench/experiments/families/cells.py)
 
 
 def _never(cfg) -> bool:

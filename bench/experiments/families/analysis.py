@@ -1,5 +1,6 @@
-"""The families ladder of `--ablation families` (bench/analysis/families.py), computed from a run's result files
-into families.csv, which the terminal and the report render (reports/families_text.py).
+"""The families ladder of `--ablation families` (cells.py), computed from a run's result files into
+families.csv, which the terminal and the report render (report.py), and the verdict's answer from it:
+which rung first pays by its interval, which pays most (answer).
 
 One row per rung: TPSPD (median, min–max over measured iterations), the factor over the rung before and
 the speedup over sync with its 95% interval (bench/analysis/intervals.py), idle per worker over the measured span, the staleness histogram (trained samples
@@ -11,18 +12,23 @@ report's model, one-step-off and k2 by the bounded-staleness simulator, k2_parti
 model). Predicted factors are ratios of predicted TPSPDs, except the first (split), which is over sync's
 measured TPSPD as the report's predicted speedups are, so the predicted factors multiply to the last
 rung's predicted speedup. `ladder_factor` names the factor of the ladder line a rung's factor belongs to
-(bench/analysis/families.py GROUPS: the two staleness rungs form one).
+(cells.py GROUPS: the two staleness rungs form one).
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlbench.core.results import schema
-from rlbench.analysis import families, intervals
-from rlbench.core.errors import UserError
-from rlbench.core.results.metrics import idle_fractions
+from rlbench.analysis import intervals
 from rlbench.analysis.data import CellData, RunData, load, workers_in
+from rlbench.analysis.intervals import Ratio
+from rlbench.core.errors import UserError
+from rlbench.core.experiments.spec import Analysis
+from rlbench.core.results import schema
+from rlbench.core.results.metrics import idle_fractions
+from rlbench.experiments.families import cells as families
 
 CSV = "families.csv"
 
@@ -166,3 +172,49 @@ def _accuracy(c: CellData | None) -> dict:
             "accuracy_final": evals[-1].get("accuracy") if evals else None}
 
 
+
+
+@dataclass(frozen=True)
+class RungSpeedup:
+    """A rung of the families ladder, its speedup over sync measured (with its interval) and predicted."""
+    cell: str
+    adds: str
+    speedup: float | None
+    predicted: float | None
+    interval: Ratio = field(default_factory=lambda: Ratio(None))
+
+    @property
+    def outcome(self) -> str | None:
+        return intervals.outcome(self.speedup, self.interval.low, self.interval.high)
+
+
+@dataclass(frozen=True)
+class LadderAnswer:
+    """first_paying: the first rung whose speedup over sync wins by its interval (None: no rung does);
+    best: the rung with the highest measured speedup."""
+    first_paying: RungSpeedup | None
+    best: RungSpeedup | None
+
+
+def ladder_answer(frame) -> LadderAnswer | None:
+    """The families ladder (ladder_frame) read for its answer: which rung first pays, which pays most."""
+    if frame is None or not len(frame):
+        return None
+    rungs = [RungSpeedup(r["cell"], r["adds"], _value(r["speedup"]), _value(r["predicted_speedup"]),
+                         intervals.from_columns(r, "speedup", "speedup"))
+             for r in frame.to_dict("records")[1:]]  # the first rung is sync itself
+    measured = [r for r in rungs if r.speedup is not None]
+    paying = [r for r in measured if r.outcome == intervals.WINS]
+    return LadderAnswer(paying[0] if paying else None, max(measured, key=lambda r: r.speedup, default=None))
+
+
+def _value(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def answer(run: RunData, sp) -> LadderAnswer | None:
+    """The verdict's answer from the ladder; None where the run is not a families ladder."""
+    return ladder_answer(ladder_frame(run))
+
+
+ANALYSIS = Analysis(write=write_ladder, answer=answer)

@@ -14,10 +14,20 @@ more groups there are, the less the last group's training costs; it loses when t
 (a light tail: the device split halves the training devices and overlap hides little).
 
 At every point: sync, barrier (async placement, no overlap) and periodic-async, on the same devices.
+Import-light: `rlbench --help` counts the cells.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from rlbench.core.schedules import by_role
+from rlbench.core.schedules.spec import PERIODIC, REFERENCE
+
+# The schedules by their role (each record says its role, bench/core/schedules/).
+_REF, _ASYNC = by_role(REFERENCE).name, by_role(PERIODIC).name
+# Every grid point runs the three cells of the async ladder, so each speedup splits into device split x overlap.
+LADDER = ((_REF, {"schedule": _REF}), (f"{_ASYNC}_barrier", {"schedule": _ASYNC, "overlap": False}),
+          (_ASYNC, {"schedule": _ASYNC}))
 
 
 @dataclass(frozen=True)
@@ -85,3 +95,15 @@ NATURAL = {"smollm2-eos": {
     "train": {"prompts_per_iteration": 4, "micro_batch_size": 2, "lr": 1.0e-5},
     "run": {"iterations": 4, "warmup_iterations": 1, "eval_every": 0, "interleave": True}}}
 POINTS = {**{name: grid.points() for name, grid in GRIDS.items()}, "regime-natural": NATURAL}
+# Workloads of `--ablation regime` (the regime map), `regime-quick` (the same axes at toy sizes) and
+# `regime-natural` (a pretrained model's own EOS tail): config overrides laid over the run's config, one per point.
+WORKLOADS: dict[str, dict] = {name: over for points in POINTS.values() for name, over in points.items()}
+ABOUT = {"regime": "the regime map: that ladder over response-length tails x batch sizes, ~13 min on 2 cores",
+         "regime-quick": "the regime map at toy sizes",
+         "regime-natural": "SmolLM2's own EOS tail; needs setup.sh --gguf"}
+
+
+def ablations() -> dict[str, list[tuple[str, dict]]]:
+    """{ablation: cells}: every point's ladder, each cell named `<point>/<cell>` with the point's workload."""
+    return {name: [(f"{w}/{c}", {**sw, "workload": w}) for w in points for c, sw in LADDER]
+            for name, points in POINTS.items()}

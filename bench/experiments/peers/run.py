@@ -1,10 +1,13 @@
-"""Running `--ablation peers`' peer framework cells (the cells and their table: bench/analysis/peers.py):
-a refusal before any cell runs, and a framework's runner in the cell's process."""
+"""Running `--ablation peers`' peer framework cells (the cells: cells.py, their table: analysis.py): a
+refusal before any cell runs, and a framework's runner in the cell's process (RUNNER, what the record names)."""
 from __future__ import annotations
 
+import importlib
+from functools import partial
 from pathlib import Path
 
-from rlbench.analysis.peers import framework_of, framework_options
+from rlbench.core.experiments.spec import Runner
+from rlbench.experiments.peers.cells import framework_of, framework_options
 
 FRAMEWORKS = {"trl": "rlbench.engines.external.trl.adapter:run_trl"}
 
@@ -22,8 +25,16 @@ def preflight(cells) -> None:
 
 def run_framework_cell(framework: str, cfg, folder: Path, name: str, progress: bool, pacer) -> dict:
     """A peer framework's cell, in this (the cell's) process: its runner by import path."""
-    import importlib
-
     module, fn = FRAMEWORKS[framework].split(":")
     return getattr(importlib.import_module(module), fn)(cfg, folder, name=name, pacer=pacer, progress=progress,
                                                         options=framework_options(name))
+
+
+def runner_of(cell: str):
+    """The function that runs ablation cell `cell` in its process, called as f(cfg, folder, name, progress,
+    pacer): its framework's, or None for rlbench's own cells."""
+    framework = framework_of(cell)
+    return partial(run_framework_cell, framework) if framework else None
+
+
+RUNNER = Runner(preflight=preflight, runner_of=runner_of)

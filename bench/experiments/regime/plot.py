@@ -1,7 +1,7 @@
 """The regime map plot, the report's headline for `--ablation regime`.
 
 Left: measured (min–max over iterations) and predicted speedup against the statistic that explains the
-map best (bench/analysis/regime.explain), the 1.0 line and both crossovers. Right: the grid itself, tail by
+map best (analysis.py explain), the 1.0 line and both crossovers. Right: the grid itself, tail by
 batch, coloured by measured speedup (red loses, blue wins) with the prediction beside it.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
+from rlbench.experiments.regime.analysis import STATISTICS, WIN, Crossover, tail_key
 from rlbench.reports.palette import cell_color, stage_color
 from rlbench.reports.plots import MARKERS, save
-from rlbench.analysis.regime import STATISTICS, WIN, Crossover, tail_key
 
 MEASURED, PREDICTED = "#333333", stage_color("rollout")
 

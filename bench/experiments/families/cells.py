@@ -1,7 +1,7 @@
 """`--ablation families`: the async families side by side on the same devices, as a ladder.
 
 Each rung adds one thing to the one before, so the ratio of consecutive TPSPDs says what that thing buys
-(docs/architecture.md, 'The families ladder'):
+(docs/architecture.md, 'The families ladder'; README.md beside this file):
 
     sync            the reference: colocated ranks, each generating then training its shard
     barrier         periodic-async's device split (rollout pool + training pool), training only after the
@@ -17,7 +17,7 @@ The terminal and the report print the factors as one line; the two staleness run
 factors multiply to the last rung's speedup over sync.
 
 The schedules come from their records (bench/core/schedules/: the role each plays); what is computed from a
-run's result files is this module's; reports/families_text.py renders it. Import-light: `rlbench --help` reads the cells.
+run's result files is analysis.py's, report.py renders it. Import-light: `rlbench --help` reads the cells.
 """
 from __future__ import annotations
 
@@ -55,3 +55,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("partial rollout", ("partial rollout",)))
 ABOUT = ("the async families on the same devices: sync, barrier (split), periodic-async (overlap), "
          "one-step-off (k=1), k=2, k=2 + partial rollout; the ladder of factors")
+
+
+def ablations() -> dict[str, list[tuple[str, dict]]]:
+    """`--ablation families`: the rungs' cells, in ladder order."""
+    return {"families": list(CELLS)}

@@ -5,9 +5,10 @@ tri_model or all ablations, are not points of a map) with a sync cell, a
 periodic-async cell and, where run, a barrier cell. Per point: the knobs that define it (the sync
 cell's resolved config), statistics of the sync cell that could explain the speedup (STATISTICS), the
 measured speedup with its spread over iterations, the prediction and the barrier attribution (both
-from bench/analysis/speedup.speedup_frame). Which statistic separates wins from losses best is
+from bench/analysis/speedup.py speedup_frame). Which statistic separates wins from losses best is
 measured over the map (explain), and the crossover (speedup 1.0) is read off the measured and the
-predicted curve along it (crossover). Pure functions of result files; rendering is regime_text.py's.
+predicted curve along it (crossover), and the verdict's answer (answer). Pure functions of result
+files; rendering is text.py's, plot.py's and report.py's.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import numpy as np
 import pandas as pd
 from rlbench.analysis.cost_spread import point_spread
 from rlbench.analysis.data import CellData, RunData, get_path
+from rlbench.analysis.seeds import is_multi_seed
+from rlbench.core.experiments.spec import Analysis
 from rlbench.core.results import schema
 
 WIN = 1.0  # a speedup above this is a win: periodic-async's TPSPD beats sync's on the same devices
@@ -280,3 +283,12 @@ def length_frame(run: RunData, frame: pd.DataFrame) -> pd.DataFrame:
                      "max_over_mean": float(v[-1] / v.mean()),
                      "cut_share": float((v >= (g["max_new_tokens"] or math.inf)).mean()), "lengths": v.tolist()})
     return pd.DataFrame(rows)
+
+
+def answer(run: RunData, sp: pd.DataFrame) -> MapVerdict | None:
+    """The verdict's answer from the map (None: no map of 2 points; a multi-seed run's map is not read, as
+    its report shows the first seed's)."""
+    return None if is_multi_seed(run) else verdict(regime_frame(run, sp))
+
+
+ANALYSIS = Analysis(answer=answer)

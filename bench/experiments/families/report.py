@@ -1,5 +1,6 @@
-"""The families ladder in words and tables, from families.csv (computed by bench/analysis/ladder.py): the
-terminal's lines and the report's section.
+"""The families ladder in words and tables, from families.csv (computed by analysis.py): the terminal's
+lines, the report's section, summary tables for `--markdown` and the verdict's sentence (REPORT is what the
+record names).
 
 The ladder line groups the rungs' factors by their `ladder_factor` (the two staleness rungs form one
 factor, shown with its two steps in brackets); a group's factor is the product of its rungs'.
@@ -10,13 +11,15 @@ import math
 
 import pandas as pd
 from rlbench.analysis.data import RunData, read_table
-from rlbench.analysis.intervals import from_columns
+from rlbench.analysis.intervals import described, from_columns
+from rlbench.core.experiments.spec import Report
+from rlbench.experiments.families.analysis import LadderAnswer, ladder_frame
 from rlbench.reports.html import esc, table
-from rlbench.reports.tables import fmt
+from rlbench.reports.tables import fmt, markdown_table
 from rlbench.reports.text_table import wrap
 
 TITLE = "The families ladder: where the speedup comes from"
-CSV = "families.csv"  # written by bench/analysis/ladder.py
+CSV = "families.csv"  # written by analysis.py
 SHOWN = ["cell", "TPSPD median (min–max)", "factor", "predicted", "error", "vs sync (95% interval)", "staleness 0/1/2…",
          "token staleness", "idle % per worker", "acc first→final", "status"]
 NOTE = ("Each rung adds one thing to the rung above it, on the same devices and config: the factor is its "
@@ -122,3 +125,40 @@ def families_section(run: RunData) -> tuple[str, str] | None:
                    + table(families_rows(frame), SHOWN) + f"<p>{esc(NOTE)}</p>"
                    + "<details><summary>Every column (families.csv)</summary>"
                    + table([list(r) for r in frame.itertuples(index=False)], list(frame.columns)) + "</details>")
+
+
+def markdown_lines(run: RunData, sp=None) -> list[str]:
+    """`rlbench report --markdown`'s section: both ladder lines, then the rungs' table."""
+    ladder = ladder_frame(run)
+    if ladder is None:
+        return []
+    ladder = ladder.astype(object).where(ladder.notna(), None)
+    return ["", "### Families ladder", "", f"- measured: {ladder_line(ladder)}",
+            f"- predicted: {ladder_line(ladder, 'predicted_factor')}", "", markdown_table(SHOWN, families_rows(ladder))]
+
+
+def ladder_sentence(a: LadderAnswer) -> str | None:
+    """The first rung of the families ladder that pays by its interval, or the best rung where none does."""
+    best = a.best
+    if best is None:
+        return None
+    if a.first_paying is None:
+        return (f"No rung of the families ladder pays here by its interval: the best, {best.cell} ({best.adds}), "
+                f"reaches {x(best.speedup)} sync's TPSPD ({described(best.interval)}; predicted "
+                f"{x(best.predicted)}): {best.outcome}.")
+    r = a.first_paying
+    more = "" if best.cell == r.cell else f"; the best, {best.cell}, {x(best.speedup)}"
+    return (f"On the families ladder it pays from {r.cell} on ({r.adds}): {x(r.speedup)} sync's TPSPD "
+            f"({described(r.interval)}; predicted {x(r.predicted)}){more}.")
+
+
+def html_section(run: RunData, sp=None) -> tuple[str, str] | None:
+    return families_section(run)
+
+
+def wide_lines(run: RunData, sp=None) -> list[str]:
+    return families_lines(run)
+
+
+REPORT = Report(html=html_section, brief=families_brief, wide=wide_lines, markdown=markdown_lines,
+                change=ladder_sentence)

@@ -1,14 +1,17 @@
-""""Against a real framework": peers.csv (computed by bench/run/peers.py) as the terminal's lines, the
-report's section and peers.md: the cells side by side (TPSPD, the ratio to rlbench's sync, device-seconds
+""""Against a real framework": peers.csv (computed by analysis.py) as the terminal's lines, the
+report's section and peers.md (REPORT is what the record names): the cells side by side (TPSPD, the ratio to rlbench's sync, device-seconds
 and CPU-seconds per 1,000 trained tokens by stage, accuracy), one sentence per peer cell saying where its
 difference to rlbench's sync comes from, and the settings that differ between the engines (from each TRL
 cell's results.json)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from rlbench.analysis.data import RunData, read_table
 from rlbench.analysis.intervals import described, from_columns, inverted
+from rlbench.core.experiments.spec import Report
 from rlbench.reports.html import esc, table
 from rlbench.reports.tables import fmt
 from rlbench.reports.text_table import fit
@@ -123,7 +126,7 @@ def peers_lines(run: RunData) -> list[str]:
         return []
     rows = [_short_row(r) for r in frame.to_dict("records")]
     return ["", f"{TITLE} (device-s per 1,000 tokens by stage; every column: {CSV}, peers.md):",
-            *fit(SHORT_HEAD, rows)]  # its sentences: the verdict's (reports/verdict_text.py)
+            *fit(SHORT_HEAD, rows)]  # its sentences: the verdict's (notes)
 
 
 def peers_section(run: RunData) -> tuple[str, str] | None:
@@ -157,3 +160,27 @@ def peers_markdown(run: RunData) -> str | None:
         parts += ["", "### Settings that differ between the engines", "",
                   _md(settings, ["setting", "rlbench", "TRL", "why"])]
     return "\n".join(parts) + "\n"
+
+
+def write_markdown(run: RunData, folder: Path) -> None:
+    """peers.md in folder, where the run has peers.csv."""
+    text = peers_markdown(run)
+    if text:
+        (folder / "peers.md").write_text(text)
+
+
+def notes(run: RunData) -> list[str]:
+    """The verdict's sentences: where each peer cell's difference to rlbench's sync comes from."""
+    frame = read(run)
+    return [] if frame is None else sentences(frame)
+
+
+def html_section(run: RunData, sp=None) -> tuple[str, str] | None:
+    return peers_section(run)
+
+
+def wide_lines(run: RunData, sp=None) -> list[str]:
+    return peers_lines(run)
+
+
+REPORT = Report(html=html_section, files=write_markdown, brief=peers_lines, wide=wide_lines, notes=notes)

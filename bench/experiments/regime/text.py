@@ -1,6 +1,6 @@
 """The regime map in words: one sentence per point, one for the crossover, one for the prediction.
 
-Renders what bench/analysis/regime.py computed; the terminal, summary.md and report.html all print these.
+Renders what analysis.py computed; the terminal, summary.md and report.html all print these (report.py).
 """
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import math
 
 import pandas as pd
 from rlbench.analysis.cost_spread import BUSY_PCT, SPREAD_PCT
-from rlbench.analysis.regime import STATISTICS, Crossover, prediction_check, verdict
 from rlbench.analysis.intervals import described, from_columns
-
-IN_WORDS = {"wins": "wins", "loses": "loses", "even": "is even"}  # "periodic asynchrony ...", by the interval
+from rlbench.experiments.regime.analysis import STATISTICS, Crossover, MapVerdict, prediction_check, verdict
+from rlbench.reports.tables import IN_WORDS
 
 
 def _missing(v) -> bool:
@@ -168,3 +167,18 @@ def regime_lines(frame: pd.DataFrame) -> list[str]:
         return []
     lines = [point_sentence(r) for r in frame.to_dict("records")]
     return lines + [s for s in (crossover_sentence(frame), prediction_sentence(frame)) if s]
+
+
+def regime_sentence(v: MapVerdict) -> str:
+    """What the regime map says would change the verdict's answer: its measured crossover with its range
+    (from the points' intervals), and the predicted one."""
+    c, name = v.measured, v.statistic
+    if c.kind == "crossing":
+        predicted = v.predicted
+        pred = "" if predicted is None or predicted.kind != "crossing" else \
+            f"; predicted {stat_value(name, predicted.x)}"
+        return (f"On this machine it pays when {STATISTICS[name].condition.format('about ' + stat_value(name, c.x))}"
+                f" (the regime map's crossover, between {c.below} and {c.above}; {crossover_range(v.measured_range, name)}"
+                f"{pred}).")
+    where = "at every point" if c.kind == "everywhere" else "at no point"
+    return f"On this machine it pays {where} of the regime map ({STATISTICS[name].label} from its points)."

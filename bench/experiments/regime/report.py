@@ -1,13 +1,17 @@
 """The regime map's place in a report: regime.csv, plots/regime.png and the section at the top of
-report.html (bench/analysis/regime.py computes, regime_text.py and regime_plot.py render)."""
+report.html, its sentences in the terminal (--wide), summary.md and `--markdown`, and the verdict's sentence
+on where it pays (analysis.py computes, text.py and plot.py render; REPORT is what the record names)."""
 from __future__ import annotations
 
 import pandas as pd
 from rlbench.analysis.data import RunData
+from rlbench.analysis.seeds import is_multi_seed
+from rlbench.core.experiments.spec import Report
+from rlbench.experiments.regime.analysis import length_frame, regime_frame, verdict
+from rlbench.experiments.regime.plot import plot_lengths, plot_map, tail_label
+from rlbench.experiments.regime.text import regime_lines, regime_sentence
 from rlbench.reports.html import esc, plot_html, table
-from rlbench.analysis.regime import length_frame, regime_frame, verdict
-from rlbench.reports.regime_plot import plot_lengths, plot_map, tail_label
-from rlbench.reports.regime_text import regime_lines
+from rlbench.reports.tables import fmt, markdown_table
 
 TITLE = "Where periodic asynchrony pays: the regime map"
 CAPTION = ("Left: periodic-async / sync TPSPD per point against the sync-cell statistic that separates wins "
@@ -53,3 +57,29 @@ def _lengths_html(run: RunData, frame: pd.DataFrame) -> str:
     rows = [[tail_label(r["tail"]), *(r[c] for c in LENGTHS[1:])] for r in lengths.to_dict("records")]
     return (f"<h3>Response lengths: drawn tails and natural ones</h3>{plot_html({'Response lengths': plot})}"
             f"<p>{esc(LENGTH_CAPTION)}</p>" + table(rows, LENGTHS))
+
+
+def wide_lines(run: RunData, sp: pd.DataFrame) -> list[str]:
+    """The terminal's --wide lines: one sentence per point (its attribution included), then where periodic
+    asynchrony pays; none for a multi-seed run or fewer than 2 points."""
+    lines = [] if is_multi_seed(run) else regime_lines(regime_frame(run, sp))
+    return ["Regime map (regime.csv, plots/regime.png):"] + lines if lines else []
+
+
+def summary_lines(run: RunData, sp: pd.DataFrame) -> list[str]:
+    """summary.md's section."""
+    lines = regime_lines(regime_frame(run, sp))
+    return ["\n## Where periodic asynchrony pays: the regime map\n"] + [f"- {t}" for t in lines] if lines else []
+
+
+def markdown_lines(run: RunData, sp: pd.DataFrame) -> list[str]:
+    """`rlbench report --markdown`'s section: the map as a table, then its sentences."""
+    frame = None if is_multi_seed(run) else regime_frame(run, sp)
+    if frame is None or len(frame) < 2:
+        return []
+    rows = [[fmt(None if v is None or v != v else v) for v in r] for r in frame[SHOWN].itertuples(index=False)]
+    return ["", "### Regime map", "", markdown_table(SHOWN, rows), *[f"- {t}" for t in regime_lines(frame)]]
+
+
+REPORT = Report(html=regime_section, wide=wide_lines, explains_speedup=True, summary=summary_lines,
+                markdown=markdown_lines, change=regime_sentence)

@@ -21,6 +21,7 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
+from rlbench.core.experiments.spec import Runner
 from rlbench.core.results import schema
 
 FILE = schema.CONTENTION_PROBE
@@ -105,3 +106,26 @@ def measure(model_cfg: dict, run_dir: Path, cores: tuple[int, int] = (0, 1), pha
     schema.atomic_write_json(Path(run_dir) / FILE, record)
     return record
 
+
+
+def calibrate(name: str, base, run_dir: Path) -> None:
+    """The calibration step of `--ablation regime`, before its cells: how much decode and training slow each
+    other on two cores. Where it cannot run (not CPU, fewer than 2 cores, a model other than the tiny one) or
+    fails, the prediction keeps the sync cell's own estimate; nothing is lost."""
+    import typer
+    from rlbench.core.devices.device import cpu_cores
+
+    if name not in PROBED or base.engine.device != "cpu" or base.model.kind != "tiny" or len(cpu_cores()) < 2:
+        return
+    typer.echo("rlbench: contention probe: decode and training alone and together on the first two cores (~20 s)",
+               err=True)
+    try:
+        r = measure(base.model.model_dump(mode="json"), run_dir)
+    except Exception as e:  # a calibration that failed must not cost the map
+        typer.echo(f"rlbench: contention probe failed ({e}); the prediction uses the sync cell's estimate", err=True)
+        return
+    typer.echo(f"rlbench: contention probe: decode {r['decode']['kappa']:+.0%} slower and training "
+               f"{r['train']['kappa']:+.0%} slower while the other core computes", err=True)
+
+
+RUNNER = Runner(before=calibrate)

@@ -1,0 +1,17 @@
+"""peers: rlbench beside a real framework, TRL's GRPOTrainer, on the same devices and workload (README.md).
+
+This folder is the whole experiment: this record, cells.py (the cells and which framework runs each),
+run.py (the refusal before any cell runs and a framework's runner in the cell's process), analysis.py
+(peers.csv) and report.py (its place in every report, peers.md). Importing the record costs nothing: the
+analysis, the report and the runner are named by string.
+"""
+from rlbench.core.experiments.spec import ExperimentSpec
+from rlbench.experiments.peers import cells
+
+EXPERIMENT = ExperimentSpec(
+    name="peers",
+    summary="rlbench's sync and periodic-async beside TRL's GRPOTrainer on the same devices",
+    cells=cells.ablations, about={"peers": cells.ABOUT}, shared={"peers": cells.BASE},
+    switches=("framework", "framework_options"),
+    analysis="rlbench.experiments.peers.analysis:ANALYSIS", report="rlbench.experiments.peers.report:REPORT",
+    runner="rlbench.experiments.peers.run:RUNNER")

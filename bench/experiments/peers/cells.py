@@ -1,0 +1,57 @@
+"""The cells of `--ablation peers`: rlbench's own beside TRL's GRPOTrainer on the same devices and workload.
+
+    sync            rlbench's reference: colocated ranks, each generating then training its shard
+    periodic_async  rlbench's periodic asynchrony on the same devices
+    trl             TRL on-policy: one pinned rank per device (data parallel, gloo), one optimizer step
+                    per generation, the same loss (tests/test_trl_loss.py)
+    trl_cb          TRL on-policy with transformers' continuous batching for its generation
+                    (use_transformers_continuous_batching; engines/external/trl/settings.py TrlOptions)
+    trl_off_policy  TRL with OFF_POLICY_STEPS optimizer steps per generation (steps_per_generation that
+                    many times gradient_accumulation_steps: its off-policy setting; train.ppo_mini_batches)
+    sync+tri_model+shared_prompt
+                    rlbench's sync with its two switches that keep the update: the old-policy pass skipped
+                    on-policy (TRL skips it too) and a group's prompt computed once in training
+
+Every cell gets BASE under the user's --set: TRL's fixed advantage epsilon (so the losses are equal), and
+turns by iteration (run.interleave: iteration k of every cell on nearly the same machine). A TRL cell is
+run by the framework run.py names (engines/external/trl/adapter.py) in the cell's process.
+Import-light: `rlbench --help` counts the cells.
+"""
+from __future__ import annotations
+
+from rlbench.core.results.schema import split_seeded
+from rlbench.core.schedules import by_role
+from rlbench.core.schedules.spec import PERIODIC, REFERENCE
+
+_REF, _ASYNC = by_role(REFERENCE).name, by_role(PERIODIC).name
+OFF_POLICY_STEPS = 2  # TRL's off-policy cell: optimizer steps per generation
+CELLS: list[tuple[str, dict]] = [
+    (_REF, {"schedule": _REF}), (_ASYNC, {"schedule": _ASYNC}),
+    ("trl", {"framework": "trl"}),
+    ("trl_cb", {"framework": "trl", "framework_options": {"continuous_batching": True}}),
+    ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS}),
+    (f"{_REF}+tri_model+shared_prompt", {"schedule": _REF, "tri_model": True, "shared_prompt": True})]
+BASE = {"train": {"adv_eps": 1e-4}, "run": {"interleave": True}}
+ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy (padded generate, and "
+         f"continuous batching) and with {OFF_POLICY_STEPS} steps per generation, then sync with tri-model and "
+         "shared-prompt, on the same devices; the stage breakdown side by side")
+
+
+def ablations() -> dict[str, list[tuple[str, dict]]]:
+    """`--ablation peers`: its cells, sync first (every ratio is over it)."""
+    return {"peers": list(CELLS)}
+
+
+def framework_of(cell: str) -> str | None:
+    """The framework that runs an ablation cell (by its name, a seed's suffix dropped); None: rlbench."""
+    return _switches(cell).get("framework")
+
+
+def framework_options(cell: str) -> dict:
+    """The peer framework's own settings of an ablation cell (no rlbench config key), e.g. TRL's
+    continuous batching; {} for the framework's defaults."""
+    return dict(_switches(cell).get("framework_options") or {})
+
+
+def _switches(cell: str) -> dict:
+    return dict(CELLS).get(split_seeded(cell)[0], {})
