@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlbench.engines.data.task import Problem
+import pandas as pd
+
 from rlbench.core.errors import UserError
+from rlbench.engines.data.task import Problem
 
 JSONL_SUFFIXES = (".jsonl", ".json")
 _EXPECTED = "expected a JSON object with 'question' and 'answer' ending in '#### <number>'"
@@ -71,8 +73,6 @@ def _jsonl_problem(line: str, where: str) -> Problem:
 
 
 def _load_parquet(path: Path) -> list[Problem]:
-    import pandas as pd  # heavy: only when a parquet file is actually read
-
     try:
         frame = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for a damaged or non-parquet file
