@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import pandas as pd
+import torch
 
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import Stage
@@ -212,11 +213,7 @@ def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = N
 
 
 def _visible_gpus() -> int:
-    try:
-        import torch  # inside: only for this count; `rlbench run`'s own process imports no torch
-        return torch.cuda.device_count()
-    except ImportError:
-        return 0
+    return torch.cuda.device_count()
 
 
 def run_verl(cfg, out_dir: str | Path, *, n_gpus: int | None = None, nnodes: int = 1,
