@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from rlbench.core.errors import UserError
 from rlbench.engines.data.task import Problem
 
@@ -73,6 +71,8 @@ def _jsonl_problem(line: str, where: str) -> Problem:
 
 
 def _load_parquet(path: Path) -> list[Problem]:
+    import pandas as pd  # inside: pandas costs every cell process ~0.5 s; only a parquet file needs it
+
     try:
         frame = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for a damaged or non-parquet file
