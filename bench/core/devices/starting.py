@@ -54,7 +54,7 @@ def context(cpu_only: bool, tensors: bool = False):
     """The multiprocessing context to create processes with; tensors: torch's (a tensor handed to the
     process is shared, not copied). The fork server starts on the first process created, or at `warm`."""
     if tensors:
-        import torch.multiprocessing as mp  # inside: instant path: `rlbench --help` imports this module
+        import torch.multiprocessing as mp  # inside: instant path: `rlbench report` imports this module
     else:
         mp = multiprocessing
     ctx = mp.get_context(method(cpu_only))
