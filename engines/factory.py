@@ -18,10 +18,9 @@ from rlbench.core.errors import UserError
 from rlbench.core.record import lifecycle
 from rlbench.core.record.lifecycle import Phase
 from rlbench.core.record.stages import Recorder, Role
-from rlbench.engines import launch
+from rlbench.engines import hosts, launch
 from rlbench.engines.data.source import load_dataset
 from rlbench.engines.evaluation import InProcessEval, WorkerEval, eval_inputs, score
-from rlbench.engines.hosts import make_host
 from rlbench.engines.model.weight_file import write_weights
 from rlbench.engines.model.weights import SharedState
 from rlbench.engines.ray_util import ensure_ray, to_numpy
@@ -151,8 +150,8 @@ class _Session:
 
     def host(self, role, cls, args_of, owns_ray: bool = False):
         slots = self.placement.of(role)
-        host = make_host(self.cfg.engine.launcher, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
-                         self.cfg.engine.queue_timeout_s, self.watchdog, owns_ray and self.owns_ray)
+        host = hosts.make_host(self.cfg.engine.launcher, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
+                               self.cfg.engine.queue_timeout_s, self.watchdog, owns_ray and self.owns_ray)
         self.hosts.append(host)
         return host
 

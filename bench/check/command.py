@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from rlbench.check import ab_power, calibrate
+from rlbench.check import ab_power
 from rlbench.check import against as ab
+from rlbench.check import calibrate as calibration
 from rlbench.check.confirm import combine, format_confirmed, needs_confirmation
 from rlbench.check.record import Recording, anchor_ref, record_and_judge
 from rlbench.check.verdicts import check as do_check
@@ -21,7 +22,7 @@ def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str
           baseline: Path | None, update: bool, calibrate: bool, tolerance: list[str], confirm: bool = True,
           recording: Recording | None = None) -> int:
     if calibrate:
-        power = ab_power if run_dirs and all(ab.is_ab(d) for d in run_dirs) else calibrate
+        power = ab_power if run_dirs and all(ab.is_ab(d) for d in run_dirs) else calibration
         typer.echo(power.format_study(power.study(run_dirs)))
         return 0
     if recording is not None and (baseline is not None or update or len(run_dirs) > 2

@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, LlamaForCausalLM, Qwen2ForCausalL
 from transformers.utils import logging as hf_logging
 
 from rlbench.engines import data, model
-from rlbench.engines.data.facts import SPLIT_VERSION
+from rlbench.engines.data import facts
 from rlbench.engines.data.task import Problem, answer_only
 from rlbench.engines.model.shape import tiny_config
 from rlbench.engines.model.tokenizer import CharTokenizer
@@ -118,7 +118,7 @@ def cache_key(cfg) -> str:
     # Every data key shapes the train split (eval_size too: train skips the eval questions), except
     # few_shot: the warm-start prompts are zero-shot. Local data files count by content.
     data = cfg.data.model_dump(mode="json", exclude={"few_shot"})
-    data["split_version"] = SPLIT_VERSION if cfg.data.split == "fact" else None  # a new fact rule: new split
+    data["split_version"] = facts.SPLIT_VERSION if cfg.data.split == "fact" else None  # a new fact rule: new split
     data["files"] = [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:16] if Path(f).is_file() else f
                      for f in (cfg.data.path, cfg.data.eval_path) if f]
     parts = {"model": cfg.model.model_dump(mode="json"), "data": data, "seed": cfg.run.seed,
