@@ -1,14 +1,31 @@
-"""rlbench command line. Heavy imports (torch, transformers) happen inside the commands that need them,
-so `rlbench --help`, `report`, `compare` and `check` are instant.
+"""rlbench command line. Nothing it imports imports torch or transformers (the processes that run cells do),
+so `rlbench --help`, `config`, `report`, `compare` and `check` are instant (tests/test_imports.py).
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
+import yaml
+
+from rlbench.check.command import check
+from rlbench.check.drift import LAST_N
+from rlbench.check.history_command import history_command
+from rlbench.check.record import Recording
+from rlbench.core import experiments
+from rlbench.core.config import LOGGERS, documented_keys, load_config, parse_loggers, shipped_configs
+from rlbench.core.devices import procs
 from rlbench.core.errors import UserError, WorkerError
+from rlbench.core.results import provenance
+from rlbench.reports.glossary import help_epilog
+from rlbench.run.ablation import help_text, run_ablation
+from rlbench.run.around import Ending, run_external, sweep
+from rlbench.run.resume import resume_run
+from rlbench.simulate.command import simulate
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="Benchmark synchronous vs periodic-asynchronous RL post-training (TPSPD, accuracy).")
@@ -16,8 +33,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
 
 def ablation_help() -> str:
     """`--ablation`'s help, made from the ablation registry (bench/run/ablation.py)."""
-    from rlbench.run.ablation import help_text
-
     return help_text()
 
 
@@ -30,8 +45,6 @@ def _root(ctx: typer.Context) -> None:
 def definitions_help() -> str:
     """What the table's columns and the verdict's words mean (reports/glossary.py), ending `run` and
     `report`'s --help."""
-    from rlbench.reports.glossary import help_epilog
-
     return help_epilog()
 
 
@@ -64,11 +77,6 @@ def run(
                                           "the run's own."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
-    from rlbench.core.devices import procs
-    from rlbench.run.ablation import run_ablation
-    from rlbench.run.around import Ending, run_external, sweep
-    from rlbench.run.resume import resume_run
-
     procs.mark_run()  # every process of this run carries the token: found and ended at the end
     sets = set_ + (["run.profile=true"] if profile else []) + _logger_set(logger)
     end = Ending(report, wide)
@@ -87,8 +95,6 @@ def run(
 
 def _logger_set(values: list[str]) -> list[str]:
     """--logger's values (repeated, or comma lists) -> the --set that carries them to every cell."""
-    from rlbench.core.config import LOGGERS, parse_loggers
-
     if not values:
         return []
     try:
@@ -111,8 +117,8 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
                                          "and the key columns otherwise, within 100 characters a line).")) -> None:
     """Write summary.csv/.md, plots and report.html into RUN_DIR and print its verdict and key columns (with
     --markdown: print its tables)."""
+    # inside: pandas and matplotlib (1.7 s), which `rlbench --help` and `rlbench config` need not load
     from rlbench.reports import build_report, markdown_report, summary_table_text
-    from rlbench.core import experiments
 
     if markdown:
         typer.echo(markdown_report(run_dir, add), nl=False)
@@ -126,7 +132,7 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
 @app.command()
 def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...)) -> None:
     """Side-by-side table of two runs (or ablations) with B/A ratios."""
-    from rlbench.reports import compare as do_compare
+    from rlbench.reports import compare as do_compare  # inside: pandas, which `rlbench --help` need not load
 
     _, text = do_compare(run_a, run_b)
     typer.echo(text)
@@ -177,10 +183,6 @@ def check_cmd(
     """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
     accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
     baseline."""
-    from rlbench.check.command import check
-    from rlbench.check.drift import LAST_N
-    from rlbench.check.record import Recording
-
     recording = Recording(record, drift_steps or LAST_N, anchor_every, reanchor) if record else None
     code = check(run_dirs or [], against, config, ablation, set_, out, baseline, update, calibrate, tolerance,
                  confirm, recording)
@@ -202,18 +204,12 @@ def history_cmd(
     """The accepted A/B results over time: every change point (commit, metric, size, p-value) of every
     metric's chained series, the A/Bs against the anchor, and whether one is due. Exit 1 on a drift that
     `rlbench check --record` would fail, 2 on a corrupt or foreign file."""
-    from rlbench.check.drift import LAST_N
-    from rlbench.check.history_command import history_command
-
     code = history_command(file, html, drift_steps or LAST_N)
     if code:
         sys.exit(code)
 
 
-# The simulate command lives with the simulator (no torch: 0.15 s to import).
-from rlbench.simulate.command import simulate as _simulate  # noqa: E402
-
-app.command("simulate")(_simulate)
+app.command("simulate")(simulate)  # the command lives with the simulator (no torch)
 
 
 @app.command()
@@ -222,10 +218,6 @@ def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the p
                                   "float16.")) -> None:
     """What hardware and software rlbench sees, and one device's measured peak (matmul FLOP/s, copy
     bytes/s) that per-stage MFU and bandwidth utilisation are measured against."""
-    import json
-
-    from rlbench.core.results import provenance
-
     typer.echo(json.dumps(provenance.environment(dtype, remeasure), indent=1))
 
 
@@ -238,9 +230,6 @@ def config_cmd(
 ) -> None:
     """Print the resolved configuration (or, with --docs, every key documented; with --list, the shipped
     configs)."""
-    import yaml
-    from rlbench.core.config import documented_keys, load_config, shipped_configs
-
     if list_:
         for name, what in shipped_configs().items():
             typer.echo(f"{name:<28} {what}")
@@ -265,9 +254,9 @@ def main() -> None:
         print("interrupted: measured iterations are kept in the run folder", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # click usage errors and the like
-        import click
         usage = (click.exceptions.ClickException,)
-        try:  # typer >= 0.24 raises its own vendored copy of click's exceptions
+        try:
+            # inside: only typer >= 0.24 has it (its own vendored copy of click's exceptions, raised instead)
             from typer._click.exceptions import ClickException as TyperClickException
             usage += (TyperClickException,)
         except ImportError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from rlbench.engines.data.reward import any_format_correct, extract_solution, gsm8k_reward
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 
 
@@ -44,8 +45,6 @@ def score(groups, dataset, tok) -> dict:
     the strict rule can read an answer from (format_rate), pass@1 whatever the answer's format
     (accuracy_any_format), and the share that work a step out before answering (worked_rate). With
     data.split=fact, `accuracy` is on held-out facts and `accuracy_seen` on facts trained on."""
-    from rlbench.engines.data.reward import any_format_correct, extract_solution, gsm8k_reward
-
     problems = _problems(dataset)
     texts = [(tok.decode(g.responses[0]), problems[g.prompt_index].answer)
              for g in sorted(groups, key=lambda g: g.prompt_index)]

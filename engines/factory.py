@@ -8,28 +8,39 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
+
+from rlbench.core import schedules
+from rlbench.core.components import BACKENDS
+from rlbench.core.devices import device as dev
+from rlbench.core.devices.placement import plan
+from rlbench.core.errors import UserError
 from rlbench.core.record import lifecycle
 from rlbench.core.record.lifecycle import Phase
+from rlbench.core.record.stages import Recorder, Role
+from rlbench.engines import hosts, launch
+from rlbench.engines.data.source import load_dataset
+from rlbench.engines.evaluation import InProcessEval, WorkerEval, eval_inputs, score
 from rlbench.engines.model.weight_file import write_weights
 from rlbench.engines.model.weights import SharedState
+from rlbench.engines.ray_util import ensure_ray, to_numpy
 from rlbench.engines.rollout.base import PromptRequest
+from rlbench.engines.rollout.pool import RolloutPool
+from rlbench.engines.rollout.sampling import LengthSampling
+from rlbench.engines.rollout.worker import EVALUATION, RolloutWorker, backend_spec, build_backend
 from rlbench.engines.schedules.common import IterationInput
+from rlbench.engines.trainer.distributed import DataParallelTrainer
+from rlbench.engines.trainer.ranks import TrainerRank
+from rlbench.engines.trainer.trainer import Trainer
+from rlbench.engines.watchdog import Watchdog
 
 
 def check_supported(cfg) -> None:
     """Config keys the built-in engines do not implement are refused, never ignored (exit 2)."""
-    from rlbench.core.errors import UserError
-
-    from rlbench.core.components import BACKENDS
-
     missing = BACKENDS[cfg.rollout.backend].missing()
     if missing:
         raise UserError(missing)
     if getattr(cfg.rollout, "cuda_graphs", None) and cfg.engine.device == "auto":
-        import torch
-
-        from rlbench.core.devices import device as dev
-
         dev.use_graphs(True, torch.device(dev.resolve_kind("auto")))  # UserError where auto finds no CUDA
     if cfg.train.ppo_mini_batches != 1:
         raise UserError(
@@ -51,11 +62,6 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
     reference, and a config whose schedule record says it runs in process (`in_process`). `dataset`: a
     schedule that runs ahead reads iterations ahead of the runner; without it, it is loaded again from
     the config (the same seeded split)."""
-    from rlbench.core import schedules
-    from rlbench.core.devices import device as dev
-    from rlbench.engines.evaluation import WorkerEval
-    from rlbench.core.record.stages import Recorder, Role
-
     check_supported(cfg)
     spec = schedules.of(cfg)  # the schedule's record (bench/core/schedules/)
     if placement is None or spec.in_process(cfg):
@@ -78,12 +84,6 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
 def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, placement, weights):
     """The trainer in this process (on `device`), evaluation here too; a schedule whose record has an
     in-process builder runs whole here, the others' rollout workers as planned."""
-    from rlbench.core import schedules
-    from rlbench.core.devices import device as dev
-    from rlbench.engines.evaluation import InProcessEval
-    from rlbench.engines.rollout.worker import EVALUATION, build_backend
-    from rlbench.core.record.stages import Recorder, Role
-
     e = cfg.engine
     spec = schedules.of(cfg)
     policy = policy.to(device)
@@ -94,7 +94,6 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
     if spec.in_process_builder:  # the whole schedule in this process
         schedule = spec.build_in_process_function()(cfg, policy, tok, t0, sink, device, placement, make_model)
         return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
-    from rlbench.core.devices.placement import plan
 
     placement = plan(e, device.type, available=e.num_devices)  # rollout workers as planned
     session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset,
@@ -124,12 +123,9 @@ class _Session:
         self.ray = e.launcher == "ray"
         self.owns_ray = False
         self.hosts: list = []
-        from rlbench.engines.watchdog import Watchdog
 
         self.watchdog = Watchdog(e.hang_timeout_s, e.hang_floor_s)  # one for every host of the engine
         if self.ray:
-            from rlbench.engines.ray_util import ensure_ray
-
             self.owns_ray = ensure_ray(e.ray_address, placement.devices, placement.kind)
         # Local workers map the initial weights from the run's file and read the published ones from one
         # block of shared memory (engines/model/weights.py); Ray ones get both from the object store.
@@ -147,32 +143,22 @@ class _Session:
                 self._file = write_weights(self.policy, folder / "model.safetensors")
             return self._file
         if self._ref is None:
-            import ray
-            from rlbench.engines.ray_util import to_numpy
+            import ray  # inside: optional dependency (ray)
 
             self._ref = [ray.put(to_numpy(dict(self.policy.named_parameters())))]
         return self._ref
 
     def host(self, role, cls, args_of, owns_ray: bool = False):
-        from rlbench.engines.hosts import make_host
-
         slots = self.placement.of(role)
-        host = make_host(self.cfg.engine.launcher, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
-                         self.cfg.engine.queue_timeout_s, self.watchdog, owns_ray and self.owns_ray)
+        host = hosts.make_host(self.cfg.engine.launcher, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
+                               self.cfg.engine.queue_timeout_s, self.watchdog, owns_ray and self.owns_ray)
         self.hosts.append(host)
         return host
 
     def trainer(self, role):
         """Data-parallel ranks on the role's slots (colocated ranks also get the rollout backend)."""
-        from rlbench.engines.rollout.worker import backend_spec
-        from rlbench.engines.trainer.distributed import DataParallelTrainer
-        from rlbench.engines.trainer.ranks import TrainerRank
-        from rlbench.core.record.stages import Role
-
         cfg, tok = self.cfg, self.tok
         if self.trainer_in_process:
-            from rlbench.engines.trainer.trainer import Trainer
-
             return Trainer(self.policy, cfg, tok)
         spec = backend_spec(cfg) if role == Role.COLOCATED else None
         host = self.host(role, TrainerRank, lambda r, n: (r, n, self.policy.config, self.weights(), cfg, tok,
@@ -183,10 +169,6 @@ class _Session:
     def rollout_pool(self, mailbox=None, gate=None):
         """The rollout workers on the rollout slots. mailbox (engines/rollout/mailbox.py), gate
         (engines/rollout/gate.py): made by a schedule that needs them, handed to every worker."""
-        from rlbench.engines.rollout.pool import RolloutPool
-        from rlbench.engines.rollout.worker import RolloutWorker, backend_spec
-        from rlbench.core.record.stages import Role
-
         cfg = self.cfg
         host = self.host(Role.ROLLOUT, RolloutWorker, lambda r, n: (
             self.policy.config, self.weights(), self.shared, self.tok.eos_token_id, cfg.rollout.max_num_seqs,
@@ -198,16 +180,12 @@ class _Session:
         """m -> IterationInput of iteration m, for a schedule that dispatches ahead of the runner."""
         dataset = self.dataset
         if dataset is None:
-            from rlbench.engines.data.source import load_dataset
-
             dataset = load_dataset(self.cfg.data, self.cfg.run.seed)
         return lambda m: iteration_input(self.cfg, dataset, self.tok, m)
 
     def check_observed(self) -> None:
         """Record what every worker observed next to the plan (results.json `placement`); a worker given
         other than the plan (core, threads, visible device) ends the run (WorkerError, exit 3)."""
-        from rlbench.engines import launch
-
         observed = {w: o for host in self.hosts for w, o in host.observed.items()}
         self.placement.observed.update(observed)
         self.report_phases()
@@ -231,8 +209,6 @@ def iteration_problems(cfg, dataset, k: int) -> list:
 
 def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
     """The iteration's prompts (iteration_problems) and sampling."""
-    from rlbench.engines.rollout.sampling import LengthSampling
-
     problems = iteration_problems(cfg, dataset, k)
     requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i, p in enumerate(problems)]
     r = cfg.rollout
@@ -245,8 +221,6 @@ def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
 
 def evaluate(sampler, weights, version: int, cfg, dataset, tok) -> dict:
     """Greedy pass@1 of `weights` on the eval split with `sampler` in this process (engines/evaluation.py)."""
-    from rlbench.engines.evaluation import eval_inputs, score
-
     sampler.load_weights(weights, version)
     requests, sampling = eval_inputs(cfg, dataset, tok)
     return score(sampler.generate(requests, sampling), dataset, tok)

@@ -3,9 +3,10 @@ engines/ray_host.py), and the heartbeat thread every worker runs for the hang wa
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from rlbench.core.record import progress
 from rlbench.engines.watchdog import HEARTBEAT_S, Heartbeat
 
 POLL_S = 0.05  # how often a waiting driver checks that its workers are alive
@@ -51,10 +52,6 @@ class Call:
 
 def start_heartbeats(worker: str, put: Callable) -> threading.Event:
     """A daemon thread sending this process's progress count every HEARTBEAT_S; -> its stop event."""
-    from dataclasses import asdict
-
-    from rlbench.core.record import progress
-
     stop = threading.Event()
 
     def run() -> None:

@@ -16,22 +16,28 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import threading
 import time
 import traceback
 from typing import Any, Callable
 
-from rlbench.engines.host_messages import POLL_S, Call, Emitted, Ready, Reply, Request, start_heartbeats
-from rlbench.engines.watchdog import Heartbeat, Watchdog
+from rlbench.core import hooks
+from rlbench.core.devices import device as dev
+from rlbench.core.devices import procs, starting
 from rlbench.core.errors import WorkerError
+from rlbench.core.record import lifecycle
+from rlbench.core.record.lifecycle import Phase
+from rlbench.engines import launch
+from rlbench.engines.host_messages import POLL_S, Call, Emitted, Ready, Reply, Request, start_heartbeats
+from rlbench.engines.ray_host import RayHost
+from rlbench.engines.watchdog import Heartbeat, Watchdog
 
 class ProcessHost:
     """One spawned process per slot, pinned to its device (bench/core/devices/device.py `pin`), running cls(slot, *args)."""
 
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog):
         """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
-        from rlbench.engines import launch
-
         ctx = _context(all(slot.kind == "cpu" for slot in slots))
         self.timeout_s, self.watchdog = timeout_s, watchdog
         self.out = ctx.Queue()
@@ -154,8 +160,6 @@ def _context(cpu_only: bool):
     """The multiprocessing context of worker processes (bench/core/devices/starting.py): forked from the
     cell's fork server on CPU; spawned elsewhere, so that a worker starts from a fresh interpreter with the
     environment it was given (its one visible accelerator)."""
-    from rlbench.core.devices import starting
-
     return starting.context(cpu_only, tensors=True)
 
 
@@ -164,24 +168,15 @@ def _serve(slot, cls, args: tuple, inbox, out) -> None:
     `slot` is the worker's view (engines/launch.py child_slot: its one visible accelerator is index 0).
     It dies with its parent (a cell that dies hard leaves no worker behind) and reports its progress
     for the hang watchdog from a thread."""
-    import signal
-
-    from rlbench.core.devices import procs, starting
-    from rlbench.core.record import lifecycle
-    from rlbench.core.record.lifecycle import Phase
-
     lifecycle.record_phase(Phase.IMPORTS, lifecycle.process_age_s() or 0.0)  # spawned: the interpreter's start too
     starting.detach()  # forked by the cell's fork server (on CPU): it must end with the cell
     procs.die_with_parent(signal.SIGKILL)
     procs.interruptible()  # a Ctrl-C passed on to the cell's group reaches the worker too
     obj = None
     try:
-        from rlbench.core.devices import device as dev
-
         with lifecycle.phase(Phase.DEVICE):
             dev.pin(slot.kind, slot.index, slot.threads)
             dev.initialise(slot.kind, slot.index)
-        from rlbench.core import hooks
 
         hooks.call("started", slot.worker)  # a planted fault: a worker given other than its plan
         obj = cls(slot, *args, emit=lambda item: out.put(Emitted(slot.worker, item)))
@@ -214,7 +209,5 @@ def make_host(launcher: str, slots, cls, args_of: Callable, timeout_s: float, wa
               owns_ray: bool = False):
     """The host engine.launcher names: local processes or Ray actors."""
     if launcher == "ray":
-        from rlbench.engines.ray_host import RayHost
-
         return RayHost(slots, cls, args_of, timeout_s, watchdog, owns_ray)
     return ProcessHost(slots, cls, args_of, timeout_s, watchdog)

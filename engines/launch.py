@@ -20,15 +20,19 @@ import dataclasses
 import os
 import threading
 
+import torch
+
+from rlbench.core.devices import device as dev
+from rlbench.core.devices import peak
 from rlbench.core.errors import WorkerError
+from rlbench.core.results import provenance as prov
+from rlbench.engines.ray_util import actor_resources
 
 _ENV_LOCK = threading.Lock()  # os.environ is the template of every process started while it is held
 
 
 def start_env(slot, environ=None) -> dict[str, str]:
     """The environment variables a local worker process holding `slot` is created with (none on CPU)."""
-    from rlbench.core.devices import device as dev
-
     return dev.visible_env(slot.kind, slot.index, environ)
 
 
@@ -57,8 +61,6 @@ def environment(env: dict[str, str]):
 def ray_options(slot, sharing: int = 1) -> dict:
     """Ray resources of one worker actor: its cores on CPU; on an accelerator 1/sharing of one device
     (engine.share_devices puts a rollout worker and a trainer rank on one GPU: each asks for half)."""
-    from rlbench.engines.ray_util import actor_resources
-
     res = actor_resources(slot.kind, slot.threads)
     if slot.kind == "cuda":
         res["num_gpus"] = 1 / sharing
@@ -79,8 +81,6 @@ def expected(slot, environ=None, cores: list[int] | None = None, exact_device: b
     """What a worker holding `slot` must observe: its intra-op threads; on CPU its one core (the core
     at position `index` of the driver's affinity mask); on an accelerator exactly the visible device
     start_env gives it (exact_device) or, under Ray (which picks the device), one visible device."""
-    from rlbench.core.devices import device as dev
-
     out: dict = {"threads": slot.threads}
     if slot.kind == "cpu":
         cores = dev.cpu_cores() if cores is None else cores
@@ -141,16 +141,11 @@ def provenance(schedule, device, dtype) -> dict:
     """results.json's provenance with the device's description and measured peak (bench/core/devices/peak.py) taken
     where the device is: on the trainer's rank 0 when the trainer runs in workers (the driver holds no
     accelerator), else in this process."""
-    from rlbench.core.devices import peak
-    from rlbench.core.results import provenance as prov
-
     info = prov.collect(None)
     on_worker = getattr(schedule.trainer, "device_facts", None)
     if on_worker is not None:
         info["device"], info["peak"] = on_worker(dtype)
     else:
-        from rlbench.core.devices import device as dev
-
         info["device"], info["peak"] = dev.describe(device), peak.peak(device, dtype)
     info["cpu_threads"] = info["device"]["torch_threads"]
     return info
@@ -158,10 +153,6 @@ def provenance(schedule, device, dtype) -> dict:
 
 def observe_driver() -> dict:
     """What the driver holds: its cores and threads, and whether it initialised an accelerator (it must not)."""
-    import torch
-
-    from rlbench.core.devices import device as dev
-
     out = {"affinity": dev.cpu_cores(), "threads": torch.get_num_threads(),
            "cuda_initialized": bool(torch.cuda.is_initialized())}
     npu = getattr(torch, "npu", None)

@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from rlbench.engines.host_messages import POLL_S, Call, start_heartbeats
-from rlbench.engines.watchdog import Heartbeat, Watchdog
+from rlbench.core.devices import device as dev
 from rlbench.core.errors import WorkerError
+from rlbench.core.record import lifecycle
+from rlbench.core.record.lifecycle import Phase
+from rlbench.engines import launch
+from rlbench.engines.host_messages import POLL_S, Call, start_heartbeats
+from rlbench.engines.ray_util import actor_error, forwarded_env
+from rlbench.engines.watchdog import Heartbeat, Watchdog
 
 
 class RayHost:
@@ -16,11 +21,9 @@ class RayHost:
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog, owns_ray: bool = False):
         """The Ray session must be running (engines/ray_util.py `ensure_ray`); owns_ray: shut it down in
         close(). timeout_s: the longest an actor may take to start; watchdog: bounds every call after that."""
+        # inside: optional dependency (ray)
         import ray
         from ray.util.queue import Queue
-
-        from rlbench.engines import launch
-        from rlbench.engines.ray_util import forwarded_env
 
         self._ray, self.timeout_s, self.watchdog, self._owns_ray = ray, timeout_s, watchdog, owns_ray
         self.actors: dict[str, Any] = {}
@@ -45,8 +48,6 @@ class RayHost:
 
     def _started(self) -> dict[str, int]:
         """Every actor's pid once it is built; WorkerError naming the ones not started within timeout_s."""
-        from rlbench.engines.ray_util import actor_error
-
         refs = {self.actors[n].pid.remote(): n for n in self.actors}
         ready, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout_s)
         if len(ready) < len(refs):
@@ -69,8 +70,6 @@ class RayHost:
         return Call(worker, method, self.actors[worker].call.remote(method, *args))
 
     def wait(self, calls: list[Call], doing: str, on_emit: Callable | None = None) -> list:
-        from rlbench.engines.ray_util import actor_error
-
         pending = {c.ref: c for c in calls}
         while pending:
             self._forward(on_emit, POLL_S if on_emit else 0, doing)
@@ -89,7 +88,7 @@ class RayHost:
 
     def _forward(self, on_emit, wait_s: float, doing: str) -> int:
         """Hand emitted items to on_emit and heartbeats to the watchdog; -> how many were taken."""
-        from ray.util.queue import Empty
+        from ray.util.queue import Empty  # inside: optional dependency (ray)
 
         if self.emitted is None:
             return 0
@@ -133,11 +132,6 @@ class _RayWorker:
     """Inside a Ray actor: pin, build the worker object, run its methods (same object as in a process)."""
 
     def __init__(self, slot, cls, args: tuple, emitted):
-        from rlbench.core.devices import device as dev
-        from rlbench.core.record import lifecycle
-        from rlbench.core.record.lifecycle import Phase
-        from rlbench.engines import launch
-
         slot = launch.child_slot(slot)  # Ray makes the actor's accelerator the only visible one: index 0
         self.kind = slot.kind
         with lifecycle.phase(Phase.DEVICE):
@@ -151,16 +145,12 @@ class _RayWorker:
 
     def observe(self) -> dict:
         """What this actor was given (bench/core/devices/device.py observe) and its Ray node (devices are per node)."""
-        import ray
-
-        from rlbench.core.devices import device as dev
+        import ray  # inside: optional dependency (ray)
 
         return {**dev.observe(self.kind), "node": ray.get_runtime_context().get_node_id()}
 
     def phases(self) -> dict:
         """This actor's start-up phases (bench/core/record/lifecycle.py)."""
-        from rlbench.core.record import lifecycle
-
         return lifecycle.phases()
 
     def call(self, method: str, *args):

@@ -4,6 +4,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
+
+import torch
 
 from rlbench.core.errors import UserError, WorkerError
 
@@ -24,6 +27,7 @@ def actor_error(ray, e: BaseException, worker: str, doing: str) -> WorkerError:
 def ensure_ray(address: str | None, devices: int, device_kind: str) -> bool:
     """Start (or attach to) the Ray session the run's actors need; -> whether this call started it."""
     try:
+        # inside: optional dependency (ray)
         import ray
         import ray.util.queue  # noqa: F401
     except ImportError:
@@ -69,8 +73,6 @@ _VIEW_AS = {"bfloat16": "int16"}
 
 def to_numpy(weights: dict) -> dict:
     """name -> tensor (any device) => name -> (numpy array on CPU, torch dtype name)."""
-    import torch
-
     out = {}
     for n, t in weights.items():
         dtype = str(t.dtype).removeprefix("torch.")
@@ -83,10 +85,6 @@ def to_numpy(weights: dict) -> dict:
 
 def from_numpy(state: dict) -> dict:
     """Inverse of to_numpy, without a copy: the tensors alias the (read-only) object-store buffers."""
-    import warnings
-
-    import torch
-
     out = {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")

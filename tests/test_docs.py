@@ -1,8 +1,8 @@
-"""The documentation holds: every relative link in README.md and docs/**/*.md reaches a file of the tree (and
-a heading of it, where the link names one), and every `rlbench ...` command line a code block shows parses
-against the command line interface itself (its subcommand exists, every option is one of that
-subcommand's, the arguments fit), without running anything. The code and the documents cite only
-documents that ship with the project.
+"""The documentation holds: every relative link in README.md, docs/**/*.md and the schedules' pages
+(engines/schedules/<name>/README.md) reaches a file of the tree (and a heading of it, where the link names
+one), and every `rlbench ...` command line a code block shows parses against the command line interface
+itself (its subcommand exists, every option is one of that subcommand's, the arguments fit), without running
+anything. The code and the documents cite only documents that ship with the project.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import typer.main
 from rlbench.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "engines").rglob("README.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 PROGRAMS = ("rlbench", ".venv/bin/rlbench", ".venv-vllm/bin/rlbench")

@@ -153,6 +153,12 @@ def test_a_schedule_is_one_folder():
         assert not bad, (m, bad)
 
 
+def test_every_schedule_folder_has_its_page():
+    """A schedule's page is the README.md beside its code (what it does, its record, where its code is)."""
+    folders = [p for p in (ROOT / "engines" / "schedules").iterdir() if (p / "__init__.py").is_file()]
+    assert folders and not [p.name for p in folders if not (p / "README.md").is_file()]
+
+
 def test_no_private_names_imported_from_another_module():
     bad = [(m, f"{mod}.{name}") for m, p in MODULES.items() for mod, name in _imports(p)
            if name and name.startswith("_") and not name.startswith("__")]

@@ -23,9 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from rlbench.check import lifecycle, stats as check_stats
+from rlbench.check import lifecycle
+from rlbench.check import stats as check_stats
 from rlbench.check.baseline import DEFAULT_TOLERANCES, METRIC_TOLERANCES
 from rlbench.check.metrics import compute_metrics, measured, read_cells, stage_events
+from rlbench.check.verdicts import CheckResult, Row, judge, verdict_of
 from rlbench.core.results.metric_table import CHECK_FAMILIES, check_metric, family
 
 # stage -> (the iteration record's field that counts its work, None: once per iteration; unit; what runs)
@@ -180,8 +182,6 @@ def tolerance_metrics(c_old: dict, c_new: dict) -> tuple[dict, dict]:
 def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
     """-> CheckResult (bench/check/verdicts.py) of the new tree's run against the old tree's: exit_code 1 on a
     regression, a metric lost, or a cell of the new tree that did not complete."""
-    from rlbench.check.verdicts import CheckResult, Row, judge, verdict_of
-
     res = CheckResult(str(new_dir), label, baseline_info={"kind": "A/B"})
     computed = compute_metrics(old_dir), compute_metrics(new_dir)
     res.rows = [Row(f"status:{n}", "status", "complete", c["status"], "worse", note=c.get("error") or "")

@@ -26,10 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlbench.check import ab as check_ab
+from rlbench.core.devices import procs
 from rlbench.core.errors import UserError
 from rlbench.core.results import provenance, schema
-from rlbench.core.results.provenance import source_root
+from rlbench.core.results.provenance import git_commit, source_root
 from rlbench.run import interleave
+from rlbench.run.around import new_run_dir
 
 ACCEPTED = Path("bench") / "baselines" / "ACCEPTED"
 PLANTED_ENV = ("RLBENCH_SLOW", "RLBENCH_SLOW_STAGES", "RLBENCH_FAULT")  # the new tree's alone
@@ -90,7 +93,7 @@ def _check_ancestor(repo: Path, sha: str, named: str) -> None:
 
 def materialise(sha: str, repo: Path | None = None) -> Path:
     """The tree of commit sha, importable as `rlbench`: -> the shim folder to put on PYTHONPATH."""
-    from rlbench.engines.model.tiny import cache_root
+    from rlbench.engines.model.tiny import cache_root  # inside: it imports torch; judging a run folder needs none
 
     repo = repo or source_root()
     home = cache_root() / "trees" / sha
@@ -190,8 +193,6 @@ def _env(shim: Path | None, ring: Path, side: int) -> dict:
 def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] | None = None,
            out: Path = Path("runs"), echo=print) -> Path:
     """Run REF's tree and this one interleaved; -> the A/B folder (ab.json, old/, new/)."""
-    from rlbench.run.around import new_run_dir
-
     named, sha = resolve(ref)
     config = Path(config or source_root() / "configs" / "ci-ab.yaml").resolve()
     if not config.is_file():
@@ -248,8 +249,6 @@ def _run_sides(ring, sides, make_cmd, config, ablation, sets, ab: Path) -> list[
 def _die_with_check() -> None:
     """In each side's `rlbench run` (before exec): SIGTERM when this check dies, however it dies; the run
     then ends its cells and workers as on any SIGTERM (bench/core/devices/procs.py)."""
-    from rlbench.core.devices import procs
-
     procs.die_with_parent(signal.SIGTERM)
 
 
@@ -259,8 +258,6 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 
 def _new_commit() -> str | None:
-    from rlbench.core.results.provenance import git_commit
-
     return git_commit()
 
 
@@ -283,8 +280,6 @@ def is_ab(path: Path) -> bool:
 def judge(ab: Path, confirming: bool = False):
     """CheckResult of an A/B folder (bench/check/ab.py); the verdict is also saved in its ab.json.
     confirming: the second run of bench/check/confirm.py (its flag line: CONFIRM_STATS)."""
-    from rlbench.check import ab as check_ab
-
     record = json.loads((Path(ab) / AB_FILE).read_text())
     old, new = run_dirs(ab)
     res = check_ab.compare(old, new, f"{record['against']} = {record['old_commit'][:12]}",

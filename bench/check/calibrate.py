@@ -18,13 +18,15 @@ baseline calibrated from all unchanged runs.
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from rlbench.check import stats as check_stats
-from rlbench.check.baseline import DEFAULT_TOLERANCES
+from rlbench.check.baseline import DEFAULT_TOLERANCES, write_baseline
 from rlbench.check.metrics import compute_metrics
+from rlbench.check.verdicts import check
 from rlbench.core.errors import UserError
 from rlbench.core.schedules import name_of
 from rlbench.core.schedules.spec import PERIODIC
@@ -145,11 +147,6 @@ def study(run_dirs, pseudo_runs: int = PSEUDO_RUNS, seed: int = 0) -> dict:
 def _held_out_checks(dirs) -> list[tuple[str, str]]:
     """End to end, every metric (accuracy and invariants too): each unchanged run checked by `check`
     against a baseline `--update` writes from the other unchanged runs. -> [(run, verdict line)]."""
-    import tempfile
-
-    from rlbench.check.baseline import write_baseline
-    from rlbench.check.verdicts import check
-
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, d in enumerate(dirs):

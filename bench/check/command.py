@@ -7,24 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+
+from rlbench.check import ab_power
+from rlbench.check import against as ab
+from rlbench.check import calibrate as calibration
 from rlbench.check.confirm import combine, format_confirmed, needs_confirmation
 from rlbench.check.record import Recording, anchor_ref, record_and_judge
+from rlbench.check.verdicts import check as do_check
+from rlbench.check.verdicts import format_check, parse_tolerances, write_baseline
 from rlbench.core.errors import UserError
 
 
 def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str, sets: list[str], out: Path,
           baseline: Path | None, update: bool, calibrate: bool, tolerance: list[str], confirm: bool = True,
           recording: Recording | None = None) -> int:
-    from rlbench.check import against as ab
-    from rlbench.check.verdicts import check as do_check
-    from rlbench.check.verdicts import format_check, parse_tolerances, write_baseline
-
     if calibrate:
-        if run_dirs and all(ab.is_ab(d) for d in run_dirs):
-            from rlbench.check.ab_power import format_study, study
-        else:
-            from rlbench.check.calibrate import format_study, study
-        typer.echo(format_study(study(run_dirs)))
+        power = ab_power if run_dirs and all(ab.is_ab(d) for d in run_dirs) else calibration
+        typer.echo(power.format_study(power.study(run_dirs)))
         return 0
     if recording is not None and (baseline is not None or update or len(run_dirs) > 2
                                   or not all(ab.is_ab(d) for d in run_dirs)):
@@ -57,9 +56,6 @@ def _ab(against: str, config, ablation: str, sets: list[str], out: Path, confirm
         recording: Recording | None) -> int:
     """An A/B run (and its confirming run where the first flags paired metrics only); with a recording,
     the passing result appended to the history and the drift judged."""
-    from rlbench.check import against as ab
-    from rlbench.check.verdicts import format_check
-
     ref = f"anchor:{anchor_ref(recording, config, ablation, sets)}" if against == "anchor" else against
 
     def one_run(name: str = ref):
@@ -88,8 +84,6 @@ def _recorded(recording: Recording | None, ab_dir: Path, result, confirmed_by: P
 def _confirmed(first_dir: Path, second_dir: Path, first=None):
     """Judge two A/B folders as a run and its confirmation (first: the first's judgement, when made already);
     the combined verdict goes into both ab.json files. -> the combined CheckResult."""
-    from rlbench.check import against as ab
-
     first, second = first or ab.judge(first_dir), ab.judge(second_dir, confirming=True)
     final = combine(first, second)
     ab.record_confirmation(first_dir, second_dir, final)

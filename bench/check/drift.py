@@ -67,7 +67,7 @@ def magnitude_floor(name: str) -> float:
 
 def _otava():
     try:
-        from otava import analysis  # optional at import: `rlbench check` without --record never needs it
+        from otava import analysis  # inside: optional dependency (apache-otava); only --record needs it
     except ImportError:
         raise UserError("drift detection needs Apache Otava: `pip install --no-deps apache-otava==0.8.0` "
                         "(scripts/setup.sh installs it; --no-deps: its pins would downgrade numpy and scipy, "

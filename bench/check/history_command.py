@@ -26,7 +26,7 @@ def history_command(path: Path, html: Path | None, last_n: int) -> int:
             typer.echo(drift.format_drift(verdict, path, history.anchor_of(entries, wl)[0]))
             code = 1
     if html is not None:
-        from rlbench.reports.history_html import write_history_html
+        from rlbench.reports.history_html import write_history_html  # inside: matplotlib, for --html only
 
         typer.echo(f"history page: {write_history_html(page(entries, path, last_n), html)}")
     return code

@@ -20,6 +20,7 @@ import numpy as np
 from rlbench.check import stats as check_stats
 from rlbench.check.baseline import BOOTSTRAP, DEFAULT_TOLERANCES, load_baseline, parse_tolerances, write_baseline
 from rlbench.check.metrics import compute_metrics
+from rlbench.core.config import RENAMED_KEYS, RunConfig
 
 # The public API of `rlbench check`, baseline-file functions included.
 __all__ = ["check", "verdict_of", "format_check", "compute_metrics", "load_baseline", "write_baseline", "parse_tolerances",
@@ -71,8 +72,6 @@ def _flat(tree: dict, prefix: str = "") -> dict:
 def _flat_config(tree: dict) -> dict:
     """A resolved config as flat keys, a key renamed since under its name now (results and baselines
     written before the rename keep the old one)."""
-    from rlbench.core.config import RENAMED_KEYS
-
     return {RENAMED_KEYS.get(k, k): v for k, v in _flat(tree).items()}
 
 
@@ -100,8 +99,6 @@ def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
 @functools.lru_cache(maxsize=1)
 def _defaults() -> dict:
     """The flat default config (built once; callers only read it)."""
-    from rlbench.core.config import RunConfig
-
     return _flat(RunConfig().model_dump(mode="json"))
 
 

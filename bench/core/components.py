@@ -8,6 +8,9 @@ This is the core: it names builders by import path, imported only when a compone
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -73,8 +76,6 @@ class Component:
 
     def build_function(self) -> Callable:
         """The builder this entry names, imported now (only when the component is built)."""
-        import importlib
-
         module, name = self.builder.split(":")
         return getattr(importlib.import_module(module), name)
 
@@ -94,9 +95,6 @@ class BackendSpec(Component):
 
     def missing(self) -> str | None:
         """The refusal when its package cannot be imported here (nothing imported to find out)."""
-        import importlib.util
-        import sys
-
         if self.package is None:
             return None
         try:
@@ -157,8 +155,6 @@ class PackingImpl:
     trains_on: Callable[[str], bool] = lambda kind: True  # device kind -> whether it has a backward there
 
     def load(self) -> Callable:
-        import importlib
-
         module, name = self.function.split(":")
         return getattr(importlib.import_module(module), name)
 

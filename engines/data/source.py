@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlbench.core.errors import UserError
+from rlbench.engines.data.facts import fact_shots, fact_splits
+from rlbench.engines.data.gsm8k import load_gsm8k
 from rlbench.engines.data.task import Problem, TaskShape, builtin_splits, few_shot_examples, format_prompt
 
 
@@ -19,8 +22,6 @@ class Dataset:
 
 def load_dataset(dcfg, seed: int) -> Dataset:
     if dcfg.source == "builtin" and dcfg.split == "fact":
-        from rlbench.engines.data.facts import fact_shots, fact_splits
-
         train, evl, seen = fact_splits(dcfg.train_size, dcfg.eval_size, seed, TaskShape.of(dcfg), dcfg.heldout_share)
         shots = fact_shots(dcfg.few_shot, seed, dcfg.heldout_share, dcfg) if dcfg.few_shot else []
         return Dataset(train=train, eval=evl, shots=shots, seen=seen)
@@ -28,14 +29,11 @@ def load_dataset(dcfg, seed: int) -> Dataset:
         train, evl = builtin_splits(dcfg.train_size, dcfg.eval_size, seed, dcfg.min_steps,
                                     dcfg.max_steps, dcfg.max_number)
     else:
-        from rlbench.engines.data.gsm8k import load_gsm8k
-
         rows = load_gsm8k(dcfg.path)
         if dcfg.eval_path:
             train, evl = rows, load_gsm8k(dcfg.eval_path)[: dcfg.eval_size]
         else:
             if len(rows) <= dcfg.eval_size:
-                from rlbench.core.errors import UserError
                 raise UserError(f"{dcfg.path}: {len(rows)} problems, need more than data.eval_size="
                                 f"{dcfg.eval_size} to hold out an eval split (or set data.eval_path)")
             train, evl = rows[dcfg.eval_size:], rows[: dcfg.eval_size]

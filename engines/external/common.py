@@ -20,9 +20,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from rlbench.core import schedules
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import TRAIN_STAGES, Stage
-from rlbench.core.results import metrics, schema
+from rlbench.core.results import metrics, provenance, schema
+from rlbench.core.schedules.spec import REFERENCE
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +85,6 @@ def flag_tpspd(iterations: list[dict], framework_key: str) -> list[str]:
 
 def _reference() -> str:
     """The peers' GRPO examples run the synchronous hybrid engine: the reference schedule's name."""
-    from rlbench.core import schedules
-    from rlbench.core.schedules.spec import REFERENCE
-
     return schedules.name_of(REFERENCE)
 
 
@@ -145,8 +144,6 @@ def launch_and_record(argv: list[str], out: Path, log_path: Path, framework: str
                       env: dict | None = None, cwd: Path | None = None, echo: bool = True) -> dict:
     """Runs a peer framework, then parses what it logged and writes results.json whatever happened:
     a failed or interrupted run keeps the steps it finished. `parse()` -> cell results dict."""
-    from rlbench.core.results import provenance
-
     status, error = "failed", None
     try:
         rc = run_logged(argv, log_path, env=env, cwd=cwd, echo=echo)

@@ -20,15 +20,21 @@ tests/fixtures/external/README.md):
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
-from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
-                                             not_installed, run_logged)
+import torch
+import yaml
+
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import Stage
+from rlbench.engines.data.source import load_dataset
+from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
+                                             not_installed, run_logged)
 
 HOME_ENV = "MINDSPEED_RL_HOME"
 NOT_INSTALLED = (f"--engine mindspeed-rl needs a MindSpeed-RL checkout (git clone of Ascend/MindSpeed-RL, "
@@ -96,8 +102,6 @@ def mindspeed_config(cfg, data_path: str | Path, n_devices: int, *, model_name: 
 
 def write_mindspeed_config(config: dict, path: str | Path) -> Path:
     """The config as YAML (Hydra reads it by --config-dir/--config-name; the file stem is the name)."""
-    import yaml
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -200,10 +204,6 @@ def parse_mindspeed_log(text_or_path: str | Path, cfg, n_devices: int, version: 
 def write_mindspeed_data(problems, out_dir: Path, tokenizer_path: str) -> tuple[Path, Path]:
     """Problems as JSON lines {problem, answer} and a YAML in the style of MindSpeed-RL's configs/datasets for
     cli/preprocess_data.py (deepscaler.yaml's handler and keys); returns (yaml, data prefix)."""
-    import json
-
-    import yaml
-
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / "gsm8k.jsonl"
     raw.write_text("".join(json.dumps({"problem": p.question, "answer": p.answer}) + "\n" for p in problems))
@@ -236,11 +236,10 @@ def run_mindspeed(cfg, out_dir: str | Path, *, n_devices: int | None = None, mod
     if not load_dir:
         raise UserError("--engine mindspeed-rl needs the model's Megatron-format weights: set "
                         "MINDSPEED_RL_LOAD (convert with MindSpeed-LLM's checkpoint converter)")
-    import torch  # torch_npu registers torch.npu
+    # inside: optional dependency (torch_npu)
     import torch_npu  # noqa: F401
 
     n_devices = n_devices or torch.npu.device_count()
-    from rlbench.engines.data.source import load_dataset
 
     out = Path(out_dir).resolve()
     ds = load_dataset(cfg.data, cfg.run.seed)
@@ -256,8 +255,6 @@ def run_mindspeed(cfg, out_dir: str | Path, *, n_devices: int | None = None, mod
 
 def checkout_version(home: Path) -> str | None:
     """MindSpeed-RL is not a package: its version is the checkout's commit (None if not a git tree)."""
-    import subprocess
-
     try:
         out = subprocess.run(["git", "-C", str(home), "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10)

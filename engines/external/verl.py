@@ -16,16 +16,22 @@ What VERL does that this adapter relies on (read in verl 0.9.1; see tests/fixtur
 """
 from __future__ import annotations
 
+import importlib.metadata as md
 import importlib.util
 import re
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
-                                             not_installed)
+import pandas as pd
+import torch
+
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import Stage
+from rlbench.core.results.schema import read_jsonl
+from rlbench.engines.data.source import load_dataset
+from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
+                                             not_installed)
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'  # VERL's gsm8k.py
@@ -61,8 +67,6 @@ def write_verl_parquet(problems: Sequence, path: str | Path, prompt_fn: Callable
                        split: str = "train") -> Path:
     """Writes `problems` as a VERL GSM8K parquet (columns data_source, prompt, ability, reward_model,
     extra_info); `prompt_fn(problem) -> str` makes the user message (default: VERL's own)."""
-    import pandas as pd
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(verl_rows(problems, prompt_fn, split)).to_parquet(path, index=False)
@@ -149,8 +153,6 @@ def verl_command(cfg, train_parquet, val_parquet, log_path, n_gpus: int, nnodes:
 
 def read_verl_jsonl(path: str | Path) -> list[tuple[int, dict]]:
     """(step, metrics) per line of a VERL FileLogger file; a line cut short by a crash ends it."""
-    from rlbench.core.results.schema import read_jsonl
-
     return [(int(row["step"]), row["data"]) for row in read_jsonl(Path(path)) if "data" in row]
 
 
@@ -211,11 +213,7 @@ def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = N
 
 
 def _visible_gpus() -> int:
-    try:
-        import torch
-        return torch.cuda.device_count()
-    except ImportError:
-        return 0
+    return torch.cuda.device_count()
 
 
 def run_verl(cfg, out_dir: str | Path, *, n_gpus: int | None = None, nnodes: int = 1,
@@ -233,7 +231,6 @@ def run_verl(cfg, out_dir: str | Path, *, n_gpus: int | None = None, nnodes: int
     n_gpus = n_gpus or _visible_gpus()
     if not n_gpus:
         raise UserError("--engine verl needs CUDA GPUs; torch sees none on this machine")
-    from rlbench.engines.data.source import load_dataset
 
     out = Path(out_dir).resolve()
     ds = load_dataset(cfg.data, cfg.run.seed)
@@ -246,8 +243,6 @@ def run_verl(cfg, out_dir: str | Path, *, n_gpus: int | None = None, nnodes: int
 
 
 def verl_version() -> str | None:
-    import importlib.metadata as md
-
     try:
         return md.version("verl")
     except md.PackageNotFoundError:

@@ -1,22 +1,27 @@
 """Load the policy model and tokenizer the config asks for: tiny (warm-started), local HF dir, GGUF."""
 from __future__ import annotations
 
+import importlib.util
+import json
 from pathlib import Path
 
-from rlbench.engines.model.tokenizer import CHARS, CharTokenizer
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from rlbench.core.config import CONFIG_DIR
+from rlbench.core.devices.limits import ModelFacts
 from rlbench.core.errors import UserError
+from rlbench.engines.data.task import format_prompt
+from rlbench.engines.model.shape import param_count, tiny_config
+from rlbench.engines.model.tiny import load_or_warm_start, quiet_transformers
+from rlbench.engines.model.tokenizer import CHARS, CharTokenizer, HFTokenizer
 
 
 def load_policy(cfg, dataset, progress=None):
     """-> (model in eval mode, in model.dtype; tokenizer adapter; info dict)."""
-    from rlbench.engines.model.tiny import quiet_transformers
-
     quiet_transformers()  # no per-load progress bars (GGUF de-quantization has one) in our output
     kind = cfg.model.kind
     if kind == "tiny":
-        from rlbench.engines.data.task import format_prompt
-        from rlbench.engines.model.tiny import load_or_warm_start
-
         model, tok, info = load_or_warm_start(cfg, dataset.train, format_prompt, progress)
     elif kind == "hf":
         model, tok, info = _load_hf_dir(cfg.model)
@@ -36,13 +41,8 @@ def model_config_and_tokenizer(cfg):
     need: positions, shapes, prompt lengths). -> (config, tokenizer)."""
     kind = cfg.model.kind
     if kind == "tiny":
-        from rlbench.engines.model.shape import tiny_config
-
         tok = CharTokenizer()
         return tiny_config(cfg.model, tok.vocab_size), tok
-    from transformers import AutoConfig, AutoTokenizer
-
-    from rlbench.engines.model.tokenizer import HFTokenizer
 
     if kind == "hf_config":
         hf_cfg = _read_hf_config(cfg.model.path)
@@ -65,15 +65,9 @@ def model_facts(cfg):
     """-> (bench/core/devices/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
     parameters counted from the config (engines/model/shape.py), or on the meta device for an architecture
     it does not know."""
-    from rlbench.core.devices.limits import ModelFacts
-    from rlbench.engines.model.shape import param_count
-
     c, tok = model_config_and_tokenizer(cfg)
     params = param_count(c)
     if params is None:
-        import torch
-        from transformers import AutoModelForCausalLM
-
         with torch.device("meta"):
             params = sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters())
     heads = c.num_attention_heads
@@ -85,14 +79,11 @@ def model_facts(cfg):
 
 
 def _dtype(name: str):
-    import torch
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
 def config_file(spec: str) -> Path:
     """model.path of kind hf_config: a JSON file, as given or relative to the configs/ folder."""
-    from rlbench.core.config import CONFIG_DIR
-
     for p in (Path(spec), CONFIG_DIR / spec, CONFIG_DIR / "models" / spec, CONFIG_DIR / "models" / f"{spec}.json"):
         if p.is_file():
             return p
@@ -105,9 +96,6 @@ def _load_hf_config(cfg):
     FLOPs of e.g. Qwen2.5-0.5B/7B without downloading weights. Built on the CPU: this is the driver,
     which holds no accelerator (every worker copies the weights to its own device). Keys starting with
     '_' in the JSON are notes, not config."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     f = config_file(cfg.model.path)
     hf_cfg = _read_hf_config(cfg.model.path)
     torch.manual_seed(cfg.run.seed)
@@ -118,10 +106,6 @@ def _load_hf_config(cfg):
 
 def _read_hf_config(spec: str):
     """The HF config of an architecture JSON (model.path of kind hf_config); '_' keys are notes."""
-    import json
-
-    from transformers import AutoConfig
-
     try:
         values = {k: v for k, v in json.loads(config_file(spec).read_text()).items() if not k.startswith("_")}
         return AutoConfig.for_model(values.pop("model_type"), **values)
@@ -131,10 +115,6 @@ def _read_hf_config(spec: str):
 
 def _hf_config_tokenizer(mcfg, vocab_size: int):
     if mcfg.tokenizer:
-        from transformers import AutoTokenizer
-
-        from rlbench.engines.model.tokenizer import HFTokenizer
-
         if not Path(mcfg.tokenizer).is_dir():
             raise UserError(f"model.tokenizer={mcfg.tokenizer}: not a local tokenizer directory")
         return HFTokenizer(AutoTokenizer.from_pretrained(mcfg.tokenizer, local_files_only=True))
@@ -161,10 +141,6 @@ class VocabCharTokenizer(CharTokenizer):
 
 
 def _load_hf_dir(mcfg):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rlbench.engines.model.tokenizer import HFTokenizer
-
     path = Path(mcfg.path)
     if not (path / "config.json").is_file():
         raise UserError(f"model.path={mcfg.path}: not a Hugging Face model directory (no config.json)")
@@ -179,7 +155,6 @@ def gguf_file(spec: str) -> Path:
     p = Path(spec)
     if p.is_file():
         return p
-    import importlib.util
 
     mod = importlib.util.find_spec(spec.replace("-", "_"))
     if mod is None or not mod.submodule_search_locations:
@@ -192,10 +167,6 @@ def gguf_file(spec: str) -> Path:
 
 
 def _load_gguf(mcfg):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rlbench.engines.model.tokenizer import HFTokenizer
-
     f = gguf_file(mcfg.path)
     tok = AutoTokenizer.from_pretrained(f.parent, gguf_file=f.name)
     model = AutoModelForCausalLM.from_pretrained(f.parent, gguf_file=f.name, dtype=_dtype(mcfg.dtype),

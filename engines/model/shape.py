@@ -4,13 +4,13 @@ checks before it starts a cell (engines/model/loader.py model_facts) needs no we
 modelling code costs a process about 2 s of CPU."""
 from __future__ import annotations
 
+from transformers import LlamaConfig, Qwen2Config
+
 TINY_POSITIONS = 2048  # the tiny model's max_position_embeddings: prompt + response must fit
 
 
 def tiny_config(mcfg, vocab_size: int):
     """The HF config of the tiny model (model.arch, model.hidden_size, ...)."""
-    from transformers import LlamaConfig, Qwen2Config
-
     cls_cfg = Qwen2Config if mcfg.arch == "qwen2" else LlamaConfig
     return cls_cfg(
         vocab_size=vocab_size, hidden_size=mcfg.hidden_size, intermediate_size=mcfg.intermediate_size,

@@ -18,15 +18,19 @@ import random
 from pathlib import Path
 
 import torch
+import transformers
+from transformers import AutoModelForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM
+from transformers.utils import logging as hf_logging
 
+from rlbench.engines import data, model
+from rlbench.engines.data import facts
+from rlbench.engines.data.task import Problem, answer_only
 from rlbench.engines.model.shape import tiny_config
 from rlbench.engines.model.tokenizer import CharTokenizer
 
 
 def quiet_transformers() -> None:
     """No per-load progress bars from transformers in our own progress output."""
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
 
@@ -37,8 +41,6 @@ def cache_root() -> Path:
 
 def build_tiny(mcfg, vocab_size: int, seed: int):
     """Randomly initialised tiny model of the configured architecture (fp32, SDPA attention)."""
-    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
-
     cls_model = Qwen2ForCausalLM if mcfg.arch == "qwen2" else LlamaForCausalLM
     torch.manual_seed(seed)
     model = cls_model(tiny_config(mcfg, vocab_size))
@@ -99,8 +101,6 @@ def warm_start(model, tok: CharTokenizer, problems, format_prompt, steps: int, l
 def _answer_directly(problems, share: float, rng: random.Random) -> list:
     """The warm start's copy of the problems with a `share` of them answered without the working (the same
     problems every epoch: which questions the teacher answers directly is fixed, not redrawn per step)."""
-    from rlbench.engines.data.task import Problem, answer_only
-
     return [Problem(p.question, answer_only(p.solution), p.answer) if rng.random() < share else p for p in problems]
 
 
@@ -109,22 +109,16 @@ def warmstart_sources() -> list[Path]:
     fact split, data source and prompt format, GSM8K files) and of the model package (tokenizer, this
     warm start, the loader). Over-inclusive on purpose: a stale cache hit is a wrong result, a miss costs
     one warm start."""
-    from rlbench.engines import data, model
-
     return sorted(p for pkg in (data, model) for p in Path(pkg.__file__).parent.glob("*.py"))
 
 
 def cache_key(cfg) -> str:
     """Everything that changes the warm-started weights: the model and data config, the seed, the code
     (warmstart_sources), the fact split's rule version and the torch and transformers versions."""
-    import transformers
-
-    from rlbench.engines.data.facts import SPLIT_VERSION
-
     # Every data key shapes the train split (eval_size too: train skips the eval questions), except
     # few_shot: the warm-start prompts are zero-shot. Local data files count by content.
     data = cfg.data.model_dump(mode="json", exclude={"few_shot"})
-    data["split_version"] = SPLIT_VERSION if cfg.data.split == "fact" else None  # a new fact rule: new split
+    data["split_version"] = facts.SPLIT_VERSION if cfg.data.split == "fact" else None  # a new fact rule: new split
     data["files"] = [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:16] if Path(f).is_file() else f
                      for f in (cfg.data.path, cfg.data.eval_path) if f]
     parts = {"model": cfg.model.model_dump(mode="json"), "data": data, "seed": cfg.run.seed,
@@ -135,8 +129,6 @@ def cache_key(cfg) -> str:
 
 def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):
     """The warm-started tiny model from the cache, training and caching it on a first run."""
-    from transformers import AutoModelForCausalLM
-
     quiet_transformers()
     tok = CharTokenizer()
     folder = cache_root() / f"tiny-{cache_key(cfg)}"

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 from rlbench.engines.model.weights import WeightFile, build_model
@@ -27,7 +28,7 @@ FOLDER = ".weights"  # in the run folder, beside the cells' folders
 def write_weights(model, path: Path) -> WeightFile:
     """The model's parameters (each tensor once: a tied head is its embedding) into a safetensors file,
     written whole or not at all (temporary file, then rename)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # inside: instant path: `rlbench --help` imports this module
 
     state = {n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters()}
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
@@ -40,7 +41,7 @@ def key(cfg) -> str:
     """What shapes the initial weights: the model config and the seed (the tiny model: its warm start's
     cache key, which covers its data, seed and code as well)."""
     if cfg.model.kind == "tiny":
-        from rlbench.engines.model.tiny import cache_key
+        from rlbench.engines.model.tiny import cache_key  # inside: instant path: `rlbench --help` imports this module
 
         return f"tiny-{cache_key(cfg)}"
     parts = {"model": cfg.model.model_dump(mode="json"), "seed": cfg.run.seed}
@@ -55,6 +56,7 @@ def policy_once(cfg, dataset, run_dir: Path, progress=None):
     """-> (policy mapped from the run's weight file, tokenizer, info dict, WeightFile), building the file
     first when this is the run's first cell of this model (load_policy; info["weights"]: "built" or
     "mapped")."""
+    # inside: instant path: `rlbench --help` imports this module
     from rlbench.engines.model.loader import load_policy, model_config_and_tokenizer
 
     folder = folder_of(run_dir, cfg)
@@ -75,6 +77,7 @@ def policy_once(cfg, dataset, run_dir: Path, progress=None):
 
 def _config(folder: Path):
     """The HF config saved beside the weights (its dtype a torch dtype again, as the loader left it)."""
+    # inside: instant path: `rlbench --help` imports this module
     import torch
     from transformers import AutoConfig
 
@@ -86,7 +89,7 @@ def _config(folder: Path):
 
 def _mapped(config, weights: WeightFile):
     """The policy on the CPU over the mapped file (what the driver keeps: it holds no accelerator)."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     return build_model(config, torch.device("cpu"), weights.read())
 
@@ -104,6 +107,4 @@ def _locked(path: Path):
 
 def remove(run_dir: Path) -> None:
     """The run's weight files, once no cell will start any more."""
-    import shutil
-
     shutil.rmtree(Path(run_dir) / FOLDER, ignore_errors=True)

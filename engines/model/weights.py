@@ -24,7 +24,7 @@ class WeightFile:
     def read(self) -> dict:
         """name -> CPU tensor, mapped into memory (copy-on-write: nothing reaches the file; each call maps
         it again, so each result's writes stay its own)."""
-        from safetensors.torch import load_file
+        from safetensors.torch import load_file  # inside: instant path: `rlbench --help` imports this module
 
         return load_file(self.path)
 
@@ -37,8 +37,8 @@ def load_state(weights) -> dict:
         return weights.read()
     if isinstance(weights, dict):
         return weights
+    # inside: optional dependency (ray), reached on Ray only
     import ray
-
     from rlbench.engines.ray_util import from_numpy
 
     return from_numpy(ray.get(weights[0]))
@@ -59,6 +59,7 @@ def build_model(model_config, device, state: dict | None = None):
     core), and on the CPU the parameters are the given tensors themselves (a mapped file stays mapped:
     pages are read when first used and copied only when written). None: randomly initialised, for a
     caller that loads weights before any use."""
+    # inside: instant path: `rlbench --help` imports this module
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
@@ -97,7 +98,7 @@ def layout_of(state: dict) -> list[tuple[str, str, tuple, int]]:
 
 def block_size(layout: list) -> int:
     """Bytes of a block laid out as `layout` says."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     if not layout:
         return ALIGN
@@ -107,7 +108,7 @@ def block_size(layout: list) -> int:
 
 def block_views(flat, layout: list) -> list:
     """(name, tensor) views of a byte tensor `flat` [size] laid out as `layout` says."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     out = []
     for name, dtype, shape, offset in layout:
@@ -129,7 +130,7 @@ class SharedState(dict):
     @classmethod
     def like(cls, state: dict) -> "SharedState":
         """A block with room for every tensor of `state` (same names, shapes and dtypes), on the CPU."""
-        import torch
+        import torch  # inside: instant path: `rlbench --help` imports this module
 
         layout = layout_of(state)
         storage = torch.UntypedStorage._new_shared(block_size(layout))  # noqa: SLF001 - torch's own shared allocation, no copy

@@ -16,13 +16,13 @@ driver, so on Ray the gate is absent and the window keeps the gap (docs/metrics.
 """
 from __future__ import annotations
 
+import torch.multiprocessing as mp
+
 WAIT_SLICE_S = 0.5  # a held worker wakes this often to show the hang watchdog it is alive and waiting
 
 
 class RolloutGate:
     def __init__(self):
-        import torch.multiprocessing as mp
-
         ctx = mp.get_context("spawn")
         self._closed = ctx.RawValue("b", 0)  # read at every step boundary: a plain shared byte
         self._opened = ctx.Event()  # what a held worker sleeps on

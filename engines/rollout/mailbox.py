@@ -9,12 +9,12 @@ lock and the shared integer only then).
 """
 from __future__ import annotations
 
+import torch.multiprocessing as mp
+
 
 class WeightMailbox:
     def __init__(self, resume_kv: str = "recompute"):
         """resume_kv: what the workers' samplers do with the K/V of sequences in flight (engine.resume_kv)."""
-        import torch.multiprocessing as mp
-
         self.resume_kv = resume_kv
         ctx = mp.get_context("spawn")
         self.lock = ctx.Lock()  # held while the shared weights are written (trainer) or copied (worker)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import queue
 
+import torch
+
+from rlbench.engines.ray_util import to_numpy
 from rlbench.engines.rollout.base import IterationEnd
 
 
@@ -23,8 +26,6 @@ class RolloutPool:
 
     def publish(self, weights: dict, version: int, iteration: int) -> None:
         """Tell every worker to load `weights` (already in shared memory when they are the shared tensors)."""
-        import torch
-
         if self.shared is not None:
             if weights is not self.shared:
                 with torch.no_grad():
@@ -32,9 +33,7 @@ class RolloutPool:
                         self.shared[n].copy_(t)
             ref = None
         else:
-            import ray
-
-            from rlbench.engines.ray_util import to_numpy
+            import ray  # inside: optional dependency (ray)
 
             ref = [ray.put(to_numpy(weights))]  # in a list: each actor fetches it inside its timed stage
         # A worker answers requests in order, so the load precedes its next batch.
@@ -43,8 +42,6 @@ class RolloutPool:
     def post(self, weights: dict) -> None:
         """Partial rollout: put `weights` where the workers read them, without a "sync" request (they take
         them at their next token boundary, engines/rollout/mailbox.py)."""
-        import torch
-
         if self.shared is not None and weights is not self.shared:
             with torch.no_grad():
                 for n, t in weights.items():

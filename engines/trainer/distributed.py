@@ -7,6 +7,10 @@ files through the schedule's recorder (`Recorder.extend`), the one route every e
 """
 from __future__ import annotations
 
+import torch
+
+from rlbench.engines.ray_util import from_numpy
+
 
 class DataParallelTrainer:
     def __init__(self, host, policy, shared: dict | None):
@@ -78,7 +82,6 @@ class DataParallelTrainer:
         if self.shared is not None:
             self._one("publish", "publishing weights", iteration)
             return self.shared
-        from rlbench.engines.ray_util import from_numpy
 
         return from_numpy(self._one("weights", "sending weights"))
 
@@ -89,8 +92,6 @@ class DataParallelTrainer:
     @property
     def policy(self):
         """The driver's copy of the model holding rank 0's current weights."""
-        import torch
-
         trained = self.weights()
         with torch.no_grad():
             for name, p in self._policy.named_parameters():
@@ -107,8 +108,6 @@ class DataParallelTrainer:
 
     def replica_weights(self) -> list[dict]:
         """Every rank's weights (tests: the replicas must stay identical)."""
-        from rlbench.engines.ray_util import from_numpy
-
         return [from_numpy(w) for w in self._all(lambda n: (n, "weights"), "sending weights")]
 
     def close(self) -> None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from rlbench.core import schedules
+from rlbench.core.schedules.spec import DECOUPLED
+
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """[G] rewards of one group -> [G] advantages (r - mean) / (std + eps).
@@ -166,9 +169,6 @@ def behaviour_versions(mb, like: torch.Tensor):
 
 def make_loss(cfg):
     """The loss the schedule's record asks for: the decoupled loss for stale samples, plain PPO otherwise."""
-    from rlbench.core import schedules
-    from rlbench.core.schedules.spec import DECOUPLED
-
     return (DecoupledPPOLoss if schedules.of(cfg).loss == DECOUPLED else PPOLoss)(cfg.train)
 
 

@@ -36,6 +36,7 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
 from rlbench.engines.model import layers
@@ -212,8 +213,6 @@ _FLEX = {}
 def _flex(device_type: str):
     """flex_attention, compiled once per process on CUDA (uncompiled it materialises the scores; on CPU,
     where there is no backward anyway, it runs uncompiled for tests)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
     if device_type != "cuda":
         return flex_attention
     if "fn" not in _FLEX:
@@ -222,8 +221,6 @@ def _flex(device_type: str):
 
 
 def _flex_block_mask(layout: _Layout):
-    from torch.nn.attention.flex_attention import create_block_mask
-
     seg, L = layout.segment_ids, layout.segment_ids.numel()
 
     def allowed(b, h, q, kv):  # causal, and the key is in the prompt or in the query's own response

@@ -2,7 +2,7 @@
 
 Every rank holds a full replica: policy, reference model and AdamW state (VERL's FSDP would shard them;
 rlbench's models fit one device). Each rank accumulates the gradient of the token *sum* over its share of the
-iteration's groups (docs/architecture.md, 'Periodic asynchrony') with the one trainer entry, `Trainer.train`;
+iteration's groups (engines/schedules/periodic_async/README.md) with the one trainer entry, `Trainer.train`;
 `step` is `Trainer.finish`, which all-reduces (SUM, torch.distributed: gloo on CPU, nccl on CUDA, hccl on NPU)
 the token count, the loss sums and every gradient, then every rank takes the same step on the same numbers, so
 the replicas stay identical without a broadcast. With one rank nothing is reduced and the update is bitwise
@@ -16,7 +16,25 @@ the single trainer's.
 """
 from __future__ import annotations
 
+import contextlib
+import datetime
 import socket
+
+import torch
+import torch.distributed as dist
+
+from rlbench.core import hooks
+from rlbench.core.devices import device as dev
+from rlbench.core.devices import peak
+from rlbench.core.record import lifecycle
+from rlbench.core.record.lifecycle import Phase
+from rlbench.core.record.profiling import from_env
+from rlbench.core.record.stages import Recorder, Stage
+from rlbench.engines.model.weights import build_model, initial_state
+from rlbench.engines.ray_util import to_numpy
+from rlbench.engines.rollout import EVALUATION, build_backend
+from rlbench.engines.trainer.colocated import colocated_iteration
+from rlbench.engines.trainer.trainer import Trainer
 
 _DIST_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}  # torch.distributed's, per device kind
 
@@ -26,15 +44,6 @@ class TrainerRank:
 
     def __init__(self, slot, rank: int, world: int, model_config, weights, cfg, tok, t0: float,
                  spec: dict | None, shared: dict | None, emit=None):
-        from rlbench.core.devices import device as dev
-        from rlbench.core.record import lifecycle
-        from rlbench.core.record.lifecycle import Phase
-        from rlbench.engines.model.weights import build_model, initial_state
-        from rlbench.engines.rollout import build_backend
-        from rlbench.engines.trainer.trainer import Trainer
-        from rlbench.core.record.profiling import from_env
-        from rlbench.core.record.stages import Recorder
-
         self.device = dev.resolve(slot.kind, slot.index)
         self.rank, self.world, self.dist_backend = rank, world, _DIST_BACKENDS[slot.kind]
         # every model copy starts from the initial weights: the run's file mapped once per copy (its own pages)
@@ -62,7 +71,7 @@ class TrainerRank:
         """Rank 0's host:port for the process group (a free port; loopback for local processes)."""
         host = "127.0.0.1"
         if not local:
-            import ray
+            import ray  # inside: optional dependency (ray)
 
             host = ray.util.get_node_ip_address()
         with socket.socket() as s:
@@ -71,10 +80,6 @@ class TrainerRank:
         return f"{host}:{port}"
 
     def join(self, address: str, timeout_s: float) -> None:
-        import datetime
-
-        import torch.distributed as dist
-
         dist.init_process_group(self.dist_backend, init_method=f"tcp://{address}", rank=self.rank,
                                 world_size=self.world, timeout=datetime.timedelta(seconds=timeout_s))
 
@@ -85,8 +90,6 @@ class TrainerRank:
 
     def train(self, k: int, groups: list, answers: dict) -> dict:
         """Trainer.train on this rank's groups (callable several times per iteration); -> their rewards."""
-        from rlbench.core import hooks
-
         hooks.call("iteration", k, "trainer")
         return self.trainer.train(self.rec, k, groups, answers)
 
@@ -99,8 +102,6 @@ class TrainerRank:
     def iteration(self, k: int, requests: list, sampling, answers: dict):
         """sync: this rank's shard of iteration k, start to step (colocated.py, VERL's hybrid engine);
         -> (ColocatedResult, stage events)."""
-        from rlbench.engines.trainer.colocated import colocated_iteration
-
         result = colocated_iteration(self.trainer, self.sampler, self.rec, k, requests, sampling, answers)
         self.prof.step()
         return result, self.rec.drain()
@@ -108,12 +109,6 @@ class TrainerRank:
     def publish(self, iteration: int | None) -> None:
         """Rank 0: copy the weights into the shared-memory tensors; timed as weight_sync of `iteration`
         (None: for an evaluation between iterations, not part of any iteration)."""
-        import contextlib
-
-        import torch
-
-        from rlbench.core.record.stages import Stage
-
         ctx = self.rec.stage(Stage.WEIGHT_SYNC, iteration) if iteration is not None else contextlib.nullcontext()
         with ctx, torch.no_grad():
             for n, p in self.trainer.policy.named_parameters():
@@ -122,14 +117,10 @@ class TrainerRank:
     def evaluate(self, requests: list, sampling) -> list:
         """Greedy evaluation answers of the current weights, generated on this rank's device with the
         built-in sampler (a colocated rank's own when it has one) -> groups (token ids)."""
-        from rlbench.engines.rollout import EVALUATION
-
         if self._eval_sampler is None:
             if self._spec is not None and self._spec.get("backend") == EVALUATION["backend"]:
                 self._eval_sampler = self.sampler  # it loads the trainer's weights before every rollout
             else:
-                from rlbench.engines.rollout import build_backend
-
                 self._eval_sampler = build_backend(EVALUATION, self._model_config, self._eos, self._max_num_seqs,
                                                    self.device, self._new_model)
         self._eval_sampler.load_weights(self.trainer.weights(), self.trainer.version)
@@ -137,22 +128,15 @@ class TrainerRank:
 
     def device_facts(self, dtype) -> tuple[dict, dict]:
         """This rank's device as results.json's provenance describes it, and its measured peak (bench/core/devices/peak.py)."""
-        from rlbench.core.devices import device as dev
-        from rlbench.core.devices import peak
-
         return dev.describe(self.device), peak.peak(self.device, dtype)
 
     def weights(self) -> dict:
-        from rlbench.engines.ray_util import to_numpy
-
         return to_numpy(self.trainer.weights())
 
     def version(self) -> int:
         return self.trainer.version
 
     def close(self) -> None:
-        import torch.distributed as dist
-
         self.prof.close()
         if dist.is_initialized():
             dist.destroy_process_group()

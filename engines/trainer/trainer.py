@@ -15,13 +15,14 @@ import copy
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
+from rlbench.core.record import progress
+from rlbench.core.record.stages import Stage
 from rlbench.engines.data.reward import gsm8k_reward
 from rlbench.engines.rollout.base import Group
 from rlbench.engines.trainer import grpo
 from rlbench.engines.trainer.logprob_plans import AutoLayout, make_plan
-from rlbench.core.record import progress
-from rlbench.core.record.stages import Stage
 
 
 @dataclass
@@ -187,8 +188,6 @@ class Trainer:
     def all_reduce(self) -> None:
         """Sum token counts, the loss's sums and gradients over the ranks (one flat buffer for the gradients),
         so that every rank's step is the same step on the same numbers."""
-        import torch.distributed as dist
-
         params = list(self.policy.parameters())
         device = params[0].device
         sums = [self.tokens, self.loss_sum, self.kl_sum, *self.extra_sums.values()]

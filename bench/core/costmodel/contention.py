@@ -25,11 +25,12 @@ Guarded: a separate column beside the prediction (tables.speedup_frame), only fo
 """
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 
 import numpy as np
 
-from rlbench.core.costmodel.predict import StepCost, SyncMeasurements, replay, train_work
+from rlbench.core.costmodel.predict import StepCost, SyncMeasurements, measurements, replay, train_work
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 HEAVY = (Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.UPDATE.value)
@@ -173,10 +174,6 @@ def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], 
     -> kappa (None, with reason, where neither can tell; a (decode, train) pair from the probe), its
     source, f_train and f_roll, and predicted_speedup (None without kappa), relative to reference_tpspd
     (default: the sync cell's)."""
-    import statistics
-
-    from rlbench.core.costmodel.predict import measurements
-
     ms = measurements(sync_cell, samples, events)
     its = {it["iteration"] for it in sync_cell["iterations"] if not it.get("warmup")} \
         or {it["iteration"] for it in sync_cell["iterations"]}

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
+import resource
+import subprocess
+
+from rlbench.core.errors import UserError
 
 
 def resolve(kind: str = "cpu", index: int | None = None):
@@ -10,15 +15,13 @@ def resolve(kind: str = "cpu", index: int | None = None):
 
     torch_npu is imported only when asked for. On CPU the index is a core (see `pin`), not part of the
     torch device."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     kind = resolve_kind(kind)
     if kind == "npu" and not _npu_available():
-        from rlbench.core.errors import UserError
         raise UserError("engine.device=npu but no Ascend NPU is usable here: needs torch_npu (pip install "
                         "'rlbench[npu]', or Dockerfile.npu) and a visible NPU (allowed here: cpu, auto)")
     if kind == "cuda" and not torch.cuda.is_available():
-        from rlbench.core.errors import UserError
         raise UserError("engine.device=cuda but no CUDA device is visible (allowed here: cpu, auto)")
     if kind == "cpu" or index is None:
         return torch.device(kind)
@@ -29,7 +32,7 @@ def resolve_kind(kind: str) -> str:
     """'auto' -> the accelerator type present ('cuda', 'npu') or 'cpu'; other kinds unchanged."""
     if kind != "auto":
         return kind
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     return "cuda" if torch.cuda.is_available() else "npu" if _npu_available() else "cpu"
 
@@ -38,7 +41,7 @@ def available(kind: str) -> int:
     """Physical devices of this kind the process may use: CPU cores in its affinity mask, visible GPUs/NPUs."""
     if kind == "cpu":
         return len(cpu_cores())
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     if kind == "cuda":
         return torch.cuda.device_count()
@@ -70,7 +73,6 @@ def visible_env(kind: str, index: int, environ=None) -> dict[str, str]:
     env = os.environ if environ is None else environ
     seen = [d.strip() for d in env[var].split(",") if d.strip()] if env.get(var) is not None else None
     if seen is not None and index >= len(seen):
-        from rlbench.core.errors import UserError
         raise UserError(f"a worker needs {kind}:{index}, but {var}={env[var]!r} makes only {len(seen)} visible")
     return {var: seen[index] if seen is not None else str(index)}
 
@@ -78,7 +80,7 @@ def visible_env(kind: str, index: int, environ=None) -> dict[str, str]:
 def observe(kind: str) -> dict:
     """What this process was actually given: its CPU affinity, intra-op threads, the accelerators it can
     see and their name (recorded next to the plan; a mismatch fails the run)."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     out = {"affinity": cpu_cores(), "threads": torch.get_num_threads()}
     var = VISIBLE_ENV.get(kind)
@@ -98,7 +100,7 @@ def pin(kind: str, index: int, threads: int) -> None:
         if hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {cores[index % len(cores)]})
         return
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     if kind == "cuda":
         torch.cuda.set_device(index)
@@ -112,7 +114,7 @@ def initialise(kind: str, index: int) -> None:
     CPU: nothing to do."""
     if kind == "cpu":
         return
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     torch.empty(1, device=torch.device(kind, index))
 
@@ -120,7 +122,8 @@ def initialise(kind: str, index: int) -> None:
 def _npu_available() -> bool:
     """Imports torch_npu (it registers the 'npu' device with torch) only when an NPU is asked for."""
     try:
-        import torch
+        import torch  # inside: instant path: `rlbench --help` imports this module
+        # inside: optional dependency (torch_npu)
         import torch_npu  # noqa: F401
     except ImportError:
         return False
@@ -140,7 +143,7 @@ def host_waits_for_kernels(device) -> bool:
 
 def synchronize(device) -> None:
     """Wait for queued device work, so a clock read after it measures finished work."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -154,7 +157,6 @@ def use_graphs(setting: bool | None, device) -> bool:
     if setting is None:
         return device.type == "cuda"
     if setting and device.type != "cuda":
-        from rlbench.core.errors import UserError
         raise UserError(f"rollout.cuda_graphs=true needs a CUDA device, and this worker runs on {device.type}; "
                         "leave it unset (on where the device is CUDA) or set it false")
     return bool(setting)
@@ -162,7 +164,7 @@ def use_graphs(setting: bool | None, device) -> bool:
 
 def graph_pool(device):
     """A memory pool that the graphs of one sampler share (they never run at the same time)."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     return torch.cuda.graph_pool_handle()
 
@@ -174,7 +176,7 @@ class Graph:
     hold garbage afterwards."""
 
     def __init__(self, fn, device, pool=None, warmup: int = 2):
-        import torch
+        import torch  # inside: instant path: `rlbench --help` imports this module
 
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
@@ -193,7 +195,7 @@ class Graph:
 
 def range_context(name: str, device):
     """Profiler range: record_function everywhere, plus NVTX on CUDA and MSTX on NPU."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     stack = contextlib.ExitStack()
     stack.enter_context(torch.profiler.record_function(name))
@@ -203,7 +205,7 @@ def range_context(name: str, device):
         stack.enter_context(torch.cuda.nvtx.range(name))
     elif device.type == "npu":  # pragma: no cover - needs an Ascend NPU
         try:
-            import torch_npu
+            import torch_npu  # inside: optional dependency (torch_npu)
             stack.enter_context(torch_npu.npu.mstx.range(name))
         except (ImportError, AttributeError):
             pass
@@ -212,7 +214,7 @@ def range_context(name: str, device):
 
 def set_threads(n: int) -> None:
     """On CPU a device is a core: a worker with n devices uses n intra-op threads."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     torch.set_num_threads(max(1, n))
     os.environ["OMP_NUM_THREADS"] = str(max(1, n))
@@ -227,13 +229,11 @@ def dtype(name: str, device=None):
     bfloat16 is the dtype for accelerators (A100/H100 and Ascend 910B compute in it natively); on CPU it
     works but is slower than float32 for small models.
     """
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     if name not in DTYPES:
-        from rlbench.core.errors import UserError
         raise UserError(f"model.dtype={name!r}: allowed: {', '.join(DTYPES)}")
     if name == "bfloat16" and device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        from rlbench.core.errors import UserError
         raise UserError("model.dtype=bfloat16 but this GPU has no bfloat16 support (pre-Ampere); "
                         "use model.dtype=float16 or float32")
     return getattr(torch, name)
@@ -241,7 +241,7 @@ def dtype(name: str, device=None):
 
 def _accel(device):
     """The torch.cuda / torch.npu module of an accelerator device, None on CPU."""
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     return {"cuda": torch.cuda, "npu": getattr(torch, "npu", None)}.get(device.type)
 
@@ -262,7 +262,6 @@ def memory(device) -> dict:
         props = mod.get_device_properties(device)
         return {"allocated": int(mod.memory_allocated(device)), "reserved": int(mod.memory_reserved(device)),
                 "peak_allocated": int(mod.max_memory_allocated(device)), "total": int(props.total_memory)}
-    import resource
 
     info = {"peak_rss": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024}  # Linux: KiB
     try:
@@ -273,9 +272,7 @@ def memory(device) -> dict:
 
 
 def describe(device) -> dict:
-    import platform
-
-    import torch
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     info = {"type": device.type, "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
@@ -293,8 +290,6 @@ def memory_capacity(kind: str) -> int | None:
     """Bytes of memory one device offers, found without initialising an accelerator (the limits checked
     before a run, bench/core/devices/limits.py): CPU: the machine's available memory (MemAvailable; every core shares
     it); CUDA: the first GPU's total memory (nvidia-smi); None where it is not known (NPU, no nvidia-smi)."""
-    import subprocess
-
     if kind == "cpu":
         try:
             for line in open("/proc/meminfo"):

@@ -19,6 +19,8 @@ import os
 import time
 from pathlib import Path
 
+from rlbench.core.devices import device as dev
+
 # Probe sizes: big enough to leave the caches and amortise dispatch, small enough for a few seconds.
 MATMUL_N = {"cpu": 512, "accel": 8192}
 COPY_BYTES = {"cpu": 256 << 20, "accel": 2 << 30}
@@ -45,8 +47,7 @@ def _best(fn, sync, repeats: int) -> float:
 
 def measure(device, dtype, threads: int = 1) -> dict:
     """-> {matmul_flops_per_s, copy_bytes_per_s, probe sizes} on `device` with `threads` intra-op threads."""
-    import torch
-    from rlbench.core.devices import device as dev
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     kind = "cpu" if device.type == "cpu" else "accel"
     before = torch.get_num_threads()
@@ -72,8 +73,7 @@ def measure(device, dtype, threads: int = 1) -> dict:
 def launch_s_per_op(device, dtype) -> float:
     """Seconds the host spends per op of a training step: LAUNCH_OPS multiplications of an 8-element tensor
     recorded by autograd, then their backward (one op each), best of REPEATS, over 2 x LAUNCH_OPS."""
-    import torch
-    from rlbench.core.devices import device as dev
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     x = torch.ones(8, device=device, dtype=dtype, requires_grad=True)
 
@@ -113,8 +113,7 @@ def _best_of(old: dict, new: dict) -> dict:
 
 def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
     """The cached peak of this device (measured now when not cached or when remeasure)."""
-    import torch
-    from rlbench.core.devices import device as dev
+    import torch  # inside: instant path: `rlbench --help` imports this module
 
     info = dev.describe(device)
     name = info.get("name") or info.get("cpu") or device.type

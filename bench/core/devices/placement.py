@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlbench.core import schedules
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import Role
 
@@ -66,7 +67,6 @@ def plan(engine, kind: str, available: int) -> Placement:
             f"engine.rollout_devices={engine.rollout_devices} + engine.train_devices={engine.train_devices} "
             f"ask for {n} devices{shared}, but this machine has {available} {what}. Lower them, or set "
             "engine.share_devices=true to let the rollout and training pools share devices (e.g. one GPU).")
-    from rlbench.core import schedules
 
     if schedules.SCHEDULES[engine.schedule].colocated:
         slots = [Slot(f"{Role.COLOCATED.value}{i}", Role.COLOCATED.value, i, kind, 1) for i in range(n)]

@@ -19,6 +19,8 @@ instead of trusting a shutdown call. Linux only (/proc, prctl); elsewhere the he
 """
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 import os
 import signal
 import threading
@@ -42,9 +44,6 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     (The kernel's parent is the process that forked this one: for a multiprocessing child started by
     spawn, the process that started it; by a fork server (bench/core/devices/starting.py), the server,
     which ends when that process does.)"""
-    import ctypes
-    import multiprocessing
-
     parent, before = multiprocessing.parent_process(), os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)

@@ -24,11 +24,15 @@ client as long as any process it forked lives, and those processes would never l
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import socket
 import sys
 import threading
+from multiprocessing import connection, forkserver, resource_tracker
+
+from rlbench.core.errors import UserError
 
 ENV = "RLBENCH_START"
 # What every cell process and worker imports first; each module is imported once per server.
@@ -42,7 +46,6 @@ def method(cpu_only: bool) -> str:
     'spawn'), else 'spawn'."""
     choice = os.environ.get(ENV, "")
     if choice not in ("", "spawn", "forkserver"):
-        from rlbench.core.errors import UserError
         raise UserError(f"{ENV}={choice!r}: allowed are 'spawn' and 'forkserver' (the default on CPU)")
     return "forkserver" if cpu_only and choice != "spawn" else "spawn"
 
@@ -51,10 +54,9 @@ def context(cpu_only: bool, tensors: bool = False):
     """The multiprocessing context to create processes with; tensors: torch's (a tensor handed to the
     process is shared, not copied). The fork server starts on the first process created, or at `warm`."""
     if tensors:
-        import torch.multiprocessing as mp
+        import torch.multiprocessing as mp  # inside: instant path: `rlbench report` imports this module
     else:
-        import multiprocessing as mp
-
+        mp = multiprocessing
     ctx = mp.get_context(method(cpu_only))
     if ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload(list(PRELOAD))
@@ -68,7 +70,6 @@ def warm(cpu_only: bool) -> None:
     run` itself) Python starts a fresh interpreter that imports them, beside this process's own work."""
     if context(cpu_only).get_start_method() != "forkserver":
         return
-    from multiprocessing import forkserver
 
     if all(m in sys.modules for m in PRELOAD) and threading.active_count() == 1 and server_pid() is None:
         _fork_server()
@@ -82,8 +83,6 @@ def _fork_server() -> None:
     thread, no thread pool started), so what it forks starts as one of a fresh server would. Its signal
     handlers are a new interpreter's (the processes it forks inherit them); it ends when this process does
     (the end of its life line, as a spawned server)."""
-    from multiprocessing import connection, forkserver, resource_tracker
-
     resource_tracker.ensure_running()  # its descriptor is handed on to what the server forks
     listener = socket.socket(socket.AF_UNIX)
     address = connection.arbitrary_address("AF_UNIX")
@@ -114,8 +113,6 @@ def detach() -> None:
     which Python hands on so that the process could ask the same server for processes of its own
     (rlbench's start their own). Without it the server would live as long as this process, and this
     process, whose parent is the server, would never get its parent-death signal. A no-op elsewhere."""
-    from multiprocessing import forkserver
-
     server = forkserver._forkserver  # noqa: SLF001 - the life line has no public handle
     if server._forkserver_pid is None and server._forkserver_alive_fd is not None:  # noqa: SLF001
         os.close(server._forkserver_alive_fd)  # noqa: SLF001
@@ -124,6 +121,4 @@ def detach() -> None:
 
 def server_pid() -> int | None:
     """The pid of this process's fork server, None when it has none."""
-    from multiprocessing import forkserver
-
     return getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - no public accessor

@@ -30,6 +30,8 @@ import enum
 import os
 import time
 
+from rlbench.core.devices import starting
+from rlbench.core.record.hostcpu import cpu_seconds
 from rlbench.core.record.stages import Role
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -130,9 +132,6 @@ class Lifecycle:
     def first_measured(self, waited_s: float, host_cpu) -> None:
         """At the start of the first measured iteration: start-up. waited_s: seconds the cell waited in the
         turn ring so far; host_cpu: bench/core/record/hostcpu.py HostCPU of the cell's processes."""
-        from rlbench.core.devices import starting
-        from rlbench.core.record.hostcpu import cpu_seconds
-
         age, self._at_start = process_age_s(), host_cpu.totals()
         server = starting.server_pid()  # the workers' fork server: its imports are this cell's work
         used = list(self._at_start.values()) + ([cpu_seconds(server)] if server else [])

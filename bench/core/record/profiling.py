@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+import torch.profiler as tp
+
 ENV_DIR = "RLBENCH_PROFILE_DIR"  # read by rollout worker processes
 ENV_ITERS = "RLBENCH_PROFILE_ITERS"  # "first,count"
 
@@ -21,8 +23,6 @@ class IterationProfiler:
         self.prof = None
         if not trace_dir or count <= 0:
             return
-        import torch.profiler as tp
-
         acts = [tp.ProfilerActivity.CPU]
         if device_type == "cuda":
             acts.append(tp.ProfilerActivity.CUDA)

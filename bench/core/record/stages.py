@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from rlbench.core import hooks
+from rlbench.core.devices import device as dev
 from rlbench.core.record import progress
 
 
@@ -92,8 +93,6 @@ class Recorder:
 
     @contextlib.contextmanager
     def stage(self, stage: Stage, iteration: int):
-        from rlbench.core.devices import device as dev
-
         progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (bench/core/record/progress.py)
         if self.device is not None:
             dev.synchronize(self.device)
@@ -122,8 +121,6 @@ class Recorder:
         opened = self._open[-1]
         stage, iteration, start, cpu = opened
         if self.device is not None:
-            from rlbench.core.devices import device as dev
-
             dev.synchronize(self.device)
         self.add(stage, iteration, start, now(), time.thread_time() - cpu)
         wait()

@@ -2,10 +2,16 @@
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import importlib.metadata as md
+import importlib.util
 import os
 import platform
 import subprocess
 from pathlib import Path
+
+from rlbench.core.devices import device as dev
+from rlbench.core.devices import peak
 
 
 def source_root() -> Path:
@@ -31,9 +37,6 @@ def git_commit() -> str | None:
 def code_digest() -> str:
     """sha256 (16 hex digits) over the source of the rlbench package (bench/, engines/, reports/): the
     code version `--resume` compares, which, unlike the git commit, also sees uncommitted changes."""
-    import hashlib
-    import importlib.util
-
     h = hashlib.sha256()
     for pkg in ("rlbench", "rlbench.engines", "rlbench.reports"):  # found, not imported (reports is slow)
         root = Path(importlib.util.find_spec(pkg).submodule_search_locations[0])
@@ -76,8 +79,6 @@ def now() -> str:
 
 
 def collect(device=None) -> dict:
-    import importlib.metadata as md
-
     def version(pkg):
         try:
             return md.version(pkg)
@@ -90,7 +91,6 @@ def collect(device=None) -> dict:
             "platform": platform.platform(terse=True),
             "created": now()}
     if device is not None:
-        from rlbench.core.devices import device as dev
         info["device"] = dev.describe(device)
         info["cpu_threads"] = info["device"]["torch_threads"]
     return info
@@ -99,9 +99,6 @@ def collect(device=None) -> dict:
 def environment(dtype: str = "float32", remeasure: bool = False) -> dict:
     """`rlbench env`: what hardware and software rlbench sees, and one device's measured peak (matmul
     FLOP/s with a probe of `dtype`, copy bytes/s; cached unless remeasure)."""
-    from rlbench.core.devices import device as dev
-    from rlbench.core.devices import peak
-
     device = dev.resolve("auto")
     info = collect(device)
     info["peak"] = peak.peak(device, dev.dtype(dtype, device), remeasure=remeasure)

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlbench.core.errors import UserError
+
 SCHEMA_VERSION = 1
 
 RESULTS = "results.json"
@@ -152,8 +154,6 @@ def is_ablation(path: Path) -> bool:
 
 def load_cell(path: Path) -> dict:
     """results.json of a cell, with raw events/samples attached under '_events'/'_samples'."""
-    from rlbench.core.errors import UserError
-
     path = Path(path)
     f = path / RESULTS
     if not f.is_file():
@@ -179,8 +179,6 @@ def load_samples(path: Path) -> list[dict]:
 
 def read_ablation(path: Path) -> dict:
     """ablation.json of an ablation folder: {name, reference, cells: [{name, dir, switches, exit_code}]}."""
-    from rlbench.core.errors import UserError
-
     f = Path(path) / ABLATION
     try:
         abl = json.loads(f.read_text())
@@ -207,8 +205,6 @@ def ratio(num, den) -> float | None:
 
 def load_run(path: Path) -> list[dict]:
     """A cell folder or an ablation folder -> list of cell results (reference cell first)."""
-    from rlbench.core.errors import UserError
-
     path = Path(path)
     if is_ablation(path):
         abl = read_ablation(path)

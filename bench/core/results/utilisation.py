@@ -25,7 +25,7 @@ from rlbench.core.record.stages import Stage
 
 def model_shape(model) -> dict:
     """The numbers the counts need, from an HF causal LM (run once per cell)."""
-    import torch
+    import torch  # inside: instant path: `rlbench report` imports this module
 
     cfg = model.config
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))

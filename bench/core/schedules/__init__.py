@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 
+from rlbench.core.components import option_fields as fields_of
 from rlbench.core.schedules.spec import ScheduleSpec
 
 REGISTERED = (  # one line per schedule, "module:record", in table order
@@ -66,8 +67,6 @@ def option_fields(section: str) -> dict:
     """The schedules' options under a config section ("engine", "train"), each once, as pydantic fields: the
     config section is made of them (bench/core/config.py). An option several schedules read is one shared
     declaration (engines/schedules/options.py)."""
-    from rlbench.core.components import option_fields as fields_of
-
     return fields_of(_all().values(), section)
 
 

@@ -6,6 +6,7 @@ read the record instead of testing a schedule's name.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -93,7 +94,5 @@ class ScheduleSpec(Component):
 
 
 def _named(where: str) -> Callable:
-    import importlib
-
     module, name = where.split(":")
     return getattr(importlib.import_module(module), name)

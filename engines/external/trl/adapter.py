@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
+from rlbench.core.devices import device as dev
 from rlbench.core.errors import UserError, WorkerError
+from rlbench.core.record.stages import now
+from rlbench.engines.data.source import load_dataset
+from rlbench.engines.external.trl import settings
+from rlbench.engines.external.trl.export import export_policy
+from rlbench.engines.external.trl.gate import GateServer
+from rlbench.engines.external.trl.launch import log_tail, start_ranks, stop_ranks, wait_ranks
+from rlbench.engines.external.trl.record import cell_results, write_cell
 
 PACKAGES = ("trl", "accelerate", "datasets")
 NOT_INSTALLED = ("--engine trl needs TRL, accelerate and datasets: pip install -c constraints.txt 'rlbench[trl]' "
@@ -42,9 +53,6 @@ def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool =
     options: TRL's own settings the cell varies (settings.TrlOptions, e.g. continuous_batching).
     Raises UserError (exit 2) before anything runs when TRL is missing or cannot run the config, and
     WorkerError (exit 3) when a rank fails."""
-    from rlbench.core.devices import device as dev
-    from rlbench.engines.external.trl import settings
-
     require_trl()
     world = cfg.engine.num_devices
     settings.check(cfg, world)
@@ -74,8 +82,6 @@ class TrlRun:
     """One TRL cell while it runs: its ranks, its status, and its result files."""
 
     def __init__(self, cfg, out: Path, name: str, world: int, options):
-        from rlbench.core.record.stages import now
-
         self.cfg, self.out, self.name, self.world, self.options = cfg, out, name, world, options
         self.folder = out / "trl"  # the ranks' own files (files.py) and logs
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -86,11 +92,6 @@ class TrlRun:
         self.gate = None
 
     def start(self, pacer) -> None:
-        from rlbench.engines.data.source import load_dataset
-        from rlbench.engines.external.trl.export import export_policy
-        from rlbench.engines.external.trl.gate import GateServer
-        from rlbench.engines.external.trl.launch import start_ranks
-
         self.model_dir = export_policy(self.cfg, load_dataset(self.cfg.data, self.cfg.run.seed))
         self.gate = GateServer(pacer)
         spec = {"config": self.cfg.model_dump(mode="json"), "world": self.world, "model_dir": str(self.model_dir),
@@ -102,8 +103,6 @@ class TrlRun:
         self.gate.child_started()
 
     def wait(self, progress: bool) -> None:
-        from rlbench.engines.external.trl.launch import log_tail, wait_ranks
-
         try:
             codes = wait_ranks(self.procs, self._serving(progress))
         except KeyboardInterrupt:
@@ -130,23 +129,16 @@ class TrlRun:
         return serve
 
     def stop(self) -> None:
-        from rlbench.engines.external.trl.launch import stop_ranks
-
         stop_ranks(self.procs)
         if self.gate is not None:
             self.gate.close()
 
     def save(self) -> dict:
         """results.json (and events/iterations/samples JSONL) from what the ranks wrote."""
-        from rlbench.engines.external.trl.record import cell_results, write_cell
-
         res, streams = cell_results(self)
         write_cell(self.out, res, streams)
         return res
 
 
 def _progress_bar(total: int, desc: str):
-    import sys
-
-    from tqdm import tqdm
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)

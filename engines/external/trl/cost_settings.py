@@ -12,6 +12,7 @@ continuously, and generates an iteration's prompts x G samples at once.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -63,8 +64,6 @@ def model_facts(model) -> dict:
 def resolved_args(args) -> dict:
     """TRL's resolved arguments, every field, as JSON (TrainingArguments.to_dict: enums by value, tokens
     redacted)."""
-    import json
-
     return json.loads(json.dumps(args.to_dict(), default=str))
 
 

@@ -9,11 +9,12 @@ message and TRL applies the same template.
 """
 from __future__ import annotations
 
+from rlbench.engines.data.reward import gsm8k_reward
+from rlbench.engines.factory import iteration_problems
+
 
 def train_rows(cfg, dataset, chat: bool) -> list[dict]:
     """One row per (iteration, prompt): prompt (text, or [user message] when chat), answer, iteration, index."""
-    from rlbench.engines.factory import iteration_problems
-
     rows = []
     for k in range(cfg.run.iterations):
         for i, problem in enumerate(iteration_problems(cfg, dataset, k)):
@@ -31,8 +32,6 @@ def completion_text(completion) -> str:
 def strict_gsm8k(completions, answer, **_) -> list[float]:
     """TRL reward function: rlbench's strict GSM8K rule (engines/data/reward.py), 1.0 or 0.0 per completion.
     TRL passes the dataset's columns (answer, iteration, index) as keyword arguments."""
-    from rlbench.engines.data.reward import gsm8k_reward
-
     return [gsm8k_reward(completion_text(c), a) for c, a in zip(completions, answer)]
 
 

@@ -8,12 +8,18 @@ configured dtype, a seeded random init of an architecture), so both engines star
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 from pathlib import Path
 
-from rlbench.engines.model.tokenizer import BOS, CHARS, EOS, PAD
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+from rlbench.engines.model.loader import config_file, gguf_file, load_policy
+from rlbench.engines.model.tiny import cache_key, cache_root
+from rlbench.engines.model.tokenizer import BOS, CHARS, EOS, PAD, CharTokenizer, HFTokenizer
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<pad>", "<s>", "</s>"
 
@@ -22,9 +28,6 @@ def char_tokenizer():
     """The character tokenizer as a `PreTrainedTokenizerFast`: one token per character, ids as CharTokenizer's
     (PAD 0, BOS 1, EOS 2, then CHARS), BOS prepended to a text encoded with special tokens (as
     CharTokenizer.prompt_ids does), decoding that joins the characters back without spaces."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {PAD_TOKEN: PAD, BOS_TOKEN: BOS, EOS_TOKEN: EOS, **{ch: i + 3 for i, ch in enumerate(CHARS)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="?"))  # an unknown character reads as '?', as CharTokenizer
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character, newline too
@@ -37,8 +40,6 @@ def char_tokenizer():
 
 def load_tokenizer(folder: Path, cfg):
     """The exported directory's tokenizer for TRL (its `processing_class`)."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
     if _uses_chars(cfg):  # AutoTokenizer would pick the architecture's own tokenizer class
         return PreTrainedTokenizerFast.from_pretrained(folder)
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)
@@ -46,8 +47,6 @@ def load_tokenizer(folder: Path, cfg):
 
 def rlbench_tokenizer(folder: Path, cfg):
     """rlbench's tokenizer adapter over the same tokenizer (its evaluation encodes and decodes with it)."""
-    from rlbench.engines.model.tokenizer import CharTokenizer, HFTokenizer
-
     if _uses_chars(cfg):
         return CharTokenizer()
     return HFTokenizer(load_tokenizer(folder, cfg))
@@ -63,17 +62,11 @@ def export_key(cfg) -> str:
     m = cfg.model
     parts: dict = {"model": m.model_dump(mode="json"), "seed": cfg.run.seed}
     if m.kind == "tiny":
-        from rlbench.engines.model.tiny import cache_key
-
         parts["tiny"] = cache_key(cfg)
     elif m.kind == "gguf":
-        from rlbench.engines.model.loader import gguf_file
-
         f = gguf_file(m.path)
         parts["file"] = [str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns]
     elif m.kind == "hf_config":
-        from rlbench.engines.model.loader import config_file
-
         parts["file"] = hashlib.sha256(config_file(m.path).read_bytes()).hexdigest()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -83,12 +76,10 @@ def export_policy(cfg, dataset, progress=None) -> Path:
     model.kind=hf is such a directory already and is used as it is."""
     if cfg.model.kind == "hf":
         return Path(cfg.model.path).resolve()
-    from rlbench.engines.model.tiny import cache_root
 
     folder = cache_root() / "hf-export" / f"{cfg.model.kind}-{export_key(cfg)}"
     if (folder / "config.json").is_file():
         return folder
-    from rlbench.engines.model.loader import load_policy
 
     model, tok, _ = load_policy(cfg, dataset, progress=progress)
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
@@ -105,9 +96,6 @@ def _plain(model):
     same config, unmarked."""
     if getattr(model, "hf_quantizer", None) is None:
         return model
-    import copy
-
-    from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(model.config)
     for key in ("quantization_config", "gguf_file"):

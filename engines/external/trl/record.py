@@ -7,14 +7,17 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 
+from rlbench.core.devices.placement import Placement, Slot
+from rlbench.core.errors import WorkerError
+from rlbench.core.record.stages import Role
+from rlbench.core.results import provenance as prov
 from rlbench.core.results import metrics, schema
+from rlbench.engines import launch
+from rlbench.engines.external.trl import cost_settings, results, settings
 
 
 def placement(world: int):
     """The TRL ranks' plan: rlbench's colocated layout, one rank per core, one thread each."""
-    from rlbench.core.devices.placement import Placement, Slot
-    from rlbench.core.record.stages import Role
-
     slots = [Slot(f"{Role.COLOCATED.value}{i}", Role.COLOCATED.value, i, "cpu", 1) for i in range(world)]
     return Placement(slots, world, "cpu")
 
@@ -27,8 +30,6 @@ def switches(cfg, options) -> dict:
 
 
 def provenance(obs0: dict | None) -> dict:
-    from rlbench.core.results import provenance as prov
-
     info = {**prov.collect(), "framework": "trl", "version": _version("trl"),
             "accelerate": _version("accelerate"), "datasets": _version("datasets")}
     if obs0:
@@ -47,8 +48,6 @@ def _version(pkg: str) -> str | None:
 def cell_results(run) -> tuple[dict, dict]:
     """results.json's dict for a TrlRun (adapter.py), at whatever point it stopped, and the JSONL streams
     beside it (events, samples: every rank's)."""
-    from rlbench.engines.external.trl import cost_settings, results, settings
-
     raw = results.read(run.folder, run.world)
     iters = results.iterations(run.cfg, raw, run.world)
     plan = placement(run.world)
@@ -78,9 +77,6 @@ def cell_results(run) -> tuple[dict, dict]:
 
 def _status(run, plan, finished: int) -> tuple[str, str | None]:
     """The run's status, with the placement checked (a rank not given its core and one thread fails it)."""
-    from rlbench.engines import launch
-    from rlbench.core.errors import WorkerError
-
     if run.status != "complete":
         return run.status, run.error
     try:

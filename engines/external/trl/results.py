@@ -16,6 +16,7 @@ from dataclasses import asdict
 from rlbench.core.record.stages import TRAIN_STAGES, Stage
 from rlbench.core.results import metrics
 from rlbench.core.results.utilisation import stage_work
+from rlbench.engines.external.trl.files import read_rank
 
 TOKEN_TOLERANCE = 0  # tokens counted here and by TRL must agree exactly
 
@@ -23,8 +24,6 @@ TOKEN_TOLERANCE = 0  # tokens counted here and by TRL must agree exactly
 def read(folder, world: int) -> dict:
     """Every rank's streams: events, windows, samples (all ranks); logs, evals, observed (rank 0's and
     each rank's observed)."""
-    from rlbench.engines.external.trl.files import read_rank
-
     ranks = [read_rank(folder, r) for r in range(world)]
     return {"events": sorted((e for r in ranks for e in r["events"]), key=lambda e: e["start"]),
             "windows": [w for r in ranks for w in r["windows"]],

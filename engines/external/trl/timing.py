@@ -25,6 +25,10 @@ from __future__ import annotations
 import contextlib
 import time
 
+import torch
+import torch.distributed as dist
+from transformers import TrainerCallback
+
 from rlbench.core.record.stages import Stage, now
 
 SAMPLE_ID = "rlbench_sample"  # a column added to TRL's generation batch: which samples a step trains
@@ -124,16 +128,13 @@ class StepClock:
 
 
 def _barrier() -> None:
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
 
 
 def timed_trainer(clock: StepClock):
     """TRL's GRPOTrainer class with its stages timed on `clock` (module docstring); TRL imported here."""
-    import torch
-    from trl import GRPOTrainer
+    from trl import GRPOTrainer  # inside: optional dependency (trl)
 
     class TimedGRPOTrainer(GRPOTrainer):
         def _generate_single_turn(self, *args, **kwargs):
@@ -168,8 +169,6 @@ def timed_trainer(clock: StepClock):
 
 def step_callback(clock: StepClock):
     """The TrainerCallback that marks the iterations' boundaries on `clock`."""
-    from transformers import TrainerCallback
-
     class StepBoundaries(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             clock.step_begins(state.global_step)

@@ -7,18 +7,36 @@ evaluation on rank 0 before training and after the iterations rlbench evaluates 
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
+from rlbench.core.config import RunConfig
+from rlbench.core.devices import device as dev
+from rlbench.core.devices import peak
+from rlbench.core.record.stages import Recorder, Role, Stage
+from rlbench.core.results.utilisation import model_shape
+from rlbench.engines.data.source import load_dataset
+from rlbench.engines.external.trl import settings
+from rlbench.engines.external.trl.cost_settings import model_facts, resolved_args
+from rlbench.engines.external.trl.data import longest_prompt, strict_gsm8k, train_rows
+from rlbench.engines.external.trl.export import load_tokenizer, rlbench_tokenizer
+from rlbench.engines.external.trl.files import RankFiles
+from rlbench.engines.external.trl.gate import RankGate
+from rlbench.engines.external.trl.timing import StepClock, step_callback, timed_trainer
+from rlbench.engines.factory import evaluate
+from rlbench.engines.model.tiny import quiet_transformers
+from rlbench.engines.model.weights import build_model
+from rlbench.engines.rollout import EVALUATION, build_backend
+
 
 def main(argv: list[str]) -> None:
-    from rlbench.core.devices import device as dev
-
-    import faulthandler
-    import signal
-
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack into the rank's log
     spec_path, rank = argv
     rank = int(rank)
@@ -28,11 +46,6 @@ def main(argv: list[str]) -> None:
 
 
 def train(spec: dict, rank: int) -> None:
-    from rlbench.core.config import RunConfig
-    from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.external.trl.files import RankFiles
-    from rlbench.engines.model.tiny import quiet_transformers
-
     quiet_transformers()
     cfg = RunConfig.model_validate(spec["config"])
     out = RankFiles(Path(spec["folder"]), rank)
@@ -57,16 +70,8 @@ def train(spec: dict, rank: int) -> None:
 
 def build(spec: dict, cfg, dataset, rank: int, out):
     """-> (TRL's GRPOTrainer with its stages timed, the StepClock it reports to)."""
-    import torch
-    from datasets import Dataset
-    from trl import GRPOConfig
-
-    from rlbench.engines.external.trl import settings
-    from rlbench.engines.external.trl.data import longest_prompt, strict_gsm8k, train_rows
-    from rlbench.engines.external.trl.export import load_tokenizer, rlbench_tokenizer
-    from rlbench.engines.external.trl.gate import RankGate
-    from rlbench.engines.external.trl.timing import StepClock, step_callback, timed_trainer
-    from rlbench.core.record.stages import Recorder, Role
+    from datasets import Dataset  # inside: optional dependency (datasets)
+    from trl import GRPOConfig  # inside: optional dependency (trl)
 
     model_dir = Path(spec["model_dir"])
     tok, rtok = load_tokenizer(model_dir, cfg), rlbench_tokenizer(model_dir, cfg)
@@ -104,10 +109,6 @@ class Evaluation:
     def __call__(self, done: int) -> None:
         if not self.due(done):
             return
-        import torch
-
-        from rlbench.engines.factory import evaluate
-        from rlbench.core.record.stages import Stage
 
         if self.sampler is None:
             self.sampler = self._sampler()
@@ -117,11 +118,6 @@ class Evaluation:
         self.out.eval({"iteration": done, **res})
 
     def _sampler(self):
-        import torch
-
-        from rlbench.engines.model.weights import build_model
-        from rlbench.engines.rollout import EVALUATION, build_backend
-
         config, cpu = self.model.config, torch.device("cpu")
         return build_backend(EVALUATION, config, self.tok.eos_token_id, self.cfg.rollout.max_num_seqs, cpu,
                              lambda: build_model(config, cpu))
@@ -132,13 +128,6 @@ def observation(trainer, rank: int) -> dict:
     device and its measured peak on rank 0 (results.json provenance and the per-stage utilisation), and
     what TRL resolved: its trainer's arguments after it was built, every field, and what its model says
     about the cost settings (cost_settings.py)."""
-    import torch
-
-    from rlbench.core.devices import device as dev
-    from rlbench.core.devices import peak
-    from rlbench.core.results.utilisation import model_shape
-    from rlbench.engines.external.trl.cost_settings import model_facts, resolved_args
-
     model = trainer.model
     info = {**dev.observe("cpu"), "pid": os.getpid(), "session": os.getsid(0)}  # the run's session (launch.py)
     if rank == 0:
@@ -150,8 +139,6 @@ def observation(trainer, rank: int) -> dict:
 
 
 def _finish() -> None:
-    import torch.distributed as dist
-
     if dist.is_initialized():
         dist.barrier()  # rank 0 may still be evaluating; nobody tears down under it
         dist.destroy_process_group()

@@ -15,6 +15,7 @@ from collections import defaultdict
 
 from rlbench.core.costmodel.predict import SyncMeasurements, replay
 from rlbench.core.costmodel.simulate import SimResult
+from rlbench.engines.schedules.bounded_async.partial import mid_batch
 
 
 def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, float]], float]:
@@ -72,8 +73,6 @@ def simulate(batches: list[SyncMeasurements], schedule: str, n: int, m: int, sta
              **_) -> SimResult:
     """bounded_async's (and one_step_off's, k = 1) term of the cost model; with partial rollout, partial.py's
     worker, which takes new weights mid-batch."""
-    from rlbench.engines.schedules.bounded_async.partial import mid_batch
-
     worker = mid_batch(resume_kv == "recompute") if partial_rollout else at_batch_start
     tpspd, iter_s, stale, its = bounded(batches, n, m, staleness, iterations, worker)
     return SimResult(schedule, n, m, n + m, tpspd, iter_s, staleness=staleness, staleness_max=stale,

@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import queue
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
 
+from rlbench.core.record.stages import Recorder, Role, Stage, now
+from rlbench.engines.rollout.gate import RolloutGate
+from rlbench.engines.rollout.mailbox import WeightMailbox
 from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
-from rlbench.core.record.stages import Recorder, Stage, now
 
 
 @dataclass
@@ -185,8 +188,6 @@ class BoundedAsyncSchedule:
             self._queue(m).put(e)
 
     def _mailbox_lock(self):
-        from contextlib import nullcontext
-
         return self.pool.mailbox.lock if self.pool.mailbox is not None else nullcontext()
 
     def close(self) -> None:
@@ -216,10 +217,6 @@ def build(options, session):
     pinned to 1 in its options): rollout up to options.max_staleness versions ahead. It makes what its
     rollout workers need beside the weights: the gate that holds them between iterations (local workers;
     Ray actors share no memory) and, with partial rollout, the mailbox new weights are posted to."""
-    from rlbench.core.record.stages import Role
-    from rlbench.engines.rollout.gate import RolloutGate
-    from rlbench.engines.rollout.mailbox import WeightMailbox
-
     cfg = session.cfg
     trainer = session.trainer(Role.TRAINER)
     local = cfg.engine.launcher == "local"

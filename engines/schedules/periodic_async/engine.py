@@ -12,18 +12,13 @@ from __future__ import annotations
 import queue
 import threading
 
-from rlbench.engines.schedules.common import (
-    GroupReceiver,
-    IterationInput,
-    IterationOutput,
-)
+from rlbench.core.record.stages import Role
+from rlbench.engines.schedules.common import GroupReceiver, IterationInput, IterationOutput
 
 
 def build(options, session):
     """The registered builder (the record in this folder): a training pool fed by a rollout pool.
     options: PeriodicAsyncOptions."""
-    from rlbench.core.record.stages import Role
-
     trainer = session.trainer(Role.TRAINER)
     return PeriodicAsyncSchedule(trainer, session.rollout_pool(), session.recorder, options.consume_order,
                                  session.cfg.engine.queue_timeout_s, overlap=options.overlap)

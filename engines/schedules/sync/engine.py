@@ -13,25 +13,22 @@ asynchrony reclaims.
 """
 from __future__ import annotations
 
+from rlbench.core.record.stages import Recorder, Role
+from rlbench.engines.rollout.worker import backend_spec, build_backend
 from rlbench.engines.schedules.common import IterationInput, IterationOutput
 from rlbench.engines.trainer.colocated import colocated_iteration
+from rlbench.engines.trainer.trainer import Trainer
 
 
 def build(options, session):
     """The registered builder (the record in this folder): colocated data-parallel ranks. options:
     SyncOptions (sync_layout=single_process is built by build_in_process instead)."""
-    from rlbench.core.record.stages import Role
-
     return DataParallelSync(session.trainer(Role.COLOCATED), session.recorder)
 
 
 def build_in_process(cfg, policy, tok, t0: float, sink, device, placement, make_model):
     """The record's in-process builder (engine.sync_layout=single_process, and the tests' in-process
     reference): trainer and rollout backend in this process, on its devices."""
-    from rlbench.engines.rollout.worker import backend_spec, build_backend
-    from rlbench.engines.trainer.trainer import Trainer
-    from rlbench.core.record.stages import Recorder, Role
-
     worker = placement.slots[0].worker if placement else Role.COLOCATED.value
     rec = Recorder(worker, t0, device=device, devices=cfg.engine.num_devices, sink=sink)
     sampler = build_backend(backend_spec(cfg), policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs,
