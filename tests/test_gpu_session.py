@@ -59,9 +59,11 @@ def test_headline_dry_runs_every_step_and_returns_at_most_8_files(tmp_path):
     assert env["peak"]["matmul_flops_per_s"] > 0 and env["peak"]["copy_bytes_per_s"] > 0
     decode = json.loads((out / "micro-decode.json").read_text())
     assert [d["batch"] for d in decode["sampler"]] == [1, 8]
-    assert all(d["builtin_tok_s"] > 0 and d["hf_generate_tok_s"] > 0 for d in decode["sampler"])
+    assert all(d["builtin"]["decode_tok_s"] > 0 and d["hf_generate"]["decode_tok_s"] > 0 and
+               d["builtin"]["ops_per_layer"] > 0 for d in decode["sampler"])
     packing = json.loads((out / "micro-packing.json").read_text())
-    assert packing["packing"]["seconds"]["unpacked"] > 0 and not packing["packing"]["errors"]
+    (shape,) = packing["packing"]  # the dry run's one shape (the GPU run's: three)
+    assert shape["seconds"]["unpacked"] > 0 and shape["seconds"]["dense"] > 0 and not shape["errors"]
     assert all("error" not in v for v in packing["equivalence"]["float32"].values())
 
     runs = _runs(out / "runs.tar.gz")
