@@ -33,20 +33,23 @@ class Tier:
 # both trees run the same one).
 SCHEDULE_PATHS = ("engines/schedules/", "bench/core/schedules/", "engines/rollout/mailbox.py",
                   "engines/trainer/grpo.py", "bench/experiments/families/cells.py")
+DOCS = (".md",)  # a schedule's page (engines/schedules/<name>/README.md) changes no cell's cost
 TIERS = (Tier("main", "ci", "configs/ci-ab.yaml"),
          Tier("schedules", "families", "configs/ci-schedules.yaml", SCHEDULE_PATHS))
 
 
 def changed(sha: str, paths: tuple[str, ...]) -> list[str]:
-    """Files under `paths` that differ between commit sha and the working tree, untracked ones included."""
+    """Files under `paths` that differ between commit sha and the working tree, untracked ones included;
+    documentation (DOCS) left out."""
     root = source_root()
 
     def git(*args: str) -> list[str]:
         out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
         return out.stdout.split() if out.returncode == 0 else []
 
-    return sorted(set(git("diff", "--name-only", sha, "--", *paths))
-                  | set(git("ls-files", "--others", "--exclude-standard", "--", *paths)))
+    files = set(git("diff", "--name-only", sha, "--", *paths)) | set(git("ls-files", "--others", "--exclude-standard",
+                                                                        "--", *paths))
+    return sorted(f for f in files if not f.endswith(DOCS))
 
 
 def to_run(ref: str = "accepted") -> list[tuple[Tier, str]]:
