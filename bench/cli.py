@@ -12,10 +12,6 @@ import click
 import typer
 import yaml
 
-from rlbench.check.command import check
-from rlbench.check.drift import LAST_N
-from rlbench.check.history_command import history_command
-from rlbench.check.record import Recording
 from rlbench.core import experiments
 from rlbench.core.config import LOGGERS, documented_keys, load_config, parse_loggers, shipped_configs
 from rlbench.core.devices import procs
@@ -183,6 +179,11 @@ def check_cmd(
     """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
     accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
     baseline."""
+    # inside: the gate's statistics load scipy (about 2 s), which `rlbench --help` and the other commands need not
+    from rlbench.check.command import check
+    from rlbench.check.drift import LAST_N
+    from rlbench.check.record import Recording
+
     recording = Recording(record, drift_steps or LAST_N, anchor_every, reanchor) if record else None
     code = check(run_dirs or [], against, config, ablation, set_, out, baseline, update, calibrate, tolerance,
                  confirm, recording)
@@ -204,6 +205,10 @@ def history_cmd(
     """The accepted A/B results over time: every change point (commit, metric, size, p-value) of every
     metric's chained series, the A/Bs against the anchor, and whether one is due. Exit 1 on a drift that
     `rlbench check --record` would fail, 2 on a corrupt or foreign file."""
+    # inside: the history's drift rule loads scipy through the gate's statistics (about 2 s)
+    from rlbench.check.drift import LAST_N
+    from rlbench.check.history_command import history_command
+
     code = history_command(file, html, drift_steps or LAST_N)
     if code:
         sys.exit(code)
