@@ -34,7 +34,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-import math
 import os
 import tempfile
 import time
@@ -48,6 +47,7 @@ from rlbench.core import hooks
 from rlbench.core.components import BACKENDS
 from rlbench.core.errors import UserError
 from rlbench.core.record import progress
+from rlbench.engines.model.weights import block_views
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampling import sample_seed, target_length
 from rlbench.engines.rollout.step_costs import StepCosts
@@ -309,7 +309,7 @@ class SharedWeights:
             offset += -(-t.numel() * t.element_size() // self.ALIGN) * self.ALIGN
         self.size = max(offset, self.ALIGN)
         self.flat = torch.from_file(self.path, shared=True, size=self.size, dtype=torch.uint8)  # [size] bytes
-        self.views = shared_views(self.flat, self.layout)
+        self.views = block_views(self.flat, self.layout)
 
     def write(self, state: dict) -> None:
         """Copy `state` (same names, shapes and dtypes as at construction) into the block."""
@@ -325,16 +325,6 @@ class SharedWeights:
             pass
 
 
-def shared_views(flat, layout: list) -> list:
-    """(name, tensor) views of a byte tensor laid out as SharedWeights.layout says."""
-    out = []
-    for name, dtype, shape, offset in layout:
-        dt = getattr(torch, dtype)
-        nbytes = math.prod(shape) * torch.empty((), dtype=dt).element_size()
-        out.append((name, flat[offset:offset + nbytes].view(dt).view(shape)))
-    return out
-
-
 _MAPPED: dict[str, list] = {}  # in the engine process: path -> views of a SharedWeights block, mapped once
 
 
@@ -343,7 +333,7 @@ def reload_from_shared(worker, path: str, size: int, layout: list, cpu: bool) ->
     once: later calls reuse the mapping, after the trainer side removed the name) and reload the model
     in place from it."""
     if path not in _MAPPED:
-        _MAPPED[path] = shared_views(torch.from_file(path, shared=True, size=size, dtype=torch.uint8), layout)
+        _MAPPED[path] = block_views(torch.from_file(path, shared=True, size=size, dtype=torch.uint8), layout)
     return reload_into(worker, list(_MAPPED[path]), cpu)
 
 
