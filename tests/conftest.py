@@ -27,6 +27,7 @@ _LONGEST_FIRST = ("test_families.py", "test_regime.py", "test_trl_peer.py", "tes
                   "test_cli_run.py", "test_interleave_run.py", "test_resume.py", "test_partial_rollout.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook in each worker, which reads the groups
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
