@@ -4,12 +4,15 @@ verdict `rlbench check --record` adds to the per-step gate.
 
 A change of 2% a step passes every step's A/B (its floor is 6%) and the history absorbs it; chained, eight
 such steps make a level 17% off the anchor. Otava splits a metric's series where the levels before and
-after differ beyond chance (a t-test between the two segments, p below MAX_PVALUE). A split counts when the
-move it shows is beyond the metric's per-step floor and beyond the random walk that chained measurement
-noise makes (_beyond). A counted regression among the last `last_n` steps fails the check: confirmed or
-cleared by an A/B directly against the anchor commit recorded after it (kind "anchor": one machine, one run,
-no chain), which also fails on its own on a metric it flags worse. Tuning and the measured behaviour:
-docs/results/ci-gate.md, 'Drift over the history'.
+after differ beyond chance (a t-test between the two segments, p below MAX_PVALUE). Chained noise is a random
+walk, which that t-test (made for independent points) splits often, so a split counts only when its move is
+beyond the metric's per-step floor and the steps since it are beyond their own noise (walk_z > Z_WALK). A
+counted regression among the last `last_n` steps is confirmed or cleared by an A/B directly against the
+anchor commit recorded after it (kind "anchor": one machine, one run, no chain), which also fails on its own
+on a metric it flags worse. Without such an A/B it fails only beyond the line that holds the chance of an
+unchanged history failing to FAMILY_ALPHA over every metric and position judged (z_family); short of that it
+is suspected and the anchor A/B is due now. Tuning and the measured behaviour: docs/results/ci-gate.md,
+'Drift over the history'.
 """
 from __future__ import annotations
 
