@@ -66,9 +66,10 @@ def test_a_history_file_of_assembled_steps_reads_back_and_chains(tmp_path):
 
 def test_eight_steps_of_two_percent_pass_each_step_and_are_caught_as_a_drift():
     """Each 2% step passed the per-step gate on cost:update. Before the A/B against the anchor the chain alone
-    raises cost:update, and nothing else, in some drawn histories (measured: 4 of these 10 seeds, 1 of them
-    failing by itself: eight steps of +2% against 1.9% of noise a step is about 3 standard deviations, what
-    the chain can tell); the A/B against the anchor, +15.0% [+12.9%, +17.2%] for update:0.16, fails every one."""
+    raises cost:update (fails or suspects it), and nothing else, in some drawn histories (measured: 4 of these
+    10 seeds, 1 of them failing by itself; 33 of 100 seeds, docs/results/ci-gate.md: eight steps of +2%
+    against 1.9% of noise a step are about 3 standard deviations, what the chain can tell); the A/B against
+    the anchor, +15.0% [+12.9%, +17.2%] for update:0.16, fails every one."""
     step = drift_power.groups(MEASURED)["update:0.02"][0]["metrics"]["cost:update"]
     assert step["mark"] == "not significant" and 1.0 < step["ratio"] < 1.04
     seen = [outcomes(seed, drifting=True) for seed in SEEDS]
@@ -78,8 +79,10 @@ def test_eight_steps_of_two_percent_pass_each_step_and_are_caught_as_a_drift():
 
 
 def test_an_unchanged_history_of_the_same_length_raises_nothing():
-    """Unchanged histories of the same length (measured: 0 of 100 seeds fail or are suspected before the A/B
-    against the anchor, 0 fail after it; docs/results/ci-gate.md): any failure or suspected change point on
-    any metric fails this test."""
+    """Unchanged histories of the same length fail nowhere, before the A/B against the anchor or after it
+    (measured: 0 of 100 seeds either way, docs/results/ci-gate.md); a suspected change point, which fails
+    nothing and only asks for the anchor A/B now, in at most one of these seeds (measured: 4 of 100, none of
+    these 10)."""
     seen = {seed: outcomes(seed, drifting=False) for seed in SEEDS}
-    assert {seed: o for seed, o in seen.items() if any(o)} == {}
+    assert {seed: (before, after) for seed, (before, _, after) in seen.items() if before or after} == {}
+    assert sum(bool(raised) for _, raised, _ in seen.values()) <= 1

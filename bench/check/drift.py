@@ -126,7 +126,7 @@ def _beyond(z: float, before: float, after: float, name: str) -> bool:
 def z_family(metrics: int, last_n: int = LAST_N) -> float:
     """The walk_z a change point needs to fail the check from the chain alone: one-sided (regressions),
     FAMILY_ALPHA shared by every metric judged and every one of the last N positions (Bonferroni; conservative
-    where metrics move together, as the stages of one run do). 57 metrics, 8 positions: 4.1."""
+    where metrics move together, as the stages of one run do). 57-60 metrics, 8 positions: 4.1."""
     return NormalDist().inv_cdf(1 - FAMILY_ALPHA / (max(metrics, 1) * max(last_n, 1)))
 
 
