@@ -60,7 +60,7 @@ def synthetic_sync(kappa: float = KAPPA, iterations: int = 4):
                     "tpspd": tok / ((end - t0) * 2)})
         t0 = end
     cell = {"cell": "sync", "iterations": its, "devices": 2, "rollout_stats": [],
-            "config": {"rollout": {"max_num_seqs": 8, "group_size": 2}}}
+            "config": {"rollout": {"max_num_seqs": 8, "group_size": 2}, "train": {"micro_batch_size": 2}}}
     return cell, samples, events
 
 

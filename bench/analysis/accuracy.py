@@ -48,7 +48,7 @@ def curve(c: CellData) -> Curve:
     """Accuracy curve of one cell (name and seed from `cell@seedN`, else the config's run.seed)."""
     base, seed = schema.split_seeded(c.name)
     if seed is None:
-        seed = (c.result.get("config") or {}).get("run", {}).get("seed")
+        seed = c.config.run.seed
     out = Curve(base, seed)
     by_iter = {it["iteration"]: it for it in c.iterations}
     for ev in c.result.get("evals") or []:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+from rlbench.core.config import RunConfig, recorded_config
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.core.results import schema
@@ -39,9 +41,15 @@ class CellData:
     def switches(self) -> dict:
         return self.result.get("switches") or {}
 
+    @cached_property
+    def config(self) -> RunConfig:
+        """The cell's resolved config as the typed model it was run with (exit 2 naming the file and key
+        where results.json's `config` does not validate)."""
+        return recorded_config(self.result)
+
     @property
     def schedule(self) -> str:
-        return self.switches.get("schedule") or get_path(self.result, "config.engine.schedule") or "?"
+        return self.switches.get("schedule") or self.config.engine.schedule
 
     @property
     def status(self) -> str:
@@ -53,10 +61,7 @@ class CellData:
         for it in self.iterations:
             if it.get("devices"):
                 return int(it["devices"])
-        eng = get_path(self.result, "config.engine") or {}
-        if eng.get("rollout_devices") and eng.get("train_devices"):
-            return int(eng["rollout_devices"]) + int(eng["train_devices"])
-        return None
+        return self.config.engine.num_devices
 
     def measured(self) -> list[dict]:
         """Post-warm-up iterations (all of them when every iteration is warm-up, as metrics does)."""

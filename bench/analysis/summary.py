@@ -77,7 +77,7 @@ def weight_sync_columns(c: CellData) -> dict:
     of weight_sync stages summed over workers (the trainer's publish and every rollout engine's load:
     vLLM reloads in place, the built-in sampler copies from shared memory), and the backend."""
     stage_s = c.aggregates.get("stage_s") or {}
-    return {"rollout_backend": get_path(c.result, "config.rollout.backend"),
+    return {"rollout_backend": c.config.rollout.backend,
             "weight_sync_s_per_iter": stage_s.get("weight_sync") if c.aggregates else None}
 
 

@@ -76,7 +76,11 @@ def _flat_config(tree: dict) -> dict:
 
 
 def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
-    """Keys that matter and differ between the baseline's and the run's config of these cells."""
+    """Keys that matter and differ between the baseline's and the run's config of these cells.
+
+    Raw dicts, not RunConfig (unlike the analysis, which reads a config back with recorded_config): the
+    baseline's side was written by another commit (the accepted one, or the A/B gate's old tree), whose
+    keys today's models may refuse (removed, or not yet added); the diff must name such a key, not fail."""
     diff = []
     for cell in cells:
         sw = base["config"]["cells"].get(cell)

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from rlbench.core import components, schedules
 from rlbench.core.errors import UserError
+from rlbench.core.results.schema import RESULTS
 from rlbench.core.schedules.spec import REFERENCE
 
 
@@ -411,16 +412,16 @@ REMOVED_KEYS = {
 }
 
 
-def _format_error(err: ValidationError, source: str) -> str:
+def _format_error(err: ValidationError, source: str, prefix: str = "") -> str:
     lines = [f"invalid configuration ({source}):"]
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = REMOVED_KEYS.get(key, "unknown key")
         elif e["type"] == "literal_error":
             msg = f"{msg}, got {e.get('input')!r}"
-        lines.append(f"  {key}: {msg}")
+        lines.append(f"  {prefix + key if key else prefix.rstrip('.') or '(top level)'}: {msg}")
     return "\n".join(lines)
 
 
@@ -436,11 +437,29 @@ def read_yaml(path: Path) -> dict:
     return data
 
 
-def build_config(tree: dict, source: str = "config") -> RunConfig:
+def build_config(tree: dict, source: str = "config", prefix: str = "") -> RunConfig:
+    """tree -> RunConfig; exit 2 naming source and every bad key (under prefix, e.g. 'config.')."""
     try:
         return RunConfig.model_validate(tree)
     except ValidationError as e:
-        raise UserError(_format_error(e, source)) from None
+        raise UserError(_format_error(e, source, prefix)) from None
+
+
+def recorded_config(result: dict) -> RunConfig:
+    """A cell's results.json `config` (the resolved config, model_dump'ed) as the RunConfig it was, a key
+    renamed since read under its name now; exit 2 naming the file and the key where it does not validate
+    (a hand-edited or foreign file, or one written before a key was removed)."""
+    where = Path(result["_dir"]) / RESULTS if result.get("_dir") else f"results of cell {result.get('cell')!r}"
+    tree = result.get("config")
+    if not isinstance(tree, dict):
+        raise UserError(f"{where}: no `config` mapping (every results.json records the resolved config)")
+    for old, new in RENAMED_KEYS.items():
+        (sec, was), (_, now) = old.split("."), new.split(".")
+        if was in (tree.get(sec) or {}):
+            section = dict(tree[sec])
+            section.setdefault(now, section.pop(was))
+            tree = {**tree, sec: section}
+    return build_config(tree, source=str(where), prefix="config.")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> RunConfig:

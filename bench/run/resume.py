@@ -71,7 +71,7 @@ def _complete(folder: Path) -> bool:
 def _verify(folder: Path, name: str, config: dict, digest: str) -> None:
     """A kept cell must have been measured with the config the run gives it and by this code."""
     res = schema.load_cell(folder)
-    if res.get("config") != config:
+    if res.get("config") != config:  # raw: an exact match, and the keys that differ by name
         keys = sorted(_diff(res.get("config") or {}, config))
         raise UserError(f"--resume: completed cell {name} ({folder / schema.RESULTS}) was run with a different "
                         f"config than the run's ablation.json gives it: {', '.join(keys[:8])}; start a new run")
