@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from rlbench.analysis.data import CellData, RunData
 from rlbench.core.results import schema
+from scipy import stats
 
 TARGET_SHARE = 0.8
 
@@ -83,8 +84,6 @@ def interval(values: list[float], n_eval: int | None) -> tuple[float, float, flo
         return m, max(0.0, lo), min(1.0, hi), f"t-interval over {len(values)} seeds"
     if not n_eval:
         return m, m, m, "one seed, eval size unknown"
-    from scipy import stats
-
     ci = stats.binomtest(round(m * n_eval), n_eval).proportion_ci(0.95, method="wilson")
     return m, ci.low, ci.high, f"Wilson, {n_eval} eval problems"
 
@@ -94,8 +93,6 @@ def t_interval(values: list[float]) -> tuple[float, float, float] | None:
     take any sign and size); None with fewer than two values."""
     if len(values) < 2:
         return None
-    from scipy import stats
-
     m = statistics.fmean(values)
     half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return m, m - half, m + half

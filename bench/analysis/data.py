@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import pandas as pd
 from rlbench.core.config import RunConfig, recorded_config
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
@@ -168,8 +169,6 @@ def get_path(d: dict, dotted: str):
 def read_table(path: Path):
     """A CSV the analysis wrote into a run folder (families.csv, peers.csv) as a DataFrame with None for
     missing values; None where the file is not there (the run is not of that kind)."""
-    import pandas as pd
-
     if not Path(path).is_file():
         return None
     frame = pd.read_csv(path)

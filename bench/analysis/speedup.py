@@ -12,6 +12,7 @@ from rlbench.analysis.data import CellData, RunData
 from rlbench.core import schedules
 from rlbench.core.costmodel.contention import predict_contended
 from rlbench.core.costmodel.predict import measurements, predict_async
+from rlbench.core.costmodel.simulate import simulate
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.core.schedules.spec import MODEL_BOUNDED, MODEL_COLOCATED, MODEL_POOLS
@@ -134,8 +135,6 @@ def predict_cells(run: RunData) -> list[dict]:
     measurements replayed (in-sample), bounded cells the bounded model on their sync twin's costs.
     -> one row per cell: cell, schedule, overlap, partial_rollout, split, devices, measured and predicted
     median TPSPD, error (predicted / measured - 1), measured and predicted speedup, predicted_from."""
-    from rlbench.core.costmodel.simulate import simulate
-
     report = speedup_frame(run).set_index("cell")
     rows = []
     for c in run.cells:

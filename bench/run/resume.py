@@ -13,17 +13,18 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import typer
+from rlbench.core.config import build_config
 from rlbench.core.errors import UserError
-from rlbench.core.results import schema
+from rlbench.core.results import provenance, schema
+from rlbench.run.ablation import cells_for, run_cells
+from rlbench.run.around import finish, preflight, raise_failed
+from rlbench.run.seeds import expand
 
 
 def load(run_dir: Path) -> tuple[dict, object, list]:
     """-> (the ablation record, its base RunConfig, its cells as (name, config, seed)); UserError when
     RUN_DIR is not a run this rlbench can resume."""
-    from rlbench.core.config import build_config
-    from rlbench.run.ablation import cells_for
-    from rlbench.run.seeds import expand
-
     path = Path(run_dir) / schema.ABLATION
     if not path.is_file():
         raise UserError(f"--resume {run_dir}: no {schema.ABLATION} there (not a run folder of `rlbench run`)")
@@ -97,11 +98,6 @@ def resume_run(run_dir: Path, progress: bool, end, refused: dict) -> None:
     """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept. refused: the
     `rlbench run` options given with it ({option: value}): any set one is refused (exit 2); end: what to print
     and write at the end (around.Ending)."""
-    import typer
-    from rlbench.core.results import provenance
-    from rlbench.run.around import finish, preflight, raise_failed
-    from rlbench.run.ablation import run_cells
-
     given = [opt for opt, value in refused.items() if value]
     if given:
         raise UserError(f"--resume {run_dir} runs that run's own configuration (its ablation.json); leave out "

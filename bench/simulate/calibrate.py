@@ -59,6 +59,7 @@ def calibrate(run_dir: Path) -> tuple[list[SyncMeasurements], dict]:
 
 def validate(run_dir: Path) -> list[dict]:
     """Predict every cell of the run as the report does (rlbench.analysis.speedup.predict_cells)."""
+    # inside: the analysis imports pandas and scipy; `rlbench --help` imports this package
     from rlbench.analysis.data import load
     from rlbench.analysis.speedup import predict_cells
 

@@ -23,6 +23,7 @@ from rlbench.analysis.data import CellData, RunData
 from rlbench.analysis.seeds import is_multi_seed
 from rlbench.core.experiments.spec import Analysis
 from rlbench.core.results import schema
+from scipy import stats
 
 WIN = 1.0  # a speedup above this is a win: periodic-async's TPSPD beats sync's on the same devices
 
@@ -227,8 +228,6 @@ def crossover_range(frame: pd.DataFrame, statistic: str, measured: Crossover) ->
 
 def spearman(a: pd.Series, b: pd.Series) -> float | None:
     """Rank correlation of two columns over the rows where both are set (None if undefined)."""
-    from scipy import stats
-
     both = pd.DataFrame({"a": pd.to_numeric(a, errors="coerce"), "b": pd.to_numeric(b, errors="coerce")}).dropna()
     if len(both) < 2 or both["a"].nunique() < 2 or both["b"].nunique() < 2:
         return None
