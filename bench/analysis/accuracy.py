@@ -121,3 +121,12 @@ def crossing(cv: Curve, target: float, axis: str = "wall_s") -> float | None:
             a0, x0 = cv.accuracy[i - 1], xs[i - 1]
             return x0 + (target - a0) / (a - a0) * (xs[i] - x0)
     return None
+
+
+def mean_curve(cvs: list[Curve], axis: str = "wall_s") -> tuple[list[float], list[float]] | None:
+    """The seeds' mean curve, evaluation by evaluation: (mean of axis (wall_s or samples), mean accuracy);
+    None unless there are several seeds with the same evaluations."""
+    if len(cvs) < 2 or len({len(cv.accuracy) for cv in cvs}) != 1:
+        return None
+    xs = [statistics.fmean(p) for p in zip(*(getattr(cv, axis) for cv in cvs))]
+    return xs, [statistics.fmean(p) for p in zip(*(cv.accuracy for cv in cvs))]

@@ -7,6 +7,7 @@ early (status "interrupted"/"failed", zero iterations, empty aggregates, no samp
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -63,6 +64,10 @@ class CellData:
             if it.get("devices"):
                 return int(it["devices"])
         return self.config.engine.num_devices
+
+    def staleness_counts(self) -> Counter:
+        """Trained samples by staleness (trained - behaviour version, in weight versions), every iteration."""
+        return Counter(s["trained_version"] - s["behaviour_version"] for s in self.samples)
 
     def measured(self) -> list[dict]:
         """Post-warm-up iterations (all of them when every iteration is warm-up, as metrics does)."""
