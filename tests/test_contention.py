@@ -164,7 +164,7 @@ def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
     the file written, no process left."""
     import multiprocessing as mp
 
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.results import schema
     from rlbench.experiments.regime import probe as contention_probe
 

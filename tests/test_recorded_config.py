@@ -1,4 +1,4 @@
-"""A cell's config read back from results.json as the typed RunConfig (rlbench.core.config.recorded_config):
+"""A cell's config read back from results.json as the typed RunConfig (rlbench.core.config_files.recorded_config):
 the same values the file holds, and a file whose config does not validate refused naming the file and key."""
 import json
 
@@ -9,7 +9,8 @@ from support.report_runs import make_ablation
 
 from rlbench.analysis.data import load
 from rlbench.analysis.speedup import predict_cells, speedup_frame
-from rlbench.core.config import RunConfig, recorded_config
+from rlbench.core.config import RunConfig
+from rlbench.core.config_files import recorded_config
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 

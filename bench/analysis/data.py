@@ -13,7 +13,8 @@ from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
-from rlbench.core.config import RunConfig, recorded_config
+from rlbench.core.config import RunConfig
+from rlbench.core.config_files import recorded_config
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.core.results import schema

@@ -20,7 +20,8 @@ import numpy as np
 from rlbench.check import stats as check_stats
 from rlbench.check.baseline import BOOTSTRAP, DEFAULT_TOLERANCES, load_baseline, parse_tolerances, write_baseline
 from rlbench.check.metrics import compute_metrics
-from rlbench.core.config import RENAMED_KEYS, RunConfig
+from rlbench.core.config import RunConfig
+from rlbench.core.config_files import RENAMED_KEYS
 
 # The public API of `rlbench check`, baseline-file functions included.
 __all__ = ["check", "verdict_of", "format_check", "compute_metrics", "load_baseline", "write_baseline", "parse_tolerances",

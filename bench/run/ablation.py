@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 from rlbench.core import experiments, schedules
-from rlbench.core.config import DEFAULT_CONFIG, RunConfig, load_config, merge_trees, parse_overrides, with_overrides
+from rlbench.core.config import RunConfig
+from rlbench.core.config_files import DEFAULT_CONFIG, load_config, merge_trees, parse_overrides, with_overrides
 from rlbench.core.devices import starting
 from rlbench.core.errors import UserError
 from rlbench.core.results import provenance, schema

@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 from rlbench import reports
 from rlbench.core import experiments
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.devices import device as dev
 from rlbench.core.devices import limits, placement, procs
 from rlbench.core.errors import UserError, WorkerError

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import typer
-from rlbench.core.config import build_config
+from rlbench.core.config_files import build_config
 from rlbench.core.errors import UserError
 from rlbench.core.results import provenance, schema
 from rlbench.run.ablation import cells_for, run_cells

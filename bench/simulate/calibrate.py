@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlbench.core import schedules
-from rlbench.core.config import recorded_config
+from rlbench.core.config_files import recorded_config
 from rlbench.core.costmodel.predict import SyncMeasurements, measurements
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema

@@ -41,7 +41,9 @@ import heapq
 import statistics
 from collections import defaultdict
 
-from rlbench.core.config import RunConfig, recorded_config
+from rlbench.core.config import RunConfig
+
+from rlbench.core.config_files import recorded_config
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
