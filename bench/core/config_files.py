@@ -85,7 +85,8 @@ def merge_trees(base: dict, over: dict) -> dict:
 
 
 # Keys renamed since (old -> new). A config that still uses the old name is refused with the new one;
-# result files and baselines written before keep the old name, and `rlbench check` reads it as the new.
+# result files and baselines written before keep the old name, which `rlbench check` and recorded_config read
+# as the new.
 RENAMED_KEYS = {"engine.backend": "engine.launcher"}  # "backend" is the rollout's (rollout.backend)
 # Keys that existed once: say what replaced them instead of only "unknown key".
 REMOVED_KEYS = {
