@@ -166,13 +166,15 @@ def check_cmd(
     record: Optional[Path] = typer.Option(None, "--record", help="A/B: append the result to this history file "
                                           "(JSON lines; created if missing; e.g. bench/baselines/history.jsonl) "
                                           "when it passes, then fail on a drift: a change point of a metric's "
-                                          "chained series among the last --drift-steps steps. `--against anchor` "
+                                          "chained series among the last --drift-steps steps, confirmed by an A/B "
+                                          "against the anchor or beyond the noise of all metrics together (one "
+                                          "short of that is suspected: the anchor A/B is due). `--against anchor` "
                                           "runs the history's anchor commit instead (recorded whatever its "
                                           "verdict)."),
     drift_steps: Optional[int] = typer.Option(None, "--drift-steps", min=1, help="With --record: a change point "
                                               "among this many last steps fails the check (default 8)."),
     anchor_every: int = typer.Option(0, "--anchor-every", min=0, help="With --record: make an A/B against the "
-                                     "anchor commit every K steps, and whenever a change point lands, to "
+                                     "anchor commit every K steps, and whenever a change point is suspected, to "
                                      "confirm it in one run (0: never by itself; `--against anchor` any time)."),
     reanchor: bool = typer.Option(False, "--reanchor", help="With --record: this step moves performance on "
                                   "purpose; every metric's series starts anew at its commit."),

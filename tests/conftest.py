@@ -23,10 +23,12 @@ _SHARED_RUNS = {"test_cli_run.py": "ladder", "test_placement.py": "ladder", "tes
 
 # The files with the longest shared runs start first, so that neither process is left with one of them at
 # the end while the other idles (the order of the tests inside a file is kept).
-_LONGEST_FIRST = ("test_families.py", "test_regime.py", "test_trl_peer.py", "test_against.py",
-                  "test_cli_run.py", "test_interleave_run.py", "test_resume.py", "test_partial_rollout.py")
+_LONGEST_FIRST = ("test_gpu_session.py", "test_ray.py", "test_families.py", "test_trl_peer.py", "test_weight_file.py",
+                  "test_process_hygiene.py", "test_against.py", "test_cli_run.py", "test_regime.py",
+                  "test_resume.py", "test_partial_rollout.py", "test_interleave_run.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook in each worker, which reads the groups
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order

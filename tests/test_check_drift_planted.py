@@ -1,7 +1,7 @@
 """The planted drift (docs/results/ci-gate.md, 'Drift over the history'): a history of 8 commits each making the
 update stage 2% slower passes the per-step gate at every step, and is caught as a change point of cost:update
-and by the A/B against the anchor; an unchanged history of the same length raises little (on the noise this
-busy machine measured, not nothing: the rates are stated below and in the results page).
+and by the A/B against the anchor; an unchanged history of the same length raises nothing: no failure, no
+suspected change point, before or after the A/B against the anchor.
 
 Measured, not here: tests/fixtures/history/measured.jsonl holds the entries of real `rlbench check --against
 HEAD` runs of configs/ci-ab.yaml (written by scripts/history_fixture.py; command, machine, load and date in
@@ -46,13 +46,15 @@ def test_the_measured_entries_are_real_runs_of_the_gate():
     assert big["mark"] == "worse" and big["low"] > 1.08  # the anchor A/B sees eight steps at once
 
 
-def outcomes(seed: int, drifting: bool) -> tuple[set[str], set[str]]:
-    """(metrics failing the drift verdict before the last A/B against the anchor, and after it)."""
+def outcomes(seed: int, drifting: bool) -> tuple[set[str], set[str], set[str]]:
+    """(metrics failing the drift verdict before the last A/B against the anchor, metrics failing or suspected
+    before it, metrics failing after it)."""
     entries = drift_power.assemble(drift_power.groups(MEASURED), seed, "update:0.02" if drifting else None,
                                    "update:0.16" if drifting else None)
     wl = entries[0]["workload"]
-    return ({cp.metric for cp, _ in drift.judge(entries[:-1], wl).failures},
-            {cp.metric for cp, _ in drift.judge(entries, wl).failures})
+    before, after = drift.judge(entries[:-1], wl), drift.judge(entries, wl)
+    failing = {cp.metric for cp, _ in before.failures}
+    return failing, failing | {cp.metric for cp, _ in before.suspected}, {cp.metric for cp, _ in after.failures}
 
 
 def test_a_history_file_of_assembled_steps_reads_back_and_chains(tmp_path):
@@ -63,19 +65,24 @@ def test_a_history_file_of_assembled_steps_reads_back_and_chains(tmp_path):
 
 
 def test_eight_steps_of_two_percent_pass_each_step_and_are_caught_as_a_drift():
-    """Each 2% step passed the per-step gate on cost:update; the drift is caught as a change point in most
-    drawn histories (measured: 8 of these 10 seeds), and in every one by the A/B against the anchor, which
-    measured +15.0% [+12.9%, +17.2%] for update:0.16."""
+    """Each 2% step passed the per-step gate on cost:update. Before the A/B against the anchor the chain alone
+    raises cost:update (fails or suspects it), and nothing else, in some drawn histories (measured: 4 of these
+    10 seeds, 1 of them failing by itself; 33 of 100 seeds, docs/results/ci-gate.md: eight steps of +2%
+    against 1.9% of noise a step are about 3 standard deviations, what the chain can tell); the A/B against
+    the anchor, +15.0% [+12.9%, +17.2%] for update:0.16, fails every one."""
     step = drift_power.groups(MEASURED)["update:0.02"][0]["metrics"]["cost:update"]
     assert step["mark"] == "not significant" and 1.0 < step["ratio"] < 1.04
     seen = [outcomes(seed, drifting=True) for seed in SEEDS]
-    assert sum("cost:update" in before for before, _ in seen) >= 7
-    assert all("cost:update" in after for _, after in seen)
+    assert all(raised <= {"cost:update"} for _, raised, _ in seen)
+    assert sum("cost:update" in raised for _, raised, _ in seen) >= 3
+    assert all("cost:update" in after for _, _, after in seen)
 
 
-def test_an_unchanged_history_of_the_same_length_raises_little():
-    """Unchanged histories of the same length: the drift verdict before the last A/B against the anchor
-    fails on the chain's noise in a few of them (measured: 2 of these 10 seeds, docs/results/ci-gate.md), and
-    that A/B clears them (1 of 10 left: a flag of the one run that drew the same entry twice)."""
-    seen = [outcomes(seed, drifting=False) for seed in SEEDS]
-    assert sum(bool(before) for before, _ in seen) <= 3 and sum(bool(after) for _, after in seen) <= 1
+def test_an_unchanged_history_of_the_same_length_raises_nothing():
+    """Unchanged histories of the same length fail nowhere, before the A/B against the anchor or after it
+    (measured: 0 of 100 seeds either way, docs/results/ci-gate.md); a suspected change point, which fails
+    nothing and only asks for the anchor A/B now, in at most one of these seeds (measured: 4 of 100, none of
+    these 10)."""
+    seen = {seed: outcomes(seed, drifting=False) for seed in SEEDS}
+    assert {seed: (before, after) for seed, (before, _, after) in seen.items() if before or after} == {}
+    assert sum(bool(raised) for _, raised, _ in seen.values()) <= 1

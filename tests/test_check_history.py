@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -123,9 +124,35 @@ def test_a_slow_drift_is_a_change_point_and_fails_and_an_unchanged_series_raises
     assert res.exit_code == 1 and {cp.metric for cp, _ in res.failures} == {"cost:update"}
     for cp, said in res.failures:  # a ramp: Otava may cut it more than once
         assert cp.size > 0.06 and cp.pvalue < drift.MAX_PVALUE and "no A/B against the anchor" in said
+        assert cp.z > drift.z_family(2)  # one clean metric: beyond the line of both metrics judged
         assert 8 < cp.position <= 16 and cp.steps_ago <= drift.LAST_N
     assert drift.judge(history.read(flat), WL).exit_code == 0
     assert not [c for c in drift.all_change_points(history.read(flat), WL) if c.counts]
+
+
+def test_walk_z_is_a_standard_normal_on_an_unchanged_chain():
+    """With nothing changed the chained levels are a random walk; at a fixed position walk_z divides the steps
+    since it by their own noise, so over many walks it has mean 0 and standard deviation 1 (the old reference,
+    the mean level before the change over the variance since it, left the walk's noise before it out: sd 1.13 here)."""
+    rng = np.random.default_rng(0)
+    sd, k, zs = 0.02, 9, []
+    for _ in range(4000):
+        logs = np.concatenate([[0.0], np.cumsum(rng.normal(0, sd, 16))])
+        points = [history.Point(f"c{i:02d}", math.exp(v), None, None, i, "", i * sd * sd) for i, v in enumerate(logs)]
+        zs.append(drift.walk_z(points, k))
+    assert abs(np.mean(zs)) < 0.05 and 0.95 < np.std(zs) < 1.05
+
+
+def test_a_change_point_short_of_the_family_line_is_suspected_and_does_not_fail(tmp_path, monkeypatch):
+    """The drift of the test above, judged with a family-wise line out of reach (FAMILY_ALPHA tiny): before
+    any A/B against the anchor it is suspected, the check passes and says the anchor A/B is due."""
+    path = tmp_path / "drift.jsonl"
+    chain(path, noisy(8, seed=1) + noisy(8, 0.02, seed=2))
+    assert drift.z_family(2) == pytest.approx(NormalDist().inv_cdf(1 - drift.FAMILY_ALPHA / (2 * drift.LAST_N)))
+    monkeypatch.setattr(drift, "FAMILY_ALPHA", 1e-12)
+    res = drift.judge(history.read(path), WL)
+    assert res.exit_code == 0 and not res.failures and {cp.metric for cp, _ in res.suspected} == {"cost:update"}
+    assert "is due now" in drift.format_drift(res, path, "c00")
 
 
 def test_the_anchor_ab_confirms_a_drift_or_clears_it(tmp_path):

@@ -11,10 +11,12 @@ commit: new / old and old / new are equally likely). After the steps, an A/B aga
 the large plant, as measured (a drift), or an unchanged one. Drawn histories share the
 few measured runs, so the rates estimate what those runs' noise gives, they are not independent trials.
 
-    python -m rlbench.check.drift_power FILE [SEEDS]   # -> the rates, as docs/results/ci-gate.md shows them
+    python -m rlbench.check.drift_power FILE [SEEDS] [--other TREE]   # -> the rates, as docs/results/ci-gate.md
+                                                                      # shows them; TREE: another checkout's rule
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections import Counter
 from pathlib import Path
@@ -49,17 +51,24 @@ def moved(spec: str) -> list[str]:
 
 
 def planted_step(noise: dict, plant: dict, spec: str) -> dict:
-    """One step of a drift: an unchanged run's entry (every metric's noise) with the planted metrics' ratios,
-    intervals and marks from a real run of the plant. Not the planted run's entry itself: reused over the
-    steps, its own noise on the other metrics would repeat and read as a drift of them too."""
+    """One step of a drift: an unchanged run's entry (every metric's noise) with each planted metric's ratio
+    and interval multiplied by what a real run of the plant measured. Not the planted run's entry itself:
+    reused over the steps, its own noise on the other metrics would repeat and read as a drift of them too;
+    nor its planted metric as measured: reused eight times, the drift's steps would carry no run-to-run noise
+    at all, and the chain would see a clean ramp no real drift makes. The plant's own run's noise stays in
+    its measured ratio, the same at every step (update:0.02 measured +2.0%)."""
     metrics = dict(noise["metrics"])
-    metrics.update({n: plant["metrics"][n] for n in moved(spec) if n in plant["metrics"]})
+    for n in moved(spec):
+        if n in plant["metrics"] and n in metrics:
+            f, m = plant["metrics"][n]["ratio"], metrics[n]
+            metrics[n] = {**m, "ratio": m["ratio"] * f, "low": m["low"] and m["low"] * f, "high": m["high"] and m["high"] * f}
     return {**noise, "metrics": metrics, "planted": plant["planted"]}
 
 
 def confirmed(first: dict, second: dict) -> dict:
     """An unchanged A/B against the anchor as `rlbench check` (--confirm) judges it: a paired metric stays
-    worse only where a second run (another entry) flags it too (bench/check/confirm.py)."""
+    worse only where a second run (another entry: assemble never draws the same run twice for it, as
+    the confirming run is a second A/B run) flags it too (bench/check/confirm.py)."""
     metrics = {n: {**m, "mark": "not significant"} if m["mark"] == "worse" and
                (second["metrics"].get(n) or {}).get("mark") != "worse" else m for n, m in first["metrics"].items()}
     return {**first, "metrics": metrics}
@@ -79,57 +88,86 @@ def assemble(runs: dict[str, list[dict]], seed: int, step: str | None, anchor: s
     def drawn_step() -> dict:
         return planted_step(draw(None), draw(step), step) if step else draw(None)
 
+    def two_runs() -> dict:
+        """An unchanged A/B against the anchor and its confirming run: two different runs, each either way
+        round (the same entry twice would confirm every flag of that one run by itself)."""
+        pool = runs["unchanged"]
+        i, j = rng.choice(len(pool), size=2, replace=False)
+        first, second = (inverted(pool[k]) if rng.integers(2) else pool[k] for k in (i, j))
+        return confirmed(first, second)
+
     steps = [draw(None) for _ in range(PREFIX)] + [drawn_step() for _ in range(STEPS)]
     out = [{**e, "kind": "step", "old_commit": f"c{k:02d}", "new_commit": f"c{k + 1:02d}"} for k, e in enumerate(steps)]
     # `--anchor-every 8`: an A/B against the anchor after the unchanged steps (nothing planted yet), and one at
     # the end (of the large plant, for a drift)
-    first = {**confirmed(draw(None), draw(None)), "kind": "anchor", "old_commit": "c00", "new_commit": f"c{PREFIX:02d}"}
-    final = draw(anchor) if anchor else confirmed(draw(None), draw(None))
+    first = {**two_runs(), "kind": "anchor", "old_commit": "c00", "new_commit": f"c{PREFIX:02d}"}
+    final = draw(anchor) if anchor else two_runs()
     last = {**final, "kind": "anchor", "old_commit": "c00", "new_commit": f"c{len(steps):02d}"}
     return out[:PREFIX] + [first] + out[PREFIX:] + [last]
 
 
-def study(runs: dict[str, list[dict]], step: str, anchor: str, seeds: int = 100) -> dict:
-    """Over `seeds` drift and unchanged histories: how often the drift verdict fails (before the anchor A/B,
-    and after it: confirmed), on which metrics, and how often an unchanged history fails."""
-    caught, confirmed, alarms, after = 0, 0, 0, 0
-    metrics, alarm_metrics = Counter(), Counter()
+def study(runs: dict[str, list[dict]], step: str, anchor: str, seeds: int = 100, judge=drift.judge,
+          draw=None) -> dict:
+    """Over `seeds` drift and unchanged histories (drawn by `draw`, assemble's signature; None: assemble):
+    how often the drift verdict `judge` fails before the last anchor A/B and after it, how often a change
+    point is at least suspected before it (the anchor A/B due: Drift.suspected, where `judge` has it), and on
+    which metrics."""
+    n = Counter()
+    metrics = {True: Counter(), False: Counter()}
     for seed in range(seeds):
         for drifting in (True, False):
-            entries = assemble(runs, seed, step if drifting else None, anchor if drifting else None)
+            entries = (draw or assemble)(runs, seed, step if drifting else None, anchor if drifting else None)
             wl = entries[0]["workload"]
-            first, final = drift.judge(entries[:-1], wl), drift.judge(entries, wl)
-            names = {cp.metric for cp, _ in first.failures}
-            if drifting:
-                caught += bool(names)
-                confirmed += final.exit_code
-                metrics.update(names)
-            else:
-                alarms += bool(names)
-                after += final.exit_code
-                alarm_metrics.update(names)
-    return {"seeds": seeds, "caught": caught, "confirmed": confirmed, "alarms": alarms, "alarms_after_anchor": after,
-            "metrics": metrics, "alarm_metrics": alarm_metrics, "runs": {k: len(v) for k, v in runs.items()}}
+            first, final = judge(entries[:-1], wl), judge(entries, wl)
+            failing = {cp.metric for cp, _ in first.failures}
+            raised = failing | {cp.metric for cp, _ in getattr(first, "suspected", [])}
+            n[drifting, "fails"] += bool(failing)
+            n[drifting, "raised"] += bool(raised)
+            n[drifting, "planted"] += any(name in raised for name in moved(step))
+            n[drifting, "after"] += final.exit_code
+            metrics[drifting].update(raised)
+    return {"seeds": seeds, "n": n, "metrics": metrics, "runs": {k: len(v) for k, v in runs.items()}}
 
 
-def format_study(res: dict, step: str, anchor: str) -> str:
-    n = res["seeds"]
+def format_study(res: dict, step: str, anchor: str, label: str = "") -> str:
+    n, k = res["seeds"], res["n"]
     return "\n".join([
-        f"Measured entries: {', '.join(f'{k} {v}' for k, v in res['runs'].items())}. Histories of {PREFIX} "
-        f"unchanged steps then {STEPS} steps of {step} (drift) or unchanged, {n} seeds each; drift verdict: a "
-        f"regression's change point among the last {drift.LAST_N} steps (Otava p < {drift.MAX_PVALUE:g}, beyond "
-        "the metric's floor and the chained interval)",
-        f"- drift caught before the anchor A/B: {res['caught']}/{n}; still failing after the anchor A/B "
-        f"({anchor}): {res['confirmed']}/{n}; metrics: {dict(res['metrics'].most_common(6))}",
-        f"- unchanged histories failing: {res['alarms']}/{n} before the anchor A/B, {res['alarms_after_anchor']}/{n} "
-        f"after it; metrics: {dict(res['alarm_metrics'].most_common(6))}"])
+        f"{label}Measured entries: {', '.join(f'{a} {b}' for a, b in res['runs'].items())}. Histories of {PREFIX} "
+        f"unchanged steps then {STEPS} steps of {step} (drift) or unchanged, {n} seeds each",
+        f"- drift: failing before the anchor A/B {k[True, 'fails']}/{n}, raised (failing or suspected) "
+        f"{k[True, 'raised']}/{n} ({', '.join(moved(step))} in {k[True, 'planted']}); failing after the anchor A/B "
+        f"({anchor}) {k[True, 'after']}/{n}; metrics raised: {dict(res['metrics'][True].most_common(6))}",
+        f"- unchanged: failing before the anchor A/B {k[False, 'fails']}/{n}, raised {k[False, 'raised']}/{n}; "
+        f"failing after it {k[False, 'after']}/{n}; metrics raised: {dict(res['metrics'][False].most_common(6))}"])
+
+
+def other_tree(root: Path):
+    """(judge, assemble) of another checkout's bench/check/drift.py and drift_power.py, loaded by path beside
+    this one's (the rest, history.py included, is this tree's): the old rule and drawing on the same seeds."""
+    mods = []
+    for name in ("drift", "drift_power"):
+        spec = importlib.util.spec_from_file_location(f"_other_{name}", Path(root) / "bench" / "check" / f"{name}.py")
+        mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
+        spec.loader.exec_module(mod)
+        mods.append(mod)
+    return mods[0].judge, mods[1].assemble
 
 
 def main(argv: list[str]) -> int:
-    runs = groups(Path(argv[0]))
+    """FILE [SEEDS] [--other TREE]: with another checkout, its rule and drawing crossed with this one's."""
+    other = Path(argv[argv.index("--other") + 1]) if "--other" in argv else None
+    args = [a for i, a in enumerate(argv) if a != "--other" and (i == 0 or argv[i - 1] != "--other")]
+    runs = groups(Path(args[0]))
     step = next(k for k in runs if k.endswith(":0.02"))
     anchor = next(k for k in runs if k.endswith(":0.16"))
-    print(format_study(study(runs, step, anchor, int(argv[1]) if len(argv) > 1 else 100), step, anchor))
+    seeds = int(args[1]) if len(args) > 1 else 100
+    combos = [("this rule, this drawing", drift.judge, None)]
+    if other:
+        old_judge, old_draw = other_tree(other)
+        combos += [("other rule, other drawing", old_judge, old_draw), ("other rule, this drawing", old_judge, None),
+                   ("this rule, other drawing", drift.judge, old_draw)]
+    for label, judge, draw in combos:
+        print(format_study(study(runs, step, anchor, seeds, judge, draw), step, anchor, f"[{label}] "), flush=True)
     return 0
 
 

@@ -58,7 +58,8 @@ def _workload(entries: list[dict], wl: dict, last_n: int) -> dict:
     return {"title": f"{wl['config']} --ablation {wl['ablation']}" + "".join(f" --set {s}" for s in wl["sets"]),
             "meta": f"{steps} step(s) from the anchor commit {str(anchor)[:12]}; a regression's change point among "
                     f"the last {last_n} steps fails `rlbench check --record`.",
-            "drift": [f"DRIFT: {drift.describe(cp)}; {said}" for cp, said in verdict.failures],
+            "drift": [f"DRIFT: {drift.describe(cp)}; {said}" for cp, said in verdict.failures] +
+                     [f"suspected (not failing): {drift.describe(cp)}; {said}" for cp, said in verdict.suspected],
             "change_point_head": ["change point", "metric", "commit", "size", "p-value", "steps ago"],
             "change_points": [[drift.label(c), c.metric, c.commit[:10], f"{c.size:+.1%}", c.pvalue, c.steps_ago]
                               for c in cps],

@@ -62,10 +62,11 @@ def record_and_judge(recording: Recording, ab_dir: Path, result, confirmed_by: P
     entries, wl = history.read(recording.path), new["workload"]
     verdict = drift.judge(entries, wl, recording.last_n)
     due = drift.steps_since_anchor_ab(entries, wl) >= recording.anchor_every > 0
-    if kind == "step" and one_run is not None and recording.anchor_every and (verdict.failures or due):
+    wanted = verdict.failures or verdict.suspected  # a change point: the anchor A/B decides it now
+    if kind == "step" and one_run is not None and recording.anchor_every and (wanted or due):
         anchor, _ = history.anchor_of(entries, wl)
         echo(f"rlbench check: an A/B against the anchor {anchor[:10]} "
-             f"({'to confirm the drift' if verdict.failures else f'every {recording.anchor_every} steps'})")
+             f"({'to confirm the drift' if wanted else f'every {recording.anchor_every} steps'})")
         anchor_dir = one_run(f"{ANCHOR}:{anchor}")
         anchor_result = ab.judge(anchor_dir)
         history.append(recording.path, history.entry("anchor", {**json.loads((anchor_dir / ab.AB_FILE).read_text()),
