@@ -13,7 +13,8 @@ import typer
 import yaml
 
 from rlbench.core import experiments
-from rlbench.core.config import LOGGERS, documented_keys, load_config, parse_loggers, shipped_configs
+from rlbench.core.config import LOGGERS, documented_keys, parse_loggers
+from rlbench.core.config_files import load_config, shipped_configs
 from rlbench.core.devices import procs
 from rlbench.core.errors import UserError, WorkerError
 from rlbench.core.results import provenance

@@ -4,13 +4,12 @@ samples per cell (one thin line per seed, the mean over seeds bold), and TPSPD a
 """
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from rlbench.analysis.accuracy import Curve
+from rlbench.analysis.accuracy import Curve, mean_curve
 from rlbench.reports.palette import cell_color
 from rlbench.reports.plots import MARKERS, overlaid, save
 
@@ -39,10 +38,9 @@ def plot_accuracy_curves(all_curves: dict[str, list[Curve]], target: float | Non
                 else:
                     ax.plot(getattr(cv, axis), cv.accuracy, color=color, lw=0.8, alpha=0.35,
                             marker=MARKERS[i % len(MARKERS)], ms=3)
-            if len(cvs) > 1 and len({len(cv.accuracy) for cv in cvs}) == 1:  # same evaluations: average them
-                xs = [statistics.fmean(p) for p in zip(*(getattr(cv, axis) for cv in cvs))]
-                ys = [statistics.fmean(p) for p in zip(*(cv.accuracy for cv in cvs))]
-                ax.plot(xs, ys, color=color, lw=2.2, label=f"{cell} (mean of {len(cvs)} seeds)")
+            mean = mean_curve(cvs, axis)  # seeds with the same evaluations
+            if mean:
+                ax.plot(*mean, color=color, lw=2.2, label=f"{cell} (mean of {len(cvs)} seeds)")
         if target is not None:
             ax.axhline(target, color="black", lw=0.8, ls="--", label=f"target {target:.3f}")
         ax.set(xlabel=label, ylabel="pass@1 (greedy, strict)", ylim=(-0.02, 1.02))

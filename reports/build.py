@@ -11,12 +11,12 @@ from rlbench.analysis.data import load
 from rlbench.core import experiments
 from rlbench.reports.html import write_html
 from rlbench.reports.plots import write_plots
-from rlbench.analysis.seeds import is_multi_seed
-from rlbench.reports.seeds_summary import seed_frames, write_seed_summary
+from rlbench.analysis.seeds import first_seed, is_multi_seed, seed_frames, write_seed_csvs
+from rlbench.reports.seeds_summary import write_seed_summary_md
 from rlbench.analysis.speedup import speedup_frame
-from rlbench.analysis.summary import summary_frame
+from rlbench.analysis.summary import summary_frame, write_summary_csv
 from rlbench.analysis.verdict import verdict_of
-from rlbench.reports.tables import write_summary
+from rlbench.reports.tables import write_summary_md
 from rlbench.reports.verdict_text import verdict_html, verdict_markdown
 
 
@@ -37,11 +37,14 @@ def build_report(run_dir, add=()) -> Path:
     multi = is_multi_seed(run)
     df, per, sp = seed_frames(run) if multi else (summary_frame(run), None, speedup_frame(run))
     verdict = verdict_of(run, sp, df)  # the first thing summary.md and report.html say
-    if multi:
-        shown = write_seed_summary(run, df, per, sp, verdict_markdown(run, verdict))
+    if multi:  # the tables are the analysis's to write (summary.csv, summary_seeds.csv), the words ours
+        write_seed_csvs(run, df, per)
+        write_seed_summary_md(run, df, sp, verdict_markdown(run, verdict))
+        shown = first_seed(run)
     else:
-        write_summary(run, df, sp, verdict_markdown(run, verdict),
-                      [line for r in experiments.reports() for line in r.summary(run, sp)])
+        write_summary_csv(run, df)
+        write_summary_md(run, df, sp, verdict_markdown(run, verdict),
+                         [line for r in experiments.reports() for line in r.summary(run, sp)])
         shown = run
     plots = write_plots(shown, df, sp, experiments.plot_files())
     # an experiment's section (a regime map, a families ladder, a peer framework beside rlbench): first

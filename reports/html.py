@@ -23,8 +23,9 @@ from rlbench.reports.glossary import definitions
 from rlbench.reports.tables import COMPACT_HEAD, KEY, SPEEDUP_HEAD, attribution_text, compact_rows, fmt, \
     key_table, speedup_rows
 from rlbench.reports.text_table import column_groups
+from rlbench.analysis.utilisation import utilisation_frame
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
-from rlbench.reports.utilisation import peak_text, utilisation_frame
+from rlbench.reports.utilisation import peak_text
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;
@@ -176,7 +177,7 @@ def cell_html(c: CellData) -> str:
 
 
 def utilisation_html(run: RunData) -> str:
-    """MFU and bandwidth utilisation per cell and stage (reports/utilisation.py), with the peak used."""
+    """MFU and bandwidth utilisation per cell and stage (bench/analysis/utilisation.py), with the peak used."""
     df = utilisation_frame(run)
     if not len(df):
         return "<p>no utilisation recorded (cells without work counts or peak)</p>"

@@ -6,7 +6,6 @@ or None when the run has nothing to show for that plot.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -114,7 +113,7 @@ def plot_staleness(run: RunData, path: Path) -> Path:
     """Histogram of sample staleness (trained_version - behaviour_version, in weight versions)."""
     fig = Figure(figsize=(7, 3.6))
     ax = fig.subplots()
-    counts = [Counter(s["trained_version"] - s["behaviour_version"] for s in c.samples) for c in run.cells]
+    counts = [c.staleness_counts() for c in run.cells]
     values = sorted(set().union(*counts)) if counts else []
     width = 0.8 / max(1, len(run.cells))
     for i, (c, cnt) in enumerate(zip(run.cells, counts)):

@@ -1,6 +1,6 @@
-"""The comparison table rendered: summary.csv and summary.md (the frames are rlbench.analysis.summary's and
-.speedup's), the attribution in words, the terminal's compact columns and the cell formatting every table
-shares.
+"""The comparison table rendered: summary.md (the frames, and summary.csv beside it, are
+rlbench.analysis.summary's and .speedup's), the attribution in words, the terminal's compact columns and the
+cell formatting every table shares.
 """
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pandas as pd
 from rlbench.analysis.data import RunData
 from rlbench.analysis.speedup import attribution
 from rlbench.analysis.intervals import described
+from rlbench.analysis.utilisation import utilisation_frame
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
-from rlbench.reports.utilisation import peak_text, utilisation_frame
+from rlbench.reports.utilisation import peak_text
 
 IN_WORDS = {"wins": "wins", "loses": "loses", "even": "is even"}  # "periodic asynchrony ...", by the interval
 
@@ -152,17 +153,15 @@ def speedup_markdown(sp: pd.DataFrame, title: str) -> list[str]:
         (["\n## Where the speedup comes from\n"] + [f"- {t}" for t in why] if why else [])
 
 
-def write_summary(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, verdict: list[str],
-                  sections: list[str] = ()) -> None:
-    """Write summary.csv and summary.md into the run folder. df, sp: summary_frame(run), speedup_frame(run);
-    verdict: the verdict's markdown lines (reports/verdict_text.py), which open summary.md; sections: the
-    experiments' lines after the speedups (reports/build.py reads them from their records)."""
-    df.to_csv(run.path / "summary.csv", index=False)
+def write_summary_md(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, verdict: list[str],
+                     sections: list[str] = ()) -> None:
+    """Write summary.md into the run folder. df, sp: summary_frame(run), speedup_frame(run); verdict: the
+    verdict's markdown lines (reports/verdict_text.py), which open summary.md; sections: the experiments'
+    lines after the speedups (reports/build.py reads them from their records)."""
     md = summary_lead(f"rlbench summary: {run.name}", df, verdict)
     md += speedup_markdown(sp, "Measured vs predicted periodic-async speedup (TPSPD ratio)")
     md += list(sections)
     util = utilisation_frame(run)
     if len(util):
-        util.to_csv(run.path / "utilisation.csv", index=False)
         md += ["\n## Hardware utilisation per stage\n", to_markdown(util), peak_text(run), "", UTIL_NOTE]
     (run.path / "summary.md").write_text("\n".join(md))

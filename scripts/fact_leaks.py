@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.engines.data.source import load_dataset
 
 LINE = re.compile(r"^(\d+)([+\-*/])(\d+)=(\d+)$")

@@ -45,7 +45,7 @@ def main() -> None:
 
     import torch
 
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input

@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
 def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
     """build_schedule as the runner builds it (placed: pinned workers per bench/core/devices/placement.py; else the
     in-process trainer); -> final params, samples, rewards and stage events of `iterations` iterations."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.devices import device as dev
     from rlbench.core.devices.placement import plan
     from rlbench.engines.data.source import load_dataset

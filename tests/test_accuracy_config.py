@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT
 from support.cli import only_run, rlbench, sets
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.results import schema
 
 ACCURACY = ROOT / "configs" / "cpu-accuracy.yaml"

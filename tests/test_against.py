@@ -49,7 +49,7 @@ def test_the_shim_imports_the_old_tree_in_place(tmp_path, monkeypatch):
     monkeypatch.setenv("RLBENCH_CACHE", str(tmp_path))
     _, sha = against.resolve("HEAD")
     shim = against.materialise(sha)
-    code = "import rlbench.core.config as c, rlbench.engines.factory as f; print(c.CONFIG_DIR, f.__file__)"
+    code = "import rlbench.core.config_files as c, rlbench.engines.factory as f; print(c.CONFIG_DIR, f.__file__)"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(shim)},
                          capture_output=True, text=True, check=True).stdout.split()
     tree = tmp_path / "trees" / sha / "tree"

@@ -209,7 +209,7 @@ def test_version_must_match_the_first_iteration():
 # ---------------------------------------------------------------- the real engine
 
 def _train_params(overrides: list[str], iterations: int = 3):
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.devices import device as dev
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import iteration_input, build_schedule
@@ -251,7 +251,7 @@ def test_k0_equals_sync():
 def test_staleness_ablation_cells():
     """`--ablation staleness`: sync, periodic-async, then bounded-async at k = 1, 2, 4 with each proximal
     policy, every cell's config carrying its switches."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.run.ablation import cells_for
 
     cells = cells_for("staleness", load_config(TINY))

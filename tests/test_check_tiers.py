@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 from rlbench.check import against, tiers
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.results.provenance import source_root
 from rlbench.core.schedules import SCHEDULES
 from rlbench.run.ablation import cells_for

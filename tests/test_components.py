@@ -4,7 +4,8 @@ import typing
 
 import pytest
 from rlbench.core import components, schedules
-from rlbench.core.config import EngineConfig, RolloutConfig, RunConfig, with_overrides
+from rlbench.core.config import EngineConfig, RolloutConfig, RunConfig
+from rlbench.core.config_files import with_overrides
 from rlbench.engines.rollout.pool import RolloutPool
 from rlbench.engines.schedules.bounded_async.engine import BoundedAsyncSchedule
 from rlbench.engines.schedules.common import RolloutSource, Schedule, SupportsTraining

@@ -4,7 +4,7 @@ import pytest
 from conftest import TINY
 from support.cli import rlbench
 
-from rlbench.core.config import CONFIG_DIR, load_config, parse_overrides
+from rlbench.core.config_files import CONFIG_DIR, load_config, parse_overrides
 from rlbench.core.errors import UserError
 
 

@@ -60,7 +60,7 @@ def synthetic_sync(kappa: float = KAPPA, iterations: int = 4):
                     "tpspd": tok / ((end - t0) * 2)})
         t0 = end
     cell = {"cell": "sync", "iterations": its, "devices": 2, "rollout_stats": [],
-            "config": {"rollout": {"max_num_seqs": 8, "group_size": 2}}}
+            "config": {"rollout": {"max_num_seqs": 8, "group_size": 2}, "train": {"micro_batch_size": 2}}}
     return cell, samples, events
 
 
@@ -164,7 +164,7 @@ def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
     the file written, no process left."""
     import multiprocessing as mp
 
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.results import schema
     from rlbench.experiments.regime import probe as contention_probe
 

@@ -120,7 +120,7 @@ def test_wandb_offline_run_repeats_iterations_jsonl(logged_run):
 
 def test_two_cells_are_two_runs_and_a_cell_run_again_replaces_its_curves(tmp_path):
     """What `tensorboard --logdir <run>/tensorboard` shows for two cells, and after `--resume` re-runs one."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.run.curves import Curves
 
     cfg = load_config(TINY, ["run.logger=tensorboard"])
@@ -141,7 +141,7 @@ def test_two_cells_are_two_runs_and_a_cell_run_again_replaces_its_curves(tmp_pat
 
 
 def test_loggers_config_key_and_option(tmp_path):
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.errors import UserError
 
     assert load_config(TINY, ["run.logger=wandb, tensorboard"]).run.logger == ["wandb", "tensorboard"]

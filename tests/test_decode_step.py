@@ -175,7 +175,7 @@ def test_an_eager_step_attends_over_the_window_its_slots_reach_with_the_same_log
 
 
 def test_cuda_graphs_true_without_cuda_is_refused(tiny_config_path):
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
 
     with pytest.raises(UserError, match="rollout.cuda_graphs"):
         load_config(tiny_config_path, ["rollout.cuda_graphs=true"])

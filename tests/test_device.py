@@ -61,7 +61,7 @@ def test_dtypes():
 
 def test_model_dtype_is_applied_when_loading(tmp_path):
     """model.dtype reaches the policy for every kind (the tiny model is warm-started in float32)."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.model.loader import load_policy
 
@@ -104,7 +104,8 @@ def test_npu_memory_and_sync():
 
 
 def _worker_envs(kind: str, rollout: int, train: int, share: bool, parent_env: dict) -> dict[str, dict]:
-    from rlbench.core.config import RunConfig, with_overrides
+    from rlbench.core.config import RunConfig
+    from rlbench.core.config_files import with_overrides
     from rlbench.core.devices.device import visible_env
     from rlbench.core.devices.placement import plan
 

@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.record.stages import now
 
 from conftest import TINY

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlbench.core.config import build_config
+from rlbench.core.config_files import build_config
 from rlbench.engines.external import verl
 from rlbench.core.errors import UserError
 

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from conftest import ROOT
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.engines.data.facts import fact_splits, is_heldout, side, step_facts
 from rlbench.engines.data.reward import gsm8k_reward
 from rlbench.engines.data.source import load_dataset

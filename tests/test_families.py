@@ -13,7 +13,7 @@ from support.report_runs import LADDER, make_families
 from rlbench.core.results import schema
 from rlbench.experiments.families import cells as families
 from rlbench.run.ablation import ABLATIONS, cells_for
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.experiments.families.analysis import families_frame, is_families, write_ladder
 from rlbench.reports import build_report, summary_table_text
 from rlbench.analysis.data import load

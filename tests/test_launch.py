@@ -21,7 +21,8 @@ VARS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
 
 
 def _plan(kind: str, schedule: str, rollout: int, train: int, share: bool = False, available: int = 8):
-    from rlbench.core.config import RunConfig, with_overrides
+    from rlbench.core.config import RunConfig
+    from rlbench.core.config_files import with_overrides
     from rlbench.core.devices.placement import plan
 
     engine = with_overrides(RunConfig(), {"engine": {"schedule": schedule, "rollout_devices": rollout,
@@ -169,7 +170,7 @@ def test_a_mismatch_names_the_worker_the_plan_and_the_observation(monkeypatch):
 def test_cpu_workers_observe_their_own_core_and_the_result_records_it(tmp_path):
     """A real run on 2 cores: every worker reports its one core (different ones) and 1 thread, next to the
     plan in results.json; the driver says it initialised no accelerator."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.run.cell import run_cell
 
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"),
@@ -241,7 +242,7 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
     (torch.cuda's lazy init is counted, and this torch has no CUDA: a tensor moved there would fail)."""
     import torch
 
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.engines import hosts
     from rlbench.run.cell import run_cell
 
@@ -277,7 +278,7 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
 def test_evaluation_on_the_worker_equals_evaluation_in_process():
     """The trainer's rank 0 evaluates (the driver only scores) and gets the same answers as the in-process
     evaluation of the same weights."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.devices import device as dev
     from rlbench.core.devices.placement import plan
     from rlbench.engines.data.source import load_dataset

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampler import BuiltinSampler
 from rlbench.engines.rollout.sampling import LengthSampling, target_length

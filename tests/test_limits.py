@@ -4,7 +4,7 @@ import pytest
 from conftest import TINY
 from support.cli import rlbench
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.devices import limits
 from rlbench.core.errors import UserError
 
@@ -90,7 +90,7 @@ def test_parameters_counted_from_the_config_equal_the_built_model(arch, tied, bi
 
 def test_parameters_of_the_shipped_model_shapes():
     """Qwen2.5-0.5B and 7B from configs/models/ (0.494 B and 7.616 B, docs/platforms/gpu.md) and the tiny model."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.engines.model.loader import model_config_and_tokenizer
     from rlbench.engines.model.shape import param_count
 

@@ -125,7 +125,7 @@ def test_model_shape_separates_lm_head():
 
 def test_trainer_records_auto_choices_per_micro_batch():
     from conftest import fixed_groups, fixed_reward_trainer
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.results.metrics import layout_choices
     from rlbench.engines.model.tiny import build_tiny
     from rlbench.engines.model.tokenizer import CharTokenizer
@@ -149,7 +149,7 @@ def test_trainer_records_auto_choices_per_micro_batch():
 
 
 def test_shared_prompt_ablation_has_dense_gather_and_auto_cells():
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.run.ablation import cells_for
 
     cells = dict(cells_for("shared_prompt", load_config(None, ["engine.shared_prompt_impl=gather"])))

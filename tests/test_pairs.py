@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.run.ablation import cells_for, turn_groups

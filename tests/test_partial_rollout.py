@@ -182,7 +182,7 @@ def test_a_real_run_interrupts_sequences_and_records_every_tokens_version(tmp_pa
     (["engine.schedule=bounded_async", "engine.partial_rollout=true", "engine.launcher=ray"], "engine.launcher=local"),
 ])
 def test_partial_rollout_is_refused_where_it_cannot_run(sets, message):
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.core.errors import UserError
 
     with pytest.raises(UserError, match=message):

@@ -9,7 +9,7 @@ check, TPSPD's divisor, the placement record and the overlap a real run shows (n
 import pytest
 import torch
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.devices.placement import plan
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema

@@ -24,7 +24,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def _points(name: str, config=None) -> dict[str, dict]:
     """workload -> {cell suffix: RunConfig} of an ablation."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.run.ablation import cells_for
 
     out: dict[str, dict] = {}
@@ -55,7 +55,7 @@ def test_every_point_runs_the_ladder_on_the_same_config(name, config):
 @pytest.mark.parametrize("name,config", [("regime", None), ("regime-quick", TINY)])
 def test_interleaved_map_takes_turns_point_by_point(name, config):
     """The cells of one point (and seed) take turns together; the points run one after the other."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.run.ablation import cells_for, turn_groups
 
     cells = [(c, cfg, seed) for seed in (0, 1) for c, cfg in cells_for(name, load_config(config))]
@@ -314,7 +314,7 @@ def test_cells_without_workloads_make_no_map(tmp_path):
 
 def test_set_changes_a_point_but_not_what_its_cells_differ_in():
     """--set lands on top of a workload (a first look at fewer iterations), never on the cell switches."""
-    from rlbench.core.config import load_config, parse_overrides
+    from rlbench.core.config_files import load_config, parse_overrides
     from rlbench.run.ablation import cells_for
 
     sets = ["run.iterations=4", "run.warmup_iterations=1", "engine.overlap=false", "rollout.max_new_tokens=200"]

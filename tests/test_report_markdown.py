@@ -9,7 +9,7 @@ import pytest
 from conftest import TINY
 from support.cli import rlbench
 from support.report_runs import make_ablation, make_families
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.results import schema
 from rlbench.reports import markdown_report
 from rlbench.reports.tables import fmt

@@ -100,7 +100,8 @@ def test_the_scan_sees_a_name():
 
 
 def test_one_step_off_is_bounded_staleness_one():
-    from rlbench.core.config import RunConfig, with_overrides
+    from rlbench.core.config import RunConfig
+    from rlbench.core.config_files import with_overrides
     from rlbench.core.devices.placement import plan
     from rlbench.engines.trainer.grpo import DecoupledPPOLoss, make_loss
     from rlbench.simulate import simulate

@@ -1,7 +1,9 @@
 """--seeds side by side (bench/run/seed_pool.py): cells of different seeds at once only on disjoint cores."""
 import pytest
 
-from rlbench.core.config import RunConfig, with_overrides
+from rlbench.core.config import RunConfig
+
+from rlbench.core.config_files import with_overrides
 from rlbench.run.seed_pool import core_slots, parallel_plan
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import TINY
 from support.cli import rlbench
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.run.ablation import cells_for

@@ -8,7 +8,7 @@ from conftest import TINY
 
 from rlbench.analysis.data import CellData, RunData
 from rlbench.analysis.startup import startup_rows
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.devices import starting
 from rlbench.engines.evaluation import eval_max_new_tokens
 from rlbench.reports.startup_text import startup_lines

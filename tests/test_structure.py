@@ -185,6 +185,28 @@ def test_no_import_cycles():
             assert (cycle := visit(m, [m])) is None, " -> ".join(cycle)
 
 
+def computing(source: str) -> list[str]:
+    """What in source computes rather than renders: a table written (`.to_csv`, the analysis writes summary.csv
+    and its siblings) or a statistic imported (statistics, scipy, collections.Counter)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "to_csv":
+            found.append(f"{node.lineno}: .to_csv")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            names = {a.name for a in node.names}
+            if any(m.split(".")[0] in ("statistics", "scipy") for m in mods) or "Counter" in names:
+                found.append(f"{node.lineno}: import {', '.join(mods)}")
+    return found
+
+
+def test_reports_only_render():
+    """reports/ computes nothing (docs/architecture.md): the tables and statistics are the analysis's."""
+    bad = [f"{p.relative_to(ROOT)}:{x}" for p in sorted((ROOT / "reports").rglob("*.py")) for x in computing(p.read_text())]
+    assert not bad
+    assert computing("import statistics\ndef f(df, p):\n    df.to_csv(p)\n") == ["1: import statistics", "3: .to_csv"]
+
+
 def test_a_planted_violation_is_caught(tmp_path):
     """The rules above are not vacuous: a core module importing the runner breaks the first one."""
     path = tmp_path / "x.py"

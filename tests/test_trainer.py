@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import fixed_groups, fixed_reward_trainer
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.engines.model.tiny import build_tiny
 from rlbench.engines.model.tokenizer import CharTokenizer
 

@@ -4,7 +4,7 @@ import copy
 import pytest
 import torch
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.engines.model.tiny import build_tiny
 from rlbench.engines.model.tokenizer import CharTokenizer
 from rlbench.engines.trainer.logprob_plans import SeparatePasses, TriModel, make_logprob_fn

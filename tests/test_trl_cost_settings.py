@@ -7,7 +7,7 @@ here. Fast: one tiny trainer built, nothing trained."""
 import pytest
 
 from conftest import TINY
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.engines.external.trl import cost_settings, settings
 
 pytest.importorskip("trl")

@@ -40,7 +40,7 @@ RESPONSES = ["{sol}", "{sol}", "{wrong}", "The answer is {ans}.", "{sol}", "{wro
 
 
 def config(**over):
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
 
     sets = [f"rollout.group_size={G}", "train.prompts_per_iteration=2", "train.micro_batch_size=2",
             f"rollout.temperature={TEMPERATURE}", f"train.kl_coef={KL_COEF}", "train.adv_eps=1e-4",

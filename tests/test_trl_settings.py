@@ -3,7 +3,7 @@ refusals, the rows TRL reads, the character tokenizer and the reward function. F
 import pytest
 
 from conftest import TINY
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.engines.external.trl import settings
 from rlbench.core.errors import UserError
 

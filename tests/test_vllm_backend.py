@@ -55,7 +55,7 @@ def test_vllm_on_npu_is_refused_before_importing_it():
 @pytest.mark.skipif(HAS_VLLM, reason="checks the refusal where vllm is missing")
 def test_config_picks_the_backend(tiny_config_path):
     """rollout.backend=vllm reaches build_schedule, which refuses it where vllm is missing, with the reason."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.factory import build_schedule
     from rlbench.engines.model.loader import load_policy

@@ -41,7 +41,7 @@ def test_vllm_missing_is_exit_2_with_the_install_command(tmp_path):
 @pytest.fixture(scope="module")
 def tiny():
     """(config, policy, tokenizer, dataset) of cpu-tiny with vLLM-sized heads."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.engines.data.source import load_dataset
     from rlbench.engines.model.loader import load_policy
 
@@ -112,7 +112,7 @@ def test_groups_stream_and_seeded_samples_are_batch_invariant(tiny, engine):
 
 def _trainer_logprobs(tiny, policy, groups, temperature: float):
     """The trainer's own old-log-prob pass (engines/trainer) over the groups' tokens -> flat float64."""
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.engines.trainer.trainer import Trainer
 
     cfg = load_config(TINY, VLLM_TINY + [f"rollout.temperature={temperature}"])

@@ -33,7 +33,7 @@ def test_warm_start_targets_follow_the_share(share):
 
 
 def test_cache_key_covers_what_shapes_the_warm_start(tmp_path):
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.engines.model.tiny import cache_key
 
     key = lambda *sets: cache_key(load_config(None, list(sets)))  # noqa: E731
@@ -59,7 +59,7 @@ def test_cache_key_changes_with_every_source_file_and_library_version(monkeypatc
     import torch
     import transformers
 
-    from rlbench.core.config import load_config
+    from rlbench.core.config_files import load_config
     from rlbench.engines.model import tiny
 
     cfg = load_config(None, [])
@@ -89,7 +89,7 @@ def test_every_module_a_warm_start_runs_is_in_the_cache_key(tmp_path):
 
     code = ("import json, sys\n"
             "def engine_files(): return {m.__file__ for n, m in sys.modules.items() if n.startswith('rlbench.engines.')}\n"
-            "from rlbench.core.config import load_config\n"
+            "from rlbench.core.config_files import load_config\n"
             "cfg = load_config(None, ['model.warmstart_steps=2', 'data.train_size=64'])\n"
             "config_time = engine_files()\n"
             "from rlbench.engines.data.source import load_dataset\n"

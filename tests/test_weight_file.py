@@ -11,7 +11,7 @@ import torch
 from conftest import TINY
 from support.cli import clean_env, only_run, rlbench, sets
 
-from rlbench.core.config import load_config
+from rlbench.core.config_files import load_config
 from rlbench.core.devices import starting
 from rlbench.core.results import schema
 from rlbench.engines.model import weight_file

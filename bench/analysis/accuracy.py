@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from rlbench.analysis.data import CellData, RunData
 from rlbench.core.results import schema
+from scipy import stats
 
 TARGET_SHARE = 0.8
 
@@ -48,7 +49,7 @@ def curve(c: CellData) -> Curve:
     """Accuracy curve of one cell (name and seed from `cell@seedN`, else the config's run.seed)."""
     base, seed = schema.split_seeded(c.name)
     if seed is None:
-        seed = (c.result.get("config") or {}).get("run", {}).get("seed")
+        seed = c.config.run.seed
     out = Curve(base, seed)
     by_iter = {it["iteration"]: it for it in c.iterations}
     for ev in c.result.get("evals") or []:
@@ -83,8 +84,6 @@ def interval(values: list[float], n_eval: int | None) -> tuple[float, float, flo
         return m, max(0.0, lo), min(1.0, hi), f"t-interval over {len(values)} seeds"
     if not n_eval:
         return m, m, m, "one seed, eval size unknown"
-    from scipy import stats
-
     ci = stats.binomtest(round(m * n_eval), n_eval).proportion_ci(0.95, method="wilson")
     return m, ci.low, ci.high, f"Wilson, {n_eval} eval problems"
 
@@ -94,8 +93,6 @@ def t_interval(values: list[float]) -> tuple[float, float, float] | None:
     take any sign and size); None with fewer than two values."""
     if len(values) < 2:
         return None
-    from scipy import stats
-
     m = statistics.fmean(values)
     half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return m, m - half, m + half
@@ -124,3 +121,12 @@ def crossing(cv: Curve, target: float, axis: str = "wall_s") -> float | None:
             a0, x0 = cv.accuracy[i - 1], xs[i - 1]
             return x0 + (target - a0) / (a - a0) * (xs[i] - x0)
     return None
+
+
+def mean_curve(cvs: list[Curve], axis: str = "wall_s") -> tuple[list[float], list[float]] | None:
+    """The seeds' mean curve, evaluation by evaluation: (mean of axis (wall_s or samples), mean accuracy);
+    None unless there are several seeds with the same evaluations."""
+    if len(cvs) < 2 or len({len(cv.accuracy) for cv in cvs}) != 1:
+        return None
+    xs = [statistics.fmean(p) for p in zip(*(getattr(cv, axis) for cv in cvs))]
+    return xs, [statistics.fmean(p) for p in zip(*(cv.accuracy for cv in cvs))]

@@ -7,9 +7,14 @@ early (status "interrupted"/"failed", zero iterations, empty aggregates, no samp
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+import pandas as pd
+from rlbench.core.config import RunConfig
+from rlbench.core.config_files import recorded_config
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
 from rlbench.core.results import schema
@@ -39,9 +44,15 @@ class CellData:
     def switches(self) -> dict:
         return self.result.get("switches") or {}
 
+    @cached_property
+    def config(self) -> RunConfig:
+        """The cell's resolved config as the typed model it was run with (exit 2 naming the file and key
+        where results.json's `config` does not validate)."""
+        return recorded_config(self.result)
+
     @property
     def schedule(self) -> str:
-        return self.switches.get("schedule") or get_path(self.result, "config.engine.schedule") or "?"
+        return self.switches.get("schedule") or self.config.engine.schedule
 
     @property
     def status(self) -> str:
@@ -53,10 +64,11 @@ class CellData:
         for it in self.iterations:
             if it.get("devices"):
                 return int(it["devices"])
-        eng = get_path(self.result, "config.engine") or {}
-        if eng.get("rollout_devices") and eng.get("train_devices"):
-            return int(eng["rollout_devices"]) + int(eng["train_devices"])
-        return None
+        return self.config.engine.num_devices
+
+    def staleness_counts(self) -> Counter:
+        """Trained samples by staleness (trained - behaviour version, in weight versions), every iteration."""
+        return Counter(s["trained_version"] - s["behaviour_version"] for s in self.samples)
 
     def measured(self) -> list[dict]:
         """Post-warm-up iterations (all of them when every iteration is warm-up, as metrics does)."""
@@ -163,8 +175,6 @@ def get_path(d: dict, dotted: str):
 def read_table(path: Path):
     """A CSV the analysis wrote into a run folder (families.csv, peers.csv) as a DataFrame with None for
     missing values; None where the file is not there (the run is not of that kind)."""
-    import pandas as pd
-
     if not Path(path).is_file():
         return None
     frame = pd.read_csv(path)

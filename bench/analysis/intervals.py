@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rlbench.analysis.data import CellData, get_path
+from rlbench.analysis.data import CellData
 from rlbench.core.results import schema
 from rlbench.core.stats import LEVEL, log_ratio_interval
 
@@ -102,7 +102,7 @@ def described(r: Ratio) -> str:
 
 
 def _interleaved(c: CellData) -> bool:
-    return bool(get_path(c.result, "config.run.interleave"))
+    return c.config.run.interleave
 
 
 def _missing(v) -> bool:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from rlbench.analysis import intervals
 from rlbench.analysis.data import RunData
+from rlbench.analysis.speedup import speedup_frame
 from rlbench.analysis.summary import summary_frame
 from rlbench.core.results import metric_table, schema
 
@@ -83,6 +84,29 @@ def aggregate(per: pd.DataFrame, spread: list[str] = SPREAD) -> pd.DataFrame:
                 row.update(intervals.columns(intervals.over_seeds(list(g[value]), row[value]), prefix))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def seed_frames(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A multi-seed run's (summary per cell over its seeds, summary per cell and seed, speedups median over
+    seeds)."""
+    per = seed_frame(run)
+    sp_per = seed_frame(run, speedup_frame)
+    sp = aggregate(sp_per, ["measured_speedup", "predicted_speedup"]) if len(sp_per) else speedup_frame(
+        RunData(run.path, run.kind, run.name, run.reference, []))
+    return aggregate(per), per, sp
+
+
+def write_seed_csvs(run: RunData, df: pd.DataFrame, per: pd.DataFrame) -> None:
+    """A multi-seed run's summary.csv (df: per cell, over its seeds) and summary_seeds.csv (per: per cell and
+    seed), from seed_frames."""
+    df.to_csv(run.path / "summary.csv", index=False)
+    per.to_csv(run.path / "summary_seeds.csv", index=False)
+
+
+def first_seed(run: RunData) -> RunData:
+    """The first seed's run that has cells (the per-cell plots and an experiment's section show it); the run
+    itself where no seed has."""
+    return next((s for s in per_seed(run).values() if s.cells), run)
 
 
 def cell_summary(run: RunData, frame=summary_frame, spread: list[str] = SPREAD) -> pd.DataFrame:

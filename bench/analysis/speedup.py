@@ -8,10 +8,11 @@ import statistics
 
 import pandas as pd
 from rlbench.analysis import intervals
-from rlbench.analysis.data import CellData, RunData, get_path
+from rlbench.analysis.data import CellData, RunData
 from rlbench.core import schedules
 from rlbench.core.costmodel.contention import predict_contended
 from rlbench.core.costmodel.predict import measurements, predict_async
+from rlbench.core.costmodel.simulate import simulate
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.core.schedules.spec import MODEL_BOUNDED, MODEL_COLOCATED, MODEL_POOLS
@@ -111,7 +112,7 @@ def reference_of(run: RunData, cell: CellData) -> CellData:
 
 def turn_group(c: CellData) -> str | None:
     """The turn group the cell ran in (run.interleave_pairs), or None."""
-    return get_path(c.result, "config.run.turn_group")
+    return c.config.run.turn_group
 
 
 def _same_group(cells: list[CellData], cell: CellData) -> list[CellData]:
@@ -125,8 +126,7 @@ def _overlap(c: CellData) -> bool:
 
 
 def _split(c: CellData) -> tuple[int, int]:
-    eng = get_path(c.result, "config.engine") or {}
-    return int(eng.get("rollout_devices") or 1), int(eng.get("train_devices") or 1)
+    return c.config.engine.rollout_devices, c.config.engine.train_devices
 
 
 def predict_cells(run: RunData) -> list[dict]:
@@ -135,8 +135,6 @@ def predict_cells(run: RunData) -> list[dict]:
     measurements replayed (in-sample), bounded cells the bounded model on their sync twin's costs.
     -> one row per cell: cell, schedule, overlap, partial_rollout, split, devices, measured and predicted
     median TPSPD, error (predicted / measured - 1), measured and predicted speedup, predicted_from."""
-    from rlbench.core.costmodel.simulate import simulate
-
     report = speedup_frame(run).set_index("cell")
     rows = []
     for c in run.cells:
@@ -144,8 +142,8 @@ def predict_cells(run: RunData) -> list[dict]:
         spec = schedules.get(c.schedule)
         if spec is None or not med or twin is None:
             continue
-        eng = get_path(c.result, "config.engine") or {}
-        n, m = int(eng.get("rollout_devices") or 1), int(eng.get("train_devices") or 1)
+        eng = c.config.engine
+        n, m = _split(c)
         devices = int(c.devices or n + m)
         pred = None
         if spec.model == MODEL_POOLS:
@@ -157,14 +155,13 @@ def predict_cells(run: RunData) -> list[dict]:
                 walls = [b.sync_time()[0] for b in batches]
                 pred = statistics.median(b.tokens / (w * devices) for b, w in zip(batches, walls))
             elif spec.model == MODEL_BOUNDED:
-                k = int(eng.get("max_staleness", 1) or 0)
-                res = simulate(batches, c.schedule, n, m, staleness=k, partial_rollout=bool(eng.get("partial_rollout")),
-                               resume_kv=eng.get("resume_kv") or "recompute")
+                res = simulate(batches, c.schedule, n, m, staleness=eng.max_staleness,
+                               partial_rollout=eng.partial_rollout, resume_kv=eng.resume_kv)
                 pred = res.tpspd * (n + m) / devices
         if pred is None:
             continue
-        rows.append({"cell": c.name, "schedule": c.schedule, "overlap": eng.get("overlap", True) is not False,
-                     "partial_rollout": bool(eng.get("partial_rollout")),
+        rows.append({"cell": c.name, "schedule": c.schedule, "overlap": eng.overlap,
+                     "partial_rollout": eng.partial_rollout,
                      "rollout_devices": n, "train_devices": m, "devices": devices, "predicted_from": twin.name,
                      "measured_tpspd": med, "predicted_tpspd": pred, "error": pred / med - 1,
                      "measured_speedup": schema.ratio(med, ref), "predicted_speedup": schema.ratio(pred, ref)})

@@ -1,4 +1,5 @@
-"""The comparison table: one row per cell (pandas), written as summary.csv and summary.md by the reports.
+"""The comparison table: one row per cell (pandas), written here as summary.csv (with utilisation.csv) and
+rendered as summary.md by the reports.
 
 Units: TPSPD in tokens / s / device; token rates in tokens / s; stage columns are the mean seconds
 per measured iteration (summed over workers); idle columns are percent of the iteration wall time.
@@ -11,11 +12,11 @@ from rlbench.analysis.data import CellData, RunData, get_path, stages_in, worker
 from rlbench.analysis.heldout import COLUMNS as HELDOUT_COLUMNS
 from rlbench.analysis.heldout import has_fact_split, heldout_columns
 from rlbench.analysis.speedup import colocated, reference_of, speedup_frame
+from rlbench.analysis.utilisation import utilisation_frame
 from rlbench.core.costmodel.predict import rollout_share
 from rlbench.core.results import metric_table
 from rlbench.core.results.metric_table import SUMMARY
 
-# The summary's columns: what the cell is, then the reported metrics as bench/core/results/metric_table.py lists them.
 # The summary's columns: what the cell is, then the reported metrics as bench/core/results/metric_table.py lists them.
 BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", *metric_table.names(SUMMARY, "head")]
 
@@ -26,6 +27,15 @@ DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_b
 
 
 TAIL_COLUMNS = ["rollout_backend", *metric_table.names(SUMMARY, "tail"), "measured_iterations", "status"]
+
+
+def write_summary_csv(run: RunData, df: pd.DataFrame) -> None:
+    """summary.csv (df: summary_frame(run)) and, where any cell recorded utilisation, utilisation.csv
+    (bench/analysis/utilisation.py) in the run folder."""
+    df.to_csv(run.path / "summary.csv", index=False)
+    util = utilisation_frame(run)
+    if len(util):
+        util.to_csv(run.path / "utilisation.csv", index=False)
 
 
 def summary_frame(run: RunData) -> pd.DataFrame:
@@ -77,7 +87,7 @@ def weight_sync_columns(c: CellData) -> dict:
     of weight_sync stages summed over workers (the trainer's publish and every rollout engine's load:
     vLLM reloads in place, the built-in sampler copies from shared memory), and the backend."""
     stage_s = c.aggregates.get("stage_s") or {}
-    return {"rollout_backend": get_path(c.result, "config.rollout.backend"),
+    return {"rollout_backend": c.config.rollout.backend,
             "weight_sync_s_per_iter": stage_s.get("weight_sync") if c.aggregates else None}
 
 

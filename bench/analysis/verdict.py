@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from rlbench.analysis import intervals
 from rlbench.analysis.intervals import Ratio
+from rlbench.analysis.speedup import attribution
 from rlbench.core import experiments
 
 if TYPE_CHECKING:  # import-light
@@ -88,8 +89,6 @@ def _missing(v) -> bool:
 def verdict_of(run, sp: pd.DataFrame, summary: pd.DataFrame) -> Verdict:
     """The run's verdict. sp: its speedup_frame, summary: its summary_frame (a multi-seed run: both as
     seeds.cell_summary aggregates them; its regime map is not read, as the report shows the first seed's)."""
-    from rlbench.analysis.speedup import attribution
-
     compared = comparisons(sp, attribution(sp))
     first = str(summary["cell"].iloc[0]) if len(summary) else None
     return Verdict(compared, experiments.answers(run, sp),

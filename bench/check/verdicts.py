@@ -20,7 +20,8 @@ import numpy as np
 from rlbench.check import stats as check_stats
 from rlbench.check.baseline import BOOTSTRAP, DEFAULT_TOLERANCES, load_baseline, parse_tolerances, write_baseline
 from rlbench.check.metrics import compute_metrics
-from rlbench.core.config import RENAMED_KEYS, RunConfig
+from rlbench.core.config import RunConfig
+from rlbench.core.config_files import RENAMED_KEYS
 
 # The public API of `rlbench check`, baseline-file functions included.
 __all__ = ["check", "verdict_of", "format_check", "compute_metrics", "load_baseline", "write_baseline", "parse_tolerances",
@@ -76,7 +77,11 @@ def _flat_config(tree: dict) -> dict:
 
 
 def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
-    """Keys that matter and differ between the baseline's and the run's config of these cells."""
+    """Keys that matter and differ between the baseline's and the run's config of these cells.
+
+    Raw dicts, not RunConfig (unlike the analysis, which reads a config back with recorded_config): the
+    baseline's side was written by another commit (the accepted one, or the A/B gate's old tree), whose
+    keys today's models may refuse (removed, or not yet added); the diff must name such a key, not fail."""
     diff = []
     for cell in cells:
         sw = base["config"]["cells"].get(cell)

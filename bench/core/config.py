@@ -1,19 +1,15 @@
 """Validated run configuration: one model per concern, defaults defined once here.
 
-YAML files in configs/ hold overrides only; `--set key=value` overrides those.
+YAML files in configs/ hold overrides only; `--set key=value` overrides those (reading them, and a result
+file's config, into these models: bench/core/config_files.py).
 Every field's description is its documentation (`rlbench config --docs` lists them).
 """
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import rlbench.configs
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from rlbench.core import components, schedules
-from rlbench.core.errors import UserError
 from rlbench.core.schedules.spec import REFERENCE
 
 
@@ -329,131 +325,6 @@ class RunConfig(Section):
     def switches(self) -> dict:
         """What an ablation varies, as results.json records it (bench/core/schedules/)."""
         return schedules.switches(self)
-
-
-CONFIG_DIR = Path(rlbench.configs.__file__).resolve().parent  # configs/ in a checkout, package data installed
-DEFAULT_CONFIG = CONFIG_DIR / "cpu-default.yaml"
-
-
-def shipped_configs() -> dict[str, str]:
-    """name -> the first sentence of the opening comment of every config that ships with rlbench, at most
-    70 characters (`rlbench config --list`)."""
-    out = {}
-    for f in sorted(CONFIG_DIR.glob("*.yaml")):
-        lines = f.read_text().splitlines()
-        head = " ".join(line.lstrip("# ").strip() for line in lines[:next(
-            (i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))])
-        first = re.sub(r"\s*\([^()]*\)", "", head).split(". ")[0].split(": ")[0].rstrip(".")
-        out[f.stem] = first if len(first) <= 70 else first[:69].rstrip() + "…"
-    return out
-
-
-def config_path(spec: str | Path) -> Path:
-    """--config: a YAML file as given, else the name of a shipped config (cpu-default, or
-    cpu-default.yaml); neither -> exit 2 naming both and the shipped names."""
-    path = Path(spec)
-    if path.is_file():
-        return path
-    named = CONFIG_DIR / (path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml")
-    if path.parent == Path(".") and named.is_file():
-        return named
-    raise UserError(f"--config {spec}: no such file, and no shipped config of that name (shipped: "
-                    f"{', '.join(shipped_configs())}; `rlbench config --list` describes them)")
-
-
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = tree
-    for k in keys[:-1]:
-        node = node.setdefault(k, {})
-        if not isinstance(node, dict):
-            raise UserError(f"--set {dotted}: '{k}' is not a section")
-    node[keys[-1]] = value
-
-
-def parse_overrides(pairs: list[str]) -> dict:
-    """['a.b=3', 'c.d=true'] -> nested dict; values parsed as YAML scalars."""
-    tree: dict = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise UserError(f"--set expects key=value, got '{pair}'")
-        key, raw = pair.split("=", 1)
-        _set_dotted(tree, key.strip(), _scalar(raw))
-    return tree
-
-
-def _scalar(raw: str) -> Any:
-    value = yaml.safe_load(raw) if raw else ""
-    if isinstance(value, str):  # YAML 1.1 reads '1e-3' as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
-
-
-def merge_trees(base: dict, over: dict) -> dict:
-    """base with over laid on it, section by section (nested dicts merge, other values replace)."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = merge_trees(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-# Keys renamed since (old -> new). A config that still uses the old name is refused with the new one;
-# result files and baselines written before keep the old name, and `rlbench check` reads it as the new.
-RENAMED_KEYS = {"engine.backend": "engine.launcher"}  # "backend" is the rollout's (rollout.backend)
-# Keys that existed once: say what replaced them instead of only "unknown key".
-REMOVED_KEYS = {
-    "engine.train_ranks": "removed: there is one data-parallel trainer rank per training device now "
-                          "(engine.train_devices; under sync, one colocated worker per device)",
-    **{old: f"renamed to {new} (same values)" for old, new in RENAMED_KEYS.items()},
-}
-
-
-def _format_error(err: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration ({source}):"]
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = REMOVED_KEYS.get(key, "unknown key")
-        elif e["type"] == "literal_error":
-            msg = f"{msg}, got {e.get('input')!r}"
-        lines.append(f"  {key}: {msg}")
-    return "\n".join(lines)
-
-
-def read_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise UserError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: top level must be a mapping of sections")
-    return data
-
-
-def build_config(tree: dict, source: str = "config") -> RunConfig:
-    try:
-        return RunConfig.model_validate(tree)
-    except ValidationError as e:
-        raise UserError(_format_error(e, source)) from None
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> RunConfig:
-    """YAML file (default: configs/cpu-default.yaml) + `--set` overrides -> validated RunConfig."""
-    path = config_path(path) if path else DEFAULT_CONFIG
-    tree = read_yaml(path)
-    extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
-    return build_config(merge_trees(tree, extra), source=str(path))
-
-
-def with_overrides(cfg: RunConfig, over: dict) -> RunConfig:
-    """A copy of cfg with nested overrides applied and re-validated."""
-    return build_config(merge_trees(cfg.model_dump(mode="json"), over), source="ablation cell")
 
 
 def documented_keys() -> list[str]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
+from rlbench.planted import burn, faults
+
 
 def install(register) -> None:
     """Register the planted slowdowns and faults this process's environment names."""
-    from rlbench.planted import burn, faults
-
     if os.environ.get(burn.ACTIVE_ENV):
         register("stage_end", burn.plant)
         register("decode_step", lambda cpu: burn.plant("decode", 0.0, cpu))

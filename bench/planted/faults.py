@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 ENV = "RLBENCH_FAULT"
@@ -18,8 +19,6 @@ def at(iteration: int, role: str = "rollout") -> None:
     if kind == f"{role}_exit":
         os._exit(17)
     if kind == f"{role}_hang":
-        import sys
-
         # when the hang began (epoch seconds), for scripts/soak.py's watchdog detection time
         print(f"rlbench fault: {kind} at iteration {iteration}, hung from t={time.time():.3f}", file=sys.stderr, flush=True)
         while True:  # a stuck generation or collective: the process lives on, nothing moves
@@ -30,6 +29,6 @@ def misplace(worker: str) -> None:
     """RLBENCH_FAULT=misplace:<worker> gives that worker one intra-op thread more than its plan, after it
     was pinned: what the placement check (engines/launch.py) must catch."""
     if os.environ.get("RLBENCH_FAULT", "") == f"misplace:{worker}":
-        import torch
+        import torch  # inside: `rlbench --help` imports this package (the run's planted slowdowns)
 
         torch.set_num_threads(torch.get_num_threads() + 1)

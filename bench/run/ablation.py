@@ -8,13 +8,22 @@ import shlex
 import sys
 from pathlib import Path
 
-from rlbench.core.config import RunConfig, merge_trees, with_overrides
-from rlbench.core.errors import UserError
-from rlbench.core.results import schema
+import typer
 from rlbench.core import experiments, schedules
+from rlbench.core.config import RunConfig
+from rlbench.core.config_files import DEFAULT_CONFIG, load_config, merge_trees, parse_overrides, with_overrides
+from rlbench.core.devices import starting
+from rlbench.core.errors import UserError
+from rlbench.core.results import provenance, schema
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 from rlbench.engines.model import weight_file
+from rlbench.planted import slowdown
+from rlbench.run import interleave as ring
+from rlbench.run.around import Ending, finish, new_run_dir, preflight, raise_failed
+from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
+from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel
+from rlbench.run.seeds import expand, parse_seeds
 
 # The schedules by their role in these tables (each record says its role, bench/core/schedules/).
 _REF, _ASYNC, _BOUNDED = by_role(REFERENCE).name, by_role(PERIODIC).name, by_role(BOUNDED).name
@@ -160,9 +169,6 @@ def new_record(name: str, base: RunConfig, cells, seeds: list[int] | None, overr
     again (the base config, the --set tree laid over regime points, the seeds, the code version); and what
     a table made from the run states beside it (`rlbench report --markdown`): the command, the config file,
     the machine and the date."""
-    from rlbench.core.config import DEFAULT_CONFIG
-    from rlbench.core.results import provenance
-
     record = {"schema_version": schema.SCHEMA_VERSION, "kind": "ablation", "name": name,
               "reference": cells[0][0],
               "cells": [{"name": c, "dir": folder_name(c), "switches": cfg.switches(), "exit_code": None,
@@ -195,10 +201,8 @@ def command_line(argv: list[str] | None = None, environ=None) -> str:
 
 def _in_tree(path: Path) -> str:
     """A file of rlbench's tree as the documentation names it (configs/cpu-default.yaml)."""
-    from rlbench.core.results.provenance import source_root
-
     try:
-        return Path(path).resolve().relative_to(source_root()).as_posix()
+        return Path(path).resolve().relative_to(provenance.source_root()).as_posix()
     except ValueError:
         return str(path)
 
@@ -209,13 +213,6 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
     (run_cells -> `run_cell`, bench/run/cell.py), then the table and report. sets: the --set
     overrides; seeds: the --seeds text; end: what to print and write at the end (around.Ending, default:
     the report and the default table). Bad input is refused (exit 2) before anything runs."""
-    import typer
-    from rlbench.core.config import load_config, parse_overrides
-    from rlbench.core.devices import starting
-    from rlbench.planted import slowdown
-    from rlbench.run.around import Ending, finish, new_run_dir, preflight, raise_failed
-    from rlbench.run.seeds import expand, parse_seeds
-
     base, overrides = load_config(config, sets), parse_overrides(sets)
     seeds = parse_seeds(seeds)
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
@@ -264,8 +261,6 @@ def holds_device(cfg) -> bool:
 def cell_context(configs: list):
     """The multiprocessing context the cell processes start from: forked from `rlbench run`'s fork server
     unless one of them holds an accelerator itself (holds_device) or RLBENCH_START=spawn."""
-    from rlbench.core.devices import starting
-
     return starting.context(not any(holds_device(cfg) for cfg in configs))
 
 
@@ -285,18 +280,13 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
 
 
 def _run_todo(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
-    from rlbench.run import interleave as ring
-    from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
-
     todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
     interleave = any(cfg.run.interleave for _, cfg, _ in cells)
     if interleave and (len(cells) > 1 or ring.from_env()):
         for group in turn_groups(todo, shared_ring=bool(ring.from_env())):
             run_interleaved(ctx, [c for _, c in group], [e for e, _ in group], record, run_dir, progress)
         return record
-    from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel  # seeds side by side, own cores
-
-    slots = parallel_plan(todo)
+    slots = parallel_plan(todo)  # seeds side by side, each on its own cores
     if slots:
         return run_parallel(ctx, todo, record, run_dir, progress, slots,
                             CellProcess(cell_main, start, reap, interrupt))

@@ -4,13 +4,25 @@ cell of an external engine (VERL, MindSpeed-RL, TRL)."""
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import os
+import shutil
 import sys
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import typer
+from rlbench import reports
+from rlbench.core import experiments
+from rlbench.core.config_files import load_config
+from rlbench.core.devices import device as dev
+from rlbench.core.devices import limits, placement, procs
 from rlbench.core.errors import UserError, WorkerError
+from rlbench.core.results import schema
+from rlbench.engines.data.source import load_dataset
+from rlbench.run import curves
+from rlbench.run.seeds import parse_seeds
 
 # --engine NAME -> the external engine's runner, by import path (nothing imported unless it is chosen)
 EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
@@ -21,12 +33,9 @@ EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
 def preflight(cfg) -> None:
     """Reject bad data, missing files, loggers that are not installed and limits the run cannot fit
     (bench/core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder)."""
-    from rlbench.core.devices import device as dev
-    from rlbench.core.devices import limits, placement
-    from rlbench.engines.data.source import load_dataset
+    # inside: they import torch and transformers; `rlbench --help` imports this module
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
-    from rlbench.run import curves
 
     curves.check_installed(cfg)  # run.logger's packages (bench/run/curves.py)
     check_supported(cfg)
@@ -69,19 +78,15 @@ class Ending:
 
 def finish(run_dir: Path, end: Ending) -> None:
     """The verdict and table, and the report, from whatever was measured, also after a failure or Ctrl-C."""
-    from rlbench.reports import build_report, summary_table_text
-    from rlbench.core.results import schema
-    from rlbench.core import experiments
-
     try:
         if not schema.load_run(run_dir):
             return
     except UserError:
         return
     experiments.write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
-    typer.echo(summary_table_text(run_dir, wide=end.wide))
+    typer.echo(reports.summary_table_text(run_dir, wide=end.wide))
     if end.report:
-        path = build_report(run_dir)
+        path = reports.build_report(run_dir)
         typer.echo(f"report: {path}")
     typer.echo(f"results: {run_dir}")
 
@@ -97,10 +102,6 @@ def sweep() -> None:
     """The last backstop: any process still carrying this run's token (bench/core/devices/procs.py) outside the
     cells' process groups, which are ended as each cell ends, is ended here, except this process and its
     multiprocessing resource tracker (it ends with this process and cleans up after it)."""
-    from multiprocessing import resource_tracker
-
-    from rlbench.core.devices import procs
-
     token = os.environ.get(procs.RUN_ENV)
     spare = (os.getpid(), getattr(resource_tracker._resource_tracker, "_pid", None) or -1)
     left = procs.kill_all(lambda: procs.marked(token, spare), timeout_s=10.0) if token else []
@@ -112,24 +113,17 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
                  end: Ending) -> None:
     """`rlbench run --engine verl|mindspeed-rl|trl`: one cell run by the real VERL / MindSpeed-RL / TRL, in
     rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here)."""
-    from rlbench.core.config import load_config
-    from rlbench.run import curves
-    from rlbench.run.seeds import parse_seeds
-
     cfg = load_config(config, sets)
     curves.refuse_external(cfg, engine)
     if parse_seeds(seeds):
         raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
     if engine not in EXTERNAL:
         raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(EXTERNAL)}")
-    import importlib
-
     mod, fn = EXTERNAL[engine].split(":")
     run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
     try:
         getattr(importlib.import_module(mod), fn)(cfg, run_dir)
     except UserError:
-        import shutil
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing measured: no half-made run folder
         raise
     finish(run_dir, end)

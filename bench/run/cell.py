@@ -7,14 +7,26 @@ writes results.json with status "interrupted"/"failed" and every iteration it fi
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from pathlib import Path
 
+from rlbench.core import schedules
+from rlbench.core.devices import device as dev
+from rlbench.core.devices import placement, starting
 from rlbench.core.errors import UserError
-from rlbench.core.record import lifecycle
+from rlbench.core.record import lifecycle, profiling
+from rlbench.core.record.hostcpu import HostCPU
 from rlbench.core.record.lifecycle import Lifecycle, Phase
 from rlbench.core.record.stages import Role, now
 from rlbench.core.results import metrics, utilisation
 from rlbench.core.results.writer import CellWriter
+from rlbench.engines import launch
+from rlbench.engines.data.source import load_dataset
+from rlbench.engines.factory import build_schedule, iteration_input
+from rlbench.engines.model.weight_file import policy_once
+from rlbench.planted import pause, slowdown
+from rlbench.run.interleave import Pacer
+from rlbench.run.iteration_log import IterationLog, progress_bar
 
 
 class CellRun:
@@ -58,11 +70,6 @@ def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None, ow
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
     pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone.
     own_process: this process was started for the cell (its start-up phases count from the process's start)."""
-    from rlbench.engines.factory import iteration_input
-    from rlbench.planted import pause
-    from rlbench.run.interleave import Pacer
-    from rlbench.run.iteration_log import IterationLog
-
     lifecycle.begin_phases(own_process)
     run, pacer = CellRun(cfg, folder, name), pacer or Pacer()
     with _outcome(run, pacer):
@@ -110,8 +117,6 @@ class _Warmup:
 def _outcome(run: CellRun, pacer):
     """The cell's status whatever happens (complete, interrupted, rejected, failed), results.json saved
     before the workers close (a stop that cuts the closing short loses nothing), then the workers closed."""
-    from rlbench.engines import launch
-
     try:
         yield
         run.status = "complete"
@@ -141,13 +146,6 @@ def _outcome(run: CellRun, pacer):
 
 def _setup(cfg, run: CellRun, pacer, progress: bool):
     """Planted slowdowns, placement, model and engine; -> (schedule, evaluator, dataset, tokenizer)."""
-    from rlbench.core.devices import device as dev
-    from rlbench.core.devices import starting
-    from rlbench.engines import launch
-    from rlbench.engines.factory import build_schedule
-    from rlbench.planted import pause, slowdown
-    from rlbench.core.record.hostcpu import HostCPU
-
     run.planted = slowdown.activate(run.name, cfg.switches())  # before any worker starts
     pause.check()
     pacer.setup()
@@ -155,7 +153,6 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
         device = dev.resolve(cfg.engine.device)
         run.placement = _placement(cfg, device.type)
     if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
-        from rlbench.core.record import profiling
         profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
     # the workers' fork server imports while the model loads; after every variable the workers inherit
     starting.warm(device.type == "cpu" and cfg.engine.launcher == "local")
@@ -171,10 +168,6 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
 
 def _placement(cfg, kind: str):
     """Where every worker runs (bench/core/devices/placement.py); refuses more devices than this machine has."""
-    from rlbench.core import schedules
-    from rlbench.core.devices import device as dev
-    from rlbench.core.devices import placement
-
     if schedules.of(cfg).in_process(cfg):  # one process with every device (the schedule's record says)
         return placement.single_process(cfg.engine, kind, dev.available(kind))
     return placement.plan(cfg.engine, kind, dev.available(kind))
@@ -183,10 +176,6 @@ def _placement(cfg, kind: str):
 def _setup_model(cfg, run: CellRun, progress: bool):
     """-> (dataset, policy on the CPU mapped from the run's weight file, tokenizer, that WeightFile): the
     run's first cell of this model builds the file (engines/model/weight_file.py)."""
-    from rlbench.run.iteration_log import progress_bar
-    from rlbench.engines.data.source import load_dataset
-    from rlbench.engines.model.weight_file import policy_once
-
     dataset = load_dataset(cfg.data, cfg.run.seed)
     bar = progress_bar(cfg.model.warmstart_steps, f"{run.name}: warm-start (first run only)", progress)
     policy, tok, info, weights = policy_once(cfg, dataset, run.folder.parent,
@@ -202,8 +191,6 @@ def _setup_model(cfg, run: CellRun, progress: bool):
 
 def params_digest(model) -> str | None:
     """sha256 over the parameters' bytes: same seed + same config must give the same digest."""
-    import hashlib
-
     if sum(p.numel() for p in model.parameters()) > 500_000_000:
         return None  # too slow to be worth it on big models
     h = hashlib.sha256()

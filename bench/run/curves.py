@@ -117,7 +117,8 @@ class Curves:
 
 class _TensorBoard:
     def __init__(self, folder: Path):
-        from torch.utils.tensorboard import SummaryWriter  # the tensorboard package's event-file writer
+        # inside: optional dependency (the tensorboard package, run.logger=tensorboard), and torch
+        from torch.utils.tensorboard import SummaryWriter
 
         shutil.rmtree(folder, ignore_errors=True)  # a cell run again (--resume) starts its curves afresh
         self.writer = SummaryWriter(log_dir=str(folder))
@@ -136,7 +137,7 @@ class _WandB:
     uploads a run later."""
 
     def __init__(self, folder: Path, cell: str, group: str, config: dict):
-        import wandb
+        import wandb  # inside: optional dependency (run.logger=wandb)
 
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)

@@ -3,13 +3,16 @@ result files (bench/core/results/), the evaluations (before the first iteration 
 the curves of run.logger (bench/run/curves.py), the progress bar and the profiler's step."""
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
 
 from rlbench.core.record import lifecycle
+from rlbench.core.record.profiling import IterationProfiler
 from rlbench.core.record.lifecycle import Phase, eval_seconds
 from rlbench.core.record.stages import Recorder, Role, Stage
 from rlbench.core.results import metrics, utilisation
 from rlbench.run.curves import Curves
+from tqdm import tqdm
 
 
 class IterationLog:
@@ -71,10 +74,9 @@ class IterationLog:
             self.bar.set_postfix(tpspd=f"{rec.tpspd:.0f}", reward=f"{rec.reward_mean:.2f}", acc=f"{self.acc:.2f}")
             self.bar.update(1)
 
+
 def _profiler(cfg, run, schedule, device):
     """device: this process's device (None: the driver, which holds none: CPU activity only)."""
-    from rlbench.core.record.profiling import IterationProfiler
-
     trace_dir = str(run.folder / "traces") if cfg.run.profile else None
     worker = schedule.rec.worker
     return IterationProfiler(trace_dir, worker, cfg.run.warmup_iterations, cfg.run.profile_iterations,
@@ -119,7 +121,4 @@ def _occupancy(stats: list[dict]) -> float | None:
 def progress_bar(total: int, desc: str, enabled: bool):
     if not enabled or total <= 0:
         return None
-    import sys
-
-    from tqdm import tqdm
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)

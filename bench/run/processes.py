@@ -4,12 +4,22 @@ once, taking turns by iteration (run.interleave, bench/run/interleave.py).
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
+import shutil
+import signal
+import sys
+import tempfile
+from multiprocessing.connection import wait
 from pathlib import Path
 
+from rlbench.core import experiments
 from rlbench.core.config import RunConfig
+from rlbench.core.devices import procs, starting
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
+from rlbench.run import interleave
+from rlbench.run.interleave import Pacer
 
 
 def start(proc) -> None:
@@ -25,10 +35,6 @@ def start(proc) -> None:
 def interrupt(cell_procs) -> None:
     """Ctrl-C reached `rlbench run` (the terminal's foreground group): pass it to every cell's group, as
     the terminal would have, and give the cells time to save their results."""
-    import signal
-
-    from rlbench.core.devices import procs
-
     for proc in cell_procs:
         procs.forward(signal.SIGINT, proc.pid)
     for proc in cell_procs:
@@ -38,10 +44,6 @@ def interrupt(cell_procs) -> None:
 def reap(proc) -> None:
     """After a cell process ended (or would not): end what is left of its process group (a vLLM engine
     core that outlived its worker, a resource tracker), checked in /proc, within about 10 s."""
-    import sys
-
-    from rlbench.core.devices import procs
-
     if proc.is_alive():
         proc.kill()
         proc.join(5)
@@ -54,10 +56,6 @@ def reap(proc) -> None:
 def ring_seats(cells, run_dir: Path):
     """Seats for the cells in a turn ring: the one RLBENCH_RING names (a side of `rlbench check
     --against`), else a new ring of this run alone. -> (seats, ring folder to remove at the end or None)."""
-    import tempfile
-
-    from rlbench.run import interleave
-
     shared = interleave.from_env()
     if shared:
         folder, side = shared
@@ -68,33 +66,30 @@ def ring_seats(cells, run_dir: Path):
 
 def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path, progress: bool) -> dict:
     """Every cell in its own process at once, taking turns by iteration (bench/run/interleave.py)."""
-    import shutil
-    from multiprocessing.connection import wait
-
     seats, own = ring_seats(cells, run_dir)
-    procs = {}
+    running = {}
     try:
         for seat, entry, (cell, cfg, _) in zip(seats, entries, cells):
             proc = ctx.Process(target=cell_main, name=f"rlbench-cell-{cell}",
                                args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress, seat))
             start(proc)
-            procs[proc.sentinel] = (seat, proc, entry)
-        while procs:
-            for sentinel in wait(list(procs)):
-                seat, proc, entry = procs.pop(sentinel)
+            running[proc.sentinel] = (seat, proc, entry)
+        while running:
+            for sentinel in wait(list(running)):
+                seat, proc, entry = running.pop(sentinel)
                 proc.join()
                 reap(proc)
                 seat.leave()  # a cell that died mid-turn passes its turns on
                 entry["exit_code"] = proc.exitcode
                 schema.atomic_write_json(run_dir / schema.ABLATION, record)
     except KeyboardInterrupt:
-        interrupt([proc for _, proc, _ in procs.values()])
-        for seat, proc, entry in procs.values():
+        interrupt([proc for _, proc, _ in running.values()])
+        for seat, proc, entry in running.values():
             entry["exit_code"] = 130
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
         raise
     finally:
-        for seat, proc, _ in procs.values():
+        for seat, proc, _ in running.values():
             reap(proc)
             seat.leave()
         if own:
@@ -109,13 +104,7 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None)
     """A cell process. It leads its own process group, so that whatever it starts (workers, vLLM engine
     cores, resource trackers) can be found and ended after it (bench/core/devices/procs.py); it gets SIGTERM when
     `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
-    import signal
-    import sys
-
-    from rlbench.core.devices import procs, starting
-    from rlbench.core import experiments
-    from rlbench.run.cell import run_cell
-    from rlbench.run.interleave import Pacer
+    from rlbench.run.cell import run_cell  # inside: it imports torch; `rlbench run`, which starts this process, must not
 
     starting.detach()  # forked by `rlbench run`'s fork server (on CPU): it must end with `rlbench run`
     procs.lead_own_group()
@@ -137,7 +126,5 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None)
         print(f"error in cell {name}: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(3)
     finally:
-        import multiprocessing
-
         if os.getppid() != multiprocessing.parent_process().pid:  # orphaned: nobody else will clean up
             procs.kill_group(os.getpgid(0), spare=os.getpid())

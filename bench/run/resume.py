@@ -13,17 +13,18 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import typer
+from rlbench.core.config_files import build_config
 from rlbench.core.errors import UserError
-from rlbench.core.results import schema
+from rlbench.core.results import provenance, schema
+from rlbench.run.ablation import cells_for, run_cells
+from rlbench.run.around import finish, preflight, raise_failed
+from rlbench.run.seeds import expand
 
 
 def load(run_dir: Path) -> tuple[dict, object, list]:
     """-> (the ablation record, its base RunConfig, its cells as (name, config, seed)); UserError when
     RUN_DIR is not a run this rlbench can resume."""
-    from rlbench.core.config import build_config
-    from rlbench.run.ablation import cells_for
-    from rlbench.run.seeds import expand
-
     path = Path(run_dir) / schema.ABLATION
     if not path.is_file():
         raise UserError(f"--resume {run_dir}: no {schema.ABLATION} there (not a run folder of `rlbench run`)")
@@ -71,7 +72,7 @@ def _complete(folder: Path) -> bool:
 def _verify(folder: Path, name: str, config: dict, digest: str) -> None:
     """A kept cell must have been measured with the config the run gives it and by this code."""
     res = schema.load_cell(folder)
-    if res.get("config") != config:
+    if res.get("config") != config:  # raw: an exact match, and the keys that differ by name
         keys = sorted(_diff(res.get("config") or {}, config))
         raise UserError(f"--resume: completed cell {name} ({folder / schema.RESULTS}) was run with a different "
                         f"config than the run's ablation.json gives it: {', '.join(keys[:8])}; start a new run")
@@ -97,11 +98,6 @@ def resume_run(run_dir: Path, progress: bool, end, refused: dict) -> None:
     """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept. refused: the
     `rlbench run` options given with it ({option: value}): any set one is refused (exit 2); end: what to print
     and write at the end (around.Ending)."""
-    import typer
-    from rlbench.core.results import provenance
-    from rlbench.run.around import finish, preflight, raise_failed
-    from rlbench.run.ablation import run_cells
-
     given = [opt for opt, value in refused.items() if value]
     if given:
         raise UserError(f"--resume {run_dir} runs that run's own configuration (its ablation.json); leave out "

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rlbench.core.devices import device
+from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 
 
@@ -99,7 +100,5 @@ def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[l
         raise
     rejected = [e["name"] for e, _ in todo if e["exit_code"] == 2]
     if rejected:
-        from rlbench.core.errors import UserError
-
         raise UserError(f"cells {', '.join(rejected)} rejected their input (see the errors above)")
     return record

@@ -7,7 +7,9 @@ so a run cut short still holds complete comparisons. The cell `sync` of seed 2 i
 """
 from __future__ import annotations
 
-from rlbench.core.config import RunConfig, with_overrides
+from rlbench.core.config import RunConfig
+
+from rlbench.core.config_files import with_overrides
 from rlbench.core.errors import UserError
 from rlbench.core.results.schema import seeded_name
 

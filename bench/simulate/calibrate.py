@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlbench.core import schedules
+from rlbench.core.config_files import recorded_config
 from rlbench.core.costmodel.predict import SyncMeasurements, measurements
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
@@ -20,12 +21,7 @@ from rlbench.core.schedules.spec import MODEL_COLOCATED
 
 
 def _schedule(cell: dict) -> str:
-    return (cell.get("switches") or {}).get("schedule") or \
-        ((cell.get("config") or {}).get("engine") or {}).get("schedule", "?")
-
-
-def _engine(cell: dict) -> dict:
-    return (cell.get("config") or {}).get("engine") or {}
+    return (cell.get("switches") or {}).get("schedule") or recorded_config(cell).engine.schedule
 
 
 def load_cells(run_dir: Path) -> list[dict]:
@@ -63,6 +59,7 @@ def calibrate(run_dir: Path) -> tuple[list[SyncMeasurements], dict]:
 
 def validate(run_dir: Path) -> list[dict]:
     """Predict every cell of the run as the report does (rlbench.analysis.speedup.predict_cells)."""
+    # inside: the analysis imports pandas and scipy; `rlbench --help` imports this package
     from rlbench.analysis.data import load
     from rlbench.analysis.speedup import predict_cells
 

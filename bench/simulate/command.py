@@ -1,6 +1,5 @@
-"""The `rlbench simulate` command function (registered on rlbench.cli's Typer app).
-
-Heavy imports happen inside the function, so importing this module costs only typer.
+"""The `rlbench simulate` command function (registered on rlbench.cli's Typer app). The simulator is pure
+Python (its plots' matplotlib and the validation's analysis load when used), so importing it costs little.
 """
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rlbench.simulate import format_text, parse_list, run_simulation
 
 
 def simulate(
@@ -28,8 +28,6 @@ def simulate(
     """Predict sync / periodic-async / bounded-async TPSPD and speedups on N rollout + M training devices,
     every device at the per-device costs measured in a run's data-parallel sync cell (the report's
     measured-vs-predicted model, nothing fitted) or stated by a preset; writes simulate.json and plots."""
-    from rlbench.simulate import format_text, parse_list, run_simulation
-
     result = run_simulation(run_dir, preset, parse_list(devices, int, "--devices"),
                             parse_list(rollout_share, float, "--rollout-share"), out, staleness)
     typer.echo(format_text(result))

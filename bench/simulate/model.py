@@ -17,6 +17,7 @@ Units: seconds, tokens, devices.
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -70,8 +71,6 @@ def lognormal_samples(prompts: int, g: int, response_mean: float, sigma: float, 
                       prompt_mean: float, prompt_sd: float, seed: int = 0) -> list[dict]:
     """Synthetic sample rows: prompt ~ Normal(prompt_mean, prompt_sd) (>= 16 tokens); responses
     ~ LogNormal with the given mean and shape sigma, cut at max_response (unfinished answers)."""
-    import math
-
     rng = random.Random(seed)
     mu = math.log(response_mean) - sigma ** 2 / 2  # so that the uncut mean is response_mean
     rows = []

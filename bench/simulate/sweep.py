@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rlbench.core import schedules
 from rlbench.core.errors import UserError
+from rlbench.core.results.schema import atomic_write_json
 from rlbench.simulate import paper
 from rlbench.simulate.calibrate import calibrate, validate
 from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, REF, simulate
@@ -104,8 +105,6 @@ def _measured_its(cell: dict) -> list[int]:
 def run_simulation(run_dir: Path | None = None, preset: str | None = None, devices=None, shares=None,
                    out: Path | None = None, staleness: int = 1, plots: bool = True) -> dict:
     """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files')."""
-    from rlbench.core.results.schema import atomic_write_json
-
     if run_dir is not None and not Path(run_dir).exists():
         raise UserError(f"{run_dir}: run folder not found")
     batches, batches_for, about = _source(run_dir, preset)
@@ -124,7 +123,7 @@ def run_simulation(run_dir: Path | None = None, preset: str | None = None, devic
     atomic_write_json(out / "calibration.json", calibration)
     files = [out / "calibration.json"]
     if plots:
-        from rlbench.simulate.plots import plot_all
+        from rlbench.simulate.plots import plot_all  # inside: matplotlib; `rlbench --help` imports this package
         files += plot_all(result, out)
     atomic_write_json(out / "simulate.json", result)
     result["files"] = [str(f) for f in files + [out / "simulate.json"]]

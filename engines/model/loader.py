@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from rlbench.core.config import CONFIG_DIR
+from rlbench.core.config_files import CONFIG_DIR
 from rlbench.core.devices.limits import ModelFacts
 from rlbench.core.errors import UserError
 from rlbench.engines.data.task import format_prompt

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from rlbench.check import verdicts as chk
-from rlbench.core.config import RunConfig, with_overrides
+from rlbench.core.config import RunConfig
+from rlbench.core.config_files import with_overrides
 from rlbench.core.results import schema
 from rlbench.core.results.metrics import aggregate
 

@@ -41,6 +41,9 @@ import heapq
 import statistics
 from collections import defaultdict
 
+from rlbench.core.config import RunConfig
+
+from rlbench.core.config_files import recorded_config
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
@@ -211,7 +214,7 @@ def _durations(events: list[dict], k: int) -> dict:
 class SyncMeasurements:
     """What one measured sync iteration says about the devices."""
 
-    def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict], cfg: dict,
+    def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict], cfg: RunConfig,
                  shape: dict | None = None):
         d = _durations(events, it["iteration"])
         if not d["ranks"]:
@@ -219,10 +222,9 @@ class SyncMeasurements:
                             "data-parallel layout is needed)")
         self.n, self.ws, self.opt = d["ranks"], d["ws"], d["opt"]
         self.samples, self.tokens = samples, it["tokens"]
-        self.shared_prompt = bool((cfg.get("engine") or {}).get("shared_prompt"))
-        self.slots = int((cfg.get("rollout") or {}).get("max_num_seqs") or 16)
-        self.g = int((cfg.get("rollout") or {}).get("group_size") or 1)
-        self.micro_batch = int((cfg.get("train") or {}).get("micro_batch_size") or self.g)
+        self.shared_prompt = bool(cfg.engine.shared_prompt)
+        self.slots, self.g = cfg.rollout.max_num_seqs, cfg.rollout.group_size
+        self.micro_batch = cfg.train.micro_batch_size
         self.shape = shape
         self.c_tok = d["train"] / max(1.0, self.work(samples))  # seconds per unit of train_work
         rows: dict = defaultdict(lambda: [0, 0.0])
@@ -310,7 +312,7 @@ def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> li
     for s in samples:
         by_iter[s["iteration"]].append(s)
     stats = {r["iteration"]: r.get("workers") or [] for r in sync_cell.get("rollout_stats") or []}
-    cfg = sync_cell.get("config") or {}
+    cfg = recorded_config(sync_cell)
     shape = (sync_cell.get("model") or {}).get("shape")  # None in results from before it was recorded
     return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg, shape)
             for it in its]

@@ -1,7 +1,7 @@
 """One table of the metrics rlbench reports: name (the column), unit, how seeds aggregate it, and where
 it shows. The summary table's columns, `rlbench compare`'s key metrics and the multi-seed spreads read
-it (reports/tables.py, bench/analysis/comparison.py, bench/analysis/seeds.py); adding a reported metric is one row
-here plus its value in the summary row (reports/tables.py `_row`).
+it (bench/analysis/summary.py, bench/analysis/comparison.py, bench/analysis/seeds.py); adding a reported metric is
+one row here plus its value in the summary row (bench/analysis/summary.py `_row`).
 
 `rlbench check` reads its rows too (bench/check/metrics.py, ab.py): one row per metric family, whose
 name is a pattern (`speedup:{cell}/{ref}`: the family, then the cells or stage it is of) and whose

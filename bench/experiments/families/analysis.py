@@ -21,9 +21,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 from rlbench.analysis import intervals
 from rlbench.analysis.data import CellData, RunData, load, workers_in
 from rlbench.analysis.intervals import Ratio
+from rlbench.analysis.seeds import is_multi_seed, per_seed
+from rlbench.analysis.speedup import predict_cells
 from rlbench.core.errors import UserError
 from rlbench.core.experiments.spec import Analysis
 from rlbench.core.results import schema
@@ -55,8 +58,6 @@ def write_ladder(run_dir) -> Path | None:
 def ladder_frame(run: RunData):
     """families_frame of the run when it is a families ladder (a multi-seed run: its first seed's cells), else
     None."""
-    from rlbench.analysis.seeds import is_multi_seed, per_seed
-
     shown = next(iter(per_seed(run).values())) if is_multi_seed(run) else run
     return families_frame(shown) if is_families(shown) else None
 
@@ -69,8 +70,6 @@ def is_families(run: RunData) -> bool:
 
 def families_frame(run: RunData):
     """One row per rung in ladder order (a pandas DataFrame: HEAD, then stale_<s> and idle_<worker>_pct)."""
-    import pandas as pd
-
     cells = [run.cell(r.cell) for r in families.RUNGS]
     predicted = _predictions(run)
     stale = [_staleness(c) for c in cells]
@@ -108,8 +107,6 @@ def _row(i: int, rung, c: CellData | None, pred: float | None, prev: dict | None
 
 def _predictions(run: RunData) -> dict[str, float]:
     """cell -> predicted TPSPD from its sync twin's measured costs (nothing from the async cells)."""
-    from rlbench.analysis.speedup import predict_cells
-
     try:
         return {r["cell"]: r["predicted_tpspd"] for r in predict_cells(run)}
     except UserError:  # no sync cell with measured iterations: no prediction

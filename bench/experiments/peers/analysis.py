@@ -14,9 +14,14 @@ job on the machine adds to, so it compares the engines' work on a busy machine t
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
+import pandas as pd
 from rlbench.analysis import intervals
+from rlbench.analysis.data import CellData, load
+from rlbench.analysis.speedup import reference_of, turn_group
+from rlbench.core.results.schema import measured, ratio
 from rlbench.core.experiments.spec import Analysis
 from rlbench.core.schedules import by_role
 from rlbench.core.schedules.spec import REFERENCE
@@ -30,8 +35,6 @@ STAGES = ("rollout", "reward", "old_logprob", "ref_logprob", "advantage", "updat
 def write_peers(run_dir) -> Path | None:
     """peers.csv in run_dir when the run holds a TRL cell and an rlbench sync cell; -> its path, or None
     (an earlier peers.csv is removed: it would describe other cells)."""
-    from rlbench.analysis.data import load
-
     run = load(run_dir)
     path = Path(run_dir) / CSV
     frame = peers_frame(run)
@@ -46,10 +49,6 @@ def peers_frame(run):
     """One row per cell (a pandas DataFrame), or None without both an rlbench sync cell and a peer's cell.
     Where the cells took turns in pairs (run.interleave_pairs), sync's runs beside each other cell are pooled
     into one row named after it, and every other row is measured against the sync run it took turns with."""
-    import pandas as pd
-
-    from rlbench.analysis.speedup import reference_of, turn_group
-
     sync = next((c for c in run.cells if c.schedule == _REF and c.iterations), None)
     if sync is None or not any(_is_peer(c) for c in run.cells):
         return None
@@ -80,11 +79,6 @@ def _is_peer(c) -> bool:
 def _pooled(runs: list, name: str):
     """The reference cell's runs (one per pair) as one cell: their iterations and events together (the same
     iteration numbers, so per-iteration sums add over the runs), TPSPD median and range over all of them."""
-    import statistics
-
-    from rlbench.analysis.data import CellData
-    from rlbench.core.results.schema import measured
-
     its = [it for c in runs for it in c.iterations]
     tp = [it["tpspd"] for it in measured(its) if it.get("tpspd")]
     walls = [it["wall_s"] for it in measured(its)]
@@ -100,8 +94,6 @@ def _pooled(runs: list, name: str):
 def _row(c, sync, is_ref: bool = False) -> dict:
     """A cell's row; sync: the sync run it is measured against (the stage columns minus sync's add up to
     the difference of the totals: the module docstring)."""
-    from rlbench.core.results.schema import ratio
-
     own = _per_ktok(c)
     ref = own if is_ref else _per_ktok(sync)
     evals = c.result.get("evals") or []
@@ -123,8 +115,6 @@ def _row(c, sync, is_ref: bool = False) -> dict:
 def _per_ktok(c) -> dict:
     """Device- and CPU-seconds per 1,000 trained tokens by stage over the measured iterations, tokens per
     iteration, mean response length, on-core share."""
-    from rlbench.core.results.schema import measured
-
     its = measured(c.iterations)
     tokens = sum(it["tokens"] for it in its) or None
     per_k = lambda s: None if not tokens else 1000 * s / tokens
@@ -170,8 +160,6 @@ def _paired(c, sync) -> dict:
     """Min and max over the measured iterations of this cell's TPSPD over the sync cell's same iteration
     (taken back to back when the cells take turns), and the 95% interval of the ratio they give
     (bench/analysis/intervals.py: vs_sync_low, _high, _n, _basis)."""
-    from rlbench.core.results.schema import measured, ratio
-
     ours = {it["iteration"]: it["tpspd"] for it in measured(sync.iterations)}
     r = [ratio(it["tpspd"], ours[it["iteration"]]) for it in measured(c.iterations) if it["iteration"] in ours]
     r = [v for v in r if v is not None]

@@ -15,10 +15,11 @@ FRAMEWORKS = {"trl": "rlbench.engines.external.trl.adapter:run_trl"}
 def preflight(cells) -> None:
     """Before any cell runs: every peer framework cell's framework is installed and accepts its config
     (UserError, exit 2, otherwise)."""
-    from rlbench.engines.external.trl import adapter, settings
-
     for name, cfg in cells:
         if framework_of(name) == "trl":
+            # inside: torch and transformers; every `rlbench run` calls this, most without a TRL cell
+            from rlbench.engines.external.trl import adapter, settings
+
             adapter.require_trl()
             settings.check(cfg, cfg.engine.num_devices)
 

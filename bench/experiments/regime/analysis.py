@@ -19,10 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from rlbench.analysis.cost_spread import point_spread
-from rlbench.analysis.data import CellData, RunData, get_path
+from rlbench.analysis.data import CellData, RunData
 from rlbench.analysis.seeds import is_multi_seed
 from rlbench.core.experiments.spec import Analysis
 from rlbench.core.results import schema
+from scipy import stats
 
 WIN = 1.0  # a speedup above this is a win: periodic-async's TPSPD beats sync's on the same devices
 
@@ -95,11 +96,11 @@ def _point(c: CellData) -> str:
 
 def knobs(sync: CellData) -> dict:
     """The point's settings, from the sync cell's resolved config."""
-    ro = get_path(sync.result, "config.rollout") or {}
-    return {"response_length": ro.get("response_length"), "length_mean": ro.get("response_length_mean"),
-            "length_sigma": ro.get("response_length_sigma"), "max_new_tokens": ro.get("max_new_tokens"),
-            "prompts": get_path(sync.result, "config.train.prompts_per_iteration"),
-            "group_size": ro.get("group_size"), "max_num_seqs": ro.get("max_num_seqs")}
+    ro = sync.config.rollout
+    return {"response_length": ro.response_length, "length_mean": ro.response_length_mean,
+            "length_sigma": ro.response_length_sigma, "max_new_tokens": ro.max_new_tokens,
+            "prompts": sync.config.train.prompts_per_iteration, "group_size": ro.group_size,
+            "max_num_seqs": ro.max_num_seqs}
 
 
 def tail_stats(sync: CellData) -> dict:
@@ -227,8 +228,6 @@ def crossover_range(frame: pd.DataFrame, statistic: str, measured: Crossover) ->
 
 def spearman(a: pd.Series, b: pd.Series) -> float | None:
     """Rank correlation of two columns over the rows where both are set (None if undefined)."""
-    from scipy import stats
-
     both = pd.DataFrame({"a": pd.to_numeric(a, errors="coerce"), "b": pd.to_numeric(b, errors="coerce")}).dropna()
     if len(both) < 2 or both["a"].nunique() < 2 or both["b"].nunique() < 2:
         return None

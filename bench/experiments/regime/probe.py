@@ -21,6 +21,9 @@ import multiprocessing as mp
 import time
 from pathlib import Path
 
+import typer
+from rlbench.core.config import ModelConfig
+from rlbench.core.devices import device as dev
 from rlbench.core.experiments.spec import Runner
 from rlbench.core.results import schema
 
@@ -35,19 +38,17 @@ PHASES = (("decode", True, False), ("train", False, True), ("both", True, True))
 
 def _work(side: str, mcfg: dict, core: int, barrier, out, phase_s: float, decode: dict, train: dict) -> None:
     """One probe worker: pinned to `core`, runs its side's unit of work while its phase says so."""
+    # inside: torch and the engines, needed in the probe's worker processes only; every `rlbench run` and cell
+    # process loads this module (the experiments' runners), most of them for another ablation
     import torch
-
-    from rlbench.core.config import ModelConfig
-    from rlbench.core.devices import device as dev
     from rlbench.engines.model.tiny import build_tiny
+    from rlbench.engines.rollout.base import PromptRequest
+    from rlbench.engines.rollout.sampler import BuiltinSampler
+    from rlbench.engines.rollout.sampling import LengthSampling
 
     dev.pin("cpu", core, 1)
     model = build_tiny(ModelConfig(**mcfg), vocab_size=128, seed=0)
     if side == "decode":
-        from rlbench.engines.rollout.base import PromptRequest
-        from rlbench.engines.rollout.sampler import BuiltinSampler
-        from rlbench.engines.rollout.sampling import LengthSampling
-
         sampler = BuiltinSampler(model, 2, max_num_seqs=decode["sequences"])
         requests = [PromptRequest(i, [3 + (i + t) % 120 for t in range(decode["prompt_len"])])
                     for i in range(decode["sequences"])]
@@ -112,10 +113,7 @@ def calibrate(name: str, base, run_dir: Path) -> None:
     """The calibration step of `--ablation regime`, before its cells: how much decode and training slow each
     other on two cores. Where it cannot run (not CPU, fewer than 2 cores, a model other than the tiny one) or
     fails, the prediction keeps the sync cell's own estimate; nothing is lost."""
-    import typer
-    from rlbench.core.devices.device import cpu_cores
-
-    if name not in PROBED or base.engine.device != "cpu" or base.model.kind != "tiny" or len(cpu_cores()) < 2:
+    if name not in PROBED or base.engine.device != "cpu" or base.model.kind != "tiny" or len(dev.cpu_cores()) < 2:
         return
     typer.echo("rlbench: contention probe: decode and training alone and together on the first two cores (~20 s)",
                err=True)
