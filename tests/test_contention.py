@@ -171,9 +171,10 @@ def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
     r = contention_probe.measure(load_config(None, []).model.model_dump(mode="json"), tmp_path, cores=(0, 0),
                                  phase_s=0.4)
     for side in ("decode", "train"):
-        # about 1; more where another process shares the pinned core (2.2 measured beside a test suite); a
-        # probe that never overlapped the sides gives about 0, one that reads the ratio upside down about -0.5
-        assert 0.3 < r[side]["kappa"] < 4.0, r[side]
+        # about 1 on a quiet core; beside other work it moves both ways (2.2 measured with a third process on
+        # the pinned core, 0.24 with one slowing the "alone" phase too); a probe that reads the ratio upside
+        # down gives about -0.5, one that never overlapped the sides about 0
+        assert 0.1 < r[side]["kappa"] < 4.0, r[side]
         assert r[side]["kappa"] == pytest.approx(r[side]["alone_per_s"] / r[side]["together_per_s"] - 1)
     assert schema.read_contention_probe(tmp_path) == r
     assert not mp.active_children()
