@@ -88,16 +88,23 @@ if_time() {  # if_time SECONDS: whether at least SECONDS of the budget are left
 step env 45 sh -c "rlbench env --dtype $([ $DEV = cuda ] && echo bfloat16 || echo float32) --remeasure \
     > '$OUT/env.json' && cat '$OUT/env.json'"
 step gpu-tests 100 "$PY" -m pytest -q -rA --tb=line -p no:cacheprovider -m gpu \
-    tests/test_cuda.py tests/test_device.py tests/test_vllm_backend.py
+    tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py
 step decode 70 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
     "${DECODE[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-decode.json"
 step shared-prompt 100 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
     --only packing,equivalence "${PACKING[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-packing.json"
+# Where the decode benchmark could not capture or replay the CUDA graphs, the runs decode eagerly rather
+# than fail every cell (the failure is in micro-decode.json and the log)
+if "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [])
+sys.exit(0 if any('error' in b.get('builtin_graphs', {}) for b in r) else 1)" "$OUT/micro-decode.json" 2>/dev/null; then
+    echo "== the CUDA graphs failed in the decode benchmark: the runs set rollout.cuda_graphs=false"
+    RUN+=(--set rollout.cuda_graphs=false)
+fi
 if [ "$DEV" = cuda ]; then
     nvidia-smi dmon -s ut -d 1 > "$OUT/dmon.txt" 2>&1 &
     dmon=$!
 fi
-step ablation-async 200 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
+step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
 for abl in shared_prompt tri_model; do
     if if_time $((120 * SCALE)); then
         step "ablation-$abl" 150 rlbench run "${RUN[@]}" "${MORE[@]}" --ablation "$abl" --set run.name="headline-$abl"
