@@ -34,11 +34,12 @@ from rlbench.engines.ray_host import RayHost
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 
 class ProcessHost:
-    """One spawned process per slot, pinned to its device (bench/core/devices/device.py `pin`), running cls(slot, *args)."""
+    """One process per slot (forked from the cell's fork server, or spawned: bench/core/devices/starting.py),
+    pinned to its device (bench/core/devices/device.py `pin`), running cls(slot, *args)."""
 
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog):
         """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
-        ctx = _context(all(slot.kind == "cpu" for slot in slots))
+        ctx = _context(all(slot.kind != "npu" for slot in slots))
         self.timeout_s, self.watchdog = timeout_s, watchdog
         self.out = ctx.Queue()
         self.inbox: dict[str, Any] = {}
@@ -53,9 +54,11 @@ class ProcessHost:
             for slot in slots:
                 self.inbox[slot.worker] = ctx.Queue()
                 # Not daemonic: a worker may start processes of its own (vLLM's engine core).
+                env = launch.start_env(slot)  # only its accelerator visible, from its start
                 p = ctx.Process(target=_serve, name=f"rlbench-{slot.worker}",
-                                args=(launch.child_slot(slot), cls, args_of(slot), self.inbox[slot.worker], self.out))
-                with launch.environment(launch.start_env(slot)):  # only its accelerator visible, from its start
+                                args=(launch.child_slot(slot), cls, args_of(slot), self.inbox[slot.worker], self.out,
+                                      env))
+                with launch.environment(env):  # spawned: the environment it is created with
                     p.start()
                 self.procs[slot.worker] = p
             self._wait_ready()
@@ -156,20 +159,22 @@ class ProcessHost:
                 p.join(5)
 
 
-def _context(cpu_only: bool):
+def _context(forkable: bool):
     """The multiprocessing context of worker processes (bench/core/devices/starting.py): forked from the
-    cell's fork server on CPU; spawned elsewhere, so that a worker starts from a fresh interpreter with the
-    environment it was given (its one visible accelerator)."""
-    return starting.context(cpu_only, tensors=True)
+    cell's fork server, a worker lays the environment it is handed (its one visible accelerator) over its
+    own before it touches the device; spawned where one holds an NPU or RLBENCH_START=spawn."""
+    return starting.context(forkable, tensors=True)
 
 
-def _serve(slot, cls, args: tuple, inbox, out) -> None:
+def _serve(slot, cls, args: tuple, inbox, out, env: dict[str, str]) -> None:
     """A worker process: pin to the slot's device, build the object, answer requests until told to stop.
-    `slot` is the worker's view (engines/launch.py child_slot: its one visible accelerator is index 0).
-    It dies with its parent (a cell that dies hard leaves no worker behind) and reports its progress
-    for the hang watchdog from a thread."""
+    `slot` is the worker's view (engines/launch.py child_slot: its one visible accelerator is index 0);
+    env: the variables it starts with (launch.start_env), which a process forked from the cell's fork
+    server has from the server instead. It dies with its parent (a cell that dies hard leaves no worker
+    behind) and reports its progress for the hang watchdog from a thread."""
+    os.environ.update(env)  # before anything here touches CUDA, which reads CUDA_VISIBLE_DEVICES once
     lifecycle.record_phase(Phase.IMPORTS, lifecycle.process_age_s() or 0.0)  # spawned: the interpreter's start too
-    starting.detach()  # forked by the cell's fork server (on CPU): it must end with the cell
+    starting.detach()  # forked by the cell's fork server: it must end with the cell
     procs.die_with_parent(signal.SIGKILL)
     procs.interruptible()  # a Ctrl-C passed on to the cell's group reaches the worker too
     obj = None

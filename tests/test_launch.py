@@ -31,8 +31,9 @@ def _plan(kind: str, schedule: str, rollout: int, train: int, share: bool = Fals
 
 
 class _Process:
-    """Stands in for a spawned worker process: records the environment it is created with and its
-    arguments, and reports Ready with what a real one would observe (that environment)."""
+    """Stands in for a worker process: records the environment it works in (the one it is created with,
+    which a spawned process keeps, with what it is handed laid over it, as `_serve` does first: a forked one
+    has its server's) and its arguments, and reports Ready with what a real one would observe."""
 
     started: list = []
 
@@ -41,8 +42,8 @@ class _Process:
         self.exitcode = 0
 
     def start(self):
-        slot, cls, args, inbox, out = self.args
-        env = {k: os.environ.get(k) for k in VARS}
+        slot, cls, args, inbox, out, handed = self.args
+        env = {k: handed.get(k, os.environ.get(k)) for k in VARS}
         _Process.started.append({"worker": slot.worker, "env": env, "slot": slot, "target": self.target.__name__})
         from rlbench.engines.host_messages import Ready
 
@@ -71,12 +72,12 @@ def _start(monkeypatch, placement, parent_env: dict | None = None) -> dict:
         monkeypatch.delenv(var, raising=False)
     for k, v in (parent_env or {}).items():
         monkeypatch.setenv(k, v)
-    methods = []  # an accelerator worker is spawned: it must start with only its device visible
-    monkeypatch.setattr(hosts, "_context", lambda cpu_only: methods.append(cpu_only) or _Context)
+    methods = []  # forked unless it holds an NPU: either way it must work with only its device visible
+    monkeypatch.setattr(hosts, "_context", lambda forkable: methods.append(forkable) or _Context)
     _Process.started = []
     before = {k: os.environ.get(k) for k in VARS}
     host = hosts.ProcessHost(placement.slots, object, lambda s: (), 5.0, Watchdog())
-    assert methods == [False]
+    assert methods == [all(slot.kind != "npu" for slot in placement.slots)]
     try:
         launch.check(placement, host.observed)
     finally:
@@ -167,6 +168,30 @@ def test_a_mismatch_names_the_worker_the_plan_and_the_observation(monkeypatch):
 
 
 @pytest.mark.e2e
+def test_a_forked_worker_works_in_the_environment_it_is_handed(monkeypatch):
+    """A worker forked from the cell's fork server has the server's environment, not the one the cell has
+    when it starts the worker: `_serve` lays what it is handed (its one visible GPU, on a GPU) over it
+    before anything runs. Real processes on CPU, with the variable a GPU worker is handed."""
+    from rlbench.core.devices import starting
+    from rlbench.engines import hosts, launch
+    from rlbench.engines.watchdog import Watchdog
+    from support.start_probe import EnvReporter
+
+    monkeypatch.delenv(starting.ENV, raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    starting.warm(forkable=True)  # the server starts now, without the variable
+    assert starting.server_pid() is not None
+    monkeypatch.setattr(launch, "start_env", lambda slot, environ=None: {"CUDA_VISIBLE_DEVICES": "3"})
+    slot = _plan("cpu", "sync", 1, 1, available=2).slots[0]
+    host = hosts.ProcessHost([slot], EnvReporter, lambda s: (), 120.0, Watchdog())
+    try:
+        got = host.wait([host.submit(slot.worker, "env", "CUDA_VISIBLE_DEVICES")], doing="asking")
+    finally:
+        host.close()
+    assert got == ["3"] and "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+@pytest.mark.e2e
 def test_cpu_workers_observe_their_own_core_and_the_result_records_it(tmp_path):
     """A real run on 2 cores: every worker reports its one core (different ones) and 1 thread, next to the
     plan in results.json; the driver says it initialised no accelerator."""
@@ -239,7 +264,8 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
     """A whole cell with engine.device=cuda on pretended GPUs (sync: one rank on 1 GPU, in-process
     stand-ins cannot form a process group; periodic_async: 1 + 1 on 2 GPUs): the driver loads the model, starts the
     workers, dispatches, evaluates (on the trainer's rank 0) and writes results without one CUDA call
-    (torch.cuda's lazy init is counted, and this torch has no CUDA: a tensor moved there would fail)."""
+    (torch.cuda's lazy init and is_available are counted, and this torch has no CUDA: a tensor moved there
+    would fail)."""
     import torch
 
     from rlbench.core.config_files import load_config
@@ -254,7 +280,9 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
         inits.append(1)
         raise AssertionError("the driver initialised CUDA")
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # asking CUDA whether it is there initialises its driver in the process (its workers are forked from
+    # it): the driver counts devices through NVML (torch.cuda.device_count) instead
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: inits.append("is_available") or True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if schedule == "sync" else 2)
     monkeypatch.setattr(torch.cuda, "_lazy_init", no_init)
     monkeypatch.setattr(hosts, "make_host", lambda launcher, *a: _InlineHost(*a))

@@ -1,5 +1,5 @@
 """How a run's processes start (bench/core/devices/starting.py): forked from a fork server that has imported
-torch and transformers on CPU, spawned where a process holds an accelerator or RLBENCH_START=spawn says so.
+torch and transformers, spawned where a process holds an NPU or RLBENCH_START=spawn says so.
 The whole-run consequences (a killed `rlbench run` leaves nothing, by either method) are in
 tests/test_process_hygiene.py."""
 import json
@@ -15,16 +15,16 @@ from rlbench.core.errors import UserError
 PROBE = Path(__file__).parent / "support" / "start_probe.py"
 
 
-def test_forkserver_on_cpu_only_and_spawn_on_request(monkeypatch):
+def test_forkserver_unless_an_npu_is_held_or_spawn_is_asked_for(monkeypatch):
     monkeypatch.delenv(starting.ENV, raising=False)
-    assert (starting.method(cpu_only=True), starting.method(cpu_only=False)) == ("forkserver", "spawn")
+    assert (starting.method(forkable=True), starting.method(forkable=False)) == ("forkserver", "spawn")
     monkeypatch.setenv(starting.ENV, "spawn")
-    assert starting.method(cpu_only=True) == "spawn"
-    monkeypatch.setenv(starting.ENV, "forkserver")  # never for an accelerator: its device is in its environment
-    assert starting.method(cpu_only=False) == "spawn"
+    assert starting.method(forkable=True) == "spawn"
+    monkeypatch.setenv(starting.ENV, "forkserver")  # never for an NPU: torch_npu has not run forked
+    assert starting.method(forkable=False) == "spawn"
     monkeypatch.setenv(starting.ENV, "fork")
     with pytest.raises(UserError, match="RLBENCH_START='fork': allowed are 'spawn' and 'forkserver'"):
-        starting.method(cpu_only=True)
+        starting.method(forkable=True)
 
 
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])

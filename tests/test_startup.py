@@ -51,15 +51,18 @@ def test_a_token_budget_of_zero_is_refused_naming_the_key():
         load_config(TINY, ["run.eval_token_budget=0"])
 
 
-def test_cells_on_a_gpu_are_forked_unless_their_schedule_runs_in_them(monkeypatch):
+def test_cells_on_a_gpu_are_forked_and_on_an_npu_spawned_where_they_hold_it(monkeypatch):
     """The driver holds no accelerator, so it is forked on a GPU as on CPU; a cell whose schedule runs in its
-    own process (single_process sync) holds the device and is spawned with its environment."""
+    own process (single_process sync) holds the device: forked on a GPU from `rlbench run`'s server (a
+    fresh interpreter that never touched CUDA), spawned on an NPU (torch_npu has not run forked)."""
     monkeypatch.delenv(starting.ENV, raising=False)
     gpu = load_config(TINY, ["engine.device=cuda"])
     inside = load_config(TINY, ["engine.device=cuda", "engine.schedule=sync", "engine.sync_layout=single_process"])
+    npu_inside = load_config(TINY, ["engine.device=npu", "engine.schedule=sync", "engine.sync_layout=single_process"])
     cpu_inside = load_config(TINY, ["engine.schedule=sync", "engine.sync_layout=single_process"])
     assert (holds_device(gpu), holds_device(inside), holds_device(cpu_inside)) == (False, True, False)
     assert cell_context([gpu, gpu]).get_start_method() == "forkserver"
-    assert cell_context([gpu, inside]).get_start_method() == "spawn"
+    assert cell_context([gpu, inside]).get_start_method() == "forkserver"
+    assert cell_context([gpu, npu_inside]).get_start_method() == "spawn"
     monkeypatch.setenv(starting.ENV, "spawn")
     assert cell_context([gpu]).get_start_method() == "spawn"

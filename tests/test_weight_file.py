@@ -46,7 +46,7 @@ def _child_writes(shared, name: str) -> None:
 def test_a_block_of_hundreds_of_tensors_reaches_a_forked_process_as_one_and_is_shared():
     """Through a fork server (as every CPU worker starts): one shared tensor per parameter is refused
     ("too many fds"); the SharedState block arrives whole, and what the process writes is what this one reads."""
-    ctx = starting.context(cpu_only=True, tensors=True)
+    ctx = starting.context(forkable=True, tensors=True)
     if ctx.get_start_method() != "forkserver":
         pytest.skip("RLBENCH_START=spawn: no fork server to pass the block through")
     state = {f"w{i}": torch.zeros(3) for i in range(400)}

@@ -12,6 +12,7 @@ import typer
 from rlbench.core import experiments, schedules
 from rlbench.core.config import RunConfig
 from rlbench.core.config_files import DEFAULT_CONFIG, load_config, merge_trees, parse_overrides, with_overrides
+from rlbench.core.devices import device as dev
 from rlbench.core.devices import starting
 from rlbench.core.errors import UserError
 from rlbench.core.results import provenance, schema
@@ -219,7 +220,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
     for runner in experiments.runners():  # e.g. a peer framework's cells: installed, able to run their config
         runner.preflight(cells)
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
-    starting.method(cpu_only=True)  # a malformed RLBENCH_START likewise
+    starting.method(forkable=True)  # a malformed RLBENCH_START likewise
     preflight(base)
     run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")
     typer.echo(f"rlbench: {name} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
@@ -253,15 +254,17 @@ def turn_groups(todo: list, shared_ring: bool) -> list[list]:
 def holds_device(cfg) -> bool:
     """Whether a cell's own process holds an accelerator: only where its schedule runs in that process (its
     record says so, e.g. engine.sync_layout=single_process) on one. Otherwise the cell process is the driver,
-    which holds none (its workers do, and are spawned with their device: engines/hosts.py), so it is forked
-    from `rlbench run`'s fork server on a GPU as on CPU (bench/core/devices/starting.py)."""
+    which holds none (its workers do: engines/hosts.py)."""
     return cfg.engine.device != "cpu" and schedules.of(cfg).in_process(cfg)
 
 
 def cell_context(configs: list):
     """The multiprocessing context the cell processes start from: forked from `rlbench run`'s fork server
-    unless one of them holds an accelerator itself (holds_device) or RLBENCH_START=spawn."""
-    return starting.context(not any(holds_device(cfg) for cfg in configs))
+    (a fresh interpreter that never touched a device: bench/core/devices/starting.py), a cell that holds an
+    accelerator itself too, with the environment `rlbench run` had; spawned where one holds an NPU or
+    RLBENCH_START=spawn."""
+    return starting.context(not any(holds_device(cfg) and dev.resolve_kind(cfg.engine.device) == "npu"
+                                    for cfg in configs))
 
 
 def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:

@@ -155,7 +155,7 @@ def _setup(cfg, run: CellRun, pacer, progress: bool):
     if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
         profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
     # the workers' fork server imports while the model loads; after every variable the workers inherit
-    starting.warm(device.type == "cpu" and cfg.engine.launcher == "local")
+    starting.warm(device.type != "npu" and cfg.engine.launcher == "local")
     with lifecycle.phase(Phase.MODEL):
         dataset, policy, tok, weights = _setup_model(cfg, run, progress)
     run.schedule, evaluator = build_schedule(cfg, policy, tok, run.t0, run.writer.event, device,

@@ -39,8 +39,8 @@ if __name__ == "__main__":
     if "--as-cell" in sys.argv:  # as a cell process: the preload list imported, then the server warmed
         for name in starting.PRELOAD:
             importlib.import_module(name)
-        starting.warm(cpu_only=True)
-    ctx = starting.context(cpu_only=True)
+        starting.warm(forkable=True)
+    ctx = starting.context(forkable=True)
     q = ctx.Queue()
     p = ctx.Process(target=probe, args=(q,))
     p.start()
@@ -50,3 +50,13 @@ if __name__ == "__main__":
     print(json.dumps({**found, "client": os.getpid(), "server": server, "method": ctx.get_start_method(),
                       "exitcode": p.exitcode, "server_ppid": None if server is None else starting_parent(server),
                       "server_is_a_fork": cmdline(server) == cmdline(os.getpid())}))
+
+
+class EnvReporter:
+    """A worker (engines/hosts.py ProcessHost) that answers with the value of an environment variable."""
+
+    def __init__(self, slot, emit):
+        pass
+
+    def env(self, name: str) -> str | None:
+        return os.environ.get(name)

@@ -21,7 +21,7 @@ def resolve(kind: str = "cpu", index: int | None = None):
     if kind == "npu" and not _npu_available():
         raise UserError("engine.device=npu but no Ascend NPU is usable here: needs torch_npu (pip install "
                         "'rlbench[npu]', or Dockerfile.npu) and a visible NPU (allowed here: cpu, auto)")
-    if kind == "cuda" and not torch.cuda.is_available():
+    if kind == "cuda" and not cuda_count():
         raise UserError("engine.device=cuda but no CUDA device is visible (allowed here: cpu, auto)")
     if kind == "cpu" or index is None:
         return torch.device(kind)
@@ -34,7 +34,7 @@ def resolve_kind(kind: str) -> str:
         return kind
     import torch  # inside: instant path: `rlbench --help` imports this module
 
-    return "cuda" if torch.cuda.is_available() else "npu" if _npu_available() else "cpu"
+    return "cuda" if cuda_count() else "npu" if _npu_available() else "cpu"
 
 
 def available(kind: str) -> int:
@@ -44,10 +44,19 @@ def available(kind: str) -> int:
     import torch  # inside: instant path: `rlbench --help` imports this module
 
     if kind == "cuda":
-        return torch.cuda.device_count()
+        return cuda_count()
     if kind == "npu":
         return torch.npu.device_count() if _npu_available() else 0
     raise ValueError(f"unknown device kind {kind!r}")
+
+
+def cuda_count() -> int:
+    """The CUDA devices this process sees, counted through NVML where it answers (torch.cuda.device_count):
+    asking CUDA itself (torch.cuda.is_available) initialises the CUDA driver in this process, and a
+    process forked from it, as workers are (bench/core/devices/starting.py), could not use CUDA."""
+    import torch  # inside: instant path: `rlbench --help` imports this module
+
+    return torch.cuda.device_count()
 
 
 def cpu_cores() -> list[int]:

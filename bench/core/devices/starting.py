@@ -1,8 +1,8 @@
 """How a run's processes are created: the multiprocessing context of cell processes and of local workers.
 
 A process that imports torch and transformers spends ~3.5 s of CPU doing so, and a cell has three (its
-driver and, on the smallest layout, two workers): most of a tiny cell's start-up. On CPU every process of
-a run is therefore forked from a *fork server* that has imported them once (Python's "forkserver"
+driver and, on the smallest layout, two workers): most of a tiny cell's start-up. Every process of a run
+is therefore forked from a *fork server* that has imported them once (Python's "forkserver"
 context, its preload list below): `rlbench run`'s server creates the cell processes, each cell's own
 server its workers. A cell's server is a fork of the cell itself, taken before the cell computes anything
 (`warm`): the cell has the preloaded modules already, so its server has nothing to import (a fresh one
@@ -10,11 +10,15 @@ spent ~3.5 CPU seconds, and its workers waited for it). A forked process starts 
 threads, nothing computed), with those modules already in memory. Its start-up (docs/metrics.md) is
 measured from its fork, as a process started with a warm module cache would be.
 
-Where a process holds an accelerator, it keeps `spawn`: a worker must be created with only its device
-visible (engines/launch.py start_env), and a forked process inherits the environment its server was
-started with, not its parent's. A cell process is the driver and holds none, so it is forked on any
-machine unless its schedule runs in it (bench/run/ablation.py cell_context). `RLBENCH_START=spawn` makes
-every process spawn (to compare the two).
+A process that holds a CUDA device is forked the same way: its device is in its environment
+(CUDA_VISIBLE_DEVICES, engines/launch.py start_env), which a forked process would inherit from its server
+rather than from its parent, so it is handed to the process and laid over its environment first thing,
+before anything in it touches CUDA (engines/hosts.py `_serve`). That is safe only while no process a
+server is forked from has initialised CUDA: the driver asks how many devices there are through NVML
+(bench/core/devices/device.py `cuda_count`), never CUDA itself, and `rlbench run`'s server is a fresh
+interpreter. On the first GPU runs a spawned worker spent 13-19 s importing torch and transformers before
+it did anything. A process that holds an Ascend NPU is spawned (torch_npu has not run in a forked process).
+`RLBENCH_START=spawn` makes every process spawn (to compare the two).
 
 The servers belong to the run: a cell's server is in the cell's process group and ends with the cell;
 `rlbench run`'s ends with it. A forked process's parent is its server, so the parent-death signal
@@ -41,34 +45,34 @@ PRELOAD = ("torch", "transformers.modeling_utils", "rlbench.run.processes", "rlb
            "rlbench.engines.trainer.ranks")
 
 
-def method(cpu_only: bool) -> str:
-    """'forkserver' when every process to start holds only CPU cores (and RLBENCH_START does not say
-    'spawn'), else 'spawn'."""
+def method(forkable: bool) -> str:
+    """'forkserver' when no process to start holds an Ascend NPU (forkable) and RLBENCH_START does not say
+    'spawn', else 'spawn'."""
     choice = os.environ.get(ENV, "")
     if choice not in ("", "spawn", "forkserver"):
-        raise UserError(f"{ENV}={choice!r}: allowed are 'spawn' and 'forkserver' (the default on CPU)")
-    return "forkserver" if cpu_only and choice != "spawn" else "spawn"
+        raise UserError(f"{ENV}={choice!r}: allowed are 'spawn' and 'forkserver' (the default)")
+    return "forkserver" if forkable and choice != "spawn" else "spawn"
 
 
-def context(cpu_only: bool, tensors: bool = False):
+def context(forkable: bool, tensors: bool = False):
     """The multiprocessing context to create processes with; tensors: torch's (a tensor handed to the
     process is shared, not copied). The fork server starts on the first process created, or at `warm`."""
     if tensors:
         import torch.multiprocessing as mp  # inside: instant path: `rlbench report` imports this module
     else:
         mp = multiprocessing
-    ctx = mp.get_context(method(cpu_only))
+    ctx = mp.get_context(method(forkable))
     if ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload(list(PRELOAD))
     return ctx
 
 
-def warm(cpu_only: bool) -> None:
+def warm(forkable: bool) -> None:
     """Start the fork server now rather than when the first process is created. A process that has the
     preloaded modules already (a cell process, forked from `rlbench run`'s server) and no thread besides
     its own forks it from itself: the server is ready at once, with nothing to import. Otherwise (`rlbench
     run` itself) Python starts a fresh interpreter that imports them, beside this process's own work."""
-    if context(cpu_only).get_start_method() != "forkserver":
+    if context(forkable).get_start_method() != "forkserver":
         return
 
     if all(m in sys.modules for m in PRELOAD) and threading.active_count() == 1 and server_pid() is None:
