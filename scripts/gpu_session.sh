@@ -4,31 +4,48 @@
 # is prepared and rehearsed: `headline --dry` runs the same steps at tiny shapes on the CPU, and is a
 # test (tests/test_gpu_session.py).
 #
-#   bash scripts/gpu_session.sh headline         # one H100/H200, at most ~8 minutes
+#   bash scripts/gpu_session.sh headline         # one H100/H200, at most ~9 minutes
 #   bash scripts/gpu_session.sh headline --dry   # the same steps on the CPU at tiny shapes (~2 minutes)
+#   bash scripts/gpu_session.sh headline --only decode,ablation-async   # some steps again (names below)
 #
 # Steps, in order, each bounded by its own limit and by what is left of the whole budget
 # (HEADLINE_SECONDS, default 470), so that one that fails or runs out of time leaves the others' results:
-#   a. rlbench env: peak bf16 matmul and copy bandwidth                    -> env.json
-#   b. the GPU tests (-m gpu), one line each                               -> log.txt
-#   c. decode: the built-in sampler (eager and CUDA graphs) against HF generate at batch 1/8/64: tok/s,
-#      step time against the bandwidth floor, operators per step                  -> micro-decode.json
-#   d. shared-prompt: each packed layout's train step and forward against unpacked, peak memory, auto's
-#      choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers   -> micro-packing.json
-#   e. the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
-#   f. if time is left: --ablation shared_prompt, then --ablation tri_model at the same shape
+#   env             rlbench env: peak bf16 matmul and copy bandwidth                    -> env.json
+#   gpu-tests       the GPU tests (-m "gpu and not e2e"), one line each, tracebacks      -> log.txt
+#   gpu-run         the GPU tests' whole tiny run (-m "gpu and e2e": three cells on the GPU) -> log.txt
+#   decode          the built-in sampler (eager and CUDA graphs) against HF generate at batch 1/8/64:
+#                   tok/s, step time against the bandwidth floor, operators per step   -> micro-decode.json
+#   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
+#                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
+#   ablation-async  the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
+#   ablation-shared_prompt, ablation-tri_model   if time is left, at the same shape
 # Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
 # seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during e and f),
 # runs.tar.gz (every run folder, traces left out).
 # On the GPU machine pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
 set -uo pipefail
-phase=${1:-}
-dry=0
-[ "${2:-}" = "--dry" ] && dry=1
-if [ "$phase" != headline ] || { [ $# -gt 1 ] && [ "$dry" = 0 ]; } || [ $# -gt 2 ]; then
-    echo "usage: bash scripts/gpu_session.sh headline [--dry]" >&2
+STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async ablation-shared_prompt ablation-tri_model"
+usage() {
+    echo "usage: bash scripts/gpu_session.sh headline [--dry] [--only STEP,...]   (steps: ${STEPS// /, })" >&2
     exit 2
-fi
+}
+[ "${1:-}" = headline ] || usage
+shift
+dry=0 only=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --dry) dry=1 ;;
+        --only) [ $# -ge 2 ] || usage; only=",$2,"; shift ;;
+        *) usage ;;
+    esac
+    shift
+done
+for name in ${only//,/ }; do
+    [[ " $STEPS " == *" $name "* ]] || usage
+done
+wanted() {  # wanted NAME: whether --only names the step (every step without --only)
+    [ -z "$only" ] || [[ "$only" == *",$1,"* ]]
+}
 OUT=${OUT:-gpu-out}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
@@ -55,20 +72,24 @@ if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer s
     DECODE=(--batches 1,8 --new-tokens 8 --prompt-len 16)
     PACKING=(--P 32 --R 8 --G 4)
     MORE=(--set run.iterations=1 --set run.warmup_iterations=0)   # step f: one iteration a cell
+    MEASURED=(--set run.iterations=4 --set run.warmup_iterations=1)   # >= 3 measured iterations a cell
 else
     DEV=cuda DTYPE=bfloat16 SHAPE=configs/models/qwen2.5-0.5b.json
     RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
-    DECODE=(--batches 1,8,64 --new-tokens 128 --prompt-len 64)
+    DECODE=(--batches 1,8,64 --new-tokens 64 --prompt-len 64)
     PACKING=(--shapes 0.5b-p512,0.5b-p2048,7b-layer)   # the 0.5B shape's two prompt lengths, a 7B layer
     MORE=(--set run.iterations=4 --set run.warmup_iterations=1)
+    # >= 3 measured iterations a cell after two warm-up ones: the first GPU run's second iteration was still
+    # slow in every cell (its longer prompts grew the decode cache, and the CUDA graphs were captured again)
+    MEASURED=(--set run.iterations=5 --set run.warmup_iterations=2)
 fi
 RUN+=(--no-progress --out "$RUNS")
-MEASURED=(--set run.iterations=4 --set run.warmup_iterations=1)   # >= 3 measured iterations a cell
 
 SCALE=$([ "$dry" = 1 ] && echo 3 || echo 1)  # a dry run checks the steps work, on a CPU slower than the GPU
 step() {  # step NAME SECONDS CMD...: CMD bounded by SECONDS and by what is left; skipped under 10 s
     local name=$1 want=$(($2 * SCALE)) left=$((DEADLINE - SECONDS)) t0=$SECONDS rc
     shift 2
+    wanted "$name" || return 0
     local limit=$((want < left ? want : left))
     if [ "$limit" -lt 10 ]; then
         echo "== $name: skipped (${left}s of the budget left)"
@@ -87,10 +108,11 @@ if_time() {  # if_time SECONDS: whether at least SECONDS of the budget are left
 
 step env 45 sh -c "rlbench env --dtype $([ $DEV = cuda ] && echo bfloat16 || echo float32) --remeasure \
     > '$OUT/env.json' && cat '$OUT/env.json'"
-step gpu-tests 100 "$PY" -m pytest -q -rA --tb=line -p no:cacheprovider -m gpu \
-    tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py
+GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py)
+step gpu-tests 60 "$PY" -m pytest -q -rA --tb=short -p no:cacheprovider -m "gpu and not e2e" "${GPU_TESTS[@]}"
+step gpu-run 90 "$PY" -m pytest -q -rA --tb=short -p no:cacheprovider -m "gpu and e2e" "${GPU_TESTS[@]}"
 step decode 70 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
-    "${DECODE[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-decode.json"
+    "${DECODE[@]}" --rounds 2 --warmup 1 --out "$OUT/micro-decode.json"
 step shared-prompt 100 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
     --only packing,equivalence "${PACKING[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-packing.json"
 # Where the decode benchmark could not capture or replay the CUDA graphs, the runs decode eagerly rather
@@ -100,13 +122,30 @@ sys.exit(0 if any('error' in b.get('builtin_graphs', {}) for b in r) else 1)" "$
     echo "== the CUDA graphs failed in the decode benchmark: the runs set rollout.cuda_graphs=false"
     RUN+=(--set rollout.cuda_graphs=false)
 fi
-if [ "$DEV" = cuda ]; then
+runs() {  # whether any run step is asked for
+    wanted ablation-async || wanted ablation-shared_prompt || wanted ablation-tri_model
+}
+# Workers on a GPU are forked from a server that imported torch and transformers and asked how many devices
+# there are (bench/core/devices/starting.py): where a process forked so cannot use CUDA, the runs spawn
+if [ "$DEV" = cuda ] && runs && ! timeout 120 "$PY" -c "import os, torch, transformers.modeling_utils
+from rlbench.core.devices import device
+device.resolve('cuda'), device.available('cuda')
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if torch.ones(1, device='cuda').item() == 1 else 1)
+os._exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"; then
+    echo "== a process forked after the device checks could not use CUDA: the runs set RLBENCH_START=spawn"
+    export RLBENCH_START=spawn
+fi
+if [ "$DEV" = cuda ] && runs; then
     nvidia-smi dmon -s ut -d 1 > "$OUT/dmon.txt" 2>&1 &
     dmon=$!
 fi
 step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
 for abl in shared_prompt tri_model; do
-    if if_time $((120 * SCALE)); then
+    if ! wanted "ablation-$abl"; then
+        continue
+    elif if_time $((120 * SCALE)); then
         step "ablation-$abl" 150 rlbench run "${RUN[@]}" "${MORE[@]}" --ablation "$abl" --set run.name="headline-$abl"
     else
         echo "== ablation-$abl: not started ($((DEADLINE - SECONDS))s left)"

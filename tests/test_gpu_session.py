@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
-STEPS = ["env", "gpu-tests", "decode", "shared-prompt", "ablation-async", "ablation-shared_prompt",
+STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "ablation-shared_prompt",
          "ablation-tri_model"]
 
 
@@ -25,12 +25,25 @@ def _env(out: Path, seconds: int) -> dict:
             "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-@pytest.mark.parametrize("args", [[], ["quick"], ["headline", "--wet"], ["headline", "--dry", "x"]])
-def test_a_wrong_phase_or_flag_exits_2_and_says_the_usage(tmp_path, args):
+@pytest.mark.parametrize("args", [[], ["quick"], ["headline", "--wet"], ["headline", "--dry", "x"],
+                                  ["headline", "--only"], ["headline", "--only", "decode,nope"]])
+def test_a_wrong_phase_flag_or_step_exits_2_and_says_the_usage(tmp_path, args):
     r = subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=_env(tmp_path / "o", 60),
                        capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and "usage: bash scripts/gpu_session.sh headline [--dry]" in r.stderr
+    assert r.returncode == 2 and "usage: bash scripts/gpu_session.sh headline [--dry] [--only STEP,...]" in r.stderr
+    assert ", ".join(STEPS) in r.stderr  # the step names it takes
     assert not (tmp_path / "o").exists()  # nothing written before the arguments are known good
+
+
+def test_only_runs_the_steps_it_names_in_the_commands_order(tmp_path):
+    """What is left of a GPU window goes to some steps again: --only names them; the others leave no line."""
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(SCRIPT), "headline", "--dry", "--only", "decode,env"], cwd=ROOT,
+                       env=_env(out, 300), capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()]
+    assert [s[0] for s in steps] == ["env", "decode"] and all(s[1] == "0" for s in steps), steps
+    assert (out / "micro-decode.json").exists() and not (out / "micro-packing.json").exists()
 
 
 def _runs(archive: Path) -> dict[str, dict]:
