@@ -109,8 +109,10 @@ if_time() {  # if_time SECONDS: whether at least SECONDS of the budget are left
 step env 45 sh -c "rlbench env --dtype $([ $DEV = cuda ] && echo bfloat16 || echo float32) --remeasure \
     > '$OUT/env.json' && cat '$OUT/env.json'"
 GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py)
-step gpu-tests 60 "$PY" -m pytest -q -rA --tb=short -p no:cacheprovider -m "gpu and not e2e" "${GPU_TESTS[@]}"
-step gpu-run 90 "$PY" -m pytest -q -rA --tb=short -p no:cacheprovider -m "gpu and e2e" "${GPU_TESTS[@]}"
+# --show-capture=no: the flex layout's compile logs tens of thousands of DEBUG lines per test
+PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
+step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" "${GPU_TESTS[@]}"
+step gpu-run 90 "${PYTEST[@]}" -m "gpu and e2e" "${GPU_TESTS[@]}"
 step decode 70 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
     "${DECODE[@]}" --rounds 2 --warmup 1 --out "$OUT/micro-decode.json"
 step shared-prompt 100 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
@@ -153,5 +155,7 @@ for abl in shared_prompt tri_model; do
     fi
 done
 [ -n "${dmon:-}" ] && kill "$dmon" 2>/dev/null
-tar --exclude=traces -czf "$OUT/runs.tar.gz" -C "$RUNS" . && rm -rf "$RUNS"
+# a run cut by its limit leaves its weight file (.weights, ~1 GB at the 0.5B shape), which would keep the
+# archive from coming back
+tar --exclude=traces --exclude=.weights -czf "$OUT/runs.tar.gz" -C "$RUNS" . && rm -rf "$RUNS"
 echo "== done $(date -u +%T), ${SECONDS}s"

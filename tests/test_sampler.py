@@ -55,6 +55,28 @@ def test_prefill_and_incremental_logits_match_hf(arch, heads, kv_heads):
         torch.testing.assert_close(sampler.debug_logits(ids, prefill_len), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_logits_match_hf_whatever_the_memory_order_attention_returns(monkeypatch):
+    """A CUDA attention kernel may return its output in another memory order than CPU's (an H200's fp32
+    kernel did: the decode step's `view` of it failed there). Attention here returns the same values laid
+    out as [.., rep, Hkv, ..] underneath: the logits still equal HF's."""
+    import torch.nn.functional as F
+
+    from rlbench.engines.rollout import slot_forward
+
+    real = F.scaled_dot_product_attention
+
+    def other_order(*args, **kwargs):
+        return real(*args, **kwargs).transpose(1, 2).contiguous().transpose(1, 2)
+
+    model = tiny()
+    ids = torch.randint(0, V, (20,), generator=torch.Generator().manual_seed(5)).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0]
+    monkeypatch.setattr(slot_forward.F, "scaled_dot_product_attention", other_order)
+    sampler = BuiltinSampler(model, NO_EOS, max_num_seqs=4)
+    torch.testing.assert_close(sampler.debug_logits(ids, 7), ref, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_batched_logprobs_match_hf(arch):
     """Many prompts of different lengths in flight, slots refilled and compacted: every behaviour

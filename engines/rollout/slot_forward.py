@@ -75,7 +75,8 @@ class SlotForward:
             # per kv head (head h uses kv head h // rep, as in HF's repeat_kv).
             q = q.view(k, self.n_kv, rep, self.head_dim)  # [k, Hkv, rep, D]
             o = F.scaled_dot_product_attention(q, kv, vv, attn_mask=mask, scale=self.scale)
-            x = layers.finish(layer, x, o.view(k, 1, -1))  # o [k, Hkv, rep, D]
+            # reshape, not view: a CUDA kernel may return o in another memory order (fp32 on an H200 did)
+            x = layers.finish(layer, x, o.reshape(k, 1, -1))  # o [k, Hkv, rep, D]
         return self._logits(x[:, 0])
 
     def debug_logits(self, ids: list[int], prefill_len: int) -> torch.Tensor:
