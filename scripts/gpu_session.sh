@@ -18,13 +18,15 @@
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
 #   ablation-async  the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
+#   profile         if time is left: one sync cell with --profile: each worker's operators by host and device
+#                   time (traces/<worker>.ops.txt in its run folder; the traces themselves stay behind)
 #   ablation-shared_prompt, ablation-tri_model   if time is left, at the same shape
 # Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
 # seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during e and f),
 # runs.tar.gz (every run folder, traces left out).
 # On the GPU machine pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
 set -uo pipefail
-STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async ablation-shared_prompt ablation-tri_model"
+STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async profile ablation-shared_prompt ablation-tri_model"
 usage() {
     echo "usage: bash scripts/gpu_session.sh headline [--dry] [--only STEP,...]   (steps: ${STEPS// /, })" >&2
     exit 2
@@ -144,6 +146,15 @@ if [ "$DEV" = cuda ] && runs; then
     dmon=$!
 fi
 step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
+if ! wanted profile; then
+    :
+elif if_time $((60 * SCALE)); then
+    step profile 90 rlbench run "${RUN[@]}" --ablation none --profile --set engine.schedule=sync \
+        --set run.iterations=3 --set run.warmup_iterations=2 --set run.profile_iterations=1 --set run.name=headline-profile
+else
+    echo "== profile: not started ($((DEADLINE - SECONDS))s left)"
+    printf '%s\tnot started\t0\n' profile >> "$OUT/steps.tsv"
+fi
 for abl in shared_prompt tri_model; do
     if ! wanted "ablation-$abl"; then
         continue
@@ -155,7 +166,7 @@ for abl in shared_prompt tri_model; do
     fi
 done
 [ -n "${dmon:-}" ] && kill "$dmon" 2>/dev/null
-# a run cut by its limit leaves its weight file (.weights, ~1 GB at the 0.5B shape), which would keep the
+# the traces (tens of MB) and a cut run's weight file (.weights, ~1 GB at the 0.5B shape) would keep the
 # archive from coming back
-tar --exclude=traces --exclude=.weights -czf "$OUT/runs.tar.gz" -C "$RUNS" . && rm -rf "$RUNS"
+tar --exclude='*.pt.trace.json*' --exclude=.weights -czf "$OUT/runs.tar.gz" -C "$RUNS" . && rm -rf "$RUNS"
 echo "== done $(date -u +%T), ${SECONDS}s"

@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
-STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "ablation-shared_prompt",
-         "ablation-tri_model"]
+STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "profile",
+         "ablation-shared_prompt", "ablation-tri_model"]
 
 
 def _env(out: Path, seconds: int) -> dict:
@@ -86,3 +86,7 @@ def test_headline_dry_runs_every_step_and_returns_at_most_8_files(tmp_path):
         measured = [it for it in res["iterations"] if not it.get("warmup")]
         assert len(measured) >= 3, (cell, len(measured))
     assert len(by_ablation["shared_prompt"]) >= 2 and len(by_ablation["tri_model"]) >= 2
+    with tarfile.open(out / "runs.tar.gz") as tar:  # the profile's operator tables come back, its traces not
+        names = tar.getnames()
+    assert any(n.endswith("sync/traces/colocated0.ops.txt") for n in names), names
+    assert not any(".pt.trace.json" in n for n in names)

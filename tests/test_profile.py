@@ -22,6 +22,11 @@ def test_profile_traces_load_in_tensorboard_plugin(tmp_path):
         assert names & {"rollout", "update", "weight_sync", "queue_wait"}, t  # the driver only waits
     from torch_tb_profiler.profiler.data import RunProfileData
 
+    for worker in workers:  # the operator table beside each trace: names, host time, call counts
+        table = (run_dir / "periodic_async" / "traces" / f"{worker}.ops.txt").read_text()
+        assert f"{worker}: operators by self_cpu_time_total" in table and "# of Calls" in table
+    trainer_ops = (run_dir / "periodic_async" / "traces" / "trainer0.ops.txt").read_text()
+    assert "aten::mm" in trainer_ops or "aten::addmm" in trainer_ops  # the model's matmuls were profiled
     trainer = next(t for t in traces if t.name.startswith("trainer"))
     profile = RunProfileData.parse("trainer", None, str(trainer), str(tmp_path / "cache"))
     assert profile.has_runtime or profile.events  # the plugin parsed the events

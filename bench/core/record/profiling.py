@@ -3,7 +3,10 @@
 Traces land in <cell>/traces/ as TensorBoard-loadable files (`tensorboard --logdir <cell>/traces`
 with torch-tb-profiler) that are also Chrome/Perfetto traces (*.pt.trace.json). The stage recorder's
 ranges show up in them because `Recorder.stage` opens a record_function (NVTX on CUDA, MSTX on NPU)
-range: one timer feeds metrics and profiler alike.
+range: one timer feeds metrics and profiler alike. Beside each trace, `<worker>.ops.txt`: the operators
+of the profiled iterations by their own host time (and, on CUDA, device time), with call counts: where a
+host-bound step spends its time, readable without a trace viewer and small enough to bring back from a GPU
+machine whose traces are not.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import torch.profiler as tp
 
 ENV_DIR = "RLBENCH_PROFILE_DIR"  # read by rollout worker processes
 ENV_ITERS = "RLBENCH_PROFILE_ITERS"  # "first,count"
+OPS_ROWS = 40  # operators listed per table in <worker>.ops.txt
 
 
 class IterationProfiler:
@@ -29,7 +33,7 @@ class IterationProfiler:
         os.makedirs(trace_dir, exist_ok=True)
         self.prof = tp.profile(
             activities=acts, schedule=tp.schedule(wait=first, warmup=0, active=count, repeat=1),
-            on_trace_ready=tp.tensorboard_trace_handler(trace_dir, worker_name=worker), record_shapes=False)
+            on_trace_ready=_writer(trace_dir, worker, device_type), record_shapes=False)
         self.prof.__enter__()
 
     def step(self) -> None:
@@ -41,6 +45,21 @@ class IterationProfiler:
             with contextlib.suppress(Exception):
                 self.prof.__exit__(None, None, None)
             self.prof = None
+
+
+def _writer(trace_dir: str, worker: str, device_type: str):
+    """on_trace_ready: the trace (TensorBoard / Chrome format), then the operator tables (`<worker>.ops.txt`)."""
+    trace = tp.tensorboard_trace_handler(trace_dir, worker_name=worker)
+    keys = ["self_cpu_time_total"] + (["self_device_time_total"] if device_type == "cuda" else [])
+
+    def ready(prof) -> None:
+        trace(prof)
+        ops = prof.key_averages()
+        with open(os.path.join(trace_dir, f"{worker}.ops.txt"), "w") as f:
+            for key in keys:
+                f.write(f"{worker}: operators by {key} (top {OPS_ROWS})\n")
+                f.write(ops.table(sort_by=key, row_limit=OPS_ROWS) + "\n")
+    return ready
 
 
 def from_env(worker: str, device_type: str = "cpu") -> IterationProfiler:
