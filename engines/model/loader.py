@@ -7,11 +7,13 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.initialization import no_init_weights
 
 from rlbench.core.config_files import CONFIG_DIR
 from rlbench.core.devices.limits import ModelFacts
 from rlbench.core.errors import UserError
 from rlbench.engines.data.task import format_prompt
+from rlbench.engines.model import random_init
 from rlbench.engines.model.shape import param_count, tiny_config
 from rlbench.engines.model.tiny import load_or_warm_start, quiet_transformers
 from rlbench.engines.model.tokenizer import CHARS, CharTokenizer, HFTokenizer
@@ -98,8 +100,10 @@ def _load_hf_config(cfg):
     '_' in the JSON are notes, not config."""
     f = config_file(cfg.model.path)
     hf_cfg = _read_hf_config(cfg.model.path)
-    torch.manual_seed(cfg.run.seed)
-    model = AutoModelForCausalLM.from_config(hf_cfg, dtype=_dtype(cfg.model.dtype), attn_implementation="sdpa")
+    with no_init_weights():  # drawn once below, in parallel: engines/model/random_init.py
+        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=_dtype(cfg.model.dtype), attn_implementation="sdpa")
+    random_init.initialise(model, hf_cfg.initializer_range, cfg.run.seed)
+    model.tie_weights()
     tok = _hf_config_tokenizer(cfg.model, hf_cfg.vocab_size)
     return model.eval(), tok, {"source": str(f), "random_init": True, "tokenizer": cfg.model.tokenizer or "char"}
 
