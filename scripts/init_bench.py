@@ -1,5 +1,5 @@
 """A named architecture's random initialisation, Hugging Face's against rlbench's (engines/model/random_init.py),
-alternating in one process: seconds per round, and the threads torch had.
+alternating in one process: seconds per round, and the cores the process may use.
 
     python scripts/init_bench.py --model configs/models/qwen2.5-0.5b.json --dtype bfloat16 --rounds 2
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -37,7 +38,7 @@ def main() -> None:
         ours = time.perf_counter() - t
         del model
         print(f"round {r + 1}: Hugging Face from_config {hf:.2f} s, built without init + drawn {ours:.2f} s "
-              f"({torch.get_num_threads()} threads)", flush=True)
+              f"({len(os.sched_getaffinity(0))} cores)", flush=True)
 
 
 if __name__ == "__main__":

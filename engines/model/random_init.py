@@ -5,8 +5,8 @@ then again by the model's `_init_weights` (normal), one tensor after another on 
 Qwen2.5-0.5B shape that took 11-15 s on the 2-core development machine, once per run before any cell could
 start (the first cell's model phase, weight file included, was 32 s on an H100's host). Here the model is built without initialising anything, then every parameter is drawn once,
 as `_init_weights` of these architectures draws it (Linear and Embedding weights normal(0,
-initializer_range), biases zero, norm weights one), in fixed chunks each with its own generator: the same
-weights whatever the number of threads that draw them.
+initializer_range), biases zero, norm weights one), in fixed chunks each with its own generator, by as
+many threads as the process has cores: the same weights whatever the number of threads that draw them.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import nn
+
+from rlbench.core.devices import device as dev
 
 CHUNK = 1 << 22  # elements drawn by one generator: fixed, so the weights do not depend on the threads
 
@@ -43,7 +45,8 @@ def initialise(model: nn.Module, std: float, seed: int, threads: int | None = No
         # detached: grad mode is per thread, and the drawing threads' is on
         chunks = [(i, p.detach().view(-1)[a:a + CHUNK]) for i, p in enumerate(draws)
                   for a in range(0, p.numel(), CHUNK)]
-        with ThreadPoolExecutor(threads or torch.get_num_threads()) as pool:
+        # the cores the process may use, not its torch threads: a run's driver keeps one intra-op thread
+        with ThreadPoolExecutor(threads or len(dev.cpu_cores())) as pool:
             list(pool.map(lambda c: _draw(c[1], std, seed, c[0], c[1].storage_offset()), chunks))
         for module in model.modules():
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:
