@@ -28,6 +28,14 @@ _LONGEST_FIRST = ("test_gpu_session.py", "test_ray.py", "test_families.py", "tes
                   "test_resume.py", "test_partial_rollout.py", "test_interleave_run.py")
 
 
+def pytest_configure(config):
+    """pytest-xdist deals the groups in the order of their number of tests (test_packing.py's 100-odd quick
+    ones first, the GPU command's rehearsal last) unless told to keep the collection's order, which is
+    _LONGEST_FIRST's (the option `--no-loadscope-reorder`, set here so that the README's command needs none)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook in each worker, which reads the groups
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
