@@ -17,15 +17,28 @@ LEARNS = ["model.warmstart_steps=60", "data.max_steps=1"]
 # Under pytest-xdist (`-n 2 --dist loadgroup`) a file's tests go to one worker (its module-scoped runs are
 # made once), and so do the files that share a session-scoped run.
 _SHARED_RUNS = {"test_cli_run.py": "ladder", "test_placement.py": "ladder", "test_ray.py": "ladder",
+                "test_recorded_config.py": "ladder",
                 "test_seeds.py": "seeds", "test_seed_pool.py": "seeds",
-                "test_curves.py": "cell", "test_hostcpu.py": "cell"}
+                "test_curves.py": "cell", "test_hostcpu.py": "cell",
+                "test_families.py": "families", "test_bounded_async.py": "families",
+                "test_schedule_registry.py": "families"}
 
 
-# The files with the longest shared runs start first, so that neither process is left with one of them at
-# the end while the other idles (the order of the tests inside a file is kept).
-_LONGEST_FIRST = ("test_gpu_session.py", "test_ray.py", "test_families.py", "test_trl_peer.py", "test_weight_file.py",
-                  "test_process_hygiene.py", "test_against.py", "test_cli_run.py", "test_regime.py",
-                  "test_resume.py", "test_partial_rollout.py", "test_interleave_run.py")
+# The groups with the longest runs start first, longest first (their seconds in a run of the suite, 2026-11-27:
+# the ladder group with the Ray runs ~650, the rest 230 to 40), so that neither process is left with one of
+# them at the end while the other idles; the order of the tests inside a file is kept.
+_LONGEST_FIRST = ("test_ray.py", "test_process_hygiene.py", "test_gpu_session.py", "test_trl_peer.py",
+                  "test_families.py", "test_against.py", "test_equivalence.py", "test_resume.py", "test_watchdog.py",
+                  "test_regime.py", "test_partial_rollout.py", "test_curves.py", "test_launch.py", "test_seed_pool.py",
+                  "test_weight_file.py", "test_accuracy_config.py", "test_interleave_run.py", "test_pairs.py")
+
+
+def pytest_configure(config):
+    """pytest-xdist deals the groups in the order of their number of tests (test_packing.py's 100-odd quick
+    ones first, the GPU command's rehearsal last) unless told to keep the collection's order, which is
+    _LONGEST_FIRST's (the option `--no-loadscope-reorder`, set here so that the README's command needs none)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook in each worker, which reads the groups
@@ -128,6 +141,27 @@ def two_seed_run(tmp_path_factory):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return only_run(out), proc, cores if mask else None
+
+
+# The shared `--ablation families` run: the six rungs on cpu-tiny with generation-bound iterations (decode made
+# 3x slower, RLBENCH_SLOW) and a planted pause (RLBENCH_PAUSE) of FAMILIES_PAUSE_S before each iteration in
+# FAMILIES_PAUSED: what an evaluation or another cell's turn does to a cell (test_families.py).
+FAMILIES_PAUSE_S, FAMILIES_PAUSED, FAMILIES_ITERATIONS = 1.0, (2,), 4
+
+
+@pytest.fixture(scope="session")
+def families_run(tmp_path_factory):
+    """`rlbench run --ablation families` as a user runs it: the ladder (test_families.py), and the one-step-off
+    and bounded-staleness cells as a user runs them (test_schedule_registry.py, test_bounded_async.py) from
+    one run instead of one each. -> (the completed process, run folder)."""
+    from support.cli import only_run, rlbench
+
+    out = tmp_path_factory.mktemp("families-cli")
+    env = {"RLBENCH_PAUSE": f"{FAMILIES_PAUSE_S}@{','.join(map(str, FAMILIES_PAUSED))}", "RLBENCH_SLOW": "decode:3"}
+    proc = rlbench("run", "--config", TINY, "--ablation", "families", "--set", f"run.iterations={FAMILIES_ITERATIONS}",
+                   "--set", "rollout.response_length=fixed", "--out", out, "--no-progress", env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, only_run(out)
 
 
 @pytest.fixture(scope="session")

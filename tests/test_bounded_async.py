@@ -18,7 +18,7 @@ from rlbench.engines.trainer.trainer import Trainer
 from rlbench.core.errors import WorkerError
 from rlbench.core.record.stages import Recorder, now
 
-from conftest import TINY
+from conftest import FAMILIES_ITERATIONS, TINY
 from support.cli import only_run, rlbench, sets
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # in-process engines on tiny tensors
@@ -266,23 +266,37 @@ def test_staleness_ablation_cells():
     assert "max_staleness" not in cells[1][1].switches()  # an option of the bounded schedules only
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("k,prox", [(1, "recompute"), (2, "loglinear")])
-def test_bounded_async_cell_through_cli(tmp_path, k, prox):
-    """One cell of the staleness ablation as a user runs it (the whole ablation: 8 such cells)."""
-    proc = rlbench("run", "--config", TINY, "--ablation", "none", "--out", tmp_path, "--no-progress", "--no-report",
-                   *sets("engine.schedule=bounded_async", f"engine.max_staleness={k}", f"train.prox_logp={prox}"),
-                   timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (folder,) = [p for p in only_run(tmp_path).iterdir() if (p / "results.json").is_file()]
+def assert_bounded_cell(folder, k: int, prox: str, iterations: int) -> None:
+    """A complete bounded_async cell of the tiny config (4 prompts x G = 4 a step): its k and prox_logp
+    recorded, no sample staler than k, the old-logprob pass only where prox_logp recomputes it."""
     res = json.loads((folder / "results.json").read_text())
-    assert res["status"] == "complete" and len(res["iterations"]) == 3
+    assert res["status"] == "complete" and len(res["iterations"]) == iterations
     assert res["config"]["engine"]["max_staleness"] == k and res["config"]["train"]["prox_logp"] == prox
     samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
     stale = [s["trained_version"] - s["behaviour_version"] for s in samples]
-    assert len(stale) == 3 * 4 * 4 and all(0 <= s <= k for s in stale)
+    assert len(stale) == iterations * 4 * 4 and all(0 <= s <= k for s in stale)
     stages = {json.loads(line)["stage"] for line in (folder / "events.jsonl").read_text().splitlines()}
     assert ("old_logprob" in stages) == (prox != "loglinear")
     its = [json.loads(line) for line in (folder / "iterations.jsonl").read_text().splitlines()]
     # the decoupled loss' diagnostics, reduced over the ranks
     assert all(it["behav_imp_weight"] > 0 and 0 <= it["behav_capped"] <= 1 for it in its)
+
+
+@pytest.mark.e2e
+def test_bounded_async_cell_through_cli(tmp_path):
+    """One cell of the staleness ablation as a user runs it (the whole ablation: 8 such cells), k = 1 with
+    A-3PO's proximal log-probs (no forward pass for them)."""
+    proc = rlbench("run", "--config", TINY, "--ablation", "none", "--out", tmp_path, "--no-progress", "--no-report",
+                   *sets("engine.schedule=bounded_async", "engine.max_staleness=1", "train.prox_logp=loglinear"),
+                   timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = [p for p in only_run(tmp_path).iterdir() if (p / "results.json").is_file()]
+    assert_bounded_cell(folder, 1, "loglinear", 3)
+
+
+@pytest.mark.e2e
+def test_the_families_k2_rung_is_a_bounded_cell_with_recomputed_prox(families_run):
+    """k = 2 with the proximal log-probs recomputed (the default): the families ladder's k2 rung, run through
+    the CLI (conftest.py's shared run)."""
+    _, run_dir = families_run
+    assert_bounded_cell(run_dir / "k2", 2, "recompute", FAMILIES_ITERATIONS)

@@ -7,8 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import TINY
-from support.cli import only_run, rlbench
+from conftest import FAMILIES_PAUSE_S as PAUSE_S, FAMILIES_PAUSED as PAUSED, TINY  # families_run's pauses
 from support.report_runs import LADDER, make_families
 from rlbench.core.results import schema
 from rlbench.experiments.families import cells as families
@@ -107,23 +106,6 @@ def test_other_ablations_have_no_ladder(tmp_path):
     (root / "families.csv").write_text("stale\n")  # left by an earlier ladder in this folder: removed
     assert write_ladder(root) is None and not (root / "families.csv").exists()
     assert not is_families(load(root)) and "Families ladder" not in summary_table_text(root)
-
-
-# Between iterations 1|2, 3|4 and 5|6 the driver sleeps (RLBENCH_PAUSE): what an evaluation or another cell's
-# turn does to a cell. Decode is made 3x slower (RLBENCH_SLOW) so that generation dominates an iteration:
-# a rollout that ran on during the pause would then make the next iteration much faster.
-PAUSE_S, PAUSED, ITERATIONS = 1.0, (2, 4, 6), 8
-
-
-@pytest.fixture(scope="module")
-def families_run(tmp_path_factory):
-    """The ladder as a user runs it, on the tiny config with generation-bound iterations and planted pauses."""
-    out = tmp_path_factory.mktemp("families-cli")
-    env = {"RLBENCH_PAUSE": f"{PAUSE_S}@{','.join(map(str, PAUSED))}", "RLBENCH_SLOW": "decode:3"}
-    proc = rlbench("run", "--config", TINY, "--ablation", "families", "--set", f"run.iterations={ITERATIONS}",
-                   "--set", "rollout.response_length=fixed", "--out", out, "--no-progress", env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc, only_run(out)
 
 
 @pytest.mark.e2e

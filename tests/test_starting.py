@@ -27,38 +27,54 @@ def test_forkserver_unless_an_npu_is_held_or_spawn_is_asked_for(monkeypatch):
         starting.method(forkable=True)
 
 
-@pytest.mark.parametrize("method", ["forkserver", "spawn"])
-def test_a_process_starts_with_the_preloaded_modules_and_no_life_line(method):
-    """Forked: its parent is the fork server, torch and transformers already imported, and the server's life
-    line it inherited closed by `detach` (else the server outlives its client). Spawned: a child of its
-    client that imports them itself."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROBE.parent.parent), starting.ENV: method}
-    proc = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, timeout=300, env=env)
+def run_probe(*args: str, env: dict | None = None) -> dict:
+    """tests/support/start_probe.py in a fresh interpreter (nothing imported) -> what its process found."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROBE.parent.parent), **(env or {})}
+    proc = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["method"] == method and got["exitcode"] == 0 and got["line_after_detach"] is None
-    if method == "forkserver":
-        assert got["server"] not in (None, got["client"]) and got["ppid"] == got["server"]
-        assert got["preloaded"] and got["inherited_line"]
-    else:
-        assert got["server"] is None and got["ppid"] == got["client"]
-        assert not got["preloaded"] and not got["inherited_line"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("as_cell", [False, True])
-def test_a_cell_forks_its_server_from_itself_and_a_fresh_client_starts_one_that_imports(as_cell):
+@pytest.fixture(scope="module")
+def fresh_client():
+    """The probe as `rlbench run` starts processes on CPU (RLBENCH_START unset): read by two tests below."""
+    return run_probe()
+
+
+def test_a_process_starts_with_the_preloaded_modules_and_no_life_line(fresh_client):
+    """Forked (the default on CPU): its parent is the fork server, torch and transformers already imported,
+    and the server's life line it inherited closed by `detach` (else the server outlives its client)."""
+    got = fresh_client
+    assert got["method"] == "forkserver" and got["exitcode"] == 0 and got["line_after_detach"] is None
+    assert got["server"] not in (None, got["client"]) and got["ppid"] == got["server"]
+    assert got["preloaded"] and got["inherited_line"]
+
+
+def test_a_spawned_process_imports_them_itself():
+    """RLBENCH_START=spawn: a child of its client that imports them itself."""
+    got = run_probe(env={starting.ENV: "spawn"})
+    assert got["method"] == "spawn" and got["exitcode"] == 0 and got["line_after_detach"] is None
+    assert got["server"] is None and got["ppid"] == got["client"]
+    assert not got["preloaded"] and not got["inherited_line"]
+
+
+def test_a_fresh_client_starts_a_server_that_imports(fresh_client):
     """`rlbench run` (nothing imported) starts a fresh interpreter as its server, which imports the preload
-    list; a cell (the list imported already: it was forked from such a server) forks its server from itself,
-    so the server has nothing to import. Either way the process it forks starts with the modules loaded and
-    lets go of the server's life line, and the server is the client's child."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROBE.parent.parent)}
-    proc = subprocess.run([sys.executable, str(PROBE), *(["--as-cell"] if as_cell else [])], capture_output=True,
-                          text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    list; the server is the client's child."""
+    got = fresh_client
     assert got["method"] == "forkserver" and got["exitcode"] == 0 and got["ppid"] == got["server"]
     assert got["preloaded"] and got["line_after_detach"] is None and got["server_ppid"] == got["client"]
-    assert got["server_is_a_fork"] is as_cell
+    assert got["server_is_a_fork"] is False
+
+
+def test_a_cell_forks_its_server_from_itself():
+    """A cell (the list imported already: it was forked from such a server) forks its server from itself, so
+    the server has nothing to import; the process it forks starts with the modules loaded and lets go of
+    the server's life line, and the server is the client's child."""
+    got = run_probe("--as-cell")
+    assert got["method"] == "forkserver" and got["exitcode"] == 0 and got["ppid"] == got["server"]
+    assert got["preloaded"] and got["line_after_detach"] is None and got["server_ppid"] == got["client"]
+    assert got["server_is_a_fork"] is True
 
 
 def test_a_malformed_rlbench_start_is_refused_before_the_run_folder(tmp_path):

@@ -32,19 +32,20 @@ EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
 
 def preflight(cfg) -> None:
     """Reject bad data, missing files, loggers that are not installed and limits the run cannot fit
-    (bench/core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder)."""
-    # inside: they import torch and transformers; `rlbench --help` imports this module
-    from rlbench.engines.factory import check_supported
-    from rlbench.engines.model.loader import model_facts
-
+    (bench/core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder).
+    The checks that need neither torch nor transformers come first: such bad input is refused at once."""
     curves.check_installed(cfg)  # run.logger's packages (bench/run/curves.py)
-    check_supported(cfg)
     dataset = load_dataset(cfg.data, cfg.run.seed)
     if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
         raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
     kind = dev.resolve_kind(cfg.engine.device)
     if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
         placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
+    # inside: they import torch and transformers (seconds); `rlbench --help` imports this module
+    from rlbench.engines.factory import check_supported
+    from rlbench.engines.model.loader import model_facts
+
+    check_supported(cfg)
     facts, tok = model_facts(cfg)
     prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval + dataset.seen)
     limits.check(cfg, facts, prompt_max, kind, dev.memory_capacity(kind))
