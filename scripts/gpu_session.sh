@@ -73,6 +73,7 @@ if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer s
     RUN=(--config configs/cpu-tiny.yaml)
     DECODE=(--batches 1,8 --new-tokens 8 --prompt-len 16)
     PACKING=(--P 32 --R 8 --G 4)
+    ROUNDS=(--rounds 1 --warmup 0)   # the benchmarks run; their numbers are not the point
     MORE=(--set run.iterations=1 --set run.warmup_iterations=0)   # step f: one iteration a cell
     MEASURED=(--set run.iterations=4 --set run.warmup_iterations=1)   # >= 3 measured iterations a cell
 else
@@ -80,6 +81,7 @@ else
     RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
     DECODE=(--batches 1,8,64 --new-tokens 64 --prompt-len 64)
     PACKING=(--shapes 0.5b-p512,0.5b-p2048,7b-layer)   # the 0.5B shape's two prompt lengths, a 7B layer
+    ROUNDS=(--rounds 2 --warmup 1)
     MORE=(--set run.iterations=4 --set run.warmup_iterations=1)
     # >= 3 measured iterations a cell after two warm-up ones: the first GPU run's second iteration was still
     # slow in every cell (its longer prompts grew the decode cache, and the CUDA graphs were captured again)
@@ -116,9 +118,9 @@ PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
 step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" "${GPU_TESTS[@]}"
 step gpu-run 90 "${PYTEST[@]}" -m "gpu and e2e" "${GPU_TESTS[@]}"
 step decode 70 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
-    "${DECODE[@]}" --rounds 2 --warmup 1 --out "$OUT/micro-decode.json"
+    "${DECODE[@]}" "${ROUNDS[@]}" --out "$OUT/micro-decode.json"
 step shared-prompt 100 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
-    --only packing,equivalence "${PACKING[@]}" --rounds 3 --warmup 1 --out "$OUT/micro-packing.json"
+    --only packing,equivalence "${PACKING[@]}" "${ROUNDS[@]}" --out "$OUT/micro-packing.json"
 # Where the decode benchmark could not capture or replay the CUDA graphs, the runs decode eagerly rather
 # than fail every cell (the failure is in micro-decode.json and the log)
 if "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [])
