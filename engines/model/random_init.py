@@ -3,10 +3,11 @@
 Hugging Face initialises a model as it builds it: each Linear first by torch's default (Kaiming uniform),
 then again by the model's `_init_weights` (normal), one tensor after another on one core. For the
 Qwen2.5-0.5B shape that took 11-15 s on the 2-core development machine, once per run before any cell could
-start (the first cell's model phase, weight file included, was 32 s on an H100's host). Here the model is built without initialising anything, then every parameter is drawn once,
-as `_init_weights` of these architectures draws it (Linear and Embedding weights normal(0,
-initializer_range), biases zero, norm weights one), in fixed chunks each with its own generator, by as
-many threads as the process has cores: the same weights whatever the number of threads that draw them.
+start (the first cell's model phase, weight file included, was 32 s on an H100's host). Here the model is
+built without initialising anything, then every parameter is drawn once, as `_init_weights` of these
+architectures draws it (Linear and Embedding weights normal(0, initializer_range), biases zero, norm weights
+one), in fixed chunks each with its own generator, by as many threads as the process has cores: the same
+weights whatever the number of threads that draw them.
 """
 from __future__ import annotations
 
@@ -43,20 +44,16 @@ def initialise(model: nn.Module, std: float, seed: int, threads: int | None = No
         for p, value in constants:
             p.fill_(value)
         # detached: grad mode is per thread, and the drawing threads' is on
-        chunks = [(i, p.detach().view(-1)[a:a + CHUNK]) for i, p in enumerate(draws)
+        # each chunk's generator seeded by the run's seed, the parameter and the chunk's place in it
+        chunks = [(p.detach().view(-1)[a:a + CHUNK], _mix(seed, i, a // CHUNK)) for i, p in enumerate(draws)
                   for a in range(0, p.numel(), CHUNK)]
         # the cores the process may use, not its torch threads: a run's driver keeps one intra-op thread
         with ThreadPoolExecutor(threads or len(dev.cpu_cores())) as pool:
-            list(pool.map(lambda c: _draw(c[1], std, seed, c[0], c[1].storage_offset()), chunks))
+            list(pool.map(lambda c: c[0].normal_(0.0, std, generator=torch.Generator().manual_seed(c[1])),
+                          chunks))
         for module in model.modules():
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:
                 module.weight[module.padding_idx].zero_()
-
-
-def _draw(chunk: torch.Tensor, std: float, seed: int, index: int, offset: int) -> None:
-    """One chunk from its own generator, seeded by the run's seed, the parameter and the chunk's place."""
-    g = torch.Generator().manual_seed(_mix(seed, index, offset // CHUNK))
-    chunk.normal_(0.0, std, generator=g)
 
 
 def _mix(*values: int) -> int:
