@@ -83,9 +83,10 @@ else
     PACKING=(--shapes 0.5b-p512,0.5b-p2048,7b-layer)   # the 0.5B shape's two prompt lengths, a 7B layer
     ROUNDS=(--rounds 2 --warmup 1)
     MORE=(--set run.iterations=4 --set run.warmup_iterations=1)
-    # >= 3 measured iterations a cell after two warm-up ones: the first GPU run's second iteration was still
-    # slow in every cell (its longer prompts grew the decode cache, and the CUDA graphs were captured again)
-    MEASURED=(--set run.iterations=5 --set run.warmup_iterations=2)
+    # 4 measured iterations a cell after two warm-up ones: the first GPU run's second iteration was still
+    # slow in every cell (its longer prompts grew the decode cache, and the CUDA graphs were captured again),
+    # and with 3 one noisy iteration set the interval
+    MEASURED=(--set run.iterations=6 --set run.warmup_iterations=2)
 fi
 RUN+=(--no-progress --out "$RUNS")
 

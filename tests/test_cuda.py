@@ -86,6 +86,16 @@ def test_dense_runs_on_the_flash_kernel_alone_in_bf16():
         torch.testing.assert_close(b, a, atol=TOL[torch.bfloat16][0], rtol=0)
 
 
+def test_host_copy_probe_measures_both_crossings_on_cuda():
+    """The peak probe's host copy (what the speedup prediction prices a split layout's weight sync with):
+    a real crossing to shared host memory and back, slower than an on-device copy, faster than 0.5 GB/s."""
+    from rlbench.core.devices import peak
+
+    rate = peak.host_copy_bytes_per_s(torch.device("cuda"))
+    assert 5e8 < rate < peak.measure(torch.device("cuda"), torch.bfloat16)["copy_bytes_per_s"]
+    assert peak.host_copy_bytes_per_s(torch.device("cpu")) is None
+
+
 def test_sampler_logits_match_hf_on_cuda():
     from rlbench.engines.rollout.sampler import BuiltinSampler
 

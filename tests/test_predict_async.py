@@ -107,3 +107,22 @@ def test_step_cost_beyond_the_measured_counts_follows_their_upper_half():
     assert cost(4) == 4.0 and cost(3) == 3.0 and cost(8) == pytest.approx(8.0)  # slope of (2, 2) and (4, 4)
     flat = StepCost({"2": [1, 3.0], "4": [1, 2.0]}, 0.0, 0)
     assert flat(16) == 2.0  # a falling line is not extrapolated
+
+
+def test_split_weight_sync_crosses_the_host_on_an_accelerator_and_is_the_sync_copy_on_a_cpu():
+    """Split pools publish the weights to shared host memory and load them back: on an accelerator each
+    crossing is the weights' bytes over the measured host-copy bandwidth (a colocated rank's on-device copy
+    says nothing about it); on a CPU, and where the probe is not recorded, the sync ranks' copy."""
+    cell, events = sync_cell(0.01, 0.001, FLAT, ws=0.01)
+    model = {"parameters": 500_000_000, "shape": {"matmul_params": 1000, "layers": 1, "heads": 1,
+                                                  "head_dim": 8, "param_bytes": 2}}
+    probe = {"host_copy_bytes_per_s": 5e9}
+    cpu = predict_async({**cell, "model": model, "provenance": {"device": {"type": "cpu"}, "peak": probe}},
+                        FLAT, events, 1, 1, overlap=False)
+    assert cpu["split_weight_sync_s"] == pytest.approx(0.01)
+    cuda = {**cell, "model": model, "provenance": {"device": {"type": "cuda"}, "peak": probe}}
+    gpu = predict_async(cuda, FLAT, events, 1, 1, overlap=False)
+    assert gpu["split_weight_sync_s"] == pytest.approx(0.2)  # 1 GB at 5 GB/s
+    assert gpu["predicted_iter_s"] == pytest.approx(cpu["predicted_iter_s"] + 2 * (0.2 - 0.01))
+    unprobed = {**cuda, "provenance": {"device": {"type": "cuda"}, "peak": {}}}
+    assert predict_async(unprobed, FLAT, events, 1, 1)["split_weight_sync_s"] == pytest.approx(0.01)

@@ -77,8 +77,10 @@ def test_a_peak_measured_on_a_busy_machine_is_measured_again_when_quiet(tmp_path
     """A probe that shared every CPU with other work reads low (once 29x): it is not kept as the peak once
     the machine is quieter; each probe keeps the better of the two measurements, and a quiet one stays."""
     monkeypatch.setenv("RLBENCH_CACHE", str(tmp_path))
-    runs = iter([{"matmul_flops_per_s": 5e9, "copy_bytes_per_s": 4e9, "launch_s_per_op": 5e-5},
-                 {"matmul_flops_per_s": 1.4e11, "copy_bytes_per_s": 3e9, "launch_s_per_op": 6e-6}])
+    runs = iter([{"matmul_flops_per_s": 5e9, "copy_bytes_per_s": 4e9, "launch_s_per_op": 5e-5,
+                  "host_copy_bytes_per_s": None},
+                 {"matmul_flops_per_s": 1.4e11, "copy_bytes_per_s": 3e9, "launch_s_per_op": 6e-6,
+                  "host_copy_bytes_per_s": None}])
     monkeypatch.setattr(peak, "measure", lambda *a, **k: dict(next(runs)))
     monkeypatch.setattr(peak, "_load", lambda: 3.0)  # every CPU taken, and more
     busy = peak.peak(torch.device("cpu"), torch.float32)

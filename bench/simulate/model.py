@@ -60,7 +60,7 @@ def rescale(m: SyncMeasurements, devices: int) -> SyncMeasurements:
         p = ((q // devices) * n + (q % devices) % n) % len(order)
         rows += [{**s, "prompt": q} for s in groups[order[p]]]
     return SyncMeasurements.stated(m.cost, m.c_tok, m.ws, m.opt, m.slots, m.g, m.shared_prompt, rows, n,
-                                   m.micro_batch, m.shape)
+                                   m.micro_batch, m.shape, m.split_ws)
 
 
 def prompts_of(m: SyncMeasurements) -> int:
@@ -97,5 +97,5 @@ def costs_of(m: SyncMeasurements) -> dict:
     return {"decode_step_s_by_active": dict(zip(m.cost.bs, m.cost.cost)), "refill_s": m.cost.refill,
             "prefill_s_per_token": m.cost.prefill,
             "decode_step_fallback_s": m.cost.fallback, "train_s_per_token": m.s_per_token(),
-            "optimizer_step_s": m.opt, "weight_sync_s": m.ws, "max_num_seqs": m.slots, "group_size": m.g,
+            "optimizer_step_s": m.opt, "weight_sync_s": m.ws, "split_weight_sync_s": m.split_ws, "max_num_seqs": m.slots, "group_size": m.g,
             "shared_prompt": m.shared_prompt, "measured_ranks": m.n, "tokens": m.tokens}

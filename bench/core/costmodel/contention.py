@@ -117,8 +117,8 @@ def async_time_contended(m: SyncMeasurements, kappa: float | tuple[float, float]
     jobs = sorted((at, train_scale * m.train_s(groups[p])) for p, at in done.items())
     last = jobs[-1][0] if jobs else 0.0
     if not overlap:  # barrier: rollout alone, then training alone
-        return 2 * m.ws + last + sum(j for _, j in jobs) + m.opt
-    return 2 * m.ws + _two_workers(jobs, last, k_roll, k_train) + m.opt
+        return 2 * m.split_ws + last + sum(j for _, j in jobs) + m.opt
+    return 2 * m.split_ws + _two_workers(jobs, last, k_roll, k_train) + m.opt
 
 
 def _two_workers(jobs: list[tuple[float, float]], rollout_work: float, k_roll: float, k_train: float) -> float:

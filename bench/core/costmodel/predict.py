@@ -22,8 +22,12 @@ schedules, so a device's costs measured in the sync run carry over to the async 
    position plus attention 4 L H Dh S^2 per sequence (bench/core/results/utilisation.py's count, with the
    model's shape from results.json); so a group with one long response costs what its padded batch costs,
    not what its real tokens would. Optimizer step (with the all-reduce) and weight sync: the sync ranks'
-   measured means; the async weight sync is a publish by trainer rank 0 then a load by each rollout
-   worker (2x).
+   measured means. The async weight sync is a publish by trainer rank 0 into shared host memory, then a
+   load by each rollout worker: two crossings of the weights' bytes. On a CPU each is the same memory copy
+   a sync rank's weight sync makes (its measured seconds); on an accelerator they cross to the host and
+   back, which a colocated rank's on-device copy never does, so each costs the weights' bytes over the
+   device's measured host-copy bandwidth (bench/core/devices/peak.py; the sync rank's seconds where the
+   results predate that probe).
 3. Async: groups in arrival order are dealt to the T trainer ranks (j-th to rank j mod T); a rank
    trains a group when it has arrived and the rank is free. T = ws_publish + ws_load + (last rank
    done) + optimizer step. Barrier (engine.overlap=false): the ranks start when the last group has
@@ -50,7 +54,8 @@ from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, rol
 MODEL = ("per device, from the sync run: decode-step seconds by sequences in flight and refill seconds "
          "(continuous-batching replay of the measured response lengths), seconds per unit of executed training "
          "work (padded micro-batches, forward FLOPs), "
-         "optimizer-step and weight-sync seconds; async = 2 weight syncs + trainer ranks taking groups "
+         "optimizer-step and weight-sync seconds, the split pools' weight crossings from the weights' bytes "
+         "and the measured host-copy bandwidth on an accelerator; async = 2 weight crossings + trainer ranks taking groups "
          "as they arrive + step; nothing fitted")
 
 _TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
@@ -211,16 +216,34 @@ def _durations(events: list[dict], k: int) -> dict:
             "rollout": total[Stage.ROLLOUT.value] / n, "ranks": len(ranks)}
 
 
+def split_weight_sync_s(cell: dict, ws: float) -> float:
+    """Seconds of one crossing of the weights between split pools (a publish into shared host memory, or a
+    rollout worker's load from it) on the sync cell's device. ws: the sync ranks' measured weight sync.
+
+    A CPU's crossing is the memory copy a sync rank makes (ws). An accelerator's is the weights' bytes
+    (results.json's model parameters x bytes per parameter) over the measured host-copy bandwidth
+    (provenance.peak.host_copy_bytes_per_s); ws where either is not recorded (results before the probe)."""
+    prov, model = cell.get("provenance") or {}, cell.get("model") or {}
+    rate = (prov.get("peak") or {}).get("host_copy_bytes_per_s")
+    params, width = model.get("parameters"), (model.get("shape") or {}).get("param_bytes")
+    if (prov.get("device") or {}).get("type", "cpu") == "cpu" or not (rate and params and width):
+        return ws
+    return params * width / rate
+
+
 class SyncMeasurements:
     """What one measured sync iteration says about the devices."""
 
     def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict], cfg: RunConfig,
-                 shape: dict | None = None):
+                 shape: dict | None = None, split_ws=None):
+        """split_ws: ws -> seconds of one weight crossing between split pools (split_weight_sync_s's
+        rule for the cell); None: the sync ranks' weight sync."""
         d = _durations(events, it["iteration"])
         if not d["ranks"]:
             raise UserError(f"iteration {it['iteration']}: no colocated-rank events (a sync cell of the "
                             "data-parallel layout is needed)")
         self.n, self.ws, self.opt = d["ranks"], d["ws"], d["opt"]
+        self.split_ws = split_ws(self.ws) if split_ws else self.ws
         self.samples, self.tokens = samples, it["tokens"]
         self.shared_prompt = bool(cfg.engine.shared_prompt)
         self.slots, self.g = cfg.rollout.max_num_seqs, cfg.rollout.group_size
@@ -247,13 +270,15 @@ class SyncMeasurements:
     @classmethod
     def stated(cls, cost: StepCost, c_tok: float, ws: float, opt: float, slots: int, g: int,
                shared_prompt: bool, samples: list[dict], ranks: int = 1, micro_batch: int | None = None,
-               shape: dict | None = None) -> "SyncMeasurements":
+               shape: dict | None = None, split_ws: float | None = None) -> "SyncMeasurements":
         """The same model from given per-device costs instead of a run (rlbench simulate's presets, and
         a measured batch re-dealt to other device counts). samples: rows (prompt, sample, prompt_len,
         response_len); tokens = prompt + response per sample, as TPSPD counts them. c_tok: seconds per
-        trained token, or (micro_batch given, a measured batch re-dealt) per unit of train_work."""
+        trained token, or (micro_batch given, a measured batch re-dealt) per unit of train_work. split_ws:
+        one weight crossing between split pools (default ws)."""
         self = cls.__new__(cls)
         self.n, self.ws, self.opt, self.cost, self.c_tok = ranks, ws, opt, cost, c_tok
+        self.split_ws = ws if split_ws is None else split_ws
         self.micro_batch, self.shape = micro_batch, shape
         self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
         self.tokens = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
@@ -299,7 +324,7 @@ class SyncMeasurements:
         for j, (at, cost) in enumerate(arrivals):
             rank = j % t
             free[rank] = max(free[rank], at if overlap else last) + cost
-        return 2 * self.ws + max(free + [last]) + self.opt
+        return 2 * self.split_ws + max(free + [last]) + self.opt
 
 
 def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> list[SyncMeasurements]:
@@ -314,8 +339,9 @@ def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> li
     stats = {r["iteration"]: r.get("workers") or [] for r in sync_cell.get("rollout_stats") or []}
     cfg = recorded_config(sync_cell)
     shape = (sync_cell.get("model") or {}).get("shape")  # None in results from before it was recorded
-    return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg, shape)
-            for it in its]
+    split = lambda ws: split_weight_sync_s(sync_cell, ws)  # noqa: E731 - the cell's rule, per iteration's ws
+    return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg, shape,
+                             split) for it in its]
 
 
 def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], rollout_devices: int,
@@ -344,6 +370,7 @@ def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], roll
             "predicted_sync_rollout_s": statistics.median(r for _, r in pred_sync),
             "sync_rollout_s": statistics.median(m.measured_rollout for m in ms),
             "sync_iter_s": statistics.median(it["wall_s"] for it in its),
+            "split_weight_sync_s": statistics.median(m.split_ws for m in ms),
             "rollout_share": rollout_share(sync_cell, events),
             "model": MODEL, "rollout_devices": rollout_devices, "train_devices": train_devices,
             "overlap": overlap, "devices": d, "iterations": [it["iteration"] for it in its]}

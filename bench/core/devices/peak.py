@@ -6,6 +6,10 @@ Three probes on one device with the threads one rlbench worker gets (CPU: one co
 - launch: a chain of tiny ops recorded by autograd, forward then backward, best of several; seconds per
   op -> what the host pays to issue one op of a training step, the floor of a step made of many small
   ones (engine.shared_prompt=auto weighs it, bench/core/costmodel/packing.py).
+- host copy (accelerators only): a buffer copied into shared host memory and back, best of several; bytes
+  per second of one crossing -> what publishing weights to a rollout worker on another process costs
+  (the trainer's weights go to shared host tensors, the worker loads them onto its device), which the
+  speedup prediction needs and a colocated sync rank's on-device copy cannot show.
 They are what a stage can reach with the same library on the same device (a practical peak, not the
 datasheet's), so a stage at 80% of it is close to the hardware limit. The result is cached per device
 name, threads, dtype and torch version with the load it was measured under (`rlbench env --remeasure`
@@ -24,6 +28,7 @@ from rlbench.core.devices import device as dev
 # Probe sizes: big enough to leave the caches and amortise dispatch, small enough for a few seconds.
 MATMUL_N = {"cpu": 512, "accel": 8192}
 COPY_BYTES = {"cpu": 256 << 20, "accel": 2 << 30}
+HOST_COPY_BYTES = 512 << 20
 REPEATS = 5
 LAUNCH_OPS = 200  # ops in the launch probe's chain (forward; as many again in its backward)
 
@@ -46,7 +51,8 @@ def _best(fn, sync, repeats: int) -> float:
 
 
 def measure(device, dtype, threads: int = 1) -> dict:
-    """-> {matmul_flops_per_s, copy_bytes_per_s, probe sizes} on `device` with `threads` intra-op threads."""
+    """-> {matmul_flops_per_s, copy_bytes_per_s, launch_s_per_op, host_copy_bytes_per_s (None on a CPU),
+    probe sizes} on `device` with `threads` intra-op threads."""
     import torch  # inside: instant path: `rlbench --help` imports this module
 
     kind = "cpu" if device.type == "cpu" else "accel"
@@ -62,11 +68,13 @@ def measure(device, dtype, threads: int = 1) -> dict:
         src = torch.ones(numel, device=device)
         dst = torch.empty_like(src)
         copy_s = _best(lambda: dst.copy_(src), lambda: dev.synchronize(device), REPEATS)
+        del src, dst
         launch = launch_s_per_op(device, dtype)
+        host = host_copy_bytes_per_s(device)
     finally:
         torch.set_num_threads(before)
     return {"matmul_flops_per_s": 2 * n ** 3 / mm_s, "copy_bytes_per_s": 2 * numel * 4 / copy_s,
-            "launch_s_per_op": launch, "matmul_n": n, "copy_bytes": numel * 4,
+            "launch_s_per_op": launch, "host_copy_bytes_per_s": host, "matmul_n": n, "copy_bytes": numel * 4,
             "dtype": str(dtype).replace("torch.", ""), "threads": threads if device.type == "cpu" else None}
 
 
@@ -83,6 +91,24 @@ def launch_s_per_op(device, dtype) -> float:
             y = y * 1.0001
         y.sum().backward()
     return _best(chain, lambda: dev.synchronize(device), REPEATS) / (2 * LAUNCH_OPS)
+
+
+def host_copy_bytes_per_s(device) -> float | None:
+    """Bytes per second of one crossing between `device` and shared host memory: HOST_COPY_BYTES copied to a
+    shared-memory CPU tensor (what a trainer's publish writes) and back (a rollout worker's load), best of
+    REPEATS, over both crossings. None on a CPU, where the weights never leave host memory."""
+    import torch  # inside: instant path: `rlbench --help` imports this module
+
+    if device.type == "cpu":
+        return None
+    numel = HOST_COPY_BYTES // 4
+    on_device = torch.ones(numel, device=device)
+    host = torch.empty(numel).share_memory_()
+
+    def round_trip():
+        host.copy_(on_device)
+        on_device.copy_(host)
+    return 2 * numel * 4 / _best(round_trip, lambda: dev.synchronize(device), REPEATS)
 
 
 def _load() -> float | None:
@@ -108,6 +134,8 @@ def _best_of(old: dict, new: dict) -> dict:
             "copy_bytes_per_s": max(old["copy_bytes_per_s"], new["copy_bytes_per_s"])}
     if "launch_s_per_op" in old:
         best["launch_s_per_op"] = min(old["launch_s_per_op"], new["launch_s_per_op"])
+    if old.get("host_copy_bytes_per_s") and new.get("host_copy_bytes_per_s"):
+        best["host_copy_bytes_per_s"] = max(old["host_copy_bytes_per_s"], new["host_copy_bytes_per_s"])
     return best
 
 
@@ -127,12 +155,15 @@ def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
         new = {**measure(device, dtype, threads), "device": name, "load": _load(),
                "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
         cache[key] = new if remeasure or key not in cache else _best_of(cache[key], new)
-    elif "launch_s_per_op" not in cache[key]:  # cached before the launch probe existed: add it alone
+    elif "launch_s_per_op" not in cache[key] or "host_copy_bytes_per_s" not in cache[key]:
+        # cached before the launch or host-copy probe existed: add what is missing alone
         before = torch.get_num_threads()
         if device.type == "cpu":
             torch.set_num_threads(threads)
         try:
-            cache[key]["launch_s_per_op"] = launch_s_per_op(device, dtype)
+            if "launch_s_per_op" not in cache[key]:
+                cache[key]["launch_s_per_op"] = launch_s_per_op(device, dtype)
+            cache[key]["host_copy_bytes_per_s"] = host_copy_bytes_per_s(device)
         finally:
             torch.set_num_threads(before)
     else:

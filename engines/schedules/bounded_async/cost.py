@@ -35,7 +35,7 @@ def at_batch_start(batch: SyncMeasurements, i: int, n: int, start: float, held: 
     it is free again, the version its batch starts on, the version it holds at the end)."""
     latest = max(v for v, t in enumerate(ready) if t <= start)
     if latest > held:
-        start, held = start + batch.ws, latest
+        start, held = start + batch.split_ws, latest
     got, roll = _arrivals(batch, i, n)
     return [(start + at, cost) for at, cost in got], start + roll, held, held
 
@@ -60,7 +60,7 @@ def bounded(batches: list[SyncMeasurements], n: int, m: int, k: int, iterations:
         ranks = [ready[b]] * m
         for j, (at, cost) in enumerate(sorted(arrivals)):
             ranks[j % m] = max(ranks[j % m], at) + cost
-        ready.append(max(ranks) + batch.opt + batch.ws)
+        ready.append(max(ranks) + batch.opt + batch.split_ws)
         if b >= warm:
             tokens += batch.tokens
     span = ready[total] - ready[warm]

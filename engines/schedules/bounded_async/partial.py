@@ -30,10 +30,10 @@ def mid_batch(recompute: bool = True):
                ready: list[float]) -> tuple[list[tuple[float, float]], float, int, int]:
         latest = max(v for v, t in enumerate(ready) if t <= start)
         if latest > held:  # posted while it was idle: loaded before the batch, as bounded staleness does
-            start, held = start + batch.ws, latest
+            start, held = start + batch.split_ws, latest
         posts = [(t - start, v) for v, t in enumerate(ready) if v > held and t > start]
         shard = batch.shard(i, n)
-        done, roll, loaded, _ = replay_posted(shard, batch.slots, batch.g, batch.cost, posts, batch.ws, recompute)
+        done, roll, loaded, _ = replay_posted(shard, batch.slots, batch.g, batch.cost, posts, batch.split_ws, recompute)
         groups = defaultdict(list)
         for s in shard:
             groups[s["prompt"]].append(s)
