@@ -52,13 +52,20 @@ def comparison_sentence(c: Comparison) -> str:
     return f"{head} {why[0].upper()}{why[1:]}." if why else head
 
 
+def _fastest(f: tuple[str, float, str]) -> str:
+    """The fastest cell by median TPSPD, the reference itself where every other cell is slower."""
+    cell, speedup, ref = f
+    if speedup < 1:
+        return f"{ref} is the fastest cell (the next, {cell}, {x(speedup)} its TPSPD)"
+    return f"fastest cell: {cell}, {x(speedup)} {ref}'s TPSPD"
+
+
 def verdict_sentences(run: RunData, v: Verdict) -> list[str]:
     """Every sentence of the verdict, unwrapped: the comparisons, then what would change the answer."""
     out = [comparison_sentence(c) for c in v.comparisons]
     if not v.comparisons:
-        out.append(f"No periodic-async cell beside a sync cell in this run; fastest cell: {v.fastest[0]}, "
-                   f"{x(v.fastest[1])} {v.fastest[2]}'s TPSPD." if v.fastest else
-                   "No periodic-async cell beside a sync cell in this run.")
+        out.append(f"No periodic-async cell beside a sync cell in this run; {_fastest(v.fastest)}." if v.fastest
+                   else "No periodic-async cell beside a sync cell in this run.")
     for r in experiments.reports():  # what the run holds (rlbench beside a real framework: where the difference comes from)
         out += r.notes(run)
     said = [e.load_report().change(v.answers[name]) for name, e in experiments.EXPERIMENTS.items()

@@ -118,7 +118,7 @@ GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tes
 PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
 step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" "${GPU_TESTS[@]}"
 step gpu-run 90 "${PYTEST[@]}" -m "gpu and e2e" "${GPU_TESTS[@]}"
-step decode 70 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
+step decode 120 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
     "${DECODE[@]}" "${ROUNDS[@]}" --out "$OUT/micro-decode.json"
 step shared-prompt 100 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
     --only packing,equivalence "${PACKING[@]}" "${ROUNDS[@]}" --out "$OUT/micro-packing.json"
@@ -151,8 +151,8 @@ fi
 step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
 if ! wanted profile; then
     :
-elif if_time $((60 * SCALE)); then
-    step profile 90 rlbench run "${RUN[@]}" --ablation none --profile --set engine.schedule=sync \
+elif if_time $((120 * SCALE)); then
+    step profile 150 rlbench run "${RUN[@]}" --ablation none --profile --set engine.schedule=sync \
         --set run.iterations=3 --set run.warmup_iterations=2 --set run.profile_iterations=1 --set run.name=headline-profile
 else
     echo "== profile: not started ($((DEADLINE - SECONDS))s left)"
@@ -161,8 +161,8 @@ fi
 for abl in shared_prompt tri_model; do
     if ! wanted "ablation-$abl"; then
         continue
-    elif if_time $((120 * SCALE)); then
-        step "ablation-$abl" 150 rlbench run "${RUN[@]}" "${MORE[@]}" --ablation "$abl" --set run.name="headline-$abl"
+    elif if_time $((150 * SCALE)); then
+        step "ablation-$abl" 210 rlbench run "${RUN[@]}" "${MORE[@]}" --ablation "$abl" --set run.name="headline-$abl"
     else
         echo "== ablation-$abl: not started ($((DEADLINE - SECONDS))s left)"
         printf '%s\tnot started\t0\n' "ablation-$abl" >> "$OUT/steps.tsv"

@@ -214,6 +214,14 @@ def test_verdict_sentence_names_the_two_factors():
                                          "interval).")
 
 
+def test_a_run_without_a_comparison_names_its_fastest_cell_the_reference_where_nothing_beats_it():
+    from rlbench.reports.verdict_text import _fastest
+
+    assert _fastest(("sync+shared_prompt", 1.25, "sync")) == "fastest cell: sync+shared_prompt, 1.25× sync's TPSPD"
+    assert _fastest(("sync+shared_prompt", 0.92, "sync")) == ("sync is the fastest cell (the next, "
+                                                             "sync+shared_prompt, 0.92× its TPSPD)")
+
+
 def test_summary_md_leads_with_the_verdict_and_at_most_8_columns(built):
     md = (built / "summary.md").read_text()
     first = next(line for line in md.splitlines() if line.startswith("|"))
