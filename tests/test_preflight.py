@@ -27,3 +27,25 @@ def test_a_crash_there_is_not_taken_for_bad_input(ctx):
     """Anything but a UserError (a bug, its traceback printed by that process) fails the run, not exit 2."""
     with pytest.raises(RuntimeError, match=r"the checks before the run failed \(exit code 1; see above\)"):
         around.in_process(ctx, around.raise_failed, {"cells": "not a list of cells"})
+
+
+def test_the_checks_before_a_gpu_run_never_initialise_cuda(monkeypatch):
+    """Every check before a run on (pretended) GPUs, here in one process as where the cells spawn: devices
+    are counted through NVML (torch.cuda.device_count), never by asking CUDA (is_available, lazy init),
+    which would leave the process unable to fork a process that uses CUDA."""
+    import torch
+
+    from conftest import TINY
+    from rlbench.core.config_files import load_config
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("is_available") or True)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lambda *a, **k: asked.append("_lazy_init"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cfg = load_config(TINY, ["engine.device=cuda", "engine.schedule=periodic_async"])
+    around.preflight(cfg, [("periodic_async", cfg)], multiprocessing.get_context("spawn"))
+    assert asked == []
+    with pytest.raises(UserError, match="ask for 3 devices, but this machine has 2 cuda devices"):  # the count read
+        around.preflight(load_config(TINY, ["engine.device=cuda", "engine.train_devices=2"]), [],
+                         multiprocessing.get_context("spawn"))
+    assert asked == []
