@@ -61,12 +61,21 @@ def test_memory_refused_only_when_it_cannot_fit():
 
 @pytest.mark.e2e
 def test_cli_refuses_past_the_positions_before_any_work(tmp_path):
-    """The issue's case: --set rollout.max_new_tokens=5000 on the tiny model (2048 positions)."""
+    """The issue's case: --set rollout.max_new_tokens=5000 on the tiny model (2048 positions). The check
+    needs the tokenizer and the model's config; it runs in a process forked from the run's fork server, so
+    `rlbench run`'s own process imports neither torch nor transformers (the server imports them once)."""
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
-                   "--set", "rollout.max_new_tokens=5000", timeout=120)
+                   "--set", "rollout.max_new_tokens=5000", timeout=120, prelude=IMPORTED_AT_EXIT)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "rollout.max_new_tokens=5000" in proc.stderr and "2048 positions" in proc.stderr
     assert not list(tmp_path.iterdir())  # no run folder: nothing started
+    assert "imported at exit: []" in proc.stderr, proc.stderr[-2000:]
+
+
+# Python run first in `rlbench run`'s interpreter: which of torch and transformers it has imported when it ends.
+IMPORTED_AT_EXIT = ("import atexit, os; pid = os.getpid(); atexit.register(lambda: os.getpid() == pid and "
+                    "print('imported at exit:', [m for m in ('torch', 'transformers') if m in sys.modules], "
+                    "file=sys.stderr))")
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])

@@ -217,11 +217,9 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
     base, overrides = load_config(config, sets), parse_overrides(sets)
     seeds = parse_seeds(seeds)
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
-    for runner in experiments.runners():  # e.g. a peer framework's cells: installed, able to run their config
-        runner.preflight(cells)
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
-    starting.method(forkable=True)  # a malformed RLBENCH_START likewise
-    preflight(base)
+    ctx = cell_context([cfg for _, cfg in cells])  # a malformed RLBENCH_START likewise
+    preflight(base, cells, ctx)  # and the experiments' own checks (e.g. a peer framework's cells: installed)
     run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")
     typer.echo(f"rlbench: {name} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)
     try:
@@ -263,6 +261,10 @@ def cell_context(configs: list):
     (a fresh interpreter that never touched a device: bench/core/devices/starting.py), a cell that holds an
     accelerator itself too, with the environment `rlbench run` had; spawned where one holds an NPU or
     RLBENCH_START=spawn."""
+    # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
+    # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here). Set before
+    # the fork server starts (the checks before the run start it): its processes have its environment.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return starting.context(not any(holds_device(cfg) and dev.resolve_kind(cfg.engine.device) == "npu"
                                     for cfg in configs))
 
@@ -272,9 +274,6 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
     in its own process; exit codes go into record and ablation.json as they come. Cells take turns by
     iteration (bench/run/interleave.py) when any cell's config asks for it (run.interleave: the user's, or
     a regime point's)."""
-    # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning
-    # threads of a multi-threaded cell starve everything else (measured 10x+ slowdowns here).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ctx = cell_context([cfg for _, cfg, _ in cells])
     try:
         return _run_todo(ctx, cells, record, run_dir, progress)

@@ -17,7 +17,7 @@ from rlbench import reports
 from rlbench.core import experiments
 from rlbench.core.config_files import load_config
 from rlbench.core.devices import device as dev
-from rlbench.core.devices import limits, placement, procs
+from rlbench.core.devices import limits, placement, procs, starting
 from rlbench.core.errors import UserError, WorkerError
 from rlbench.core.results import schema
 from rlbench.engines.data.source import load_dataset
@@ -30,10 +30,14 @@ EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
             "trl": "rlbench.engines.external.trl.adapter:run_trl"}
 
 
-def preflight(cfg) -> None:
+def preflight(cfg, cells, ctx) -> None:
     """Reject bad data, missing files, loggers that are not installed and limits the run cannot fit
     (bench/core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder).
-    The checks that need neither torch nor transformers come first: such bad input is refused at once."""
+    cells: [(name, config)] (the experiments' own checks, e.g. a peer framework installed); ctx: the
+    context the cells start from (ablation.py cell_context). The checks that need neither torch nor
+    transformers come first, here: such bad input is refused at once. The others run in a process of ctx:
+    where that is forked from `rlbench run`'s fork server, which imports torch and transformers once for
+    the whole run, this process never imports them (they would cost it ~8 CPU-s more)."""
     curves.check_installed(cfg)  # run.logger's packages (bench/run/curves.py)
     dataset = load_dataset(cfg.data, cfg.run.seed)
     if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
@@ -41,14 +45,61 @@ def preflight(cfg) -> None:
     kind = dev.resolve_kind(cfg.engine.device)
     if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
         placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
-    # inside: they import torch and transformers (seconds); `rlbench --help` imports this module
+    if ctx.get_start_method() == "forkserver":
+        in_process(ctx, check_fits, cfg, cells)
+    else:  # spawned: a fresh process would import them for these checks alone
+        check_fits(cfg, cells)
+
+
+def check_fits(cfg, cells) -> None:
+    """The checks that import torch and transformers (seconds): each experiment's own (a peer framework
+    installed and accepting its config), the engine supports the config, and every prompt and the
+    memory fit the model (bench/core/devices/limits.py). UserError (exit 2) where one fails."""
+    # inside: they import torch and transformers; `rlbench run`'s own process must not (preflight)
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
 
+    for runner in experiments.runners():
+        runner.preflight(cells)
     check_supported(cfg)
+    dataset = load_dataset(cfg.data, cfg.run.seed)
     facts, tok = model_facts(cfg)
     prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval + dataset.seen)
+    kind = dev.resolve_kind(cfg.engine.device)
     limits.check(cfg, facts, prompt_max, kind, dev.memory_capacity(kind))
+
+
+def in_process(ctx, fn, *args) -> None:
+    """fn(*args) in a new process of ctx (forked from the fork server: its imports are there); the
+    UserError it raises is raised here. Anything else it raises prints its traceback there and fails here."""
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_answer, args=(send, fn, *args), name="rlbench-checks")
+    proc.start()
+    send.close()
+    try:
+        error = receive.recv()
+    except EOFError:
+        error = False  # it ended without an answer
+    finally:
+        receive.close()
+        proc.join()
+    if error is False:
+        raise RuntimeError(f"the checks before the run failed (exit code {proc.exitcode}; see above)")
+    if error is not None:
+        raise UserError(error)
+
+
+def _answer(send, fn, *args) -> None:
+    """The process of `in_process`: None when fn(*args) passed, else its UserError's message."""
+    starting.detach()  # forked by a fork server: let go of its life line (bench/core/devices/starting.py)
+    try:
+        fn(*args)
+    except UserError as e:
+        send.send(str(e))
+        return
+    except KeyboardInterrupt:  # Ctrl-C reached the whole process group: `rlbench run` ends too
+        return
+    send.send(None)
 
 
 def new_run_dir(root: Path, name: str) -> Path:

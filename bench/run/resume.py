@@ -17,7 +17,7 @@ import typer
 from rlbench.core.config_files import build_config
 from rlbench.core.errors import UserError
 from rlbench.core.results import provenance, schema
-from rlbench.run.ablation import cells_for, run_cells
+from rlbench.run.ablation import cell_context, cells_for, run_cells
 from rlbench.run.around import finish, preflight, raise_failed
 from rlbench.run.seeds import expand
 
@@ -105,7 +105,7 @@ def resume_run(run_dir: Path, progress: bool, end, refused: dict) -> None:
     record, base, cells = load(run_dir)
     digest = provenance.code_digest()
     check_code(record, run_dir, digest)
-    preflight(base)
+    preflight(base, [], cell_context([cfg for _, cfg, _ in cells]))
     kept = plan(run_dir, record, cells, digest)
     typer.echo(f"rlbench: resuming {run_dir}: kept {len(kept)} completed cell(s) ({', '.join(kept) or 'none'}), "
                f"running {len(cells) - len(kept)}", err=True)

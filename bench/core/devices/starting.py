@@ -3,9 +3,10 @@
 A process that imports torch and transformers spends ~3.5 s of CPU doing so, and a cell has three (its
 driver and, on the smallest layout, two workers): most of a tiny cell's start-up. Every process of a run
 is therefore forked from a *fork server* that has imported them once (Python's "forkserver"
-context, its preload list below): `rlbench run`'s server creates the cell processes, each cell's own
-server its workers. A cell's server is a fork of the cell itself, taken before the cell computes anything
-(`warm`): the cell has the preloaded modules already, so its server has nothing to import (a fresh one
+context, its preload list below): `rlbench run`'s server creates the cell processes (and, first, the
+process of the checks before the run that need torch: bench/run/around.py `preflight`; `rlbench run`
+itself imports neither), each cell's own server its workers. A cell's server is a fork of the cell
+itself, taken before the cell computes anything (`warm`): the cell has the preloaded modules already, so its server has nothing to import (a fresh one
 spent ~3.5 CPU seconds, and its workers waited for it). A forked process starts as a fresh one would at its target (a new process, no
 threads, nothing computed), with those modules already in memory. Its start-up (docs/metrics.md) is
 measured from its fork, as a process started with a warm module cache would be.
