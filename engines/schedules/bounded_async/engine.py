@@ -74,6 +74,9 @@ class BoundedAsyncSchedule:
         self._next = 0  # the iteration run_iteration expects next
         self._published = None  # the weight version the workers were last given
         self._held_since: float | None = None  # when the rollout gate last closed (None: open)
+        # The release handshake (_release): releases so far, the last one the waiting producer has looked
+        # at, and whether it waits for admission now
+        self._opened, self._looked, self._waiting = 0, 0, False
 
     # ---------------------------------------------------------------- consumer (trainer thread)
 
@@ -125,7 +128,12 @@ class BoundedAsyncSchedule:
             self.pool.gate.open()
             self.rec.add(Stage.PAUSED, k, self._held_since, now())
             self._held_since = None
+            self._opened += 1
             self._lock.notify_all()  # the producer publishes and dispatches only while the gate is open
+            # A producer waiting for this release goes first: the trainer answers requests in order, so the
+            # next batch's weight sync must reach it before this iteration's training does, or the rollout
+            # waits behind a group's training (which thread ran first used to decide it)
+            self._lock.wait_for(lambda: not self._waiting or self._looked == self._opened or self._stopping)
 
     def _start(self, k: int) -> None:
         if self._producer is None:
@@ -167,8 +175,9 @@ class BoundedAsyncSchedule:
                 with self._lock:
                     # Versions count from `first`, as the gate's batches do (both 0 in a run).
                     # Nothing is published or dispatched while the workers are held between iterations.
-                    self._lock.wait_for(lambda: self._stopping or (
-                        self._held_since is None and gate.admit(samples, self.trainer.version - first)))
+                    self._waiting = True
+                    self._lock.wait_for(lambda: self._admitted(gate, samples, first))
+                    self._waiting = False
                     if self._stopping:
                         return
                     version = self.trainer.version
@@ -179,6 +188,7 @@ class BoundedAsyncSchedule:
                                 self.pool.mailbox.post(version)
                         self._publish_events[m] = pub_rec.drain()
                         self._published = version
+                    self._lock.notify_all()  # a release waiting for this turn goes on
                 out = _Forward(self._queue(m))
                 self.pool.produce(m, inp.requests, inp.sampling, out, self.timeout_s)
                 if out.failed:
@@ -186,6 +196,19 @@ class BoundedAsyncSchedule:
                 m += 1
         except BaseException as e:  # noqa: BLE001 - handed to the consumer thread
             self._queue(m).put(e)
+        finally:
+            with self._lock:  # a release never waits for a producer that has ended
+                self._waiting = False
+                self._lock.notify_all()
+
+    def _admitted(self, gate: StalenessGate, samples: int, first: int) -> bool:
+        """The producer's wake-up test (caller holds self._lock): stopping, or the gate open and the batch
+        admitted; notes that it has looked at the latest release, and wakes that release where it waits on."""
+        self._looked = self._opened
+        admitted = self._stopping or (self._held_since is None and gate.admit(samples, self.trainer.version - first))
+        if not admitted:
+            self._lock.notify_all()
+        return admitted
 
     def _mailbox_lock(self):
         return self.pool.mailbox.lock if self.pool.mailbox is not None else nullcontext()
