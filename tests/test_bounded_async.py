@@ -183,6 +183,43 @@ def test_close_while_producer_waits_at_the_gate():
     assert [m for m, _ in pool.dispatched] == [0, 1, 2]  # batch 3 never went out
 
 
+class OrderedTrainer(FakeTrainer):
+    """A FakeTrainer that logs its requests in the order it gets them, as a trainer process answers them."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.log: list[tuple[str, int]] = []
+
+    def begin(self):
+        self.log.append(("train", self.version))  # the iteration's first training request
+        super().begin()
+
+    def publish(self, iteration):
+        self.log.append(("publish", self.version))
+        return {}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_release_lets_the_waiting_producer_publish_before_the_iteration_trains(seed):
+    """Between iterations the rollout workers are held; at the release the producer, waiting at the gate
+    with the next batch, publishes the new version. The trainer answers in order, so that publish must reach
+    it before the iteration's training does, or the next rollout waits behind a group's training."""
+    from rlbench.engines.rollout.gate import RolloutGate
+
+    trainer = OrderedTrainer(random.Random(seed), 0.002)
+    pool = FakePool(trainer, random.Random(seed + 1), 0.0)
+    pool.gate = RolloutGate()
+    sched = BoundedAsyncSchedule(trainer, pool, Recorder("trainer", now()), lambda m: _input(m, 2), 6, 1,
+                                 "arrival", timeout_s=10)
+    try:
+        for m in range(6):
+            sched.run_iteration(_input(m, 2))
+    finally:
+        sched.close()
+    for v in range(1, 5):  # version v is published when iteration v's release admits batch v + 1
+        assert trainer.log.index(("publish", v)) < trainer.log.index(("train", v)), trainer.log
+
+
 @given(k=st.integers(0, 4), batch=st.integers(1, 8), ops=st.lists(st.booleans(), max_size=40))
 def test_gate_capacity(k, batch, ops):
     """Random interleavings of 'train one version' (True) and 'try to admit a batch' (False)."""
