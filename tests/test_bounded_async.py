@@ -213,6 +213,9 @@ def test_a_release_lets_the_waiting_producer_publish_before_the_iteration_trains
                                  "arrival", timeout_s=10)
     try:
         for m in range(6):
+            deadline = time.monotonic() + 10  # the case under test: the producer waits at the gate
+            while m and m < 5 and not getattr(sched, "_waiting", True) and time.monotonic() < deadline:
+                time.sleep(0.001)
             sched.run_iteration(_input(m, 2))
     finally:
         sched.close()
