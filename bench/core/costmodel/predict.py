@@ -41,6 +41,7 @@ schedules, so a device's costs measured in the sync run carry over to the async 
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import statistics
 from collections import defaultdict
@@ -339,7 +340,7 @@ def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> li
     stats = {r["iteration"]: r.get("workers") or [] for r in sync_cell.get("rollout_stats") or []}
     cfg = recorded_config(sync_cell)
     shape = (sync_cell.get("model") or {}).get("shape")  # None in results from before it was recorded
-    split = lambda ws: split_weight_sync_s(sync_cell, ws)  # noqa: E731 - the cell's rule, per iteration's ws
+    split = functools.partial(split_weight_sync_s, sync_cell)  # the cell's rule, per iteration's ws
     return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg, shape,
                              split) for it in its]
 
