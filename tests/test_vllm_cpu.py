@@ -28,14 +28,23 @@ LOGPROB_TOL = 1e-4  # fp32 engine vs fp32 trainer: measured ~4e-6 (different ker
 
 
 def test_vllm_missing_is_exit_2_with_the_install_command(tmp_path):
-    """Without vllm (imports of it blocked here), rollout.backend=vllm stops before any cell: exit 2."""
+    """Without vllm in `rlbench run`'s Python (imports of it blocked there), rollout.backend=vllm stops
+    before any cell: exit 2. The processes it starts see a stand-in vllm (on PYTHONPATH, failing on
+    import), as where vllm is installed: the refusal must come from `rlbench run` itself, not from a
+    check run in one of them."""
     from support.cli import rlbench
 
-    p = rlbench("run", "--config", TINY, "--set", "rollout.backend=vllm", "--out", tmp_path,
-                prelude="sys.modules['vllm'] = None", timeout=120)
+    stand_in = tmp_path / "path" / "vllm"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("raise ImportError('a stand-in: no cell may import it')\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    path = os.pathsep.join(filter(None, [str(stand_in.parent), os.environ.get("PYTHONPATH")]))
+    p = rlbench("run", "--config", TINY, "--set", "rollout.backend=vllm", "--out", out,
+                prelude="sys.modules['vllm'] = None", env={"PYTHONPATH": path}, timeout=120)
     assert p.returncode == 2, p.stderr
     assert "bash scripts/setup.sh --vllm" in p.stderr
-    assert not list(tmp_path.iterdir())  # no run folder: nothing ran
+    assert not list(out.iterdir())  # no run folder: nothing ran
 
 
 @pytest.fixture(scope="module")

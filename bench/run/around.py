@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 from rlbench import reports
 from rlbench.core import experiments
+from rlbench.core.components import BACKENDS
 from rlbench.core.config_files import load_config
 from rlbench.core.devices import device as dev
 from rlbench.core.devices import limits, placement, procs, starting
@@ -31,7 +32,8 @@ EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
 
 
 def preflight(cfg, cells, ctx) -> None:
-    """Reject bad data, missing files, loggers that are not installed and limits the run cannot fit
+    """Reject bad data, missing files, loggers or a rollout backend's package that are not installed
+    (looked for in this process, without importing them) and limits the run cannot fit
     (bench/core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder).
     cells: [(name, config)] (the experiments' own checks, e.g. a peer framework installed); ctx: the
     context the cells start from (ablation.py cell_context). The checks that need neither torch nor
@@ -39,6 +41,10 @@ def preflight(cfg, cells, ctx) -> None:
     where that is forked from `rlbench run`'s fork server, which imports torch and transformers once for
     the whole run, this process never imports them (they would cost it ~8 CPU-s more)."""
     curves.check_installed(cfg)  # run.logger's packages (bench/run/curves.py)
+    for backend in sorted({cfg.rollout.backend} | {c.rollout.backend for _, c in cells}):
+        missing = BACKENDS[backend].missing()  # in this Python: the cells' processes run the same one
+        if missing:
+            raise UserError(missing)
     dataset = load_dataset(cfg.data, cfg.run.seed)
     if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
         raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
