@@ -111,6 +111,20 @@ def test_out_that_cannot_be_created_is_exit_2_naming_the_path(tmp_path):
     assert "Not a directory" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_out_is_checked_before_any_work_without_making_a_folder(tmp_path):
+    """The check `rlbench run` makes before it starts its fork server: a path under a file is refused,
+    a new path under a writable folder passes, and the check itself creates nothing."""
+    from rlbench.run.around import check_out
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(UserError, match=rf"--out {blocker / 'runs' / 'x'}: cannot create the run folder under "
+                                        rf"{blocker}: Not a directory"):
+        check_out(blocker / "runs" / "x")
+    check_out(tmp_path / "new" / "deeper")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(UserError, match=r"nope.yaml: no such file, and no shipped config .*cpu-default"):
         load_config(tmp_path / "nope.yaml")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from rlbench.analysis.data import CellData, RunData
 from rlbench.core.results import schema
-from scipy import stats
+from rlbench.core.stats import student_quantile, wilson
 
 TARGET_SHARE = 0.8
 
@@ -84,8 +84,8 @@ def interval(values: list[float], n_eval: int | None) -> tuple[float, float, flo
         return m, max(0.0, lo), min(1.0, hi), f"t-interval over {len(values)} seeds"
     if not n_eval:
         return m, m, m, "one seed, eval size unknown"
-    ci = stats.binomtest(round(m * n_eval), n_eval).proportion_ci(0.95, method="wilson")
-    return m, ci.low, ci.high, f"Wilson, {n_eval} eval problems"
+    low, high = wilson(round(m * n_eval), n_eval, 0.95)
+    return m, low, high, f"Wilson, {n_eval} eval problems"
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float] | None:
@@ -94,7 +94,7 @@ def t_interval(values: list[float]) -> tuple[float, float, float] | None:
     if len(values) < 2:
         return None
     m = statistics.fmean(values)
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    half = student_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return m, m - half, m + half
 
 

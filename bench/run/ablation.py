@@ -21,7 +21,7 @@ from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 from rlbench.engines.model import weight_file
 from rlbench.planted import slowdown
 from rlbench.run import interleave as ring
-from rlbench.run.around import Ending, finish, new_run_dir, preflight, raise_failed
+from rlbench.run.around import Ending, check_out, finish, new_run_dir, preflight, raise_failed
 from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
 from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel
 from rlbench.run.seeds import expand, parse_seeds
@@ -219,6 +219,7 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
     cells = cells_for(name, base, overrides)  # unknown ablation name or invalid cell -> exit 2 before anything runs
     slowdown.parse(os.environ.get(slowdown.ENV, ""))  # a malformed RLBENCH_SLOW -> exit 2, nothing run
     ctx = cell_context([cfg for _, cfg in cells])  # a malformed RLBENCH_START likewise
+    check_out(out)  # a --out that cannot hold a run folder, before the checks start a fork server
     preflight(base, cells, ctx)  # and the experiments' own checks (e.g. a peer framework's cells: installed)
     run_dir = new_run_dir(out, base.run.name if name == "none" else f"{base.run.name}-{name}")
     typer.echo(f"rlbench: {name} on {config or 'configs/cpu-default.yaml'} -> {run_dir}", err=True)

@@ -108,6 +108,18 @@ def _answer(send, fn, *args) -> None:
     send.send(None)
 
 
+def check_out(root: Path) -> None:
+    """--out refused before any work where no run folder could be made under it: the nearest part of the path
+    that exists is not a folder, or one this user cannot write (exit 2; new_run_dir still catches the rest)."""
+    found = Path(root).absolute()
+    while not found.exists() and found != found.parent:
+        found = found.parent
+    why = ("Not a directory" if not found.is_dir() else
+           None if os.access(found, os.W_OK | os.X_OK) else "Permission denied")
+    if why:
+        raise UserError(f"--out {root}: cannot create the run folder under {found}: {why}")
+
+
 def new_run_dir(root: Path, name: str) -> Path:
     """A new run folder under --out; one that cannot be created or written is bad input (exit 2)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -177,6 +189,7 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
         raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
     if engine not in EXTERNAL:
         raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(EXTERNAL)}")
+    check_out(out)
     mod, fn = EXTERNAL[engine].split(":")
     run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
     try:

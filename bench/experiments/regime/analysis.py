@@ -23,7 +23,6 @@ from rlbench.analysis.data import CellData, RunData
 from rlbench.analysis.seeds import is_multi_seed
 from rlbench.core.experiments.spec import Analysis
 from rlbench.core.results import schema
-from scipy import stats
 
 WIN = 1.0  # a speedup above this is a win: periodic-async's TPSPD beats sync's on the same devices
 
@@ -231,7 +230,8 @@ def spearman(a: pd.Series, b: pd.Series) -> float | None:
     both = pd.DataFrame({"a": pd.to_numeric(a, errors="coerce"), "b": pd.to_numeric(b, errors="coerce")}).dropna()
     if len(both) < 2 or both["a"].nunique() < 2 or both["b"].nunique() < 2:
         return None
-    return float(stats.spearmanr(both["a"], both["b"]).statistic)
+    ranks = both.rank()  # ties share their mean rank, as scipy.stats.spearmanr's: Pearson's r of the ranks
+    return float(ranks["a"].corr(ranks["b"]))
 
 
 def prediction_check(frame: pd.DataFrame, tolerance_pct: float = 10.0, column: str = "error_pct") -> dict:
