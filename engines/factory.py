@@ -74,7 +74,7 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
         build = spec.build_function()  # the schedule's build(options, session), named by its record
         with lifecycle.phase(Phase.WORKERS):
             schedule = build(spec.read(cfg), session)
-        session.check_observed()
+            session.check_observed()  # waits for every host's workers (they start side by side)
         return schedule, WorkerEval(schedule.trainer)
     except BaseException:
         session.close()
@@ -102,7 +102,7 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
         build = spec.build_function()
         with lifecycle.phase(Phase.WORKERS):
             schedule = build(spec.read(cfg), session)
-        session.report_phases()
+            session.report_phases()  # waits for every host's workers (they start side by side)
         return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
     except BaseException:
         session.close()

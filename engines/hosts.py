@@ -41,12 +41,13 @@ class ProcessHost:
         """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
         ctx = _context(all(slot.kind != "npu" for slot in slots))
         self.timeout_s, self.watchdog = timeout_s, watchdog
+        self._deadline = time.monotonic() + timeout_s
         self.out = ctx.Queue()
         self.inbox: dict[str, Any] = {}
         self.procs: dict[str, Any] = {}
-        self.pids: dict[str, int] = {}
-        self.observed: dict[str, dict] = {}  # worker -> what it observed once started
-        self.phases: dict[str, dict] = {}  # worker -> its start-up phases (bench/core/record/lifecycle.py)
+        self._pids: dict[str, int] = {}
+        self._observed: dict[str, dict] = {}
+        self._phases: dict[str, dict] = {}
         self._replies: dict[int, Reply] = {}
         self._calls = 0
         self._lock = threading.Lock()  # one reader of `out` at a time (a producer and a consumer thread)
@@ -61,7 +62,6 @@ class ProcessHost:
                 with launch.environment(env):  # spawned: the environment it is created with
                     p.start()
                 self.procs[slot.worker] = p
-            self._wait_ready()
         except BaseException:
             self.close()
             raise
@@ -70,22 +70,48 @@ class ProcessHost:
     def workers(self) -> list[str]:
         return list(self.procs)
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.timeout_s
-        while len(self.pids) < len(self.procs):
-            msg = self._next("starting")
-            if isinstance(msg, Ready):
-                self.pids[msg.worker] = msg.pid
-                self.observed[msg.worker] = {**msg.observed, "pid": msg.pid}  # pid: bench/core/record/hostcpu.py reads it
-                self.phases[msg.worker] = msg.phases
-            elif isinstance(msg, Reply) and not msg.ok:
-                raise WorkerError(f"{msg.worker} failed while starting:\n{msg.value}")
-            elif msg is None and time.monotonic() > deadline:
-                missing = ", ".join(sorted(set(self.procs) - set(self.pids)))
-                raise WorkerError(f"worker {missing} did not start within engine.queue_timeout_s="
-                                  f"{self.timeout_s:g}s")
+    @property
+    def pids(self) -> dict[str, int]:
+        self.ready()
+        return self._pids
+
+    @property
+    def observed(self) -> dict[str, dict]:
+        """worker -> what it observed once started (its pid too: bench/core/record/hostcpu.py reads it)."""
+        self.ready()
+        return self._observed
+
+    @property
+    def phases(self) -> dict[str, dict]:
+        """worker -> its start-up phases (bench/core/record/lifecycle.py)."""
+        self.ready()
+        return self._phases
+
+    def ready(self) -> None:
+        """Wait until every worker has started (WorkerError naming one that failed or did not start within
+        timeout_s of the host's creation). The constructor starts the processes without waiting, so the
+        hosts of one engine start side by side; the first call, observation or pid waits."""
+        if len(self._pids) == len(self.procs):
+            return
+        try:
+            while len(self._pids) < len(self.procs):
+                msg = self._next("starting")
+                if isinstance(msg, Ready):
+                    self._pids[msg.worker] = msg.pid
+                    self._observed[msg.worker] = {**msg.observed, "pid": msg.pid}
+                    self._phases[msg.worker] = msg.phases
+                elif isinstance(msg, Reply) and not msg.ok:
+                    raise WorkerError(f"{msg.worker} failed while starting:\n{msg.value}")
+                elif msg is None and time.monotonic() > self._deadline:
+                    missing = ", ".join(sorted(set(self.procs) - set(self._pids)))
+                    raise WorkerError(f"worker {missing} did not start within engine.queue_timeout_s="
+                                      f"{self.timeout_s:g}s")
+        except BaseException:
+            self.close()
+            raise
 
     def submit(self, worker: str, method: str, *args) -> Call:
+        self.ready()
         with self._lock:
             self._calls += 1
             n = self._calls
@@ -96,6 +122,7 @@ class ProcessHost:
     def wait(self, calls: list[Call], doing: str, on_emit: Callable | None = None) -> list:
         """The calls' return values in order; a failure in any of them raises at once, and so does a
         worker that stops making progress (engines/watchdog.py)."""
+        self.ready()
         out: dict[int, Any] = {}
         while len(out) < len(calls):
             with self._lock:

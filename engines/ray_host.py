@@ -3,6 +3,7 @@ actors holding their devices as Ray resources; the same submit / wait calls and 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable
 
 from rlbench.core.devices import device as dev
@@ -27,9 +28,10 @@ class RayHost:
 
         self._ray, self.timeout_s, self.watchdog, self._owns_ray = ray, timeout_s, watchdog, owns_ray
         self.actors: dict[str, Any] = {}
-        self.pids: dict[str, int] = {}
-        self.observed: dict[str, dict] = {}
-        self.phases: dict[str, dict] = {}  # worker -> its start-up phases (bench/core/record/lifecycle.py)
+        self._deadline = time.monotonic() + timeout_s
+        self._pids: dict[str, int] = {}
+        self._observed: dict[str, dict] = {}
+        self._phases: dict[str, dict] = {}
         self.emitted = None
         try:
             self.emitted = Queue(actor_options={"num_cpus": 0})
@@ -39,17 +41,47 @@ class RayHost:
                 self.actors[slot.worker] = remote.options(
                     **launch.ray_options(slot, sharing[slot.worker]), runtime_env=forwarded_env()).remote(
                     slot, cls, args_of(slot), self.emitted)
-            self.pids = self._started()
-            self.observed = dict(zip(self.actors, ray.get([a.observe.remote() for a in self.actors.values()])))
-            self.phases = dict(zip(self.actors, ray.get([a.phases.remote() for a in self.actors.values()])))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> dict[str, int]:
+        self.ready()
+        return self._pids
+
+    @property
+    def observed(self) -> dict[str, dict]:
+        self.ready()
+        return self._observed
+
+    @property
+    def phases(self) -> dict[str, dict]:
+        """worker -> its start-up phases (bench/core/record/lifecycle.py)."""
+        self.ready()
+        return self._phases
+
+    def ready(self) -> None:
+        """Wait until every actor is built (as engines/hosts.py ProcessHost.ready: the constructor does not
+        wait, so the hosts of one engine start side by side)."""
+        if self._pids or not self.actors:
+            return
+        ray = self._ray
+        try:
+            pids = self._started()
+            self._observed = dict(zip(self.actors, ray.get([a.observe.remote() for a in self.actors.values()])))
+            self._phases = dict(zip(self.actors, ray.get([a.phases.remote() for a in self.actors.values()])))
+            self._pids = pids
         except BaseException:
             self.close()
             raise
 
     def _started(self) -> dict[str, int]:
-        """Every actor's pid once it is built; WorkerError naming the ones not started within timeout_s."""
+        """Every actor's pid once it is built; WorkerError naming the ones not started within timeout_s of
+        the host's creation."""
         refs = {self.actors[n].pid.remote(): n for n in self.actors}
-        ready, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout_s)
+        left = max(0.0, self._deadline - time.monotonic())
+        ready, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=left)
         if len(ready) < len(refs):
             missing = ", ".join(sorted(refs[r] for r in refs if r not in ready))
             raise WorkerError(f"worker {missing} did not start within engine.queue_timeout_s={self.timeout_s:g}s")
@@ -66,6 +98,7 @@ class RayHost:
         return list(self.actors)
 
     def submit(self, worker: str, method: str, *args) -> Call:
+        self.ready()
         self.watchdog.submitted(worker)
         return Call(worker, method, self.actors[worker].call.remote(method, *args))
 
