@@ -1,5 +1,6 @@
 """The small messages between the driver and its worker processes or actors (engines/hosts.py,
-engines/ray_host.py), and the heartbeat thread every worker runs for the hang watchdog."""
+engines/ray_host.py), the heartbeat thread every worker runs for the hang watchdog, and what both hosts
+tell of their started workers (`Started`)."""
 from __future__ import annotations
 
 import threading
@@ -10,6 +11,36 @@ from rlbench.core.record import progress
 from rlbench.engines.watchdog import HEARTBEAT_S, Heartbeat
 
 POLL_S = 0.05  # how often a waiting driver checks that its workers are alive
+
+
+class Started:
+    """What a host tells of its workers once they have started: their pids, what each observed (its device,
+    cores, threads; bench/core/devices/device.py observe) and its start-up phases
+    (bench/core/record/lifecycle.py). A host starts its workers without waiting for them, so the hosts of one
+    engine start side by side; reading any of these waits (the host's `ready()`)."""
+
+    def __init__(self) -> None:
+        self._pids: dict[str, int] = {}
+        self._observed: dict[str, dict] = {}
+        self._phases: dict[str, dict] = {}
+
+    def ready(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def pids(self) -> dict[str, int]:
+        self.ready()
+        return self._pids
+
+    @property
+    def observed(self) -> dict[str, dict]:
+        self.ready()
+        return self._observed
+
+    @property
+    def phases(self) -> dict[str, dict]:
+        self.ready()
+        return self._phases
 
 
 @dataclass

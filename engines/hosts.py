@@ -29,11 +29,11 @@ from rlbench.core.errors import WorkerError
 from rlbench.core.record import lifecycle
 from rlbench.core.record.lifecycle import Phase
 from rlbench.engines import launch
-from rlbench.engines.host_messages import POLL_S, Call, Emitted, Ready, Reply, Request, start_heartbeats
+from rlbench.engines.host_messages import POLL_S, Call, Emitted, Ready, Reply, Request, Started, start_heartbeats
 from rlbench.engines.ray_host import RayHost
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 
-class ProcessHost:
+class ProcessHost(Started):
     """One process per slot (forked from the cell's fork server, or spawned: bench/core/devices/starting.py),
     pinned to its device (bench/core/devices/device.py `pin`), running cls(slot, *args)."""
 
@@ -45,9 +45,7 @@ class ProcessHost:
         self.out = ctx.Queue()
         self.inbox: dict[str, Any] = {}
         self.procs: dict[str, Any] = {}
-        self._pids: dict[str, int] = {}
-        self._observed: dict[str, dict] = {}
-        self._phases: dict[str, dict] = {}
+        super().__init__()
         self._replies: dict[int, Reply] = {}
         self._calls = 0
         self._lock = threading.Lock()  # one reader of `out` at a time (a producer and a consumer thread)
@@ -69,23 +67,6 @@ class ProcessHost:
     @property
     def workers(self) -> list[str]:
         return list(self.procs)
-
-    @property
-    def pids(self) -> dict[str, int]:
-        self.ready()
-        return self._pids
-
-    @property
-    def observed(self) -> dict[str, dict]:
-        """worker -> what it observed once started (its pid too: bench/core/record/hostcpu.py reads it)."""
-        self.ready()
-        return self._observed
-
-    @property
-    def phases(self) -> dict[str, dict]:
-        """worker -> its start-up phases (bench/core/record/lifecycle.py)."""
-        self.ready()
-        return self._phases
 
     def ready(self) -> None:
         """Wait until every worker has started (WorkerError naming one that failed or did not start within

@@ -11,12 +11,12 @@ from rlbench.core.errors import WorkerError
 from rlbench.core.record import lifecycle
 from rlbench.core.record.lifecycle import Phase
 from rlbench.engines import launch
-from rlbench.engines.host_messages import POLL_S, Call, start_heartbeats
+from rlbench.engines.host_messages import POLL_S, Call, Started, start_heartbeats
 from rlbench.engines.ray_util import actor_error, forwarded_env
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 
 
-class RayHost:
+class RayHost(Started):
     """The same workers as Ray actors: one per slot, holding its device as a Ray resource."""
 
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog, owns_ray: bool = False):
@@ -29,9 +29,7 @@ class RayHost:
         self._ray, self.timeout_s, self.watchdog, self._owns_ray = ray, timeout_s, watchdog, owns_ray
         self.actors: dict[str, Any] = {}
         self._deadline = time.monotonic() + timeout_s
-        self._pids: dict[str, int] = {}
-        self._observed: dict[str, dict] = {}
-        self._phases: dict[str, dict] = {}
+        super().__init__()
         self.emitted = None
         try:
             self.emitted = Queue(actor_options={"num_cpus": 0})
@@ -44,22 +42,6 @@ class RayHost:
         except BaseException:
             self.close()
             raise
-
-    @property
-    def pids(self) -> dict[str, int]:
-        self.ready()
-        return self._pids
-
-    @property
-    def observed(self) -> dict[str, dict]:
-        self.ready()
-        return self._observed
-
-    @property
-    def phases(self) -> dict[str, dict]:
-        """worker -> its start-up phases (bench/core/record/lifecycle.py)."""
-        self.ready()
-        return self._phases
 
     def ready(self) -> None:
         """Wait until every actor is built (as engines/hosts.py ProcessHost.ready: the constructor does not
