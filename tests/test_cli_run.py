@@ -114,9 +114,11 @@ def test_run_records_per_stage_utilisation(tiny_run):
 
 @pytest.mark.e2e
 def test_same_seed_same_samples(tiny_run, tmp_path):
+    """The same seed in a fresh interpreter, as a user's shell starts it: the same samples and weights as the
+    ladder's run, which ran in a fork of the tests' warm interpreter (support/warm.py)."""
     run_dir, _ = tiny_run
     proc = rlbench("run", "--config", TINY, "--out", tmp_path, "--ablation", "none", "--no-progress",
-                   "--no-report", *sets(*ASYNC_LADDER))
+                   "--no-report", *sets(*ASYNC_LADDER), fresh=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = only_run(tmp_path)
     first = [(s["iteration"], s["prompt"], s["sample"], s["response_len"], s["reward"])

@@ -65,7 +65,7 @@ def test_cli_refuses_past_the_positions_before_any_work(tmp_path):
     needs the tokenizer and the model's config; it runs in a process forked from the run's fork server, so
     `rlbench run`'s own process imports neither torch nor transformers (the server imports them once)."""
     proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
-                   "--set", "rollout.max_new_tokens=5000", timeout=120, prelude=IMPORTED_AT_EXIT)
+                   "--set", "rollout.max_new_tokens=5000", timeout=120, prelude=IMPORTED_AT_EXIT, fresh=True)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "rollout.max_new_tokens=5000" in proc.stderr and "2048 positions" in proc.stderr
     assert not list(tmp_path.iterdir())  # no run folder: nothing started

@@ -52,6 +52,10 @@ def preflight(cfg, cells, ctx) -> None:
     if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
         placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
     if ctx.get_start_method() == "forkserver":
+        # the run's server starts here: a fresh interpreter that imports the preload list, or, where this
+        # process has imported it already and runs no thread (a fork of a process that did, as the tests
+        # run the command), a fork of this one (starting.warm)
+        starting.warm(True)
         in_process(ctx, check_fits, cfg, cells)
     else:  # spawned: a fresh process would import them for these checks alone
         check_fits(cfg, cells)

@@ -1,7 +1,10 @@
-"""The one way the tests run the real `rlbench` command: a fresh interpreter, as a user's shell starts it.
+"""The one way the tests run the real `rlbench` command: in a fork of this pytest process's warm
+interpreter (support/warm.py: torch, transformers and the CLI imported once, not ~11 CPU-s again for
+every run), or in a fresh interpreter, as a user's shell starts it, where a fork could not show what the
+test looks at (fresh=True, or an environment that differs in more than RLBENCH_* variables).
 
 A test that starts `rlbench run` (or `check --against`) through these is marked `e2e`: it starts cell and
-worker processes, each importing torch and transformers (docs/architecture.md, 'Tests').
+worker processes (docs/architecture.md, 'Tests').
 """
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from support.warm import inherited, warm
 
 
 def argv(*args, prelude: str | None = None) -> list[str]:
@@ -21,11 +26,18 @@ def argv(*args, prelude: str | None = None) -> list[str]:
 
 
 def rlbench(*args, env: dict | None = None, prelude: str | None = None, timeout: float = 600,
-            base_env: dict | None = None) -> subprocess.CompletedProcess:
+            base_env: dict | None = None, fresh: bool = False) -> subprocess.CompletedProcess:
     """`rlbench ARGS` to the end, output captured as text. env is laid over base_env (default: this
-    process's environment, read at the call)."""
-    return subprocess.run(argv(*args, prelude=prelude), capture_output=True, text=True, timeout=timeout,
-                          env={**(os.environ if base_env is None else base_env), **(env or {})})
+    process's environment, read at the call, without the OpenMP and MKL settings that in-process tests
+    leave in it: a user's shell has none). prelude: Python run first (in the fork, or the fresh
+    interpreter). fresh: in a fresh interpreter, never a fork of the warm one (a test of what the command's
+    own interpreter imports or starts with)."""
+    full = {**(inherited() if base_env is None else base_env), **(env or {})}
+    if not fresh and os.environ.get("RLBENCH_TESTS_FRESH") != "1":
+        done = warm().run(list(map(str, args)), full, timeout, prelude)
+        if done is not None:
+            return done
+    return subprocess.run(argv(*args, prelude=prelude), capture_output=True, text=True, timeout=timeout, env=full)
 
 
 def sets(*overrides: str) -> list[str]:

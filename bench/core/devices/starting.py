@@ -5,7 +5,8 @@ driver and, on the smallest layout, two workers): most of a tiny cell's start-up
 is therefore forked from a *fork server* that has imported them once (Python's "forkserver"
 context, its preload list below): `rlbench run`'s server creates the cell processes (and, first, the
 process of the checks before the run that need torch: bench/run/around.py `preflight`; `rlbench run`
-itself imports neither), each cell's own server its workers. A cell's server is a fork of the cell
+itself imports neither; where it has them already, a fork of a process that imported them, as the test
+suite runs the command, its server is a fork of it: `warm`), each cell's own server its workers. A cell's server is a fork of the cell
 itself, taken before the cell computes anything (`warm`): the cell has the preloaded modules already, so its server has nothing to import (a fresh one
 spent ~3.5 CPU seconds, and its workers waited for it). A forked process starts as a fresh one would at its target (a new process, no
 threads, nothing computed), with those modules already in memory. Its start-up (docs/metrics.md) is
@@ -17,7 +18,7 @@ rather than from its parent, so it is handed to the process and laid over its en
 before anything in it touches CUDA (engines/hosts.py `_serve`). That is safe only while no process a
 server is forked from has initialised CUDA: the driver asks how many devices there are through NVML
 (bench/core/devices/device.py `cuda_count`), never CUDA itself, and `rlbench run`'s server is a fresh
-interpreter. On the first GPU runs a spawned worker spent 13-19 s importing torch and transformers before
+interpreter (or a fork of a process that has only imported the preload list). On the first GPU runs a spawned worker spent 13-19 s importing torch and transformers before
 it did anything. A process that holds an Ascend NPU is spawned (torch_npu has not run in a forked process).
 `RLBENCH_START=spawn` makes every process spawn (to compare the two).
 
