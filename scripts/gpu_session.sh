@@ -65,7 +65,7 @@ if [ "$dry" = 0 ]; then
     "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 fi
-"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+"$PY" -c "from importlib.metadata import version as v; print('torch', v('torch'), 'transformers', v('transformers'))"
 git rev-parse HEAD 2>/dev/null && git status --short | head -20
 
 if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer shape, the tiny run config
