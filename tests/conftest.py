@@ -30,7 +30,8 @@ _SHARED_RUNS = {"test_cli_run.py": "ladder", "test_placement.py": "ladder", "tes
 _LONGEST_FIRST = ("test_ray.py", "test_process_hygiene.py", "test_gpu_session.py", "test_trl_peer.py",
                   "test_families.py", "test_against.py", "test_equivalence.py", "test_resume.py", "test_watchdog.py",
                   "test_regime.py", "test_partial_rollout.py", "test_curves.py", "test_launch.py", "test_seed_pool.py",
-                  "test_weight_file.py", "test_accuracy_config.py", "test_interleave_run.py", "test_pairs.py")
+                  "test_weight_file.py", "test_accuracy_config.py", "test_interleave_run.py", "test_pairs.py",
+                  "test_vllm_runs.py", "test_vllm_cpu.py")  # the last two: .ci/run's vLLM step
 
 
 def pytest_configure(config):

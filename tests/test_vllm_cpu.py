@@ -3,13 +3,11 @@
 default .venv), except the check that such a run is refused with the install command.
 
 One engine (about 15 s to start) serves the backend tests; the schedule tests start their own in
-worker processes, as a run does.
+worker processes, as a run does. The runs that check what a colocated rank leaves behind are in
+tests/test_vllm_runs.py (a group of their own: `.ci/run` runs the two files side by side).
 """
 import importlib.util
-import json
 import os
-import signal
-import time
 
 import pytest
 import torch
@@ -201,21 +199,3 @@ def test_dead_vllm_engine_ends_the_run_with_exit_3(tmp_path):
 
     fault_keeps_iterations(tmp_path, "vllm_engine_exit:2", VLLM_TINY + ["engine.schedule=periodic_async"],
                            "periodic_async", "worker rollout0 died", "rlbench-rollout0")
-
-
-@needs_vllm
-@pytest.mark.parametrize("ending", ["complete", "worker_killed"])
-def test_vllm_sync_run_leaves_no_engine_process(tmp_path, ending):
-    """The issue's case: sync with vLLM (each colocated rank's engine core in a child process, with its
-    workers). After a completed run, and after one rank is killed, no process of the run is alive 10 s
-    later (found in /proc by a variable only this run inherits)."""
-    from test_process_hygiene import left_after, start, wait_for_iterations, worker_pids
-
-    sets = VLLM_TINY + (["run.iterations=100000"] if ending == "worker_killed" else [])
-    proc, mark = start(tmp_path, *sets)
-    if ending == "worker_killed":
-        wait_for_iterations(proc, tmp_path)
-        os.kill(worker_pids(proc, mark)[0], signal.SIGKILL)
-    _, err = proc.communicate(timeout=900)
-    assert proc.returncode == (0 if ending == "complete" else 3), err[-3000:]
-    assert left_after(mark, time.monotonic()) == []
