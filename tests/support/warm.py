@@ -39,6 +39,7 @@ IMPORTS = ("rlbench.cli", "rlbench.run.ablation", "rlbench.reports", "rlbench.ru
 TESTS = Path(__file__).resolve().parent.parent
 IGNORED = ("PYTEST_CURRENT_TEST",)  # pytest's own, set per test; no command reads it
 MAX_MESSAGE = 1 << 20
+START_S = 300  # its imports take ~10 s on 2 idle cores; far longer means something is wrong
 
 
 def inherited() -> dict:
@@ -149,7 +150,13 @@ class Warm:
         theirs.close()
         self.conn = ours
         self.lock = threading.Lock()
-        if self.conn.recv(16) != b"ready":
+        self.conn.settimeout(START_S)
+        try:
+            started = self.conn.recv(16) == b"ready"
+        except TimeoutError:
+            started = False
+            self.proc.kill()
+        if not started:
             raise RuntimeError(f"the warm interpreter did not start (exit code {self.proc.wait()})")
         atexit.register(self.close)
 
@@ -161,7 +168,8 @@ class Warm:
             return None
         try:
             with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-                request = {"args": list(map(str, args)), "env": env, "cwd": os.getcwd(), "prelude": prelude}
+                request = {"args": list(map(str, args)), "env": {k: os.fspath(v) for k, v in env.items()},
+                           "cwd": os.getcwd(), "prelude": prelude}
                 socket.send_fds(self.conn, [json.dumps(request).encode()], [out.fileno(), err.fileno()])
                 pid = self._answer(None)["pid"]
                 try:
