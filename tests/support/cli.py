@@ -34,7 +34,7 @@ def rlbench(*args, env: dict | None = None, prelude: str | None = None, timeout:
     own interpreter imports or starts with)."""
     full = {**(inherited() if base_env is None else base_env), **(env or {})}
     if not fresh and os.environ.get("RLBENCH_TESTS_FRESH") != "1":
-        done = warm().run(list(map(str, args)), full, timeout, prelude)
+        done = warm().run(args, full, timeout, prelude)
         if done is not None:
             return done
     return subprocess.run(argv(*args, prelude=prelude), capture_output=True, text=True, timeout=timeout, env=full)
@@ -52,10 +52,9 @@ def only_run(out: Path) -> Path:
 
 
 def clean_env() -> dict:
-    """A user's shell environment: without the thread settings and test hooks that in-process tests
-    earlier in the session may have left in this process's environment."""
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("RLBENCH_SLOW", "RLBENCH_FAULT", "RLBENCH_PROFILE", "OMP_", "MKL_"))}
+    """A user's shell environment: `inherited` (no thread settings) without the test hooks that in-process
+    tests earlier in the session may have left in this process's environment."""
+    return {k: v for k, v in inherited().items() if not k.startswith(("RLBENCH_SLOW", "RLBENCH_FAULT", "RLBENCH_PROFILE"))}
 
 
 def fault_keeps_iterations(out: Path, fault: str, overrides: list[str], cell: str, message: str, process: str):
