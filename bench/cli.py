@@ -1,5 +1,7 @@
 """rlbench command line. Nothing it imports imports torch or transformers (the processes that run cells do),
-so `rlbench --help`, `config`, `report`, `compare` and `check` are instant (tests/test_imports.py).
+so `rlbench --help`, `config`, `report`, `compare` and `check` are instant (tests/test_imports.py). At its
+import it loads the glossary (the help's definitions) and no more: each command loads what it runs when it
+runs, so that `rlbench --help` answers in under half a second (docs/results/startup.md).
 """
 from __future__ import annotations
 
@@ -10,27 +12,29 @@ from typing import Optional
 
 import click
 import typer
-import yaml
-
+from typer.core import TyperCommand
 from rlbench.core import experiments
-from rlbench.core.config import LOGGERS, documented_keys, parse_loggers
-from rlbench.core.config_files import load_config, shipped_configs
-from rlbench.core.devices import procs
 from rlbench.core.errors import UserError, WorkerError
-from rlbench.core.results import provenance
 from rlbench.reports.glossary import help_epilog
-from rlbench.run.ablation import help_text, run_ablation
-from rlbench.run.around import Ending, run_external, sweep
-from rlbench.run.resume import resume_run
-from rlbench.simulate.command import simulate
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+# rich_markup_mode=None: click's plain help; typer's rich rendering would import rich (0.2 s) for every --help
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Benchmark synchronous vs periodic-asynchronous RL post-training (TPSPD, accuracy).")
 
 
-def ablation_help() -> str:
-    """`--ablation`'s help, made from the ablation registry (bench/run/ablation.py)."""
-    return help_text()
+class RunCommand(TyperCommand):
+    """`rlbench run`, whose --ablation help is made from the ablation table (bench/run/ablation_table.py)
+    when `rlbench run --help` shows it: the table loads the schedule and experiment registries (their
+    pydantic option models, 0.2 s), which `rlbench --help` does not need."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # inside: the registries, loaded only for the help that lists the ablations
+        from rlbench.run.ablation_table import help_text
+
+        for param in self.params:
+            if param.name == "ablation":
+                param.help = help_text()
+        super().format_help(ctx, formatter)
 
 
 @app.callback(invoke_without_command=True)
@@ -45,11 +49,11 @@ def definitions_help() -> str:
     return help_epilog()
 
 
-@app.command(epilog=definitions_help())
+@app.command(cls=RunCommand, epilog=definitions_help())
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML overrides: a file, or the name of a shipped config (`rlbench config --list`; default: cpu-default)."),
     ablation: Optional[str] = typer.Option(None, "--ablation", "-a",
-                                           help=ablation_help()),
+                                           help="Cells to run (the ablations, listed here by `rlbench run --help`)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."),
     engine: str = typer.Option("rlbench", "--engine", "-e",
                                help="rlbench (this harness's engines), or a real peer framework: trl (TRL's "
@@ -74,6 +78,12 @@ def run(
                                           "the run's own."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the report."""
+    # inside: the run machinery (processes, fork servers, the config models), which --help need not load
+    from rlbench.core.devices import procs
+    from rlbench.run.ablation import run_ablation
+    from rlbench.run.around import Ending, run_external, sweep
+    from rlbench.run.resume import resume_run
+
     procs.mark_run()  # every process of this run carries the token: found and ended at the end
     sets = set_ + (["run.profile=true"] if profile else []) + _logger_set(logger)
     end = Ending(report, wide)
@@ -94,6 +104,8 @@ def _logger_set(values: list[str]) -> list[str]:
     """--logger's values (repeated, or comma lists) -> the --set that carries them to every cell."""
     if not values:
         return []
+    from rlbench.core.config import LOGGERS, parse_loggers  # inside: the config models, which --help need not load
+
     try:
         names = parse_loggers(",".join(values))
     except ValueError:
@@ -217,7 +229,32 @@ def history_cmd(
         sys.exit(code)
 
 
-app.command("simulate")(simulate)  # the command lives with the simulator (no torch)
+@app.command("simulate")
+def simulate(
+    run_dir: Optional[Path] = typer.Argument(None, help="A run or ablation folder with a sync cell to calibrate "
+                                                         "from (and to validate against)."),
+    preset: Optional[str] = typer.Option(None, "--preset", "-p",
+                                         help="Simulate a preset setting instead: paper-7b (7B, GSM8K-like "
+                                              "lengths, the paper's figures beside)."),
+    devices: Optional[str] = typer.Option(None, "--devices", "-d",
+                                          help="Device counts to sweep, comma-separated (default 8,16,32,64)."),
+    rollout_share: Optional[str] = typer.Option(None, "--rollout-share", "-r",
+                                                help="Rollout pool shares to sweep, each in (0, 1) "
+                                                     "(default 0.25,0.5,0.75)."),
+    staleness: int = typer.Option(1, "--staleness", "-k", min=0, help="k of bounded_async."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Output folder (default RUN_DIR/simulate or runs/simulate-PRESET)."),
+) -> None:
+    """Predict sync / periodic-async / bounded-async TPSPD and speedups on N rollout + M training devices,
+    every device at the per-device costs measured in a run's data-parallel sync cell (the report's
+    measured-vs-predicted model, nothing fitted) or stated by a preset; writes simulate.json and plots."""
+    # inside: the simulator loads the config models (its calibration reads a run's config), which --help
+    # need not load
+    from rlbench.simulate import format_text, parse_list, run_simulation
+
+    result = run_simulation(run_dir, preset, parse_list(devices, int, "--devices"),
+                            parse_list(rollout_share, float, "--rollout-share"), out, staleness)
+    typer.echo(format_text(result))
 
 
 @app.command()
@@ -226,6 +263,8 @@ def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the p
                                   "float16.")) -> None:
     """What hardware and software rlbench sees, and one device's measured peak (matmul FLOP/s, copy
     bytes/s) that per-stage MFU and bandwidth utilisation are measured against."""
+    from rlbench.core.results import provenance  # inside: the environment probes, which --help need not load
+
     typer.echo(json.dumps(provenance.environment(dtype, remeasure), indent=1))
 
 
@@ -238,6 +277,11 @@ def config_cmd(
 ) -> None:
     """Print the resolved configuration (or, with --docs, every key documented; with --list, the shipped
     configs)."""
+    # inside: the config models and YAML, which --help need not load
+    import yaml
+    from rlbench.core.config import documented_keys
+    from rlbench.core.config_files import load_config, shipped_configs
+
     if list_:
         for name, what in shipped_configs().items():
             typer.echo(f"{name:<28} {what}")

@@ -86,7 +86,7 @@ def test_a_folder_holds_its_readme_cells_analysis_and_report(name):
 
 def test_the_ablations_are_the_records_cells():
     """`--ablation NAME` runs what the record says, and `rlbench run --help` lists it."""
-    from rlbench.run.ablation import ABLATIONS, help_text
+    from rlbench.run.ablation_table import ABLATIONS, help_text
 
     for spec in experiments.EXPERIMENTS.values():
         for ablation, cells in spec.cells().items():

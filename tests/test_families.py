@@ -11,7 +11,8 @@ from conftest import FAMILIES_PAUSE_S as PAUSE_S, FAMILIES_PAUSED as PAUSED, TIN
 from support.report_runs import LADDER, make_families
 from rlbench.core.results import schema
 from rlbench.experiments.families import cells as families
-from rlbench.run.ablation import ABLATIONS, cells_for
+from rlbench.run.ablation import cells_for
+from rlbench.run.ablation_table import ABLATIONS
 from rlbench.core.config_files import load_config
 from rlbench.experiments.families.analysis import families_frame, is_families, write_ladder
 from rlbench.reports import build_report, summary_table_text

@@ -85,3 +85,25 @@ def test_instant_commands_import_no_torch(args):
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+
+
+HELP = {"--help": ("pydantic", "rlbench.run.ablation_table"),  # the commands' summaries only
+        "run --help": (),  # --ablation's list: the ablation table and its registries (pydantic models)
+        "simulate --help": ()}
+
+
+@pytest.mark.parametrize("args", list(HELP))
+def test_help_loads_only_what_its_texts_need(args):
+    """`rlbench --help` loads the glossary and not what the commands run: no rich (click's plain help), no
+    config models, no run machinery, no simulator, and not the ablation table, which only `run --help`
+    shows (docs/results/startup.md has the times)."""
+    heavy = ("rich", "rlbench.core.config", "rlbench.core.config_files", "rlbench.run.ablation",
+             "rlbench.run.around", "rlbench.simulate", "yaml", *HELP[args])
+    code = ("import sys\nfrom rlbench.cli import main\nsys.argv = ['rlbench', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print([m for m in {heavy!r} if m in sys.modules], file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code, *args.split()], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and "Usage: rlbench" in proc.stdout, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+    if args == "run --help":  # the list is made when shown: every ablation with what it compares
+        assert "async (the default" in proc.stdout and "regime-quick (" in " ".join(proc.stdout.split())

@@ -241,7 +241,7 @@ def test_a_single_comparison_has_no_map(tmp_path):
 # map end to end (its cells, regime.csv, the report's sentences) in half the cells. A cell's start-up, ~10 s
 # of a quiet 2-core machine, is most of its time; the grid's full shape is tested above, on its configs.
 QUICK_POINTS = ("toy-light-p2", "toy-heavy-p4")
-ONLY_QUICK_POINTS = ("import rlbench.run.ablation as a; a.ABLATIONS['regime-quick'] = "
+ONLY_QUICK_POINTS = ("import rlbench.run.ablation_table as a; a.ABLATIONS['regime-quick'] = "
                      f"[c for c in a.ABLATIONS['regime-quick'] if c[1]['workload'] in {QUICK_POINTS!r}]")
 
 

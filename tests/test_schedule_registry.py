@@ -122,7 +122,7 @@ def test_one_step_off_is_bounded_staleness_one():
 
 def test_a_records_cells_join_the_ablations_it_names():
     from rlbench.core.components import Options
-    from rlbench.run.ablation import add_schedule_cells
+    from rlbench.run.ablation_table import add_schedule_cells
 
     spec = ScheduleSpec(name="extra", summary="", options=Options, builder="x:y", layout=POOLS,
                         model=MODEL_BOUNDED, cells={"staleness": (("extra_k1", {"max_staleness": 1}),)})
@@ -145,7 +145,7 @@ def test_one_step_off_cell_through_cli(families_run):
 
 
 def test_ablation_help_is_made_from_the_registry():
-    from rlbench.run.ablation import ABLATIONS, help_text
+    from rlbench.run.ablation_table import ABLATIONS, help_text
 
     text = help_text()
     assert all(f"{name} (" in text for name in ABLATIONS) and "regime" in text and "staleness" in text

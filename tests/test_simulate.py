@@ -19,7 +19,7 @@ from support.report_runs import make_ablation, make_cell
 from rlbench.core.errors import UserError
 from rlbench.simulate import (Costs, calibrate, format_text, paper_setting, parse_list, rescale, run_simulation,
                               simulate, validate)
-from rlbench.simulate.command import simulate as simulate_command
+from rlbench.cli import simulate as simulate_command
 
 
 def costs(**kw) -> Costs:

@@ -25,7 +25,7 @@ class Options(BaseModel):
     (bench/core/config.py), so a default is defined here and nowhere else; `read` fills every field from
     the config."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # validators built at first use
 
     @classmethod
     def keys(cls) -> dict[str, str]:

@@ -14,8 +14,9 @@ from rlbench.core.schedules.spec import REFERENCE
 
 
 class Section(BaseModel):
-    # Unknown keys are errors: a typo must not silently fall back to a default.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Unknown keys are errors: a typo must not silently fall back to a default. defer_build: each model's
+    # validator is built when first used, not at import (`rlbench --help` imports these models, uses none).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
 
 class ModelConfig(Section):

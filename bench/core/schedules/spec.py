@@ -25,7 +25,7 @@ MODEL_COLOCATED = "colocated"  # weight sync + the slowest rank's rollout + trai
 MODEL_POOLS = "pools"  # rollout and training pools inside one iteration (overlap=False: the barrier)
 MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (engines/schedules/bounded_async/cost.py)
 
-# role: the schedule's place in the built-in ablation tables (bench/run/ablation.py), the check's switch
+# role: the schedule's place in the built-in ablation tables (bench/run/ablation_table.py), the check's switch
 # pairs and `rlbench simulate`'s ladder
 REFERENCE = "reference"  # the baseline every speedup is over
 PERIODIC = "periodic"  # the async ladder's cell (periodic asynchrony)
