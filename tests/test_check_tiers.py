@@ -48,6 +48,8 @@ def test_the_schedules_tier_runs_when_a_schedule_file_changed_since_the_accepted
     assert names() == ["main"]
     (tmp_path / "engines/schedules/sync/README.md").write_text("the schedule's page\n")  # docs: not counted
     assert names() == ["main"]
+    (tmp_path / "engines/schedules/sync/engine.py").write_text('"""The engine."""\nx = 1  # one\n')
+    assert names() == ["main"]  # a comment and a docstring: the same code, not counted
     (tmp_path / "engines/schedules/sync/engine.py").write_text("x = 2\n")  # not committed: counted
     assert names() == ["main", "schedules"]
     _git(tmp_path, "checkout", "--", "engines/schedules")

@@ -4,16 +4,19 @@
 - schedules: configs/ci-schedules.yaml, the `families` ablation (sync, barrier, periodic_async, one_step_off,
   bounded_async k=2, and k=2 with partial rollout): every registered schedule and partial rollout. It runs only
   when a file that only those cells exercise differs between the accepted commit and this tree (committed or
-  not, untracked files included): SCHEDULE_PATHS. The families ablation is one the accepted commit knows, so
+  not, untracked files included; a Python file whose code is the same but for comments, docstrings and
+  layout is left out): SCHEDULE_PATHS. The families ablation is one the accepted commit knows, so
   the old tree can run the workload (an ablation added since could not be run by it).
   `python -m rlbench.check.tiers [REF]` prints the tiers to run, one a line (name, ablation, config), and
   why, on stderr.
 """
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlbench.check.against import resolve
 from rlbench.core.errors import UserError
@@ -49,7 +52,33 @@ def changed(sha: str, paths: tuple[str, ...]) -> list[str]:
 
     files = set(git("diff", "--name-only", sha, "--", *paths)) | set(git("ls-files", "--others", "--exclude-standard",
                                                                         "--", *paths))
-    return sorted(f for f in files if not f.endswith(DOCS))
+    return sorted(f for f in files if not f.endswith(DOCS) and not comments_only(root, sha, f))
+
+
+def comments_only(root: Path, sha: str, path: str) -> bool:
+    """Whether Python file `path` differs from its version at commit sha only in comments, docstrings and
+    layout: such a change moves no cell's cost."""
+    if not path.endswith(".py") or not (root / path).is_file():
+        return False
+    old = subprocess.run(["git", "show", f"{sha}:{path}"], cwd=root, capture_output=True, text=True, timeout=60)
+    if old.returncode != 0:  # not in that commit
+        return False
+    try:
+        return code_of(old.stdout) == code_of((root / path).read_text())
+    except SyntaxError:
+        return False
+
+
+def code_of(source: str) -> str:
+    """The syntax tree of `source` without its docstrings (comments and layout are not in it), as text."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:]
+    return ast.dump(tree)
 
 
 def to_run(ref: str = "accepted") -> list[tuple[Tier, str]]:
