@@ -41,17 +41,18 @@ TIERS = (Tier("main", "ci", "configs/ci-ab.yaml"),
          Tier("schedules", "families", "configs/ci-schedules.yaml", SCHEDULE_PATHS))
 
 
+def git(root: Path, *args: str) -> str | None:
+    """git's output in the checkout at root; None where git fails."""
+    out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+    return out.stdout if out.returncode == 0 else None
+
+
 def changed(sha: str, paths: tuple[str, ...]) -> list[str]:
     """Files under `paths` that differ between commit sha and the working tree, untracked ones included;
     documentation (DOCS) left out."""
     root = source_root()
-
-    def git(*args: str) -> list[str]:
-        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
-        return out.stdout.split() if out.returncode == 0 else []
-
-    files = set(git("diff", "--name-only", sha, "--", *paths)) | set(git("ls-files", "--others", "--exclude-standard",
-                                                                        "--", *paths))
+    files = {f for args in (("diff", "--name-only", sha), ("ls-files", "--others", "--exclude-standard"))
+             for f in (git(root, *args, "--", *paths) or "").split()}
     return sorted(f for f in files if not f.endswith(DOCS) and not comments_only(root, sha, f))
 
 
@@ -60,11 +61,11 @@ def comments_only(root: Path, sha: str, path: str) -> bool:
     layout: such a change moves no cell's cost."""
     if not path.endswith(".py") or not (root / path).is_file():
         return False
-    old = subprocess.run(["git", "show", f"{sha}:{path}"], cwd=root, capture_output=True, text=True, timeout=60)
-    if old.returncode != 0:  # not in that commit
+    old = git(root, "show", f"{sha}:{path}")
+    if old is None:  # not in that commit
         return False
     try:
-        return code_of(old.stdout) == code_of((root / path).read_text())
+        return code_of(old) == code_of((root / path).read_text())
     except SyntaxError:
         return False
 
