@@ -36,8 +36,9 @@ def comparison_sentence(c: Comparison) -> str:
     if c.measured is None:
         return f"{c.async_cell}: no measured TPSPD to set against {c.sync_cell}'s."
     said = SAID[c.outcome] + (even_why(c.interval) if c.outcome == "even" else "")
-    head = (f"{c.async_cell} {x(c.measured)} {c.sync_cell}'s TPSPD ({described(c.interval)}; predicted "
-            f"{x(c.predicted)}): {said}.")
+    predicted = f"predicted {x(c.predicted)}" + (" for the schedule alone: no sync cell ran with its optimisations"
+                                                 if c.schedule_only else "")
+    head = f"{c.async_cell} {x(c.measured)} {c.sync_cell}'s TPSPD ({described(c.interval)}; {predicted}): {said}."
     share = [] if c.rollout_share is None else [f"the sync cell spends {100 * c.rollout_share:.0f}% of its "
                                                 "iteration generating"]
     factors = []

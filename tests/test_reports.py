@@ -317,3 +317,30 @@ def test_a_cell_stopped_during_warm_up_reports_no_tpspd():
     assert agg["measured_iterations"] == 0 and agg["total_tokens"] == 12301
     measured = aggregate([warm, {**warm, "iteration": 1, "warmup": False, "tpspd": 600.0}], [])
     assert measured["tpspd"]["median"] == 600.0 and measured["measured_iterations"] == 1
+
+
+def test_a_cell_with_optimisations_but_no_sync_twin_is_predicted_for_the_schedule_alone(tmp_path):
+    """Where no sync cell ran with a periodic-async cell's optimisations (the ci ablation's +tri_model), the
+    prediction comes from a sync cell without them: it is the schedule's alone, said so in the verdict, and
+    no error against the measurement is computed (what the optimisation adds is not in the model)."""
+    from rlbench.analysis.data import load
+    from rlbench.analysis.speedup import speedup_frame
+    from rlbench.analysis.summary import summary_frame
+    from rlbench.analysis.verdict import verdict_of
+    from rlbench.core.results import schema
+    from rlbench.reports.verdict_text import comparison_sentence
+
+    plain = load(make_ablation(tmp_path / "plain"))
+    run_dir = make_ablation(tmp_path / "tri")
+    res = json.loads((run_dir / "periodic_async" / schema.RESULTS).read_text())
+    res["switches"]["tri_model"] = True
+    schema.atomic_write_json(run_dir / "periodic_async" / schema.RESULTS, res)
+    run = load(run_dir)
+    before, after = speedup_frame(plain).iloc[0], speedup_frame(run).iloc[0]
+    assert not before["schedule_only"] and before["error_pct"] is not None
+    assert after["schedule_only"] and after["error_pct"] is None
+    assert after["predicted_speedup"] == before["predicted_speedup"] > 0  # the same sync cell's costs
+    (c,) = verdict_of(run, speedup_frame(run), summary_frame(run)).comparisons
+    assert "for the schedule alone: no sync cell ran with its optimisations" in comparison_sentence(c)
+    (c,) = verdict_of(plain, speedup_frame(plain), summary_frame(plain)).comparisons
+    assert "schedule alone" not in comparison_sentence(c)

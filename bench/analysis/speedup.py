@@ -24,7 +24,10 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
     Each is predicted from the sync cell with the same switches and workload (its own measured
     device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its
     workload), so they stand beside the summary's speedup column. measured_low / _high: the measured
-    speedup's 95% interval from the per-iteration ratios (bench/analysis/intervals.py)."""
+    speedup's 95% interval from the per-iteration ratios (bench/analysis/intervals.py). schedule_only: no
+    sync cell ran with the cell's optimisation switches (tri-model, shared-prompt attention), so the
+    prediction, from a sync cell without them, is of the schedule alone: what the optimisations add is the
+    measured speedup over it, and no error against the measurement is computed."""
     rows = []
     for c in run.cells:
         sync = sync_twin(run, c)
@@ -32,8 +35,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
             continue
         ref = reference_of(run, c)
         r, t = _split(c)
-        row = {"cell": c.name, "predicted_from": sync.name, "overlap": _overlap(c), "rollout_devices": r,
-               "train_devices": t, "rollout_share_of_sync": None,
+        row = {"cell": c.name, "predicted_from": sync.name, "schedule_only": not same_switches(sync, c),
+               "overlap": _overlap(c), "rollout_devices": r, "train_devices": t, "rollout_share_of_sync": None,
                "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()),
                **intervals.columns(intervals.paired(c, ref), "measured"), "predicted_speedup": None, "error_pct": None,
                "predicted_with_contention": None, "contention_kappa": None, "contention_kappa_decode": None,
@@ -45,7 +48,7 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
             pred = None
         if pred:
             row.update(rollout_share_of_sync=pred["rollout_share"], predicted_speedup=pred["predicted_speedup"])
-            if row["measured_speedup"] and pred["predicted_speedup"]:
+            if row["measured_speedup"] and pred["predicted_speedup"] and not row["schedule_only"]:
                 row["error_pct"] = 100 * (pred["predicted_speedup"] / row["measured_speedup"] - 1)
             if (r, t) == (1, 1):  # the proposed contention term: a column beside the model, never in it
                 con = predict_contended(sync.result, sync.samples, sync.events, overlap=_overlap(c),
@@ -55,7 +58,7 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
                            contention_kappa=k[1] if isinstance(k, tuple) else k,
                            contention_kappa_decode=k[0] if isinstance(k, tuple) else None)
         rows.append(row)
-    cols = ["cell", "predicted_from", "overlap", "rollout_devices", "train_devices", "rollout_share_of_sync",
+    cols = ["cell", "predicted_from", "schedule_only", "overlap", "rollout_devices", "train_devices", "rollout_share_of_sync",
             "measured_speedup", *INTERVAL, "predicted_speedup", "error_pct", "predicted_with_contention", "contention_kappa",
             "contention_kappa_decode", "kappa_source"]
     return pd.DataFrame(rows, columns=cols)
@@ -98,9 +101,13 @@ def sync_twin(run: RunData, cell: CellData) -> CellData | None:
     sync cell; of those, one that took turns with the cell (run.interleave_pairs' turn group) first."""
     syncs = [s for s in run.cells if colocated(s) and s.iterations
              and s.switches.get("workload") == cell.switches.get("workload")]
-    same = [s for s in syncs if all(s.switches.get(k) == cell.switches.get(k)
-                                    for k in ("tri_model", "shared_prompt"))]
+    same = [s for s in syncs if same_switches(s, cell)]
     return (_same_group(same, cell) or same or _same_group(syncs, cell) or syncs or [None])[0]
+
+
+def same_switches(a: CellData, b: CellData) -> bool:
+    """Whether two cells run the same optimisations (tri-model, shared-prompt attention)."""
+    return all(a.switches.get(k) == b.switches.get(k) for k in ("tri_model", "shared_prompt"))
 
 
 def reference_of(run: RunData, cell: CellData) -> CellData:

@@ -37,6 +37,7 @@ class Comparison:
     split: float | None = None
     overlap: float | None = None
     interval: Ratio = field(default_factory=lambda: Ratio(None))
+    schedule_only: bool = False  # predicted from a sync cell without the cell's optimisations (speedup_frame)
 
     @property
     def outcome(self) -> str | None:
@@ -64,7 +65,7 @@ def comparisons(sp: pd.DataFrame, attribution: list[dict]) -> list[Comparison]:
         out.append(Comparison(r["cell"], r["predicted_from"], _value(r["measured_speedup"]),
                               _value(r["predicted_speedup"]), _value(r["rollout_share_of_sync"]),
                               a.get("barrier"), _value(a.get("split_measured")), _value(a.get("overlap_measured")),
-                              intervals.from_columns(r, "measured_speedup", "measured")))
+                              intervals.from_columns(r, "measured_speedup", "measured"), bool(r["schedule_only"])))
     return out
 
 
