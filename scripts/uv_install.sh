@@ -5,9 +5,10 @@
 # (pip: 2-3 minutes) and .venv-vllm's 4 GB in about a minute (pip: 4-5 minutes, 2.5 of them CPU-minutes
 # that the test suite beside it in .ci/run lost). It compiles the bytecode as pip does (without it, a
 # process run with PYTHONDONTWRITEBYTECODE would compile every module it imports, each time). It reads
-# none of pip's configuration, so the two settings a machine's pip may carry that decide what is installed
-# are handed to it: the wheel folders (find-links, where a machine keeps its CPU build of torch) and the
-# constraint files (a machine's cap), from pip's configuration files and environment (`pip config list`).
+# none of pip's configuration, so the settings of a machine's pip that decide what is installed are
+# handed to it, from pip's configuration files and environment (`pip config list`): the indexes (a mirror),
+# the wheel folders (find-links, where a machine keeps its CPU build of torch) and the constraint files (a
+# machine's cap); over several indexes uv picks, as pip does, the best version any of them has.
 UV_VERSION=0.13.9
 
 uv_install() {
@@ -16,7 +17,7 @@ uv_install() {
     if [ "$("$venv/bin/uv" --version 2>/dev/null)" != "uv $UV_VERSION" ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
     fi
-    local args=(pip install -q --python "$venv/bin/python" --compile-bytecode)
+    local args=(pip install -q --python "$venv/bin/python" --compile-bytecode --index-strategy unsafe-best-match)
     # lines such as global.constraint='/etc/xdg/pip/constraints.txt' or :env:.find-links='/opt/wheels'
     while IFS="=" read -r key value; do
         value=${value#\'}
@@ -24,6 +25,8 @@ uv_install() {
         for v in $value; do
             case "${key##*.}" in
                 find-links) args+=(--find-links "$v") ;;
+                index-url) args+=(--index-url "$v") ;;
+                extra-index-url) args+=(--extra-index-url "$v") ;;
                 constraint) [ -f "$v" ] && args+=(-c "$v") ;;
             esac
         done
