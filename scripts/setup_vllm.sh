@@ -10,8 +10,8 @@
 # - VLLM_DEPS_ONLY=1: everything but rlbench itself, its own dependencies included (.ci/run installs these
 #   while the test suite runs, and rlbench after it, so that two editable installs never write
 #   rlbench.egg-info at the same time).
-# - The dependencies are installed once per version of this script, the constraints and pyproject.toml
-#   (a stamp in .venv-vllm): a second call installs rlbench alone (seconds, not a minute of resolving).
+# - The dependencies are installed once per version of this script, scripts/uv_install.sh, the constraints
+#   and pyproject.toml (a stamp in .venv-vllm): a second call installs rlbench alone (seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -20,7 +20,7 @@ if [ ! -x .venv-vllm/bin/python ]; then
 fi
 source scripts/uv_install.sh  # uv_install: the packages installed with uv (its header says why)
 STAMP=.venv-vllm/.rlbench-deps
-WANT=$(cat scripts/setup_vllm.sh constraints-vllm.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+WANT=$(cat scripts/setup_vllm.sh scripts/uv_install.sh constraints-vllm.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
     rm -f "$STAMP"
     uv_install .venv-vllm -c constraints-vllm.txt torch==2.13.0
