@@ -28,8 +28,8 @@ def _venv(tmp_path: Path, uv_version: str) -> Path:
 case "$*" in
     "-m pip config list") cat {tmp_path}/config.txt ;;
     "-m pip install"*) echo "$*" >> {tmp_path}/pip.txt
-        printf '#!/bin/sh\\n[ "$1" = --version ] && echo "uv {uv_version}" && exit 0\\necho "$@" > {tmp_path}/uv.txt\\n' \\
-            > {venv}/bin/uv; chmod +x {venv}/bin/uv ;;
+        printf '#!/bin/sh\\n[ "$1" = --version ] && echo "uv {uv_version}" && exit 0\\n' > {venv}/bin/uv
+        printf 'echo "$@" > {tmp_path}/uv.txt\\n' >> {venv}/bin/uv; chmod +x {venv}/bin/uv ;;
 esac
 """)
     python.chmod(0o755)
@@ -62,4 +62,5 @@ def test_uv_is_installed_into_the_venv_only_where_it_is_not_the_pinned_version(t
                   if line.startswith("UV_VERSION="))
     venv = _venv(tmp_path, pinned)
     assert _install(venv).returncode == 0 and _install(venv).returncode == 0
-    assert (tmp_path / "pip.txt").read_text().splitlines() == [f"-m pip install -q --disable-pip-version-check uv=={pinned}"]
+    installs = (tmp_path / "pip.txt").read_text().splitlines()
+    assert installs == [f"-m pip install -q --disable-pip-version-check uv=={pinned}"]  # the first call only

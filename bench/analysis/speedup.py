@@ -58,9 +58,9 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
                            contention_kappa=k[1] if isinstance(k, tuple) else k,
                            contention_kappa_decode=k[0] if isinstance(k, tuple) else None)
         rows.append(row)
-    cols = ["cell", "predicted_from", "schedule_only", "overlap", "rollout_devices", "train_devices", "rollout_share_of_sync",
-            "measured_speedup", *INTERVAL, "predicted_speedup", "error_pct", "predicted_with_contention", "contention_kappa",
-            "contention_kappa_decode", "kappa_source"]
+    cols = ["cell", "predicted_from", "schedule_only", "overlap", "rollout_devices", "train_devices",
+            "rollout_share_of_sync", "measured_speedup", *INTERVAL, "predicted_speedup", "error_pct",
+            "predicted_with_contention", "contention_kappa", "contention_kappa_decode", "kappa_source"]
     return pd.DataFrame(rows, columns=cols)
 
 
