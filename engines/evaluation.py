@@ -1,6 +1,6 @@
 """Evaluation between iterations, run where the weights are: on a worker, never on the driver's device.
 
-The driver holds no accelerator (docs/architecture.md, 'Process model'), so when the trainer runs in worker
+The driver holds no accelerator (docs/architecture/process-model.md), so when the trainer runs in worker
 processes its rank 0 generates the greedy evaluation answers on its own device with the built-in sampler (the
 same sampler for every schedule) and returns token ids; the driver only scores them (GSM8K's strict rule).
 When the trainer runs in this process (the tests' in-process reference, engine.sync_layout=single_process)

@@ -1,7 +1,7 @@
 """How a worker process is started on its device, and how what it observed is checked against the plan.
 
 One place decides each worker's device and makes it true for every library in the process
-(docs/architecture.md, 'Placement'): an accelerator worker is started with only its device visible
+(docs/architecture/placement.md): an accelerator worker is started with only its device visible
 (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES in the environment the process is created with, so nothing
 in it, the built-in engine, vLLM or Ray, can initialise another device), and inside it that device is index 0.
 A CPU worker is pinned to its core by affinity after it starts (bench/core/devices/device.py `pin`).

@@ -211,7 +211,7 @@ def bad_citations(text: str) -> list[str]:
 
 
 def test_no_citation_of_notes_outside_the_project():
-    """The code and the documents cite docs/ (architecture.md, metrics.md), never design notes kept elsewhere."""
+    """The code and the documents cite docs/ (architecture/, metrics.md), never design notes kept elsewhere."""
     names = ("DESIGN" + ".md", "STYLE" + ".md")
     cited = [f"{p.relative_to(ROOT)}:{i}" for p in project_files()
              for i, line in enumerate(p.read_text(errors="ignore").splitlines(), 1) if any(n in line for n in names)]
@@ -223,7 +223,8 @@ def test_citations_name_existing_sections():
     bad = [f"{p.relative_to(ROOT)}: {b}" for p in project_files() for b in bad_citations(p.read_text(errors="ignore"))
            if p.name != "test_docs.py"]
     assert not bad, bad
-    assert not bad_citations("(docs/architecture.md, 'Placement' and 'Tests'), docs/metrics.md, 'TPSPD'")
-    assert bad_citations("docs/architecture.md,\n'No such section'") == \
-        ["docs/architecture.md, 'No such section': no such section"]
+    assert not bad_citations("(docs/architecture/schedules.md, 'Tri-model' and 'Shared-prompt attention'), "
+                             "docs/metrics.md, 'TPSPD'")
+    assert bad_citations("docs/architecture/schedules.md,\n'No such section'") == \
+        ["docs/architecture/schedules.md, 'No such section': no such section"]
     assert bad_citations("docs/nowhere.md, 'Placement'") == ["docs/nowhere.md: no such page"]

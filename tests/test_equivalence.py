@@ -1,4 +1,4 @@
-"""On-policy equivalence (docs/architecture.md, 'Periodic asynchrony'): periodic-async == sync, every switch
+"""On-policy equivalence (docs/architecture/schedules.md, 'Periodic asynchrony'): periodic-async == sync, every switch
 combination.
 
 With groups consumed in dispatch order the parameters after 3 iterations are bitwise identical;

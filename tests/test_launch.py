@@ -87,7 +87,8 @@ def _start(monkeypatch, placement, parent_env: dict | None = None) -> dict:
 
 
 def start_table(monkeypatch, kind="cuda", parent_env=None) -> dict:
-    """worker -> the visible devices its process is started with, for 1, 2 and 4 GPUs (the table of docs/architecture.md, 'Placement')."""
+    """worker -> the visible devices its process is started with, for 1, 2 and 4 GPUs (the table of
+    docs/architecture/placement.md)."""
     var = "CUDA_VISIBLE_DEVICES" if kind == "cuda" else "ASCEND_RT_VISIBLE_DEVICES"
     layouts = {"1": [("sync", 1, 1, True), ("periodic_async", 1, 1, True)],
                "2": [("sync", 1, 1, False), ("periodic_async", 1, 1, False)],

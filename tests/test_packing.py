@@ -1,5 +1,5 @@
 """Shared-prompt packing: packed == unpacked log-probs and gradients, for every layout that trains on CPU
-(dense, gather, mask4d; docs/architecture.md, 'Shared-prompt attention' and 'Tests').
+(dense, gather, mask4d; docs/architecture/schedules.md, 'Shared-prompt attention', and docs/architecture/tests.md).
 
 Tolerances (fp32 everywhere):
 - log-probs: atol 2e-5. The paths sum the same products in a different order

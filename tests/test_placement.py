@@ -1,4 +1,4 @@
-"""The fair layout (docs/architecture.md, 'Placement'): sync as data-parallel colocated ranks, pinned workers on
+"""The fair layout (docs/architecture/placement.md): sync as data-parallel colocated ranks, pinned workers on
 physical devices.
 
 Equivalences: data-parallel sync == single-process sync (close: the all-reduce sums per-rank gradients);

@@ -201,7 +201,7 @@ def computing(source: str) -> list[str]:
 
 
 def test_reports_only_render():
-    """reports/ computes nothing (docs/architecture.md): the tables and statistics are the analysis's."""
+    """reports/ computes nothing (docs/architecture/layers.md): the tables and statistics are the analysis's."""
     bad = [f"{p.relative_to(ROOT)}:{x}" for p in sorted((ROOT / "reports").rglob("*.py")) for x in computing(p.read_text())]
     assert not bad
     assert computing("import statistics\ndef f(df, p):\n    df.to_csv(p)\n") == ["1: import statistics", "3: .to_csv"]

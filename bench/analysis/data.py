@@ -1,6 +1,6 @@
 """Load a run folder (one cell, or an ablation of cells) into plain objects the report parts share.
 
-Reports only read result files (docs/architecture.md, 'Result files'): this module uses
+Reports only read result files (docs/architecture/result-files.md): this module uses
 `rlbench.core.results.schema` readers and nothing of the engines. Every accessor tolerates a cell that stopped
 early (status "interrupted"/"failed", zero iterations, empty aggregates, no samples).
 """

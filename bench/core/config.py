@@ -162,7 +162,7 @@ class _EngineSection(Section):
         False, description="Pack prompt|resp_1..resp_G into one sequence for training (true), never (false), or "
         "per group where the cost model predicts the packed pass cheaper on this device (auto: token ratio, "
         "attention share, the device's measured per-op launch cost; bench/core/costmodel/packing.py), the choice "
-        "and its reason recorded per iteration (docs/architecture.md, 'Shared-prompt attention').")
+        "and its reason recorded per iteration (docs/architecture/schedules.md, 'Shared-prompt attention').")
     shared_prompt_impl: Literal[tuple(components.PACKING_IMPLS)] = Field(
         "dense", description="How a packed group is computed (engines/trainer/packing*.py). dense: the prompt "
         "once, the G responses a batch attending [prompt K/V; own K/V] under a lower-right causal bias, "

@@ -10,7 +10,7 @@ data-parallel sync cell (or stated by a preset):
     weight sync                              seconds, per transfer (async: publish + load = 2)
 
 Every device runs at these costs whatever the device count: a pool of N devices is N workers, each with its
-shard of the batch (docs/architecture.md, 'Placement'). Nothing is fitted and nothing scales by an exponent;
+shard of the batch (docs/architecture/placement.md). Nothing is fitted and nothing scales by an exponent;
 what changes with the device count is the work each device gets and how long it waits.
 
 Units: seconds, tokens, devices.

@@ -1,7 +1,7 @@
 """What the schedules share: the per-iteration input/output, the interfaces a schedule drives
 (`SupportsTraining`, `RolloutSource`) and offers (`Schedule`), and the trainer's group pipeline.
 
-Matching code in the two schedules keeps the same names and order (docs/architecture.md, 'Conventions').
+Matching code in the two schedules keeps the same names and order (docs/architecture/conventions.md).
 """
 from __future__ import annotations
 

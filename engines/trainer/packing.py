@@ -1,4 +1,4 @@
-"""Shared-prompt packing for the trainer (docs/architecture.md, 'Shared-prompt attention').
+"""Shared-prompt packing for the trainer (docs/architecture/schedules.md, 'Shared-prompt attention').
 
 A GRPO group is one prompt (P tokens) and G responses (R_1..R_G tokens). The
 unpacked trainer runs G rows of `prompt + response_i`; packed, the group is

@@ -4,7 +4,7 @@ every run), or in a fresh interpreter, as a user's shell starts it, where a fork
 test looks at (fresh=True, or an environment that differs in more than RLBENCH_* variables).
 
 A test that starts `rlbench run` (or `check --against`) through these is marked `e2e`: it starts cell and
-worker processes (docs/architecture.md, 'Tests').
+worker processes (docs/architecture/tests.md).
 """
 from __future__ import annotations
 

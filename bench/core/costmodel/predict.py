@@ -1,5 +1,4 @@
-"""Predicted periodic-async time per iteration from a sync run's measured quantities (docs/architecture.md,
-'Cost model and attribution').
+"""Predicted periodic-async time per iteration from a sync run's measured quantities (docs/architecture/cost-model.md).
 
 Pure Python over result files (results.json, events.jsonl, samples.jsonl); no engine code, nothing
 fitted. Under the fair layout (bench/core/devices/placement.py) every worker is one process on one device, in both

@@ -1,4 +1,4 @@
-"""All CPU/CUDA/NPU branching lives here (docs/architecture.md, 'Devices')."""
+"""All CPU/CUDA/NPU branching lives here (docs/architecture/devices.md)."""
 from __future__ import annotations
 
 import contextlib

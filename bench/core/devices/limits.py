@@ -1,4 +1,4 @@
-"""Limits checked before any work starts (docs/architecture.md, 'Runs that end badly'): a config that cannot
+"""Limits checked before any work starts (docs/architecture/runs-that-end-badly.md): a config that cannot
 fit fails in a second with exit 2 naming the keys and the limit, not minutes later inside a worker, or, worse,
 silently.
 

@@ -1,4 +1,4 @@
-"""Which process holds which physical device (docs/architecture.md, 'Placement': the comparison must be fair).
+"""Which process holds which physical device (docs/architecture/placement.md: the comparison must be fair).
 
 A device is a GPU, an NPU, or on CPU one core. Every worker process holds whole devices, pinned, with
 one intra-op thread per CPU core:

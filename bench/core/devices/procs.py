@@ -1,4 +1,4 @@
-"""Process hygiene: every process a run starts ends with it (docs/architecture.md, 'Runs that end badly').
+"""Process hygiene: every process a run starts ends with it (docs/architecture/runs-that-end-badly.md).
 
 Three mechanisms, each a backstop for the one before:
 

@@ -99,7 +99,8 @@ METRICS: tuple[Metric, ...] = (
     # sync and periodic-async are the same updates: the same final accuracy up to floating-point summation
     # order (tolerance: bench/check/baseline.py), exactly the same iteration-0 rewards
     Metric("same_accuracy:{on}/{off}", "pass@1", "worst", (CHECK,), "final accuracy of {on} - of {off}: the "
-           "same updates up to summation order (docs/architecture.md, 'Periodic asynchrony')", kind="invariant",
+           "same updates up to summation order (docs/architecture/schedules.md, 'Periodic asynchrony')",
+           kind="invariant",
            direction="higher_is_better"),
     Metric("same_start:{on}/{off}", "reward", "worst", (CHECK,), "training reward of iteration 0 of {on} - of "
            "{off}: same weights and seeds, exactly 0", kind="invariant", direction="higher_is_better"),

@@ -1,4 +1,4 @@
-"""Result files: the contract between engines, reports and CI (docs/architecture.md, 'Result files').
+"""Result files: the contract between engines, reports and CI (docs/architecture/result-files.md).
 
 A *cell* folder (one engine run) holds:
   results.json     - schema_version, kind="cell", cell name, resolved config, provenance, status,

@@ -1,7 +1,7 @@
 """`--ablation families`: the async families side by side on the same devices, as a ladder.
 
 Each rung adds one thing to the one before, so the ratio of consecutive TPSPDs says what that thing buys
-(docs/architecture.md, 'The families ladder'; README.md beside this file):
+(docs/architecture/schedules.md, 'The families ladder'; README.md beside this file):
 
     sync            the reference: colocated ranks, each generating then training its shard
     barrier         periodic-async's device split (rollout pool + training pool), training only after the
