@@ -87,3 +87,21 @@ def test_a_malformed_rlbench_start_is_refused_before_the_run_folder(tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "RLBENCH_START='fork': allowed are 'spawn' and 'forkserver'" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_fork_servers_preload_builds_every_config_validator():
+    """A process forked from a fork server finds every config section's and options model's validator built
+    (bench/core/validators.py, last in PRELOAD), so no cell process builds them again: a model that a new
+    module adds and the preload does not reach fails here."""
+    code = ("import importlib, json; from rlbench.core.devices.starting import PRELOAD\n"
+            "[importlib.import_module(m) for m in PRELOAD]\n"
+            "from rlbench.core import config, components\n"
+            "seen, todo = [], [*config.Section.__subclasses__(), *components.Options.__subclasses__()]\n"
+            "while todo: m = todo.pop(); seen.append(m); todo.extend(m.__subclasses__())\n"
+            "print(json.dumps([m.__name__ for m in seen if type(m.__pydantic_validator__).__name__ == 'MockValSer'"
+            " or not m.__pydantic_complete__] + [len(seen)]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *unbuilt, count = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert unbuilt == [] and count >= 16  # the sections and options of today, and none left deferred
+    assert starting.PRELOAD[-1] == "rlbench.core.validators"

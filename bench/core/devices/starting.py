@@ -41,10 +41,11 @@ from multiprocessing import connection, forkserver, resource_tracker
 from rlbench.core.errors import UserError
 
 ENV = "RLBENCH_START"
-# What every cell process and worker imports first; each module is imported once per server.
+# What every cell process and worker imports first; each module is imported once per server. The last
+# builds the config models' validators there (bench/core/validators.py), not in each forked process.
 PRELOAD = ("torch", "transformers.modeling_utils", "rlbench.run.processes", "rlbench.run.cell",
            "rlbench.engines.factory", "rlbench.engines.hosts", "rlbench.engines.rollout.worker",
-           "rlbench.engines.trainer.ranks")
+           "rlbench.engines.trainer.ranks", "rlbench.core.validators")
 
 
 def method(forkable: bool) -> str:
