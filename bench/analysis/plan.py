@@ -24,8 +24,8 @@ from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, SimResult, simulate
 from rlbench.core.stats import log_ratio_interval
 
-SPLITS = 16  # most rollout-pool sizes swept
-SWEEP_BATCHES = 6  # batches the split sweep runs on (the best split then runs on every batch)
+SPLITS = 10  # most rollout-pool sizes swept
+SWEEP_BATCHES = 4  # batches the split sweep runs on (the best split then runs on every batch)
 STALENESS = 2  # the bounded-staleness row's k (one-step-off is k = 1)
 WINS, LOSES, EVEN = "wins", "loses", "even"
 

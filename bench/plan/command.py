@@ -15,7 +15,7 @@ from rlbench.plan import assume, detect, roofline
 from rlbench.plan.logs import StepLog
 from rlbench.simulate.model import rescale
 
-MAX_STEPS = 64  # most logged steps the model runs on (spread evenly over the used ones)
+MAX_STEPS = 32  # most logged steps the model runs on (spread evenly over the used ones)
 
 
 def _spread(items: list, most: int) -> list:
@@ -51,7 +51,8 @@ def _logged(log: StepLog, gpus: int, model: Path | None, device: str | None) -> 
     shape = roofline.model_shape(model) if model else None
     lm = assume.log_model(used, measured_on, shape, device, split=all(s.gen_s is not None for s in used))
     batches = batches_from_log(used, lm)
-    notes = []
+    notes = [] if shape is not None or device is None else \
+        ["--device without --model: the roofline needs the model's bytes, so the defaults stand"]
     if len(used) < len(log.used):
         notes.append(f"{len(used)} of the {len(log.used)} steps after warm-up, spread evenly, stand for them")
     sweep = sweep_batches(used)
@@ -74,6 +75,8 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
     log = detect.read_log(Path(path))
     if gpus is not None and gpus < 1:
         raise UserError(f"--gpus {gpus}: must be >= 1")
+    if device is not None:
+        roofline.device(device)  # a name it does not know is an error, with or without --model
     n = gpus or log.devices
     if not n:
         raise UserError(f"{log.path}: the log does not say how many GPUs the run used (no perf/throughput): "

@@ -11,7 +11,7 @@ from rlbench.core import schedules
 from rlbench.core.config_files import recorded_config
 from rlbench.core.costmodel.fromlog import LoggedStep
 from rlbench.core.errors import UserError
-from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Stage
+from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 from rlbench.core.results import schema
 from rlbench.core.schedules.spec import MODEL_COLOCATED
 from rlbench.plan.logs import StepLog, missing
@@ -39,8 +39,10 @@ def sync_cell(path: Path) -> dict:
                     "plan reads a sync run")
 
 
-def _ranks(cell: dict) -> int:
-    return max(1, sum(1 for p in cell.get("placement") or [] if p.get("role") == "colocated"))
+def _ranks(cell: dict, events: list[dict]) -> int:
+    """The sync cell's colocated ranks: its placement's, else the workers its events name."""
+    placed = sum(1 for p in cell.get("placement") or [] if p.get("role") == Role.COLOCATED.value)
+    return placed or len({e["worker"] for e in events if role_of(e["worker"]) == Role.COLOCATED.value}) or 1
 
 
 def _step(it: dict, ranks: int, path: Path) -> LoggedStep:
@@ -61,12 +63,12 @@ def read(path: Path) -> StepLog:
     folder = Path(cell["_dir"])
     its = cell["iterations"]
     warm = sum(1 for it in its if it.get("warmup"))
-    ranks = _ranks(cell)
+    samples, events = schema.load_samples(folder), schema.load_events(folder)
+    ranks = _ranks(cell, events)
     log = StepLog(FORMAT, folder / schema.RESULTS, [_step(it, ranks, folder) for it in its],
                   ["iterations[].wall_s", "tokens", "stage_s", "response_len_mean", "response_len_max",
                    "num_samples", "prompt_tokens"], devices=int(cell.get("devices") or ranks), warmup=warm,
                   extra={"cell": cell})
-    samples, events = schema.load_samples(folder), schema.load_events(folder)
     if samples and events:
         log.extra.update(samples=samples, events=events)
         log.keys = ["iterations", "rollout_stats (decode-step seconds by sequences in flight)",

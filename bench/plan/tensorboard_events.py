@@ -41,7 +41,8 @@ def _scalars(path: Path) -> dict[int, dict]:
 def read(path: Path) -> StepLog:
     by_step = _scalars(path)
     if not by_step:
-        raise UserError(f"{path}: no scalars in the event file(s)")
+        raise UserError(f"{path}: no scalars in the TensorBoard event file(s) (a foreign or damaged file reads as "
+                        "none)")
     steps, rows = [], []
     for step in sorted(by_step):
         data = by_step[step]

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from rlbench.core.costmodel.predict import StepCost, SyncMeasurements, replay
 from rlbench.core.errors import UserError
 
-SIM_PROMPTS = 64  # most groups a synthetic batch holds (keeps a 1,000-step plan under 2 s)
-QUANTUM_STEPS = 256  # most decode steps a replay counts: lengths in quanta of ceil(longest / 256) tokens
+SIM_PROMPTS = 32  # most groups a synthetic batch holds (keeps a 1,000-step plan under 2 s)
+QUANTUM_STEPS = 128  # most decode steps a replay counts: lengths in quanta of ceil(longest / 128) tokens
 
 
 @dataclass
