@@ -25,7 +25,7 @@ from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, SimResult, simulat
 from rlbench.core.stats import log_ratio_interval
 
 SPLITS = 10  # most rollout-pool sizes swept
-SWEEP_BATCHES = 4  # batches the split sweep runs on (the best split then runs on every batch)
+SWEEP_BATCHES = 3  # batches the split sweep runs on (the best split then runs on every batch)
 STALENESS = 2  # the bounded-staleness row's k (one-step-off is k = 1)
 WINS, LOSES, EVEN = "wins", "loses", "even"
 
@@ -107,14 +107,18 @@ def _sim(batches: list, row: Row, r: int, devices: int) -> SimResult:
     return res
 
 
-def predict_row(inp: PlanInput, row: Row) -> dict:
-    """One schedule: the split curve, the best split, its predicted TPSPD and speedup with the interval."""
+def predict_row(inp: PlanInput, row: Row, split: int | None = None) -> dict:
+    """One schedule: the split curve, the best split (or `split` rollout devices, where given: no sweep), its
+    predicted TPSPD and speedup with the interval."""
     sweep = sweep_batches(inp.batches)
-    curve = [{"rollout_devices": r, "train_devices": max(1, inp.devices - r), "tpspd": _sim(sweep, row, r, inp.devices).tpspd}
-             for r in split_values(inp.devices)]
-    best = max(curve, key=lambda c: c["tpspd"])
-    r = best["rollout_devices"]
+    curve = [] if split else \
+        [{"rollout_devices": r, "train_devices": max(1, inp.devices - r), "tpspd": _sim(sweep, row, r, inp.devices).tpspd}
+         for r in split_values(inp.devices)]
+    r = split or max(curve, key=lambda c: c["tpspd"])["rollout_devices"]
     res = _sim(inp.batches, row, r, inp.devices)
+    for c in curve:  # the chosen split as every batch predicts it (the sweep ran on a few)
+        if c["rollout_devices"] == r:
+            c["tpspd"] = res.tpspd
     pairs = per_batch_tpspd(res, inp.batches)
     ref = statistics.median(inp.reference)
     logs = [math.log(t / inp.reference[b]) for b, t in pairs if t > 0 and inp.reference[b] > 0]

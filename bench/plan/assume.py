@@ -14,6 +14,9 @@ SLOPE = Assumption("decode-step growth with the batch", 0.3, 0.1, 0.6, "default"
                    "share of a decode step that grows with the sequences in flight (0: weights-bound, the "
                    "step costs the same however many; 1: proportional); 7B-class models at 64-512 sequences "
                    "per GPU; --model and --device give the roofline's")
+TRAIN_SPEED = Assumption("split pool's training speed per device", 1.0, 1.0, 1.7, "default",
+                         "over the colocated run's (logged); VERL's published sync/async pairs trained 1.1-1.7x "
+                         "faster per GPU on a pool of their own (docs/results/plan.md)")
 SHARE = Assumption("rollout share of the step", 0.6, 0.4, 0.8, "default",
                    "the log does not split generation from training")
 
@@ -70,6 +73,6 @@ def log_model(steps: list[LoggedStep], devices: int, shape=None, device: str | N
     """The LogModel of a log's used steps on `devices` GPUs. split: the log splits generation from training."""
     lm = LogModel(devices=devices, group_size=GROUP, decode_slope=SLOPE,
                   split_weight_sync_s=split_weight_sync(steps, shape, device),
-                  rollout_share=None if split else SHARE)
+                  rollout_share=None if split else SHARE, split_train_speed=TRAIN_SPEED)
     lm.decode_slope = decode_slope(steps, devices, shape, lm.max_num_seqs)
     return lm

@@ -24,7 +24,7 @@ def _spread(items: list, most: int) -> list:
     return [items[int(i * len(items) / most)] for i in range(most)]
 
 
-def _measured(log: StepLog, gpus: int) -> tuple[PlanInput, list]:
+def measured_input(log: StepLog, gpus: int) -> tuple[PlanInput, list]:
     """An rlbench sync cell with its samples and events: the in-run model's measurements, nothing assumed."""
     cell = log.extra["cell"]
     batches = measurements(cell, log.extra["samples"], log.extra["events"])
@@ -38,7 +38,7 @@ def _measured(log: StepLog, gpus: int) -> tuple[PlanInput, list]:
     return PlanInput(batches, ref, gpus, partial="recompute"), [note]
 
 
-def _logged(log: StepLog, gpus: int, model: Path | None, device: str | None) -> tuple[PlanInput, list, list]:
+def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None) -> tuple[PlanInput, list, list]:
     """A framework's log: batches rebuilt from its steps with the stated assumptions."""
     if log.format == "trl":
         per = log.extra.get("train_batch_size")
@@ -69,6 +69,15 @@ def _logged(log: StepLog, gpus: int, model: Path | None, device: str | None) -> 
     return PlanInput(batches, ref, gpus, partial="keep", variants=variants), lm.assumptions(), notes
 
 
+def plan_input(log: StepLog, gpus: int, model: Path | None = None, device: str | None = None) -> tuple:
+    """-> (PlanInput, assumptions, notes) of a log on `gpus` devices: a sync cell's own measurements where the
+    log is one with its samples and events, else the log's steps with the stated assumptions."""
+    if log.format == "rlbench" and "samples" in log.extra:
+        inp, notes = measured_input(log, gpus)
+        return inp, [], notes
+    return logged_input(log, gpus, model, device)
+
+
 def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, device: str | None = None) -> dict:
     """Everything `rlbench plan` computes, as the JSON it prints with --json."""
     t0 = time.perf_counter()
@@ -81,11 +90,7 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
     if not n:
         raise UserError(f"{log.path}: the log does not say how many GPUs the run used (no perf/throughput): "
                         "give --gpus N")
-    if log.format == "rlbench" and "samples" in log.extra:
-        inp, notes = _measured(log, n)
-        assumptions = []
-    else:
-        inp, assumptions, notes = _logged(log, n, model, device)
+    inp, assumptions, notes = plan_input(log, n, model, device)
     result = plan(inp)
     used = [s.step for s in log.used]
     result.update({

@@ -59,7 +59,7 @@ class ModelShape:
 
 def model_shape(path: Path) -> ModelShape:
     """A Hugging Face config.json (or a folder holding one) -> parameters and KV shape (Llama/Qwen-style
-    decoder: attention q, k, v, o; gated MLP; embeddings, tied or not)."""
+    decoder: attention q, k, v, o; gated MLP, or num_experts of them with a router; embeddings, tied or not)."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path
     try:
@@ -74,6 +74,8 @@ def model_shape(path: Path) -> ModelShape:
     kv, hd = cfg.get("num_key_value_heads", heads), cfg.get("head_dim") or h // heads
     attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
     mlp = 3 * h * cfg["intermediate_size"]
+    if cfg.get("num_experts"):  # a mixture of experts (Qwen-MoE style): every expert's weights count
+        mlp = 3 * h * cfg["moe_intermediate_size"] * cfg["num_experts"] + h * cfg["num_experts"]
     emb = cfg["vocab_size"] * h * (1 if cfg.get("tie_word_embeddings") else 2)
     return ModelShape(L * (attn + mlp) + emb, L, kv, hd)
 

@@ -20,6 +20,9 @@ schedule's own term of the cost model (costmodel.simulate) predicts it, as it pr
 - training: the logged training seconds x N devices, spread over the synthetic batch's tokens (data parallel:
   every device trains its shard at the same seconds per token);
 - weight sync: the logged colocated sync; one crossing between split pools is an assumption;
+- a split training pool trains at the colocated devices' logged rate per device (a framework whose colocated
+  engine shares each device with the rollout engine may train faster on a pool of its own: an assumption
+  whose range only the split predictions see, its central value being 1);
 - lengths are counted in quanta of q = ceil(longest / QUANTUM_STEPS) tokens (a decode step of the replay is q
   real ones; c0 absorbs q), so that a replay costs the same for 500- and 16,000-token responses;
 - the rest of the step (logged step minus generation, training and weight sync) stays serial in every
@@ -38,7 +41,9 @@ from dataclasses import dataclass, field
 from rlbench.core.costmodel.predict import StepCost, SyncMeasurements, replay
 from rlbench.core.errors import UserError
 
-SIM_PROMPTS = 32  # most groups a synthetic batch holds (keeps a 1,000-step plan under 2 s)
+SIM_PROMPTS = 32  # groups a synthetic batch holds at least (fewer where the batch has fewer)
+PROMPTS_PER_DEVICE = 8  # groups per device at least (up to MAX_PROMPTS): a group is a small share of a rank's training
+MAX_PROMPTS = 256
 QUANTUM_STEPS = 128  # most decode steps a replay counts: lengths in quanta of ceil(longest / 128) tokens
 
 
@@ -80,11 +85,13 @@ class LogModel:
     decode_slope: Assumption
     split_weight_sync_s: Assumption
     rollout_share: Assumption | None = None  # only where the log does not split generation from training
+    split_train_speed: Assumption | None = None  # a split pool's training speed per device over the colocated one
     max_num_seqs: int = 1024  # sequences in flight per rollout device (vLLM's max_num_seqs in VERL)
     notes: list[str] = field(default_factory=list)
 
     def assumptions(self) -> list[Assumption]:
-        return [a for a in (self.group_size, self.decode_slope, self.split_weight_sync_s, self.rollout_share) if a]
+        return [a for a in (self.group_size, self.decode_slope, self.split_weight_sync_s, self.rollout_share,
+                            self.split_train_speed) if a]
 
 
 def response_lengths(n: int, mean: float, longest: float | None, real: int, seed: int) -> list[int]:
@@ -131,7 +138,7 @@ def batch_from_step(s: LoggedStep, lm: LogModel) -> SyncMeasurements:
     samples = s.samples or round(s.tokens / (s.prompt_mean + s.response_mean))
     prompt_len = max(1, round(s.prompt_mean if s.prompt_mean is not None else s.tokens / samples - s.response_mean))
     real_prompts = max(1, round(samples / g))
-    prompts = max(min(real_prompts, SIM_PROMPTS), min(real_prompts, lm.devices))
+    prompts = min(real_prompts, max(SIM_PROMPTS, min(MAX_PROMPTS, PROMPTS_PER_DEVICE * lm.devices)))
     scale = samples / (prompts * g)  # real samples per synthetic one
     rows = _rows(s, g, prompts, prompt_len)
     gen_s, train_s, ws = _split_stages(s, lm)
@@ -143,7 +150,8 @@ def batch_from_step(s: LoggedStep, lm: LogModel) -> SyncMeasurements:
     cost = _step_cost(gen_s / steps if steps else 0.0, lm.decode_slope.value, per_device, scale, len(rows))
     syn_tokens = sum(r["prompt_len"] + r["response_len"] for r in rows)
     other = max(0.0, s.wall_s - gen_s - train_s - ws)
-    m = SyncMeasurements.stated(cost, train_s * lm.devices / syn_tokens, ws, other, slots, g, False, rows,
+    speed = lm.split_train_speed.value if lm.split_train_speed else 1.0  # 1: the sync's own per-device rate
+    m = SyncMeasurements.stated(cost, train_s * lm.devices / syn_tokens / speed, ws, other, slots, g, False, rows,
                                 ranks=lm.devices, split_ws=lm.split_weight_sync_s.value)
     m.tokens = s.tokens  # TPSPD counts the logged batch's tokens
     m.measured_rollout = gen_s
@@ -173,7 +181,7 @@ def batches_from_log(steps: list[LoggedStep], lm: LogModel) -> list[SyncMeasurem
 def with_value(lm: LogModel, name: str, value: float) -> LogModel:
     """The same model with one assumption at another value (an end of its range)."""
     out = LogModel(**{**lm.__dict__, "notes": list(lm.notes)})
-    for key in ("group_size", "decode_slope", "split_weight_sync_s", "rollout_share"):
+    for key in ("group_size", "decode_slope", "split_weight_sync_s", "rollout_share", "split_train_speed"):
         a = getattr(out, key)
         if a is not None and a.name == name:
             setattr(out, key, Assumption(a.name, value, a.low, a.high, a.source, a.why))
