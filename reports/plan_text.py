@@ -44,7 +44,8 @@ def table(result: dict) -> list[str]:
 def by_split(result: dict) -> list[str]:
     """Predicted TPSPD of each schedule at each swept rollout-pool size."""
     rows = result["rows"]
-    head = ["rollout+training"] + [SHORT.get(p["label"], SHORT.get(p["label"].split(" ")[0], p["label"]))
+    head = ["rollout+training"] + ["+tri-model" if p.get("tri_model_of") else
+                                   SHORT.get(p["label"], SHORT.get(p["label"].split(" ")[0], p["label"]))
                                    for p in rows]
     curves = [{c["rollout_devices"]: c for c in p["curve"]} for p in rows]
     body = []

@@ -21,7 +21,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from rlbench.analysis.plan import Row, predict_row, rows
+from rlbench.analysis.plan import PlanInput, Row, predict_row, rows
 from rlbench.core.config_files import recorded_config
 from rlbench.core.costmodel.predict import predict_async
 from rlbench.core.results import schema
@@ -123,6 +123,19 @@ def _verl_log(path: Path, stages: dict, gpus: int, cap: int, mean: float, steps:
     return path
 
 
+def _predict(inp: PlanInput, row: Row, r: int, lean: bool) -> dict:
+    """row at split r; lean: trained without the old-log-prob pass (the published fully-async runs took the
+    rollout's log-probs: their tables show no old_log_prob), widened as the row with that pass is."""
+    base = predict_row(inp, row, split=r)
+    if not lean:
+        return base
+    out = predict_row(PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial), row, split=r)
+    out["low"] *= base["low"] / min(base["step_low"] or base["speedup"], base["speedup"])
+    out["high"] *= base["high"] / max(base["step_high"] or base["speedup"], base["speedup"])
+    out["label"] += " + no old-log-prob pass"
+    return out
+
+
 def published() -> list[dict]:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -133,7 +146,7 @@ def published() -> list[dict]:
             for share in RESPONSE_MEANS:
                 log = read_log(_verl_log(Path(tmp) / f"{src}-{share}.jsonl", stages, gpus, cap, share * cap))
                 inp = plan_input(log, gpus, cfg, "H20")[0]
-                preds.append(predict_row(inp, _row(label), split=r))
+                preds.append(_predict(inp, _row(label), r, lean=src != "osp"))
             mid = preds[1]
             out.append({"pair": name, "source": SOURCES[src], "gpus": gpus, "split": f"{r}+{gpus - r}",
                         "row": mid["label"], "published_step": stages["step"] / async_step,

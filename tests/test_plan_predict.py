@@ -44,7 +44,9 @@ def test_plan_from_a_verl_log_states_assumptions_and_intervals(tmp_path):
         assert set(r["assumption_effects"]) == set(sources)
     assert result["steps_used"][:2] == [4, 30] and result["warmup_dropped"] == [1, 2, 3]
     lad = result["ladder"]
-    assert set(lad) == {"split", "overlap", "staleness", "partial rollout"}
+    assert set(lad) == {"split", "overlap", "staleness", "partial rollout", "tri-model"}
+    tri = result["rows"][-1]  # the best schedule without VERL's timing_s/old_log_prob pass
+    assert tri["tri_model_of"] in {r["label"] for r in result["rows"][:-1]} and lad["tri-model"] > 1.0
 
 
 def test_longer_tail_makes_the_split_cheaper(tmp_path):
@@ -93,7 +95,7 @@ def test_cli_text_fits_100_columns_json_and_html(tmp_path):
     page = (tmp_path / "plan.html").read_text()
     assert "data:image/png;base64," in page and "Assumptions" in page
     data = json.loads(rlbench("plan", log, "--json").stdout)
-    assert data["kind"] == "plan" and len(data["rows"]) == 5
+    assert data["kind"] == "plan" and len(data["rows"]) == 6  # five schedules, the best without old log-probs
 
 
 def test_a_thousand_step_log_plans_quickly(tmp_path):

@@ -10,9 +10,13 @@ own term of the cost model (costmodel.simulate), with an interval and the attrib
 - Interval: the typical per-step ratio of predicted TPSPD to the sync step's (the same statistic as every
   rlbench verdict: bench/core/stats.py), widened by each assumption's range (the prediction with the
   assumption at either end of its range, one at a time, at the best split; the widening multiplies).
+- Tri-model (where the log times the old-policy log-prob pass apart): the best schedule again on batches
+  trained without that pass (rlbench's tri-model; VERL's rollout log-probs), at its own best split; its
+  interval widened by the best schedule's assumption ranges.
 - Attribution (the families ladder's): split = barrier / sync, overlap = periodic-async / barrier, staleness =
-  one-step-off / periodic-async, partial rollout = (k = 1 + partial) / one-step-off; their product is the
-  partial-rollout schedule's predicted speedup over the predicted sync.
+  one-step-off / periodic-async, partial rollout = (k = 1 + partial) / one-step-off, tri-model = the best
+  schedule without the old-log-prob pass / with it; their product (without tri-model) is the partial-rollout
+  schedule's predicted speedup over the predicted sync.
 """
 from __future__ import annotations
 
@@ -62,6 +66,7 @@ class PlanInput:
     devices: int
     partial: str | None = "keep"
     variants: dict[str, tuple[list, list]] = field(default_factory=dict)
+    without_old_logprob: list[SyncMeasurements] | None = None  # the batches trained without that pass
 
 
 def split_values(devices: int) -> list[int]:
@@ -185,13 +190,34 @@ def ladder(preds: list[dict], sync_tpspd: float) -> dict | None:
     return out or None
 
 
+def tri_model_row(inp: PlanInput, best: dict) -> dict | None:
+    """The best schedule trained without the old-policy log-prob pass (interval: the step spread only)."""
+    if not inp.without_old_logprob:
+        return None
+    row = next(r for r in rows(inp.partial) if r.label == best["label"])
+    lean = PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial)
+    out = predict_row(lean, Row(f"{row.label} + no old-log-prob pass", row.schedule, row.knobs))
+    out["tri_model_of"] = best["label"]
+    if out["low"] is not None and best["low"] is not None:  # widened as its base row's assumptions widen it
+        out["low"] *= best["low"] / min(best["step_low"], best["speedup"])
+        out["high"] *= best["high"] / max(best["step_high"], best["speedup"])
+        out["assumption_effects"] = best["assumption_effects"]
+        out["outcome"] = outcome(out["speedup"], out["low"], out["high"])
+    return out
+
+
 def plan(inp: PlanInput) -> dict:
-    """Every row predicted, the best schedule, the sync check and the ladder."""
+    """Every row predicted, the best schedule (and it without the old-log-prob pass), the sync check and the
+    ladder."""
     if len(inp.batches) != len(inp.reference):
         raise ValueError("one reference TPSPD per batch")
     preds = [predict_row(inp, row) for row in rows(inp.partial)]
     check = sync_check(inp)
     best = max(preds, key=lambda p: p["tpspd"])
+    lad = ladder(preds, check["predicted_tpspd"])
+    tri = tri_model_row(inp, best)
+    if tri is not None:
+        preds.append(tri)
+        lad["tri-model"] = tri["tpspd"] / best["tpspd"]
     return {"devices": inp.devices, "steps": len(inp.batches), "reference_tpspd": statistics.median(inp.reference),
-            "rows": preds, "best": best, "sync_check": check,
-            "ladder": ladder(preds, check["predicted_tpspd"])}
+            "rows": preds, "best": max(preds, key=lambda p: p["tpspd"]), "sync_check": check, "ladder": lad}

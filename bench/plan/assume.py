@@ -69,10 +69,17 @@ def split_weight_sync(steps: list[LoggedStep], shape: roofline.ModelShape | None
 
 
 def log_model(steps: list[LoggedStep], devices: int, shape=None, device: str | None = None,
-              split: bool = True) -> LogModel:
-    """The LogModel of a log's used steps on `devices` GPUs. split: the log splits generation from training."""
+              split: bool = True, known: dict | None = None) -> LogModel:
+    """The LogModel of a log's used steps on `devices` GPUs. split: the log splits generation from training.
+    known: what the log's own config states (rlbench's results.json: group_size, max_num_seqs), which then
+    replaces the defaults; an rlbench run trains alike on either layout (its fair layout), so it states no
+    training-speed range."""
     lm = LogModel(devices=devices, group_size=GROUP, decode_slope=SLOPE,
                   split_weight_sync_s=split_weight_sync(steps, shape, device),
                   rollout_share=None if split else SHARE, split_train_speed=TRAIN_SPEED)
+    if known:
+        g = known["group_size"]
+        lm.group_size = Assumption(GROUP.name, g, g, g, "measured in the log", "the run's rollout.group_size")
+        lm.max_num_seqs, lm.split_train_speed = known["max_num_seqs"], None
     lm.decode_slope = decode_slope(steps, devices, shape, lm.max_num_seqs)
     return lm

@@ -49,7 +49,8 @@ def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None
     used = _spread(log.used, MAX_STEPS)
     measured_on = log.devices or gpus
     shape = roofline.model_shape(model) if model else None
-    lm = assume.log_model(used, measured_on, shape, device, split=all(s.gen_s is not None for s in used))
+    lm = assume.log_model(used, measured_on, shape, device, split=all(s.gen_s is not None for s in used),
+                          known=log.extra.get("known"))
     batches = batches_from_log(used, lm)
     notes = [] if shape is not None or device is None else \
         ["--device without --model: the roofline needs the model's bytes, so the defaults stand"]
@@ -66,7 +67,12 @@ def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None
                      "load (weak scaling); the reference is the predicted sync on them")
     else:
         ref = [s.tokens / (s.wall_s * gpus) for s in used]
-    return PlanInput(batches, ref, gpus, partial="keep", variants=variants), lm.assumptions(), notes
+    lean = None
+    if all(s.old_logprob_s for s in used) and lm.rollout_share is None:
+        lm.skip_old_logprob = True
+        lean = [b if gpus == measured_on else rescale(b, gpus) for b in batches_from_log(used, lm)]
+    return PlanInput(batches, ref, gpus, partial="keep", variants=variants, without_old_logprob=lean), \
+        lm.assumptions(), notes
 
 
 def plan_input(log: StepLog, gpus: int, model: Path | None = None, device: str | None = None) -> tuple:

@@ -55,7 +55,13 @@ def _step(it: dict, ranks: int, path: Path) -> LoggedStep:
                       train_s=sum(st.get(s, 0.0) for s in PER_SAMPLE_TRAIN_STAGES) / ranks,
                       weight_sync_s=st.get(Stage.WEIGHT_SYNC.value, 0.0) / ranks,
                       samples=it.get("num_samples"), prompt_mean=it["prompt_tokens"] / it["num_samples"]
-                      if it.get("num_samples") else None, response_max=it.get("response_len_max"))
+                      if it.get("num_samples") else None, response_max=it.get("response_len_max"),
+                      old_logprob_s=st.get(Stage.OLD_LOGPROB.value, 0.0) / ranks)
+
+
+def _known(cell: dict) -> dict:
+    cfg = recorded_config(cell)
+    return {"group_size": cfg.rollout.group_size, "max_num_seqs": cfg.rollout.max_num_seqs}
 
 
 def read(path: Path) -> StepLog:
@@ -68,7 +74,7 @@ def read(path: Path) -> StepLog:
     log = StepLog(FORMAT, folder / schema.RESULTS, [_step(it, ranks, folder) for it in its],
                   ["iterations[].wall_s", "tokens", "stage_s", "response_len_mean", "response_len_max",
                    "num_samples", "prompt_tokens"], devices=int(cell.get("devices") or ranks), warmup=warm,
-                  extra={"cell": cell})
+                  extra={"cell": cell, "known": _known(cell)})
     if samples and events:
         log.extra.update(samples=samples, events=events)
         log.keys = ["iterations", "rollout_stats (decode-step seconds by sequences in flight)",

@@ -46,7 +46,8 @@ def logged_step(step: int, data: dict, path: Path, line: int | None) -> LoggedSt
     return LoggedStep(step=step, wall_s=wall, tokens=v["perf/total_num_tokens"],
                       response_mean=v["response_length/mean"], gen_s=v["timing_s/gen"],
                       train_s=sum(v.get(k, 0.0) for k in TRAIN), weight_sync_s=ws,
-                      prompt_mean=v.get("prompt_length/mean"), response_max=v.get("response_length/max"))
+                      prompt_mean=v.get("prompt_length/mean"), response_max=v.get("response_length/max"),
+                      old_logprob_s=v.get("timing_s/old_log_prob"))
 
 
 def keys_read(rows: list[dict]) -> list[str]:

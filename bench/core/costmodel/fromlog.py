@@ -60,6 +60,7 @@ class LoggedStep:
     samples: int | None = None  # None: tokens / (prompt mean + response mean)
     prompt_mean: float | None = None
     response_max: float | None = None
+    old_logprob_s: float | None = None  # the old-policy log-prob pass, part of train_s, where logged apart
 
 
 @dataclass
@@ -87,6 +88,7 @@ class LogModel:
     rollout_share: Assumption | None = None  # only where the log does not split generation from training
     split_train_speed: Assumption | None = None  # a split pool's training speed per device over the colocated one
     max_num_seqs: int = 1024  # sequences in flight per rollout device (vLLM's max_num_seqs in VERL)
+    skip_old_logprob: bool = False  # train without the old-policy log-prob pass (tri-model, rollout log-probs)
     notes: list[str] = field(default_factory=list)
 
     def assumptions(self) -> list[Assumption]:
@@ -150,6 +152,8 @@ def batch_from_step(s: LoggedStep, lm: LogModel) -> SyncMeasurements:
     cost = _step_cost(gen_s / steps if steps else 0.0, lm.decode_slope.value, per_device, scale, len(rows))
     syn_tokens = sum(r["prompt_len"] + r["response_len"] for r in rows)
     other = max(0.0, s.wall_s - gen_s - train_s - ws)
+    if lm.skip_old_logprob:
+        train_s -= s.old_logprob_s or 0.0
     speed = lm.split_train_speed.value if lm.split_train_speed else 1.0  # 1: the sync's own per-device rate
     m = SyncMeasurements.stated(cost, train_s * lm.devices / syn_tokens / speed, ws, other, slots, g, False, rows,
                                 ranks=lm.devices, split_ws=lm.split_weight_sync_s.value)
