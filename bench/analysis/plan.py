@@ -28,7 +28,7 @@ from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, SimResult, simulate
 from rlbench.core.stats import log_ratio_interval
 
-SPLITS = 10  # most rollout-pool sizes swept
+SPLITS = 8  # most rollout-pool sizes swept
 SWEEP_BATCHES = 3  # batches the split sweep runs on (the best split then runs on every batch)
 STALENESS = 2  # the bounded-staleness row's k (one-step-off is k = 1)
 WINS, LOSES, EVEN = "wins", "loses", "even"

@@ -43,7 +43,7 @@ from rlbench.core.errors import UserError
 
 SIM_PROMPTS = 32  # groups a synthetic batch holds at least (fewer where the batch has fewer)
 PROMPTS_PER_DEVICE = 8  # groups per device at least (up to MAX_PROMPTS): a group is a small share of a rank's training
-MAX_PROMPTS = 256
+MAX_PROMPTS = 128
 QUANTUM_STEPS = 128  # most decode steps a replay counts: lengths in quanta of ceil(longest / 128) tokens
 
 
