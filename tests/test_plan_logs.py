@@ -60,7 +60,7 @@ def test_rlbench_results_and_run_folder_use_the_sync_cells_measurements(tmp_path
         read_log(run / "periodic_async" / "results.json")
 
 
-def _error(capsys_or_path, *args) -> str:
+def _error(*args) -> str:
     done = rlbench("plan", *args)
     assert done.returncode == 2, done.stdout + done.stderr
     return done.stderr
@@ -70,7 +70,7 @@ def test_malformed_verl_jsonl_names_line_and_key(tmp_path):
     rows = verl_steps(6)
     del rows[4]["timing_s/gen"]
     path = write_verl_jsonl(tmp_path / "m.jsonl", rows)
-    err = _error(None, path)
+    err = _error(path)
     assert f"{path}:5" in err and "timing_s/gen" in err and "VERL step 4" in err
 
 
@@ -108,13 +108,13 @@ def test_malformed_tensorboard_and_trl_and_results(tmp_path):
     del res["iterations"][2]["stage_s"]
     (tmp_path / "lone").mkdir()
     (tmp_path / "lone" / "results.json").write_text(json.dumps(res))  # no samples/events: read as a log
-    assert "stage_s" in _error(None, tmp_path / "lone" / "results.json")
+    assert "stage_s" in _error(tmp_path / "lone" / "results.json")
 
 
 def test_unknown_content_and_missing_file(tmp_path):
     (tmp_path / "notes.txt").write_text("epoch 1 loss 0.3\n")
-    assert "not a log plan reads" in _error(None, tmp_path / "notes.txt")
-    assert "no such file" in _error(None, tmp_path / "absent.jsonl")
+    assert "not a log plan reads" in _error(tmp_path / "notes.txt")
+    assert "no such file" in _error(tmp_path / "absent.jsonl")
     (tmp_path / "cut.json").write_text('{"log_history": [')
     with pytest.raises(UserError, match="does not parse"):
         read_log(tmp_path / "cut.json")

@@ -46,6 +46,8 @@ def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None
             raise UserError(f"{log.path}: no 'train_batch_size' (samples per step per GPU) in trainer_state.json")
         for s in log.steps:
             s.samples = int(per) * (log.devices or gpus)
+        log.notes.append(f"samples per step: train_batch_size {per} x {log.devices or gpus} GPUs (gradient "
+                         "accumulation 1 assumed: the file does not record it)")
     used = _spread(log.used, MAX_STEPS)
     measured_on = log.devices or gpus
     shape = roofline.model_shape(model) if model else None
