@@ -79,12 +79,10 @@ def paragraphs(result: dict) -> list[str]:
                    f"{'logged' if result['format'] != 'rlbench' else 'measured'} {c['reference_tpspd']:.1f} "
                    f"({100 * c['error']:+.1f}%).")
     if result.get("ladder"):
-        lad, prod = dict(result["ladder"]), 1.0
+        lad = dict(result["ladder"])
         tri = lad.pop("tri-model", None)
-        for v in lad.values():
-            prod *= v
         text = "Ladder (predicted, each rung over the one before): " + " × ".join(
-            f"{k} {x(v)}" for k, v in lad.items()) + f" = {x(prod)} over the predicted sync"
+            f"{k} {x(v)}" for k, v in lad.items()) + f" = {x(result['ladder_product'])} over the predicted sync"
         out.append(text + (f"; without the old-log-prob pass the best schedule gains {x(tri)}." if tri else "."))
     return out
 

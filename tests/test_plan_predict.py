@@ -104,3 +104,21 @@ def test_a_thousand_step_log_plans_quickly(tmp_path):
     result = run_plan(log)
     assert time.perf_counter() - t < 6.0  # about 1 s on 2 busy cores (docs/results/plan.md)
     assert result["steps_used"] == [4, 1000, 997]
+
+
+def test_roofline_counts_dense_and_mixture_of_experts_parameters(tmp_path):
+    from rlbench.plan.roofline import device, model_shape
+
+    dense = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+             "intermediate_size": 18944, "vocab_size": 152064}
+    moe = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+           "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+           "vocab_size": 151936}
+    for cfg, billions in ((dense, 7.6), (moe, 30.5)):  # Qwen2.5-7B, Qwen3-30B-A3B as their cards state
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        assert model_shape(tmp_path).parameters / 1e9 == pytest.approx(billions, rel=0.02)
+    assert device("NVIDIA H200").name == "H200" and device("h20").name == "H20"
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    done = rlbench("plan", write_verl_jsonl(tmp_path / "m.jsonl", verl_steps(6)), "--model", tmp_path)
+    assert done.returncode == 2 and "num_hidden_layers" in done.stderr
+    assert rlbench("plan", tmp_path / "m.jsonl", "--gpus", "0").returncode == 2

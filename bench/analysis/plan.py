@@ -176,7 +176,7 @@ def sync_check(inp: PlanInput) -> dict:
     return {"predicted_tpspd": tpspd, "reference_tpspd": ref, "error": tpspd / ref - 1 if ref else None}
 
 
-def ladder(preds: list[dict], sync_tpspd: float) -> dict | None:
+def ladder(preds: list[dict], sync_tpspd: float) -> dict:
     """split x overlap x staleness x partial rollout, each rung over the one before (predicted)."""
     by = {p["label"].split(" ")[0]: p for p in preds}
     names = [("split", "barrier"), ("overlap", "periodic_async"), ("staleness", "one_step_off"),
@@ -187,11 +187,12 @@ def ladder(preds: list[dict], sync_tpspd: float) -> dict | None:
             continue
         out[factor] = by[label]["tpspd"] / before
         before = by[label]["tpspd"]
-    return out or None
+    return out
 
 
 def tri_model_row(inp: PlanInput, best: dict) -> dict | None:
-    """The best schedule trained without the old-policy log-prob pass (interval: the step spread only)."""
+    """The best schedule trained without the old-policy log-prob pass, at its own best split; its interval the
+    step spread widened by the best schedule's assumption ranges (None: the log does not time that pass)."""
     if not inp.without_old_logprob:
         return None
     row = next(r for r in rows(inp.partial) if r.label == best["label"])
@@ -219,5 +220,7 @@ def plan(inp: PlanInput) -> dict:
     if tri is not None:
         preds.append(tri)
         lad["tri-model"] = tri["tpspd"] / best["tpspd"]
+    chain = math.prod(v for k, v in lad.items() if k != "tri-model")
     return {"devices": inp.devices, "steps": len(inp.batches), "reference_tpspd": statistics.median(inp.reference),
-            "rows": preds, "best": max(preds, key=lambda p: p["tpspd"]), "sync_check": check, "ladder": lad}
+            "rows": preds, "best": max(preds, key=lambda p: p["tpspd"]), "sync_check": check, "ladder": lad,
+            "ladder_product": chain}
