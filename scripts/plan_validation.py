@@ -136,7 +136,8 @@ def _predict(inp: PlanInput, row: Row, r: int, lean: bool) -> dict:
     return out
 
 
-def published() -> list[dict]:
+def published(roofline: bool = True) -> list[dict]:
+    """roofline: plan with --model (the pair's config) and --device H20; else with the defaults."""
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, src, gpus, r, label, stages, model, cap, async_step, total_ratio in PAIRS:
@@ -145,7 +146,7 @@ def published() -> list[dict]:
             preds = []
             for share in RESPONSE_MEANS:
                 log = read_log(_verl_log(Path(tmp) / f"{src}-{share}.jsonl", stages, gpus, cap, share * cap))
-                inp = plan_input(log, gpus, cfg, "H20")[0]
+                inp = plan_input(log, gpus, cfg, "H20")[0] if roofline else plan_input(log, gpus)[0]
                 preds.append(_predict(inp, _row(label), r, lean=src != "osp"))
             mid = preds[1]
             out.append({"pair": name, "source": SOURCES[src], "gpus": gpus, "split": f"{r}+{gpus - r}",
@@ -169,6 +170,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="*", type=Path, default=[])
     ap.add_argument("--published", action="store_true")
+    ap.add_argument("--no-roofline", action="store_true", help="(b) with the defaults, without --model/--device")
     args = ap.parse_args()
     if args.runs:
         body = []
@@ -183,7 +185,7 @@ def main() -> None:
                    "plan (results.json alone)", "interval", "error"], body))
     if args.published:
         body = []
-        for v in published():
+        for v in published(not args.no_roofline):
             err = 100 * (v["predicted"] / v["published_step"] - 1)
             inside = "yes" if v["low"] <= v["published_step"] <= v["high"] else "no"
             body.append([v["pair"], v["gpus"], v["split"], v["row"], f"{v['published_step']:.2f}×",
