@@ -112,13 +112,16 @@ def _sim(batches: list, row: Row, r: int, devices: int) -> SimResult:
     return res
 
 
-def predict_row(inp: PlanInput, row: Row, split: int | None = None) -> dict:
-    """One schedule: the split curve, the best split (or `split` rollout devices, where given: no sweep), its
-    predicted TPSPD and speedup with the interval."""
-    sweep = sweep_batches(inp.batches)
+def predict_row(inp: PlanInput, row: Row, split: int | None = None, near: int | None = None) -> dict:
+    """One schedule: the split curve, the best split (or `split` rollout devices, where given: no sweep; near:
+    only the two swept splits on either side of that one), its predicted TPSPD and speedup with the interval."""
+    sweep, values = sweep_batches(inp.batches), split_values(inp.devices)
+    if near is not None:
+        i = values.index(near) if near in values else 0
+        values = values[max(0, i - 2):i + 3]
     curve = [] if split else \
         [{"rollout_devices": r, "train_devices": max(1, inp.devices - r), "tpspd": _sim(sweep, row, r, inp.devices).tpspd}
-         for r in split_values(inp.devices)]
+         for r in values]
     r = split or max(curve, key=lambda c: c["tpspd"])["rollout_devices"]
     res = _sim(inp.batches, row, r, inp.devices)
     for c in curve:  # the chosen split as every batch predicts it (the sweep ran on a few)
@@ -191,13 +194,15 @@ def ladder(preds: list[dict], sync_tpspd: float) -> dict:
 
 
 def tri_model_row(inp: PlanInput, best: dict) -> dict | None:
-    """The best schedule trained without the old-policy log-prob pass, at its own best split; its interval the
+    """The best schedule trained without the old-policy log-prob pass, at its own best split (of the best
+    schedule's and the swept splits beside it); its interval the
     step spread widened by the best schedule's assumption ranges (None: the log does not time that pass)."""
     if not inp.without_old_logprob:
         return None
     row = next(r for r in rows(inp.partial) if r.label == best["label"])
     lean = PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial)
-    out = predict_row(lean, Row(f"{row.label} + no old-log-prob pass", row.schedule, row.knobs))
+    out = predict_row(lean, Row(f"{row.label} + no old-log-prob pass", row.schedule, row.knobs),
+                      near=best["rollout_devices"])  # the sweep beside the best schedule's split only
     out["tri_model_of"] = best["label"]
     if out["low"] is not None and best["low"] is not None:  # widened as its base row's assumptions widen it
         out["low"] *= best["low"] / min(best["step_low"], best["speedup"])
