@@ -99,6 +99,9 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
         raise UserError(f"{log.path}: the log does not say how many GPUs the run used (no perf/throughput): "
                         "give --gpus N")
     inp, assumptions, notes = plan_input(log, n, model, device)
+    if n == 1:
+        notes.append("one device: a rollout and a trainer process share it (as rlbench runs on one GPU); the "
+                     "model counts no contention between them")
     result = plan(inp)
     used = [s.step for s in log.used]
     result.update({
