@@ -122,3 +122,20 @@ def test_roofline_counts_dense_and_mixture_of_experts_parameters(tmp_path):
     done = rlbench("plan", write_verl_jsonl(tmp_path / "m.jsonl", verl_steps(6)), "--model", tmp_path)
     assert done.returncode == 2 and "num_hidden_layers" in done.stderr
     assert rlbench("plan", tmp_path / "m.jsonl", "--gpus", "0").returncode == 2
+
+
+def test_a_host_copy_measured_by_rlbench_env_comes_before_the_datasheet(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLBENCH_CACHE", str(tmp_path))
+    (tmp_path / "peak.json").write_text(json.dumps({"x|cuda|threads=1": {
+        "device": "NVIDIA H100 80GB HBM3", "host_copy_bytes_per_s": 20e9, "copy_bytes_per_s": 2e12}}))
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+                               "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064}))
+    log = write_verl_jsonl(tmp_path / "m.jsonl", verl_steps(8, gpus=8))
+    ws = {a["name"]: a for a in run_plan(log, model=cfg, device="H100")["assumptions"]}[
+        "weight crossing between pools (s)"]
+    assert ws["source"] == "measured by `rlbench env` (NVIDIA H100 80GB HBM3)"
+    assert ws["value"] == pytest.approx(7.6e9 * 2 / 20e9, rel=0.03)  # the weights' bytes over the probe's rate
+    ws = {a["name"]: a for a in run_plan(log, model=cfg, device="A100")["assumptions"]}[
+        "weight crossing between pools (s)"]
+    assert ws["source"] == "roofline" and ws["value"] == pytest.approx(7.6e9 * 2 / 32e9, rel=0.03)
