@@ -257,6 +257,37 @@ def simulate(
     typer.echo(format_text(result))
 
 
+@app.command("plan")
+def plan_cmd(
+    log: Path = typer.Argument(..., help="A synchronous run's log: rlbench results.json (or its run folder), "
+                                         "VERL console output or file-logger JSONL, TensorBoard event files, "
+                                         "TRL trainer_state.json (found by content)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", "-g", help="Devices to plan for (default: the log's)."),
+    model: Optional[Path] = typer.Option(None, "--model", "-m", help="The model's Hugging Face config.json (or "
+                                         "its folder): weight and KV bytes for the roofline assumptions."),
+    device: Optional[str] = typer.Option(None, "--device", "-d", help="The GPU (A100, H100, H200, H20, B200, "
+                                         "L40S, 910B): datasheet bandwidths for the roofline assumptions."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (every split, interval, "
+                                                      "assumption) instead of the tables."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the plan as an HTML page here."),
+) -> None:
+    """Predict what each asynchronous schedule and device split would give, from a synchronous run's own log:
+    periodic asynchrony (and its barrier split), one-step-off, bounded staleness, partial rollout; the best
+    split of the devices for each, with an interval and every assumption's source."""
+    # inside: the cost model loads the config models, which --help need not load
+    from rlbench.plan.command import run_plan
+    from rlbench.reports.plan_text import format_text
+
+    result = run_plan(log, gpus, model, device)
+    if html is not None:
+        from rlbench.reports.plan_html import write_plan_html  # inside: matplotlib and pandas, for --html only
+
+        result["html"] = str(write_plan_html(result, html))
+    typer.echo(json.dumps(result, indent=1) if as_json else format_text(result))
+    if html is not None and not as_json:
+        typer.echo(f"\nwrote {result['html']}")
+
+
 @app.command()
 def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the peak again (else cached)."),
         dtype: str = typer.Option("float32", "--dtype", help="dtype of the matmul probe: float32, bfloat16, "

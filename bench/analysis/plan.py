@@ -1,0 +1,231 @@
+"""`rlbench plan`'s predictions: every asynchronous schedule on every split of N devices, from the batches of
+one synchronous run (a measured sync cell, or a framework's logged steps: costmodel/fromlog.py), each by its
+own term of the cost model (costmodel.simulate), with an interval and the attribution of its speedup
+(docs/architecture/cost-model.md, 'Planning from a log').
+
+- The schedules: the barrier cell (the device split alone), periodic asynchrony, one-step-off, bounded
+  staleness k, and k = 1 with partial rollout (new weights taken between decode steps).
+- Splits: R rollout + (N - R) training devices for up to SPLITS values of R, swept on up to SWEEP_BATCHES
+  batches spread over the log; the best split is then predicted on every batch.
+- Interval: the typical per-step ratio of predicted TPSPD to the sync step's (the same statistic as every
+  rlbench verdict: bench/core/stats.py), widened by each assumption's range (the prediction with the
+  assumption at either end of its range, one at a time, at the best split; the widening multiplies).
+- Tri-model (where the log times the old-policy log-prob pass apart): the best schedule again on batches
+  trained without that pass (rlbench's tri-model; VERL's rollout log-probs), at its own best split; its
+  interval widened by the best schedule's assumption ranges.
+- Attribution (the families ladder's): split = barrier / sync, overlap = periodic-async / barrier, staleness =
+  one-step-off / periodic-async, partial rollout = (k = 1 + partial) / one-step-off, tri-model = the best
+  schedule without the old-log-prob pass / with it; their product (without tri-model) is the partial-rollout
+  schedule's predicted speedup over the predicted sync.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from rlbench.core.costmodel.predict import SyncMeasurements
+from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, SimResult, simulate
+from rlbench.core.stats import log_ratio_interval
+
+SPLITS = 8  # most rollout-pool sizes swept
+SWEEP_BATCHES = 3  # batches the split sweep runs on (the best split then runs on every batch)
+STALENESS = 2  # the bounded-staleness row's k (one-step-off is k = 1)
+WINS, LOSES, EVEN = "wins", "loses", "even"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One predicted schedule: the label the tables show and simulate()'s arguments."""
+    label: str
+    schedule: str
+    knobs: tuple = ()  # (name, value) pairs for simulate()
+
+    def kwargs(self) -> dict:
+        return dict(self.knobs)
+
+
+def rows(partial: str | None) -> list[Row]:
+    """The rows a plan predicts; partial: partial rollout's resume_kv (recompute / keep), None: no row."""
+    out = [Row("barrier (split alone)", ASYNC, (("overlap", False),)), Row("periodic_async", ASYNC),
+           Row("one_step_off", "one_step_off"), Row(f"bounded_async k={STALENESS}", BOUNDED_K,
+                                                    (("staleness", STALENESS),))]
+    if partial:
+        out.append(Row(f"k=1 + partial rollout ({partial} KV)", BOUNDED_K,
+                       (("staleness", 1), ("partial_rollout", True), ("resume_kv", partial))))
+    return out
+
+
+@dataclass
+class PlanInput:
+    """batches: one per step used; reference: the sync step's TPSPD per batch (measured: the log's tokens /
+    (step seconds x N); predicted where the log ran on other devices); variants: assumption name -> (batches
+    at the low end of its range, at the high end), over the sweep's batches."""
+    batches: list[SyncMeasurements]
+    reference: list[float]
+    devices: int
+    partial: str | None = "keep"
+    variants: dict[str, tuple[list, list]] = field(default_factory=dict)
+    without_old_logprob: list[SyncMeasurements] | None = None  # the batches trained without that pass
+
+
+def split_values(devices: int) -> list[int]:
+    """Rollout-pool sizes to sweep: every R in 1..N-1 up to SPLITS of them, else SPLITS spread evenly; on
+    one device, one rollout and one trainer process sharing it (as rlbench runs on a single GPU)."""
+    if devices == 1:
+        return [1]
+    if devices - 1 <= SPLITS:
+        return list(range(1, devices))
+    return sorted({max(1, min(devices - 1, round(devices * j / (SPLITS + 1)))) for j in range(1, SPLITS + 1)})
+
+
+def sweep_batches(batches: list) -> list:
+    """Up to SWEEP_BATCHES batches spread evenly over the log."""
+    if len(batches) <= SWEEP_BATCHES:
+        return batches
+    step = len(batches) / SWEEP_BATCHES
+    return [batches[int(i * step)] for i in range(SWEEP_BATCHES)]
+
+
+def per_batch_tpspd(res: SimResult, batches: list[SyncMeasurements]) -> list[tuple[int, float]]:
+    """(batch index, predicted TPSPD) of each simulated iteration: median-rate schedules give one per batch;
+    bounded ones their steady-state iterations, the j-th being batch (warm-up + j) mod len."""
+    its = res.per_iteration_s
+    first = 0
+    if res.staleness is not None:  # bounded.py's default: k + 1 warm-up batches, then every batch once
+        k = res.staleness
+        first = min(k + 1, max(len(batches) + k + 1, 4 * (k + 1)) - 2)
+    out = []
+    for j, s in enumerate(its):
+        b = (first + j) % len(batches)
+        out.append((b, batches[b].tokens / (s * res.devices) if s > 0 else 0.0))
+    return out
+
+
+def _sim(batches: list, row: Row, r: int, devices: int) -> SimResult:
+    """row on r rollout + (devices - r) training devices; on one device both pools share it, and TPSPD divides
+    by that one physical device (the cost model runs them as two devices' worth of time)."""
+    res = simulate(batches, row.schedule, r, max(1, devices - r), **row.kwargs())
+    if res.devices != devices:
+        res.tpspd *= res.devices / devices
+        res.devices = devices
+    return res
+
+
+def predict_row(inp: PlanInput, row: Row, split: int | None = None, near: int | None = None) -> dict:
+    """One schedule: the split curve, the best split (or `split` rollout devices, where given: no sweep; near:
+    only the two swept splits on either side of that one), its predicted TPSPD and speedup with the interval."""
+    sweep, values = sweep_batches(inp.batches), split_values(inp.devices)
+    if near is not None:
+        i = values.index(near) if near in values else 0
+        values = values[max(0, i - 2):i + 3]
+    curve = [] if split else \
+        [{"rollout_devices": r, "train_devices": max(1, inp.devices - r), "tpspd": _sim(sweep, row, r, inp.devices).tpspd}
+         for r in values]
+    r = split or max(curve, key=lambda c: c["tpspd"])["rollout_devices"]
+    res = _sim(inp.batches, row, r, inp.devices)
+    for c in curve:  # the chosen split as every batch predicts it (the sweep ran on a few)
+        if c["rollout_devices"] == r:
+            c["tpspd"] = res.tpspd
+    pairs = per_batch_tpspd(res, inp.batches)
+    ref = statistics.median(inp.reference)
+    logs = [math.log(t / inp.reference[b]) for b, t in pairs if t > 0 and inp.reference[b] > 0]
+    low, high = log_ratio_interval(logs) if len(logs) >= 3 else (None, None)
+    widen = _assumption_ranges(inp, row, r, sweep)
+    speedup = res.tpspd / ref if ref else None
+    lo = None if low is None or speedup is None else min(low, speedup) * widen["low"]
+    hi = None if high is None or speedup is None else max(high, speedup) * widen["high"]
+    return {"label": row.label, "schedule": row.schedule, **dict(row.knobs), "rollout_devices": r,
+            "train_devices": max(1, inp.devices - r), "devices": inp.devices, "tpspd": res.tpspd, "speedup": speedup,
+            "low": lo, "high": hi, "step_low": low, "step_high": high, "steps": len(logs),
+            "assumption_effects": widen["effects"], "staleness_max": res.staleness_max, "curve": curve,
+            "outcome": outcome(speedup, lo, hi)}
+
+
+def _assumption_ranges(inp: PlanInput, row: Row, r: int, sweep: list) -> dict:
+    """Each assumption at either end of its range (one at a time) over the central prediction, at split r:
+    -> {"low": product of the factors below 1, "high": of those above, "effects": {name: [lo, hi]}}."""
+    if not inp.variants:
+        return {"low": 1.0, "high": 1.0, "effects": {}}
+    central = _sim(sweep, row, r, inp.devices).tpspd
+    low = high = 1.0
+    effects = {}
+    for name, ends in inp.variants.items():
+        f = [_sim(b, row, r, inp.devices).tpspd / central if central else 1.0 for b in ends]
+        effects[name] = [min(f), max(f)]
+        low *= min(1.0, *f)
+        high *= max(1.0, *f)
+    return {"low": low, "high": high, "effects": effects}
+
+
+def outcome(value, low, high) -> str | None:
+    """WINS where the interval lies above 1, LOSES where below, EVEN otherwise (bench/analysis/intervals.py's
+    rule); None: nothing predicted."""
+    if value is None:
+        return None
+    if low is not None and low > 1.0:
+        return WINS
+    if high is not None and high < 1.0:
+        return LOSES
+    return EVEN
+
+
+def sync_check(inp: PlanInput) -> dict:
+    """The model's in-sample check: sync on the N colocated devices, predicted from the same batches, against
+    the logged steps (a large error: the log's stages do not add up to its step, or the layout differs)."""
+    walls = [b.sync_time(inp.devices)[0] for b in inp.batches]  # sync's own term (engines/schedules/sync/cost.py)
+    tpspd = statistics.median(b.tokens / (w * inp.devices) for b, w in zip(inp.batches, walls))
+    ref = statistics.median(inp.reference)
+    return {"predicted_tpspd": tpspd, "reference_tpspd": ref, "error": tpspd / ref - 1 if ref else None}
+
+
+def ladder(preds: list[dict], sync_tpspd: float) -> dict:
+    """split x overlap x staleness x partial rollout, each rung over the one before (predicted)."""
+    by = {p["label"].split(" ")[0]: p for p in preds}
+    names = [("split", "barrier"), ("overlap", "periodic_async"), ("staleness", "one_step_off"),
+             ("partial rollout", "k=1")]
+    out, before = {}, sync_tpspd
+    for factor, label in names:
+        if label not in by or not before:
+            continue
+        out[factor] = by[label]["tpspd"] / before
+        before = by[label]["tpspd"]
+    return out
+
+
+def tri_model_row(inp: PlanInput, best: dict) -> dict | None:
+    """The best schedule trained without the old-policy log-prob pass, at its own best split (of the best
+    schedule's and the swept splits beside it); its interval the
+    step spread widened by the best schedule's assumption ranges (None: the log does not time that pass)."""
+    if not inp.without_old_logprob:
+        return None
+    row = next(r for r in rows(inp.partial) if r.label == best["label"])
+    lean = PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial)
+    out = predict_row(lean, Row(f"{row.label} + no old-log-prob pass", row.schedule, row.knobs),
+                      near=best["rollout_devices"])  # the sweep beside the best schedule's split only
+    out["tri_model_of"] = best["label"]
+    if out["low"] is not None and best["low"] is not None:  # widened as its base row's assumptions widen it
+        out["low"] *= best["low"] / min(best["step_low"], best["speedup"])
+        out["high"] *= best["high"] / max(best["step_high"], best["speedup"])
+        out["assumption_effects"] = best["assumption_effects"]
+        out["outcome"] = outcome(out["speedup"], out["low"], out["high"])
+    return out
+
+
+def plan(inp: PlanInput) -> dict:
+    """Every row predicted, the best schedule (and it without the old-log-prob pass), the sync check and the
+    ladder."""
+    if len(inp.batches) != len(inp.reference):
+        raise ValueError("one reference TPSPD per batch")
+    preds = [predict_row(inp, row) for row in rows(inp.partial)]
+    check = sync_check(inp)
+    best = max(preds, key=lambda p: p["tpspd"])
+    lad = ladder(preds, check["predicted_tpspd"])
+    tri = tri_model_row(inp, best)
+    if tri is not None:
+        preds.append(tri)
+        lad["tri-model"] = tri["tpspd"] / best["tpspd"]
+    chain = math.prod(v for k, v in lad.items() if k != "tri-model")
+    return {"devices": inp.devices, "steps": len(inp.batches), "reference_tpspd": statistics.median(inp.reference),
+            "rows": preds, "best": max(preds, key=lambda p: p["tpspd"]), "sync_check": check, "ladder": lad,
+            "ladder_product": chain}

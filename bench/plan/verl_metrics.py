@@ -1,0 +1,65 @@
+"""One VERL step's metrics dict -> a LoggedStep, shared by the console, file (JSONL) and TensorBoard readers.
+
+The keys are VERL's (verl/trainer/ppo/metric_utils.py compute_timing_metrics and compute_data_metrics,
+compute_throughout_metrics; the stage timers of its `marked_timer` inside `step`), as rlbench's VERL adapter
+reads them (engines/external/verl.py):
+
+    timing_s/step                 the step's seconds (required)
+    timing_s/gen                  generation (required: the plan's rollout)
+    timing_s/reward, old_log_prob, ref, values, adv, update_critic, update_actor
+                                  training stages (their sum is the plan's training seconds)
+    timing_s/update_weights (or sync_weights)   the colocated weight sync
+    timing_s/testing, save_checkpoint           evaluation and checkpoints: taken out of the step
+    perf/total_num_tokens         prompt + response tokens of the batch (required)
+    response_length/mean (required), response_length/max, prompt_length/mean
+    perf/throughput               total tokens / (step x GPUs): gives the GPU count
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlbench.core.costmodel.fromlog import LoggedStep
+from rlbench.plan.logs import missing, number
+
+REQUIRED = ("timing_s/step", "timing_s/gen", "perf/total_num_tokens", "response_length/mean")
+TRAIN = ("timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values", "timing_s/adv",
+         "timing_s/update_critic", "timing_s/update_actor")
+WEIGHT_SYNC = ("timing_s/update_weights", "timing_s/sync_weights")
+OUTSIDE = ("timing_s/testing", "timing_s/save_checkpoint")
+OPTIONAL = ("response_length/max", "prompt_length/mean", "perf/throughput")
+
+
+def is_training_step(data: dict) -> bool:
+    """A training step's metrics (VERL's step 0 holds only the validation before training)."""
+    return "timing_s/step" in data or "perf/total_num_tokens" in data
+
+
+def logged_step(step: int, data: dict, path: Path, line: int | None) -> LoggedStep:
+    """VERL metrics of one training step -> LoggedStep; a required key missing is an error naming it."""
+    for key in REQUIRED:
+        if key not in data:
+            raise missing(path, line, key, f"VERL step {step}", "needed: " + ", ".join(REQUIRED))
+    v = {k: number(data[k], path, line, k) for k in (*REQUIRED, *TRAIN, *WEIGHT_SYNC, *OUTSIDE, *OPTIONAL)
+         if k in data}
+    wall = v["timing_s/step"] - sum(v.get(k, 0.0) for k in OUTSIDE)
+    ws = next((v[k] for k in WEIGHT_SYNC if k in v), None)
+    return LoggedStep(step=step, wall_s=wall, tokens=v["perf/total_num_tokens"],
+                      response_mean=v["response_length/mean"], gen_s=v["timing_s/gen"],
+                      train_s=sum(v.get(k, 0.0) for k in TRAIN), weight_sync_s=ws,
+                      prompt_mean=v.get("prompt_length/mean"), response_max=v.get("response_length/max"),
+                      old_logprob_s=v.get("timing_s/old_log_prob"))
+
+
+def keys_read(rows: list[dict]) -> list[str]:
+    """The keys of the plan's vocabulary that the log's steps hold."""
+    seen = set().union(*(r.keys() for r in rows)) if rows else set()
+    return [k for k in (*REQUIRED, *TRAIN, *WEIGHT_SYNC, *OUTSIDE, *OPTIONAL) if k in seen]
+
+
+def gpus(rows: list[dict]) -> int | None:
+    """The GPU count perf/throughput implies (total tokens / (step x throughput)), where logged."""
+    for d in rows:
+        if d.get("perf/throughput") and d.get("timing_s/step"):
+            return max(1, round(float(d["perf/total_num_tokens"]) /
+                                (float(d["timing_s/step"]) * float(d["perf/throughput"]))))
+    return None

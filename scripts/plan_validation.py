@@ -1,0 +1,200 @@
+"""Validation of `rlbench plan` (docs/results/plan.md): its predictions against measured asynchronous runs.
+
+    .venv/bin/python scripts/plan_validation.py --runs RUN_DIR [RUN_DIR ...]   # (a) rlbench's own runs
+    .venv/bin/python scripts/plan_validation.py --published                    # (b) published sync/async pairs
+
+(a) For every asynchronous cell of a run: the plan from the sync cell alone at that cell's split, twice: from
+the sync cell's results.json with its samples and events (the in-run model's measurements), and from the
+results.json alone (its iterations' stage seconds read as a framework's log, with the stated assumptions);
+beside the measured TPSPD and the report's in-run prediction.
+(b) For each published pair whose source gives the synchronous run's stage seconds: a VERL log is written from
+those numbers (every step the same: the sources give means), planned at the published split with the schedule
+closest to the published one, at three response-length means (the sources give only the cap), and the
+predicted speedup set beside the published per-step ratio and total-time ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+from rlbench.analysis.plan import PlanInput, Row, predict_row, rows
+from rlbench.core.config_files import recorded_config
+from rlbench.core.costmodel.predict import predict_async
+from rlbench.core.results import schema
+from rlbench.plan.command import plan_input
+from rlbench.plan.detect import read_log
+from rlbench.plan.rlbench_results import sync_cell
+
+SOURCES = {
+    "osp": "verl recipe/one_step_off_policy/README.md, 'Experimental Results' (16 H20, Qwen2.5-Math-7B, DAPO)",
+    "fa": "verl recipe/fully_async_policy/README.md, 'Asynchronous Training on 7B Model' (H20, "
+          "Qwen2.5-Math-7B, DAPO, rollout.n 16, 512 prompts per step)",
+    "fa128": "verl recipe/fully_async_policy/README.md, '128-card 7B Asynchronous Mode Experiment'",
+    "fa30": "verl recipe/fully_async_policy/README.md, '30B Model Mode Experiment' (H20, Qwen3-30B-A3B-Base, "
+            "GRPO, 8K responses)",
+}
+# Hugging Face config.json values of the published runs' models (their model cards' config files)
+QWEN25_MATH_7B = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                  "intermediate_size": 18944, "vocab_size": 152064, "tie_word_embeddings": False}
+QWEN3_30B_A3B = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+                 "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+                 "vocab_size": 151936, "tie_word_embeddings": False}
+# (name, source, GPUs, rollout GPUs, plan row, sync stage seconds, model, response cap, async step s,
+#  published total-time ratio)
+PAIRS = [
+    ("one-step-off, FSDP2", "osp", 16, 4, "one_step_off",
+     {"step": 749, "gen": 321, "old_log_prob": 88, "update_actor": 286}, QWEN25_MATH_7B, 20480, 520, 1.24),
+    ("one-step-off, Megatron", "osp", 16, 4, "one_step_off",
+     {"step": 699, "gen": 207, "old_log_prob": 119, "update_actor": 344}, QWEN25_MATH_7B, 8192, 566, 1.40),
+    ("fully async 16:16 (staleness 0.5, partial)", "fa", 32, 16, "k=1",
+     {"step": 790.10, "gen": 357.41, "old_log_prob": 107.71, "update_actor": 269.80}, QWEN25_MATH_7B, 28672,
+     294.77, 2.66),
+    ("fully async 32:32 (staleness 0.5, partial)", "fa", 64, 32, "k=1",
+     {"step": 365.28, "gen": 150.72, "old_log_prob": 70.26, "update_actor": 133.41}, QWEN25_MATH_7B, 28672,
+     189.26, 1.92),
+    ("fully async 64:64 (staleness 0.5, partial)", "fa", 128, 64, "k=1",
+     {"step": 356.30, "gen": 177.85, "old_log_prob": 53.92, "update_actor": 113.81}, QWEN25_MATH_7B, 28672,
+     150.63, 2.35),
+    ("stream, staleness 0, 64:64", "fa128", 128, 64, "periodic_async",
+     {"step": 356.30, "gen": 177.85, "old_log_prob": 53.92, "update_actor": 113.81}, QWEN25_MATH_7B, 28672,
+     231.34, 1.58),
+    ("30B fully async 96:32 (staleness 0.5, partial)", "fa30", 128, 96, "k=1",
+     {"step": 497.89, "gen": 348.05, "old_log_prob": 28.73, "ref": 20.86, "update_actor": 86.27}, QWEN3_30B_A3B,
+     8192, 282.75, 1.72),
+]
+PROMPTS, G, PROMPT_LEN = 512, 16, 200  # DAPO's batch (the sources); prompt length: assumed
+RESPONSE_MEANS = (0.1, 0.2, 0.35)  # response mean as a share of the cap: not in the sources, so a range
+
+
+def _row(label_start: str) -> Row:
+    return next(r for r in rows("keep") if r.label.split(" ")[0] == label_start)
+
+
+def _cell_row(cell: dict) -> tuple[Row, int] | None:
+    """The plan row of an asynchronous cell and its rollout-device count."""
+    eng = recorded_config(cell).engine
+    sched = (cell.get("switches") or {}).get("schedule") or eng.schedule
+    label = {"periodic_async": "periodic_async" if eng.overlap else "barrier", "one_step_off": "one_step_off"}.get(
+        sched, "k=1" if sched == "bounded_async" and getattr(eng, "partial_rollout", False) else None)
+    if label is None:
+        return None
+    rollout = sum(1 for p in cell.get("placement") or [] if p.get("role") == "rollout") or 1
+    return _row(label), rollout
+
+
+def own_run(run_dir: Path) -> list[dict]:
+    cells = schema.load_run(run_dir)
+    sync = sync_cell(run_dir)
+    full = read_log(Path(sync["_dir"]) / schema.RESULTS)
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(Path(sync["_dir"]) / schema.RESULTS, Path(tmp) / schema.RESULTS)  # results.json alone
+        alone = read_log(Path(tmp) / schema.RESULTS)
+    n = full.devices
+    inp_full, inp_alone = plan_input(full, n)[0], plan_input(alone, n)[0]
+    samples, events = full.extra["samples"], full.extra["events"]
+    out = []
+    for cell in cells:
+        got = _cell_row(cell) if cell is not sync else None
+        its = [it["tpspd"] for it in cell.get("iterations") or [] if not it.get("warmup")]
+        if got is None or not its:
+            continue
+        row, r = got
+        measured = statistics.median(its)
+        in_run = predict_async(sync, samples, events, r, max(1, n - r), overlap=row.label != "barrier (split alone)",
+                               devices=n)["predicted_tpspd"] if row.schedule == "periodic_async" else None
+        a, b = predict_row(inp_full, row, split=r), predict_row(inp_alone, row, split=r)
+        out.append({"run": str(run_dir), "cell": cell["cell"], "split": f"{r}+{max(1, n - r)} on {n}",
+                    "measured": measured, "in_run": in_run, "plan": a["tpspd"], "plan_alone": b["tpspd"],
+                    "alone_low": b["low"] * statistics.median(inp_alone.reference) if b["low"] else None,
+                    "alone_high": b["high"] * statistics.median(inp_alone.reference) if b["high"] else None})
+    return out
+
+
+def _verl_log(path: Path, stages: dict, gpus: int, cap: int, mean: float, steps: int = 12) -> Path:
+    tokens = PROMPTS * G * (PROMPT_LEN + mean)
+    data = {f"timing_s/{k}": v for k, v in stages.items()}
+    data.update({"perf/total_num_tokens": tokens, "perf/throughput": tokens / (stages["step"] * gpus),
+                 "response_length/mean": mean, "response_length/max": cap, "prompt_length/mean": PROMPT_LEN})
+    path.write_text("".join(json.dumps({"step": k, "data": data}) + "\n" for k in range(1, steps + 1)))
+    return path
+
+
+def _predict(inp: PlanInput, row: Row, r: int, lean: bool) -> dict:
+    """row at split r; lean: trained without the old-log-prob pass (the published fully-async runs took the
+    rollout's log-probs: their tables show no old_log_prob), widened as the row with that pass is."""
+    base = predict_row(inp, row, split=r)
+    if not lean:
+        return base
+    out = predict_row(PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial), row, split=r)
+    out["low"] *= base["low"] / min(base["step_low"] or base["speedup"], base["speedup"])
+    out["high"] *= base["high"] / max(base["step_high"] or base["speedup"], base["speedup"])
+    out["label"] += " + no old-log-prob pass"
+    return out
+
+
+def published(roofline: bool = True) -> list[dict]:
+    """roofline: plan with --model (the pair's config) and --device H20; else with the defaults."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, src, gpus, r, label, stages, model, cap, async_step, total_ratio in PAIRS:
+            cfg = Path(tmp) / f"{src}-config.json"
+            cfg.write_text(json.dumps(model))
+            preds = []
+            for share in RESPONSE_MEANS:
+                log = read_log(_verl_log(Path(tmp) / f"{src}-{share}.jsonl", stages, gpus, cap, share * cap))
+                inp = plan_input(log, gpus, cfg, "H20")[0] if roofline else plan_input(log, gpus)[0]
+                preds.append(_predict(inp, _row(label), r, lean=src != "osp"))
+            mid = preds[1]
+            out.append({"pair": name, "source": SOURCES[src], "gpus": gpus, "split": f"{r}+{gpus - r}",
+                        "row": mid["label"], "published_step": stages["step"] / async_step,
+                        "published_total": total_ratio, "predicted": mid["speedup"],
+                        "low": min(p["low"] for p in preds), "high": max(p["high"] for p in preds),
+                        "by_mean": [p["speedup"] for p in preds]})
+    return out
+
+
+def _md(head: list[str], body: list[list]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
+                     ["| " + " | ".join(str(v) for v in r) + " |" for r in body])
+
+
+def _pct(a, b) -> str:
+    return "–" if a is None or b is None else f"{100 * (a / b - 1):+.1f}%"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", nargs="*", type=Path, default=[])
+    ap.add_argument("--published", action="store_true")
+    ap.add_argument("--no-roofline", action="store_true", help="(b) with the defaults, without --model/--device")
+    args = ap.parse_args()
+    if args.runs:
+        body = []
+        for run in args.runs:
+            for v in own_run(run):
+                iv = f"{v['alone_low']:.0f}–{v['alone_high']:.0f}" if v["alone_low"] else "–"
+                body.append([v["run"], v["cell"], v["split"], f"{v['measured']:.0f}",
+                             "–" if v["in_run"] is None else f"{v['in_run']:.0f}", f"{v['plan']:.0f}",
+                             _pct(v["plan"], v["measured"]), f"{v['plan_alone']:.0f}", iv,
+                             _pct(v["plan_alone"], v["measured"])])
+        print(_md(["run", "cell", "split", "measured TPSPD", "in-run predicted", "plan (cell)", "error",
+                   "plan (results.json alone)", "interval", "error"], body))
+    if args.published:
+        body = []
+        for v in published(not args.no_roofline):
+            err = 100 * (v["predicted"] / v["published_step"] - 1)
+            inside = "yes" if v["low"] <= v["published_step"] <= v["high"] else "no"
+            body.append([v["pair"], v["gpus"], v["split"], v["row"], f"{v['published_step']:.2f}×",
+                         f"{v['published_total']:.2f}×", f"{v['predicted']:.2f}×",
+                         " / ".join(f"{x:.2f}" for x in v["by_mean"]), f"{v['low']:.2f}–{v['high']:.2f}×",
+                         f"{err:+.0f}%", inside])
+        print(_md(["pair", "GPUs", "split", "plan row", "published per step", "published total time",
+                   "predicted", "at mean 10/20/35% of cap", "interval", "error (per step)", "inside"], body))
+
+
+if __name__ == "__main__":
+    main()
