@@ -12,7 +12,7 @@ s^2 / n, and the sample variance itself is smaller than the values' variance; fo
 known exactly (`inflation`), so the standard error is multiplied by the square root of their ratio and the
 degrees of freedom shrink to those of a variance estimated from n (1 - rho^2) / (1 + rho^2) independent values
 (the equivalent-sample-size t-test; von Storch & Zwiers, Statistical Analysis in Climate Research, 1999,
-section 6.6.8). rho cannot be estimated from a handful of iterations: the sample lag-1 autocorrelation is
+chapter 6). rho cannot be estimated from a handful of iterations: the sample lag-1 autocorrelation is
 biased down by about (1 + 3 rho) / n (Marriott & Pope 1954, Biometrika 41:390) and its spread at n = 6 is
 +-0.4, which makes the equivalent-sample-size test with rho estimated alone reject far above its level at
 small n (Zwiers & von Storch 1995, J. Climate 8:336). So rho is the bias-corrected estimate, but never below
