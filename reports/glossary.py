@@ -5,7 +5,11 @@ from __future__ import annotations
 
 VERDICT = ("wins / loses: periodic-async's TPSPD above / below its sync cell's on the same devices, said only "
            "where the 95% interval of the ratio (from the per-iteration ratios, or from the seeds' ratios) lies "
-           "wholly above / below 1; even: the interval includes 1 (or there are fewer than 3 paired iterations). "
+           "wholly above / below 1; even: the interval includes 1; too few iterations: fewer paired iterations "
+           "than hold the interval's level (fewer than 4, or a short series that looks strongly correlated). "
+           "The ratio printed with an interval is its centre: the typical per-iteration ratio (exp of the "
+           "20%-trimmed mean of the log-ratios), which can differ from the summary's speedup column (the ratio "
+           "of medians) where some iterations stalled. "
            "Device split: the barrier cell (periodic-async's pools, training "
            "only after the last group) over sync; overlap: periodic-async over the barrier; the speedup is "
            "their product.")
@@ -13,7 +17,10 @@ COLUMNS = {
     "TPSPD median (min–max)": "tokens per second per device: prompt + response tokens of the trained samples "
                               "/ (iteration wall time × all devices), median and range over the measured "
                               "iterations",
-    "speedup": "TPSPD over the reference cell's (the first cell of its workload)",
+    "speedup": "median TPSPD over the reference cell's (the first cell of its workload)",
+    "measured speedup": "(the speedup table, the verdict) the typical per-iteration TPSPD ratio over the "
+                        "reference, exp of the 20%-trimmed mean of the paired log-ratios: the centre of the "
+                        "95% interval printed with it (the ratio of medians where there is no interval)",
     "predicted": "the speedup predicted from the sync cell's measured device costs (decode, training, "
                  "optimizer step, weight sync), replayed on the cell's layout; nothing fitted",
     "rollout %": "share of a sync iteration spent generating",

@@ -136,7 +136,9 @@ def speedup_html(sp: pd.DataFrame) -> str:
     rows = [[_clean(v) for v in r] for r in sp.itertuples(index=False)]
     every = ("<details><summary>Every column (the contention term beside the model)</summary>"
              + table(rows, list(sp.columns)) + "</details>")
-    text = ("<p>Measured speedup = median TPSPD of the async cell / median TPSPD of its reference. Predicted: "
+    text = ("<p>Measured speedup = the typical per-iteration TPSPD ratio of the async cell over its reference "
+            "(exp of the 20%-trimmed mean of the paired log-ratios), the centre of its 95% interval; the ratio "
+            "of medians where the iterations are too few for an interval. Predicted: "
             "from the sync cell's own measured device costs (decode seconds by sequences in flight, "
             "seconds per trained token, optimizer step, weight sync), replaying the measured response "
             "lengths through the async layout; nothing fitted. A barrier cell (overlap = false) has the "

@@ -15,7 +15,8 @@ from rlbench.analysis.utilisation import utilisation_frame
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text
 
-IN_WORDS = {"wins": "wins", "loses": "loses", "even": "is even"}  # "periodic asynchrony ...", by the interval
+IN_WORDS = {"wins": "wins", "loses": "loses", "even": "is even",
+            "too few": "is not called (too few iterations)"}  # "periodic asynchrony ...", by the interval
 
 
 def attribution_text(rows: list[dict]) -> list[str]:

@@ -21,12 +21,13 @@ HINT = ("What would change it: `rlbench run --ablation regime` maps where period
         "machine, `--ablation families` what each step beyond it adds.")
 
 
-SAID = {"wins": "wins here", "loses": "loses here", "even": "even here"}
+SAID = {"wins": "wins here", "loses": "loses here", "even": "even here",
+        "too few": "too few iterations to call"}
 
 
 def even_why(r: Ratio) -> str:
-    """Why a ratio is called even: its interval includes 1, or there is none."""
-    return " (too few paired samples for an interval)" if r.low is None else ": the interval includes 1"
+    """Why a ratio is called even: its interval includes 1."""
+    return ": the interval includes 1"
 
 
 def comparison_sentence(c: Comparison) -> str:

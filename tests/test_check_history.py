@@ -81,6 +81,42 @@ def test_a_ratio_that_is_not_positive_is_refused(tmp_path):
         history.read(path)
 
 
+@pytest.mark.parametrize("key", ["direction", "mark"])
+def test_a_metric_missing_a_field_drift_reads_is_refused_with_its_line(tmp_path, key):
+    path = tmp_path / "h.jsonl"
+    history.append(path, entry("a", "b", {"cost:update": 1.0}))
+    bad = entry("b", "c", {"cost:update": 1.01})
+    del bad["metrics"]["cost:update"][key]
+    path.write_text(path.read_text() + json.dumps(bad) + "\n")
+    with pytest.raises(UserError, match=rf"h.jsonl:2: metric 'cost:update' needs \"{key}\""):
+        history.read(path)
+    proc = rlbench("history", path)
+    assert proc.returncode == 2 and f"{path}:2: metric 'cost:update' needs" in proc.stderr, proc.stderr
+
+
+def test_eight_passing_steps_from_the_same_old_commit_are_siblings_not_a_chain():
+    """CI recording ACCEPTED -> HEAD while ACCEPTED stays: every level is measured against the anchor itself,
+    so the move since a change has both steps' variances (the difference of chained variances gave 0 and
+    z = -inf: a failure of steps that each passed)."""
+    ratios = [1.05, 1.06, 1.05, 1.06, 0.98, 0.97, 0.98, 0.97]  # each within the 6% floor: each step passes
+    entries = [entry("A", f"n{k}", {"tpspd:sync": r}, half=0.03) for k, r in enumerate(ratios)]
+    points = history.series(entries, WL)["tpspd:sync"]
+    assert points[-1].var_since(points[4]) == pytest.approx(points[-1].var + points[4].var)
+    cps = drift.all_change_points(entries, WL)
+    assert cps and all(math.isfinite(c.z) for c in cps)
+    assert drift.judge(entries, WL).exit_code == 0
+
+
+def test_a_retried_step_and_a_chain_share_the_steps_on_their_common_path():
+    entries = [entry("A", "B", {"tpspd:sync": 1.01}), entry("B", "C", {"tpspd:sync": 0.99}),
+               entry("B", "C", {"tpspd:sync": 1.0}), entry("C", "D", {"tpspd:sync": 1.02})]  # B -> C retried
+    p = history.series(entries, WL)["tpspd:sync"]
+    assert [x.commit for x in p] == ["A", "B", "C", "C", "D"]
+    assert p[4].var_since(p[1]) == pytest.approx(p[4].var - p[1].var)  # D descends from B: the chain's steps
+    assert p[4].var_since(p[3]) == pytest.approx(p[4].var - p[3].var)  # ... through the retry, recorded last
+    assert p[3].var_since(p[2]) == pytest.approx(p[2].var - p[1].var + p[3].var - p[1].var)  # the two tries
+
+
 def test_chained_ratios_give_levels_relative_to_the_anchor_with_widening_intervals(tmp_path):
     path = tmp_path / "h.jsonl"
     chain(path, [{"cost:update": 1.10}, {"cost:update": 1.20}, {"cost:update": 0.5}])
@@ -138,7 +174,8 @@ def test_walk_z_is_a_standard_normal_on_an_unchanged_chain():
     sd, k, zs = 0.02, 9, []
     for _ in range(4000):
         logs = np.concatenate([[0.0], np.cumsum(rng.normal(0, sd, 16))])
-        points = [history.Point(f"c{i:02d}", math.exp(v), None, None, i, "", i * sd * sd) for i, v in enumerate(logs)]
+        points = [history.Point(f"c{i:02d}", math.exp(v), None, None, i, "", i * sd * sd,
+                                {j: sd * sd for j in range(i)}) for i, v in enumerate(logs)]  # a chain
         zs.append(drift.walk_z(points, k))
     assert abs(np.mean(zs)) < 0.05 and 0.95 < np.std(zs) < 1.05
 
@@ -202,6 +239,8 @@ def test_check_records_a_passing_ab_and_not_a_failing_one(tmp_path):
     assert (e["old_commit"], e["new_commit"], e["workload"]) == ("c0ffee", "d00d", WL)
     assert e["metrics"]["cost:update"]["ratio"] == pytest.approx(1.0, abs=0.01) and e["machine"]["cpu_model"]
     assert e["metrics"]["tpspd:sync"]["low"] < 1 < e["metrics"]["tpspd:sync"]["high"]
+    se = e["metrics"]["tpspd:sync"]["se"]  # the A/B's own error: narrower than the t-interval's half over 1.96
+    assert 0 < se < math.log(e["metrics"]["tpspd:sync"]["high"] / e["metrics"]["tpspd:sync"]["low"]) / (2 * 1.96)
     proc = rlbench("check", ab_folder(tmp_path / "fail", slow={"update": 0.3}), "--record", path)
     assert proc.returncode == 1 and "not recorded" in proc.stdout and len(history.read(path)) == 1
 

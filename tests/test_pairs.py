@@ -42,7 +42,7 @@ def paired_run(root):
     cells = [("sync@periodic_async", "sync", 1.0, "periodic_async"), ("periodic_async", "periodic_async", 1.0,
              "periodic_async"), ("sync@trl", "sync", 2.0, "trl"), ("trl", "sync", 3.0, "trl")]
     for name, schedule, scale, group in cells:
-        folder = make_cell(root / name, name, schedule, scale=scale)
+        folder = make_cell(root / name, name, schedule, iterations=6, scale=scale)  # 5 measured pairs: an interval
         res = json.loads((folder / schema.RESULTS).read_text())
         res["config"]["run"].update(interleave=True, interleave_pairs=True, turn_group=group)
         if name == "trl":

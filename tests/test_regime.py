@@ -180,10 +180,11 @@ def test_regime_frame_matches_the_summary(regime_run):
     f = regime_frame(run, sp)
     assert list(f["point"]) == list(MAP) and f["barrier"].notna().all()
     summary = pd.read_csv(regime_run / "summary.csv").set_index("cell")["speedup"]
-    for r in f.to_dict("records"):
-        assert r["measured_speedup"] == pytest.approx(summary[r["async"]])
-        assert r["split_measured"] == pytest.approx(summary[r["barrier"]])
-        assert r["overlap_measured"] == pytest.approx(summary[r["async"]] / summary[r["barrier"]])
+    for r in f.to_dict("records"):  # the typical paired ratio (the interval's centre) near the medians' ratio
+        assert r["measured_low"] <= r["measured_speedup"] <= r["measured_high"]
+        assert r["measured_speedup"] == pytest.approx(summary[r["async"]], rel=0.01)
+        assert r["split_measured"] == pytest.approx(summary[r["barrier"]], rel=0.01)
+        assert r["overlap_measured"] == pytest.approx(r["measured_speedup"] / r["split_measured"])
         assert r["measured_min"] <= r["measured_speedup"] * 1.0001 and r["measured_max"] >= r["measured_speedup"] * 0.9999
         assert r["prompts"] == MAP[r["point"]][2] and r["response_length"] == "lognormal"
     tailed = f[f["point"].str.startswith("tail")]
@@ -267,7 +268,7 @@ def test_quick_map_through_the_cli(tmp_path):
     heavy, light = f[f["point"].str.contains("heavy")], f[f["point"].str.contains("light")]
     assert heavy["longest_response"].min() > light["longest_response"].max()
     verdict = " ".join(proc.stdout.split("\n\n")[0].split())  # the verdict block, its lines unwrapped
-    assert sum(verdict.count(w) for w in ("wins here", "loses here", "even here")) >= 2  # one per point
+    assert sum(verdict.count(w) for w in ("wins here", "loses here", "even here", "too few iterations to call")) >= 2
     assert "On this machine it pays " in verdict and (run_dir / "plots" / "regime.png").is_file()
 
 

@@ -29,7 +29,7 @@ PLOTS = ["tpspd", "speedup", "stage_breakdown", "timeline", "reward_accuracy", "
 
 @pytest.fixture
 def ablation(tmp_path) -> Path:
-    return make_ablation(tmp_path / "abl")
+    return make_ablation(tmp_path / "abl", iterations=6, async_iterations=6)  # 5 measured pairs: an interval
 
 
 @pytest.fixture
@@ -168,7 +168,7 @@ def test_a_table_wider_than_the_window_is_split_into_blocks():
 
 @pytest.mark.parametrize("value, low, high, word", [
     (0.67, 0.60, 0.75, "loses"), (0.95, 0.85, 1.02, "even"), (1.30, 0.98, 1.70, "even"),
-    (1.03, 1.01, 1.05, "wins"), (1.10, None, None, "even"), (None, None, None, None)])
+    (1.03, 1.01, 1.05, "wins"), (1.10, None, None, "too few"), (None, None, None, None)])
 def test_outcome_is_read_from_the_interval(value, low, high, word):
     """Wins or loses only where the interval excludes 1, however far the ratio itself is from 1."""
     from rlbench.analysis.intervals import outcome
@@ -178,17 +178,17 @@ def test_outcome_is_read_from_the_interval(value, low, high, word):
 
 def test_interval_from_paired_iterations():
     """Per-iteration ratios near 0.9 give an interval below 1; a scatter across 1 gives one that includes it;
-    two iterations give none (fewer than 3 paired samples)."""
+    two seeds give none (fewer than 4 paired samples)."""
     import math
 
     from rlbench.analysis.intervals import over_seeds
-    from rlbench.core.stats import log_ratio_interval
+    from rlbench.core.ratio_interval import ratio_interval
 
-    lo, hi = log_ratio_interval([math.log(v) for v in (0.88, 0.9, 0.91, 0.89, 0.93, 0.9)])
-    assert 0.87 < lo < 0.9 < hi < 0.93
-    lo, hi = log_ratio_interval([math.log(v) for v in (0.7, 1.3, 0.9, 1.2, 0.8, 1.1)])
+    _, lo, hi = ratio_interval([math.log(v) for v in (0.88, 0.9, 0.91, 0.89, 0.93, 0.9)])
+    assert 0.85 < lo < 0.9 < hi < 0.95
+    _, lo, hi = ratio_interval([math.log(v) for v in (0.7, 1.3, 0.9, 1.2, 0.8, 1.1)])
     assert lo < 1 < hi
-    assert over_seeds([0.9, 0.91], 0.905).low is None and over_seeds([0.9, 0.91], 0.905).outcome == "even"
+    assert over_seeds([0.9, 0.91], 0.905).low is None and over_seeds([0.9, 0.91], 0.905).outcome == "too few"
     assert over_seeds([0.9, 0.91, 0.89, 0.9], 0.9).outcome == "loses"
 
 
@@ -209,9 +209,9 @@ def test_verdict_sentence_names_the_two_factors():
                                                "1.20×): even here: the interval includes 1. The device split gives "
                                                "1.05×, overlap costs 0.95×.")
     even = Comparison("periodic_async", "sync", 1.01, None, None, interval=Ratio(1.01, n=2))
-    assert comparison_sentence(even) == ("periodic_async 1.01× sync's TPSPD (too few paired iterations for an "
-                                         "interval (2); predicted n/a): even here (too few paired samples for an "
-                                         "interval).")
+    assert comparison_sentence(even) == ("periodic_async 1.01× sync's TPSPD (too few paired iterations for a 95% "
+                                         "interval (2; ratio of medians); predicted n/a): too few iterations to "
+                                         "call.")
 
 
 def test_a_run_without_a_comparison_names_its_fastest_cell_the_reference_where_nothing_beats_it():

@@ -1,9 +1,11 @@
-"""TRL runs at its fastest fair setting: every setting that changes what an iteration costs (activation
-checkpointing, precision and autocast, torch.compile, Liger kernels, padding-free training, continuous
-batching, the generation batch) is rlbench's, or one of the differences the run lists
+"""TRL runs at its fastest fair setting, and the check refuses by default: every resolved GRPOConfig field is
+diffed against a GRPOConfig built from rlbench's translation alone, and fails on a difference that
+cost_settings.ALLOWED does not name; the settings that would move in both (TRL's defaults: activation
+checkpointing, precision and autocast, torch.compile, Liger kernels, attention kernel, continuous batching,
+the generation batch) are compared with rlbench's engines, or listed as differences
 (engines/external/trl/cost_settings.py). Read from what TRL resolved: its trainer's `args` after the
-trainer is built and the model it built, not from the keywords passed, so a TRL default that moves shows
-here. Fast: one tiny trainer built, nothing trained."""
+trainer is built and the model it built, not from the keywords passed. Fast: tiny trainers built, nothing
+trained."""
 import pytest
 
 from conftest import TINY
@@ -15,9 +17,10 @@ pytest.importorskip("trl")
 CONFIGS = {"cpu-default": None, "cpu-tiny": TINY}
 
 
-def resolved(cfg, tmp_path, options=settings.TrlOptions(), **over) -> tuple[dict, dict]:
-    """(TRL's resolved args as JSON, its model's facts) of a GRPOTrainer built from the translation on one
-    rank (the tiny model with the character tokenizer), `over` laid over the keywords."""
+def resolved(cfg, tmp_path, options=settings.TrlOptions(), **over) -> tuple[dict, dict, dict]:
+    """(TRL's resolved args as JSON, its model's facts, the reference: the translation's own GRPOConfig) of a
+    GRPOTrainer built from the translation on one rank (the tiny model with the character tokenizer), `over`
+    laid over the keywords."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -30,20 +33,21 @@ def resolved(cfg, tmp_path, options=settings.TrlOptions(), **over) -> tuple[dict
     if not folder.is_dir():
         build_tiny(cfg.model, CharTokenizer().vocab_size, 0).save_pretrained(folder)
         char_tokenizer().save_pretrained(folder)
-    kwargs = {**settings.grpo_kwargs(cfg, 1, str(tmp_path / "out"), options, longest_prompt=40), **over}
-    kwargs = {k: v for k, v in kwargs.items() if v is not DEFAULT}
+    translation = settings.grpo_kwargs(cfg, 1, str(tmp_path / "out"), options, longest_prompt=40)
+    kwargs = {k: v for k, v in {**translation, **over}.items() if v is not DEFAULT}
     trainer = GRPOTrainer(model=str(folder), reward_funcs=[strict_gsm8k], args=GRPOConfig(**kwargs),
                           train_dataset=Dataset.from_list([{"prompt": "1+1=", "answer": "2"}]),
                           processing_class=char_tokenizer())
-    return cost_settings.resolved_args(trainer.args), cost_settings.model_facts(trainer.model)
+    return (cost_settings.resolved_args(trainer.args), cost_settings.model_facts(trainer.model),
+            cost_settings.reference_args(GRPOConfig, translation))
 
 
 DEFAULT = object()  # a keyword left out: TRL's own default
 
 
-def rows(cfg, args, facts, options=settings.TrlOptions()):
+def rows(cfg, args, facts, reference, options=settings.TrlOptions()):
     listed = [d["setting"] for d in settings.differences(cfg, options)]
-    return cost_settings.compare(args, facts, cfg, listed)
+    return cost_settings.compare(args, facts, cfg, listed, reference)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -51,15 +55,16 @@ def rows(cfg, args, facts, options=settings.TrlOptions()):
 def test_every_cost_setting_is_equal_or_listed(name, cb, tmp_path, one_thread):
     cfg = load_config(CONFIGS[name], [])
     options = settings.TrlOptions(continuous_batching=cb)
-    args, facts = resolved(cfg, tmp_path, options)
-    table = rows(cfg, args, facts, options)
-    assert [r["setting"] for r in table] == [s.name for s in cost_settings.COST_SETTINGS]
+    args, facts, reference = resolved(cfg, tmp_path, options)
+    table = rows(cfg, args, facts, reference, options)
+    assert [r["setting"] for r in table] == [s.name for s in cost_settings.COST_SETTINGS]  # no field differs
     assert cost_settings.unlisted(table) == []
     by = {r["setting"]: r for r in table}
     assert by["activation (gradient) checkpointing"]["trl"] is False and not facts["checkpointing"]
     assert by["precision"]["trl"] == f"{cfg.model.dtype}, no autocast"
     assert by["generation batch size (samples)"]["trl"] == cfg.batch_size
     assert by["continuous batching"]["equal"] is cb  # rlbench's sampler always batches continuously
+    assert by["attention kernel"]["trl"] == "sdpa"
     assert len(args) > 150 and args["use_transformers_continuous_batching"] is cb  # every field, as JSON
 
 
@@ -70,16 +75,50 @@ def test_every_cost_setting_is_equal_or_listed(name, cb, tmp_path, one_thread):
 def test_a_cost_setting_left_at_trl_default_is_caught(keyword, setting, tmp_path, one_thread):
     """The translation's value is needed: left to TRL's default, the setting differs and nothing lists it."""
     cfg = load_config(TINY, [])
-    args, facts = resolved(cfg, tmp_path, **{keyword: DEFAULT})
-    found = cost_settings.unlisted(rows(cfg, args, facts))
-    assert [u.split(":")[0] for u in found] == [setting]
+    args, facts, reference = resolved(cfg, tmp_path, **{keyword: DEFAULT})
+    found = [u.split(":")[0] for u in cost_settings.unlisted(rows(cfg, args, facts, reference))]
+    assert found[0] == setting and f"GRPOConfig.{keyword}" in found  # the row and the field
+
+
+def test_the_four_unlisted_differences_each_fail(tmp_path, one_thread):
+    """Eager attention, an fp32 LM head, a micro-batch of 1 (the same samples per step) and generation
+    without its KV cache: each a cost rlbench's run does not pay or pays differently, each refused by the
+    field diff."""
+    cfg = load_config(TINY, [])
+    kw = settings.grpo_kwargs(cfg, 1, "out", longest_prompt=40)
+    per_sample = {"per_device_train_batch_size": 1,
+                  "gradient_accumulation_steps": kw["gradient_accumulation_steps"] * kw["per_device_train_batch_size"],
+                  "steps_per_generation": kw["steps_per_generation"] * kw["per_device_train_batch_size"]}
+    cases = {"model_init_kwargs": {"model_init_kwargs": {**kw["model_init_kwargs"], "attn_implementation": "eager"}},
+             "cast_lm_head_to_fp32": {"cast_lm_head_to_fp32": True},
+             "per_device_train_batch_size": per_sample,
+             "generation_kwargs": {"generation_kwargs": {"use_cache": False}}}
+    for field, over in cases.items():
+        args, facts, reference = resolved(cfg, tmp_path, **over)
+        found = [u.split(":")[0] for u in cost_settings.unlisted(rows(cfg, args, facts, reference))]
+        assert f"GRPOConfig.{field}" in found, (field, found)
+    assert facts["attn_implementation"] == "sdpa"  # the last trainer; eager's is caught by its row too
+    args, facts, reference = resolved(cfg, tmp_path, **cases["model_init_kwargs"])
+    found = [u.split(":")[0] for u in cost_settings.unlisted(rows(cfg, args, facts, reference))]
+    assert found == ["attention kernel", "GRPOConfig.model_init_kwargs"]
+
+
+def test_an_allowed_field_passes_with_its_reason_and_no_reference_fails():
+    cfg = load_config(TINY, [])
+    args = {"activation_checkpointing": False, "bf16": False, "generation_batch_size": cfg.batch_size,
+            "use_transformers_continuous_batching": False, "output_dir": "/elsewhere"}
+    facts = {"dtype": cfg.model.dtype, "checkpointing": False, "attn_implementation": "sdpa"}
+    table = rows(cfg, args, facts, {**args, "output_dir": "out"})
+    (moved,) = [r for r in table if r["setting"] == "GRPOConfig.output_dir"]
+    assert moved["listed_as"] == f"allowed: {cost_settings.ALLOWED['output_dir']}"
+    assert cost_settings.unlisted(table) == []
+    assert [u.split(":")[0] for u in cost_settings.unlisted(rows(cfg, args, facts, None))] == ["GRPOConfig fields"]
 
 
 @pytest.mark.parametrize("over, setting", [
     ({"torch_compile": True}, "torch.compile"),
     ({"use_liger_kernel": True}, "Liger / hub kernels"),
     ({"model_init_kwargs": {"use_kernels": True}}, "Liger / hub kernels"),
-    ({"padding_free": True}, "padding-free training"),
     ({"generation_batch_size": 32}, "generation batch size (samples)"),
 ])
 def test_each_other_cost_setting_is_checked(over, setting):
@@ -87,7 +126,8 @@ def test_each_other_cost_setting_is_checked(over, setting):
     cfg = load_config(TINY, [])
     args = {"activation_checkpointing": False, "bf16": False, "generation_batch_size": cfg.batch_size,
             "use_transformers_continuous_batching": False, **over}
-    found = cost_settings.unlisted(rows(cfg, args, {"dtype": cfg.model.dtype, "checkpointing": False}))
+    facts = {"dtype": cfg.model.dtype, "checkpointing": False, "attn_implementation": "sdpa"}
+    found = cost_settings.unlisted(rows(cfg, args, facts, reference=args))  # the reference moved alike
     assert [u.split(":")[0] for u in found] == [setting]
 
 
@@ -95,7 +135,8 @@ def test_continuous_batching_unlisted_is_caught():
     """TRL's generation differs from rlbench's only as the `sampling` difference says; without it, caught."""
     cfg = load_config(TINY, [])
     args = {"generation_batch_size": cfg.batch_size, "use_transformers_continuous_batching": False}
-    table = cost_settings.compare(args, {"dtype": cfg.model.dtype}, cfg, listed=[])
+    facts = {"dtype": cfg.model.dtype, "attn_implementation": "sdpa"}
+    table = cost_settings.compare(args, facts, cfg, listed=[], reference=args)
     assert [u.split(":")[0] for u in cost_settings.unlisted(table)] == ["continuous batching"]
 
 

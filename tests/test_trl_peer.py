@@ -60,6 +60,8 @@ def test_trl_runs_as_resolved_with_every_cost_setting_equal_or_listed(peers):
         assert len(ext["trl_args"]) > 150 and ext["trl_args"]["activation_checkpointing"] is False
         assert ext["trl_args"]["gradient_checkpointing"] is False and ext["model_facts"]["checkpointing"] is False
         assert ext["trl_args"]["use_transformers_continuous_batching"] is (name == "trl_cb")
+        assert set(ext["rlbench_args"]) == set(ext["trl_args"])  # every field diffed against the translation's
+        assert ext["model_facts"]["attn_implementation"] == "sdpa"
         assert [r for r in ext["cost_settings"] if not r["equal"] and not r["listed_as"]] == []
         assert not [w for w in cells[name]["warnings"] if "cost setting" in w]
     assert cells["trl_cb"]["switches"]["continuous_batching"] is True

@@ -1,15 +1,17 @@
 """Every verdict from an interval: a ratio of two cells' TPSPD, with the 95% interval that says whether the
 run can tell it from 1 (docs/metrics.md, 'Verdicts').
 
-The ratio stated is that of the two cells' TPSPD medians over their measured iterations (the tables' TPSPD
-column). Its interval comes from paired samples: per iteration, cell TPSPD_k / reference TPSPD_k over the
-iterations both measured (both draw the same response lengths for iteration k, and when the cells take
-turns, run.interleave, the two ran back to back on nearly the same machine), or, for a run of several
-seeds, one ratio of medians per seed. The interval is that of the typical paired ratio: the 20%-trimmed
-mean of the log-ratios with the Tukey-McLaughlin error and Student's t (bench/core/stats.py, the statistic
-`rlbench check --against` judges its paired A/B with). A ratio *wins* (is faster) only where the whole
-interval lies above 1, *loses* (is slower) only where it lies below, and is *even* otherwise: what one
-run says is what its next run would say too. Fewer than 3 paired samples give no interval: even.
+One estimator per comparison: the ratio stated beside an interval is the centre of that interval
+(bench/core/ratio_interval.py). Both come from paired samples: per iteration, cell TPSPD_k / reference
+TPSPD_k over the iterations both measured (both draw the same response lengths for iteration k, and when the
+cells take turns, run.interleave, the two ran back to back on nearly the same machine), or, for a run of
+several seeds, one ratio per seed. The value is exp of the 20%-trimmed mean of the log-ratios (the typical
+paired ratio, robust to a stalled iteration); its interval is the Tukey-McLaughlin error, grown for the serial
+correlation of successive iterations, with Student's t. A ratio *wins* (is faster) only where the whole
+interval lies above 1, *loses* (is slower) only where it lies below, and is *even* otherwise: what one run
+says is what its next run would say too. Where the samples are too few to hold the interval's level (fewer
+than 4, or a short series that looks strongly correlated) there is no interval, the value is the ratio of
+the two cells' TPSPD medians, and the word is *too few* (iterations or seeds).
 """
 from __future__ import annotations
 
@@ -18,16 +20,18 @@ from dataclasses import dataclass
 
 from rlbench.analysis.data import CellData
 from rlbench.core.results import schema
-from rlbench.core.stats import LEVEL, log_ratio_interval
+from rlbench.core.ratio_interval import ratio_interval
+from rlbench.core.stats import LEVEL
 
-WINS, LOSES, EVEN = "wins", "loses", "even"
+WINS, LOSES, EVEN, TOO_FEW = "wins", "loses", "even", "too few"
 ITERATIONS, INTERLEAVED, SEEDS = "iterations", "interleaved iterations", "seeds"  # what an interval is over
 
 
 @dataclass(frozen=True)
 class Ratio:
-    """value: the ratio of TPSPD medians; low, high: its interval (None: no interval, fewer than 3 samples);
-    n: paired samples; basis: ITERATIONS (cells one after another), INTERLEAVED or SEEDS."""
+    """value: the typical paired ratio, the centre of [low, high] (no interval: the ratio of TPSPD medians);
+    low, high: its interval (None: too few samples to hold its level); n: paired samples; basis: ITERATIONS
+    (cells one after another), INTERLEAVED or SEEDS."""
     value: float | None
     low: float | None = None
     high: float | None = None
@@ -40,9 +44,12 @@ class Ratio:
 
 
 def outcome(value, low, high) -> str | None:
-    """WINS where the interval lies above 1, LOSES where below, EVEN otherwise; None: nothing measured."""
+    """WINS where the interval lies above 1, LOSES where below, EVEN otherwise; TOO_FEW where a value has no
+    interval; None: nothing measured."""
     if _missing(value):
         return None
+    if _missing(low) or _missing(high):
+        return TOO_FEW
     if not _missing(low) and low > 1.0:
         return WINS
     if not _missing(high) and high < 1.0:
@@ -51,33 +58,38 @@ def outcome(value, low, high) -> str | None:
 
 
 def paired(cell: CellData | None, ref: CellData | None) -> Ratio:
-    """cell's TPSPD over ref's, with the interval from their per-iteration ratios."""
+    """cell's TPSPD over ref's: the typical per-iteration ratio (in iteration order) with its interval."""
     if cell is None or ref is None:
         return Ratio(None)
     value = schema.ratio(cell.tpspd(), ref.tpspd())
     ours = {it["iteration"]: it.get("tpspd") for it in ref.measured()}
-    logs = [math.log(it["tpspd"] / ours[it["iteration"]]) for it in cell.measured()
+    logs = [math.log(it["tpspd"] / ours[it["iteration"]])
+            for it in sorted(cell.measured(), key=lambda it: it["iteration"])
             if ours.get(it["iteration"]) and it.get("tpspd")]
     basis = INTERLEAVED if _interleaved(cell) and _interleaved(ref) else ITERATIONS
-    return _with_interval(value, logs, basis)
+    return _with_interval(value, logs, basis, serial=True)
 
 
 def over_seeds(ratios: list[float | None], value: float | None) -> Ratio:
-    """A ratio measured once per seed (value: their median, as the tables aggregate seeds)."""
+    """A ratio measured once per seed (value: their median, as the tables aggregate seeds, where they are too
+    few for an interval). Seeds are independent runs: no serial correlation."""
     logs = [math.log(r) for r in ratios if not _missing(r) and r > 0]
-    return _with_interval(value, logs, SEEDS)
+    return _with_interval(value, logs, SEEDS, serial=False)
 
 
-def _with_interval(value, logs: list[float], basis: str) -> Ratio:
-    low, high = log_ratio_interval(logs) if value is not None else (0.0, math.inf)
-    if not math.isfinite(high):
+def _with_interval(value, logs: list[float], basis: str, serial: bool) -> Ratio:
+    """The Ratio of paired log-ratios: their typical ratio and its interval, or value without one."""
+    found = ratio_interval(logs, serial=serial) if value is not None else None
+    if found is None:
         return Ratio(value, None, None, len(logs), basis)
-    return Ratio(value, low, high, len(logs), basis)
+    return Ratio(*found, len(logs), basis)
 
 
-def columns(r: Ratio, prefix: str) -> dict:
-    """A ratio's interval as a frame's columns: <prefix>_low, _high, _n, _basis."""
-    return {f"{prefix}_low": r.low, f"{prefix}_high": r.high, f"{prefix}_n": r.n, f"{prefix}_basis": r.basis}
+def columns(r: Ratio, prefix: str, value_key: str | None = None) -> dict:
+    """A ratio's interval as a frame's columns: <prefix>_low, _high, _n, _basis, and with value_key the value
+    itself (the centre of the interval), so that a table never sets another estimate beside it."""
+    out = {value_key: r.value} if value_key else {}
+    return out | {f"{prefix}_low": r.low, f"{prefix}_high": r.high, f"{prefix}_n": r.n, f"{prefix}_basis": r.basis}
 
 
 def from_columns(row: dict, value_key: str, prefix: str) -> Ratio:
@@ -97,7 +109,7 @@ def inverted(r: Ratio) -> Ratio:
 def described(r: Ratio) -> str:
     """'95% interval 0.91–0.97× over 17 interleaved iterations', or why there is none."""
     if r.low is None:
-        return f"too few paired {r.basis} for an interval ({r.n})"
+        return f"too few paired {r.basis} for a {LEVEL:.0%} interval ({r.n}; ratio of medians)"
     return f"{LEVEL:.0%} interval {r.low:.2f}–{r.high:.2f}× over {r.n} {r.basis}"
 
 

@@ -81,7 +81,7 @@ def aggregate(per: pd.DataFrame, spread: list[str] = SPREAD) -> pd.DataFrame:
                 row[f"{m}_seed_min"], row[f"{m}_seed_max"] = g[m].min(), g[m].max()
         for value, prefix in INTERVALS.items():
             if value in g and f"{prefix}_low" in g:
-                row.update(intervals.columns(intervals.over_seeds(list(g[value]), row[value]), prefix))
+                row.update(intervals.columns(intervals.over_seeds(list(g[value]), row[value]), prefix, value))
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -23,8 +23,9 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
 
     Each is predicted from the sync cell with the same switches and workload (its own measured
     device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its
-    workload), so they stand beside the summary's speedup column. measured_low / _high: the measured
-    speedup's 95% interval from the per-iteration ratios (bench/analysis/intervals.py). schedule_only: no
+    workload). measured_speedup is the typical per-iteration ratio, the centre of its 95% interval
+    measured_low / _high (bench/analysis/intervals.py; the ratio of TPSPD medians, the summary's speedup
+    column, where the iterations are too few for an interval). schedule_only: no
     sync cell ran with the cell's optimisation switches (tri-model, shared-prompt attention), so the
     prediction, from a sync cell without them, is of the schedule alone: what the optimisations add is the
     measured speedup over it, and no error against the measurement is computed."""
@@ -38,7 +39,7 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
         row = {"cell": c.name, "predicted_from": sync.name, "schedule_only": not same_switches(sync, c),
                "overlap": _overlap(c), "rollout_devices": r, "train_devices": t, "rollout_share_of_sync": None,
                "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()),
-               **intervals.columns(intervals.paired(c, ref), "measured"), "predicted_speedup": None, "error_pct": None,
+               **intervals.columns(intervals.paired(c, ref), "measured", "measured_speedup"), "predicted_speedup": None, "error_pct": None,
                "predicted_with_contention": None, "contention_kappa": None, "contention_kappa_decode": None,
                "kappa_source": None}
         try:

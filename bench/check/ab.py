@@ -153,6 +153,14 @@ def judge_paired(x: list[float], direction: str, stats: dict = AB_STATS, floor: 
     return ("worse" if bad else "better"), ci, note, float(np.expm1(d))
 
 
+def _se(name: str, x: list[float]) -> float | None:
+    """The standard error of a paired metric's trimmed mean log-ratio; None for one value per tree."""
+    if family(name) in lifecycle.FLOORS:
+        return None
+    se = check_stats.trimmed(x)[1]
+    return float(se) if np.isfinite(se) else None
+
+
 def judge_metric(name: str, m: dict, x: list[float] | None = None, stats: dict = AB_STATS
                  ) -> tuple[str, tuple | None, str, float]:
     """(mark, interval, note, change) of a paired metric (an entry of paired_metrics) from its log-ratios (x:
@@ -190,7 +198,7 @@ def compare(old_dir: Path, new_dir: Path, label: str, stats: dict = AB_STATS):
         row = Row(name, m["kind"], m["old"], m["new"], "not comparable", description=m["description"])
         if m["log_ratios"]:
             row.mark, row.ci, row.note, row.change = judge_metric(name, m, stats=stats)
-            row.delta, row.paired = m["new"] - m["old"], True
+            row.delta, row.paired, row.se = m["new"] - m["old"], True, _se(name, m["log_ratios"])
         elif m.get("why"):
             row.note = m["why"]
         elif m["old"] is not None and m["new"] is None:

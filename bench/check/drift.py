@@ -106,11 +106,13 @@ def change_points(points: list[history.Point], name: str, direction: str) -> lis
 def walk_z(points: list[history.Point], k: int) -> float:
     """The steps since the change at k, summed, over their noise: how many standard deviations the last level
     lies from the level before the change (log units, signed). With nothing changed the chained levels are a
-    random walk of the A/B runs' independent noise, so that sum of steps k..n has variance sum_{j>=k} v_j (v_j:
-    step j's, history.series: at least its floor / 4) and, at a fixed k, this is a standard normal. Not the
-    mean level before the change as the reference (the move `size` reports): that mean carries the walk's own
-    noise before k too, which this variance would leave out."""
-    var = max(points[-1].var - points[k - 1].var, 0.0)
+    random walk of the A/B runs' independent noise, so the move has the variance of the steps on the last
+    point's path from the anchor and not on the earlier point's, and the other way round (Point.var_since:
+    sum_{j>=k} v_j along a chain, v_j step j's, history.series: at least its floor / 4; both steps where two
+    were recorded from the same old commit, a CI retry or siblings) and, at a fixed k, this is a standard
+    normal. Not the mean level before the change as the reference (the move `size` reports): that mean
+    carries the walk's own noise before k too, which this variance would leave out."""
+    var = points[-1].var_since(points[k - 1])
     move = math.log(points[-1].level / points[k - 1].level)
     return move / math.sqrt(var) if var > 0 else math.copysign(math.inf, move)
 

@@ -49,6 +49,7 @@ class Row:
     note: str = ""
     description: str = ""  # what the metric measures (names the component in a failure)
     paired: bool = False  # judged on per-iteration log-ratios against this run's noise (A/B; confirmable)
+    se: float | None = None  # paired: the standard error of the mean log-ratio (the history's step variance)
 
 
 @dataclass

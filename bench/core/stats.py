@@ -1,5 +1,6 @@
 """Statistics of paired ratios, shared by every verdict rlbench states (the run's verdict, regime map,
-families ladder, peers table: bench/analysis/intervals.py) and by `rlbench check` (bench/check/stats.py).
+families ladder, peers table: bench/core/ratio_interval.py, which also accounts for the serial correlation of
+successive iterations) and by `rlbench check` (bench/check/stats.py).
 
 A ratio of two throughputs is judged from its paired samples' logs x_k = log(a_k / b_k): iteration k of
 two cells (the same lengths drawn, and, when the cells take turns, nearly the same machine), or one ratio
@@ -62,19 +63,3 @@ def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
     p, d = k / n, 1 + z * z / n
     centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def trimmed_df(n: int) -> int:
-    """Degrees of freedom of the trimmed mean of n values (Tukey-McLaughlin): n - 2g - 1."""
-    return n - 2 * int(math.floor(TRIM * n)) - 1
-
-
-def log_ratio_interval(x, level: float = LEVEL) -> tuple[float, float]:
-    """The `level` interval of the typical ratio exp(trimmed mean of x), x being log-ratios, as (low, high)
-    ratios; (0, inf) with fewer than 3 values (nothing can be said)."""
-    x = [v for v in x if v is not None and math.isfinite(v)]
-    d, se = trimmed(x)
-    if not math.isfinite(se):
-        return 0.0, math.inf
-    t = t_quantile(normal_quantile(0.5 + level / 2), trimmed_df(len(x)))
-    return math.exp(d - t * se), math.exp(d + t * se)

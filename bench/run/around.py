@@ -125,15 +125,21 @@ def check_out(root: Path) -> None:
 
 
 def new_run_dir(root: Path, name: str) -> Path:
-    """A new run folder under --out; one that cannot be created or written is bad input (exit 2)."""
+    """A new run folder under --out; one that cannot be created or written is bad input (exit 2). Runs
+    started at once with the same name each get their own: mkdir is the claim (atomic), and a name another
+    process took meanwhile moves this one on to the next free suffix."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = Path(root) / f"{stamp}-{name}"
-    i = 1
-    while path.exists():
-        path = Path(root) / f"{stamp}-{name}-{i}"
-        i += 1
+    i, path = 0, Path(root)
     try:
-        path.mkdir(parents=True)
+        Path(root).mkdir(parents=True, exist_ok=True)
+        while True:
+            path = Path(root) / (f"{stamp}-{name}" + (f"-{i}" if i else ""))
+            i += 1
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                continue
         probe = path / ".write-check"
         probe.write_text("")
         probe.unlink()

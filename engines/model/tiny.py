@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 
 import torch
@@ -143,5 +144,18 @@ def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):
     model.save_pretrained(tmp)
     info = {"steps": cfg.model.warmstart_steps, "final_loss": losses[-1] if losses else None, "cached": False}
     (tmp / "warmstart.json").write_text(json.dumps({**info, "cached": True}))
-    os.replace(tmp, folder) if not folder.exists() else None
+    publish(tmp, folder)
     return model, tok, info
+
+
+def publish(tmp: Path, folder: Path) -> None:
+    """Move a finished warm start into the cache, or, where another run's got there first (the same key: the
+    same weights), drop this one: its temporary folder never stays behind."""
+    try:
+        if not folder.exists():
+            os.replace(tmp, folder)  # a directory onto an existing one fails (not empty): the race lost
+    except OSError:
+        if not folder.is_dir():
+            raise
+    if tmp.exists():
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -25,7 +25,7 @@ def make_point(root: Path, workload: str, tail: bool, async_scale: float, prompt
         name = f"{workload}/{suffix}"
         folder = root / name.replace("/", "--")
         scale = 1.0 if schedule == "sync" else async_scale * factor
-        make_cell(folder, name, schedule, scale=scale, tail=tail)
+        make_cell(folder, name, schedule, iterations=6, scale=scale, tail=tail)  # 5 measured: an interval
         res = json.loads((folder / schema.RESULTS).read_text())
         res["switches"].update(workload=workload, overlap=overlap)
         cfg = res["config"]

@@ -78,7 +78,7 @@ def families_frame(run: RunData):
     rows = []
     for i, (rung, c) in enumerate(zip(families.RUNGS, cells)):
         row = _row(i, rung, c, predicted.get(rung.cell), rows[-1] if rows else None, rows[0] if rows else None)
-        row.update(intervals.columns(intervals.paired(c, cells[0]), "speedup"))  # over sync, by iteration
+        row.update(intervals.columns(intervals.paired(c, cells[0]), "speedup", "speedup"))  # over sync, by iteration
         row.update({f"stale_{s}": stale[i].get(s, 0) if c is not None else None for s in range(depth + 1)})
         idle = _idle(c)
         row.update({f"idle_{w}_pct": 100 * idle[w] if w in idle else None for w in workers})

@@ -164,7 +164,7 @@ def _paired(c, sync) -> dict:
     r = [ratio(it["tpspd"], ours[it["iteration"]]) for it in measured(c.iterations) if it["iteration"] in ours]
     r = [v for v in r if v is not None]
     return {"vs_sync_paired_min": min(r, default=None), "vs_sync_paired_max": max(r, default=None),
-            **intervals.columns(intervals.paired(c, sync), "vs_sync")}
+            **intervals.columns(intervals.paired(c, sync), "vs_sync", "vs_sync")}
 
 
 def _mean(xs):

@@ -85,7 +85,8 @@ def _cpu_row(r: dict) -> list[str]:
             fmt(r["response_len_mean"])]
 
 
-THAN = {"wins": "faster than it", "loses": "slower than it", "even": "even with it"}
+THAN = {"wins": "faster than it", "loses": "slower than it", "even": "even with it",
+        "too few": "not called (too few iterations)"}
 
 
 def sentences(frame: pd.DataFrame) -> list[str]:
@@ -99,8 +100,7 @@ def sentences(frame: pd.DataFrame) -> list[str]:
         if not r["vs_sync"] or not diffs or r["total_vs_sync"] is None:
             continue
         ours = inverted(from_columns(r, "vs_sync", "vs_sync"))  # sync over the peer cell
-        than = THAN[ours.outcome] + ("" if ours.outcome != "even" else
-                                     ": the interval includes 1" if ours.low is not None else ": no interval")
+        than = THAN[ours.outcome] + (": the interval includes 1" if ours.outcome == "even" else "")
         parts = ", ".join(f"{k} {d:+.3f}" for k, d in diffs[:4])
         against = r.get("against") if isinstance(r.get("against"), str) else sync["cell"]  # its own pair's run
         out.append(f"rlbench's {against} reaches {ours.value:.2f}× the TPSPD of {r['cell']} "

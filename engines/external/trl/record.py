@@ -56,7 +56,8 @@ def cell_results(run) -> tuple[dict, dict]:
     obs0 = raw["observed"][0] or {}
     differences = settings.differences(run.cfg, run.options)
     costs = cost_settings.compare(obs0["trl_args"], obs0.get("model_facts") or {}, run.cfg,
-                                  [d["setting"] for d in differences]) if obs0.get("trl_args") else []
+                                  [d["setting"] for d in differences], obs0.get("rlbench_args")) \
+        if obs0.get("trl_args") else []
     warnings = results.token_warnings(iters) + [f"a cost setting differs from rlbench's and is not among the "
                                                 f"listed differences: {u}" for u in cost_settings.unlisted(costs)]
     res = metrics.cell_result(
@@ -68,6 +69,7 @@ def cell_results(run) -> tuple[dict, dict]:
         wall_s_total=sum(it["wall_s"] for it in iters), clock_t0=run.t0, warnings=warnings,
         external={"framework": "trl", "options": run.options.as_dict(), "differences": differences,
                   "cost_settings": costs, "trl_args": obs0.get("trl_args"), "model_facts": obs0.get("model_facts"),
+                  "rlbench_args": obs0.get("rlbench_args"),
                   "ranks_folder": str(run.folder), "session": os.getsid(0)})
     samples = [row for it in iters for row in results.numbered([s for s in raw["samples"]
                                                                 if s["iteration"] == it["iteration"]])]

@@ -24,7 +24,7 @@ from rlbench.core.record.stages import Recorder, Role, Stage
 from rlbench.core.results.utilisation import model_shape
 from rlbench.engines.data.source import load_dataset
 from rlbench.engines.external.trl import settings
-from rlbench.engines.external.trl.cost_settings import model_facts, resolved_args
+from rlbench.engines.external.trl.cost_settings import model_facts, reference_args, resolved_args
 from rlbench.engines.external.trl.data import longest_prompt, strict_gsm8k, train_rows
 from rlbench.engines.external.trl.export import load_tokenizer, rlbench_tokenizer
 from rlbench.engines.external.trl.files import RankFiles
@@ -50,8 +50,8 @@ def train(spec: dict, rank: int) -> None:
     cfg = RunConfig.model_validate(spec["config"])
     out = RankFiles(Path(spec["folder"]), rank)
     dataset = load_dataset(cfg.data, cfg.run.seed)
-    trainer, clock = build(spec, cfg, dataset, rank, out)
-    out.observed(observation(trainer, rank))
+    trainer, clock, reference = build(spec, cfg, dataset, rank, out)
+    out.observed(observation(trainer, rank, reference))
     if rank == 0:
         clock.evaluate(0)
         clock.gate.ready()
@@ -69,7 +69,8 @@ def train(spec: dict, rank: int) -> None:
 
 
 def build(spec: dict, cfg, dataset, rank: int, out):
-    """-> (TRL's GRPOTrainer with its stages timed, the StepClock it reports to)."""
+    """-> (TRL's GRPOTrainer with its stages timed, the StepClock it reports to, the reference its resolved
+    arguments are diffed against: a GRPOConfig built from the translation alone, cost_settings.py)."""
     from datasets import Dataset  # inside: optional dependency (datasets)
     from trl import GRPOConfig  # inside: optional dependency (trl)
 
@@ -77,8 +78,9 @@ def build(spec: dict, cfg, dataset, rank: int, out):
     tok, rtok = load_tokenizer(model_dir, cfg), rlbench_tokenizer(model_dir, cfg)
     chat = bool(getattr(rtok, "use_chat_template", False))  # rlbench's rule: the template where there is one
     rows = train_rows(cfg, dataset, chat)
-    args = GRPOConfig(**settings.grpo_kwargs(cfg, spec["world"], str(Path(spec["folder"]) / "output"),
-                                             settings.TrlOptions(**spec["options"]), longest_prompt(tok, rows)))
+    kwargs = settings.grpo_kwargs(cfg, spec["world"], str(Path(spec["folder"]) / "output"),
+                                  settings.TrlOptions(**spec["options"]), longest_prompt(tok, rows))
+    args, reference = GRPOConfig(**kwargs), reference_args(GRPOConfig, kwargs)
     rec = Recorder(f"{Role.COLOCATED.value}{rank}", spec["t0"], device=torch.device("cpu"), devices=1,
                    sink=out.event)
     gate = RankGate(*spec["gate"]) if rank == 0 else None
@@ -90,7 +92,7 @@ def build(spec: dict, cfg, dataset, rank: int, out):
     if rank == 0:
         eval_rec = Recorder(Role.EVAL.value, spec["t0"], sink=out.event)
         clock.evaluate = Evaluation(trainer.model, cfg, dataset, rtok, eval_rec, out, clock)
-    return trainer, clock
+    return trainer, clock, reference
 
 
 class Evaluation:
@@ -123,18 +125,18 @@ class Evaluation:
                              lambda: build_model(config, cpu))
 
 
-def observation(trainer, rank: int) -> dict:
+def observation(trainer, rank: int, reference: dict) -> dict:
     """What this rank was given (checked against the plan by the adapter), with the model's shape, the
     device and its measured peak on rank 0 (results.json provenance and the per-stage utilisation), and
     what TRL resolved: its trainer's arguments after it was built, every field, and what its model says
-    about the cost settings (cost_settings.py)."""
+    about the cost settings, beside the reference its arguments are diffed against (cost_settings.py)."""
     model = trainer.model
     info = {**dev.observe("cpu"), "pid": os.getpid(), "session": os.getsid(0)}  # the run's session (launch.py)
     if rank == 0:
         cpu = torch.device("cpu")
         info.update(shape=model_shape(model), device=dev.describe(cpu), peak=peak.peak(cpu, model.dtype),
                     parameters=sum(p.numel() for p in model.parameters()),
-                    trl_args=resolved_args(trainer.args), model_facts=model_facts(model))
+                    trl_args=resolved_args(trainer.args), model_facts=model_facts(model), rlbench_args=reference)
     return info
 
 
