@@ -200,8 +200,8 @@ def test_verdict_sentence_names_the_two_factors():
     c = Comparison("periodic_async", "sync", 0.6695, 0.69, 0.17, "periodic_async_barrier", 0.65, 1.03,
                    Ratio(0.6695, 0.62, 0.71, 17))
     assert comparison_sentence(c) == (
-        "periodic_async 0.67× sync's TPSPD (95% interval 0.62–0.71× over 17 iterations; predicted 0.69×): "
-        "loses here. The sync cell spends 17% of its iteration generating; the device split costs 0.65×, overlap "
+        "periodic_async 0.67× sync's TPSPD (95% interval 0.62–0.71× over 17 iterations, the cells one after "
+        "another: exposed to the machine's drift; predicted 0.69×): loses here. The sync cell spends 17% of its iteration generating; the device split costs 0.65×, overlap "
         "gives back 1.03×.")
     other = Comparison("periodic_async", "sync", 1.08, 1.2, None, "periodic_async_barrier", 1.05, 0.95,
                        Ratio(1.08, 0.97, 1.19, 6, "interleaved iterations"))
@@ -210,8 +210,8 @@ def test_verdict_sentence_names_the_two_factors():
                                                "1.05×, overlap costs 0.95×.")
     even = Comparison("periodic_async", "sync", 1.01, None, None, interval=Ratio(1.01, n=2))
     assert comparison_sentence(even) == ("periodic_async 1.01× sync's TPSPD (too few paired iterations for a 95% "
-                                         "interval (2; ratio of medians); predicted n/a): too few iterations to "
-                                         "call.")
+                                         "interval (2; ratio of medians), the cells one after another: exposed to "
+                                         "the machine's drift; predicted n/a): too few iterations to call.")
 
 
 def test_a_run_without_a_comparison_names_its_fastest_cell_the_reference_where_nothing_beats_it():

@@ -106,11 +106,18 @@ def inverted(r: Ratio) -> Ratio:
     return Ratio(inv(r.value), inv(r.high), inv(r.low), r.n, r.basis)
 
 
+# Said of a ratio whose cells ran one after another (run.interleave=false): a slow minute of the machine
+# fell on one side of it only, and its interval cannot see that.
+SEQUENTIAL = ", the cells one after another: exposed to the machine's drift"
+
+
 def described(r: Ratio) -> str:
-    """'95% interval 0.91–0.97× over 17 interleaved iterations', or why there is none."""
+    """'95% interval 0.91–0.97× over 17 interleaved iterations', or why there is none; a ratio of cells
+    run one after another says that it is exposed to drift."""
+    drift = SEQUENTIAL if r.basis == ITERATIONS else ""
     if r.low is None:
-        return f"too few paired {r.basis} for a {LEVEL:.0%} interval ({r.n}; ratio of medians)"
-    return f"{LEVEL:.0%} interval {r.low:.2f}–{r.high:.2f}× over {r.n} {r.basis}"
+        return f"too few paired {r.basis} for a {LEVEL:.0%} interval ({r.n}; ratio of medians){drift}"
+    return f"{LEVEL:.0%} interval {r.low:.2f}–{r.high:.2f}× over {r.n} {r.basis}{drift}"
 
 
 def _interleaved(c: CellData) -> bool:

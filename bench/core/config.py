@@ -267,11 +267,13 @@ class RunSection(Section):
                                  "(its overrides are already applied); reports group cells by it.")
     profile: bool = Field(False, description="Record torch.profiler traces per worker into <cell>/traces.")
     profile_iterations: int = Field(2, ge=1, description="Iterations traced (after the warm-up ones).")
-    interleave: bool = Field(False, description="Ablations: run the cells side by side, taking turns by "
+    interleave: bool = Field(True, description="Ablations: run the cells side by side, taking turns by "
                              "iteration (cell 1 iteration k, cell 2 iteration k, ...), so a shared machine's "
                              "drift hits every cell alike and `rlbench check` can pair their iterations. A "
                              "schedule whose rollout runs ahead holds its rollout workers during the other cells' "
-                             "turns (docs/metrics.md).")
+                             "turns (docs/metrics.md). false: the cells run one after another, each alone (for a "
+                             "device that cannot hold every cell's state at once); their ratios are then exposed "
+                             "to the machine's drift between cells, and the verdict says so.")
     interleave_pairs: bool = Field(
         False, description="Ablations: run.interleave, in pairs: the first (reference) cell takes turns with one "
         "other cell at a time instead of all cells at once, and runs once beside each other cell (named "
