@@ -17,6 +17,9 @@ import torch.profiler as tp
 
 ENV_DIR = "RLBENCH_PROFILE_DIR"  # read by rollout worker processes
 ENV_ITERS = "RLBENCH_PROFILE_ITERS"  # "first,count"
+# "0": write the operator tables only, no trace (a GPU iteration's trace is tens of MB and slow to write;
+# the prepared GPU command sets it, as its archive leaves traces behind anyway)
+ENV_TRACE = "RLBENCH_PROFILE_TRACE"
 OPS_ROWS = 40  # operators listed per table in <worker>.ops.txt
 
 
@@ -48,17 +51,21 @@ class IterationProfiler:
 
 
 def _writer(trace_dir: str, worker: str, device_type: str):
-    """on_trace_ready: the trace (TensorBoard / Chrome format), then the operator tables (`<worker>.ops.txt`)."""
+    """on_trace_ready: the operator tables (`<worker>.ops.txt`: on CUDA by device time first), then the trace
+    (TensorBoard / Chrome format) unless RLBENCH_PROFILE_TRACE=0. The tables first: a step cut by its time
+    limit while the trace is written still has them."""
     trace = tp.tensorboard_trace_handler(trace_dir, worker_name=worker)
-    keys = ["self_cpu_time_total"] + (["self_device_time_total"] if device_type == "cuda" else [])
+    keys = (["self_device_time_total"] if device_type == "cuda" else []) + ["self_cpu_time_total"]
 
     def ready(prof) -> None:
-        trace(prof)
         ops = prof.key_averages()
         with open(os.path.join(trace_dir, f"{worker}.ops.txt"), "w") as f:
             for key in keys:
                 f.write(f"{worker}: operators by {key} (top {OPS_ROWS})\n")
                 f.write(ops.table(sort_by=key, row_limit=OPS_ROWS) + "\n")
+                f.flush()
+        if os.environ.get(ENV_TRACE, "1") != "0":
+            trace(prof)
     return ready
 
 
