@@ -107,3 +107,36 @@ def test_logits_that_fit_one_slice_take_the_one_shot_path_bit_for_bit():
     want = torch.log_softmax(head(hidden).float() / 0.7, -1).gather(-1, targets[:, None]).squeeze(-1)
     assert torch.equal(got, want)
     assert chosen.slice_rows(151_936) == 441 and chosen.slice_rows(VOCAB, budget=1) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_slices_lower_the_updates_peak_memory(monkeypatch):
+    """bf16, a 32k vocabulary, 8 responses of 256: the update's peak (CUDA allocator) falls, the values stay."""
+    import transformers
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    cfg = transformers.Qwen2Config(vocab_size=32768, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(cfg).to(device, torch.bfloat16).train()
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, 32768, (32,), generator=g).tolist()
+    responses = [torch.randint(0, 32768, (256,), generator=g).tolist() for _ in range(8)]
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        lp = unpacked_logprobs(model, prompt, responses)
+        torch.stack([x.sum() for x in lp]).sum().backward()
+        torch.cuda.synchronize(device)
+        return torch.cat([x.detach() for x in lp]), torch.cuda.max_memory_allocated(device) - before
+
+    monkeypatch.setattr(chosen, "LOGITS_BUDGET_BYTES", 2**62)
+    whole, whole_peak = step()
+    monkeypatch.setattr(chosen, "LOGITS_BUDGET_BYTES", 16 * 2**20)  # 128 positions a slice
+    sliced, sliced_peak = step()
+    assert sliced_peak < 0.6 * whole_peak, (sliced_peak, whole_peak)  # fp32 logits: 270 MB a copy, whole
+    torch.testing.assert_close(sliced, whole, atol=2e-2, rtol=0)

@@ -133,8 +133,11 @@ def unpacked_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     ids, mask, valid, targets = (x.to(model.device) for x in (ids, mask, valid, targets))
     # Only positions P-1 .. P+R_max-2 predict response tokens: keep the last R_max+1
     # positions and drop the final one (no need to run lm_head over the prompt).
+    # use_cache=False: HF's default (config.use_cache) builds a K/V cache in every forward, a copy per layer
+    # that no log-prob pass reads.
     if fits(G * (R_max + 1), model.lm_head.weight.shape[0]):  # the logits fit one slice: HF's forward
-        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=R_max + 1).logits[:, :-1]  # [G, R_max, V]
+        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=R_max + 1,
+                       use_cache=False).logits[:, :-1]  # [G, R_max, V]
         return list(picked_logprobs(logits[valid], targets, temperature).split(lengths))
     hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state  # [G, P+R_max, D]
     return _token_logprobs(model, hidden[:, -(R_max + 1):-1][valid], targets, temperature, lengths)
@@ -166,7 +169,7 @@ def packed_logprobs_mask4d(model, prompt_ids: list[int], responses: list[list[in
     layout = _layout(prompt_ids, responses, model.device)
     mask = _packed_mask(layout, model.config._attn_implementation, model.dtype)  # [1, 1, L, L]
     hidden = model.model(input_ids=layout.input_ids[None], attention_mask=mask,
-                         position_ids=layout.position_ids[None]).last_hidden_state[0]  # [L, D]
+                         position_ids=layout.position_ids[None], use_cache=False).last_hidden_state[0]  # [L, D]
     return _token_logprobs(model, hidden[layout.pred_index], layout.targets, temperature, layout.lengths)
 
 

@@ -55,7 +55,10 @@ def _writer(trace_dir: str, worker: str, device_type: str):
     (TensorBoard / Chrome format) unless RLBENCH_PROFILE_TRACE=0. The tables first: a step cut by its time
     limit while the trace is written still has them."""
     trace = tp.tensorboard_trace_handler(trace_dir, worker_name=worker)
-    keys = (["self_device_time_total"] if device_type == "cuda" else []) + ["self_cpu_time_total"]
+    # on CUDA also the device time with children: the stage ranges (old_logprob, ref_logprob, update) with
+    # the device time of the kernels launched inside them
+    keys = (["self_device_time_total", "device_time_total"] if device_type == "cuda" else []) + \
+        ["self_cpu_time_total"]
 
     def ready(prof) -> None:
         ops = prof.key_averages()
