@@ -14,11 +14,11 @@ from rlbench.core.results.metrics import aggregate, build_iteration
 
 
 def _spin(seconds: float) -> None:
-    """Work on this thread for `seconds` of its own CPU time (a shared core may stretch the wall time)."""
-    a = torch.randn(64, 64)
-    t0 = time.thread_time()
+    """Work on this thread (no thread pool) for `seconds` of its own CPU time (a shared core may stretch the
+    wall time)."""
+    t0, x = time.thread_time(), 0
     while time.thread_time() - t0 < seconds:
-        a = torch.tanh(a @ a)
+        x = sum(i * i for i in range(1000)) + x % 7
 
 
 def _events(device) -> list[dict]:
@@ -34,8 +34,10 @@ def test_on_cpu_a_waiting_stage_is_idle_and_a_computing_one_busy():
     wait, work = _events(torch.device("cpu"))
     assert wait["busy"] == wait["cpu"] and work["busy"] == work["cpu"]  # the CPU clock: the thread's CPU seconds
     assert wait["busy"] / (wait["end"] - wait["start"]) < 0.1
-    # 0.3 CPU seconds of work: at least that busy, whatever the other processes on the machine do to the wall
-    assert work["busy"] >= 0.3 and work["busy"] / (work["end"] - work["start"]) > 0.3
+    # 0.3 CPU seconds of work: at least that busy; the wall time is longer where other processes hold the
+    # cores (the development machine's 2 cores are shared: 0.28 seen under load), never 5x longer here
+    busy_frac = work["busy"] / (work["end"] - work["start"])
+    assert work["busy"] >= 0.3 and busy_frac > 0.2 and busy_frac > 5 * wait["busy"] / (wait["end"] - wait["start"])
 
 
 def test_iteration_records_and_aggregates_carry_busy_and_wall_seconds_per_stage():
@@ -81,3 +83,17 @@ def test_on_cuda_nvml_shows_a_sleeping_stage_idle_and_a_matmul_stage_busy():
     wait, work = rec.drain()
     assert wait.busy is not None and work.busy is not None, (wait, work)
     assert wait.busy / wait.duration < 0.3 and work.busy / work.duration > 0.7, (wait, work)
+
+
+def test_the_report_shows_one_busy_column_per_stage_labelled_by_its_clock():
+    import pandas as pd
+
+    from rlbench.reports.tables import _busy, busy_markdown
+
+    df = pd.DataFrame([{"cell": "sync", "busy_rollout_pct": 12.0, "busy_update_pct": 97.4, "busy_clock": "GPU"},
+                       {"cell": "cpu", "busy_rollout_pct": 55.0, "busy_update_pct": None, "busy_clock": "CPU"}])
+    table = "\n".join(busy_markdown(df))
+    assert "| cell | busy % | rollout | update |" in table
+    assert "| sync | GPU busy % | 12 | 97 |" in table and "| cpu | CPU busy % | 55 | – |" in table
+    assert _busy(df.to_dict("records")[0]) == "GPU: rollout 12, update 97"
+    assert busy_markdown(pd.DataFrame([{"cell": "old"}])) == []  # results from before: no table
