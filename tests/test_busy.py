@@ -59,6 +59,13 @@ def test_nvml_samples_inside_the_stage_give_its_busy_seconds():
     assert busy.busy_seconds([(5, 130.0)], 0, 10, wall_s=1.0) == 1.0  # never above the wall time
 
 
+def test_a_gpu_is_found_in_nvml_by_its_uuid_whichever_way_it_is_written():
+    class Raw:  # torch's device property: an object holding the 16 bytes
+        bytes = bytes(range(16))
+    assert busy._uuid_text(Raw()) == busy._uuid_text("GPU-00010203-0405-0607-0809-0A0B0C0D0E0F") \
+        == "00010203-0405-0607-0809-0a0b0c0d0e0f"
+
+
 def test_the_clock_follows_the_device():
     assert isinstance(busy.clock(None), busy.CpuClock) and isinstance(busy.clock(torch.device("cpu")), busy.CpuClock)
     assert busy.clock(torch.device("meta")) is None  # a device rlbench cannot ask: not measured

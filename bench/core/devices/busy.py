@@ -20,7 +20,9 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import time
+import uuid
 
 NVML_GPU_UTILIZATION_SAMPLES = 1
 NVML_SUCCESS, NVML_ERROR_NOT_FOUND = 0, 6
@@ -96,22 +98,48 @@ def clock(device):
 
 
 def _nvml_clock(device):
-    """NvmlClock of the GPU `device` is, found by its UUID (CUDA_VISIBLE_DEVICES renumbers CUDA's indices,
-    not NVML's); None where NVML cannot be loaded or does not know the GPU."""
-    import torch  # inside: instant path: `rlbench --help` imports this module
-
+    """NvmlClock of the GPU `device` is; None where NVML cannot be loaded or does not know the GPU."""
     try:
         lib = ctypes.CDLL("libnvidia-ml.so.1")
         if lib.nvmlInit_v2() != NVML_SUCCESS:
             return None
-        handle = ctypes.c_void_p()
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-        uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-        if lib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) != NVML_SUCCESS:
-            return None
-    except (OSError, AttributeError, RuntimeError):
+        handle = _handle(lib, device)
+    except (OSError, AttributeError, RuntimeError, ValueError, AssertionError):
         return None
-    return NvmlClock(lib, handle)
+    return NvmlClock(lib, handle) if handle is not None else None
+
+
+def _handle(lib, device):
+    """NVML's handle of the GPU `device` is, matched by UUID: CUDA_VISIBLE_DEVICES (a pinned worker's)
+    renumbers CUDA's devices, not NVML's. Without a match: NVML's device of the same index where CUDA sees
+    every GPU (no CUDA_VISIBLE_DEVICES), else None."""
+    import torch  # inside: instant path: `rlbench --help` imports this module
+
+    want = _uuid_text(getattr(torch.cuda.get_device_properties(device), "uuid", None))
+    count = ctypes.c_uint(0)
+    if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != NVML_SUCCESS:
+        return None
+    for i in range(count.value):
+        handle, buf = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+        if lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != NVML_SUCCESS:
+            continue
+        if lib.nvmlDeviceGetUUID(handle, buf, 96) == NVML_SUCCESS and _uuid_text(buf.value.decode()) == want:
+            return handle
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None and index < count.value:
+        handle = ctypes.c_void_p()
+        if lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) == NVML_SUCCESS:
+            return handle
+    return None
+
+
+def _uuid_text(u) -> str | None:
+    """A GPU UUID as lower-case hex with dashes, without NVML's "GPU-" prefix (torch gives it as an object
+    with the raw bytes, or as text)."""
+    if u is None:
+        return None
+    text = str(uuid.UUID(bytes=bytes(u.bytes))) if hasattr(u, "bytes") else str(u)
+    return text.lower().removeprefix("gpu-")
 
 
 def now_unix() -> float:
