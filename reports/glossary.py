@@ -30,6 +30,8 @@ COLUMNS = {
                      "summary.csv also has pass@1 in any format)",
     "max stale": "largest trained − behaviour weight version of a trained sample",
     "stage_<name>_s": "(summary.csv) mean seconds per measured iteration in that stage, summed over workers",
+    "busy_<stage>_pct": "(summary.csv) that stage's device busy seconds over its wall seconds, measured "
+                        "iterations, summed over workers; busy_clock says whose (GPU or CPU)",
 }
 TERMINAL_NOTE = ("rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
                  "measured device costs (bench/core/costmodel/predict.py).")
