@@ -18,9 +18,9 @@
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
 #   ablation-async  the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
-#   profile         if time is left: one sync cell with --profile, one profiled iteration: each worker's
-#                   operators by device time and by host time (traces/<worker>.ops.txt in its run folder;
-#                   no trace is written)
+#   profile         if time is left: one sync cell with --profile, the training stages of one iteration:
+#                   the trainer's operators by device time and by host time (traces/<worker>.ops.txt in
+#                   its run folder; no trace is written)
 #   ablation-shared_prompt, ablation-tri_model   if time is left, at the same shape
 # Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
 # seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during e and f),
@@ -154,9 +154,11 @@ step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation asyn
 if ! wanted profile; then
     :
 elif if_time $((120 * SCALE)); then
-    # a short window: one iteration after one warm-up (which captures the CUDA graphs), the operator tables
-    # only (RLBENCH_PROFILE_TRACE=0: no trace to write); on 2026-11-28 three iterations and the trace ran past 90 s
-    step profile 150 env RLBENCH_PROFILE_TRACE=0 rlbench run "${RUN[@]}" --ablation none --profile \
+    # a short window: the training stages of one iteration after one warm-up (which captures the CUDA graphs;
+    # RLBENCH_PROFILE_WINDOW=train: from its first log-prob pass to its optimizer step, no rollout), the
+    # operator tables only (RLBENCH_PROFILE_TRACE=0: no trace); on 2026-11-28 three whole iterations and the
+    # trace ran past 90 s
+    step profile 150 env RLBENCH_PROFILE_TRACE=0 RLBENCH_PROFILE_WINDOW=train rlbench run "${RUN[@]}" --ablation none --profile \
         --set engine.schedule=sync --set run.iterations=2 --set run.warmup_iterations=1 \
         --set run.profile_iterations=1 --set run.name=headline-profile
 else

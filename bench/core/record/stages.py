@@ -95,12 +95,15 @@ class Recorder:
         self.sink = sink
         self._open: list[list] = []  # [stage, iteration, start, cpu, unix start] of the stages being timed
         self._busy = busy_clock.clock(device)  # None: the device's busy time is not measured
+        self.watcher = None  # entered(stage, k) / left(stage, k) around every stage: a profiling window
 
     @contextlib.contextmanager
     def stage(self, stage: Stage, iteration: int):
         progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (bench/core/record/progress.py)
         if self.device is not None:
             dev.synchronize(self.device)
+        if self.watcher is not None:
+            self.watcher.entered(stage.value, iteration)
         opened = [stage, iteration, now(), time.thread_time(), busy_clock.now_unix()]
         self._open.append(opened)
         ctx = dev.range_context(f"{stage.value}", self.device)  # the driver (no device): record_function only
@@ -115,6 +118,8 @@ class Recorder:
         finally:
             self._open.remove(opened)
         ev = self._close(opened)
+        if self.watcher is not None:
+            self.watcher.left(stage.value, iteration)
         progress.leave(stage.value, ev.duration)
 
     def suspend(self, wait) -> None:
