@@ -31,10 +31,14 @@ COLUMNS = {
                           "summed over workers (the rollout backend in brackets)",
     "host CPU % of a core": "the driver's CPU seconds over the iteration's wall time",
     "idle % per worker": "share of the iteration wall time a worker ran no work stage",
+    "busy % per stage": "each stage's device busy time over its wall time: GPU (a kernel running, NVML's "
+                        "samples) on CUDA, CPU (the worker thread's CPU seconds) on CPU",
     "####-format %": "share of eval answers the strict rule can read (the rest score 0 whatever their number; "
                      "summary.csv also has pass@1 in any format)",
     "max stale": "largest trained − behaviour weight version of a trained sample",
     "stage_<name>_s": "(summary.csv) mean seconds per measured iteration in that stage, summed over workers",
+    "busy_<stage>_pct": "(summary.csv) that stage's device busy seconds over its wall seconds, measured "
+                        "iterations, summed over workers; busy_clock says whose (GPU or CPU)",
 }
 TERMINAL_NOTE = ("rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
                  "measured device costs (bench/core/costmodel/predict.py).")

@@ -35,8 +35,12 @@ def attribution_text(rows: list[dict]) -> list[str]:
     return out
 
 
+BUSY_NOTE = ("Each stage's device busy time over its wall time, measured iterations, summed over the workers "
+             "that ran it: on CUDA the share of NVML's utilisation samples in which a kernel ran (the whole GPU's), "
+             "on CPU the worker thread's CPU seconds (docs/metrics.md, 'Device busy time').")
+
 COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "rollout tok/s",
-                "train tok/s", "weight sync s/iter", "host CPU % of a core", "idle % per worker", "acc before→after", "####-format %", "max stale", "status"]
+                "train tok/s", "weight sync s/iter", "host CPU % of a core", "idle % per worker", "busy % per stage", "acc before→after", "####-format %", "max stale", "status"]
 
 
 # The key columns: what the terminal and summary.md show by default (every column: --wide, summary.csv)
@@ -60,6 +64,26 @@ def compact_rows(df: pd.DataFrame) -> list[list[str]]:
     return [_compact(r, idle_cols) for r in df.to_dict("records")]
 
 
+def _busy(r: dict) -> str:
+    """'GPU: rollout 12, update 31': each stage's device busy % (bench/analysis/busy.py), '–' without."""
+    cols = [c for c in r if c.startswith("busy_") and c.endswith("_pct") and not _missing(r[c])]
+    if not cols:
+        return "–"
+    return f"{r.get('busy_clock') or '?'}: " + ", ".join(f"{c[5:-4]} {r[c]:.0f}" for c in cols)
+
+
+def busy_markdown(df: pd.DataFrame) -> list[str]:
+    """summary.md's busy table: one row per cell, one column per stage ("GPU busy %" on CUDA, "CPU busy %"
+    on CPU: the clock column says which); [] where no cell measured it."""
+    cols = [c for c in df.columns if c.startswith("busy_") and c.endswith("_pct")]
+    if not cols:
+        return []
+    head = ["cell", "busy %"] + [c[5:-4] for c in cols]
+    rows = [[str(r["cell"]), f"{r.get('busy_clock') or '–'} busy %"] +
+            ["–" if _missing(r[c]) else f"{r[c]:.0f}" for c in cols] for r in df.to_dict("records")]
+    return ["\n## Device busy per stage\n", markdown_table(head, rows), "", BUSY_NOTE]
+
+
 def _compact(r: dict, idle_cols: list[str]) -> list[str]:
     tp = "–" if _missing(r["tpspd_median"]) else \
         f"{fmt(r['tpspd_median'])} ({fmt(r['tpspd_min'])}–{fmt(r['tpspd_max'])})"
@@ -72,7 +96,7 @@ def _compact(r: dict, idle_cols: list[str]) -> list[str]:
         f"{100 * r['format_rate_before']:.0f}→{100 * r['format_rate_after']:.0f}"
     host = "–" if _missing(r.get("host_cpu_pct")) else f"{r['host_cpu_pct']:.1f}"
     return [str(r["cell"]), tp, sp, pred, share, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), _weight_sync(r),
-            host, idle, acc, form,
+            host, idle, _busy(r), acc, form,
             fmt(r["staleness_max"]), str(r["status"])]
 
 
@@ -162,6 +186,7 @@ def write_summary_md(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, verdict: 
     md = summary_lead(f"rlbench summary: {run.name}", df, verdict)
     md += speedup_markdown(sp, "Measured vs predicted periodic-async speedup (TPSPD ratio)")
     md += list(sections)
+    md += busy_markdown(df)
     util = utilisation_frame(run)
     if len(util):
         md += ["\n## Hardware utilisation per stage\n", to_markdown(util), peak_text(run), "", UTIL_NOTE]

@@ -18,8 +18,9 @@
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
 #   ablation-async  the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
-#   profile         if time is left: one sync cell with --profile: each worker's operators by host and device
-#                   time (traces/<worker>.ops.txt in its run folder; the traces themselves stay behind)
+#   profile         if time is left: one sync cell with --profile, the training stages of one iteration:
+#                   the trainer's operators by device time and by host time (traces/<worker>.ops.txt in
+#                   its run folder; no trace is written)
 #   ablation-shared_prompt, ablation-tri_model   if time is left, at the same shape
 # Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
 # seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during e and f),
@@ -113,7 +114,8 @@ if_time() {  # if_time SECONDS: whether at least SECONDS of the budget are left
 
 step env 45 sh -c "rlbench env --dtype $([ $DEV = cuda ] && echo bfloat16 || echo float32) --remeasure \
     > '$OUT/env.json' && cat '$OUT/env.json'"
-GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py)
+GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py
+           tests/test_busy.py tests/test_chosen_logprobs.py)
 # --show-capture=no: the flex layout's compile logs tens of thousands of DEBUG lines per test
 PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
 step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" "${GPU_TESTS[@]}"
@@ -152,8 +154,13 @@ step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation asyn
 if ! wanted profile; then
     :
 elif if_time $((120 * SCALE)); then
-    step profile 150 rlbench run "${RUN[@]}" --ablation none --profile --set engine.schedule=sync \
-        --set run.iterations=3 --set run.warmup_iterations=2 --set run.profile_iterations=1 --set run.name=headline-profile
+    # a short window: the training stages of one iteration after one warm-up (which captures the CUDA graphs;
+    # RLBENCH_PROFILE_WINDOW=train: from its first log-prob pass to its optimizer step, no rollout), the
+    # operator tables only (RLBENCH_PROFILE_TRACE=0: no trace); on 2026-11-28 three whole iterations and the
+    # trace ran past 90 s
+    step profile 150 env RLBENCH_PROFILE_TRACE=0 RLBENCH_PROFILE_WINDOW=train rlbench run "${RUN[@]}" --ablation none --profile \
+        --set engine.schedule=sync --set run.iterations=2 --set run.warmup_iterations=1 \
+        --set run.profile_iterations=1 --set run.name=headline-profile
 else
     echo "== profile: not started ($((DEADLINE - SECONDS))s left)"
     printf '%s\tnot started\t0\n' profile >> "$OUT/steps.tsv"

@@ -30,3 +30,31 @@ def test_profile_traces_load_in_tensorboard_plugin(tmp_path):
     trainer = next(t for t in traces if t.name.startswith("trainer"))
     profile = RunProfileData.parse("trainer", None, str(trainer), str(tmp_path / "cache"))
     assert profile.has_runtime or profile.events  # the plugin parsed the events
+
+
+def test_the_training_window_profiles_one_iterations_training_stages_only(tmp_path):
+    """RLBENCH_PROFILE_WINDOW=train (the prepared GPU command's short window): the profiled iteration's
+    stages from its first log-prob pass to its optimizer step, not its rollout nor any other iteration's."""
+    import time
+
+    import torch
+
+    from rlbench.core.record.profiling import IterationProfiler
+    from rlbench.core.record.stages import Recorder, Stage
+
+    prof = IterationProfiler(str(tmp_path), "trainer0", first=1, count=1, window=True)
+    rec = Recorder("trainer0", time.monotonic(), device=torch.device("cpu"))
+    prof.attach(rec)
+    table = tmp_path / "trainer0.ops.txt"
+    a = torch.randn(32, 32)
+    for k in range(3):
+        for stage in (Stage.ROLLOUT, Stage.OLD_LOGPROB, Stage.REF_LOGPROB, Stage.UPDATE, Stage.OPTIMIZER_STEP):
+            with rec.stage(stage, k):
+                (a @ a).sum()
+        prof.step()
+        assert table.exists() == (k >= 1), k  # written as iteration 1's optimizer step ends
+    prof.close()
+    rows = {line.split()[0]: line.split() for line in table.read_text().splitlines() if line.strip()}
+    assert "rollout" not in rows and "aten::mm" in rows
+    for stage in ("old_logprob", "ref_logprob", "update", "optimizer_step"):
+        assert rows[stage][-1] == "1", rows.get(stage)  # one iteration's: each stage range once

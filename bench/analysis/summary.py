@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from rlbench.analysis.busy import busy_columns, busy_stages_in
 from rlbench.analysis.data import CellData, RunData, get_path, stages_in, workers_in
 from rlbench.analysis.heldout import COLUMNS as HELDOUT_COLUMNS
 from rlbench.analysis.heldout import has_fact_split, heldout_columns
@@ -40,14 +41,14 @@ def write_summary_csv(run: RunData, df: pd.DataFrame) -> None:
 
 def summary_frame(run: RunData) -> pd.DataFrame:
     """One row per cell, reference cell first; NaN where a cell measured nothing."""
-    stages, workers = stages_in(run.cells), workers_in(run.cells)
-    rows = [_row(c, reference_of(run, c).tpspd(), stages, workers) for c in run.cells]
+    stages, workers, busy = stages_in(run.cells), workers_in(run.cells), busy_stages_in(run.cells)
+    rows = [_row(c, reference_of(run, c).tpspd(), stages, workers) | busy_columns(c, busy) for c in run.cells]
     sp = speedup_frame(run).set_index("cell")["predicted_speedup"].to_dict() if run.cells else {}
     for row, c in zip(rows, run.cells):
         row["predicted_speedup"] = sp.get(c.name)
         row["rollout_share"] = rollout_share(c.result, c.events) if colocated(c) else None
     columns = BASE_COLUMNS + [f"stage_{s}_s" for s in stages] + [f"idle_{w}_pct" for w in workers] \
-        + TAIL_COLUMNS
+        + [f"busy_{s}_pct" for s in busy] + (["busy_clock"] if busy else []) + TAIL_COLUMNS
     if has_fact_split(run.cells):  # data.split fact: held-out and seen-fact accuracy side by side
         columns += HELDOUT_COLUMNS
         for row, c in zip(rows, run.cells):

@@ -79,8 +79,10 @@ def _profiler(cfg, run, schedule, device):
     """device: this process's device (None: the driver, which holds none: CPU activity only)."""
     trace_dir = str(run.folder / "traces") if cfg.run.profile else None
     worker = schedule.rec.worker
-    return IterationProfiler(trace_dir, worker, cfg.run.warmup_iterations, cfg.run.profile_iterations,
+    prof = IterationProfiler(trace_dir, worker, cfg.run.warmup_iterations, cfg.run.profile_iterations,
                              device.type if device is not None else "cpu")
+    prof.attach(schedule.rec)  # RLBENCH_PROFILE_WINDOW=train: the training stages open and close it
+    return prof
 
 
 def _packed(cfg, out) -> bool | set[int]:

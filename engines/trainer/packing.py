@@ -40,6 +40,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
 from rlbench.engines.model import layers
+from rlbench.engines.trainer.chosen_logprobs import chosen_logprobs, fits, picked_logprobs
 
 
 def group_token_counts(P: int, lengths: list[int], padded: bool = True) -> tuple[int, int]:
@@ -105,12 +106,12 @@ def _layout(prompt_ids: list[int], responses: list[list[int]], device) -> _Layou
     return _Layout(P=P, lengths=lengths, **{k: v.to(device) for k, v in tensors.items()})
 
 
-def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                    lengths: list[int]) -> list[torch.Tensor]:
-    """logits [N, V] at the predicting positions, targets [N] -> G tensors [R_i]."""
-    # fp32 log-softmax: in bf16 the log-prob of a likely token loses most of its digits.
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # [N, V]
-    picked = logp.gather(-1, targets[:, None]).squeeze(-1)           # [N]
+def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                    lengths: list[int], norm: bool = False) -> list[torch.Tensor]:
+    """hidden [N, D] at the predicting positions (before the final norm where `norm`), targets [N] -> G
+    tensors [R_i]; the LM head and log-softmax in slices (engines/trainer/chosen_logprobs.py)."""
+    head = (lambda h: model.lm_head(model.model.norm(h))) if norm else model.lm_head  # noqa: E731
+    picked = chosen_logprobs(head, hidden, targets, temperature, model.lm_head.weight.shape[0])  # [N]
     return list(picked.split(lengths))
 
 
@@ -131,9 +132,15 @@ def unpacked_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     targets = ids[:, P:][valid]                          # [N]
     ids, mask, valid, targets = (x.to(model.device) for x in (ids, mask, valid, targets))
     # Only positions P-1 .. P+R_max-2 predict response tokens: keep the last R_max+1
-    # logits and drop the final one (no need to run lm_head over the prompt).
-    logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=R_max + 1).logits[:, :-1]  # [G, R_max, V]
-    return _token_logprobs(logits[valid], targets, temperature, lengths)
+    # positions and drop the final one (no need to run lm_head over the prompt).
+    # use_cache=False: HF's default (config.use_cache) builds a K/V cache in every forward, a copy per layer
+    # that no log-prob pass reads.
+    if fits(G * (R_max + 1), model.lm_head.weight.shape[0]):  # the logits fit one slice: HF's forward
+        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=R_max + 1,
+                       use_cache=False).logits[:, :-1]  # [G, R_max, V]
+        return list(picked_logprobs(logits[valid], targets, temperature).split(lengths))
+    hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state  # [G, P+R_max, D]
+    return _token_logprobs(model, hidden[:, -(R_max + 1):-1][valid], targets, temperature, lengths)
 
 
 # ----------------------------------------------------------------- packed, 4D mask (option A)
@@ -162,9 +169,8 @@ def packed_logprobs_mask4d(model, prompt_ids: list[int], responses: list[list[in
     layout = _layout(prompt_ids, responses, model.device)
     mask = _packed_mask(layout, model.config._attn_implementation, model.dtype)  # [1, 1, L, L]
     hidden = model.model(input_ids=layout.input_ids[None], attention_mask=mask,
-                         position_ids=layout.position_ids[None]).last_hidden_state[0]  # [L, D]
-    logits = model.lm_head(hidden[layout.pred_index])  # [N, V]
-    return _token_logprobs(logits, layout.targets, temperature, layout.lengths)
+                         position_ids=layout.position_ids[None], use_cache=False).last_hidden_state[0]  # [L, D]
+    return _token_logprobs(model, hidden[layout.pred_index], layout.targets, temperature, layout.lengths)
 
 
 # ----------------------------------------------------------------- packed, shared prompt (option B)
@@ -285,8 +291,7 @@ def _packed(model, layout: _Layout, temperature: float, attend) -> list[torch.Te
     """The decoder layers on the packed stream with the given attention -> G tensors [R_i]."""
     h = run_decoder(model, layout.input_ids, layout.position_ids, attend)     # [L, D]
     # The final norm is per token: normalise only the N positions that predict a token.
-    logits = model.lm_head(model.model.norm(h[layout.pred_index]))             # [N, V]
-    return _token_logprobs(logits, layout.targets, temperature, layout.lengths)
+    return _token_logprobs(model, h[layout.pred_index], layout.targets, temperature, layout.lengths, norm=True)
 
 
 def run_decoder(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attend) -> torch.Tensor:

@@ -26,6 +26,7 @@ import torch
 from torch.nn.attention.bias import causal_lower_right
 
 from rlbench.engines.model import layers
+from rlbench.engines.trainer.chosen_logprobs import chosen_logprobs
 from rlbench.engines.trainer.packing import run_decoder, sdpa
 
 
@@ -48,11 +49,9 @@ def packed_logprobs_dense(model, prompt_ids: list[int], responses: list[list[int
     hp, hr = h.split([P, G * R])                                                       # [P, D], [G*R, D]
     rows = hr.view(G, R, D).split([R - 1, 1], dim=1)[0]                                # [G, R-1, D]
     pred = torch.cat([hp[P - 1:].expand(G, 1, D), rows], dim=1)                        # [G, R, D]
-    logits = model.lm_head(model.model.norm(pred))                                    # [G, R, V]
-    # fp32 log-softmax: in bf16 the log-prob of a likely token loses most of its digits.
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)                    # [G, R, V]
-    targets = stream[0, P:].view(G, R, 1)                                              # the responses, padded
-    picked = logp.gather(-1, targets).squeeze(-1)                                      # [G, R]
+    targets = stream[0, P:].view(G, R)                                                 # the responses, padded
+    head = lambda x: model.lm_head(model.model.norm(x))                               # noqa: E731 [.., D] -> [.., V]
+    picked = chosen_logprobs(head, pred, targets, temperature, model.lm_head.weight.shape[0])  # [G, R]
     return [picked[i, :n] for i, n in enumerate(lengths)]
 
 

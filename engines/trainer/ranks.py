@@ -64,6 +64,7 @@ class TrainerRank:
                                              self.device, self._new_model, dict(policy.named_parameters()),
                                              own_process_group=True)
         self.prof = from_env(slot.worker, self.device.type)
+        self.prof.attach(self.rec)  # RLBENCH_PROFILE_WINDOW=train: the training stages open and close it
 
     # ---------------------------------------------------------------- process group
 

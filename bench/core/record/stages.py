@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from rlbench.core import hooks
+from rlbench.core.devices import busy as busy_clock
 from rlbench.core.devices import device as dev
 from rlbench.core.record import progress
 
@@ -72,6 +73,9 @@ class StageEvent:
     # per worker). Unlike wall time it does not grow while another process holds the core, so stage
     # costs compared by `rlbench check` stay steady on a shared machine; None for events from elsewhere.
     cpu: float | None = None
+    # Seconds the device was busy during the stage (bench/core/devices/busy.py): on CPU the thread's CPU
+    # seconds (= cpu), on CUDA NVML's utilisation over the stage times its wall seconds; None: not measured.
+    busy: float | None = None
 
     @property
     def duration(self) -> float:
@@ -89,14 +93,18 @@ class Recorder:
         self.worker, self.t0, self.device, self.devices = worker, t0, device, devices
         self.events: list[StageEvent] = []
         self.sink = sink
-        self._open: list[list] = []  # [stage, iteration, start, cpu] of the stages being timed, innermost last
+        self._open: list[list] = []  # [stage, iteration, start, cpu, unix start] of the stages being timed
+        self._busy = busy_clock.clock(device)  # None: the device's busy time is not measured
+        self.watcher = None  # entered(stage, k) / left(stage, k) around every stage: a profiling window
 
     @contextlib.contextmanager
     def stage(self, stage: Stage, iteration: int):
         progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (bench/core/record/progress.py)
         if self.device is not None:
             dev.synchronize(self.device)
-        opened = [stage, iteration, now(), time.thread_time()]
+        if self.watcher is not None:
+            self.watcher.entered(stage.value, iteration)
+        opened = [stage, iteration, now(), time.thread_time(), busy_clock.now_unix()]
         self._open.append(opened)
         ctx = dev.range_context(f"{stage.value}", self.device)  # the driver (no device): record_function only
         try:
@@ -104,12 +112,14 @@ class Recorder:
                 yield
                 if self.device is not None:
                     dev.synchronize(self.device)
-                _, _, start, cpu = opened  # a suspend() inside moved them
+                _, _, start, cpu, _ = opened  # a suspend() inside moved them
                 hooks.call("stage_end", stage.value, now() - start, time.thread_time() - cpu,
                            stage.value in IDLE_STAGES)  # a planted slowdown (RLBENCH_SLOW) burns here
         finally:
             self._open.remove(opened)
-        ev = self.add(stage, iteration, opened[2], now(), time.thread_time() - opened[3])
+        ev = self._close(opened)
+        if self.watcher is not None:
+            self.watcher.left(stage.value, iteration)
         progress.leave(stage.value, ev.duration)
 
     def suspend(self, wait) -> None:
@@ -119,16 +129,24 @@ class Recorder:
             wait()
             return
         opened = self._open[-1]
-        stage, iteration, start, cpu = opened
         if self.device is not None:
             dev.synchronize(self.device)
-        self.add(stage, iteration, start, now(), time.thread_time() - cpu)
+        self._close(opened)
         wait()
-        opened[2], opened[3] = now(), time.thread_time()
+        opened[2:] = now(), time.thread_time(), busy_clock.now_unix()
 
-    def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None) -> StageEvent:
+    def _close(self, opened: list) -> StageEvent:
+        """The event of an open stage [stage, iteration, start, cpu, unix start], ending now: its wall,
+        CPU and busy seconds."""
+        stage, iteration, start, cpu0, unix0 = opened
+        end, cpu = now(), time.thread_time() - cpu0
+        busy = self._busy.busy(cpu, unix0, busy_clock.now_unix()) if self._busy is not None else None
+        return self.add(stage, iteration, start, end, cpu, busy)
+
+    def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None,
+            busy: float | None = None) -> StageEvent:
         ev = StageEvent(self.worker, Stage(stage).value, iteration, start - self.t0, end - self.t0,
-                        self.devices, cpu)
+                        self.devices, cpu, busy)
         self.extend([ev])
         return ev
 

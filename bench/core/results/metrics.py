@@ -106,11 +106,34 @@ def build_iteration(iteration: int, events: list[dict], samples: list[dict], dev
         response_len_max=max(lens, default=0),
         staleness_max=max(stale, default=0), staleness_mean=statistics.fmean(stale) if stale else 0.0,
         loss=train_stats.get("loss", 0.0), grad_norm=train_stats.get("grad_norm", 0.0),
-        kl=train_stats.get("kl", 0.0), stage_s=dict(stage_s),
+        kl=train_stats.get("kl", 0.0), stage_s=dict(stage_s), stage_busy=stage_busy(events),
         idle_frac=idle_fractions(events, start, end), rollout_occupancy=occupancy, warmup=warmup,
         behav_imp_weight=train_stats.get("behav_imp_weight_mean"),
         behav_capped=train_stats.get("behav_capped_mean"), work=work or {},
         shared_prompt=layout_choices(train_stats.get("shared_prompt_choices")))
+
+
+def stage_busy(events: list[dict]) -> dict[str, dict[str, float]]:
+    """stage -> {"busy_s", "wall_s"} over the events that measured their device's busy time (`busy`)."""
+    out: dict[str, dict[str, float]] = {}
+    for e in events:
+        if e.get("busy") is None:
+            continue
+        row = out.setdefault(e["stage"], {"busy_s": 0.0, "wall_s": 0.0})
+        row["busy_s"] += e["busy"]
+        row["wall_s"] += e["end"] - e["start"]
+    return out
+
+
+def busy_frac(iterations: list[dict]) -> dict[str, float]:
+    """stage -> busy seconds / wall seconds over the iterations' measured events (empty where none were)."""
+    busy: dict[str, float] = defaultdict(float)
+    wall: dict[str, float] = defaultdict(float)
+    for it in iterations:
+        for stage, row in (it.get("stage_busy") or {}).items():
+            busy[stage] += row["busy_s"]
+            wall[stage] += row["wall_s"]
+    return {s: busy[s] / wall[s] for s in busy if wall[s] > 0}
 
 
 def layout_choices(choices: list[dict] | None) -> dict | None:
@@ -142,6 +165,7 @@ def aggregate(iterations: list[dict], evals: list[dict], peak: dict | None = Non
         "train_tokens_per_s": _spread([it["train_tokens_per_s"] for it in measured]),
         "stage_s": {s: statistics.fmean(it["stage_s"].get(s, 0.0) for it in measured) for s in stage_names},
         "idle_frac": {w: statistics.fmean(it["idle_frac"].get(w, 0.0) for it in measured) for w in workers},
+        "busy_frac": busy_frac(measured),
         "rollout_occupancy": _mean_or_none([it.get("rollout_occupancy") for it in measured]),
         "staleness_max": max((it["staleness_max"] for it in iterations), default=0),
         "staleness_mean": statistics.fmean(it["staleness_mean"] for it in iterations) if iterations else 0.0,

@@ -74,6 +74,10 @@ class IterationRecord:
     grad_norm: float
     kl: float
     stage_s: dict[str, float] = field(default_factory=dict)  # stage -> seconds (summed per worker)
+    # stage -> {"busy_s", "wall_s"}: the device's busy seconds during the stage's events that measured them
+    # (bench/core/devices/busy.py: CPU seconds on CPU, NVML's GPU utilisation on CUDA) and those events'
+    # wall seconds, summed per worker; stages with no measured event are absent (older files: no key)
+    stage_busy: dict[str, dict[str, float]] = field(default_factory=dict)
     idle_frac: dict[str, float] = field(default_factory=dict)  # worker -> idle share of wall_s
     rollout_occupancy: float | None = None  # mean in-flight sequences / max_num_seqs
     warmup: bool = False
