@@ -1,0 +1,112 @@
+"""Several sequences in one stream without padding (train.micro_batch_tokens; the micro-batches:
+micro_batch.py), as VERL's use_remove_padding: the linear layers run on exactly the stream's tokens.
+
+The stream is documents one after another. A document is a prompt and its responses: one response (the
+unpacked row `prompt + response`), or several sharing the prompt (the shared-prompt layout of packing.py,
+`prompt | resp_1 | ... | resp_k`). Position ids restart at 0 in every document (and at P for every
+response of a shared one); a query sees a key iff both are in the same document, the key is not after
+the query, and the key is in the prompt or in the query's own response. Attention:
+
+- CUDA: FlexAttention with that rule as a block mask (compiled; blocks no query may see are skipped);
+- elsewhere (FlexAttention has no backward on the CPU): SDPA with one additive [L, L] float mask (0 where
+  allowed, -inf elsewhere), shared by every layer; L is at most the token budget. Additive, not boolean:
+  a 0/1 mask added to the scores would mask nothing.
+
+`varlen_logprobs` returns, per response of the documents in order, its tokens' log-probs [R_i] (with grad
+when grad is enabled), the same values as `packing.unpacked_logprobs` of each row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask
+
+from rlbench.core.devices import device as dev
+from rlbench.engines.model import layers
+from rlbench.engines.trainer.packing import _flex, _token_logprobs, run_decoder, sdpa
+
+
+@dataclass(frozen=True)
+class Document:
+    """One prompt and the responses that attend to it."""
+
+    prompt_ids: list[int]
+    responses: list[list[int]]
+
+    @property
+    def tokens(self) -> int:
+        return len(self.prompt_ids) + sum(len(r) for r in self.responses)
+
+
+def stream(docs: list[Document]) -> dict[str, torch.Tensor]:
+    """The stream's index tensors, built on the host: input_ids, position_ids, doc, seg [L] (seg: 0 for a
+    prompt token, i+1 for a token of its document's response i); pred [N]: the stream position whose logits
+    predict each response token (a response's first token: its prompt's last position); targets [N]."""
+    ids, pos, doc, seg, pred = [], [], [], [], []
+    for d, document in enumerate(docs):
+        P, base = len(document.prompt_ids), len(ids)
+        ids += document.prompt_ids
+        pos += range(P)
+        doc += [d] * P
+        seg += [0] * P
+        for i, r in enumerate(document.responses):
+            at = len(ids)
+            pred += [base + P - 1] + list(range(at, at + len(r) - 1))
+            ids += r
+            pos += range(P, P + len(r))
+            doc += [d] * len(r)
+            seg += [i + 1] * len(r)
+    long = partial(torch.tensor, dtype=torch.long)
+    targets = [t for document in docs for r in document.responses for t in r]
+    return dict(input_ids=long(ids), position_ids=long(pos), doc=long(doc), seg=long(seg), pred=long(pred),
+                targets=long(targets))
+
+
+def allowed(doc: torch.Tensor, seg: torch.Tensor, q, kv):
+    """Whether query q may see key kv (broadcasting index tensors)."""
+    return (kv <= q) & (doc[kv] == doc[q]) & ((seg[kv] == 0) | (seg[kv] == seg[q]))
+
+
+def additive_mask(doc: torch.Tensor, seg: torch.Tensor, dtype) -> torch.Tensor:
+    """[1, 1, L, L] float: 0 where allowed, -inf elsewhere (every query sees itself: no empty row)."""
+    L = doc.numel()
+    q = torch.arange(L, device=doc.device)
+    ok = allowed(doc, seg, q[:, None], q[None, :])
+    zero = torch.zeros((), dtype=dtype, device=doc.device)
+    return torch.where(ok, zero, float("-inf"))[None, None]
+
+
+def _mask_attention(attn, q, k, v, mask) -> torch.Tensor:
+    """q [L, H, Dh], k/v [L, Hkv, Dh] -> [L, H*Dh] under the additive mask."""
+    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [L, h, Dh] -> [1, h, L, Dh]
+    out = sdpa(attn, heads_first(q), heads_first(k), heads_first(v), attn_mask=mask)  # [1, H, L, Dh]
+    return out[0].transpose(0, 1).reshape(q.shape[0], -1)
+
+
+def _flex_attention(attn, q, k, v, block_mask) -> torch.Tensor:
+    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [L, h, Dh] -> [1, h, L, Dh]
+    out = _flex(q.device.type)(heads_first(q), heads_first(k), heads_first(v), block_mask=block_mask,
+                               scale=attn.scaling, enable_gqa=q.shape[1] != k.shape[1])  # [1, H, L, Dh]
+    return out[0].transpose(0, 1).reshape(q.shape[0], -1)
+
+
+def attention_for(model, doc: torch.Tensor, seg: torch.Tensor):
+    """attend(attn, q, k, v) -> [L, H*Dh] for this stream on the model's device."""
+    if dev.flex_attention_trains(model.device.type):
+        L = doc.numel()
+        block = create_block_mask(lambda b, h, q, kv: allowed(doc, seg, q, kv), None, None, L, L,
+                                  device=doc.device)
+        return partial(_flex_attention, block_mask=block)
+    return partial(_mask_attention, mask=additive_mask(doc, seg, model.dtype))
+
+
+def varlen_logprobs(model, docs: list[Document], temperature: float = 1.0) -> list[torch.Tensor]:
+    """The documents as one stream through the model -> per response, in order, its log-probs [R_i]."""
+    layers.check_supported(model)
+    s = {k: v.to(model.device) for k, v in stream(docs).items()}
+    h = run_decoder(model, s["input_ids"], s["position_ids"], attention_for(model, s["doc"], s["seg"]))  # [L, D]
+    # The final norm is per token: normalise only the N positions that predict a token.
+    logits = model.lm_head(model.model.norm(h[s["pred"]]))                                          # [N, V]
+    return _token_logprobs(logits, s["targets"], temperature, [len(r) for d in docs for r in d.responses])
