@@ -16,9 +16,12 @@ import copy
 import torch
 import torch.distributed as dist
 
-from rlbench.core.record import progress
+from rlbench.core.devices import device as dev
+from rlbench.core.record import lifecycle, progress
+from rlbench.core.record.lifecycle import Phase
 from rlbench.core.record.stages import Stage
 from rlbench.engines.data.reward import gsm8k_reward
+from rlbench.engines.model.compiled import CompileLog, compile_model
 from rlbench.engines.rollout.base import Group
 from rlbench.engines.trainer import grpo
 from rlbench.engines.trainer.logprob_plans import AutoLayout, make_plan
@@ -41,6 +44,25 @@ class Trainer:
         self.auto_layout = self.plan.fn if isinstance(self.plan.fn, AutoLayout) else None
         self.loss = grpo.make_loss(cfg)  # PPOLoss, or DecoupledPPOLoss for stale samples (bounded_async)
         self.version = 0  # weight version: number of optimizer steps taken
+        self._reset()
+        self.compiled = "train" in dev.compile_targets(cfg.engine.compile, policy.device.type)
+        if self.compiled:
+            compile_model(self.policy)
+            compile_model(self.ref)
+            with lifecycle.phase(Phase.COMPILE):
+                self.warm_compile()
+
+    def warm_compile(self) -> None:
+        """engine.compile train: one small group through every pass this config runs (old, reference, update
+        with its backward), so that their compilations happen at start-up (the phase `compile`), not in the
+        first iteration; nothing it computes is kept."""
+        group = Group(-1, [1, 2, 3, 4, 5], [[6, 7, 8], [9, 10, 11, 12]], [[0.0] * 3, [0.0] * 4])
+        for mb in self.batches([group], [torch.tensor([1.0, -1.0])]):
+            if self.needs_old_pass:
+                self.old_logprobs(mb)
+            if self.plan.separate_phases:
+                self.ref_logprobs(mb)
+            self.accumulate(mb)
         self._reset()
 
     def _reset(self) -> None:
@@ -179,6 +201,8 @@ class Trainer:
         stats.update({f"{key}_mean": v / n for key, v in self.extra_sums.items()})
         if self.auto_layout is not None:  # this rank's; DataParallelTrainer gathers every rank's
             stats["shared_prompt_choices"] = self.layout_choices
+        if self.compiled:  # this process's compilations so far (results.json lifecycle `compile`)
+            stats["compile"] = CompileLog.stats()
         self._reset()
         return stats
 
