@@ -18,6 +18,8 @@
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
 #   ablation-async  the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
+#   token-budget    one sync cell with train.micro_batch_tokens (the batch packed without padding, across
+#                   groups) and engine.compile=all: compile counts and seconds in results.json (lifecycle)
 #   profile         if time is left: one sync cell with --profile: each worker's operators by host and device
 #                   time (traces/<worker>.ops.txt in its run folder; the traces themselves stay behind)
 #   ablation-shared_prompt, ablation-tri_model   if time is left, at the same shape
@@ -26,7 +28,7 @@
 # runs.tar.gz (every run folder, traces left out).
 # On the GPU machine pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
 set -uo pipefail
-STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async profile ablation-shared_prompt ablation-tri_model"
+STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async token-budget profile ablation-shared_prompt ablation-tri_model"
 usage() {
     echo "usage: bash scripts/gpu_session.sh headline [--dry] [--only STEP,...]   (steps: ${STEPS// /, })" >&2
     exit 2
@@ -76,6 +78,7 @@ if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer s
     ROUNDS=(--rounds 1 --warmup 0)   # the benchmarks run; their numbers are not the point
     MORE=(--set run.iterations=1 --set run.warmup_iterations=0)   # step f: one iteration a cell
     MEASURED=(--set run.iterations=4 --set run.warmup_iterations=1)   # >= 3 measured iterations a cell
+    BUDGET=(--set train.micro_batch_tokens=300)   # >= the longest prompt (96) + max_new_tokens (32)
 else
     DEV=cuda DTYPE=bfloat16 SHAPE=configs/models/qwen2.5-0.5b.json
     RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
@@ -87,6 +90,7 @@ else
     # slow in every cell (its longer prompts grew the decode cache, and the CUDA graphs were captured again),
     # and with 3 one noisy iteration set the interval
     MEASURED=(--set run.iterations=6 --set run.warmup_iterations=2)
+    BUDGET=(--set train.micro_batch_tokens=4096)   # ~16 responses of the 64 a stream (8 a group before)
 fi
 RUN+=(--no-progress --out "$RUNS")
 
@@ -113,7 +117,8 @@ if_time() {  # if_time SECONDS: whether at least SECONDS of the budget are left
 
 step env 45 sh -c "rlbench env --dtype $([ $DEV = cuda ] && echo bfloat16 || echo float32) --remeasure \
     > '$OUT/env.json' && cat '$OUT/env.json'"
-GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py)
+GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py
+    tests/test_compile.py tests/test_token_budget.py)
 # --show-capture=no: the flex layout's compile logs tens of thousands of DEBUG lines per test
 PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
 step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" "${GPU_TESTS[@]}"
@@ -149,6 +154,16 @@ if [ "$DEV" = cuda ] && runs; then
     dmon=$!
 fi
 step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
+# train.micro_batch_tokens and compile on (the CUDA default, set here so that the dry run compiles too)
+if ! wanted token-budget; then
+    :
+elif if_time $((90 * SCALE)); then
+    step token-budget 150 rlbench run "${RUN[@]}" "${MORE[@]}" --ablation none "${BUDGET[@]}" \
+        --set engine.compile=all --set engine.schedule=sync --set run.name=headline-budget
+else
+    echo "== token-budget: not started ($((DEADLINE - SECONDS))s left)"
+    printf '%s\tnot started\t0\n' token-budget >> "$OUT/steps.tsv"
+fi
 if ! wanted profile; then
     :
 elif if_time $((120 * SCALE)); then

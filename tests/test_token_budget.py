@@ -152,3 +152,28 @@ def test_arrived_groups_are_taken_together_up_to_the_budget():
     for i in range(2):
         arrived.put(Sealed(i))
     assert [len(b) for b in receiver.arrived_batches(0, arrived, 2, budget=None)] == [1, 1]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_varlen_on_cuda_equals_the_unpacked_rows(dtype):
+    """FlexAttention with the document mask (compiled, with its backward), tests/test_cuda.py's tolerances."""
+    lp_tol, g_tol = {torch.float32: (1e-4, 1e-3), torch.bfloat16: (0.25, 0.05)}[dtype]
+    cfg = load_config(None, [])
+    model = build_tiny(cfg.model, CharTokenizer().vocab_size, seed=0).to("cuda", dtype)
+    groups = _groups()
+    docs = [Document(groups[0].prompt_ids, groups[0].responses)] + \
+        [Document(g.prompt_ids, [r]) for g in groups[1:] for r in g.responses]
+
+    def run(fn):
+        model.zero_grad(set_to_none=True)
+        lps = fn()
+        torch.stack([lp.float().sum() for lp in lps]).sum().backward()
+        return [lp.detach().float() for lp in lps], {n: p.grad.float() for n, p in model.named_parameters()}
+    got, got_g = run(lambda: varlen_logprobs(model, docs))
+    want, want_g = run(lambda: [lp for g in groups for lp in unpacked_logprobs(model, g.prompt_ids, g.responses)])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=lp_tol, rtol=0)
+    for name, b in want_g.items():
+        torch.testing.assert_close(got_g[name], b, rtol=g_tol, atol=g_tol * b.abs().max().item(), msg=name)

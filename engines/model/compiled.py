@@ -79,14 +79,19 @@ def compile_model(model) -> None:
     base.norm.forward = torch.compile(base.norm.forward, dynamic=True)
 
 
-def warm_modules(model, shapes: list[tuple[int, ...]]) -> None:
-    """Run the compiled modules once at each [..., D] shape (without grad): their compilations happen here,
-    at start-up, rather than in the first iterations."""
+def warm_modules(model, layer_shapes: list[tuple[int, ...]], norm_shapes: list[tuple[int, ...]]) -> None:
+    """Run the compiled modules once (without grad) at each leading shape: a layer's norms and MLP at
+    layer_shapes, the final norm at norm_shapes (each then [..., D]), so that their compilations happen
+    here, at start-up, rather than in the first iterations. A dimension of 1 is its own graph (torch
+    specialises sizes 0 and 1), and so is each rank."""
     layer = model.model.layers[0]
     D = model.config.hidden_size
     dtype, device = next(model.parameters()).dtype, next(model.parameters()).device
+    zeros = lambda shape: torch.zeros(*shape, D, dtype=dtype, device=device)  # noqa: E731
     with torch.inference_mode():
-        for shape in shapes:
-            x = torch.zeros(*shape, D, dtype=dtype, device=device)
+        for shape in layer_shapes:
+            x = zeros(shape)
+            layer.post_attention_layernorm(x)
             layer.mlp(layer.input_layernorm(x))
-            model.model.norm(layer.post_attention_layernorm(x))
+        for shape in norm_shapes:
+            model.model.norm(zeros(shape))

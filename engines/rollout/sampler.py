@@ -108,7 +108,9 @@ class BuiltinSampler(SlotForward, DecodeStep):
         graphs then capture the compiled kernels. Its counts join every generate()'s stats."""
         compile_model(self.model)
         with lifecycle.phase(Phase.COMPILE):
-            warm_modules(self.model, [(3, 1), (1, 5)])  # [k, 1, D] decode rows, [1, P, D] a prefill
+            # [k, 1, D] decode rows (k = 1 and more), [1, P, D] a prefill; the final norm also at [k, D] (a
+            # step's last positions) and [D] (a prefill's)
+            warm_modules(self.model, [(3, 1), (1, 1), (1, 5)], [(3, 1), (1, 1), (1, 5), (3,), (1,), ()])
         self._compiled = True
 
     @property
