@@ -25,7 +25,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from rlbench.core.devices import device as dev
 from rlbench.engines.model import layers
-from rlbench.engines.trainer.packing import _flex, _token_logprobs, run_decoder, sdpa
+from rlbench.engines.trainer.packing import flex_kernel, run_decoder, sdpa, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _mask_attention(attn, q, k, v, mask) -> torch.Tensor:
 
 def _flex_attention(attn, q, k, v, block_mask) -> torch.Tensor:
     heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [L, h, Dh] -> [1, h, L, Dh]
-    out = _flex(q.device.type)(heads_first(q), heads_first(k), heads_first(v), block_mask=block_mask,
+    out = flex_kernel(q.device.type)(heads_first(q), heads_first(k), heads_first(v), block_mask=block_mask,
                                scale=attn.scaling, enable_gqa=q.shape[1] != k.shape[1])  # [1, H, L, Dh]
     return out[0].transpose(0, 1).reshape(q.shape[0], -1)
 
@@ -109,4 +109,4 @@ def varlen_logprobs(model, docs: list[Document], temperature: float = 1.0) -> li
     h = run_decoder(model, s["input_ids"], s["position_ids"], attention_for(model, s["doc"], s["seg"]))  # [L, D]
     # The final norm is per token: normalise only the N positions that predict a token.
     logits = model.lm_head(model.model.norm(h[s["pred"]]))                                          # [N, V]
-    return _token_logprobs(logits, s["targets"], temperature, [len(r) for d in docs for r in d.responses])
+    return token_logprobs(logits, s["targets"], temperature, [len(r) for d in docs for r in d.responses])

@@ -3,8 +3,9 @@
 One iteration = begin() -> train(groups) as groups come (each: rewards, advantages, micro-batches,
 log-probs, accumulate(), which calls the loss) -> finish(), which steps. `train` is the one trainer
 entry of every schedule: sync calls it once with its whole shard, the async schedules once per arrived
-group, and on data-parallel ranks (ranks.py) it is this same method in the rank's process
-(DataParallelTrainer, distributed.py, has the same begin/train/finish on the driver).
+group (periodic-async with train.micro_batch_tokens: the groups that have arrived), and on data-parallel
+ranks (ranks.py) it is this same method in the rank's process (DataParallelTrainer, distributed.py, has
+the same begin/train/finish on the driver).
 Gradients of token *sums* are accumulated and divided by the iteration's token count once, so the
 update is the full-batch token-mean update whatever the micro-batch split or arrival order; with
 several ranks, finish() all-reduces the sums and gradients first.
