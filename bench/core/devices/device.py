@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import platform
 import resource
@@ -190,9 +191,7 @@ def compile_problem(setting: str | None, kind: str) -> str | None:
         return None
     shown = setting if setting is not None else f"unset (all on {kind})"
     if kind == "cuda":
-        from torch.utils._triton import has_triton  # inside: instant path: `rlbench --help` imports this module
-
-        if not has_triton():
+        if not triton_installed():
             return (f"engine.compile={shown} needs Triton for inductor's CUDA kernels, and it is not installed "
                     "(pip install triton, or the torch wheel that ships it); allowed here: off")
         return None
@@ -204,6 +203,12 @@ def compile_problem(setting: str | None, kind: str) -> str | None:
                     "g++) or set engine.compile=off")
         return None
     return f"engine.compile={shown}: inductor has no backend for {kind} here; allowed: off"
+
+
+def triton_installed() -> bool:
+    """Whether Triton can be imported, found without importing it or touching CUDA (the checks before a run
+    must leave the process able to fork workers that use CUDA)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def graph_pool(device):
