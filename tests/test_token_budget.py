@@ -177,3 +177,23 @@ def test_varlen_on_cuda_equals_the_unpacked_rows(dtype):
         torch.testing.assert_close(a, b, atol=lp_tol, rtol=0)
     for name, b in want_g.items():
         torch.testing.assert_close(got_g[name], b, rtol=g_tol, atol=g_tol * b.abs().max().item(), msg=name)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sets, env, says", [
+    (["train.micro_batch_tokens=50"], {}, "train.micro_batch_tokens=50 is smaller than the longest sequence"),
+    (["engine.compile=train"], {"CXX": "/nonexistent/c++"}, "engine.compile=train needs a C++ compiler"),
+], ids=["budget", "compile"])
+def test_cli_refuses_before_any_cell(tmp_path, sets, env, says):
+    """Bad input for both keys: exit 2 with the message, no run folder (the checks before any cell)."""
+    from conftest import TINY
+    from support.cli import rlbench
+
+    args = [a for s in sets for a in ("--set", s)]
+    proc = rlbench("run", "--config", str(TINY), "--out", str(tmp_path), "--ablation", "none", "--no-progress",
+                   *args, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert says in proc.stderr
+    if "budget" in says:
+        assert "= 128 tokens" in proc.stderr and "at least 128" in proc.stderr  # both numbers
+    assert not list(tmp_path.iterdir())
