@@ -13,7 +13,7 @@
 #   env             rlbench env: peak bf16 matmul and copy bandwidth                    -> env.json
 #   gpu-tests       the GPU tests (-m "gpu and not e2e"), one line each, tracebacks      -> log.txt
 #   gpu-run         the GPU tests' whole tiny run (-m "gpu and e2e": three cells on the GPU) -> log.txt
-#   decode          the built-in sampler (eager and CUDA graphs) against HF generate at batch 1/8/64:
+#   decode          the built-in sampler (eager, CUDA graphs, compiled in the graphs) against HF generate at 1/8/64:
 #                   tok/s, step time against the bandwidth floor, operators per step   -> micro-decode.json
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
@@ -133,6 +133,12 @@ if "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [
 sys.exit(0 if any('error' in b.get('builtin_graphs', {}) for b in r) else 1)" "$OUT/micro-decode.json" 2>/dev/null; then
     echo "== the CUDA graphs failed in the decode benchmark: the runs set rollout.cuda_graphs=false"
     RUN+=(--set rollout.cuda_graphs=false)
+fi
+# Likewise where the compiled sampler failed there, the runs are eager (engine.compile=off) rather than fail
+if [ "$DEV" = cuda ] && "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [])
+sys.exit(0 if any('error' in b.get('builtin_compiled', {}) for b in r) else 1)" "$OUT/micro-decode.json" 2>/dev/null; then
+    echo "== the compiled sampler failed in the decode benchmark: the runs set engine.compile=off"
+    RUN+=(--set engine.compile=off)
 fi
 runs() {  # whether any run step is asked for
     wanted ablation-async || wanted ablation-shared_prompt || wanted ablation-tri_model
