@@ -8,9 +8,11 @@ response of a shared one); a query sees a key iff both are in the same document,
 the query, and the key is in the prompt or in the query's own response. Attention:
 
 - CUDA: FlexAttention with that rule as a block mask (compiled; blocks no query may see are skipped);
-- elsewhere (FlexAttention has no backward on the CPU): SDPA with one additive [L, L] float mask (0 where
-  allowed, -inf elsewhere), shared by every layer; L is at most the token budget. Additive, not boolean:
-  a 0/1 mask added to the scores would mask nothing.
+- elsewhere (FlexAttention has no backward on the CPU): SDPA per document on its slice of the stream,
+  causal for one response, under the document's additive [T, T] float mask (0 where allowed, -inf
+  elsewhere) for shared ones; the linear layers still run once on the whole stream. Additive, not
+  boolean: a 0/1 mask added to the scores would mask nothing. (One block-diagonal [L, L] mask over the
+  stream is the same values at a cost quadratic in the budget: 2.7x the update's time at 2048 on a CPU.)
 
 `varlen_logprobs` returns, per response of the documents in order, its tokens' log-probs [R_i] (with grad
 when grad is enabled), the same values as `packing.unpacked_logprobs` of each row.
@@ -78,11 +80,17 @@ def additive_mask(doc: torch.Tensor, seg: torch.Tensor, dtype) -> torch.Tensor:
     return torch.where(ok, zero, float("-inf"))[None, None]
 
 
-def _mask_attention(attn, q, k, v, mask) -> torch.Tensor:
-    """q [L, H, Dh], k/v [L, Hkv, Dh] -> [L, H*Dh] under the additive mask."""
-    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [L, h, Dh] -> [1, h, L, Dh]
-    out = sdpa(attn, heads_first(q), heads_first(k), heads_first(v), attn_mask=mask)  # [1, H, L, Dh]
-    return out[0].transpose(0, 1).reshape(q.shape[0], -1)
+def _document_attention(attn, q, k, v, sizes: list[int], masks: list) -> torch.Tensor:
+    """q [L, H, Dh], k/v [L, Hkv, Dh] -> [L, H*Dh], each document on its own slice of the stream: causal
+    SDPA for one response, its additive mask [1, 1, T, T] for shared ones. The cost follows the sum of the
+    documents' squared lengths, not the stream's (one [L, L] mask would make it quadratic in the budget)."""
+    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [T, h, Dh] -> [1, h, T, Dh]
+    outs = []
+    for qd, kd, vd, mask in zip(q.split(sizes), k.split(sizes), v.split(sizes), masks):
+        o = sdpa(attn, heads_first(qd), heads_first(kd), heads_first(vd), is_causal=mask is None,
+                 attn_mask=mask)                                                    # [1, H, T, Dh]
+        outs.append(o[0].transpose(0, 1).reshape(qd.shape[0], -1))
+    return torch.cat(outs)
 
 
 def _flex_attention(attn, q, k, v, block_mask) -> torch.Tensor:
@@ -92,21 +100,25 @@ def _flex_attention(attn, q, k, v, block_mask) -> torch.Tensor:
     return out[0].transpose(0, 1).reshape(q.shape[0], -1)
 
 
-def attention_for(model, doc: torch.Tensor, seg: torch.Tensor):
+def attention_for(model, docs: list[Document], doc: torch.Tensor, seg: torch.Tensor):
     """attend(attn, q, k, v) -> [L, H*Dh] for this stream on the model's device."""
     if dev.flex_attention_trains(model.device.type):
         L = doc.numel()
         block = create_block_mask(lambda b, h, q, kv: allowed(doc, seg, q, kv), None, None, L, L,
                                   device=doc.device)
         return partial(_flex_attention, block_mask=block)
-    return partial(_mask_attention, mask=additive_mask(doc, seg, model.dtype))
+    sizes = [d.tokens for d in docs]
+    masks = [None if len(d.responses) == 1 else additive_mask(dd, sd, model.dtype)
+             for d, dd, sd in zip(docs, doc.split(sizes), seg.split(sizes))]
+    return partial(_document_attention, sizes=sizes, masks=masks)
 
 
 def varlen_logprobs(model, docs: list[Document], temperature: float = 1.0) -> list[torch.Tensor]:
     """The documents as one stream through the model -> per response, in order, its log-probs [R_i]."""
     layers.check_supported(model)
     s = {k: v.to(model.device) for k, v in stream(docs).items()}
-    h = run_decoder(model, s["input_ids"], s["position_ids"], attention_for(model, s["doc"], s["seg"]))  # [L, D]
+    attend = attention_for(model, docs, s["doc"], s["seg"])
+    h = run_decoder(model, s["input_ids"], s["position_ids"], attend)                                   # [L, D]
     # The final norm is per token: normalise only the N positions that predict a token.
     logits = model.lm_head(model.model.norm(h[s["pred"]]))                                          # [N, V]
     return token_logprobs(logits, s["targets"], temperature, [len(r) for d in docs for r in d.responses])
