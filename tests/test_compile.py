@@ -112,3 +112,18 @@ def test_compiled_equals_eager_on_cpu():
 def test_compiled_equals_eager_on_cuda_in_bf16():
     _compare("cuda", torch.bfloat16, 0.25, 0.05)  # tests/test_cuda.py's bf16 tolerances
     _decode("cuda", torch.bfloat16, 0.25)  # replayed as CUDA graphs (rollout.cuda_graphs unset: on)
+
+
+def test_a_phase_inside_another_counts_as_itself_only(monkeypatch):
+    """The compile phase runs inside a worker's optimizer_ref (the trainer's) or weights_in (the sampler's):
+    the outer phase leaves its seconds out, so the phases still add up to the start-up."""
+    from rlbench.core.record import lifecycle
+    from rlbench.core.record.lifecycle import Phase
+
+    clock = iter([0.0, 1.0, 4.0, 6.0])  # outer starts, inner starts, inner ends (3 s), outer ends (6 s)
+    monkeypatch.setattr(lifecycle.time, "monotonic", lambda: next(clock))
+    lifecycle.begin_phases(False)
+    with lifecycle.phase(Phase.OPTIMIZER):
+        with lifecycle.phase(Phase.COMPILE):
+            pass
+    assert lifecycle.phases() == {"optimizer_ref": 3.0, "compile": 3.0}
