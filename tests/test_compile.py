@@ -127,3 +127,15 @@ def test_a_phase_inside_another_counts_as_itself_only(monkeypatch):
         with lifecycle.phase(Phase.COMPILE):
             pass
     assert lifecycle.phases() == {"optimizer_ref": 3.0, "compile": 3.0}
+
+
+def test_a_copy_of_a_compiled_model_runs_its_own_weights():
+    """A deepcopy (a rollout copy of the policy) must never call the original's modules, which would run
+    with the original's weights: it gets the class's compiled forward (shared by every instance), bound to
+    itself."""
+    model = _model()
+    compile_model(model)
+    mlp = model.model.layers[0].mlp
+    assert mlp.forward.__self__ is mlp and mlp.forward.__func__ is not type(mlp).forward  # compiled, bound
+    copied = copy.deepcopy(model).model.layers[0].mlp
+    assert copied.forward.__self__ is copied and copied.forward.__func__ is mlp.forward.__func__

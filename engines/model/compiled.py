@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import types
 
 import torch
 
@@ -75,8 +76,21 @@ def compile_model(model) -> None:
     base = model.model
     for layer in base.layers[: model.config.num_hidden_layers]:
         for module in (layer.input_layernorm, layer.post_attention_layernorm, layer.mlp):
-            module.forward = torch.compile(module.forward, dynamic=True)
-    base.norm.forward = torch.compile(base.norm.forward, dynamic=True)
+            _compile(module)
+    _compile(base.norm)
+
+
+_COMPILED: dict = {}  # module class -> its forward compiled once (every instance shares it)
+
+
+def _compile(module) -> None:
+    """module.forward = its class's forward compiled, bound to it. Bound, not closed over: a deepcopy of
+    the model (a rollout copy of the policy) binds the same compiled function to the copy, so the copy runs
+    with its own weights (a compiled `module.forward` would run the original's)."""
+    cls = type(module)
+    if cls not in _COMPILED:
+        _COMPILED[cls] = torch.compile(cls.forward, dynamic=True)
+    module.forward = types.MethodType(_COMPILED[cls], module)
 
 
 def warm_modules(model, layer_shapes: list[tuple[int, ...]], norm_shapes: list[tuple[int, ...]]) -> None:
