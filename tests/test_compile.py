@@ -139,3 +139,22 @@ def test_a_copy_of_a_compiled_model_runs_its_own_weights():
     assert mlp.forward.__self__ is mlp and mlp.forward.__func__ is not type(mlp).forward  # compiled, bound
     copied = copy.deepcopy(model).model.layers[0].mlp
     assert copied.forward.__self__ is copied and copied.forward.__func__ is mlp.forward.__func__
+
+
+def test_recompiles_past_the_bound_are_logged_once(monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from rlbench.engines.model import compiled
+
+    monkeypatch.setattr(CompileLog, "recompiles", compiled.RECOMPILE_BOUND)
+    monkeypatch.setattr(CompileLog, "warned", False)
+    monkeypatch.setattr(CompileLog, "_started", {})
+    with caplog.at_level("WARNING", logger=compiled.__name__):
+        for n in (1, 2):
+            CompileLog._start(SimpleNamespace(compile_id=f"7/{n}"))
+            CompileLog._end(SimpleNamespace(compile_id=f"7/{n}"))
+    assert CompileLog.recompiles == compiled.RECOMPILE_BOUND + 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"engine.compile: {compiled.RECOMPILE_BOUND + 1} recompilations in this process (bound "
+        f"{compiled.RECOMPILE_BOUND}): a shape or mode keeps failing the compiled "
+        "graphs' guards (TORCH_LOGS=recompiles shows which); each costs compile time"]

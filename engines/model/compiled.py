@@ -55,8 +55,8 @@ class CompileLog:
         if cls.recompiles > RECOMPILE_BOUND and not cls.warned:
             cls.warned = True
             log.warning("engine.compile: %d recompilations in this process (bound %d): a shape or mode keeps "
-                        "changing the guards; compile time is being spent inside the measured iterations",
-                        cls.recompiles, RECOMPILE_BOUND)
+                        "failing the compiled graphs' guards (TORCH_LOGS=recompiles shows which); each costs "
+                        "compile time", cls.recompiles, RECOMPILE_BOUND)
 
     @classmethod
     def _end(cls, args=None) -> None:
