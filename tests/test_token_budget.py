@@ -17,7 +17,7 @@ from rlbench.engines.rollout.base import Group
 from rlbench.engines.schedules.common import GroupReceiver
 from rlbench.engines.trainer.micro_batch import MicroBatch, TokenBatch, pack_by_tokens
 from rlbench.engines.trainer.packing import unpacked_logprobs
-from rlbench.engines.trainer.packing_varlen import Document, additive_mask, stream, varlen_logprobs
+from rlbench.engines.trainer.packing_varlen import Document, allowed, stream, varlen_logprobs
 
 _FixedReward = fixed_reward_trainer()
 LENGTHS = [(3, 9, 5, 12), (7, 1, 10, 4), (2, 6, 11, 8)]  # mixed lengths, three groups
@@ -92,12 +92,11 @@ def test_stream_restarts_positions_and_keeps_attention_inside_each_sequence():
     assert s["input_ids"].tolist() == [5, 6, 7, 8, 9, 10, 11, 12]
     assert s["position_ids"].tolist() == [0, 1, 2, 3, 0, 1, 1, 2]  # shared prompt: every response at P
     assert s["pred"].tolist() == [1, 2, 4, 4, 6]  # first tokens from their prompt's last position
-    mask = additive_mask(s["doc"], s["seg"], torch.float32)[0, 0]
-    assert mask.dtype == torch.float32  # additive: a bool mask added to scores would mask nothing
-    seen = (mask == 0).int().tolist()
+    q = torch.arange(8)
+    seen = allowed(s["doc"], s["seg"], q[:, None], q[None, :]).int().tolist()  # the rule FlexAttention uses
     assert seen[3] == [1, 1, 1, 1, 0, 0, 0, 0]  # doc 0's last token: its own document only
     assert seen[7] == [0, 0, 0, 0, 1, 0, 1, 1]  # the 2nd response of doc 1: its prompt and itself
-    assert torch.isinf(mask[4, :4]).all()
+    assert seen[4] == [0, 0, 0, 0, 1, 0, 0, 0]
 
 
 def _mb(i, P, lengths):

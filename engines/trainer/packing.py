@@ -270,6 +270,15 @@ def packed_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     return _packed(model, layout, temperature, partial(_shared_prompt_attention, layout=layout, resp_mask=resp_mask))
 
 
+def group_attention(prompt_ids: list[int], responses: list[list[int]], device):
+    """attend(attn, q, k, v) -> [L, H*Dh] over one group's unpadded stream `prompt | resp_1 | ... | resp_G`
+    (L = P + sum R_i): packed_logprobs's attention, for a stream that holds the group among others
+    (packing_varlen.py, train.micro_batch_tokens)."""
+    layout = _layout(prompt_ids, responses, device)
+    resp_mask = _response_mask(layout.P, layout.pad_index.shape[1], device)  # [R, P+R]
+    return partial(_shared_prompt_attention, layout=layout, resp_mask=resp_mask)
+
+
 def packed_logprobs_flex(model, prompt_ids: list[int], responses: list[list[int]],
                          temperature: float = 1.0) -> list[torch.Tensor]:
     """Shared-prompt packed log-probs with FlexAttention and a block mask -> G tensors [R_i].

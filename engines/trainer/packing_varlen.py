@@ -8,11 +8,12 @@ response of a shared one); a query sees a key iff both are in the same document,
 the query, and the key is in the prompt or in the query's own response. Attention:
 
 - CUDA: FlexAttention with that rule as a block mask (compiled; blocks no query may see are skipped);
-- elsewhere (FlexAttention has no backward on the CPU): SDPA per document on its slice of the stream,
-  causal for one response, under the document's additive [T, T] float mask (0 where allowed, -inf
-  elsewhere) for shared ones; the linear layers still run once on the whole stream. Additive, not
-  boolean: a 0/1 mask added to the scores would mask nothing. (One block-diagonal [L, L] mask over the
-  stream is the same values at a cost quadratic in the budget: 2.7x the update's time at 2048 on a CPU.)
+- elsewhere (FlexAttention has no backward on the CPU): attention per document on its slice of the
+  stream, causal SDPA for one response, the shared-prompt layout's for a group (packing.py
+  `group_attention`: the prompt once, the responses attending [prompt K/V; own K/V]); the linear layers
+  still run once on the whole stream. One block-diagonal [L, L] mask over the stream (additive: a 0/1
+  mask added to the scores would mask nothing) gives the same values at a cost quadratic in the budget:
+  it took 2.7x the update's time at 2048 tokens on the CPU default (docs/results/token-budget.md).
 
 `varlen_logprobs` returns, per response of the documents in order, its tokens' log-probs [R_i] (with grad
 when grad is enabled), the same values as `packing.unpacked_logprobs` of each row.
@@ -27,7 +28,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from rlbench.core.devices import device as dev
 from rlbench.engines.model import layers
-from rlbench.engines.trainer.packing import flex_kernel, run_decoder, sdpa, token_logprobs
+from rlbench.engines.trainer.packing import flex_kernel, group_attention, run_decoder, sdpa, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -71,24 +72,18 @@ def allowed(doc: torch.Tensor, seg: torch.Tensor, q, kv):
     return (kv <= q) & (doc[kv] == doc[q]) & ((seg[kv] == 0) | (seg[kv] == seg[q]))
 
 
-def additive_mask(doc: torch.Tensor, seg: torch.Tensor, dtype) -> torch.Tensor:
-    """[1, 1, L, L] float: 0 where allowed, -inf elsewhere (every query sees itself: no empty row)."""
-    L = doc.numel()
-    q = torch.arange(L, device=doc.device)
-    ok = allowed(doc, seg, q[:, None], q[None, :])
-    zero = torch.zeros((), dtype=dtype, device=doc.device)
-    return torch.where(ok, zero, float("-inf"))[None, None]
-
-
-def _document_attention(attn, q, k, v, sizes: list[int], masks: list) -> torch.Tensor:
+def _document_attention(attn, q, k, v, sizes: list[int], attends: list) -> torch.Tensor:
     """q [L, H, Dh], k/v [L, Hkv, Dh] -> [L, H*Dh], each document on its own slice of the stream: causal
-    SDPA for one response, its additive mask [1, 1, T, T] for shared ones. The cost follows the sum of the
-    documents' squared lengths, not the stream's (one [L, L] mask would make it quadratic in the budget)."""
+    SDPA for one response (attends[i] None), the shared-prompt layout's attention for a group
+    (packing.group_attention). The cost follows the documents' own lengths, not the stream's (one [L, L]
+    mask over the stream would make it quadratic in the budget)."""
     heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [T, h, Dh] -> [1, h, T, Dh]
     outs = []
-    for qd, kd, vd, mask in zip(q.split(sizes), k.split(sizes), v.split(sizes), masks):
-        o = sdpa(attn, heads_first(qd), heads_first(kd), heads_first(vd), is_causal=mask is None,
-                 attn_mask=mask)                                                    # [1, H, T, Dh]
+    for qd, kd, vd, attend in zip(q.split(sizes), k.split(sizes), v.split(sizes), attends):
+        if attend is not None:
+            outs.append(attend(attn, qd, kd, vd))                                     # [T, H*Dh]
+            continue
+        o = sdpa(attn, heads_first(qd), heads_first(kd), heads_first(vd), is_causal=True)  # [1, H, T, Dh]
         outs.append(o[0].transpose(0, 1).reshape(qd.shape[0], -1))
     return torch.cat(outs)
 
@@ -107,10 +102,9 @@ def attention_for(model, docs: list[Document], doc: torch.Tensor, seg: torch.Ten
         block = create_block_mask(lambda b, h, q, kv: allowed(doc, seg, q, kv), None, None, L, L,
                                   device=doc.device)
         return partial(_flex_attention, block_mask=block)
-    sizes = [d.tokens for d in docs]
-    masks = [None if len(d.responses) == 1 else additive_mask(dd, sd, model.dtype)
-             for d, dd, sd in zip(docs, doc.split(sizes), seg.split(sizes))]
-    return partial(_document_attention, sizes=sizes, masks=masks)
+    attends = [None if len(d.responses) == 1 else group_attention(d.prompt_ids, d.responses, doc.device)
+               for d in docs]
+    return partial(_document_attention, sizes=[d.tokens for d in docs], attends=attends)
 
 
 def varlen_logprobs(model, docs: list[Document], temperature: float = 1.0) -> list[torch.Tensor]:
