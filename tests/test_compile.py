@@ -45,9 +45,14 @@ def test_no_triton_on_cuda_is_refused(monkeypatch):
     assert dev.compile_problem("off", "cuda") is None
 
 
+def test_off_reads_as_off_though_yaml_reads_it_as_false():
+    assert load_config(None, ["engine.compile=off"]).engine.compile == "off"
+    assert load_config(None, ["engine.compile=true"]).engine.compile == "all"
+
+
 def test_a_bad_value_names_the_choices():
     with pytest.raises(Exception, match="'off', 'decode', 'train' or 'all'"):
-        load_config(None, ["engine.compile=yes"])
+        load_config(None, ["engine.compile=fast"])
 
 
 def _model(device="cpu", dtype=torch.float32):

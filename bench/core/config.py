@@ -214,6 +214,12 @@ class _EngineSection(Section):
             return {"true": True, "false": False, "auto": "auto"}[value.lower()]
         raise ValueError(f"allowed: true, false, auto; got {value!r}")
 
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_off(cls, value):
+        """YAML reads `off` (and `no`, `false`) as false, and `on` / `true` as true: off and all."""
+        return {False: "off", True: "all"}.get(value, value) if isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _check(self) -> "_EngineSection":
         if self.ray_address and self.launcher != "ray":
