@@ -105,7 +105,7 @@ def _layout(prompt_ids: list[int], responses: list[list[int]], device) -> _Layou
     return _Layout(P=P, lengths=lengths, **{k: v.to(device) for k, v in tensors.items()})
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
                     lengths: list[int]) -> list[torch.Tensor]:
     """logits [N, V] at the predicting positions, targets [N] -> G tensors [R_i]."""
     # fp32 log-softmax: in bf16 the log-prob of a likely token loses most of its digits.
@@ -133,7 +133,7 @@ def unpacked_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     # Only positions P-1 .. P+R_max-2 predict response tokens: keep the last R_max+1
     # logits and drop the final one (no need to run lm_head over the prompt).
     logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=R_max + 1).logits[:, :-1]  # [G, R_max, V]
-    return token_logprobs(logits[valid], targets, temperature, lengths)
+    return _token_logprobs(logits[valid], targets, temperature, lengths)
 
 
 # ----------------------------------------------------------------- packed, 4D mask (option A)
@@ -164,7 +164,7 @@ def packed_logprobs_mask4d(model, prompt_ids: list[int], responses: list[list[in
     hidden = model.model(input_ids=layout.input_ids[None], attention_mask=mask,
                          position_ids=layout.position_ids[None]).last_hidden_state[0]  # [L, D]
     logits = model.lm_head(hidden[layout.pred_index])  # [N, V]
-    return token_logprobs(logits, layout.targets, temperature, layout.lengths)
+    return _token_logprobs(logits, layout.targets, temperature, layout.lengths)
 
 
 # ----------------------------------------------------------------- packed, shared prompt (option B)
@@ -295,7 +295,7 @@ def _packed(model, layout: _Layout, temperature: float, attend) -> list[torch.Te
     h = run_decoder(model, layout.input_ids, layout.position_ids, attend)     # [L, D]
     # The final norm is per token: normalise only the N positions that predict a token.
     logits = model.lm_head(model.model.norm(h[layout.pred_index]))             # [N, V]
-    return token_logprobs(logits, layout.targets, temperature, layout.lengths)
+    return _token_logprobs(logits, layout.targets, temperature, layout.lengths)
 
 
 def run_decoder(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attend) -> torch.Tensor:

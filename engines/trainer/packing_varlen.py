@@ -28,7 +28,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from rlbench.core.devices import device as dev
 from rlbench.engines.model import layers
-from rlbench.engines.trainer.packing import flex_kernel, group_attention, run_decoder, sdpa, token_logprobs
+from rlbench.engines.trainer.packing import flex_kernel, group_attention, run_decoder, sdpa
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,12 @@ def varlen_logprobs(model, docs: list[Document], temperature: float = 1.0) -> li
     s = {k: v.to(model.device) for k, v in stream(docs).items()}
     attend = attention_for(model, docs, s["doc"], s["seg"])
     h = run_decoder(model, s["input_ids"], s["position_ids"], attend)                                   # [L, D]
-    # The final norm is per token: normalise only the N positions that predict a token.
-    logits = model.lm_head(model.model.norm(h[s["pred"]]))                                          # [N, V]
-    return token_logprobs(logits, s["targets"], temperature, [len(r) for d in docs for r in d.responses])
+    picked = _chosen_logprobs(model, h[s["pred"]], s["targets"], temperature)                       # [N]
+    return list(picked.split([len(r) for d in docs for r in d.responses]))
+
+
+def _chosen_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """hidden [N, D] at the predicting positions (before the final norm), targets [N] -> the chosen tokens'
+    log-probs [N], the log-softmax in fp32 (in bf16 a likely token's log-prob loses most of its digits)."""
+    logits = model.lm_head(model.model.norm(hidden))  # [N, V]; the norm is per token: the N positions only
+    return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
