@@ -18,11 +18,12 @@
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
 #   ablation-async  the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
-#   token-budget    one sync cell with train.micro_batch_tokens (the batch packed without padding, across
-#                   groups) and engine.compile=all: compile counts and seconds in results.json (lifecycle)
 #   profile         if time is left: one sync cell with --profile: each worker's operators by host and device
 #                   time (traces/<worker>.ops.txt in its run folder; the traces themselves stay behind)
 #   ablation-shared_prompt, ablation-tri_model   if time is left, at the same shape
+#   token-budget    (run after ablation-async, before profile, if time is left) one sync cell with
+#                   train.micro_batch_tokens (the batch packed without padding, across groups) and
+#                   engine.compile=all: compile counts and seconds in its results.json (lifecycle)
 # Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
 # seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during e and f),
 # runs.tar.gz (every run folder, traces left out).
@@ -117,10 +118,10 @@ if_time() {  # if_time SECONDS: whether at least SECONDS of the budget are left
 
 step env 45 sh -c "rlbench env --dtype $([ $DEV = cuda ] && echo bfloat16 || echo float32) --remeasure \
     > '$OUT/env.json' && cat '$OUT/env.json'"
-GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py
-    tests/test_compile.py tests/test_token_budget.py)
+GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py)
 # --show-capture=no: the flex layout's compile logs tens of thousands of DEBUG lines per test
 PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
+GPU_TESTS+=(tests/test_compile.py tests/test_token_budget.py)   # compiled == eager, token-budget streams
 step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" "${GPU_TESTS[@]}"
 step gpu-run 90 "${PYTEST[@]}" -m "gpu and e2e" "${GPU_TESTS[@]}"
 step decode 120 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
