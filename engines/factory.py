@@ -42,6 +42,9 @@ def check_supported(cfg) -> None:
         raise UserError(missing)
     if getattr(cfg.rollout, "cuda_graphs", None) and cfg.engine.device == "auto":
         dev.use_graphs(True, torch.device(dev.resolve_kind("auto")))  # UserError where auto finds no CUDA
+    problem = dev.compile_problem(cfg.engine.compile, dev.resolve_kind(cfg.engine.device))
+    if problem:  # inductor cannot build its kernels here
+        raise UserError(problem)
     if cfg.train.ppo_mini_batches != 1:
         raise UserError(
             f"train.ppo_mini_batches={cfg.train.ppo_mini_batches}: rlbench's built-in engines take one optimizer "

@@ -13,7 +13,7 @@
 #   env             rlbench env: peak bf16 matmul and copy bandwidth                    -> env.json
 #   gpu-tests       the GPU tests (-m "gpu and not e2e"), one line each, tracebacks      -> log.txt
 #   gpu-run         the GPU tests' whole tiny run (-m "gpu and e2e": three cells on the GPU) -> log.txt
-#   decode          the built-in sampler (eager and CUDA graphs) against HF generate at batch 1/8/64:
+#   decode          the built-in sampler (eager, CUDA graphs, compiled in the graphs) against HF generate at 1/8/64:
 #                   tok/s, step time against the bandwidth floor, operators per step   -> micro-decode.json
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
@@ -22,12 +22,15 @@
 #                   the trainer's operators by device time and by host time (traces/<worker>.ops.txt in
 #                   its run folder; no trace is written)
 #   ablation-shared_prompt, ablation-tri_model   if time is left, at the same shape
+#   token-budget    (run after ablation-async, before profile, if time is left) one sync cell with
+#                   train.micro_batch_tokens (the batch packed without padding, across groups) and
+#                   engine.compile=all: compile counts and seconds in its results.json (lifecycle)
 # Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
 # seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during e and f),
 # runs.tar.gz (every run folder, traces left out).
 # On the GPU machine pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
 set -uo pipefail
-STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async profile ablation-shared_prompt ablation-tri_model"
+STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async token-budget profile ablation-shared_prompt ablation-tri_model"
 usage() {
     echo "usage: bash scripts/gpu_session.sh headline [--dry] [--only STEP,...]   (steps: ${STEPS// /, })" >&2
     exit 2
@@ -77,6 +80,7 @@ if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer s
     ROUNDS=(--rounds 1 --warmup 0)   # the benchmarks run; their numbers are not the point
     MORE=(--set run.iterations=1 --set run.warmup_iterations=0)   # step f: one iteration a cell
     MEASURED=(--set run.iterations=4 --set run.warmup_iterations=1)   # >= 3 measured iterations a cell
+    BUDGET=(--set train.micro_batch_tokens=300)   # >= the longest prompt (96) + max_new_tokens (32)
 else
     DEV=cuda DTYPE=bfloat16 SHAPE=configs/models/qwen2.5-0.5b.json
     RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
@@ -88,6 +92,7 @@ else
     # slow in every cell (its longer prompts grew the decode cache, and the CUDA graphs were captured again),
     # and with 3 one noisy iteration set the interval
     MEASURED=(--set run.iterations=6 --set run.warmup_iterations=2)
+    BUDGET=(--set train.micro_batch_tokens=4096)   # ~16 responses of the 64 a stream (8 a group before)
 fi
 RUN+=(--no-progress --out "$RUNS")
 
@@ -118,6 +123,7 @@ GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tes
            tests/test_busy.py tests/test_chosen_logprobs.py)
 # --show-capture=no: the flex layout's compile logs tens of thousands of DEBUG lines per test
 PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
+GPU_TESTS+=(tests/test_compile.py tests/test_token_budget.py)   # compiled == eager, token-budget streams
 step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" "${GPU_TESTS[@]}"
 step gpu-run 90 "${PYTEST[@]}" -m "gpu and e2e" "${GPU_TESTS[@]}"
 step decode 120 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
@@ -130,6 +136,12 @@ if "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [
 sys.exit(0 if any('error' in b.get('builtin_graphs', {}) for b in r) else 1)" "$OUT/micro-decode.json" 2>/dev/null; then
     echo "== the CUDA graphs failed in the decode benchmark: the runs set rollout.cuda_graphs=false"
     RUN+=(--set rollout.cuda_graphs=false)
+fi
+# Likewise where the compiled sampler failed there, the runs are eager (engine.compile=off) rather than fail
+if [ "$DEV" = cuda ] && "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [])
+sys.exit(0 if any('error' in b.get('builtin_compiled', {}) for b in r) else 1)" "$OUT/micro-decode.json" 2>/dev/null; then
+    echo "== the compiled sampler failed in the decode benchmark: the runs set engine.compile=off"
+    RUN+=(--set engine.compile=off)
 fi
 runs() {  # whether any run step is asked for
     wanted ablation-async || wanted ablation-shared_prompt || wanted ablation-tri_model
@@ -151,6 +163,16 @@ if [ "$DEV" = cuda ] && runs; then
     dmon=$!
 fi
 step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
+# train.micro_batch_tokens and compile on (the CUDA default, set here so that the dry run compiles too)
+if ! wanted token-budget; then
+    :
+elif if_time $((90 * SCALE)); then
+    step token-budget 150 rlbench run "${RUN[@]}" "${MORE[@]}" --ablation none "${BUDGET[@]}" \
+        --set engine.compile=all --set engine.schedule=sync --set run.name=headline-budget
+else
+    echo "== token-budget: not started ($((DEADLINE - SECONDS))s left)"
+    printf '%s\tnot started\t0\n' token-budget >> "$OUT/steps.tsv"
+fi
 if ! wanted profile; then
     :
 elif if_time $((120 * SCALE)); then

@@ -1,6 +1,6 @@
 """Decode micro-benchmark (scripts/micro.py --only sampler): at one batch size, the built-in sampler's
-decode step (eager, and on CUDA replayed as CUDA graphs) and HF `generate` on the same model, prompts and
-lengths: decode tokens/s, step time, operators dispatched per step and per decoder layer, on CUDA the
+decode step (eager; on CUDA replayed as CUDA graphs; `builtin_compiled`: engine.compile decode, on CUDA
+inside the graphs) and HF `generate` on the same model, prompts and lengths: decode tokens/s, step time, operators dispatched per step and per decoder layer, on CUDA the
 graph replays per step; beside the bandwidth floor: the bytes one step must read (every weight once, the
 KV cache of the live context) over the copy bandwidth `rlbench env` measures (bench/core/devices/peak.py).
 
@@ -12,6 +12,7 @@ per layer: those dispatched from a decoder layer's input norm to the end of its 
 """
 from __future__ import annotations
 
+import copy
 import functools
 import statistics
 import time
@@ -139,10 +140,17 @@ def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len:
            "layers": model.config.num_hidden_layers}
     variants = {"builtin": {}} if device.type != "cuda" else {"builtin_eager": {"cuda_graphs": False},
                                                               "builtin_graphs": {"cuda_graphs": True}}
+    # engine.compile decode: the norms and MLPs compiled (on CUDA inside the graphs), on a copy of the model
+    variants["builtin_compiled"] = {"cuda_graphs": True} if device.type == "cuda" else {}
     for name, kw in variants.items():
         try:
-            res[name] = _builtin(BuiltinSampler(model, vocab - 1, max_num_seqs=batch, device=device, **kw),
-                                 requests, model, device, new_tokens, rounds, warmup)
+            own = copy.deepcopy(model) if name == "builtin_compiled" else model
+            sampler = BuiltinSampler(own, vocab - 1, max_num_seqs=batch, device=device, **kw)
+            if name == "builtin_compiled":
+                sampler.compile()
+            res[name] = _builtin(sampler, requests, own, device, new_tokens, rounds, warmup)
+            if name == "builtin_compiled":
+                res[name]["compile"] = sampler.last_stats.get("compile")
         except Exception as e:  # noqa: BLE001 - one variant failing (on a GPU run) leaves the others' numbers
             res[name] = {"error": f"{type(e).__name__}: {e}"}
     ids = prompts.to(device)

@@ -57,8 +57,8 @@ class FakeTrainer:
     def advantages(self, r):
         return r
 
-    def micro_batches(self, group, adv):
-        return [group]
+    def batches(self, groups, advantages):  # one "micro-batch" per group
+        return list(groups)
 
     def accumulate(self, mb):
         time.sleep(self.rng.uniform(0, self.max_delay_s))

@@ -41,10 +41,10 @@ def test_backend_spec_carries_the_backends_own_options():
     from rlbench.engines.rollout import backend_spec
 
     cfg = with_overrides(RunConfig(), {"rollout": {"backend": "vllm", "max_model_len": 512}})
-    assert backend_spec(cfg) == {"backend": "vllm", "dtype": cfg.model.dtype, "seed": 0,
+    assert backend_spec(cfg) == {"backend": "vllm", "dtype": cfg.model.dtype, "seed": 0, "compile": None,
                                  "gpu_memory_utilization": 0.4, "max_model_len": 512}
     assert backend_spec(RunConfig()) == {"backend": "builtin", "dtype": RunConfig().model.dtype, "seed": 0,
-                                         "cuda_graphs": None}
+                                         "compile": None, "cuda_graphs": None}
 
 
 def test_options_are_read_from_their_config_keys():

@@ -68,3 +68,17 @@ def test_periodic_async_arrival_order_close():
     asyn, _ = train_params(["engine.schedule=periodic_async", "engine.consume_order=arrival"])
     for n in sync:
         torch.testing.assert_close(asyn[n], sync[n], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("schedule", [("engine.schedule=sync",),
+                                      ("engine.schedule=periodic_async", "engine.consume_order=arrival")],
+                         ids=["sync", "periodic_async"])
+def test_a_token_budget_gives_the_same_update(schedule):
+    """train.micro_batch_tokens (docs/architecture/schedules.md, 'Micro-batches by token budget'): sync packs its
+    batch, periodic-async the groups that have arrived; the update equals one group per micro-batch's up to
+    summation order, and the samples are the same."""
+    sync, s_samples = trained(("engine.tri_model=False", "engine.shared_prompt=False", "engine.schedule=sync"))
+    got, samples = train_params([*schedule, "train.micro_batch_tokens=300"])
+    assert samples == s_samples
+    for n in sync:
+        torch.testing.assert_close(got[n], sync[n], rtol=1e-5, atol=1e-6)

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
-STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "profile",
+STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "token-budget", "profile",
          "ablation-shared_prompt", "ablation-tri_model"]
 
 
@@ -87,6 +87,11 @@ def test_headline_dry_runs_every_step_and_returns_at_most_8_files(tmp_path):
         measured = [it for it in res["iterations"] if not it.get("warmup")]
         assert len(measured) >= 3, (cell, len(measured))
     assert len(by_ablation["shared_prompt"]) >= 2 and len(by_ablation["tri_model"]) >= 2
+    (budget,) = by_ablation["budget"].values()  # token budget and compile on: what was compiled, and when
+    assert budget["config"]["train"]["micro_batch_tokens"] == 300 and budget["config"]["engine"]["compile"] == "all"
+    assert budget["lifecycle"]["compile"]["trainer"]["compiles"] > 0
+    assert all(p.get("compile", 0) > 0 for w, p in budget["lifecycle"]["startup_phases"].items() if w != "driver")
+    assert all(d["builtin_compiled"]["decode_tok_s"] > 0 for d in decode["sampler"])
     with tarfile.open(out / "runs.tar.gz") as tar:  # the profile's operator tables come back, its traces not
         names = tar.getnames()
     assert any(n.endswith("sync/traces/colocated0.ops.txt") for n in names), names

@@ -5,6 +5,7 @@ import multiprocessing
 
 import pytest
 
+from rlbench.core.devices import device
 from rlbench.core.errors import UserError
 from rlbench.run import around
 
@@ -42,6 +43,7 @@ def test_the_checks_before_a_gpu_run_never_initialise_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("is_available") or True)
     monkeypatch.setattr(torch.cuda, "_lazy_init", lambda *a, **k: asked.append("_lazy_init"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(device, "triton_installed", lambda: True)  # engine.compile's default on CUDA: all
     cfg = load_config(TINY, ["engine.device=cuda", "engine.schedule=periodic_async"])
     around.preflight(cfg, [("periodic_async", cfg)], multiprocessing.get_context("spawn"))
     assert asked == []

@@ -125,6 +125,14 @@ class _RolloutSection(Section):
 class _TrainSection(Section):
     prompts_per_iteration: int = Field(8, ge=1, description="Prompts per iteration; the batch is this x group_size.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward; must divide group_size.")
+    micro_batch_tokens: int | None = Field(
+        None, ge=1, description="Micro-batches by token budget instead of micro_batch_size: the responses of "
+        "the groups at hand (sync: the whole batch; periodic-async: the groups that have arrived) packed, in "
+        "order and across groups, into streams of at most this many tokens, sequences concatenated without "
+        "padding (position ids restarting per sequence, attention kept within each; a shared-prompt group's "
+        "prompt once per stream), as VERL's use_remove_padding + use_dynamic_bsz (ppo_max_token_len_per_gpu). "
+        "The loss is the same token sum; must be at least the longest prompt + rollout.max_new_tokens. "
+        "null: micro_batch_size responses of one group per micro-batch, padded.")
     ppo_mini_batches: int = Field(1, ge=1, description="Optimizer steps per iteration (periodic-async needs 1).")
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
@@ -169,6 +177,14 @@ class _EngineSection(Section):
         "dense SDPA kernels only; gather: the same attention on the unpadded stream, responses gathered into "
         "a padded batch and back (an explicit [R, P+R] mask); mask4d: the HF forward with an [L, L] mask; "
         "flex: FlexAttention with a block mask (CUDA only: it has no backward elsewhere).")
+    compile: Literal["off", "decode", "train", "all"] | None = Field(
+        None, description="torch.compile (inductor) of the built-in engine's hot code: decode: the sampler's "
+        "decode step (its layers' norms and MLPs, captured in the CUDA graphs as before); train: the trainer's "
+        "policy and reference models (forward and backward of the log-prob and update passes); all: both (vLLM "
+        "compiles its own decode whatever this says); "
+        "off: eager. Shapes are dynamic, so a run compiles a bounded number of times; compilations, "
+        "recompilations and their seconds are recorded (results.json lifecycle `compile`, the start-up phase "
+        "`compile`). null: all on CUDA, off elsewhere. Needs Triton on CUDA, a C++ compiler on the CPU.")
     queue_timeout_s: float = Field(
         300.0, gt=0, description="Longest a worker process (or Ray actor) may take to start, and the longest the "
         "async trainer waits for the next rollout group, before the run fails.")
@@ -198,6 +214,12 @@ class _EngineSection(Section):
         if isinstance(value, str) and value.lower() in ("true", "false", "auto"):
             return {"true": True, "false": False, "auto": "auto"}[value.lower()]
         raise ValueError(f"allowed: true, false, auto; got {value!r}")
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_off(cls, value):
+        """YAML reads `off` (and `no`, `false`) as false, and `on` / `true` as true: off and all."""
+        return {False: "off", True: "all"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _check(self) -> "_EngineSection":

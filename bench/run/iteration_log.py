@@ -65,6 +65,7 @@ class IterationLog:
             self.acc = self.evaluate(done)
             rec.eval_accuracy = self.acc
         rec.host_cpu_s, rec.host_cpu_pct = host_cpu["host_cpu_s"], host_cpu["host_cpu_pct"]
+        run.lifecycle.compiled(out.train_stats, out.rollout_stats)
         run.iterations.append(asdict(rec))
         run.rollout_stats.append({"iteration": k, "workers": out.rollout_stats})
         run.writer.iteration(rec)

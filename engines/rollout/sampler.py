@@ -44,7 +44,10 @@ from typing import Callable
 import torch
 
 from rlbench.core.devices import device as dev
+from rlbench.core.record import lifecycle
+from rlbench.core.record.lifecycle import Phase
 from rlbench.engines.model import layers
+from rlbench.engines.model.compiled import CompileLog, compile_model, warm_modules
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.decode_step import MAX_BUCKET, DecodeStep, StepRunner, batch_buckets
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, StepMode, draw, sample_seed,
@@ -93,10 +96,22 @@ class BuiltinSampler(SlotForward, DecodeStep):
         self.dtype = next(self.model.parameters()).dtype
         self._cache_len = self._max_new = 0  # allocated cache length and output columns; grow on demand
         self._eos_stops = True  # False while lengths come from a distribution (LengthSampling)
+        self._compiled = False  # engine.compile decode (compile())
         self._alloc_slots()
         self.version = 0
         self._runner = StepRunner(self._step, self.device, dev.use_graphs(cuda_graphs, self.device),
                                   batch_buckets(self.max_num_seqs, max_bucket), self.max_num_seqs)
+
+    def compile(self) -> None:
+        """engine.compile decode: the model's norms and MLPs compiled (engines/model/compiled.py) and compiled
+        at once, at a decode step's rank and a prefill's, timed as the start-up phase `compile`; the CUDA
+        graphs then capture the compiled kernels. Its counts join every generate()'s stats."""
+        compile_model(self.model)
+        with lifecycle.phase(Phase.COMPILE):
+            # [k, 1, D] decode rows (k = 1 and more), [1, P, D] a prefill; the final norm also at [k, D] (a
+            # step's last positions) and [D] (a prefill's)
+            warm_modules(self.model, [(3, 1), (1, 1), (1, 5)], [(3, 1), (1, 1), (1, 5), (3,), (1,), ()])
+        self._compiled = True
 
     @property
     def version(self) -> int:
@@ -366,12 +381,16 @@ class BuiltinSampler(SlotForward, DecodeStep):
                     B = self._compact()
                     t = cost.refill(t)
         self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
-                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
+                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats(),
+                           **({"compile": CompileLog.stats()} if self._compiled else {})}
         return out
 
 
 def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
           own_process_group: bool = False):
     """The registered builder (bench/core/components.py): a sampler owning the model make_model() returns."""
-    return BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device,
-                          cuda_graphs=spec.get("cuda_graphs"))
+    sampler = BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device,
+                             cuda_graphs=spec.get("cuda_graphs"))
+    if "decode" in dev.compile_targets(spec.get("compile"), sampler.device.type):
+        sampler.compile()
+    return sampler

@@ -21,9 +21,9 @@ EVALUATION = {"backend": evaluation_backend().name}  # the evaluation's sampler,
 
 def backend_spec(cfg) -> dict:
     """The config's rollout backend as a small JSON-able dict (what worker processes receive): its name,
-    the run's dtype and seed, and the backend's own options (bench/core/components.py)."""
+    the run's dtype, seed and engine.compile, and the backend's own options (bench/core/components.py)."""
     backend = BACKENDS[cfg.rollout.backend]
-    return {"backend": backend.name, "dtype": cfg.model.dtype, "seed": cfg.run.seed,
+    return {"backend": backend.name, "dtype": cfg.model.dtype, "seed": cfg.run.seed, "compile": cfg.engine.compile,
             **backend.read(cfg).model_dump()}
 
 

@@ -109,6 +109,24 @@ class GroupReceiver:
             next_index += 1
             yield group
 
+    def arrived_batches(self, k: int, arrived: queue.Queue, n: int, budget: int | None):
+        """groups() in lists: with a token budget (train.micro_batch_tokens) each list holds the groups that
+        had arrived by the time the previous one was taken, until their tokens reach the budget, so the
+        trainer packs them into full micro-batches without waiting for one more group; without, one group
+        each. Arrival order only (in dispatch order, the next group may not be the one that arrived)."""
+        batch, tokens = [], 0
+        for group in self.groups(k, arrived, n):
+            if budget is None or self.in_dispatch_order:
+                yield [group]
+                continue
+            batch.append(group)
+            tokens += sum(len(group.prompt_ids) + len(r) for r in group.responses)
+            if tokens >= budget or arrived.empty():
+                yield batch
+                batch, tokens = [], 0
+        if batch:
+            yield batch
+
     def _next(self, arrived: queue.Queue, waiting_for: str):
         """The producer's next item; its error is raised here, silence past timeout_s is a WorkerError."""
         try:

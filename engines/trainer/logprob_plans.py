@@ -65,13 +65,13 @@ class SeparatePasses:
         self.fn, self.temperature = logprob_fn, temperature
 
     def old_logprobs(self, policy, mb) -> list[torch.Tensor]:
-        return [x.detach() for x in self.fn(policy, mb.prompt_ids, mb.responses, self.temperature)]
+        return [x.detach() for x in mb.logprobs(self.fn, policy, self.temperature)]
 
     def ref_logprobs(self, ref, mb) -> list[torch.Tensor]:
-        return [x.detach() for x in self.fn(ref, mb.prompt_ids, mb.responses, self.temperature)]
+        return [x.detach() for x in mb.logprobs(self.fn, ref, self.temperature)]
 
     def update_logprobs(self, policy, ref, mb):
-        logp = self.fn(policy, mb.prompt_ids, mb.responses, self.temperature)
+        logp = mb.logprobs(self.fn, policy, self.temperature)
         return logp, mb.old, mb.ref
 
 
@@ -84,10 +84,10 @@ class TriModel:
         self.fn, self.temperature = logprob_fn, temperature
 
     def update_logprobs(self, policy, ref, mb):
-        logp = self.fn(policy, mb.prompt_ids, mb.responses, self.temperature)
+        logp = mb.logprobs(self.fn, policy, self.temperature)
         old = [x.detach() for x in logp]  # old == current policy: skip its forward
         with torch.no_grad():
-            ref_lp = self.fn(ref, mb.prompt_ids, mb.responses, self.temperature)
+            ref_lp = mb.logprobs(self.fn, ref, self.temperature)
         return logp, old, ref_lp
 
 

@@ -208,15 +208,15 @@ def _flex_attention(attn, q, k, v, block_mask) -> torch.Tensor:
     The block mask skips every key block no query of a block may see, so the cost follows the
     allowed pairs (prompt causal + each response over prompt and itself), not L x L."""
     heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [L, h, Dh] -> [1, h, L, Dh]
-    out = _flex(q.device.type)(heads_first(q), heads_first(k), heads_first(v), block_mask=block_mask, scale=attn.scaling,
-                  enable_gqa=q.shape[1] != k.shape[1])  # [1, H, L, Dh]
+    out = flex_kernel(q.device.type)(heads_first(q), heads_first(k), heads_first(v), block_mask=block_mask,
+                                     scale=attn.scaling, enable_gqa=q.shape[1] != k.shape[1])  # [1, H, L, Dh]
     return out[0].transpose(0, 1).reshape(q.shape[0], -1)
 
 
 _FLEX = {}
 
 
-def _flex(device_type: str):
+def flex_kernel(device_type: str):
     """flex_attention, compiled once per process on CUDA (uncompiled it materialises the scores; on CPU,
     where there is no backward anyway, it runs uncompiled for tests)."""
     if device_type != "cuda":
@@ -274,6 +274,15 @@ def packed_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     layout = _layout(prompt_ids, responses, model.device)
     resp_mask = _response_mask(layout.P, layout.pad_index.shape[1], model.device)  # [R, P+R]
     return _packed(model, layout, temperature, partial(_shared_prompt_attention, layout=layout, resp_mask=resp_mask))
+
+
+def group_attention(prompt_ids: list[int], responses: list[list[int]], device):
+    """attend(attn, q, k, v) -> [L, H*Dh] over one group's unpadded stream `prompt | resp_1 | ... | resp_G`
+    (L = P + sum R_i): packed_logprobs's attention, for a stream that holds the group among others
+    (packing_varlen.py, train.micro_batch_tokens)."""
+    layout = _layout(prompt_ids, responses, device)
+    resp_mask = _response_mask(layout.P, layout.pad_index.shape[1], device)  # [R, P+R]
+    return partial(_shared_prompt_attention, layout=layout, resp_mask=resp_mask)
 
 
 def packed_logprobs_flex(model, prompt_ids: list[int], responses: list[list[int]],

@@ -3,8 +3,9 @@
 One iteration = begin() -> train(groups) as groups come (each: rewards, advantages, micro-batches,
 log-probs, accumulate(), which calls the loss) -> finish(), which steps. `train` is the one trainer
 entry of every schedule: sync calls it once with its whole shard, the async schedules once per arrived
-group, and on data-parallel ranks (ranks.py) it is this same method in the rank's process
-(DataParallelTrainer, distributed.py, has the same begin/train/finish on the driver).
+group (periodic-async with train.micro_batch_tokens: the groups that have arrived), and on data-parallel
+ranks (ranks.py) it is this same method in the rank's process (DataParallelTrainer, distributed.py, has
+the same begin/train/finish on the driver).
 Gradients of token *sums* are accumulated and divided by the iteration's token count once, so the
 update is the full-batch token-mean update whatever the micro-batch split or arrival order; with
 several ranks, finish() all-reduces the sums and gradients first.
@@ -12,32 +13,20 @@ several ranks, finish() all-reduces the sums and gradients first.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from rlbench.core.record import progress
+from rlbench.core.devices import device as dev
+from rlbench.core.record import lifecycle, progress
+from rlbench.core.record.lifecycle import Phase
 from rlbench.core.record.stages import Stage
 from rlbench.engines.data.reward import gsm8k_reward
+from rlbench.engines.model.compiled import CompileLog, compile_model
 from rlbench.engines.rollout.base import Group
 from rlbench.engines.trainer import grpo
 from rlbench.engines.trainer.logprob_plans import AutoLayout, make_plan
-
-
-@dataclass
-class MicroBatch:
-    """k responses of one group (micro-batches never straddle groups)."""
-
-    prompt_index: int
-    prompt_ids: list[int]
-    responses: list[list[int]]
-    advantages: torch.Tensor  # [k]
-    old: list[torch.Tensor] | None = None  # per response [R_i], filled by the old_logprob phase
-    ref: list[torch.Tensor] | None = None
-    behaviour_logprobs: list[list[float]] | None = None  # per response [R_i]: log pi_behav from the rollout
-    behaviour_version: int = 0  # weight version that generated the group (the oldest of its tokens)
-    behaviour_token_versions: list[list[int]] | None = None  # per response [R_i], when versions mix (partial rollout)
+from rlbench.engines.trainer.micro_batch import MicroBatch, pack_by_tokens
 
 
 class Trainer:
@@ -56,6 +45,25 @@ class Trainer:
         self.auto_layout = self.plan.fn if isinstance(self.plan.fn, AutoLayout) else None
         self.loss = grpo.make_loss(cfg)  # PPOLoss, or DecoupledPPOLoss for stale samples (bounded_async)
         self.version = 0  # weight version: number of optimizer steps taken
+        self._reset()
+        self.compiled = "train" in dev.compile_targets(cfg.engine.compile, policy.device.type)
+        if self.compiled:
+            compile_model(self.policy)
+            compile_model(self.ref)
+            with lifecycle.phase(Phase.COMPILE):
+                self.warm_compile()
+
+    def warm_compile(self) -> None:
+        """engine.compile train: one small group through every pass this config runs (old, reference, update
+        with its backward), so that their compilations happen at start-up (the phase `compile`), not in the
+        first iteration; nothing it computes is kept."""
+        group = Group(-1, [1, 2, 3, 4, 5], [[6, 7, 8], [9, 10, 11, 12]], [[0.0] * 3, [0.0] * 4])
+        for mb in self.batches([group], [torch.tensor([1.0, -1.0])]):
+            if self.needs_old_pass:
+                self.old_logprobs(mb)
+            if self.plan.separate_phases:
+                self.ref_logprobs(mb)
+            self.accumulate(mb)
         self._reset()
 
     def _reset(self) -> None:
@@ -76,11 +84,10 @@ class Trainer:
         rewards: dict[int, list[float]] = {}
         with rec.stage(Stage.REWARD, k):
             scores = [self.rewards(g, answers[g.prompt_index]) for g in groups]
-        mbs = []
         with rec.stage(Stage.ADVANTAGE, k):
             for g, r in zip(groups, scores):
                 rewards[g.prompt_index] = r.tolist()
-                mbs += self.micro_batches(g, self.advantages(r))
+            mbs = self.batches(groups, [self.advantages(r) for r in scores])
         if self.needs_old_pass:  # not with tri-model (old = detached policy) nor A-3PO's loglinear pi_prox
             with rec.stage(Stage.OLD_LOGPROB, k):
                 for mb in mbs:
@@ -119,13 +126,32 @@ class Trainer:
         return torch.tensor([gsm8k_reward(self.tok.decode(r), ground_truth) for r in group.responses],
                             dtype=torch.float32)
 
-    def micro_batches(self, group: Group, advantages: torch.Tensor) -> list[MicroBatch]:
-        k = self.cfg.train.micro_batch_size
+    def micro_batches(self, group: Group, advantages: torch.Tensor, k: int | None = None) -> list[MicroBatch]:
+        """The group's responses k at a time (default train.micro_batch_size)."""
+        k = k or self.cfg.train.micro_batch_size
         tv = group.token_versions
         return [MicroBatch(group.prompt_index, group.prompt_ids, group.responses[i:i + k], advantages[i:i + k],
                            behaviour_logprobs=group.behaviour_logprobs[i:i + k], behaviour_version=group.version,
                            behaviour_token_versions=tv[i:i + k] if tv is not None else None)
                 for i in range(0, len(group.responses), k)]
+
+    def batches(self, groups: list[Group], advantages: list[torch.Tensor]) -> list:
+        """The micro-batches these groups train in: micro_batch_size responses of one group each, or with
+        train.micro_batch_tokens the groups' responses packed across groups up to that many tokens
+        (micro_batch.py; a group is one shared-prompt document where the layout packs it)."""
+        budget = self.cfg.train.micro_batch_tokens
+        if budget is None:
+            return [mb for g, adv in zip(groups, advantages) for mb in self.micro_batches(g, adv)]
+        whole = [self.micro_batches(g, adv, len(g.responses))[0] for g, adv in zip(groups, advantages)]
+        return pack_by_tokens(whole, budget, self.shares_prompt)
+
+    def shares_prompt(self, mb: MicroBatch) -> bool:
+        """Whether this group's responses share one copy of its prompt (engine.shared_prompt; auto: the
+        cost model's choice for the group)."""
+        sp = self.cfg.engine.shared_prompt
+        if self.auto_layout is not None:
+            return self.auto_layout.choose(mb.prompt_ids, mb.responses).packed
+        return bool(sp) and len(mb.responses) > 1
 
     @property
     def needs_old_pass(self) -> bool:
@@ -147,9 +173,10 @@ class Trainer:
         """Forward + backward of the micro-batch's token-sum loss; gradients add up in .grad."""
         logp, old, ref = self.plan.update_logprobs(self.policy, self.ref, mb)
         if self.auto_layout is not None:  # the choice its passes made (a pure function of the lengths)
-            choice = self.auto_layout.choose(mb.prompt_ids, mb.responses)
-            self.layout_choices.append({"prompt": mb.prompt_index, "responses": len(mb.responses),
-                                        **choice.as_dict()})
+            for part in mb.parts():
+                choice = self.auto_layout.choose(part.prompt_ids, part.responses)
+                self.layout_choices.append({"prompt": part.prompt_index, "responses": len(part.responses),
+                                            **choice.as_dict()})
         logp, mask = grpo.pad_logprobs(logp)
         old = grpo.pad_logprobs(old)[0] if old is not None else None  # None: loglinear skipped its pass
         ref = grpo.pad_logprobs(ref)[0] if ref is not None else None
@@ -175,6 +202,8 @@ class Trainer:
         stats.update({f"{key}_mean": v / n for key, v in self.extra_sums.items()})
         if self.auto_layout is not None:  # this rank's; DataParallelTrainer gathers every rank's
             stats["shared_prompt_choices"] = self.layout_choices
+        if self.compiled:  # this process's compilations so far (results.json lifecycle `compile`)
+            stats["compile"] = CompileLog.stats()
         self._reset()
         return stats
 

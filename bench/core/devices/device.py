@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import platform
 import resource
+import shutil
 import subprocess
 
 from rlbench.core.errors import UserError
@@ -169,6 +171,44 @@ def use_graphs(setting: bool | None, device) -> bool:
         raise UserError(f"rollout.cuda_graphs=true needs a CUDA device, and this worker runs on {device.type}; "
                         "leave it unset (on where the device is CUDA) or set it false")
     return bool(setting)
+
+
+COMPILE_TARGETS = {"off": (), "decode": ("decode",), "train": ("train",), "all": ("decode", "train")}
+
+
+def compile_targets(setting: str | None, kind: str) -> tuple[str, ...]:
+    """engine.compile -> what is compiled ("decode", "train"): unset (None) means all on CUDA, off elsewhere
+    (the CPU's inductor builds C++ per graph: tens of seconds a cell for a tiny model's milliseconds)."""
+    if setting is None:
+        setting = "all" if kind == "cuda" else "off"
+    return COMPILE_TARGETS[setting]
+
+
+def compile_problem(setting: str | None, kind: str) -> str | None:
+    """Why inductor cannot compile what engine.compile asks for on this device kind (None: it can): it
+    needs Triton on CUDA and a C++ compiler on the CPU; other devices have no inductor backend here."""
+    if not compile_targets(setting, kind):
+        return None
+    shown = setting if setting is not None else f"unset (all on {kind})"
+    if kind == "cuda":
+        if not triton_installed():
+            return (f"engine.compile={shown} needs Triton for inductor's CUDA kernels, and it is not installed "
+                    "(pip install triton, or the torch wheel that ships it); allowed here: off")
+        return None
+    if kind == "cpu":
+        cxx = os.environ.get("CXX") or "g++"
+        if not shutil.which(cxx) and not (cxx == "g++" and (shutil.which("c++") or shutil.which("clang++"))):
+            return (f"engine.compile={shown} needs a C++ compiler for inductor's CPU backend, and none was found "
+                    f"(CXX={os.environ.get('CXX')!r}; g++, c++, clang++ on PATH): install one (apt-get install "
+                    "g++) or set engine.compile=off")
+        return None
+    return f"engine.compile={shown}: inductor has no backend for {kind} here; allowed: off"
+
+
+def triton_installed() -> bool:
+    """Whether Triton can be imported, found without importing it or touching CUDA (the checks before a run
+    must leave the process able to fork workers that use CUDA)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def graph_pool(device):

@@ -7,7 +7,8 @@ silently.
   backend, rollout.max_model_len. Drawn response lengths (rollout.response_length fixed / lognormal)
   are clipped to max_new_tokens, and evaluation generates up to max_new_tokens, so max_new_tokens is
   the cap in every mode. Past the positions a model has no trained embedding (RoPE extrapolates into
-  nonsense, the built-in sampler's cache ends) and vLLM refuses the request mid-run.
+  nonsense, the built-in sampler's cache ends) and vLLM refuses the request mid-run. The same sum is the
+  least train.micro_batch_tokens may be (a sequence is never split over micro-batches).
 - **Memory**, where the device's memory can be found (CPU: available RAM; CUDA: the GPU's memory): an
   estimate of what the run holds at once, from the model's shape and the batch keys. It counts only
   what surely is there (weights, gradients, AdamW state, reference model, KV cache of the sequences in
@@ -63,6 +64,10 @@ def check_positions(cfg, facts: ModelFacts, prompt_max: int) -> None:
             raise UserError(f"{what} exceed rollout.max_model_len={r.max_model_len}: raise it (up to the model's "
                             f"{facts.positions} positions) or lower rollout.max_new_tokens to at most "
                             f"{r.max_model_len - prompt_max}")
+    budget = cfg.train.micro_batch_tokens
+    if budget is not None and budget < need:
+        raise UserError(f"train.micro_batch_tokens={budget} is smaller than the longest sequence: {what}; "
+                        f"allowed: at least {need} (a sequence is never split over micro-batches)")
     if need > facts.positions:
         raise UserError(f"{what} exceed the model's {facts.positions} positions (max_position_embeddings): lower "
                         f"rollout.max_new_tokens to at most {facts.positions - prompt_max} (or data.few_shot, "

@@ -15,6 +15,9 @@ results.json `lifecycle` of a cell:
   read just before the workers close (Linux VmHWM; a worker's own child processes are added to it).
 - `startup_phases`: {process: {phase: wall seconds}}: where start-up went, phase by phase (Phase below),
   each process timing its own with `phase` (a worker's come to the driver with its Ready message).
+- `compile` (engine.compile on): {process: {compiles, recompiles, seconds}}: what torch.compile did in the
+  trainer and each rollout worker up to the last iteration; the start-up's compilations are also the
+  `compile` phase of `startup_phases`.
 - `first_iteration_s`: wall seconds from the cell process's start to the start of its first iteration (a
   warm-up one or not), less its first evaluation and its waits in the turn ring: how long the cell takes
   to be ready to work (docs/results/startup.md).
@@ -58,6 +61,7 @@ class Phase(str, enum.Enum):
     WORKERS = "workers"  # driver: from starting the worker processes to every one ready (their phases inside)
     WEIGHTS = "weights_in"  # worker: its model copies built from the config with the weights in, on its device
     OPTIMIZER = "optimizer_ref"  # trainer rank: the reference model and the optimizer
+    COMPILE = "compile"  # engine.compile: a worker's compilations at start-up (engines/model/compiled.py)
     FIRST_EVAL = "first_eval"  # driver: the evaluation before the first iteration
     WARMUP = "warmup"  # driver: the warm-up iterations
 
@@ -87,14 +91,23 @@ def record_phase(name: Phase, seconds: float) -> None:
     seen[name.value] = round(seen.get(name.value, 0.0) + seconds, 3)
 
 
+_NESTED: list[float] = []  # per phase being timed in this thread of control: seconds of the phases inside it
+
+
 @contextlib.contextmanager
 def phase(name: Phase):
-    """Time a start-up phase of this process (wall seconds, the system-wide monotonic clock)."""
+    """Time a start-up phase of this process (wall seconds, the system-wide monotonic clock). A phase timed
+    inside another (compile inside a worker's optimizer_ref or weights_in) counts as itself only: the outer
+    phase's seconds leave it out, so the phases add up to the start-up."""
     t = time.monotonic()
+    _NESTED.append(0.0)
     try:
         yield
     finally:
-        record_phase(name, time.monotonic() - t)
+        took, inner = time.monotonic() - t, _NESTED.pop()
+        record_phase(name, took - inner)
+        if _NESTED:
+            _NESTED[-1] += took
 
 
 def phases() -> dict[str, float]:
@@ -157,6 +170,16 @@ class Lifecycle:
             now_ = host_cpu.totals()
             self.record["process_cpu_s"] = {w: round(now_[w] - t, 3) for w, t in self._at_start.items()
                                             if t is not None and now_.get(w) is not None}
+
+    def compiled(self, train_stats: dict | None, rollout_stats: list | None) -> None:
+        """engine.compile: `compile` {process: {compiles, recompiles, seconds}} so far, from the trainer's step
+        stats and each rollout worker's (every process counts its own; the start-up's share is its phase)."""
+        found = {"trainer": train_stats["compile"]} if train_stats and "compile" in train_stats else {}
+        for i, stats in enumerate(rollout_stats or []):
+            if isinstance(stats, dict) and "compile" in stats:
+                found[f"rollout{i}"] = stats["compile"]
+        if found:
+            self.record["compile"] = found
 
     def peaks(self, pids: dict[str, int]) -> None:
         """Before the workers close: every process's peak memory (peaks below)."""

@@ -21,17 +21,20 @@ def build(options, session):
     options: PeriodicAsyncOptions."""
     trainer = session.trainer(Role.TRAINER)
     return PeriodicAsyncSchedule(trainer, session.rollout_pool(), session.recorder, options.consume_order,
-                                 session.cfg.engine.queue_timeout_s, overlap=options.overlap)
+                                 session.cfg.engine.queue_timeout_s, overlap=options.overlap,
+                                 token_budget=session.cfg.train.micro_batch_tokens)
 
 
 class PeriodicAsyncSchedule:
     def __init__(self, trainer, pool, recorder, consume_order: str, timeout_s: float,
-                 overlap: bool = True):
+                 overlap: bool = True, token_budget: int | None = None):
         """overlap=False is the barrier variant: the same processes and devices, but training starts only
-        when the iteration's last group has arrived (what the device split gives without overlap)."""
+        when the iteration's last group has arrived (what the device split gives without overlap).
+        token_budget: train.micro_batch_tokens, the trainer then takes the groups that have arrived, up to
+        the budget, in one call (GroupReceiver.arrived_batches); None: one group a call."""
         self.trainer, self.pool, self.rec = trainer, pool, recorder
         self.receiver = GroupReceiver(recorder, consume_order == "dispatch", timeout_s)
-        self.timeout_s, self.overlap = timeout_s, overlap
+        self.timeout_s, self.overlap, self.token_budget = timeout_s, overlap, token_budget
 
     def run_iteration(self, inp: IterationInput) -> IterationOutput:
         k, tr, rec = inp.iteration, self.trainer, self.rec
@@ -42,12 +45,12 @@ class PeriodicAsyncSchedule:
         producer.start()
         tr.begin()
         trained = []
-        incoming = self.receiver.groups(k, arrived, len(inp.requests))
-        if not self.overlap:
-            incoming = list(incoming)  # the barrier: every group has arrived before the first is trained
-        for group in incoming:
-            tr.train(rec, k, [group], inp.answers)
-            trained.append(group)
+        incoming = self.receiver.arrived_batches(k, arrived, len(inp.requests), self.token_budget)
+        if not self.overlap:  # the barrier: every group has arrived before the first is trained
+            incoming = [[g for batch in incoming for g in batch]] if self.token_budget else list(incoming)
+        for groups in incoming:
+            tr.train(rec, k, groups, inp.answers)
+            trained += groups
         version = tr.version
         stats, rewards = tr.finish(rec, k)
         end = self.receiver.take_end(arrived)

@@ -1,0 +1,111 @@
+"""engine.compile: torch.compile (inductor) of a model's many small kernels, and a count of what it compiled.
+
+What is compiled are the modules every path of the built-in engine runs through, whoever calls them (the
+HF forward of unpacked rows, the packed layouts' own decoder loop, the sampler's prefill and decode step):
+each decoder layer's two RMSNorms and its MLP, and the final norm. A norm is ~7 elementwise kernels eager
+and one compiled; the MLP's activation and product fuse too. Attention, the projections and the KV cache's
+writes stay as they are (one kernel each already), so the sampler's decode step is still captured as a
+CUDA graph and replays the compiled kernels.
+
+Shapes are dynamic (`dynamic=True`): one graph serves every length and batch, so a run compiles once per
+module kind, tensor rank and grad mode (a handful), not once per shape; every decoder layer's module shares
+its kind's graph (torch inlines the parameters). `CompileLog` counts the compilations, recompilations and
+their seconds in this process (torch._dynamo's compile-event callbacks) and warns past RECOMPILE_BOUND.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import types
+
+import torch
+
+log = logging.getLogger(__name__)
+
+RECOMPILE_BOUND = 16  # recompilations in one process past which a run says so (a shape escaping the buckets)
+
+
+class CompileLog:
+    """This process's compile events: {compiles, recompiles, seconds} (`stats`)."""
+
+    _installed = False
+    compiles = recompiles = 0
+    seconds = 0.0
+    _started: dict = {}
+    warned = False
+
+    @classmethod
+    def install(cls) -> None:
+        """Register the callbacks once per process."""
+        if cls._installed:
+            return
+        handler = torch._dynamo.callback.callback_handler
+        handler.register_start_callback(cls._start)
+        handler.register_end_callback(cls._end)
+        cls._installed = True
+
+    @classmethod
+    def _start(cls, args=None) -> None:
+        cls._started[getattr(args, "compile_id", None)] = time.monotonic()
+        # compile ids read "frame/n": n > 0 is the n-th recompilation of that frame (its guards failed)
+        if str(getattr(args, "compile_id", "0/0")).split("/")[-1] not in ("0", "None"):
+            cls.recompiles += 1
+        else:
+            cls.compiles += 1
+        if cls.recompiles > RECOMPILE_BOUND and not cls.warned:
+            cls.warned = True
+            log.warning("engine.compile: %d recompilations in this process (bound %d): a shape or mode keeps "
+                        "failing the compiled graphs' guards (TORCH_LOGS=recompiles shows which); each costs "
+                        "compile time", cls.recompiles, RECOMPILE_BOUND)
+
+    @classmethod
+    def _end(cls, args=None) -> None:
+        t = cls._started.pop(getattr(args, "compile_id", None), None)
+        if t is not None:
+            cls.seconds += time.monotonic() - t
+
+    @classmethod
+    def stats(cls) -> dict:
+        return {"compiles": cls.compiles, "recompiles": cls.recompiles, "seconds": round(cls.seconds, 3)}
+
+
+def compile_model(model) -> None:
+    """Compile the model's norms and MLPs in place (each module's forward; the model is used as before)."""
+    CompileLog.install()
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * RECOMPILE_BOUND)
+    base = model.model
+    for layer in base.layers[: model.config.num_hidden_layers]:
+        for module in (layer.input_layernorm, layer.post_attention_layernorm, layer.mlp):
+            _compile(module)
+    _compile(base.norm)
+
+
+_COMPILED: dict = {}  # module class -> its forward compiled once (every instance shares it)
+
+
+def _compile(module) -> None:
+    """module.forward = its class's forward compiled, bound to it. Bound, not closed over: a deepcopy of
+    the model (a rollout copy of the policy) binds the same compiled function to the copy, so the copy runs
+    with its own weights (a compiled `module.forward` would run the original's)."""
+    cls = type(module)
+    if cls not in _COMPILED:
+        _COMPILED[cls] = torch.compile(cls.forward, dynamic=True)
+    module.forward = types.MethodType(_COMPILED[cls], module)
+
+
+def warm_modules(model, layer_shapes: list[tuple[int, ...]], norm_shapes: list[tuple[int, ...]]) -> None:
+    """Run the compiled modules once (without grad) at each leading shape: a layer's norms and MLP at
+    layer_shapes, the final norm at norm_shapes (each then [..., D]), so that their compilations happen
+    here, at start-up, rather than in the first iterations. A dimension of 1 is its own graph (torch
+    specialises sizes 0 and 1), and so is each rank."""
+    layer = model.model.layers[0]
+    D = model.config.hidden_size
+    dtype, device = next(model.parameters()).dtype, next(model.parameters()).device
+    zeros = lambda shape: torch.zeros(*shape, D, dtype=dtype, device=device)  # noqa: E731
+    with torch.inference_mode():
+        for shape in layer_shapes:
+            x = zeros(shape)
+            layer.post_attention_layernorm(x)
+            layer.mlp(layer.input_layernorm(x))
+        for shape in norm_shapes:
+            model.model.norm(zeros(shape))
