@@ -55,3 +55,24 @@ def test_two_seeds_side_by_side_on_their_own_cores(two_seed_run):
     assert masks[0] | masks[1] == set(cores) and not masks[0] & masks[1]  # one core each, not the same one
     (a0, w0), (a1, w1) = [(r["clock_t0"], r["wall_s_total"]) for r in res]
     assert a0 < a1 + w1 and a1 < a0 + w0  # they overlapped in time
+
+
+def test_cells_take_turns_per_seed_and_lone_cells_do_not():
+    """Interleaving is the default (run.interleave): an ablation's cells take turns, each seed's cells in a ring
+    of their own; one cell per seed has nothing to take turns with, so its seeds reach the pool above."""
+    from rlbench.run.ablation import takes_turns, turn_groups
+
+    def cells(names, seeds, c=None):
+        c = c or cfg()
+        return [({"name": f"{n}@seed{s}"}, (f"{n}@seed{s}", c, s)) for s in seeds for n in names]
+
+    lone = cells(["sync"], [0, 1])
+    assert turn_groups(lone, False) == [[e] for e in lone] and not takes_turns(turn_groups(lone, False), False)
+    pairs = cells(["sync", "periodic_async"], [0, 1])
+    groups = turn_groups(pairs, False)
+    assert [[e["name"] for e, _ in g] for g in groups] == [["sync@seed0", "periodic_async@seed0"],
+                                                          ["sync@seed1", "periodic_async@seed1"]]
+    assert takes_turns(groups, False)
+    off = with_overrides(RunConfig(), {"run": {"interleave": False}})
+    assert not takes_turns(turn_groups(cells(["sync", "periodic_async"], [0], off), False), False)
+    assert takes_turns([lone[:1]], shared_ring=True)  # check --against: one ring with the other tree

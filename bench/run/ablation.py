@@ -165,17 +165,24 @@ def run_ablation(name: str, config: Path | None, sets: list[str], out: Path, end
 
 def turn_groups(todo: list, shared_ring: bool) -> list[list]:
     """The cells that take turns together: the cells of one turn group (run.interleave_pairs: the reference
-    and one other cell, per seed) or of one workload (a regime point, per seed), so a point's sync, barrier
-    and periodic-async see the same machine iteration by iteration while the groups run one after the other
-    (24 cells, or a large model's cells, at once would not fit in memory); otherwise, or in a ring shared
+    and one other cell), of one workload (a regime point) or of the whole ablation, per seed, so a point's
+    sync, barrier and periodic-async see the same machine iteration by iteration while the groups run one
+    after the other (24 cells, or a large model's cells, at once would not fit in memory); in a ring shared
     with another tree (`check --against`), all of them."""
-    key = lambda cfg: cfg.run.turn_group or cfg.run.workload
-    if shared_ring or not any(key(cfg) for _, (_, cfg, _) in todo):
+    if shared_ring:
         return [todo]
     groups: dict = {}
     for entry, (cell, cfg, seed) in todo:
-        groups.setdefault((key(cfg), seed), []).append((entry, (cell, cfg, seed)))
+        groups.setdefault((cfg.run.turn_group or cfg.run.workload, seed), []).append((entry, (cell, cfg, seed)))
     return list(groups.values())
+
+
+def takes_turns(groups: list[list], shared_ring: bool) -> bool:
+    """Whether the cells run in a turn ring: where a config asks for it (run.interleave, the default) and some
+    group has two cells to compare (one cell per seed has nothing to take turns with: the seeds run side by
+    side or one after another), or always in a ring shared with another tree."""
+    asked = any(cfg.run.interleave for group in groups for _, (_, cfg, _) in group)
+    return shared_ring or (asked and any(len(group) > 1 for group in groups))
 
 
 def holds_device(cfg) -> bool:
@@ -212,9 +219,10 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
 
 def _run_todo(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
     todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
-    interleave = any(cfg.run.interleave for _, cfg, _ in cells)
-    if interleave and (len(cells) > 1 or ring.from_env()):
-        for group in turn_groups(todo, shared_ring=bool(ring.from_env())):
+    shared = bool(ring.from_env())
+    groups = turn_groups(todo, shared_ring=shared)
+    if takes_turns(groups, shared):
+        for group in groups:
             run_interleaved(ctx, [c for _, c in group], [e for e, _ in group], record, run_dir, progress)
         return record
     slots = parallel_plan(todo)  # seeds side by side, each on its own cores

@@ -36,10 +36,10 @@ def core_slots(cfgs, cores: list[int] | None = None) -> list[list[int]]:
 
 def parallel_plan(todo) -> list[list[int]]:
     """The slots to run `todo` ([(entry, (cell, cfg, seed))]) on, or [] to run it sequentially: only for
-    two or more seeds, and never for interleaved runs (their turn ring is sequential by design)."""
+    two or more seeds (cells that take turns never come here: bench/run/ablation.py `takes_turns`)."""
     cfgs = [cfg for _, (_, cfg, _) in todo]
     seeds = {seed for _, (_, _, seed) in todo}
-    if len(seeds) < 2 or any(c.run.interleave for c in cfgs):
+    if len(seeds) < 2:
         return []
     return core_slots(cfgs)
 
