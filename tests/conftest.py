@@ -159,8 +159,11 @@ def families_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("families-cli")
     env = {"RLBENCH_PAUSE": f"{FAMILIES_PAUSE_S}@{','.join(map(str, FAMILIES_PAUSED))}", "RLBENCH_SLOW": "decode:3"}
+    # cells one after another: the planted pause stands in for another cell's turn, alone (interleaved, every
+    # iteration of a rollout-ahead cell would also be held through the other five cells' turns)
     proc = rlbench("run", "--config", TINY, "--ablation", "families", "--set", f"run.iterations={FAMILIES_ITERATIONS}",
-                   "--set", "rollout.response_length=fixed", "--out", out, "--no-progress", env=env, timeout=900)
+                   "--set", "rollout.response_length=fixed", "--set", "run.interleave=false", "--out", out,
+                   "--no-progress", env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, only_run(out)
 
