@@ -8,6 +8,7 @@ import torch
 
 from rlbench.engines.trainer import chosen_logprobs as chosen
 from rlbench.engines.trainer.logprob_plans import SeparatePasses, TriModel
+from rlbench.engines.trainer.micro_batch import MicroBatch
 from rlbench.engines.trainer.packing import packed_logprobs, packed_logprobs_mask4d, unpacked_logprobs
 from rlbench.engines.trainer.packing_dense import packed_logprobs_dense
 from test_packing import VOCAB, _group, _model
@@ -85,9 +86,7 @@ def test_the_plans_give_the_same_logprobs_sliced(monkeypatch, plan_cls):
     policy, ref = _model("qwen2", "sdpa"), _model("qwen2", "sdpa", seed=1)
     prompt, responses = _group(5, 6, [5, 8, 4])
 
-    class MB:
-        prompt_ids, old, ref = prompt, None, None
-    MB.responses = responses
+    MB = MicroBatch(0, prompt, responses, torch.zeros(len(responses)))  # one group's micro-batch
     plan = plan_cls(packed_logprobs_dense, 0.9)
     whole = [[t.detach() for t in part] for part in plan.update_logprobs(policy, ref, MB) if part is not None]
     _sliced(monkeypatch)
