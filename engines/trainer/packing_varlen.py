@@ -28,6 +28,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from rlbench.core.devices import device as dev
 from rlbench.engines.model import layers
+from rlbench.engines.trainer.chosen_logprobs import chosen_logprobs
 from rlbench.engines.trainer.packing import flex_kernel, group_attention, run_decoder, sdpa
 
 
@@ -120,5 +121,5 @@ def varlen_logprobs(model, docs: list[Document], temperature: float = 1.0) -> li
 def _chosen_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
     """hidden [N, D] at the predicting positions (before the final norm), targets [N] -> the chosen tokens'
     log-probs [N], the log-softmax in fp32 (in bf16 a likely token's log-prob loses most of its digits)."""
-    logits = model.lm_head(model.model.norm(hidden))  # [N, V]; the norm is per token: the N positions only
-    return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    head = lambda h: model.lm_head(model.model.norm(h))  # [n, V]; the norm is per token: the N positions only
+    return chosen_logprobs(head, hidden, targets, temperature, model.lm_head.weight.shape[0])  # in slices
