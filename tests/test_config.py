@@ -158,13 +158,6 @@ def _leaves(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-# The CI gate's configs are read by the accepted commit's tree too (rlbench check --against), whose defaults
-# may be older: run.interleave became the default after the accepted commit, and the gate's ring needs it on
-# in both trees. Drop an entry once bench/baselines/ACCEPTED holds a commit with the new default.
-READ_BY_THE_ACCEPTED_TREE = {"ci-ab.yaml": {"run.interleave"}, "ci-bench.yaml": {"run.interleave"},
-                             "ci-schedules.yaml": {"run.interleave"}}
-
-
 def test_shipped_configs_hold_only_keys_that_differ_from_the_defaults():
     """Defaults live in bench/core/config.py alone: a YAML value equal to the default is a second copy that
     silently stops meaning anything when the default changes (write it as a comment instead)."""
@@ -175,7 +168,5 @@ def test_shipped_configs_hold_only_keys_that_differ_from_the_defaults():
     defaults = _leaves(RunConfig().model_dump(mode="json"))
     for f in sorted(CONFIG_DIR.glob("*.yaml")):
         raw = _leaves(yaml.safe_load(f.read_text()) or {})
-        pinned = READ_BY_THE_ACCEPTED_TREE.get(f.name, set())
-        same = [k for k, v in raw.items() if k in defaults and k not in pinned
-                and defaults[k] == (list(v) if isinstance(v, tuple) else v)]
+        same = [k for k, v in raw.items() if k in defaults and defaults[k] == (list(v) if isinstance(v, tuple) else v)]
         assert not same, f"{f.name}: {same} equal the defaults"
