@@ -33,7 +33,7 @@ def test_plan_from_results_json_is_the_in_run_prediction(tmp_path):
 def test_plan_from_a_verl_log_states_assumptions_and_intervals(tmp_path):
     result = run_plan(write_verl_jsonl(tmp_path / "m.jsonl", verl_steps(30, gpus=8)))
     assert result["devices"] == 8 and result["format"] == "verl-jsonl"
-    assert abs(result["sync_check"]["error"]) < 0.05  # the rebuilt batches replay the logged steps
+    assert abs(result["model_check"]["error"]) < 0.05  # the rebuilt batches replay the logged steps
     sources = {a["name"]: a["source"] for a in result["assumptions"]}
     assert sources["weight crossing between pools (s)"] == "measured in the log"
     assert sources["group size G"] == "default"
