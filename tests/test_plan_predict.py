@@ -4,10 +4,12 @@ the best of the swept splits, and output that fits 100 columns."""
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
 
+from rlbench.analysis.intervals import EVEN, LOSES, WINS
 from rlbench.core.costmodel.predict import predict_async
 from rlbench.core.results import schema
 from rlbench.plan.command import run_plan
@@ -39,6 +41,8 @@ def test_plan_from_a_verl_log_states_assumptions_and_intervals(tmp_path):
     assert sources["group size G"] == "default"
     for r in result["rows"]:
         assert r["low"] <= r["speedup"] <= r["high"]
+        assert r["speedup"] == pytest.approx(math.sqrt(r["low"] * r["high"]), rel=1e-9)  # the range's centre
+        assert r["outcome"] in (WINS, LOSES, EVEN)
         at = {c["rollout_devices"]: c["tpspd"] for c in r["curve"]}
         assert at[r["rollout_devices"]] == r["tpspd"] and max(at.values()) <= 1.15 * r["tpspd"]  # the best split
         assert set(r["assumption_effects"]) == set(sources)
