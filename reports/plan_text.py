@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rlbench.reports.text_table import fit, wrap, x
 
-SHORT = {"barrier (split alone)": "barrier", "periodic_async": "periodic", "one_step_off": "1-off",
-         "bounded_async": "k>1", "k=1": "k=1+partial"}
+SHORT = {"barrier": "barrier", "periodic": "periodic", "one-step": "1-off", "bounded": "k>1",
+         "partial": "k=1+partial"}  # by a row's kind (bench/analysis/plan.py)
 
 
 def _interval(p: dict) -> str:
@@ -24,8 +24,7 @@ def _split(p: dict) -> str:
 def verdict(result: dict) -> str:
     """One line (wrapped): the best schedule, its split and speedup with interval, and periodic asynchrony's."""
     best, n = result["best"], result["devices"]
-    by = {p["label"]: p for p in result["rows"]}
-    pa = by.get("periodic_async")
+    pa = next((p for p in result["rows"] if p.get("kind") == "periodic" and "tri_model_of" not in p), None)
     text = (f"Plan: on {n} device{'s' if n > 1 else ''}, {best['label']} on {_split(best)} (rollout+training) "
             f"is predicted {x(best['speedup'])} the sync run's TPSPD ({_interval(best)}): {best['outcome']}.")
     if pa and pa is not best:
@@ -45,7 +44,7 @@ def by_split(result: dict) -> list[str]:
     """Predicted TPSPD of each schedule at each swept rollout-pool size."""
     rows = result["rows"]
     head = ["rollout+training"] + ["+tri-model" if p.get("tri_model_of") else
-                                   SHORT.get(p["label"], SHORT.get(p["label"].split(" ")[0], p["label"]))
+                                   SHORT.get(p.get("kind"), p["label"])
                                    for p in rows]
     curves = [{c["rollout_devices"]: c for c in p["curve"]} for p in rows]
     body = []
@@ -73,7 +72,7 @@ def paragraphs(result: dict) -> list[str]:
            + (f", warm-up dropped: {', '.join(map(str, result['warmup_dropped']))}" if result["warmup_dropped"] else "")
            + f"; keys: {', '.join(result['keys'])}."]
     out += [f"Note: {note}" for note in result["notes"]]
-    c = result["sync_check"]
+    c = result["model_check"]
     if c["error"] is not None:
         out.append(f"Model check: sync predicted {c['predicted_tpspd']:.1f} TPSPD from the same steps, "
                    f"{'logged' if result['format'] != 'rlbench' else 'measured'} {c['reference_tpspd']:.1f} "

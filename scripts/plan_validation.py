@@ -21,7 +21,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from rlbench.analysis.plan import PlanInput, Row, predict_row, rows
+from rlbench.analysis.intervals import outcome
+from rlbench.analysis.plan import PlanInput, Row, predict_row, widened, rows
 from rlbench.core.config_files import recorded_config
 from rlbench.core.costmodel.predict import predict_async
 from rlbench.core.results import schema
@@ -130,8 +131,8 @@ def _predict(inp: PlanInput, row: Row, r: int, lean: bool) -> dict:
     if not lean:
         return base
     out = predict_row(PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial), row, split=r)
-    out["low"] *= base["low"] / min(base["step_low"] or base["speedup"], base["speedup"])
-    out["high"] *= base["high"] / max(base["step_high"] or base["speedup"], base["speedup"])
+    out["low"], out["high"] = widened(out["step_low"], out["step_high"], base["assumption_factor"])
+    out["outcome"] = outcome(out["speedup"], out["low"], out["high"])
     out["label"] += " + no old-log-prob pass"
     return out
 

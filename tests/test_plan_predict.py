@@ -4,10 +4,12 @@ the best of the swept splits, and output that fits 100 columns."""
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
 
+from rlbench.analysis.intervals import EVEN, LOSES, WINS
 from rlbench.core.costmodel.predict import predict_async
 from rlbench.core.results import schema
 from rlbench.plan.command import run_plan
@@ -33,12 +35,14 @@ def test_plan_from_results_json_is_the_in_run_prediction(tmp_path):
 def test_plan_from_a_verl_log_states_assumptions_and_intervals(tmp_path):
     result = run_plan(write_verl_jsonl(tmp_path / "m.jsonl", verl_steps(30, gpus=8)))
     assert result["devices"] == 8 and result["format"] == "verl-jsonl"
-    assert abs(result["sync_check"]["error"]) < 0.05  # the rebuilt batches replay the logged steps
+    assert abs(result["model_check"]["error"]) < 0.05  # the rebuilt batches replay the logged steps
     sources = {a["name"]: a["source"] for a in result["assumptions"]}
     assert sources["weight crossing between pools (s)"] == "measured in the log"
     assert sources["group size G"] == "default"
     for r in result["rows"]:
         assert r["low"] <= r["speedup"] <= r["high"]
+        assert r["speedup"] == pytest.approx(math.sqrt(r["low"] * r["high"]), rel=1e-9)  # the range's centre
+        assert r["outcome"] in (WINS, LOSES, EVEN)
         at = {c["rollout_devices"]: c["tpspd"] for c in r["curve"]}
         assert at[r["rollout_devices"]] == r["tpspd"] and max(at.values()) <= 1.15 * r["tpspd"]  # the best split
         assert set(r["assumption_effects"]) == set(sources)

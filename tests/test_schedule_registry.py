@@ -21,6 +21,7 @@ OTHER_MEANING = {
     ("reports/tables.py", "sync"): "the attribution sentence reads that column",
     ("bench/core/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
     ("bench/simulate/paper.py", "sync"): "simulate.json keys of the reference's prediction (sync_tpspd, ...)",
+    ("bench/plan/verl_metrics.py", "sync"): "VERL's own metric key timing_s/sync_weights",
 }
 
 

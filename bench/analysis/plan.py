@@ -7,9 +7,12 @@ own term of the cost model (costmodel.simulate), with an interval and the attrib
   staleness k, and k = 1 with partial rollout (new weights taken between decode steps).
 - Splits: R rollout + (N - R) training devices for up to SPLITS values of R, swept on up to SWEEP_BATCHES
   batches spread over the log; the best split is then predicted on every batch.
-- Interval: the typical per-step ratio of predicted TPSPD to the sync step's (the same statistic as every
-  rlbench verdict: bench/core/stats.py), widened by each assumption's range (the prediction with the
-  assumption at either end of its range, one at a time, at the best split; the widening multiplies).
+- Interval: the typical per-step ratio of predicted TPSPD to the sync step's and its interval, by the one
+  estimator of every rlbench verdict (bench/core/ratio_interval.py: the value is the interval's centre), then
+  widened by each assumption's range (the prediction with the assumption at either end of its range, one at
+  a time, at the best split; the widening multiplies) equally on both sides in log units, so the value stays
+  the centre of the range printed: a range over the log's step spread and the assumptions together. Too few
+  steps for an interval: the ratio of TPSPDs alone, and the verdict says too few.
 - Tri-model (where the log times the old-policy log-prob pass apart): the best schedule again on batches
   trained without that pass (rlbench's tri-model; VERL's rollout log-probs), at its own best split; its
   interval widened by the best schedule's assumption ranges.
@@ -24,22 +27,27 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from rlbench.analysis.intervals import outcome
+from rlbench.core import schedules
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, SimResult, simulate
-from rlbench.core.stats import log_ratio_interval
+from rlbench.core.ratio_interval import ratio_interval
+from rlbench.core.schedules.spec import BOUNDED, ONE_STEP, PERIODIC
 
 SPLITS = 8  # most rollout-pool sizes swept
 SWEEP_BATCHES = 3  # batches the split sweep runs on (the best split then runs on every batch)
 STALENESS = 2  # the bounded-staleness row's k (one-step-off is k = 1)
-WINS, LOSES, EVEN = "wins", "loses", "even"
+BARRIER, OVERLAP, STALE, BOUNDED_ROW, PARTIAL = "barrier", "periodic", "one-step", "bounded", "partial"  # row kinds
 
 
 @dataclass(frozen=True)
 class Row:
-    """One predicted schedule: the label the tables show and simulate()'s arguments."""
+    """One predicted schedule: the label the tables show, simulate()'s arguments and its kind (BARRIER,
+    OVERLAP, STALE, BOUNDED_ROW, PARTIAL: what the ladder and the reports key on)."""
     label: str
     schedule: str
     knobs: tuple = ()  # (name, value) pairs for simulate()
+    kind: str = ""
 
     def kwargs(self) -> dict:
         return dict(self.knobs)
@@ -47,12 +55,13 @@ class Row:
 
 def rows(partial: str | None) -> list[Row]:
     """The rows a plan predicts; partial: partial rollout's resume_kv (recompute / keep), None: no row."""
-    out = [Row("barrier (split alone)", ASYNC, (("overlap", False),)), Row("periodic_async", ASYNC),
-           Row("one_step_off", "one_step_off"), Row(f"bounded_async k={STALENESS}", BOUNDED_K,
-                                                    (("staleness", STALENESS),))]
+    periodic, one_step = schedules.by_role(PERIODIC).name, schedules.by_role(ONE_STEP).name
+    out = [Row("barrier (split alone)", ASYNC, (("overlap", False),), BARRIER), Row(periodic, ASYNC, (), OVERLAP),
+           Row(one_step, one_step, (), STALE),
+           Row(f"{schedules.by_role(BOUNDED).name} k={STALENESS}", BOUNDED_K, (("staleness", STALENESS),), BOUNDED_ROW)]
     if partial:
         out.append(Row(f"k=1 + partial rollout ({partial} KV)", BOUNDED_K,
-                       (("staleness", 1), ("partial_rollout", True), ("resume_kv", partial))))
+                       (("staleness", 1), ("partial_rollout", True), ("resume_kv", partial)), PARTIAL))
     return out
 
 
@@ -130,23 +139,33 @@ def predict_row(inp: PlanInput, row: Row, split: int | None = None, near: int | 
     pairs = per_batch_tpspd(res, inp.batches)
     ref = statistics.median(inp.reference)
     logs = [math.log(t / inp.reference[b]) for b, t in pairs if t > 0 and inp.reference[b] > 0]
-    low, high = log_ratio_interval(logs) if len(logs) >= 3 else (None, None)
+    found = ratio_interval(logs, serial=True)  # successive steps: serially correlated
     widen = _assumption_ranges(inp, row, r, sweep)
-    speedup = res.tpspd / ref if ref else None
-    lo = None if low is None or speedup is None else min(low, speedup) * widen["low"]
-    hi = None if high is None or speedup is None else max(high, speedup) * widen["high"]
-    return {"label": row.label, "schedule": row.schedule, **dict(row.knobs), "rollout_devices": r,
+    if found is None:  # too few steps: the ratio of TPSPDs, no interval
+        speedup, low, high = (res.tpspd / ref if ref else None), None, None
+    else:
+        speedup, low, high = found
+    lo, hi = widened(low, high, widen["factor"])
+    return {"label": row.label, "kind": row.kind, "schedule": row.schedule, **dict(row.knobs), "rollout_devices": r,
             "train_devices": max(1, inp.devices - r), "devices": inp.devices, "tpspd": res.tpspd, "speedup": speedup,
             "low": lo, "high": hi, "step_low": low, "step_high": high, "steps": len(logs),
-            "assumption_effects": widen["effects"], "staleness_max": res.staleness_max, "curve": curve,
-            "outcome": outcome(speedup, lo, hi)}
+            "assumption_effects": widen["effects"], "assumption_factor": widen["factor"],
+            "staleness_max": res.staleness_max, "curve": curve, "outcome": outcome(speedup, lo, hi)}
+
+
+def widened(low, high, factor: float) -> tuple:
+    """The step interval widened by `factor` (>= 1) on both sides in log units: its centre stays put."""
+    if low is None or high is None:
+        return None, None
+    return low / factor, high * factor
 
 
 def _assumption_ranges(inp: PlanInput, row: Row, r: int, sweep: list) -> dict:
     """Each assumption at either end of its range (one at a time) over the central prediction, at split r:
-    -> {"low": product of the factors below 1, "high": of those above, "effects": {name: [lo, hi]}}."""
+    -> {"low": product of the factors below 1, "high": of those above, "factor": the larger of 1 / low and
+    high (the widening on either side), "effects": {name: [lo, hi]}}."""
     if not inp.variants:
-        return {"low": 1.0, "high": 1.0, "effects": {}}
+        return {"low": 1.0, "high": 1.0, "factor": 1.0, "effects": {}}
     central = _sim(sweep, row, r, inp.devices).tpspd
     low = high = 1.0
     effects = {}
@@ -155,22 +174,10 @@ def _assumption_ranges(inp: PlanInput, row: Row, r: int, sweep: list) -> dict:
         effects[name] = [min(f), max(f)]
         low *= min(1.0, *f)
         high *= max(1.0, *f)
-    return {"low": low, "high": high, "effects": effects}
+    return {"low": low, "high": high, "factor": max(1.0 / low if low > 0 else 1.0, high), "effects": effects}
 
 
-def outcome(value, low, high) -> str | None:
-    """WINS where the interval lies above 1, LOSES where below, EVEN otherwise (bench/analysis/intervals.py's
-    rule); None: nothing predicted."""
-    if value is None:
-        return None
-    if low is not None and low > 1.0:
-        return WINS
-    if high is not None and high < 1.0:
-        return LOSES
-    return EVEN
-
-
-def sync_check(inp: PlanInput) -> dict:
+def model_check(inp: PlanInput) -> dict:
     """The model's in-sample check: sync on the N colocated devices, predicted from the same batches, against
     the logged steps (a large error: the log's stages do not add up to its step, or the layout differs)."""
     walls = [b.sync_time(inp.devices)[0] for b in inp.batches]  # sync's own term (engines/schedules/sync/cost.py)
@@ -181,9 +188,8 @@ def sync_check(inp: PlanInput) -> dict:
 
 def ladder(preds: list[dict], sync_tpspd: float) -> dict:
     """split x overlap x staleness x partial rollout, each rung over the one before (predicted)."""
-    by = {p["label"].split(" ")[0]: p for p in preds}
-    names = [("split", "barrier"), ("overlap", "periodic_async"), ("staleness", "one_step_off"),
-             ("partial rollout", "k=1")]
+    by = {p["kind"]: p for p in preds}
+    names = [("split", BARRIER), ("overlap", OVERLAP), ("staleness", STALE), ("partial rollout", PARTIAL)]
     out, before = {}, sync_tpspd
     for factor, label in names:
         if label not in by or not before:
@@ -201,14 +207,12 @@ def tri_model_row(inp: PlanInput, best: dict) -> dict | None:
         return None
     row = next(r for r in rows(inp.partial) if r.label == best["label"])
     lean = PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial)
-    out = predict_row(lean, Row(f"{row.label} + no old-log-prob pass", row.schedule, row.knobs),
+    out = predict_row(lean, Row(f"{row.label} + no old-log-prob pass", row.schedule, row.knobs, row.kind),
                       near=best["rollout_devices"])  # the sweep beside the best schedule's split only
     out["tri_model_of"] = best["label"]
-    if out["low"] is not None and best["low"] is not None:  # widened as its base row's assumptions widen it
-        out["low"] *= best["low"] / min(best["step_low"], best["speedup"])
-        out["high"] *= best["high"] / max(best["step_high"], best["speedup"])
-        out["assumption_effects"] = best["assumption_effects"]
-        out["outcome"] = outcome(out["speedup"], out["low"], out["high"])
+    out["low"], out["high"] = widened(out["step_low"], out["step_high"], best["assumption_factor"])
+    out["assumption_effects"], out["assumption_factor"] = best["assumption_effects"], best["assumption_factor"]
+    out["outcome"] = outcome(out["speedup"], out["low"], out["high"])
     return out
 
 
@@ -218,7 +222,7 @@ def plan(inp: PlanInput) -> dict:
     if len(inp.batches) != len(inp.reference):
         raise ValueError("one reference TPSPD per batch")
     preds = [predict_row(inp, row) for row in rows(inp.partial)]
-    check = sync_check(inp)
+    check = model_check(inp)
     best = max(preds, key=lambda p: p["tpspd"])
     lad = ladder(preds, check["predicted_tpspd"])
     tri = tri_model_row(inp, best)
@@ -227,5 +231,5 @@ def plan(inp: PlanInput) -> dict:
         lad["tri-model"] = tri["tpspd"] / best["tpspd"]
     chain = math.prod(v for k, v in lad.items() if k != "tri-model")
     return {"devices": inp.devices, "steps": len(inp.batches), "reference_tpspd": statistics.median(inp.reference),
-            "rows": preds, "best": max(preds, key=lambda p: p["tpspd"]), "sync_check": check, "ladder": lad,
+            "rows": preds, "best": max(preds, key=lambda p: p["tpspd"]), "model_check": check, "ladder": lad,
             "ladder_product": chain}
