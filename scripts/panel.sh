@@ -28,7 +28,7 @@ declare -A WORKLOADS=(
 for name in default regime-quick longtail-s1.5-small longtail-s1.5-large longtail-s1.2-large; do
   for run in $(seq 1 "$RUNS"); do
     dir="$OUT/$name/run$run"
-    if ls "$dir"/*/summary.csv >/dev/null 2>&1; then continue; fi  # rerunning the script resumes
+    if ls "$dir"/*/summary.md >/dev/null 2>&1; then continue; fi  # rerunning the script resumes
     mkdir -p "$dir"
     # shellcheck disable=SC2086  # the workload's options are words
     flock /tmp/rlbench-heavy.lock "$RLBENCH" run ${WORKLOADS[$name]} --out "$dir" > "$dir/log.txt" 2>&1 \
@@ -41,13 +41,17 @@ import csv, statistics, sys
 from pathlib import Path
 out = Path(sys.argv[1])
 rows = []
-for summary in sorted(out.glob("*/run*/*/summary.csv")):
+# Each run's summary.md "Measured vs predicted" table: the verdict's paired speedup and the prediction.
+for summary in sorted(out.glob("*/run*/*/summary.md")):
     workload, run = summary.parts[-4], summary.parts[-3]
-    for r in csv.DictReader(summary.open()):
+    table = summary.read_text().split("## Measured vs predicted", 1)[-1].split("\n## ", 1)[0]
+    for line in table.splitlines()[4:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
         try:
-            m, p = float(r["speedup"]), float(r["predicted_speedup"])
-        except (KeyError, ValueError):
-            continue  # the reference cell, or a cell without a prediction
+            m, p = float(cells[3].rstrip("×")), float(cells[4].rstrip("×"))
+        except (IndexError, ValueError):
+            continue  # a row without both numbers
+        r = {"cell": cells[0]}
         rows.append({"workload": workload, "run": run, "cell": r["cell"], "measured": f"{m:.3f}",
                      "predicted": f"{p:.3f}", "error": f"{(p - m) / m:+.1%}"})
 with (out / "panel.csv").open("w", newline="") as f:
