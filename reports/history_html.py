@@ -12,7 +12,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from rlbench.reports.html import CSS, esc, table
+from rlbench.reports.html import CSS, esc, table, write_page
 from rlbench.reports.palette import CELL_COLORS
 
 
@@ -63,9 +63,4 @@ def write_history_html(page: dict, out: Path) -> Path:
     html = (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(page['title'])}</title>"
             f"<style>{CSS}</style></head><body><h1>{esc(page['title'])}</h1>"
             f"<p class='meta'>{esc(page['meta'])}</p>{body}</body></html>")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(html)
-    tmp.replace(out)  # a reader never sees half a page
-    return out
+    return write_page(html, out)

@@ -217,8 +217,14 @@ def render(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Pa
 def write_html(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, plots: dict[str, Path],
                sections: list[tuple[str, str]] = (), headline: tuple[str, str] | None = None,
                verdict: str = "") -> Path:
-    path = run.path / "report.html"
-    tmp = path.with_name(".report.html.tmp")
-    tmp.write_text(render(run, df, sp, plots, sections, headline, verdict), encoding="utf-8")
-    tmp.replace(path)  # atomic: a reader never sees half a report
-    return path
+    return write_page(render(run, df, sp, plots, sections, headline, verdict), run.path / "report.html")
+
+
+def write_page(html: str, out: Path) -> Path:
+    """Write a page to `out` (its folder made), atomically: a reader never sees half a page; -> its path."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(out)
+    return out

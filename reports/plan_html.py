@@ -10,7 +10,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from rlbench.reports import plan_text
-from rlbench.reports.html import CSS, esc, table
+from rlbench.reports.html import CSS, esc, table, write_page
 from rlbench.reports.palette import CELL_COLORS
 
 
@@ -66,9 +66,4 @@ def write_plan_html(result: dict, out: Path) -> Path:
             f"<p class='verdict'>{esc(plan_text.verdict(result).replace(chr(10), ' '))}</p><h2>Schedules</h2>{table(body, head)}"
             f"<h2>Predicted TPSPD by split</h2>{split_plot(result)}<h2>Assumptions</h2>{_assumptions(result)}"
             f"<h2>What was read</h2>{prov}</body></html>")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(html)
-    tmp.replace(out)  # a reader never sees half a page
-    return out
+    return write_page(html, out)
