@@ -45,8 +45,11 @@ START_S = 300  # its imports take ~10 s on 2 idle cores; far longer means someth
 def inherited() -> dict:
     """This process's environment as a command inherits it: without PYTEST_CURRENT_TEST and without the
     OpenMP and MKL settings that rlbench's own code, run in-process by earlier tests, leaves in it
-    (bench/core/devices/device.py sets OMP_NUM_THREADS, bench/run/ablation.py OMP_WAIT_POLICY)."""
-    return {k: v for k, v in os.environ.items() if k not in IGNORED and not k.startswith(("OMP_", "MKL_"))}
+    (bench/core/devices/device.py sets OMP_NUM_THREADS, bench/run/ablation.py OMP_WAIT_POLICY), nor the
+    inductor settings torch.compile leaves (TORCHINDUCTOR_CACHE_DIR, _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR:
+    tests/test_compile.py compiles in-process; a command that compiles sets its own)."""
+    return {k: v for k, v in os.environ.items() if k not in IGNORED
+            and not k.startswith(("OMP_", "MKL_", "TORCHINDUCTOR_", "_TORCHINDUCTOR_"))}
 
 
 def same_start(env: dict, started: dict) -> bool:
