@@ -247,7 +247,7 @@ def simulate(
 ) -> None:
     """Predict sync / periodic-async / bounded-async TPSPD and speedups on N rollout + M training devices,
     every device at the per-device costs measured in a run's data-parallel sync cell (the report's
-    measured-vs-predicted model, nothing fitted) or stated by a preset; writes simulate.json and plots."""
+    measured-vs-predicted model) or stated by a preset; writes simulate.json and plots."""
     # inside: the simulator loads the config models (its calibration reads a run's config), which --help
     # need not load
     from rlbench.simulate import format_text, parse_list, run_simulation

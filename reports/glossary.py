@@ -21,8 +21,9 @@ COLUMNS = {
     "measured speedup": "(the speedup table, the verdict) the typical per-iteration TPSPD ratio over the "
                         "reference, exp of the 20%-trimmed mean of the paired log-ratios: the centre of the "
                         "95% interval printed with it (the ratio of medians where there is no interval)",
-    "predicted": "the speedup predicted from the sync cell's measured device costs (decode, training, "
-                 "optimizer step, weight sync), replayed on the cell's layout; nothing fitted",
+    "predicted": "the speedup predicted from the sync cell's measured device costs (decode steps by their "
+                 "batch bucket and cache window, training, optimizer step, weight sync), replayed on the cell's "
+                 "layout step by step",
     "rollout %": "share of a sync iteration spent generating",
     "acc before→after": "greedy pass@1 on the eval problems with GSM8K's strict rule, before and after training",
     "status": "complete, or how the cell ended (failed, interrupted)",

@@ -139,9 +139,9 @@ def speedup_html(sp: pd.DataFrame) -> str:
     text = ("<p>Measured speedup = the typical per-iteration TPSPD ratio of the async cell over its reference "
             "(exp of the 20%-trimmed mean of the paired log-ratios), the centre of its 95% interval; the ratio "
             "of medians where the iterations are too few for an interval. Predicted: "
-            "from the sync cell's own measured device costs (decode seconds by sequences in flight, "
-            "seconds per trained token, optimizer step, weight sync), replaying the measured response "
-            "lengths through the async layout; nothing fitted. A barrier cell (overlap = false) has the "
+            "from the sync cell's own measured device costs (a decode step's seconds by its batch bucket "
+            "and cache window, seconds per trained token, optimizer step, weight sync), replaying the "
+            "measured response lengths through the async layout step by step. A barrier cell (overlap = false) has the "
             "async processes and devices but trains only after the last group has arrived.</p>")
     why = attribution_text(attribution(sp))
     why_html = ("<h3>Where the speedup comes from</h3><ul>" + "".join(f"<li>{esc(t)}</li>" for t in why)

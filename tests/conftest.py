@@ -17,7 +17,7 @@ LEARNS = ["model.warmstart_steps=60", "data.max_steps=1"]
 # Under pytest-xdist (`-n 2 --dist loadgroup`) a file's tests go to one worker (its module-scoped runs are
 # made once), and so do the files that share a session-scoped run.
 _SHARED_RUNS = {"test_cli_run.py": "ladder", "test_placement.py": "ladder", "test_ray.py": "ladder",
-                "test_recorded_config.py": "ladder",
+                "test_recorded_config.py": "ladder", "test_decode_cost.py": "ladder",
                 "test_seeds.py": "seeds", "test_seed_pool.py": "seeds",
                 "test_curves.py": "cell", "test_hostcpu.py": "cell",
                 "test_families.py": "families", "test_bounded_async.py": "families",

@@ -12,7 +12,8 @@ from rlbench.core.costmodel.contention import (
     predict_contended,
     training_points,
 )
-from rlbench.core.costmodel.predict import StepCost, SyncMeasurements
+from rlbench.core.costmodel.decode import StepCost
+from rlbench.core.costmodel.predict import SyncMeasurements
 
 
 def ev(worker, stage, k, start, end):

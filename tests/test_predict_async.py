@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlbench.core.costmodel.predict import StepCost, predict_async, replay
+from rlbench.core.costmodel.decode import StepCost, replay
+from rlbench.core.costmodel.predict import predict_async
 from rlbench.core.errors import UserError
 
 

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rlbench.core.costmodel.predict import StepCost, SyncMeasurements, replay_posted
+from rlbench.core.costmodel.decode import StepCost, replay_posted
+from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.simulate import simulate
 from rlbench.engines.schedules.bounded_async.cost import bounded
 from rlbench.simulate.model import lognormal_samples

@@ -10,7 +10,8 @@ data-parallel sync cell (or stated by a preset):
     weight sync                              seconds, per transfer (async: publish + load = 2)
 
 Every device runs at these costs whatever the device count: a pool of N devices is N workers, each with its
-shard of the batch (docs/architecture/placement.md). Nothing is fitted and nothing scales by an exponent;
+shard of the batch (docs/architecture/placement.md). Nothing scales by an exponent (the one fit, a decode
+step's seconds as a plane over its bucket and window, prices the shapes a device runs);
 what changes with the device count is the work each device gets and how long it waits.
 
 Units: seconds, tokens, devices.
@@ -21,7 +22,8 @@ import math
 import random
 from dataclasses import dataclass
 
-from rlbench.core.costmodel.predict import StepCost, SyncMeasurements
+from rlbench.core.costmodel.decode import StepCost
+from rlbench.core.costmodel.predict import SyncMeasurements
 
 
 @dataclass
@@ -94,7 +96,10 @@ def summary(batches: list[SyncMeasurements]) -> dict:
 
 def costs_of(m: SyncMeasurements) -> dict:
     """One batch's per-device costs as JSON (calibration.json)."""
-    return {"decode_step_s_by_active": dict(zip(m.cost.bs, m.cost.cost)), "refill_s": m.cost.refill,
+    shapes = m.cost.shapes
+    plane = {"decode_step_plane": dict(zip(("s", "s_per_row", "s_per_position", "s_per_row_position"),
+                                           map(float, shapes.coef)))} if shapes is not None else {}
+    return {"decode_step_s_by_active": dict(zip(m.cost.bs, m.cost.cost)), **plane, "refill_s": m.cost.refill,
             "prefill_s_per_token": m.cost.prefill,
             "decode_step_fallback_s": m.cost.fallback, "train_s_per_token": m.s_per_token(),
             "optimizer_step_s": m.opt, "weight_sync_s": m.ws, "split_weight_sync_s": m.split_ws, "max_num_seqs": m.slots, "group_size": m.g,

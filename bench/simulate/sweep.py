@@ -154,7 +154,7 @@ def format_text(result: dict) -> str:
     """The terminal tables: sweep, best split, validation (with a run), paper setting (with the preset)."""
     cal = result["calibration"]
     parts = [f"simulate: {result['source']} ({cal['device']}; {result['scaling']}; per-device costs, "
-             "nothing fitted)"]
+             "no scaling exponent)"]
     body = [[str(r["devices"]), "colocated" if _colocated(r) else f"{r['rollout_devices']}+{r['train_devices']}",
              _name(r), f"{r['tpspd']:.1f}", f"{r['speedup']:.2f}x", f"{r['iter_s']:.3g}"] for r in result["rows"]]
     parts.append(_table(["devices", "split", "schedule", "pred. TPSPD", "vs sync", "iter s"], body))

@@ -81,15 +81,22 @@ class StepRunner:
         self._modes.clear()
         self._pool = None
 
-    def run(self, B: int, mode: StepMode) -> None:
-        """Advance live slots 0..B-1 by one token (eagerly: over the cache window their positions reach)."""
+    def run(self, B: int, mode: StepMode) -> tuple[int, int | None]:
+        """Advance live slots 0..B-1 by one token (eagerly: over the cache window their positions reach).
+        -> (rows computed: the buckets' sizes, summed; the widest cache window attended, None: the whole
+        cache), the shape the step's cost is recorded under (step_costs.py)."""
+        rows, widest = 0, 0
         for a, b in layout(B, self.buckets, self.slots):
             graph = self._captured.get((a, b, mode))
             if graph is None:
-                self.step(a, b, mode, window=not self.graphs)
+                window = self.step(a, b, mode, window=not self.graphs)
             else:
                 graph.replay()
                 self.replays += 1
+                window = None
+            rows += b - a
+            widest = None if window is None or widest is None else max(widest, window)
+        return rows, widest
 
 
 class DecodeStep:
@@ -121,13 +128,15 @@ class DecodeStep:
         reach = int(self._slot_views(a, b)["pos"].max()) + 1
         return min(self._cache_len, -(-reach // WINDOW_ROUND) * WINDOW_ROUND)
 
-    def _step(self, a: int, b: int, mode: StepMode, window: bool = False) -> None:
+    def _step(self, a: int, b: int, mode: StepMode, window: bool = False) -> int | None:
         """Slots [a, b): feed each one's next token, draw the following one, store it; set `_done[a:b]` for
         the live slots that finished (and `_redraw[a:b]` where draw_static could not pick the token).
         window: attend over the positions the slots reach (`_window`), not the whole cache: the same
         tokens (masked positions weigh exactly zero) for attention over ~half the cache on average, where
-        the step runs eagerly; False inside a CUDA graph, whose shapes are fixed at capture."""
-        v = self._slot_views(a, b, self._window(a, b) if window else None)
+        the step runs eagerly; False inside a CUDA graph, whose shapes are fixed at capture.
+        -> the window attended (None: the whole cache)."""
+        length = self._window(a, b) if window else None
+        v = self._slot_views(a, b, length)
         logits = self._step_logits(v)  # [k, V] fp32
         live, n, at = v["live"], v["ngen"], v["ngen_col"]  # at: column of this token in the output rows
         tok, lp, redraw = draw_static(logits, v["unif"].gather(1, at)[:, 0], mode)  # the token's own uniform
@@ -144,6 +153,7 @@ class DecodeStep:
             v["logits"].copy_(logits)
         n.add_(live)  # a free slot stays where it is: its indices stay inside the buffers
         v["pos"].add_(live)
+        return length
 
     def _redraw_rows(self, B: int, sp) -> None:
         """Top-p rows whose nucleus was larger than draw_static's candidates: draw their last token again

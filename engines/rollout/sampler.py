@@ -49,7 +49,7 @@ from rlbench.core.record.lifecycle import Phase
 from rlbench.engines.model import layers
 from rlbench.engines.model.compiled import CompileLog, compile_model, warm_modules
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
-from rlbench.engines.rollout.decode_step import MAX_BUCKET, DecodeStep, StepRunner, batch_buckets
+from rlbench.engines.rollout.decode_step import MAX_BUCKET, WINDOW_ROUND, DecodeStep, StepRunner, batch_buckets
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, StepMode, draw, sample_seed,
                                               target_length)
 from rlbench.engines.rollout.slot_forward import SlotForward
@@ -351,7 +351,7 @@ class BuiltinSampler(SlotForward, DecodeStep):
         mode = StepMode.of(sp)
         out: list[Group] = []
         steps = active_sum = 0
-        cost = StepCosts()
+        cost = StepCosts(self._runner.buckets, 0 if self._runner.graphs else WINDOW_ROUND)
         with torch.inference_mode():
             self._prepare(requests, sp, mode)
             pending = deque((r, j) for r in (_Request(q, sp.n) for q in requests) for j in range(sp.n))
@@ -366,13 +366,13 @@ class BuiltinSampler(SlotForward, DecodeStep):
                 if update is not None:
                     t = cost.reload(t, self._reload(B, pending, *update))
                 step_cpu = time.thread_time()
-                self._runner.run(B, mode)
+                shape = self._runner.run(B, mode)
                 steps, active_sum = steps + 1, active_sum + B
                 progress.beat()  # a step made: the hang watchdog's sign of progress
                 flags = self._done[:B] if mode.top_p >= 1.0 else self._done[:B] | self._redraw[:B]
                 finished = bool(flags.any())  # the one host sync per step
                 hooks.call("decode_step", time.thread_time() - step_cpu)  # RLBENCH_SLOW=decode:F burns here
-                t = cost.step(t, B)
+                t = cost.step(t, B, shape, self._cache_len)
                 if finished:
                     if mode.top_p < 1.0:
                         self._redraw_rows(B, sp)

@@ -38,7 +38,8 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from rlbench.core.costmodel.predict import StepCost, SyncMeasurements, replay
+from rlbench.core.costmodel.decode import StepCost, replay
+from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.errors import UserError
 
 SIM_PROMPTS = 32  # groups a synthetic batch holds at least (fewer where the batch has fewer)
@@ -147,7 +148,9 @@ def batch_from_step(s: LoggedStep, lm: LogModel) -> SyncMeasurements:
     per_device = max(1.0, min(lm.max_num_seqs, samples / lm.devices))
     slots = max(1, math.ceil(lm.max_num_seqs / scale))
     unit = _step_cost(1.0, lm.decode_slope.value, per_device, scale, len(rows))
-    shards = [[r for r in rows if r["prompt"] % lm.devices == i] for i in range(lm.devices)]
+    shards = [[] for _ in range(lm.devices)]
+    for r in rows:
+        shards[r["prompt"] % lm.devices].append(r)
     steps = max(replay(sh, slots, g, unit)[1] for sh in shards if sh)
     cost = _step_cost(gen_s / steps if steps else 0.0, lm.decode_slope.value, per_device, scale, len(rows))
     syn_tokens = sum(r["prompt_len"] + r["response_len"] for r in rows)

@@ -1,19 +1,21 @@
 """Predicted periodic-async time per iteration from a sync run's measured quantities (docs/architecture/cost-model.md).
 
-Pure Python over result files (results.json, events.jsonl, samples.jsonl); no engine code, nothing
-fitted. Under the fair layout (bench/core/devices/placement.py) every worker is one process on one device, in both
+Pure Python over result files (results.json, events.jsonl, samples.jsonl); no engine code; one thing
+fitted: the decode step's seconds as a plane over its shape (bucket, window), to price shapes the sync run
+did not run. Under the fair layout (bench/core/devices/placement.py) every worker is one process on one device, in both
 schedules, so a device's costs measured in the sync run carry over to the async one:
 
-1. Rollout: the sampler records, per generate call, the seconds of each decode step by the number of
-   sequences in flight (`step_s_by_active`) and of each refill (retire finished samples, prefill and
-   admit new ones). A rollout worker is replayed through continuous batching (max_num_seqs slots,
-   prompts in dispatch order, G samples each, a finished slot refilled at once) with the iteration's
-   measured response lengths; every step costs the measured mean for its number of sequences in
-   flight (linear between measured counts, the nearest one outside them). Sync rank r gets prompts
-   r, r+N, ...; async rollout worker i gets prompts i, i+R, ... (the same sample seeds, so the same
-   responses). A group arrives when its last sample finishes.
-   Above the largest count the sync ranks ran (an async rollout worker holds the whole batch, a sync rank
-   its share), the step cost grows along the line through the measured counts' upper half.
+1. Rollout: the sampler records, per generate call, the seconds of each decode step by the shape it ran
+   at (bucket rows and the cache window its slots reach, engines/rollout/step_costs.py) and of each refill
+   (retire finished samples, prefill and admit new ones). A rollout worker is replayed through continuous
+   batching (max_num_seqs slots, prompts in dispatch order, G samples each, a finished slot refilled at
+   once) with the iteration's measured response and prompt lengths, step by step (decode.py): a step
+   costs the plane fitted over the iteration's measured shapes at its own bucket and window (exactly the
+   measured seconds in sum over the measured steps; a larger bucket or another window along the same
+   plane). Sync rank r gets prompts r, r+N, ...; async rollout worker i gets prompts i, i+R, ... (the same
+   sample seeds, so the same responses). A group arrives when its last sample finishes. Results without
+   the shape table (older runs, vLLM) price a step by its sequences in flight (linear between measured
+   counts; above the largest, along the line through the upper half of them).
 2. Training: seconds per unit of executed training work (reward + log-probs + advantage + update, summed
    over the sync ranks, divided by their work). The work is what the trainer runs, padding included
    (`train_work`): each micro-batch of a group is one [rows, longest] batch (or, with shared-prompt
@@ -39,129 +41,26 @@ schedules, so a device's costs measured in the sync run carry over to the async 
 """
 from __future__ import annotations
 
-import bisect
 import functools
-import heapq
 import statistics
 from collections import defaultdict
 
 from rlbench.core.config import RunConfig
 
 from rlbench.core.config_files import recorded_config
+from rlbench.core.costmodel.decode import ShapeCost, StepCost, replay
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
-MODEL = ("per device, from the sync run: decode-step seconds by sequences in flight and refill seconds "
-         "(continuous-batching replay of the measured response lengths), seconds per unit of executed training "
+MODEL = ("per device, from the sync run: decode-step seconds by the step's bucket and cache window (a plane "
+         "over the measured shapes) and refill seconds (continuous-batching replay of the measured lengths, "
+         "step by step), seconds per unit of executed training "
          "work (padded micro-batches, forward FLOPs), "
          "optimizer-step and weight-sync seconds, the split pools' weight crossings from the weights' bytes "
          "and the measured host-copy bandwidth on an accelerator; async = 2 weight crossings + trainer ranks taking groups "
-         "as they arrive + step; nothing fitted")
+         "as they arrive + step")
 
 _TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
-
-
-class StepCost:
-    """Seconds of one decode step for B sequences in flight, from measured (B, steps, seconds) rows."""
-
-    def __init__(self, rows: dict, refill_s: float, refills: int, fallback_s: float | None = None,
-                 prefill_s_per_token: float = 0.0):
-        pts = sorted((int(b), s / n) for b, (n, s) in rows.items() if n)
-        self.bs, self.cost = [b for b, _ in pts], [c for _, c in pts]
-        self.refill = refill_s / refills if refills else 0.0
-        self.fallback = fallback_s
-        self.prefill = prefill_s_per_token  # seconds per token prefilled again (partial rollout's recompute)
-
-    def __call__(self, b: int) -> float:
-        if not self.bs:
-            return self.fallback or 0.0
-        i = bisect.bisect_left(self.bs, b)
-        if i < len(self.bs) and self.bs[i] == b:
-            return self.cost[i]
-        if i == 0:
-            return self.cost[0]
-        if i == len(self.bs):
-            return self.cost[-1] + self._slope() * (b - self.bs[-1])
-        b0, b1, c0, c1 = self.bs[i - 1], self.bs[i], self.cost[i - 1], self.cost[i]
-        return c0 + (c1 - c0) * (b - b0) / (b1 - b0)
-
-    def _slope(self) -> float:
-        """Seconds per extra sequence in flight beyond the measured counts: the least-squares line through
-        the upper half of them (>= 0; 0 with fewer than two)."""
-        if getattr(self, "_beyond", None) is None:
-            pts = [(b, c) for b, c in zip(self.bs, self.cost) if b >= self.bs[-1] / 2]
-            mb, mc = (sum(v) / len(pts) for v in zip(*pts))
-            den = sum((b - mb) ** 2 for b, _ in pts)
-            self._beyond = max(0.0, sum((b - mb) * (c - mc) for b, c in pts) / den) if den else 0.0
-        return self._beyond
-
-
-def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dict[int, float], float]:
-    """Continuous batching of one worker's samples as the built-in sampler runs it.
-
-    samples: rows (prompt, sample, response_len) of this worker's prompts. -> (prompt -> seconds from
-    the start of the generate call until its group's last sample finished, total seconds)."""
-    done, t, _, _ = replay_posted(samples, slots, g, cost)
-    return done, t
-
-
-def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost, posts: list[tuple[float, int]] = (),
-                  load_s: float = 0.0, recompute: bool = True) -> tuple[dict[int, float], float, list[int], int]:
-    """replay with new weights taken mid-generation (partial rollout, engines/schedules/bounded_async/partial.py).
-
-    posts: [(seconds after the generate call started, version)] in time order. Before each decode step,
-    the newest version posted by then that the worker lacks is loaded: load_s, plus (recompute) the prefill
-    of every sequence in flight (prompt_len + tokens fed so far) at cost.prefill seconds per token.
-    -> (prompt -> seconds until its group's last sample finished, total seconds, the versions loaded, tokens
-    recomputed)."""
-    pending = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
-    left = {p: g for p in {s["prompt"] for s in pending}}
-    done: dict[int, float] = {}
-    active: list[tuple[int, int, int]] = []  # heap of (decode step it ends at, admission order, prompt)
-    started: dict[int, tuple[int, int]] = {}  # admission order -> (decode step it was admitted at, prompt_len)
-    t, i, step, p = 0.0, 0, 0, 0  # p: the next post not yet taken
-    loaded, recomputed = [], 0
-
-    def retire(prompt: int):
-        left[prompt] -= 1
-        if left[prompt] == 0:
-            done[prompt] = t
-
-    def fill():
-        nonlocal i, t
-        while i < len(pending) and len(active) < slots:
-            s = pending[i]
-            i += 1
-            todo = max(1, int(s["response_len"])) - 1  # the first token is the prefill's
-            if todo <= 0:
-                retire(s["prompt"])
-            else:
-                heapq.heappush(active, (step + todo, i, s["prompt"]))
-                started[i] = (step, int(s.get("prompt_len", 0)))
-        t += cost.refill
-
-    def reload():
-        nonlocal t, p, recomputed
-        while p < len(posts) and posts[p][0] <= t:  # the newest posted by now; older ones are skipped
-            p += 1
-        loaded.append(posts[p - 1][1])
-        # a sequence admitted at decode step a has fed prompt + (step - a) tokens: those are prefilled again
-        tokens = sum(started[order][1] + step - started[order][0] for _, order, _ in active) if recompute else 0
-        recomputed += tokens
-        t += load_s + tokens * cost.prefill
-
-    fill()
-    while active:
-        k, c = active[0][0] - step, cost(len(active))
-        for _ in range(k):  # one addition per decode step, as a step-by-step replay sums them
-            if p < len(posts) and posts[p][0] <= t:
-                reload()
-            t += c
-            step += 1
-        while active and active[0][0] == step:
-            retire(heapq.heappop(active)[2])
-        fill()
-    return done, t, loaded, recomputed
 
 
 def train_tokens(rows: list[dict], shared_prompt: bool) -> int:
@@ -260,7 +159,8 @@ class SyncMeasurements:
             refills += s.get("refills") or 0
         prefilled = sum({s["prompt"]: int(s["prompt_len"]) for s in samples}.values())  # once per prompt
         per_token = refill_s / prefilled if prefilled else 0.0
-        self.cost = StepCost(dict(rows), refill_s, refills, prefill_s_per_token=per_token)
+        self.cost = StepCost(dict(rows), refill_s, refills, prefill_s_per_token=per_token,
+                             shapes=shape_cost(stats))
         self.measured_rollout = d["rollout"]
         if not rows:  # a backend without a step table (vLLM): every decode step costs the same
             unit = StepCost({}, 0.0, 0, fallback_s=1.0)
@@ -286,7 +186,36 @@ class SyncMeasurements:
         return self
 
     def shard(self, i: int, of: int) -> list[dict]:
-        return [s for s in self.samples if s["prompt"] % of == i]
+        """The samples of prompts i, i + of, ... (worker i of `of`); memoized: the schedules' terms ask for the
+        same shards of a batch many times (bounded staleness cycles through the batches)."""
+        memo = self.__dict__.setdefault("_shards", {})
+        if of not in memo:
+            memo[of] = [[] for _ in range(of)]  # every worker's shard in one pass
+            for s in self.samples:
+                memo[of][s["prompt"] % of].append(s)
+        return memo[of][i]
+
+    def group_train_s(self, i: int, of: int) -> dict[int, float]:
+        """prompt -> the train seconds of its group, for worker i of `of`'s shard (memoized)."""
+        memo = self.__dict__.setdefault("_group_train", {})
+        if (i, of) not in memo:
+            groups = defaultdict(list)
+            for s in self.shard(i, of):
+                groups[s["prompt"]].append(s)
+            memo[(i, of)] = {p: self.train_s(rows) for p, rows in groups.items()}
+        return memo[(i, of)]
+
+    def arrivals(self, i: int, of: int) -> tuple[list[tuple[float, float]], float]:
+        """Worker i of `of` generating its shard from 0 s: [(when a group's last sample finished, the group's
+        train seconds)] and its rollout seconds (the replay, memoized for this batch and step cost)."""
+        memo = self.__dict__.setdefault("_arrivals", {})
+        key = (i, of, id(self.cost))
+        if key not in memo:
+            done, total = replay(self.shard(i, of), self.slots, self.g, self.cost)
+            train = self.group_train_s(i, of)
+            memo[key] = ([(at, train[p]) for p, at in done.items()], total, self.cost)
+        got, total, _ = memo[key]  # the cost is kept with it, so its id is not reused while cached
+        return got, total
 
     def work(self, rows: list[dict]) -> float:
         return train_work(rows, self.shared_prompt, self.micro_batch, self.shape)
@@ -303,7 +232,7 @@ class SyncMeasurements:
         """(predicted sync wall time, predicted mean rollout seconds) on `ranks` colocated ranks (default:
         the measured count, the model's in-sample check), each generating and training its shard."""
         n = ranks or self.n
-        roll = [replay(self.shard(r, n), self.slots, self.g, self.cost)[1] for r in range(n)]
+        roll = [self.arrivals(r, n)[1] for r in range(n)]
         train = [self.train_s(self.shard(r, n)) for r in range(n)]
         return self.ws + max(a + b for a, b in zip(roll, train)) + self.opt, statistics.fmean(roll)
 
@@ -311,13 +240,7 @@ class SyncMeasurements:
         """Predicted periodic-async wall time on r rollout workers and t trainer ranks."""
         arrivals = []  # (seconds after the rollout started, train seconds of the group)
         for i in range(r):
-            shard = self.shard(i, r)
-            done, _ = replay(shard, self.slots, self.g, self.cost)
-            groups = defaultdict(list)
-            for s in shard:
-                groups[s["prompt"]].append(s)
-            for p, at in done.items():
-                arrivals.append((at, self.train_s(groups[p])))
+            arrivals += self.arrivals(i, r)[0]
         arrivals.sort()
         last = arrivals[-1][0] if arrivals else 0.0
         free = [0.0] * t
@@ -325,6 +248,22 @@ class SyncMeasurements:
             rank = j % t
             free[rank] = max(free[rank], at if overlap else last) + cost
         return 2 * self.split_ws + max(free + [last]) + self.opt
+
+
+def shape_cost(stats: list[dict]) -> ShapeCost | None:
+    """The decode step's cost by shape from one iteration's generate calls (every worker's), or None where
+    they did not record shapes (results from before, the vLLM backend)."""
+    table: dict = defaultdict(lambda: [0, 0.0])
+    shaped = [s for s in stats if s.get("step_s_by_shape")]
+    if not shaped:
+        return None
+    for s in shaped:
+        for key, (n, sec) in s["step_s_by_shape"].items():
+            b, w = (int(v) for v in key.split(":"))
+            table[(b, w)][0] += n
+            table[(b, w)][1] += sec
+    return ShapeCost(dict(table), shaped[0]["buckets"], int(shaped[0]["window_round"]),
+                     max(int(s["cache_len"]) for s in shaped), shaped[0].get("max_num_seqs"))
 
 
 def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> list[SyncMeasurements]:

@@ -11,21 +11,9 @@ batch once by default: a rate (tokens / span), where sync and periodic-async giv
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
-from rlbench.core.costmodel.predict import SyncMeasurements, replay
+from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.costmodel.simulate import SimResult
 from rlbench.engines.schedules.bounded_async.partial import mid_batch
-
-
-def _arrivals(m: SyncMeasurements, i: int, n: int) -> tuple[list[tuple[float, float]], float]:
-    """Worker i of n: [(seconds after its start, train seconds of the group)], its rollout seconds."""
-    shard = m.shard(i, n)
-    done, total = replay(shard, m.slots, m.g, m.cost)
-    groups = defaultdict(list)
-    for s in shard:
-        groups[s["prompt"]].append(s)
-    return [(at, m.train_s(groups[p])) for p, at in done.items()], total
 
 
 def at_batch_start(batch: SyncMeasurements, i: int, n: int, start: float, held: int,
@@ -36,7 +24,7 @@ def at_batch_start(batch: SyncMeasurements, i: int, n: int, start: float, held: 
     latest = max(v for v, t in enumerate(ready) if t <= start)
     if latest > held:
         start, held = start + batch.split_ws, latest
-    got, roll = _arrivals(batch, i, n)
+    got, roll = batch.arrivals(i, n)
     return [(start + at, cost) for at, cost in got], start + roll, held, held
 
 

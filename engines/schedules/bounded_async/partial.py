@@ -18,9 +18,8 @@ and no weight-sync cost, it is bounded staleness exactly; with equal response le
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
-from rlbench.core.costmodel.predict import SyncMeasurements, replay_posted
+from rlbench.core.costmodel.decode import replay_posted
+from rlbench.core.costmodel.predict import SyncMeasurements
 
 
 def mid_batch(recompute: bool = True):
@@ -32,11 +31,12 @@ def mid_batch(recompute: bool = True):
         if latest > held:  # posted while it was idle: loaded before the batch, as bounded staleness does
             start, held = start + batch.split_ws, latest
         posts = [(t - start, v) for v, t in enumerate(ready) if v > held and t > start]
-        shard = batch.shard(i, n)
-        done, roll, loaded, _ = replay_posted(shard, batch.slots, batch.g, batch.cost, posts, batch.split_ws, recompute)
-        groups = defaultdict(list)
-        for s in shard:
-            groups[s["prompt"]].append(s)
-        got = [(start + at, batch.train_s(groups[q])) for q, at in done.items()]
+        if not posts:  # nothing posted while it generates: the batch-start replay
+            got, roll = batch.arrivals(i, n)
+            return [(start + at, cost) for at, cost in got], start + roll, held, held
+        done, roll, loaded, _ = replay_posted(batch.shard(i, n), batch.slots, batch.g, batch.cost, posts,
+                                              batch.split_ws, recompute)
+        train = batch.group_train_s(i, n)
+        got = [(start + at, train[q]) for q, at in done.items()]
         return got, start + roll, held, max([held, *loaded])
     return worker

@@ -1,0 +1,121 @@
+"""The rollout term of the cost model against what the runs measured, and the speedups with the decode step
+priced by its shape (bucket, window) against priced by the sequences in flight alone, on the same files.
+
+    .venv/bin/python scripts/rollout_model_check.py RUN_DIR [RUN_DIR ...] [--csv OUT.csv]
+
+For every run folder with a sync cell that recorded step shapes (engines/rollout/step_costs.py):
+- in sample: per sync iteration and rank, the replay of the rank's own samples with the iteration's step
+  costs against the sum of the step and refill seconds the rank recorded (the model's rollout term when
+  the shapes are right);
+- out of sample: per periodic-async cell and iteration, the replay of the whole batch on its rollout
+  worker(s) with the sync iteration's costs against the seconds the rollout worker recorded (steps +
+  refills) and its rollout stage's wall seconds;
+- the speedup of every periodic-async cell: measured (the verdict's paired value), predicted by shape
+  (the model) and by sequences in flight (the model before step shapes were recorded).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from collections import defaultdict
+from unittest import mock
+
+from rlbench.analysis import data
+from rlbench.analysis.speedup import speedup_frame, sync_twin
+from rlbench.core.costmodel import predict
+from rlbench.core.costmodel.decode import replay
+from rlbench.core.record.stages import Stage
+
+
+def recorded_s(stats: dict) -> float:
+    """Seconds a generate call recorded: its decode steps and refills."""
+    return sum(s for _, s in (stats.get("step_s_by_active") or {}).values()) + (stats.get("refill_s") or 0.0)
+
+
+def rollout_rows(run: data.RunData) -> list[dict]:
+    rows = []
+    for c in run.cells:
+        sync = sync_twin(run, c)
+        if sync is None:
+            continue
+        by_it = {m.samples[0]["iteration"]: m for m in predict.measurements(sync.result, sync.samples, sync.events)
+                 if m.samples}
+        stats = {r["iteration"]: r.get("workers") or [] for r in c.result.get("rollout_stats") or []}
+        walls = defaultdict(float)
+        for e in c.events:
+            if e["stage"] == Stage.ROLLOUT.value and "rollout" in e["worker"]:
+                walls[e["iteration"]] += e["end"] - e["start"]
+        for k, m in sorted(by_it.items()):
+            if m.cost.shapes is None or k not in stats:
+                continue
+            workers = stats[k]
+            n = len(workers)
+            if c is sync:  # in sample: each rank's own shard
+                for r, w in enumerate(workers):
+                    pred = replay(m.shard(r, n), m.slots, m.g, m.cost)[1]
+                    rows.append({"cell": c.name, "iteration": k, "worker": r, "kind": "in sample",
+                                 "recorded_s": recorded_s(w), "predicted_s": pred, "wall_s": None})
+            else:
+                pred = max(replay(m.shard(r, n), m.slots, m.g, m.cost)[1] for r in range(n))
+                rows.append({"cell": c.name, "iteration": k, "worker": "all", "kind": "async worker",
+                             "recorded_s": max(recorded_s(w) for w in workers), "predicted_s": pred,
+                             "wall_s": walls.get(k) / max(1, n) if k in walls else None})
+    return rows
+
+
+def speedups(run: data.RunData) -> list[dict]:
+    shape = speedup_frame(run)
+    with mock.patch.object(predict, "shape_cost", lambda stats: None):
+        active = speedup_frame(run)
+    out = []
+    for (_, a), (_, b) in zip(shape.iterrows(), active.iterrows()):
+        m = a["measured_speedup"]
+        out.append({"cell": a["cell"], "measured": m, "by_shape": a["predicted_speedup"],
+                    "by_active": b["predicted_speedup"], "with_contention": a["predicted_with_contention"],
+                    "error_shape_pct": 100 * (a["predicted_speedup"] / m - 1) if m and a["predicted_speedup"] else None,
+                    "error_active_pct": 100 * (b["predicted_speedup"] / m - 1) if m and b["predicted_speedup"] else None})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--csv", help="write the speedup rows here")
+    args = ap.parse_args(argv)
+    all_speedups = []
+    for path in args.runs:
+        run = data.load(path)
+        print(f"\n{path}")
+        rows = rollout_rows(run)
+        for kind in ("in sample", "async worker"):
+            mine = [r for r in rows if r["kind"] == kind]
+            if not mine:
+                continue
+            err = [100 * (r["predicted_s"] / r["recorded_s"] - 1) for r in mine if r["recorded_s"]]
+            print(f"  rollout, {kind}: {len(mine)} rows, predicted / recorded - 1: median {statistics.median(err):+.1f}%, "
+                  f"range {min(err):+.1f}% .. {max(err):+.1f}%")
+            walls = [100 * (r["recorded_s"] / r["wall_s"] - 1) for r in mine if r["wall_s"]]
+            if walls:
+                print(f"    recorded / rollout stage wall - 1: median {statistics.median(walls):+.1f}%")
+        for s in speedups(run):
+            s["run"] = path
+            all_speedups.append(s)
+            fmt = lambda v: "–" if v is None else f"{v:.3f}×"  # noqa: E731
+            pct = lambda v: "–" if v is None else f"{v:+.1f}%"  # noqa: E731
+            print(f"  {s['cell']:<28} measured {fmt(s['measured'])}  by shape {fmt(s['by_shape'])} "
+                  f"({pct(s['error_shape_pct'])})  by sequences in flight {fmt(s['by_active'])} "
+                  f"({pct(s['error_active_pct'])})"
+                  + (f"  with contention {fmt(s['with_contention'])}" if s["with_contention"] == s["with_contention"]
+                     and s["with_contention"] is not None else ""))
+    if args.csv and all_speedups:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, list(all_speedups[0]))
+            w.writeheader()
+            w.writerows(all_speedups)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
