@@ -45,8 +45,24 @@ def test_memory_estimate_counts_states_kv_and_logits():
             "model.dtype=bfloat16")
     train, rollout = limits.replica_bytes(c, HALF_B, prompt_max=128)
     weights = 494e6 * 2
-    assert train == pytest.approx(5 * weights + 4 * 384 * 151_936 * (2 + 4))
+    # the log-probs go through in slices of 256 MiB of fp32 logits: 441 positions at this vocabulary,
+    # fewer than the micro-batch's 4 x 384
+    assert train == pytest.approx(5 * weights + 441 * 151_936 * (2 + 4))
     assert rollout == pytest.approx(weights + 64 * 512 * 2 * 24 * 2 * 64 * 2 + 64 * 151_936 * 4)
+
+
+def test_logits_are_a_micro_batch_or_one_slice_whichever_is_smaller():
+    from rlbench.engines.trainer.chosen_logprobs import LOGITS_BUDGET_BYTES, slice_rows
+
+    assert limits.LOGITS_SLICE_BYTES == LOGITS_BUDGET_BYTES
+    small = cfg("rollout.max_new_tokens=64", "train.micro_batch_size=2")
+    assert limits.logits_bytes(small, HALF_B, 128) == 2 * 64 * 151_936 * (2 + 4)  # fits one slice
+    budget = cfg("rollout.max_new_tokens=384", "train.micro_batch_tokens=4096")
+    assert limits.logits_bytes(budget, HALF_B, 128) == slice_rows(151_936) * 151_936 * (2 + 4)
+    tiny_vocab = limits.ModelFacts(positions=4096, params=1_000_000, layers=2, kv_heads=1, head_dim=8, vocab=100,
+                                   dtype_bytes=4)
+    # a token budget: its positions less a prompt's, when no slice cuts them
+    assert limits.logits_bytes(budget, tiny_vocab, 128) == (4096 - 128) * 100 * (4 + 4)
 
 
 def test_memory_refused_only_when_it_cannot_fit():

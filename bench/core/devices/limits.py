@@ -12,7 +12,8 @@ silently.
 - **Memory**, where the device's memory can be found (CPU: available RAM; CUDA: the GPU's memory): an
   estimate of what the run holds at once, from the model's shape and the batch keys. It counts only
   what surely is there (weights, gradients, AdamW state, reference model, KV cache of the sequences in
-  flight, the logits of a micro-batch), so it errs low: a refusal means the run cannot fit.
+  flight, the logits of a micro-batch or of one slice of its log-prob pass, whichever is smaller), so it
+  errs low: a refusal means the run cannot fit.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ GIB = 1 << 30
 # Python + torch per process (CPU runs), a floor: RSS measured 450 MB per process of a tiny-model run, part of
 # it shared libraries.
 PROCESS_OVERHEAD = 200 << 20
+# fp32 logits per slice of the trainer's log-prob pass: engines/trainer/chosen_logprobs.py's
+# LOGITS_BUDGET_BYTES (the core does not import the engines; tests/test_limits.py holds them equal)
+LOGITS_SLICE_BYTES = 256 << 20
 
 
 @dataclass
@@ -102,15 +106,24 @@ def check_memory(cfg, facts: ModelFacts, prompt_max: int, kind: str, capacity: i
             f"rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or use a smaller model")
 
 
+def logits_bytes(cfg, facts: ModelFacts, prompt_max: int) -> float:
+    """The trainer's logits at once: they cover a micro-batch's response positions (train.micro_batch_size
+    responses of up to max_new_tokens, or a token budget's positions less a prompt), in the model's dtype
+    and their fp32 log-softmax, but the log-probs go through in slices of at most LOGITS_SLICE_BYTES of
+    fp32 logits (engines/trainer/chosen_logprobs.py), so one slice's positions where a micro-batch has more."""
+    r, t = cfg.rollout, cfg.train
+    positions = t.micro_batch_size * r.max_new_tokens if t.micro_batch_tokens is None \
+        else max(r.max_new_tokens, t.micro_batch_tokens - prompt_max)
+    positions = min(positions, max(1, LOGITS_SLICE_BYTES // (4 * facts.vocab)))
+    return positions * facts.vocab * (facts.dtype_bytes + 4)
+
+
 def replica_bytes(cfg, facts: ModelFacts, prompt_max: int) -> tuple[float, float]:
     """(bytes of a training replica, bytes of a rollout replica), counting only what surely is there."""
     r, t = cfg.rollout, cfg.train
     seq = prompt_max + r.max_new_tokens
     weights = facts.params * facts.dtype_bytes
     kv = r.max_num_seqs * seq * 2 * facts.layers * facts.kv_heads * facts.head_dim * facts.dtype_bytes
-    # The trainer's logits cover response positions only: [micro-batch, R, V] in the model's dtype, then
-    # their fp32 log-softmax (engines/trainer/packing.py).
-    logits = t.micro_batch_size * r.max_new_tokens * facts.vocab * (facts.dtype_bytes + 4)
-    train = 5 * weights + logits  # policy, reference, gradients, AdamW's two moments
+    train = 5 * weights + logits_bytes(cfg, facts, prompt_max)  # policy, reference, gradients, AdamW's moments
     rollout = weights + kv + r.max_num_seqs * facts.vocab * 4  # + the last step's logits
     return train, rollout
