@@ -56,7 +56,8 @@ def by_split(result: dict) -> list[str]:
 
 def assumptions(result: dict) -> list[str]:
     if not result["assumptions"]:
-        return wrap("Assumptions: none; every cost is measured in the run (decode steps by sequences in flight, "
+        return wrap("Assumptions: none; every cost is measured in the run (decode steps by their bucket and "
+                    "cache window, "
                     "each response's length, training work, weight sync).")
     lines = ["Assumptions (value, range, source):"]
     for a in result["assumptions"]:

@@ -56,9 +56,6 @@ def test_cache_key_changes_with_every_source_file_and_library_version(monkeypatc
     any of them must not share a warm start)."""
     from pathlib import Path
 
-    import torch
-    import transformers
-
     from rlbench.core.config_files import load_config
     from rlbench.engines.model import tiny
 
@@ -72,10 +69,12 @@ def test_cache_key_changes_with_every_source_file_and_library_version(monkeypatc
         assert tiny.cache_key(cfg) != base, f
     monkeypatch.setattr(Path, "read_bytes", real)
     assert tiny.cache_key(cfg) == base
-    monkeypatch.setattr(transformers, "__version__", "0.0.1")
+    # the modules the key reads: `import transformers` here can be another object than tiny's (transformers'
+    # lazy module is replaced in sys.modules once some of its submodules load)
+    monkeypatch.setattr(tiny.transformers, "__version__", "0.0.1")
     assert tiny.cache_key(cfg) != base
     monkeypatch.undo()
-    monkeypatch.setattr(torch, "__version__", "0.0.1")
+    monkeypatch.setattr(tiny.torch, "__version__", "0.0.1")
     assert tiny.cache_key(cfg) != base
 
 

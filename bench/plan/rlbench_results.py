@@ -1,6 +1,6 @@
 """rlbench's own results: a sync cell's results.json (or its cell folder, or a run folder holding a sync
 cell). With the cell's samples.jsonl and events.jsonl beside it, the plan uses the cost model's full
-measurements (costmodel.predict.measurements: decode-step seconds by sequences in flight, each sample's
+measurements (costmodel.predict.measurements: decode-step seconds by batch bucket and cache window, each sample's
 length), exactly as the report's in-run prediction does; with results.json alone, the iterations' stage
 seconds as a log (the colocated ranks' stage_s, summed over ranks, divided by them)."""
 from __future__ import annotations
@@ -77,7 +77,7 @@ def read(path: Path) -> StepLog:
                   extra={"cell": cell, "known": _known(cell)})
     if samples and events:
         log.extra.update(samples=samples, events=events)
-        log.keys = ["iterations", "rollout_stats (decode-step seconds by sequences in flight)",
+        log.keys = ["iterations", "rollout_stats (decode-step seconds by bucket and window)",
                     "samples.jsonl (every response length)", "events.jsonl (stage events per rank)"]
     else:
         log.notes.append(f"{folder}: no samples.jsonl/events.jsonl beside results.json: planned from the "

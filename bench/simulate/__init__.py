@@ -1,6 +1,6 @@
 """`rlbench simulate`: sync, periodic-async and bounded-async on N rollout + M training devices, each
 device running at the per-device costs of the report's measured-vs-predicted model
-(rlbench.core.costmodel.predict: decode-step seconds by sequences in flight, seconds per trained token,
+(rlbench.core.costmodel.predict: decode-step seconds by batch bucket and cache window, seconds per trained token,
 optimizer step, weight sync), measured in a run's data-parallel sync cell or stated by a preset.
 
     model.py      batches (predict.SyncMeasurements) and their re-dealing to other device counts; stated costs

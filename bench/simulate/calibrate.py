@@ -1,7 +1,7 @@
 """Calibration from a run's data-parallel sync cell, and the check against the run's own cells.
 
 The calibration is the report's (rlbench.core.costmodel.predict.measurements): per measured iteration, the
-sync ranks' decode-step seconds by sequences in flight and refill seconds, seconds per trained token,
+sync ranks' decode-step seconds by batch bucket and cache window and refill seconds, seconds per trained token,
 optimizer-step and weight-sync seconds, with that iteration's response lengths. validate() predicts
 each cell of the run as the report's measured-vs-predicted table does (rlbench.analysis.speedup.
 speedup_frame over rlbench.core.costmodel.predict.predict_async), so the two give the same numbers; a sync

@@ -4,7 +4,9 @@ A *batch* is one rlbench.core.costmodel.predict.SyncMeasurements: one iteration'
 prompt_len, response_len) and the costs of one device running one worker, measured in a
 data-parallel sync cell (or stated by a preset):
 
-    decode step with B sequences in flight   StepCost(B), plus a refill cost per admission round
+    decode step                              StepCost: by its batch bucket and cache window (a plane over the
+                                             measured shapes) or, stated, by B sequences in flight; plus a
+                                             refill cost per admission round
     training                                 seconds per trained token (all per-sample phases)
     optimizer step (with its all-reduce)     seconds, per step
     weight sync                              seconds, per transfer (async: publish + load = 2)
