@@ -139,11 +139,14 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
 
 
 @app.command()
-def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...)) -> None:
-    """Side-by-side table of two runs (or ablations) with B/A ratios."""
+def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...),
+            more: Optional[list[Path]] = typer.Argument(None, help="More runs of the same config: the verdicts "
+                                                        "across every run given")) -> None:
+    """Side-by-side table of two runs (or ablations) with B/A ratios; with runs of one config, whether their
+    verdicts agree within their intervals (reruns)."""
     from rlbench.reports import compare as do_compare  # inside: pandas, which `rlbench --help` need not load
 
-    _, text = do_compare(run_a, run_b)
+    _, text = do_compare(run_a, run_b, *(more or []))
     typer.echo(text)
 
 

@@ -78,6 +78,20 @@ def test_report_wide_prints_every_column(tiny_run):
     assert md.index("## Verdict") < md.index(first) and first.count(" | ") + 1 <= 8
 
 
+
+@pytest.mark.e2e
+def test_compare_of_reruns_says_whether_their_verdicts_agree(tiny_run):
+    """`rlbench compare` with three runs of one config (here the same run three times): the side-by-side
+    table of the first two, then every cell's verdict in each run and whether they agree."""
+    run_dir, _ = tiny_run
+    proc = rlbench("compare", str(run_dir), str(run_dir), str(run_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    across = proc.stdout.split("Verdicts across the 3 runs", 1)[1]
+    for cell in ("periodic_async_barrier / sync", "periodic_async / sync"):
+        block = across.split(cell + ":", 1)[1]
+        assert [f"run {i}:" in block for i in (1, 2, 3)] == [True] * 3
+    assert "every run says" in across
+
 @pytest.mark.e2e
 def test_every_cell_records_start_up_memory_and_evaluation_time(tiny_run):
     """What `check --against` judges outside the iterations (bench/check/lifecycle.py) is in every results.json:

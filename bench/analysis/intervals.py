@@ -62,12 +62,16 @@ def paired(cell: CellData | None, ref: CellData | None) -> Ratio:
     if cell is None or ref is None:
         return Ratio(None)
     value = schema.ratio(cell.tpspd(), ref.tpspd())
+    basis = INTERLEAVED if _interleaved(cell) and _interleaved(ref) else ITERATIONS
+    return _with_interval(value, paired_logs(cell, ref), basis, serial=True)
+
+
+def paired_logs(cell: CellData, ref: CellData) -> list[float]:
+    """log(cell TPSPD_k / ref TPSPD_k) over the measured iterations k both have, in iteration order."""
     ours = {it["iteration"]: it.get("tpspd") for it in ref.measured()}
-    logs = [math.log(it["tpspd"] / ours[it["iteration"]])
+    return [math.log(it["tpspd"] / ours[it["iteration"]])
             for it in sorted(cell.measured(), key=lambda it: it["iteration"])
             if ours.get(it["iteration"]) and it.get("tpspd")]
-    basis = INTERLEAVED if _interleaved(cell) and _interleaved(ref) else ITERATIONS
-    return _with_interval(value, logs, basis, serial=True)
 
 
 def over_seeds(ratios: list[float | None], value: float | None) -> Ratio:

@@ -72,11 +72,10 @@ def serial_rho(x) -> float:
     return min(max(lag1(x), RHO_FLOOR), RHO_MAX)
 
 
-def ratio_interval(x, serial: bool = True, level: float = LEVEL) -> tuple[float, float, float] | None:
-    """(value, low, high) of the typical ratio from log-ratios x in order: value = exp(trimmed mean), the
-    interval centred on it in log units; None with fewer than MIN_PAIRED finite values or fewer than MIN_DF
-    degrees of freedom left. serial: the values
-    are successive iterations (the module docstring); False: independent samples (seeds)."""
+def log_estimate(x, serial: bool = True) -> tuple[float, float, float] | None:
+    """(centre, standard error, degrees of freedom) in log units of log-ratios x in order: the trimmed mean,
+    its error grown for serial correlation (serial) and the t distribution's degrees of freedom; None with
+    fewer than MIN_PAIRED finite values or fewer than MIN_DF degrees of freedom left."""
     x = [float(v) for v in x if v is not None and math.isfinite(v)]
     n = len(x)
     if n < MIN_PAIRED:
@@ -90,5 +89,17 @@ def ratio_interval(x, serial: bool = True, level: float = LEVEL) -> tuple[float,
         df *= (1 - rho * rho) / (1 + rho * rho)
     if df < MIN_DF:
         return None
+    return centre, se, df
+
+
+def ratio_interval(x, serial: bool = True, level: float = LEVEL) -> tuple[float, float, float] | None:
+    """(value, low, high) of the typical ratio from log-ratios x in order: value = exp(trimmed mean), the
+    interval centred on it in log units; None with fewer than MIN_PAIRED finite values or fewer than MIN_DF
+    degrees of freedom left. serial: the values
+    are successive iterations (the module docstring); False: independent samples (seeds)."""
+    found = log_estimate(x, serial)
+    if found is None:
+        return None
+    centre, se, df = found
     half = t_quantile(normal_quantile(0.5 + level / 2), df) * se
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
