@@ -3,6 +3,8 @@ priced by its shape (bucket, window) against priced by the sequences in flight a
 
     .venv/bin/python scripts/rollout_model_check.py RUN_DIR [RUN_DIR ...] [--csv OUT.csv]
 
+(scripts/panel.sh runs it over the panel's run folders OUT/<workload>/run<N>/<id>.)
+
 For every run folder with a sync cell that recorded step shapes (engines/rollout/step_costs.py):
 - in sample: per sync iteration and rank, the replay of the rank's own samples with the iteration's step
   costs against the sum of the step and refill seconds the rank recorded (the model's rollout term when
@@ -20,6 +22,7 @@ import csv
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
 from unittest import mock
 
 from rlbench.analysis import data
@@ -79,10 +82,68 @@ def speedups(run: data.RunData) -> list[dict]:
     return out
 
 
+def where(path: str) -> tuple[str, str]:
+    """(workload, run) of a panel's run folder OUT/<workload>/run<N>/<id>; else (the folder, "")."""
+    p = Path(path).resolve()
+    if p.parent.name.startswith("run") and p.parent.name[3:].isdigit():
+        return p.parent.parent.name, p.parent.name
+    return str(path), ""
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """Median and largest |error| by shape and by sequences in flight, cells within 10%, and per workload and
+    cell the spread of the measured speedup over the runs."""
+    out = []
+    for r in rows:
+        c, m = r.get("with_contention"), r["measured"]
+        r["error_contention_pct"] = 100 * (c / m - 1) if m and c is not None and c == c else None
+    for key, name in (("error_shape_pct", "by shape"), ("error_active_pct", "by sequences in flight"),
+                      ("error_contention_pct", "with the contention column")):
+        errs = [abs(r[key]) for r in rows if r[key] is not None]
+        if errs:
+            out.append(f"{name}: median |error| {statistics.median(errs):.1f}%, largest {max(errs):.1f}%, "
+                       f"within 10%: {sum(e <= 10 for e in errs)}/{len(errs)}")
+    pairs = [(abs(r["error_contention_pct"]), abs(r["error_shape_pct"])) for r in rows
+             if r["error_contention_pct"] is not None and r["error_shape_pct"] is not None]
+    if pairs:
+        out.append(f"the contention column further from the measured speedup than the model in "
+                   f"{sum(c > m for c, m in pairs)} of {len(pairs)} cells")
+    by_cell = defaultdict(list)
+    for r in rows:
+        by_cell[(r["workload"], r["cell"])].append(r["measured"])
+    for (workload, cell), ms in sorted(by_cell.items()):
+        ms = [m for m in ms if m]
+        if len(ms) > 1:
+            out.append(f"spread {workload} {cell}: {min(ms):.3f}–{max(ms):.3f}× over {len(ms)} runs")
+    return out
+
+
+def markdown(rows: list[dict]) -> list[str]:
+    """One row per workload and cell: each run's measured speedup, the prediction by shape and its error, and
+    the largest error by sequences in flight."""
+    by_cell = defaultdict(list)
+    for r in rows:
+        by_cell[(r["workload"], r["cell"])].append(r)
+    x = lambda v: "–" if v is None or v != v else f"{v:.2f}×"  # noqa: E731
+    pct = lambda v: "–" if v is None else f"{v:+.1f}%"  # noqa: E731
+    out = ["| workload | cell | runs | measured, each run | predicted by shape (error), each run | "
+           "largest error: by shape / by sequences in flight / with contention |", "|---|---|---|---|---|---|"]
+    for (workload, cell), rs in by_cell.items():
+        measured = ", ".join(x(r["measured"]) for r in rs)
+        predicted = ", ".join(f"{x(r['by_shape'])} ({pct(r['error_shape_pct'])})" for r in rs)
+        largest = []
+        for key in ("error_shape_pct", "error_active_pct", "error_contention_pct"):
+            errs = [abs(r[key]) for r in rs if r.get(key) is not None]
+            largest.append(f"{max(errs):.1f}%" if errs else "–")
+        out.append(f"| {workload} | {cell} | {len(rs)} | {measured} | {predicted} | {' / '.join(largest)} |")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+")
-    ap.add_argument("--csv", help="write the speedup rows here")
+    ap.add_argument("--markdown", action="store_true", help="print the per-cell table in Markdown at the end")
+    ap.add_argument("--csv", help="write the speedup rows here (workload, run, cell, measured, predictions, errors)")
     args = ap.parse_args(argv)
     all_speedups = []
     for path in args.runs:
@@ -94,24 +155,29 @@ def main(argv=None) -> int:
             if not mine:
                 continue
             err = [100 * (r["predicted_s"] / r["recorded_s"] - 1) for r in mine if r["recorded_s"]]
-            print(f"  rollout, {kind}: {len(mine)} rows, predicted / recorded - 1: median {statistics.median(err):+.1f}%, "
-                  f"range {min(err):+.1f}% .. {max(err):+.1f}%")
+            total = 100 * (sum(r["predicted_s"] for r in mine) / sum(r["recorded_s"] for r in mine) - 1)
+            print(f"  rollout, {kind}: {len(mine)} rows, predicted / recorded - 1: all rows {total:+.1f}%, per row "
+                  f"median {statistics.median(err):+.1f}%, range {min(err):+.1f}% .. {max(err):+.1f}%")
             walls = [100 * (r["recorded_s"] / r["wall_s"] - 1) for r in mine if r["wall_s"]]
             if walls:
                 print(f"    recorded / rollout stage wall - 1: median {statistics.median(walls):+.1f}%")
+        workload, label = where(path)
         for s in speedups(run):
-            s["run"] = path
+            s.update(workload=workload, run=label)
             all_speedups.append(s)
-            fmt = lambda v: "–" if v is None else f"{v:.3f}×"  # noqa: E731
+            fmt = lambda v: "–" if v is None or v != v else f"{v:.3f}×"  # noqa: E731
             pct = lambda v: "–" if v is None else f"{v:+.1f}%"  # noqa: E731
             print(f"  {s['cell']:<28} measured {fmt(s['measured'])}  by shape {fmt(s['by_shape'])} "
                   f"({pct(s['error_shape_pct'])})  by sequences in flight {fmt(s['by_active'])} "
-                  f"({pct(s['error_active_pct'])})"
-                  + (f"  with contention {fmt(s['with_contention'])}" if s["with_contention"] == s["with_contention"]
-                     and s["with_contention"] is not None else ""))
+                  f"({pct(s['error_active_pct'])})  with contention {fmt(s['with_contention'])}")
+    if all_speedups:
+        print("\n" + "\n".join(summary(all_speedups)))
+        if args.markdown:
+            print("\n" + "\n".join(markdown(all_speedups)))
     if args.csv and all_speedups:
         with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, list(all_speedups[0]))
+            w = csv.DictWriter(f, ["workload", "run", "cell", "measured", "by_shape", "by_active", "with_contention",
+                                   "error_shape_pct", "error_active_pct", "error_contention_pct"], extrasaction="ignore")
             w.writeheader()
             w.writerows(all_speedups)
     return 0
