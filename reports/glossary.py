@@ -23,7 +23,8 @@ COLUMNS = {
                         "95% interval printed with it (the ratio of medians where there is no interval)",
     "predicted": "the speedup predicted from the sync cell's measured device costs (decode steps by their "
                  "batch bucket and cache window, training, optimizer step, weight sync), replayed on the cell's "
-                 "layout step by step",
+                 "layout step by step; each iteration's predicted TPSPD paired with the reference's measured one, "
+                 "as the measured speedup pairs them",
     "rollout %": "share of a sync iteration spent generating",
     "acc before→after": "greedy pass@1 on the eval problems with GSM8K's strict rule, before and after training",
     "status": "complete, or how the cell ended (failed, interrupted)",

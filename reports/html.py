@@ -141,7 +141,8 @@ def speedup_html(sp: pd.DataFrame) -> str:
             "of medians where the iterations are too few for an interval. Predicted: "
             "from the sync cell's own measured device costs (a decode step's seconds by its batch bucket "
             "and cache window, seconds per trained token, optimizer step, weight sync), replaying the "
-            "measured response lengths through the async layout step by step. A barrier cell (overlap = false) has the "
+            "measured response lengths through the async layout step by step, each iteration's predicted "
+            "TPSPD paired with the reference's as the measured speedup pairs them. A barrier cell (overlap = false) has the "
             "async processes and devices but trains only after the last group has arrived.</p>")
     why = attribution_text(attribution(sp))
     why_html = ("<h3>Where the speedup comes from</h3><ul>" + "".join(f"<li>{esc(t)}</li>" for t in why)

@@ -3,6 +3,8 @@ and training work replayed as the periodic-async schedule would run them, the tr
 the step cost beyond the measured batch sizes."""
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from rlbench.core.costmodel.decode import StepCost, replay
@@ -127,3 +129,29 @@ def test_split_weight_sync_crosses_the_host_on_an_accelerator_and_is_the_sync_co
     assert gpu["predicted_iter_s"] == pytest.approx(cpu["predicted_iter_s"] + 2 * (0.2 - 0.01))
     unprobed = {**cuda, "provenance": {"device": {"type": "cuda"}, "peak": {}}}
     assert predict_async(unprobed, FLAT, events, 1, 1)["split_weight_sync_s"] == pytest.approx(0.01)
+
+
+def test_predicted_speedup_uses_the_measured_speedups_estimator():
+    """Iterations whose TPSPD swings with their token counts (a long tail): the prediction is 0.9x of sync in
+    half the iterations and 1.35-1.42x in the others; the ratio of the medians (1.30x) lands between other
+    iterations than the paired ratios do (1.11x). Paired with the reference's iterations the prediction is
+    what the verdict measures; with fewer iterations than an interval needs, the ratio of medians, as the
+    verdict then states."""
+    import math
+    from types import SimpleNamespace
+
+    from rlbench.core.costmodel.predict import predicted_speedup
+
+    sync = [1000, 4000, 1100, 3900, 1200, 3800, 1000, 4000]
+    pred = [0.9 * v for v in sync]
+    pred[1] = pred[3] = pred[5] = pred[7] = 0.9 * 4000 * 1.5  # four iterations far faster than sync's median
+    ms = [SimpleNamespace(iteration=k) for k in range(len(sync))]
+    ref = dict(enumerate(sync))
+    median_ratio = statistics.median(pred) / statistics.median(sync)
+    paired = predicted_speedup(ms, pred, statistics.median(sync), ref)
+    logs = sorted(math.log(p / s) for p, s in zip(pred, sync))
+    assert paired == pytest.approx(math.exp(statistics.fmean(logs[1:-1])))  # 20% trimmed of 8: one each end
+    assert paired == pytest.approx(1.11, abs=0.01) and median_ratio == pytest.approx(1.30, abs=0.01)
+    assert predicted_speedup(ms, pred, statistics.median(sync)) == pytest.approx(median_ratio)  # no pairs given
+    few = predicted_speedup(ms[:3], pred[:3], statistics.median(sync[:3]), ref)
+    assert few == pytest.approx(statistics.median(pred[:3]) / statistics.median(sync[:3]))

@@ -25,7 +25,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
     device costs); both speedups are TPSPD ratios over the cell's reference (the first cell of its
     workload). measured_speedup is the typical per-iteration ratio, the centre of its 95% interval
     measured_low / _high (bench/analysis/intervals.py; the ratio of TPSPD medians, the summary's speedup
-    column, where the iterations are too few for an interval). schedule_only: no
+    column, where the iterations are too few for an interval); predicted_speedup by the same estimator
+    (the predicted TPSPD of each iteration paired with the reference's measured one). schedule_only: no
     sync cell ran with the cell's optimisation switches (tri-model, shared-prompt attention), so the
     prediction, from a sync cell without them, is of the schedule alone: what the optimisations add is the
     measured speedup over it, and no error against the measurement is computed."""
@@ -42,9 +43,12 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
                **intervals.columns(intervals.paired(c, ref), "measured", "measured_speedup"), "predicted_speedup": None, "error_pct": None,
                "predicted_with_contention": None, "contention_kappa": None, "contention_kappa_decode": None,
                "kappa_source": None}
+        # the prediction by the measured value's own estimator: paired by iteration where the measurement
+        # has an interval (its value is then the typical paired ratio), else the ratio of medians
+        paired_ref = by_iteration(ref) if row["measured_low"] is not None else None
         try:
             pred = predict_async(sync.result, sync.samples, sync.events, r, t, overlap=_overlap(c),
-                                 devices=c.devices, reference_tpspd=ref.tpspd())
+                                 devices=c.devices, reference_tpspd=ref.tpspd(), reference_iterations=paired_ref)
         except UserError:
             pred = None
         if pred:
@@ -53,7 +57,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
                 row["error_pct"] = 100 * (pred["predicted_speedup"] / row["measured_speedup"] - 1)
             if (r, t) == (1, 1):  # the proposed contention term: a column beside the model, never in it
                 con = predict_contended(sync.result, sync.samples, sync.events, overlap=_overlap(c),
-                                        devices=c.devices, reference_tpspd=ref.tpspd(), probe=run.probe)
+                                        devices=c.devices, reference_tpspd=ref.tpspd(), probe=run.probe,
+                                        reference_iterations=paired_ref)
                 k = con["kappa"]
                 row.update(predicted_with_contention=con["predicted_speedup"], kappa_source=con["kappa_source"],
                            contention_kappa=k[1] if isinstance(k, tuple) else k,
@@ -95,6 +100,12 @@ def colocated(c: CellData) -> bool:
 def _model(c: CellData) -> str | None:
     spec = schedules.get(c.schedule)
     return spec and spec.model
+
+
+def by_iteration(cell: CellData) -> dict[int, float]:
+    """The cell's measured TPSPD by iteration: the reference a prediction is paired with, as the measured
+    speedup pairs the cell's own iterations (intervals.paired)."""
+    return {it["iteration"]: it["tpspd"] for it in cell.measured() if it.get("tpspd")}
 
 
 def sync_twin(run: RunData, cell: CellData) -> CellData | None:

@@ -103,3 +103,11 @@ def ratio_interval(x, serial: bool = True, level: float = LEVEL) -> tuple[float,
     centre, se, df = found
     half = t_quantile(normal_quantile(0.5 + level / 2), df) * se
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
+
+
+def typical_ratio(x, fallback: float | None, serial: bool = True) -> float | None:
+    """The ratio a verdict states for log-ratios x: the centre of their interval (exp of the trimmed mean),
+    or `fallback` (the ratio of medians) where there are too few for an interval, as
+    bench/analysis/intervals.py states a measured ratio; a prediction compared with one uses this too."""
+    found = log_estimate(x, serial)
+    return fallback if found is None else math.exp(found[0])

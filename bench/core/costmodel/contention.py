@@ -31,7 +31,7 @@ from collections import defaultdict
 import numpy as np
 
 from rlbench.core.costmodel.decode import StepCost, replay
-from rlbench.core.costmodel.predict import SyncMeasurements, measurements, train_work
+from rlbench.core.costmodel.predict import SyncMeasurements, measurements, predicted_speedup, train_work
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 HEAVY = (Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.UPDATE.value)
@@ -167,14 +167,14 @@ def mean_overlaps(events: list[dict], iterations: set[int]) -> tuple[float, floa
 
 def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], overlap: bool = True,
                       devices: int | None = None, reference_tpspd: float | None = None,
-                      probe: dict | None = None) -> dict:
+                      probe: dict | None = None, reference_iterations: dict[int, float] | None = None) -> dict:
     """The 1 + 1 prediction with the contention term (module docstring), from a measured sync cell.
 
     probe: the run's contention_probe.json (bench/experiments/regime/probe.py): decode's and training's kappa
     measured alone vs together, used instead of the estimate from the sync cell's events.
     -> kappa (None, with reason, where neither can tell; a (decode, train) pair from the probe), its
     source, f_train and f_roll, and predicted_speedup (None without kappa), relative to reference_tpspd
-    (default: the sync cell's)."""
+    (default: the sync cell's), paired by iteration with reference_iterations where given (predict.predicted_speedup)."""
     ms = measurements(sync_cell, samples, events)
     its = {it["iteration"] for it in sync_cell["iterations"] if not it.get("warmup")} \
         or {it["iteration"] for it in sync_cell["iterations"]}
@@ -189,4 +189,4 @@ def predict_contended(sync_cell: dict, samples: list[dict], events: list[dict], 
     d = devices or int(sync_cell.get("devices") or ms[0].n)
     ref = reference_tpspd or statistics.median(it["tpspd"] for it in sync_cell["iterations"] if it["iteration"] in its)
     tpspd = [m.tokens / (async_time_contended(m, est["kappa"], f_train, f_roll, overlap) * d) for m in ms]
-    return {**out, "predicted_speedup": statistics.median(tpspd) / ref if ref else None}
+    return {**out, "predicted_speedup": predicted_speedup(ms, tpspd, ref, reference_iterations)}

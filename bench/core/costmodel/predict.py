@@ -33,8 +33,10 @@ schedules, so a device's costs measured in the sync run carry over to the async 
    trains a group when it has arrived and the rank is free. T = ws_publish + ws_load + (last rank
    done) + optimizer step. Barrier (engine.overlap=false): the ranks start when the last group has
    arrived. Sync (in-sample check of the model): ws + max over ranks (rollout + train) + step.
-4. Predicted TPSPD = iteration tokens / (T x devices); predicted speedup = median predicted TPSPD /
-   median measured TPSPD of the reference cell, the same ratio as the measured speedup.
+4. Predicted TPSPD = iteration tokens / (T x devices) per measured iteration; predicted speedup by the
+   measured speedup's own estimator: paired with the reference cell's measured TPSPD iteration by
+   iteration, exp of the trimmed mean of the log-ratios (predicted_speedup), or the ratio of the medians
+   where the measurement has none.
 5. Bounded staleness and partial rollout (rlbench simulate's bounded and partial models) run on the same
    costs; partial rollout's recompute (a prefill of every sequence in flight) costs the refills' seconds per
    prompt token they prefilled (an upper bound: a refill also admits and retires samples).
@@ -42,6 +44,7 @@ schedules, so a device's costs measured in the sync run carry over to the async 
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 from collections import defaultdict
 
@@ -50,6 +53,7 @@ from rlbench.core.config import RunConfig
 from rlbench.core.config_files import recorded_config
 from rlbench.core.costmodel.decode import ShapeCost, StepCost, replay
 from rlbench.core.errors import UserError
+from rlbench.core.ratio_interval import typical_ratio
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 MODEL = ("per device, from the sync run: decode-step seconds by the step's bucket and cache window (a plane "
@@ -143,7 +147,7 @@ class SyncMeasurements:
                             "data-parallel layout is needed)")
         self.n, self.ws, self.opt = d["ranks"], d["ws"], d["opt"]
         self.split_ws = split_ws(self.ws) if split_ws else self.ws
-        self.samples, self.tokens = samples, it["tokens"]
+        self.samples, self.tokens, self.iteration = samples, it["tokens"], it["iteration"]
         self.shared_prompt = bool(cfg.engine.shared_prompt)
         self.slots, self.g = cfg.rollout.max_num_seqs, cfg.rollout.group_size
         self.micro_batch = cfg.train.micro_batch_size
@@ -182,7 +186,7 @@ class SyncMeasurements:
         self.micro_batch, self.shape = micro_batch, shape
         self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
         self.tokens = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
-        self.measured_rollout = None
+        self.measured_rollout, self.iteration = None, None
         return self
 
     def shard(self, i: int, of: int) -> list[dict]:
@@ -283,13 +287,35 @@ def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> li
                              split) for it in its]
 
 
+def predicted_speedup(ms: list[SyncMeasurements], pred_tpspd: list[float], reference_tpspd: float | None,
+                      reference_iterations: dict[int, float] | None = None) -> float | None:
+    """The predicted TPSPD per batch over the reference, by the estimator the measured speedup it is set
+    beside uses: with the reference's TPSPD per iteration, the typical paired ratio (exp of the trimmed mean
+    of log(predicted TPSPD_k / reference TPSPD_k) over the iterations both have; the ratio of medians where
+    they are too few for an interval), as bench/analysis/intervals.py states the measured one; without it,
+    the ratio of the medians. With a long tail the two estimators differ by 10% or more for the same
+    iterations (the iterations' token counts swing), so a prediction compared with a measurement by the
+    other one would carry that as error."""
+    if not reference_tpspd:
+        return None
+    medians = statistics.median(pred_tpspd) / reference_tpspd
+    if reference_iterations is None:
+        return medians
+    logs = [math.log(p / reference_iterations[m.iteration]) for m, p in zip(ms, pred_tpspd)
+            if p > 0 and (reference_iterations.get(m.iteration) or 0) > 0]
+    return typical_ratio(logs, medians)
+
+
 def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], rollout_devices: int,
                   train_devices: int, overlap: bool = True, devices: int | None = None,
-                  reference_tpspd: float | None = None) -> dict:
+                  reference_tpspd: float | None = None,
+                  reference_iterations: dict[int, float] | None = None) -> dict:
     """Predict a periodic-async cell from a measured sync cell (model: module docstring).
 
     devices: TPSPD divisor of the async run (default: the sync run's, the same physical devices);
-    reference_tpspd: the measured TPSPD the speedup is relative to (default: this sync cell's median).
+    reference_tpspd: the measured TPSPD the speedup is relative to (default: this sync cell's median);
+    reference_iterations: the reference's measured TPSPD by iteration, for the paired estimator
+    (predicted_speedup; default: the ratio of medians).
     -> predicted_speedup, predicted_iter_s, predicted_sync_iter_s (in-sample check), sync_iter_s,
     rollout_share (sync's rollout seconds / wall), model text and the inputs used."""
     if rollout_devices < 1 or train_devices < 1:
@@ -302,7 +328,7 @@ def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], roll
     sync_tpspd = statistics.median(it["tpspd"] for it in its)
     ref = reference_tpspd or sync_tpspd
     pred_tpspd = [m.tokens / (p * d) if p > 0 else 0.0 for m, p in zip(ms, pred)]
-    return {"predicted_speedup": statistics.median(pred_tpspd) / ref if ref else None,
+    return {"predicted_speedup": predicted_speedup(ms, pred_tpspd, ref, reference_iterations),
             "predicted_tpspd": statistics.median(pred_tpspd),
             "predicted_iter_s": statistics.median(pred),
             "predicted_sync_iter_s": statistics.median(p for p, _ in pred_sync),
