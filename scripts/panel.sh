@@ -57,5 +57,5 @@ for name in "${!WORKLOADS[@]}"; do
     { echo "## $name"; "$RLBENCH" compare "${found[@]}" | sed -n '/^Verdicts across/,$p'; echo; } >> "$OUT/reruns.txt"
   fi
 done
-"$PY" scripts/rollout_model_check.py --markdown --csv "$OUT/panel.csv" "${dirs[@]}" | sed -n '/^by shape/,$p'
+"$PY" scripts/rollout_model_check.py --markdown --csv "$OUT/panel.csv" "${dirs[@]}" | sed -n '/^the model:/,$p'
 grep -E "^## |every run says|the runs say|differ" "$OUT/reruns.txt" || true

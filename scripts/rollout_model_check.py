@@ -12,8 +12,10 @@ For every run folder with a sync cell that recorded step shapes (engines/rollout
 - out of sample: per periodic-async cell and iteration, the replay of the whole batch on its rollout
   worker(s) with the sync iteration's costs against the seconds the rollout worker recorded (steps +
   refills) and its rollout stage's wall seconds;
-- the speedup of every periodic-async cell: measured (the verdict's paired value), predicted by shape
-  (the model) and by sequences in flight (the model before step shapes were recorded).
+- the speedup of every periodic-async cell: measured (the verdict's paired value) and predicted by the
+  model, and by the model with one or both of its latest changes taken back: the decode step priced by its
+  sequences in flight instead of its shape, and the predicted speedup as a ratio of medians instead of the
+  measured speedup's paired estimator ("before" is both), and the contention column.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from unittest import mock
 
 from rlbench.analysis import data
+from rlbench.analysis import speedup
 from rlbench.analysis.speedup import speedup_frame, sync_twin
 from rlbench.core.costmodel import predict
 from rlbench.core.costmodel.decode import replay
@@ -69,16 +72,27 @@ def rollout_rows(run: data.RunData) -> list[dict]:
 
 
 def speedups(run: data.RunData) -> list[dict]:
-    shape = speedup_frame(run)
-    with mock.patch.object(predict, "shape_cost", lambda stats: None):
-        active = speedup_frame(run)
+    """Per cell: measured, the model's prediction, and the prediction with the decode step priced by its
+    sequences in flight (by_active), with the ratio of medians as the estimator (by_medians), with both
+    (before: the model as it was before step shapes and the paired estimator), and the contention column."""
+    no_shapes = mock.patch.object(predict, "shape_cost", lambda stats: None)
+    no_pairs = mock.patch.object(speedup, "by_iteration", lambda cell: None)
+    frames = {"by_shape": speedup_frame(run)}
+    with no_shapes:
+        frames["by_active"] = speedup_frame(run)
+    with no_pairs:
+        frames["by_medians"] = speedup_frame(run)
+    with no_shapes, no_pairs:
+        frames["before"] = speedup_frame(run)
     out = []
-    for (_, a), (_, b) in zip(shape.iterrows(), active.iterrows()):
+    for i, a in frames["by_shape"].iterrows():
         m = a["measured_speedup"]
-        out.append({"cell": a["cell"], "measured": m, "by_shape": a["predicted_speedup"],
-                    "by_active": b["predicted_speedup"], "with_contention": a["predicted_with_contention"],
-                    "error_shape_pct": 100 * (a["predicted_speedup"] / m - 1) if m and a["predicted_speedup"] else None,
-                    "error_active_pct": 100 * (b["predicted_speedup"] / m - 1) if m and b["predicted_speedup"] else None})
+        row = {"cell": a["cell"], "measured": m, "with_contention": a["predicted_with_contention"]}
+        for name, frame in frames.items():
+            p = frame["predicted_speedup"][i]
+            row[name] = p
+            row[f"error_{name}_pct"] = 100 * (p / m - 1) if m and p and p == p else None
+        out.append(row)
     return out
 
 
@@ -90,21 +104,25 @@ def where(path: str) -> tuple[str, str]:
     return str(path), ""
 
 
+VARIANTS = (("by_shape", "the model"), ("before", "before (by sequences in flight, ratio of medians)"),
+            ("by_active", "decode by sequences in flight"), ("by_medians", "ratio of medians"),
+            ("contention", "with the contention column"))
+
+
 def summary(rows: list[dict]) -> list[str]:
-    """Median and largest |error| by shape and by sequences in flight, cells within 10%, and per workload and
-    cell the spread of the measured speedup over the runs."""
+    """Median and largest |error| of each variant, cells within 10%, and per workload and cell the spread
+    of the measured speedup over the runs."""
     out = []
     for r in rows:
         c, m = r.get("with_contention"), r["measured"]
         r["error_contention_pct"] = 100 * (c / m - 1) if m and c is not None and c == c else None
-    for key, name in (("error_shape_pct", "by shape"), ("error_active_pct", "by sequences in flight"),
-                      ("error_contention_pct", "with the contention column")):
-        errs = [abs(r[key]) for r in rows if r[key] is not None]
+    for key, name in VARIANTS:
+        errs = [abs(r[f"error_{key}_pct"]) for r in rows if r[f"error_{key}_pct"] is not None]
         if errs:
             out.append(f"{name}: median |error| {statistics.median(errs):.1f}%, largest {max(errs):.1f}%, "
                        f"within 10%: {sum(e <= 10 for e in errs)}/{len(errs)}")
-    pairs = [(abs(r["error_contention_pct"]), abs(r["error_shape_pct"])) for r in rows
-             if r["error_contention_pct"] is not None and r["error_shape_pct"] is not None]
+    pairs = [(abs(r["error_contention_pct"]), abs(r["error_by_shape_pct"])) for r in rows
+             if r["error_contention_pct"] is not None and r["error_by_shape_pct"] is not None]
     if pairs:
         out.append(f"the contention column further from the measured speedup than the model in "
                    f"{sum(c > m for c, m in pairs)} of {len(pairs)} cells")
@@ -119,21 +137,21 @@ def summary(rows: list[dict]) -> list[str]:
 
 
 def markdown(rows: list[dict]) -> list[str]:
-    """One row per workload and cell: each run's measured speedup, the prediction by shape and its error, and
-    the largest error by sequences in flight."""
+    """One row per workload and cell: each run's measured speedup, the model's prediction and its error,
+    and the largest error of each variant over the runs."""
     by_cell = defaultdict(list)
     for r in rows:
         by_cell[(r["workload"], r["cell"])].append(r)
     x = lambda v: "–" if v is None or v != v else f"{v:.2f}×"  # noqa: E731
     pct = lambda v: "–" if v is None else f"{v:+.1f}%"  # noqa: E731
-    out = ["| workload | cell | runs | measured, each run | predicted by shape (error), each run | "
-           "largest error: by shape / by sequences in flight / with contention |", "|---|---|---|---|---|---|"]
+    out = ["| workload | cell | runs | measured, each run | predicted (error), each run | largest error: "
+           + " / ".join(name for _, name in VARIANTS) + " |", "|---|---|---|---|---|---|"]
     for (workload, cell), rs in by_cell.items():
         measured = ", ".join(x(r["measured"]) for r in rs)
-        predicted = ", ".join(f"{x(r['by_shape'])} ({pct(r['error_shape_pct'])})" for r in rs)
+        predicted = ", ".join(f"{x(r['by_shape'])} ({pct(r['error_by_shape_pct'])})" for r in rs)
         largest = []
-        for key in ("error_shape_pct", "error_active_pct", "error_contention_pct"):
-            errs = [abs(r[key]) for r in rs if r.get(key) is not None]
+        for key, _ in VARIANTS:
+            errs = [abs(r[f"error_{key}_pct"]) for r in rs if r.get(f"error_{key}_pct") is not None]
             largest.append(f"{max(errs):.1f}%" if errs else "–")
         out.append(f"| {workload} | {cell} | {len(rs)} | {measured} | {predicted} | {' / '.join(largest)} |")
     return out
@@ -143,9 +161,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--markdown", action="store_true", help="print the per-cell table in Markdown at the end")
-    ap.add_argument("--csv", help="write the speedup rows here (workload, run, cell, measured, predictions, errors)")
+    ap.add_argument("--csv", help="write the speedup rows here (workload, run, cell, measured, each variant's "
+                                  "prediction and error)")
     args = ap.parse_args(argv)
     all_speedups = []
+    fmt = lambda v: "–" if v is None or v != v else f"{v:.3f}×"  # noqa: E731
+    pct = lambda v: "–" if v is None else f"{v:+.1f}%"  # noqa: E731
     for path in args.runs:
         run = data.load(path)
         print(f"\n{path}")
@@ -162,22 +183,22 @@ def main(argv=None) -> int:
             if walls:
                 print(f"    recorded / rollout stage wall - 1: median {statistics.median(walls):+.1f}%")
         workload, label = where(path)
-        for s in speedups(run):
-            s.update(workload=workload, run=label)
-            all_speedups.append(s)
-            fmt = lambda v: "–" if v is None or v != v else f"{v:.3f}×"  # noqa: E731
-            pct = lambda v: "–" if v is None else f"{v:+.1f}%"  # noqa: E731
-            print(f"  {s['cell']:<28} measured {fmt(s['measured'])}  by shape {fmt(s['by_shape'])} "
-                  f"({pct(s['error_shape_pct'])})  by sequences in flight {fmt(s['by_active'])} "
-                  f"({pct(s['error_active_pct'])})  with contention {fmt(s['with_contention'])}")
+        for sp in speedups(run):
+            sp.update(workload=workload, run=label)
+            all_speedups.append(sp)
+            print(f"  {sp['cell']:<28} measured {fmt(sp['measured'])}  model {fmt(sp['by_shape'])} "
+                  f"({pct(sp['error_by_shape_pct'])})  before {fmt(sp['before'])} ({pct(sp['error_before_pct'])})  "
+                  f"decode by sequences in flight {pct(sp['error_by_active_pct'])}  ratio of medians "
+                  f"{pct(sp['error_by_medians_pct'])}  with contention {fmt(sp['with_contention'])}")
     if all_speedups:
         print("\n" + "\n".join(summary(all_speedups)))
         if args.markdown:
             print("\n" + "\n".join(markdown(all_speedups)))
     if args.csv and all_speedups:
+        keys = [k for k, _ in VARIANTS[:-1]]
         with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, ["workload", "run", "cell", "measured", "by_shape", "by_active", "with_contention",
-                                   "error_shape_pct", "error_active_pct", "error_contention_pct"], extrasaction="ignore")
+            w = csv.DictWriter(f, ["workload", "run", "cell", "measured", *keys, "with_contention",
+                                   *(f"error_{k}_pct" for k, _ in VARIANTS)], extrasaction="ignore")
             w.writeheader()
             w.writerows(all_speedups)
     return 0
