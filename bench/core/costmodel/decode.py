@@ -14,8 +14,6 @@ import bisect
 import heapq
 import itertools
 
-import numpy as np
-
 # The columns of the plane a step's seconds lie on: a fixed part (weights read, launches), per row
 # (the MLP and projections of each sequence), per window position (the mask and positions), per row and
 # position (attention over the cache).
@@ -62,7 +60,7 @@ class ShapeCost:
         return out
 
     def plane(self, rows: int, window: int) -> float:
-        return max(0.0, float(np.dot(self.coef, _design(rows, window))))
+        return max(0.0, sum(float(c) * x for c, x in zip(self.coef, _design(rows, window))))
 
     def __call__(self, active: int, reach: int) -> float:
         """Seconds of the step(s) advancing `active` sequences whose slots reach `reach` positions."""
@@ -73,10 +71,12 @@ class ShapeCost:
         return got
 
 
-def _fit(rows: list[tuple[int, int, int, float]]) -> np.ndarray:
+def _fit(rows: list[tuple[int, int, int, float]]):
     """Weighted least squares of mean step seconds on _TERMS, slopes >= 0: of the fits with some slope
     terms left out, the best (least weighted squared error) whose slopes are all >= 0. Terms that do not
-    vary over the measured shapes (one window, one bucket) are left out."""
+    vary over the measured shapes (one window, one bucket) are left out. -> the coefficients (numpy)."""
+    import numpy as np  # here: a cell process imports this module with the schedules' terms, never fits
+
     if not rows:
         return np.zeros(len(_TERMS))
     x = np.array([_design(b, w) for b, w, _, _ in rows])

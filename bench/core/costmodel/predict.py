@@ -53,7 +53,6 @@ from rlbench.core.config import RunConfig
 from rlbench.core.config_files import recorded_config
 from rlbench.core.costmodel.decode import ShapeCost, StepCost, replay
 from rlbench.core.errors import UserError
-from rlbench.core.ratio_interval import typical_ratio
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 MODEL = ("per device, from the sync run: decode-step seconds by the step's bucket and cache window (a plane "
@@ -296,6 +295,10 @@ def predicted_speedup(ms: list[SyncMeasurements], pred_tpspd: list[float], refer
     the ratio of the medians. With a long tail the two estimators differ by 10% or more for the same
     iterations (the iterations' token counts swing), so a prediction compared with a measurement by the
     other one would carry that as error."""
+    # here, not at the top: the estimator loads scipy.special (0.2 s), and every cell process imports this
+    # module with the schedules' cost terms, where it is never called
+    from rlbench.core.ratio_interval import typical_ratio
+
     if not reference_tpspd:
         return None
     medians = statistics.median(pred_tpspd) / reference_tpspd

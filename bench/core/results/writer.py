@@ -37,7 +37,7 @@ class CellWriter:
 
     def results(self, obj: dict) -> Path:
         path = self.folder / schema.RESULTS
-        schema.atomic_write_json(path, obj)
+        schema.atomic_write_json(path, obj, compact=True)  # rewritten every iteration by the cell's driver
         return path
 
     def close(self) -> None:
