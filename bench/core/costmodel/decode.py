@@ -75,7 +75,7 @@ def _fit(rows: list[tuple[int, int, int, float]]):
     """Weighted least squares of mean step seconds on _TERMS, slopes >= 0: of the fits with some slope
     terms left out, the best (least weighted squared error) whose slopes are all >= 0. Terms that do not
     vary over the measured shapes (one window, one bucket) are left out. -> the coefficients (numpy)."""
-    import numpy as np  # here: a cell process imports this module with the schedules' terms, never fits
+    import numpy as np  # inside: a cell process imports this module with the schedules' terms and never fits
 
     if not rows:
         return np.zeros(len(_TERMS))

@@ -295,8 +295,8 @@ def predicted_speedup(ms: list[SyncMeasurements], pred_tpspd: list[float], refer
     the ratio of the medians. With a long tail the two estimators differ by 10% or more for the same
     iterations (the iterations' token counts swing), so a prediction compared with a measurement by the
     other one would carry that as error."""
-    # here, not at the top: the estimator loads scipy.special (0.2 s), and every cell process imports this
-    # module with the schedules' cost terms, where it is never called
+    # inside: the estimator loads scipy.special (0.2 s), and every cell process imports this module with the
+    # schedules' cost terms, where it is never called
     from rlbench.core.ratio_interval import typical_ratio
 
     if not reference_tpspd:
