@@ -23,8 +23,9 @@ COLUMNS = {
                         "95% interval printed with it (the ratio of medians where there is no interval)",
     "predicted": "the speedup predicted from the sync cell's measured device costs (decode steps by their "
                  "batch bucket and cache window, training, optimizer step, weight sync), replayed on the cell's "
-                 "layout step by step; each iteration's predicted TPSPD paired with the reference's measured one, "
-                 "as the measured speedup pairs them",
+                 "layout step by step; by the estimator of the measured speedup it stands beside (here the "
+                 "ratio of medians, as the speedup column; in the verdict each iteration paired with the "
+                 "reference's)",
     "rollout %": "share of a sync iteration spent generating",
     "acc before→after": "greedy pass@1 on the eval problems with GSM8K's strict rule, before and after training",
     "status": "complete, or how the cell ended (failed, interrupted)",

@@ -26,7 +26,9 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
     workload). measured_speedup is the typical per-iteration ratio, the centre of its 95% interval
     measured_low / _high (bench/analysis/intervals.py; the ratio of TPSPD medians, the summary's speedup
     column, where the iterations are too few for an interval); predicted_speedup by the same estimator
-    (the predicted TPSPD of each iteration paired with the reference's measured one). schedule_only: no
+    (the predicted TPSPD of each iteration paired with the reference's measured one);
+    predicted_median_ratio: the prediction as a ratio of medians, to stand beside the summary's speedup
+    column (a ratio of medians too). schedule_only: no
     sync cell ran with the cell's optimisation switches (tri-model, shared-prompt attention), so the
     prediction, from a sync cell without them, is of the schedule alone: what the optimisations add is the
     measured speedup over it, and no error against the measurement is computed."""
@@ -38,7 +40,7 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
         ref = reference_of(run, c)
         r, t = _split(c)
         row = {"cell": c.name, "predicted_from": sync.name, "schedule_only": not same_switches(sync, c),
-               "overlap": _overlap(c), "rollout_devices": r, "train_devices": t, "rollout_share_of_sync": None,
+               "overlap": _overlap(c), "rollout_devices": r, "train_devices": t, "rollout_share_of_sync": None, "predicted_median_ratio": None,
                "measured_speedup": schema.ratio(c.tpspd(), ref.tpspd()),
                **intervals.columns(intervals.paired(c, ref), "measured", "measured_speedup"), "predicted_speedup": None, "error_pct": None,
                "predicted_with_contention": None, "contention_kappa": None, "contention_kappa_decode": None,
@@ -52,7 +54,8 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
         except UserError:
             pred = None
         if pred:
-            row.update(rollout_share_of_sync=pred["rollout_share"], predicted_speedup=pred["predicted_speedup"])
+            row.update(rollout_share_of_sync=pred["rollout_share"], predicted_speedup=pred["predicted_speedup"],
+                       predicted_median_ratio=pred["predicted_speedup_medians"])
             if row["measured_speedup"] and pred["predicted_speedup"] and not row["schedule_only"]:
                 row["error_pct"] = 100 * (pred["predicted_speedup"] / row["measured_speedup"] - 1)
             if (r, t) == (1, 1):  # the proposed contention term: a column beside the model, never in it
@@ -65,7 +68,7 @@ def speedup_frame(run: RunData) -> pd.DataFrame:
                            contention_kappa_decode=k[0] if isinstance(k, tuple) else None)
         rows.append(row)
     cols = ["cell", "predicted_from", "schedule_only", "overlap", "rollout_devices", "train_devices",
-            "rollout_share_of_sync", "measured_speedup", *INTERVAL, "predicted_speedup", "error_pct",
+            "rollout_share_of_sync", "measured_speedup", *INTERVAL, "predicted_speedup", "error_pct", "predicted_median_ratio",
             "predicted_with_contention", "contention_kappa", "contention_kappa_decode", "kappa_source"]
     return pd.DataFrame(rows, columns=cols)
 

@@ -43,7 +43,8 @@ def summary_frame(run: RunData) -> pd.DataFrame:
     """One row per cell, reference cell first; NaN where a cell measured nothing."""
     stages, workers, busy = stages_in(run.cells), workers_in(run.cells), busy_stages_in(run.cells)
     rows = [_row(c, reference_of(run, c).tpspd(), stages, workers) | busy_columns(c, busy) for c in run.cells]
-    sp = speedup_frame(run).set_index("cell")["predicted_speedup"].to_dict() if run.cells else {}
+    # beside the speedup column, a ratio of TPSPD medians: the prediction by the same estimator
+    sp = speedup_frame(run).set_index("cell")["predicted_median_ratio"].to_dict() if run.cells else {}
     for row, c in zip(rows, run.cells):
         row["predicted_speedup"] = sp.get(c.name)
         row["rollout_share"] = rollout_share(c.result, c.events) if colocated(c) else None

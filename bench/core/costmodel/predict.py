@@ -332,6 +332,7 @@ def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], roll
     ref = reference_tpspd or sync_tpspd
     pred_tpspd = [m.tokens / (p * d) if p > 0 else 0.0 for m, p in zip(ms, pred)]
     return {"predicted_speedup": predicted_speedup(ms, pred_tpspd, ref, reference_iterations),
+            "predicted_speedup_medians": predicted_speedup(ms, pred_tpspd, ref),  # beside a ratio of medians
             "predicted_tpspd": statistics.median(pred_tpspd),
             "predicted_iter_s": statistics.median(pred),
             "predicted_sync_iter_s": statistics.median(p for p, _ in pred_sync),
