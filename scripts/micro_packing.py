@@ -46,6 +46,11 @@ SHAPES = {
     # The 7B layer at an eighth of the lengths, the same token ratio (4.0x), for CPUs: at full length one
     # layer's unpacked step needs ~18 GB in fp32 and ~60 TFLOP (minutes per step on 2 cores).
     "7b-layer-cpu": Shape("qwen2.5-7b.json", 256, 64, 16, layers=1),
+    # High token ratios: many short responses sharing a long prompt (11x and 25.8x), where what does not
+    # shrink with the tokens (attention over the prompt, narrow heads, fixed costs) decides the gain.
+    "tiny-ratio11": Shape("tiny-shape.json", 512, 16, 16),
+    "0.5b-ratio11": Shape("qwen2.5-0.5b.json", 1024, 32, 16),
+    "0.5b-ratio26": Shape("qwen2.5-0.5b.json", 2048, 16, 32),
 }
 LAYOUTS = ("unpacked", "dense", "gather", "mask4d", "flex", "auto")
 
@@ -266,10 +271,69 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python scripts/micro_packing.py micro.json ...: the tables of their packing results
-    import json
-    import sys
+def repredict(result: dict, peak: dict, host_waits: bool) -> dict:
+    """auto's prediction for a recorded shape by the cost model as it is now, on a recorded peak (a run's
+    env.json `peak`, or an entry of ~/.cache/rlbench/peak.json): what a change to the model does to the
+    measured shapes, without measuring them again. The model is built on the meta device (no weights)."""
+    from rlbench.core.costmodel import packing as cost
+    from rlbench.core.results.utilisation import model_shape
 
-    for path in sys.argv[1:]:
+    path = Path(result["model"])
+    model = build(path if path.is_file() else MODELS / path.name, getattr(torch, result["dtype"]),
+                  torch.device("meta"), layers=result["layers"], vocab_size=result["vocab"])
+    shape = model_shape(model)
+    attention = ((peak.get("attention") or {}).get(str(shape["head_dim"])) or {}).get("flops_per_s")
+    try:
+        dev = cost.Device.from_peak(peak, host_waits, attention)
+    except TypeError:  # --tree of a commit before the attention probe
+        dev = cost.Device.from_peak(peak, host_waits)
+    c = cost.choose(shape, dev, "dense", result["P"], [result["R"]] * result["G"])
+    measured = result["speedup"]["dense"] if c.packed else 1.0  # the layout it chooses now, as measured
+    return {"shape": result["shape"], "P": result["P"], "R": result["R"], "G": result["G"],
+            "token_ratio": result["token_ratio"], "dense": result["speedup"].get("dense"),
+            "recorded": (result.get("auto") or {}).get("predicted_speedup"), "predicted": c.predicted_speedup,
+            "packed": c.packed, "measured": measured, "attention_probe": attention is not None}
+
+
+if __name__ == "__main__":
+    # python scripts/micro_packing.py micro.json ...: the tables of their packing results;
+    # ... --peak env.json [--accelerator] [--tree DIR]: auto's prediction now (or by another commit's model)
+    # against the measured speedups (repredict)
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--peak", help="a run's env.json (its `peak`) or a peak JSON: repredict on it")
+    ap.add_argument("--accelerator", action="store_true", help="the peak is a GPU's (the host queues kernels)")
+    ap.add_argument("--threads", type=int, default=2, help="a peak cache's entry: these intra-op threads")
+    ap.add_argument("--tree", type=Path, help="repredict with the cost model of this source tree (another commit)")
+    a = ap.parse_args()
+    if a.tree:
+        from micro_common import use_tree
+        use_tree(a.tree)
+    if a.peak:
+        recorded = json.loads(Path(a.peak).read_text())
+
+        def peak_of(result: dict) -> dict:
+            """env.json's `peak`, a peak itself, or the entry of a peak cache (~/.cache/rlbench/peak.json)
+            for --threads and the result's dtype."""
+            if "peak" in recorded or "matmul_flops_per_s" in recorded:
+                return recorded.get("peak", recorded)
+            tag = f"|threads={a.threads}|torch.{result['dtype']}|"
+            found = [v for k, v in recorded.items() if tag in k]
+            if not found:
+                raise SystemExit(f"{a.peak}: no entry with {tag} (entries: {', '.join(recorded)})")
+            return found[0]
+        print("| shape | P, R, G | token ratio | dense measured | auto: recorded prediction | auto now | "
+              "measured (that layout) | error now |\n|---|---|---|---|---|---|---|---|")
+    for path in a.files:
         for shape in json.loads(Path(path).read_text()).get("packing", []):
-            print(markdown(shape), end="\n\n")
+            if not a.peak:
+                print(markdown(shape), end="\n\n")
+                continue
+            r = repredict(shape, peak_of(shape), host_waits=not a.accelerator)
+            rec = "–" if r["recorded"] is None else f"{r['recorded']:.2f}x"
+            print(f"| {r['shape']} | {r['P']}, {r['R']}, {r['G']} | {r['token_ratio']:.2f}x | {r['dense']:.2f}x | {rec} "
+                  f"| {r['predicted']:.2f}x ({'packed' if r['packed'] else 'unpacked'}) | {r['measured']:.2f}x | "
+                  f"{r['predicted'] / r['measured'] - 1:+.0%} |")

@@ -91,6 +91,81 @@ def test_op_counts_are_the_codes(layout, fn, train, monkeypatch):
     assert two - (four - two) == pytest.approx(fixed, rel=0.1, abs=10)
 
 
+class _Traffic(TorchDispatchMode):
+    """Elements the non-matmul operators read and write (inputs and outputs); views move nothing."""
+    skip = {"mm", "addmm", "bmm", "matmul", "linear", "_unsafe_view"}
+    n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func._schema.name.split("::")[-1]
+        if name not in self.skip and all(r.alias_info is None for r in func._schema.returns):
+            self.n += sum(t.numel() for t in torch.utils._pytree.tree_leaves((args, kwargs, out))
+                          if isinstance(t, torch.Tensor) and t.dim() > 0)
+        return out
+
+
+def _traffic(layers: int, train: bool, widths: tuple, vocab: int = 64) -> int:
+    hidden, inter, heads, kv = widths
+    cfg = transformers.Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                                   num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
+                                   attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(cfg).train()
+    count = _Traffic()
+    with count, torch.set_grad_enabled(train):
+        logps = packing.unpacked_logprobs(model, list(range(32)), [list(range(1, 9))] * 4)  # 4 rows of 40
+        if train:
+            sum(lp.sum() for lp in logps).backward()
+    return count.n
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["forward", "train"])
+def test_traffic_counts_are_the_codes(train):
+    """cost.TRAFFIC (per token a layer runs) and cost.LOGITS_TRAFFIC (per vocabulary entry of a predicting
+    position) are what the code's non-matmul operators move, within 5%, at widths that set each coefficient
+    apart: a change to the layers' elementwise work must update them."""
+    kind = "train" if train else "forward"
+    a, b, c, d = cost.TRAFFIC[kind]
+    for hidden, inter, heads, kv in ((64, 128, 4, 2), (128, 128, 4, 2), (64, 384, 4, 2), (96, 192, 6, 6)):
+        counted = (_traffic(4, train, (hidden, inter, heads, kv)) - _traffic(2, train, (hidden, inter, heads, kv))) / 2
+        predicted = 4 * 40 * (a * hidden + b * inter + c * kv * hidden // heads + d)
+        assert counted == pytest.approx(predicted, rel=0.05), (hidden, inter, heads, kv)
+    widths = (64, 128, 4, 2)
+    per_entry = (_traffic(2, train, widths, vocab=1088) - _traffic(2, train, widths)) / 1024 / (4 * 8)
+    assert per_entry == pytest.approx(cost.LOGITS_TRAFFIC[kind], rel=0.05)
+
+
+def test_widths_of_a_shape_recorded_without_them_are_derived():
+    cfg = transformers.Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2)
+    shape = model_shape(transformers.Qwen2ForCausalLM(cfg))
+    assert cost.widths(shape) == (64, 160, 96)
+    old = {k: v for k, v in shape.items() if k not in ("hidden", "intermediate", "vocab")}
+    assert cost.widths(old) == pytest.approx((64, 160, 96))
+
+
+def test_attention_at_its_own_rate():
+    """Attention's FLOPs run at the attention probe's rate where measured (the matmul's otherwise): a slower
+    kernel weighs the (query, key) pairs more, which packing cuts by less than the tokens at long prompts."""
+    slow = cost.Device(CPU.flops_per_s, CPU.copy_bytes_per_s, CPU.launch_s, True, attention_flops_per_s=3e9)
+    assert CPU.attention_rate == CPU.flops_per_s and slow.attention_rate == 3e9
+    fast, slowed = (cost.choose(QWEN_05B, d, "dense", 2048, [64] * 16) for d in (CPU, slow))
+    assert slowed.attention_share > fast.attention_share
+    assert slowed.predicted_speedup < fast.predicted_speedup
+
+
+def test_memory_bound_operators_bring_the_h100_prediction_near_its_measurement():
+    """The H100's measured peak and the 0.5B shape at P=2048, G=16, R=256 (docs/results/shared-prompt.md,
+    'On a GPU'): dense measured 3.19x unpacked. Without the operators' traffic the model said 1.25x (the
+    unpacked pass's elementwise work missing); with it, within 25%."""
+    h100 = cost.Device(7.38e14, 2.99e12, 1.63e-5, host_waits=False)
+    shape = {**QWEN_05B, "hidden": 896, "intermediate": 4864, "vocab": 151936}
+    c = cost.choose(shape, h100, "dense", 2048, [256] * 16)
+    assert c.packed and c.predicted_speedup == pytest.approx(3.19, rel=0.25)
+    assert not cost.choose(shape, h100, "dense", 512, [128] * 8).packed  # host-bound: measured 0.90x
+
+
 def _tiny(seed: int = 0):
     cfg = transformers.Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")

@@ -1,5 +1,7 @@
 """Per-stage work counts and utilisation (bench/core/results/utilisation.py) against hand-computed values, and the
 peak probe's cache (bench/core/devices/peak.py)."""
+import json
+
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -71,6 +73,32 @@ def test_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert peak.cache_path().is_file()
     monkeypatch.setattr(peak, "measure", lambda *a, **k: pytest.fail("measured again"))
     assert peak.peak(torch.device("cpu"), torch.float32) == first
+
+
+def test_attention_peak_is_measured_per_head_width_and_cached(tmp_path, monkeypatch):
+    """engine.shared_prompt=auto's attention rate: SDPA forward + backward at the model's head width, cached
+    beside the device's peak under the same key; a real (small) probe, FLOPs over seconds."""
+    monkeypatch.setenv("RLBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(peak, "MATMUL_N", {"cpu": 64, "accel": 64})
+    monkeypatch.setattr(peak, "COPY_BYTES", {"cpu": 1 << 20, "accel": 1 << 20})
+    monkeypatch.setattr(peak, "ATTENTION", {"cpu": (128, 64), "accel": (128, 64)})
+    monkeypatch.setattr(peak, "_load", lambda: 0.5)
+    cpu = torch.device("cpu")
+    narrow, wide = peak.attention_peak(cpu, torch.float32, 8), peak.attention_peak(cpu, torch.float32, 32)
+    assert narrow > 0 and wide > 0
+    cached = json.loads((tmp_path / "peak.json").read_text())
+    (entry,) = cached.values()
+    assert {k: v["flops_per_s"] for k, v in entry["attention"].items()} == {"8": narrow, "32": wide}
+    assert "matmul_flops_per_s" in entry
+    monkeypatch.setattr(peak, "attention_flops_per_s", lambda *a, **k: pytest.fail("measured again"))
+    assert peak.attention_peak(cpu, torch.float32, 8) == narrow
+    # measured while every CPU was taken: measured again once the machine is quieter, keeping the better
+    entry["attention"]["8"]["load"] = 3.0
+    (tmp_path / "peak.json").write_text(json.dumps(cached))
+    monkeypatch.setattr(peak, "attention_flops_per_s", lambda *a, **k: narrow / 2)
+    assert peak.attention_peak(cpu, torch.float32, 8) == narrow
+    monkeypatch.setattr(peak, "attention_flops_per_s", lambda *a, **k: pytest.fail("measured again"))
+    assert peak.attention_peak(cpu, torch.float32, 8) == narrow
 
 
 def test_a_peak_measured_on_a_busy_machine_is_measured_again_when_quiet(tmp_path, monkeypatch):

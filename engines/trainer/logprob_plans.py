@@ -47,8 +47,10 @@ class AutoLayout:
     def __init__(self, model, impl: str, packed):
         self.impl, self.packed = impl, packed
         self.shape = model_shape(model)
-        measured = peak.peak(model.device, model.dtype, threads=torch.get_num_threads())
-        self.device = cost.Device.from_peak(measured, devices.host_waits_for_kernels(model.device))
+        threads = torch.get_num_threads()
+        measured = peak.peak(model.device, model.dtype, threads=threads)
+        attention = peak.attention_peak(model.device, model.dtype, self.shape["head_dim"], threads=threads)
+        self.device = cost.Device.from_peak(measured, devices.host_waits_for_kernels(model.device), attention)
 
     def choose(self, prompt_ids: list[int], responses: list[list[int]]) -> cost.Choice:
         return cost.choose(self.shape, self.device, self.impl, len(prompt_ids), [len(r) for r in responses])

@@ -10,6 +10,11 @@ Three probes on one device with the threads one rlbench worker gets (CPU: one co
   per second of one crossing -> what publishing weights to a rollout worker on another process costs
   (the trainer's weights go to shared host tensors, the worker loads them onto its device), which the
   speedup prediction needs and a colocated sync rank's on-device copy cannot show.
+- attention (asked for by engine.shared_prompt=auto, per head width): a causal attention's forward and
+  backward through SDPA at the model's head_dim, best of several; 4 H Dh L^2 / 2 FLOPs a forward, the
+  backward twice that -> FLOP/s. The kernel runs its softmax beside the two matmuls, so at narrow heads it
+  reaches a fraction of the matmul's peak (a 2-core AMD EPYC, one thread: about a third at head_dim 16,
+  a half at 64), which a pass with long prompts spends most of its time in.
 They are what a stage can reach with the same library on the same device (a practical peak, not the
 datasheet's), so a stage at 80% of it is close to the hardware limit. The result is cached per device
 name, threads, dtype and torch version with the load it was measured under (`rlbench env --remeasure`
@@ -31,6 +36,7 @@ COPY_BYTES = {"cpu": 256 << 20, "accel": 2 << 30}
 HOST_COPY_BYTES = 512 << 20
 REPEATS = 5
 LAUNCH_OPS = 200  # ops in the launch probe's chain (forward; as many again in its backward)
+ATTENTION = {"cpu": (1024, 512), "accel": (4096, 4096)}  # the attention probe's (length L, heads x head_dim)
 
 
 def cache_path() -> Path:
@@ -111,6 +117,21 @@ def host_copy_bytes_per_s(device) -> float | None:
     return 2 * numel * 4 / _best(round_trip, lambda: dev.synchronize(device), REPEATS)
 
 
+def attention_flops_per_s(device, dtype, head_dim: int) -> float:
+    """FLOP/s of a causal attention's forward + backward (SDPA) with heads of `head_dim`, best of REPEATS."""
+    import torch  # inside: instant path: `rlbench --help` imports this module
+    import torch.nn.functional as F  # inside: as above
+
+    length, width = ATTENTION["cpu" if device.type == "cpu" else "accel"]
+    heads = max(1, width // head_dim)
+    q, k, v = (torch.randn(1, heads, length, head_dim, device=device).to(dtype).requires_grad_() for _ in range(3))
+    grad = torch.ones(1, heads, length, head_dim, device=device, dtype=dtype)
+
+    def step():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+    return 3 * 4 * heads * head_dim * length * length / 2 / _best(step, lambda: dev.synchronize(device), REPEATS)
+
+
 def _load() -> float | None:
     """The machine's 1-minute load average per CPU (None where the OS does not say)."""
     try:
@@ -139,18 +160,61 @@ def _best_of(old: dict, new: dict) -> dict:
     return best
 
 
-def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
-    """The cached peak of this device (measured now when not cached or when remeasure)."""
+def _key(device, dtype, threads: int) -> tuple[str, str]:
     import torch  # inside: instant path: `rlbench --help` imports this module
 
     info = dev.describe(device)
     name = info.get("name") or info.get("cpu") or device.type
-    key = f"{name}|{device.type}|threads={threads}|{dtype}|torch={torch.__version__}"
+    return f"{name}|{device.type}|threads={threads}|{dtype}|torch={torch.__version__}", name
+
+
+def _read() -> dict:
+    try:
+        return json.loads(cache_path().read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _write(cache: dict) -> None:
     path = cache_path()
     try:
-        cache = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        cache = {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home: measured every time, still correct
+
+
+def attention_peak(device, dtype, head_dim: int, threads: int = 1) -> float:
+    """The attention probe's FLOP/s at this head width, cached beside the device's peak (peak() first)."""
+    import torch  # inside: instant path: `rlbench --help` imports this module
+
+    peak(device, dtype, threads)
+    key, _ = _key(device, dtype, threads)
+    cache = _read()
+    entry = cache.setdefault(key, {}).setdefault("attention", {})
+    old = entry.get(str(head_dim))
+    if old is None or _busier(old):  # measured on a busier machine: again, keeping the better
+        before = torch.get_num_threads()
+        if device.type == "cpu":
+            torch.set_num_threads(threads)
+        try:
+            new = attention_flops_per_s(device, dtype, head_dim)
+        finally:
+            torch.set_num_threads(before)
+        entry[str(head_dim)] = {"flops_per_s": max(new, old["flops_per_s"] if old else 0.0), "load": _load(),
+                                "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        _write(cache)
+    return entry[str(head_dim)]["flops_per_s"]
+
+
+def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
+    """The cached peak of this device (measured now when not cached or when remeasure)."""
+    import torch  # inside: instant path: `rlbench --help` imports this module
+
+    key, name = _key(device, dtype, threads)
+    cache = _read()
     if remeasure or key not in cache or _busier(cache[key]):
         new = {**measure(device, dtype, threads), "device": name, "load": _load(),
                "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -168,11 +232,5 @@ def peak(device, dtype, threads: int = 1, remeasure: bool = False) -> dict:
             torch.set_num_threads(before)
     else:
         return cache[key]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache, indent=1))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home: measured every time, still correct
+    _write(cache)
     return cache[key]

@@ -35,7 +35,8 @@ def model_shape(model) -> dict:
     return {"matmul_params": int(matmul), "lm_head_params": int(head.weight.numel()) if head is not None else 0,
             "layers": cfg.num_hidden_layers, "heads": heads,
             "kv_heads": getattr(cfg, "num_key_value_heads", None) or heads, "head_dim": head_dim,
-            "param_bytes": next(model.parameters()).element_size()}
+            "hidden": cfg.hidden_size, "intermediate": getattr(cfg, "intermediate_size", None),
+            "vocab": cfg.vocab_size, "param_bytes": next(model.parameters()).element_size()}
 
 
 def _forward_flops(shape: dict, tokens: int, seq_sq: int) -> float:
