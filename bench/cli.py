@@ -273,6 +273,9 @@ def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (every split, interval, "
                                                       "assumption) instead of the tables."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the plan as an HTML page here."),
+    assume_items: Optional[list[str]] = typer.Option(None, "--assume", help="NAME=VALUE: your own value of an "
+                                                     "assumption (repeatable): group-size, decode-slope, "
+                                                     "weight-crossing (s), train-speed, rollout-share."),
 ) -> None:
     """Predict what each asynchronous schedule and device split would give, from a synchronous run's own log:
     periodic asynchrony (and its barrier split), one-step-off, bounded staleness, partial rollout; the best
@@ -281,7 +284,7 @@ def plan_cmd(
     from rlbench.plan.command import run_plan
     from rlbench.reports.plan_text import format_text
 
-    result = run_plan(log, gpus, model, device)
+    result = run_plan(log, gpus, model, device, assume_items)
     if html is not None:
         from rlbench.reports.plan_html import write_plan_html  # inside: matplotlib and pandas, for --html only
 

@@ -67,6 +67,20 @@ PAIRS = [
      {"step": 497.89, "gen": 348.05, "old_log_prob": 28.73, "ref": 20.86, "update_actor": 86.27}, QWEN3_30B_A3B,
      8192, 282.75, 1.72),
 ]
+# What each source's asynchronous run shows of its training pool (not a sync log's to know): (the sync run's
+# training GPU-seconds a step, the async run's), each the stages' seconds x their GPUs. one-step-off: old log-probs
+# + update (the async table's, 16 GPUs against 12); fully async: update (+ ref for the 30B), which those runs
+# train with (no old-log-prob pass). Their ratio: the split pool's training speed per GPU, for --source-speed.
+TRAINING_GPU_S = {
+    "one-step-off, FSDP2": (374 * 16, 445 * 12),
+    "one-step-off, Megatron": (463 * 16, 467 * 12),
+    "fully async 16:16 (staleness 0.5, partial)": (269.80 * 32, 313.81 * 16),
+    "fully async 32:32 (staleness 0.5, partial)": (133.41 * 64, 156.98 * 32),
+    "fully async 64:64 (staleness 0.5, partial)": (113.81 * 128, 113.16 * 64),
+    "stream, staleness 0, 64:64": (113.81 * 128, 98.77 * 64),
+    "30B fully async 96:32 (staleness 0.5, partial)": ((86.27 + 20.86) * 128, (206.63 + 50.05) * 32),
+}
+FAMILY = {"osp": "one-step-off", "fa": "fully async 7B", "fa128": "fully async 7B", "fa30": "fully async 30B"}
 PROMPTS, G, PROMPT_LEN = 512, 16, 200  # DAPO's batch (the sources); prompt length: assumed
 RESPONSE_MEANS = (0.1, 0.2, 0.35)  # response mean as a share of the cap: not in the sources, so a range
 
@@ -137,24 +151,45 @@ def _predict(inp: PlanInput, row: Row, r: int, lean: bool) -> dict:
     return out
 
 
-def published(roofline: bool = True) -> list[dict]:
-    """roofline: plan with --model (the pair's config) and --device H20; else with the defaults."""
+def train_speed(name: str, src: str, mode: str | None) -> float | None:
+    """The split pool's training speed per GPU stated for a pair: `own`: its source's asynchronous run's
+    (TRAINING_GPU_S); `others`: the median of the other experiment families' (leave one family out: the 7B
+    fully-async and streaming pairs share their sync runs); None: not stated (the default assumption)."""
+    speeds = {n: a / b for n, (a, b) in TRAINING_GPU_S.items()}
+    if mode == "own":
+        return speeds[name]
+    if mode == "others":
+        family = {p[0]: FAMILY[p[1]] for p in PAIRS}
+        return statistics.median(v for n, v in speeds.items() if family[n] != FAMILY[src])
+    return None
+
+
+def published(roofline: bool = True, source_speed: str | None = None) -> list[dict]:
+    """roofline: plan with --model (the pair's config) and --device H20; else with the defaults. source_speed
+    (train_speed's mode): with a split pool's training speed stated (--assume train-speed=...), from the
+    pair's own asynchronous run (not a prediction from the sync log alone: how much of the error that one
+    quantity accounts for) or from the other sources' runs."""
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, src, gpus, r, label, stages, model, cap, async_step, total_ratio in PAIRS:
             cfg = Path(tmp) / f"{src}-config.json"
             cfg.write_text(json.dumps(model))
             preds = []
+            speed = train_speed(name, src, source_speed)
+            stated = {"train-speed": speed} if speed else None
             for share in RESPONSE_MEANS:
                 log = read_log(_verl_log(Path(tmp) / f"{src}-{share}.jsonl", stages, gpus, cap, share * cap))
-                inp = plan_input(log, gpus, cfg, "H20")[0] if roofline else plan_input(log, gpus)[0]
+                inp = plan_input(log, gpus, cfg, "H20", stated)[0] if roofline else \
+                    plan_input(log, gpus, stated=stated)[0]
                 preds.append(_predict(inp, _row(label), r, lean=src != "osp"))
             mid = preds[1]
             out.append({"pair": name, "source": SOURCES[src], "gpus": gpus, "split": f"{r}+{gpus - r}",
                         "row": mid["label"], "published_step": stages["step"] / async_step,
                         "published_total": total_ratio, "predicted": mid["speedup"],
-                        "low": min(p["low"] for p in preds), "high": max(p["high"] for p in preds),
-                        "by_mean": [p["speedup"] for p in preds]})
+                        # a mean whose steps all give one ratio has no interval of its own: its value stands
+                        "low": min(p["speedup"] if p["low"] is None else p["low"] for p in preds),
+                        "high": max(p["speedup"] if p["high"] is None else p["high"] for p in preds),
+                        "by_mean": [p["speedup"] for p in preds], "train_speed": speed})
     return out
 
 
@@ -172,6 +207,9 @@ def main() -> None:
     ap.add_argument("--runs", nargs="*", type=Path, default=[])
     ap.add_argument("--published", action="store_true")
     ap.add_argument("--no-roofline", action="store_true", help="(b) with the defaults, without --model/--device")
+    ap.add_argument("--source-speed", choices=["own", "others"], help="(b) with a split pool's training speed "
+                    "stated (--assume train-speed): each pair's own source's (the error that quantity accounts "
+                    "for), or the median of the other sources' (leave one family out)")
     args = ap.parse_args()
     if args.runs:
         body = []
@@ -186,15 +224,20 @@ def main() -> None:
                    "plan (results.json alone)", "interval", "error"], body))
     if args.published:
         body = []
-        for v in published(not args.no_roofline):
+        rows_ = published(not args.no_roofline, args.source_speed)
+        errors = []
+        for v in rows_:
             err = 100 * (v["predicted"] / v["published_step"] - 1)
+            errors.append(abs(err))
             inside = "yes" if v["low"] <= v["published_step"] <= v["high"] else "no"
             body.append([v["pair"], v["gpus"], v["split"], v["row"], f"{v['published_step']:.2f}×",
                          f"{v['published_total']:.2f}×", f"{v['predicted']:.2f}×",
                          " / ".join(f"{x:.2f}" for x in v["by_mean"]), f"{v['low']:.2f}–{v['high']:.2f}×",
-                         f"{err:+.0f}%", inside])
+                         f"{err:+.0f}%", inside] + ([f"{v['train_speed']:.2f}"] if args.source_speed else []))
         print(_md(["pair", "GPUs", "split", "plan row", "published per step", "published total time",
-                   "predicted", "at mean 10/20/35% of cap", "interval", "error (per step)", "inside"], body))
+                   "predicted", "at mean 10/20/35% of cap", "interval", "error (per step)", "inside"]
+                  + (["training speed stated"] if args.source_speed else []), body))
+        print(f"\nmedian absolute error {statistics.median(errors):.0f}% ({min(errors):.0f}% to {max(errors):.0f}%)")
 
 
 if __name__ == "__main__":

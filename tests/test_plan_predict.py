@@ -90,6 +90,41 @@ def test_trl_plan_splits_the_step_by_the_stated_share(tmp_path):
     assert "rollout share of the step" in names
 
 
+def test_an_assumption_the_user_states_replaces_the_default(tmp_path):
+    """--assume train-speed=1.5: the split pools' trainer ranks 1.5x faster per device, its source the user's,
+    no range of its own; the colocated sync (the model check) unchanged; every split prediction at least as
+    fast, and the one a trainer bounds faster."""
+    log = write_verl_jsonl(tmp_path / "m.jsonl", verl_steps(20, gpus=8))
+    base, told = run_plan(log), run_plan(log, assume_items=["train-speed=1.5", "group-size=16"])
+    stated = {a["name"]: a for a in told["assumptions"]}
+    speed = stated["split pool's training speed per device"]
+    assert (speed["value"], speed["low"], speed["high"], speed["source"]) == (1.5, 1.5, 1.5, "stated (--assume)")
+    assert stated["group size G"]["value"] == 16
+    assert told["model_check"]["predicted_tpspd"] == pytest.approx(base["model_check"]["predicted_tpspd"], rel=0.05)
+    one = run_plan(log, assume_items=["train-speed=1.5"])
+    assert one["model_check"]["predicted_tpspd"] == pytest.approx(base["model_check"]["predicted_tpspd"], rel=1e-9)
+    before = {r["label"]: r for r in base["rows"]}
+    after = {r["label"]: r for r in one["rows"]}
+    assert all(after[k]["tpspd"] >= before[k]["tpspd"] * (1 - 1e-9) for k in before if k in after)
+    assert max(after[k]["tpspd"] / before[k]["tpspd"] for k in before if k in after) > 1.05
+    assert after["one_step_off"]["assumption_effects"]["split pool's training speed per device"] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("item, says", [("speed=1.5", "NAME one of group-size"), ("train-speed=fast", "not a number"),
+                                        ("decode-slope=2", "must be >= 0 and <= 1"),
+                                        ("group-size=2.5", "a whole number")])
+def test_a_malformed_assumption_exits_2_naming_it(tmp_path, item, says):
+    log = write_verl_jsonl(tmp_path / "m.jsonl", verl_steps(8, gpus=4))
+    done = rlbench("plan", log, "--assume", item)
+    assert done.returncode == 2 and item in done.stderr and says in done.stderr, done.stderr
+
+
+def test_nothing_to_assume_for_an_rlbench_cell_with_its_measurements(tmp_path):
+    run = make_ablation(tmp_path / "run")
+    done = rlbench("plan", run / "sync" / "results.json", "--assume", "train-speed=1.2")
+    assert done.returncode == 2 and "nothing is assumed" in done.stderr, done.stderr
+
+
 def test_cli_text_fits_100_columns_json_and_html(tmp_path):
     log = write_verl_console(tmp_path / "train.log", verl_steps(15, gpus=4))
     done = rlbench("plan", log, "--html", tmp_path / "plan.html")

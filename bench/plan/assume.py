@@ -1,11 +1,12 @@
 """The assumptions a plan from a framework's log states (costmodel/fromlog.py LogModel), each with its value,
 range and source: measured in the log, measured by `rlbench env` on this machine, roofline (--model,
---device), or a default with its range."""
+--device), a default with its range, or the user's own value (--assume NAME=VALUE)."""
 from __future__ import annotations
 
 import statistics
 
 from rlbench.core.costmodel.fromlog import Assumption, LoggedStep, LogModel
+from rlbench.core.errors import UserError
 from rlbench.plan import roofline
 
 GROUP = Assumption("group size G", 8, 4, 16, "default", "responses per prompt: GRPO's usual 4-16; the logs "
@@ -68,8 +69,51 @@ def split_weight_sync(steps: list[LoggedStep], shape: roofline.ModelShape | None
                       "2% of the step (0-10%): the log has no weight-sync time")
 
 
+# --assume NAME=VALUE: the user's own value of an assumption (measured on their cluster, say), by these names
+STATED = {"group-size": ("group_size", 1.0, None), "decode-slope": ("decode_slope", 0.0, 1.0),
+          "weight-crossing": ("split_weight_sync_s", 0.0, None), "train-speed": ("split_train_speed", 0.1, None),
+          "rollout-share": ("rollout_share", 0.0, 1.0)}  # name -> (LogModel field, lowest, highest allowed)
+
+
+def parse_stated(items: list[str]) -> dict[str, float]:
+    """--assume NAME=VALUE options -> {name: value}; a malformed one exits 2 naming it and what is allowed."""
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        if not eq or name not in STATED:
+            raise UserError(f"--assume {item!r}: expected NAME=VALUE with NAME one of {', '.join(STATED)}")
+        _, low, high = STATED[name]
+        try:
+            v = float(value)
+        except ValueError:
+            raise UserError(f"--assume {item!r}: {value!r} is not a number") from None
+        if v < low or (high is not None and v > high) or (name == "group-size" and v != int(v)):
+            allowed = "a whole number >= 1" if name == "group-size" else \
+                f">= {low:g}" + ("" if high is None else f" and <= {high:g}")
+            raise UserError(f"--assume {item!r}: {name} must be {allowed}")
+        out[name] = v
+    return out
+
+
+def state(lm: LogModel, stated: dict[str, float]) -> LogModel:
+    """The model with the user's values: each replaces its assumption's value and range (range = the value:
+    the user knows it), source "stated (--assume)"; one the log's model does not use (a rollout share where the
+    log splits generation from training, a training speed where the log is rlbench's own) is an error."""
+    for name, value in stated.items():
+        field_name = STATED[name][0]
+        a = getattr(lm, field_name)
+        if a is None:
+            raise UserError(f"--assume {name}: this log's plan does not assume it (it is measured in the log, or "
+                            "does not apply to it)")
+        setattr(lm, field_name, Assumption(a.name, value, value, value, "stated (--assume)",
+                                           f"the user's value; the default would be {a.value:g} ({a.low:g}-{a.high:g}, "
+                                           f"{a.source})"))
+    return lm
+
+
 def log_model(steps: list[LoggedStep], devices: int, shape=None, device: str | None = None,
-              split: bool = True, known: dict | None = None) -> LogModel:
+              split: bool = True, known: dict | None = None, stated: dict | None = None) -> LogModel:
     """The LogModel of a log's used steps on `devices` GPUs. split: the log splits generation from training.
     known: what the log's own config states (rlbench's results.json: group_size, max_num_seqs), which then
     replaces the defaults; an rlbench run trains alike on either layout (its fair layout), so it states no
@@ -82,4 +126,4 @@ def log_model(steps: list[LoggedStep], devices: int, shape=None, device: str | N
         lm.group_size = Assumption(GROUP.name, g, g, g, "measured in the log", "the run's rollout.group_size")
         lm.max_num_seqs, lm.split_train_speed = known["max_num_seqs"], None
     lm.decode_slope = decode_slope(steps, devices, shape, lm.max_num_seqs)
-    return lm
+    return state(lm, stated or {})

@@ -38,7 +38,8 @@ def measured_input(log: StepLog, gpus: int) -> tuple[PlanInput, list]:
     return PlanInput(batches, ref, gpus, partial="recompute"), [note]
 
 
-def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None) -> tuple[PlanInput, list, list]:
+def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None,
+                 stated: dict | None = None) -> tuple[PlanInput, list, list]:
     """A framework's log: batches rebuilt from its steps with the stated assumptions."""
     if log.format == "trl":
         per = log.extra.get("train_batch_size")
@@ -52,7 +53,7 @@ def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None
     measured_on = log.devices or gpus
     shape = roofline.model_shape(model) if model else None
     lm = assume.log_model(used, measured_on, shape, device, split=all(s.gen_s is not None for s in used),
-                          known=log.extra.get("known"))
+                          known=log.extra.get("known"), stated=stated)
     batches = batches_from_log(used, lm)
     notes = [] if shape is not None or device is None else \
         ["--device without --model: the roofline needs the model's bytes, so the defaults stand"]
@@ -77,18 +78,25 @@ def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None
         lm.assumptions(), notes
 
 
-def plan_input(log: StepLog, gpus: int, model: Path | None = None, device: str | None = None) -> tuple:
+def plan_input(log: StepLog, gpus: int, model: Path | None = None, device: str | None = None,
+               stated: dict | None = None) -> tuple:
     """-> (PlanInput, assumptions, notes) of a log on `gpus` devices: a sync cell's own measurements where the
-    log is one with its samples and events, else the log's steps with the stated assumptions."""
+    log is one with its samples and events, else the log's steps with the stated assumptions (stated: the
+    user's own values, assume.parse_stated)."""
     if log.format == "rlbench" and "samples" in log.extra:
+        if stated:
+            raise UserError(f"--assume {', '.join(stated)}: {log.path} is an rlbench sync cell with its samples "
+                            "and events: every cost is measured, nothing is assumed")
         inp, notes = measured_input(log, gpus)
         return inp, [], notes
-    return logged_input(log, gpus, model, device)
+    return logged_input(log, gpus, model, device, stated)
 
 
-def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, device: str | None = None) -> dict:
-    """Everything `rlbench plan` computes, as the JSON it prints with --json."""
+def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, device: str | None = None,
+             assume_items: list[str] | None = None) -> dict:
+    """Everything `rlbench plan` computes, as the JSON it prints with --json. assume_items: --assume NAME=VALUE."""
     t0 = time.perf_counter()
+    stated = assume.parse_stated(assume_items or [])  # before reading the log: a typo costs nothing
     log = detect.read_log(Path(path))
     if gpus is not None and gpus < 1:
         raise UserError(f"--gpus {gpus}: must be >= 1")
@@ -98,7 +106,7 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
     if not n:
         raise UserError(f"{log.path}: the log does not say how many GPUs the run used (no perf/throughput): "
                         "give --gpus N")
-    inp, assumptions, notes = plan_input(log, n, model, device)
+    inp, assumptions, notes = plan_input(log, n, model, device, stated)
     if n == 1:
         notes.append("one device: a rollout and a trainer process share it (as rlbench runs on one GPU); the "
                      "model counts no contention between them")

@@ -20,9 +20,9 @@ schedule's own term of the cost model (costmodel.simulate) predicts it, as it pr
 - training: the logged training seconds x N devices, spread over the synthetic batch's tokens (data parallel:
   every device trains its shard at the same seconds per token);
 - weight sync: the logged colocated sync; one crossing between split pools is an assumption;
-- a split training pool trains at the colocated devices' logged rate per device (a framework whose colocated
-  engine shares each device with the rollout engine may train faster on a pool of its own: an assumption
-  whose range only the split predictions see, its central value being 1);
+- a split training pool trains at the colocated devices' logged rate per device times a stated speed (a
+  framework whose colocated engine shares each device with the rollout engine may train faster on a pool of
+  its own: an assumption, 1 by default, or the user's own value; the colocated sync's term never sees it);
 - lengths are counted in quanta of q = ceil(longest / QUANTUM_STEPS) tokens (a decode step of the replay is q
   real ones; c0 absorbs q), so that a replay costs the same for 500- and 16,000-token responses;
 - the rest of the step (logged step minus generation, training and weight sync) stays serial in every
@@ -158,8 +158,8 @@ def batch_from_step(s: LoggedStep, lm: LogModel) -> SyncMeasurements:
     if lm.skip_old_logprob:
         train_s -= s.old_logprob_s or 0.0
     speed = lm.split_train_speed.value if lm.split_train_speed else 1.0  # 1: the sync's own per-device rate
-    m = SyncMeasurements.stated(cost, train_s * lm.devices / syn_tokens / speed, ws, other, slots, g, False, rows,
-                                ranks=lm.devices, split_ws=lm.split_weight_sync_s.value)
+    m = SyncMeasurements.stated(cost, train_s * lm.devices / syn_tokens, ws, other, slots, g, False, rows,
+                                ranks=lm.devices, split_ws=lm.split_weight_sync_s.value, train_speed=speed)
     m.tokens = s.tokens  # TPSPD counts the logged batch's tokens
     m.measured_rollout = gen_s
     return m

@@ -165,6 +165,7 @@ class SyncMeasurements:
         self.cost = StepCost(dict(rows), refill_s, refills, prefill_s_per_token=per_token,
                              shapes=shape_cost(stats))
         self.measured_rollout = d["rollout"]
+        self.train_speed = 1.0  # a split training pool's speed per device over the colocated ranks' (stated)
         if not rows:  # a backend without a step table (vLLM): every decode step costs the same
             unit = StepCost({}, 0.0, 0, fallback_s=1.0)
             steps = max(replay(self.shard(r, self.n), self.slots, self.g, unit)[1] for r in range(self.n))
@@ -173,12 +174,14 @@ class SyncMeasurements:
     @classmethod
     def stated(cls, cost: StepCost, c_tok: float, ws: float, opt: float, slots: int, g: int,
                shared_prompt: bool, samples: list[dict], ranks: int = 1, micro_batch: int | None = None,
-               shape: dict | None = None, split_ws: float | None = None) -> "SyncMeasurements":
+               shape: dict | None = None, split_ws: float | None = None,
+               train_speed: float = 1.0) -> "SyncMeasurements":
         """The same model from given per-device costs instead of a run (rlbench simulate's presets, and
         a measured batch re-dealt to other device counts). samples: rows (prompt, sample, prompt_len,
         response_len); tokens = prompt + response per sample, as TPSPD counts them. c_tok: seconds per
         trained token, or (micro_batch given, a measured batch re-dealt) per unit of train_work. split_ws:
-        one weight crossing between split pools (default ws)."""
+        one weight crossing between split pools (default ws). train_speed: a split training pool's speed per
+        device over the colocated ranks' (the trainer ranks' group seconds divide by it; sync's do not)."""
         self = cls.__new__(cls)
         self.n, self.ws, self.opt, self.cost, self.c_tok = ranks, ws, opt, cost, c_tok
         self.split_ws = ws if split_ws is None else split_ws
@@ -186,6 +189,7 @@ class SyncMeasurements:
         self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
         self.tokens = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
         self.measured_rollout, self.iteration = None, None
+        self.train_speed = train_speed
         return self
 
     def shard(self, i: int, of: int) -> list[dict]:
@@ -199,13 +203,14 @@ class SyncMeasurements:
         return memo[of][i]
 
     def group_train_s(self, i: int, of: int) -> dict[int, float]:
-        """prompt -> the train seconds of its group, for worker i of `of`'s shard (memoized)."""
+        """prompt -> the train seconds of its group on a split training pool (train_speed), for worker i of
+        `of`'s shard (memoized)."""
         memo = self.__dict__.setdefault("_group_train", {})
         if (i, of) not in memo:
             groups = defaultdict(list)
             for s in self.shard(i, of):
                 groups[s["prompt"]].append(s)
-            memo[(i, of)] = {p: self.train_s(rows) for p, rows in groups.items()}
+            memo[(i, of)] = {p: self.train_s(rows) / self.train_speed for p, rows in groups.items()}
         return memo[(i, of)]
 
     def arrivals(self, i: int, of: int) -> tuple[list[tuple[float, float]], float]:
