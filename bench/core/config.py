@@ -168,8 +168,9 @@ class _EngineSection(Section):
     tri_model: bool = Field(False, description="Policy/old/ref log-probs in one module and one pass.")
     shared_prompt: bool | Literal["auto"] = Field(
         False, description="Pack prompt|resp_1..resp_G into one sequence for training (true), never (false), or "
-        "per group where the cost model predicts the packed pass cheaper on this device (auto: token ratio, "
-        "attention share, the device's measured per-op launch cost; bench/core/costmodel/packing.py), the choice "
+        "per group where the cost model predicts the packed pass cheaper on this device (auto: the layouts' "
+        "matmul and attention FLOPs, memory traffic and operators against the device's measured peaks and "
+        "per-op launch cost; bench/core/costmodel/packing.py), the choice "
         "and its reason recorded per iteration (docs/architecture/schedules.md, 'Shared-prompt attention').")
     shared_prompt_impl: Literal[tuple(components.PACKING_IMPLS)] = Field(
         "dense", description="How a packed group is computed (engines/trainer/packing*.py). dense: the prompt "
