@@ -63,7 +63,20 @@ def assumptions(result: dict) -> list[str]:
     for a in result["assumptions"]:
         lines += wrap(f"{a['name']}: {a['value']:.3g} ({a['low']:.3g}–{a['high']:.3g}), {a['source']}: {a['why']}",
                       indent="  ")
-    return lines
+    return lines + widest(result)
+
+
+def widest(result: dict) -> list[str]:
+    """The assumption whose range moves the best schedule's prediction most, and how to state it instead."""
+    effects = result["best"].get("assumption_effects") or {}
+    by_name = {a["name"]: a for a in result["assumptions"]}
+    moved = [(hi / lo, name, lo, hi) for name, (lo, hi) in effects.items()
+             if lo > 0 and hi / lo > 1.05 and by_name.get(name, {}).get("key")]
+    if not moved:
+        return []
+    _, name, lo, hi = max(moved)
+    return wrap(f"Widest: {name} moves the best schedule's prediction {x(lo)}–{x(hi)} across its range; "
+                f"a value you measured narrows it: --assume {by_name[name]['key']}=VALUE.")
 
 
 def paragraphs(result: dict) -> list[str]:

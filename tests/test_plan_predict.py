@@ -12,6 +12,7 @@ import pytest
 from rlbench.analysis.intervals import EVEN, LOSES, WINS
 from rlbench.core.costmodel.predict import predict_async
 from rlbench.core.results import schema
+from rlbench.plan.assume import STATED
 from rlbench.plan.command import run_plan
 from support.cli import rlbench
 from support.plan_logs import verl_steps, write_trl_state, write_verl_console, write_verl_jsonl
@@ -37,6 +38,7 @@ def test_plan_from_a_verl_log_states_assumptions_and_intervals(tmp_path):
     assert result["devices"] == 8 and result["format"] == "verl-jsonl"
     assert abs(result["model_check"]["error"]) < 0.05  # the rebuilt batches replay the logged steps
     sources = {a["name"]: a["source"] for a in result["assumptions"]}
+    assert {a["key"] for a in result["assumptions"]} <= set(STATED)  # each can be stated with --assume
     assert sources["weight crossing between pools (s)"] == "measured in the log"
     assert sources["group size G"] == "default"
     for r in result["rows"]:
@@ -131,6 +133,8 @@ def test_cli_text_fits_100_columns_json_and_html(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Plan: on 4 devices")
     assert max(len(line) for line in done.stdout.splitlines()) <= 100
+    widest = " ".join(done.stdout.split("Widest: ", 1)[1].split("\n\n")[0].split())  # the widest assumption
+    assert "--assume " in widest and widest.split("--assume ")[1].split("=")[0] in STATED
     page = (tmp_path / "plan.html").read_text()
     assert "data:image/png;base64," in page and "Assumptions" in page
     data = json.loads(rlbench("plan", log, "--json").stdout)

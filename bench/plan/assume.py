@@ -75,6 +75,12 @@ STATED = {"group-size": ("group_size", 1.0, None), "decode-slope": ("decode_slop
           "rollout-share": ("rollout_share", 0.0, 1.0)}  # name -> (LogModel field, lowest, highest allowed)
 
 
+def key_of(name: str) -> str | None:
+    """The --assume NAME of an assumption, by the name the plan prints."""
+    return {GROUP.name: "group-size", SLOPE.name: "decode-slope", "weight crossing between pools (s)":
+            "weight-crossing", TRAIN_SPEED.name: "train-speed", SHARE.name: "rollout-share"}.get(name)
+
+
 def parse_stated(items: list[str]) -> dict[str, float]:
     """--assume NAME=VALUE options -> {name: value}; a malformed one exits 2 naming it and what is allowed."""
     out = {}

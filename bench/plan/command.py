@@ -115,7 +115,7 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
     result.update({
         "kind": "plan", "log": str(log.path), "format": log.format, "keys": log.keys,
         "steps_used": [used[0], used[-1], len(used)] if used else [], "warmup_dropped": log.dropped,
-        "log_devices": log.devices, "assumptions": [a.to_dict() for a in assumptions],
+        "log_devices": log.devices, "assumptions": [{**a.to_dict(), "key": assume.key_of(a.name)} for a in assumptions],
         "notes": log.notes + notes, "step_s_median": statistics.median(s.wall_s for s in log.used)})
     result["elapsed_s"] = time.perf_counter() - t0
     return result
