@@ -54,7 +54,8 @@ def _assumptions(result: dict) -> str:
         return "<p>None: every cost is measured in the run.</p>"
     body = [[a["name"], a["value"], f"{a['low']:.3g}–{a['high']:.3g}", a["source"], a["why"]]
             for a in result["assumptions"]]
-    return table(body, ["assumption", "value", "range", "source", "why"])
+    widest = " ".join(plan_text.widest(result))
+    return table(body, ["assumption", "value", "range", "source", "why"]) + (f"<p>{esc(widest)}</p>" if widest else "")
 
 
 def write_plan_html(result: dict, out: Path) -> Path:

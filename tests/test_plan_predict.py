@@ -136,7 +136,7 @@ def test_cli_text_fits_100_columns_json_and_html(tmp_path):
     widest = " ".join(done.stdout.split("Widest: ", 1)[1].split("\n\n")[0].split())  # the widest assumption
     assert "--assume " in widest and widest.split("--assume ")[1].split("=")[0] in STATED
     page = (tmp_path / "plan.html").read_text()
-    assert "data:image/png;base64," in page and "Assumptions" in page
+    assert "data:image/png;base64," in page and "Assumptions" in page and "Widest: " in page
     data = json.loads(rlbench("plan", log, "--json").stdout)
     assert data["kind"] == "plan" and len(data["rows"]) == 6  # five schedules, the best without old log-probs
 
