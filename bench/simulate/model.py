@@ -64,7 +64,7 @@ def rescale(m: SyncMeasurements, devices: int) -> SyncMeasurements:
         p = ((q // devices) * n + (q % devices) % n) % len(order)
         rows += [{**s, "prompt": q} for s in groups[order[p]]]
     return SyncMeasurements.stated(m.cost, m.c_tok, m.ws, m.opt, m.slots, m.g, m.shared_prompt, rows, n,
-                                   m.micro_batch, m.shape, m.split_ws, getattr(m, "train_speed", 1.0))
+                                   m.micro_batch, m.shape, m.split_ws, m.train_speed)
 
 
 def prompts_of(m: SyncMeasurements) -> int:
