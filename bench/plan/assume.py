@@ -18,6 +18,7 @@ SLOPE = Assumption("decode-step growth with the batch", 0.3, 0.1, 0.6, "default"
 TRAIN_SPEED = Assumption("split pool's training speed per device", 1.0, 1.0, 1.7, "default",
                          "over the colocated run's (logged); VERL's published sync/async pairs trained 1.1-1.7x "
                          "faster per GPU on a pool of their own (docs/results/plan.md)")
+WEIGHT_CROSSING = "weight crossing between pools (s)"  # its value and range depend on the log (split_weight_sync)
 SHARE = Assumption("rollout share of the step", 0.6, 0.4, 0.8, "default",
                    "the log does not split generation from training")
 
@@ -47,7 +48,7 @@ def split_weight_sync(steps: list[LoggedStep], shape: roofline.ModelShape | None
     """One crossing of the weights between split pools: the weights' bytes over the measured host copy
     (`rlbench env`) or the datasheet's host link, down to the GPU link (a direct NCCL send); else the
     logged colocated sync, up to 4x it."""
-    name = "weight crossing between pools (s)"
+    name = WEIGHT_CROSSING
     logged = [s.weight_sync_s for s in steps if s.weight_sync_s is not None]
     if shape is not None and (device or roofline.measured_host_copy(None)):
         probe = roofline.measured_host_copy(device)
@@ -77,8 +78,8 @@ STATED = {"group-size": ("group_size", 1.0, None), "decode-slope": ("decode_slop
 
 def key_of(name: str) -> str | None:
     """The --assume NAME of an assumption, by the name the plan prints."""
-    return {GROUP.name: "group-size", SLOPE.name: "decode-slope", "weight crossing between pools (s)":
-            "weight-crossing", TRAIN_SPEED.name: "train-speed", SHARE.name: "rollout-share"}.get(name)
+    return {GROUP.name: "group-size", SLOPE.name: "decode-slope", WEIGHT_CROSSING: "weight-crossing",
+            TRAIN_SPEED.name: "train-speed", SHARE.name: "rollout-share"}.get(name)
 
 
 def parse_stated(items: list[str]) -> dict[str, float]:
