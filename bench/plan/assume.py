@@ -15,8 +15,8 @@ SLOPE = Assumption("decode-step growth with the batch", 0.3, 0.1, 0.6, "default"
                    "share of a decode step that grows with the sequences in flight (0: weights-bound, the "
                    "step costs the same however many; 1: proportional); 7B-class models at 64-512 sequences "
                    "per GPU; --model and --device give the roofline's")
-TRAIN_SPEED = Assumption("split pool's training speed per device", 1.0, 1.0, 1.7, "default",
-                         "over the colocated run's (logged); VERL's published sync/async pairs trained 1.1-1.7x "
+TRAIN_SPEED = Assumption("split pool's training speed per device", 1.0, 1.0, 2.3, "default",
+                         "over the colocated run's (logged); VERL's published sync/async pairs trained 1.1-2.3x "
                          "faster per GPU on a pool of their own (docs/results/plan.md)")
 WEIGHT_CROSSING = "weight crossing between pools (s)"  # its value and range depend on the log (split_weight_sync)
 SHARE = Assumption("rollout share of the step", 0.6, 0.4, 0.8, "default",
