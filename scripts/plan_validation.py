@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/plan_validation.py --runs RUN_DIR [RUN_DIR ...]   # (a) rlbench's own runs
     .venv/bin/python scripts/plan_validation.py --published                    # (b) published sync/async pairs
+    .venv/bin/python scripts/plan_validation.py --train-speed 1.0 1.5 1.7      # (b) with one stated speed
 
 (a) For every asynchronous cell of a run: the plan from the sync cell alone at that cell's split, twice: from
 the sync cell's results.json with its samples and events (the in-run model's measurements), and from the
@@ -151,10 +152,13 @@ def _predict(inp: PlanInput, row: Row, r: int, lean: bool) -> dict:
     return out
 
 
-def train_speed(name: str, src: str, mode: str | None) -> float | None:
+def train_speed(name: str, src: str, mode: str | float | None) -> float | None:
     """The split pool's training speed per GPU stated for a pair: `own`: its source's asynchronous run's
     (TRAINING_GPU_S); `others`: the median of the other experiment families' (leave one family out: the 7B
-    fully-async and streaming pairs share their sync runs); None: not stated (the default assumption)."""
+    fully-async and streaming pairs share their sync runs); a number: that one value for every pair; None:
+    not stated (the default assumption)."""
+    if isinstance(mode, float):
+        return mode
     speeds = {n: a / b for n, (a, b) in TRAINING_GPU_S.items()}
     if mode == "own":
         return speeds[name]
@@ -164,7 +168,7 @@ def train_speed(name: str, src: str, mode: str | None) -> float | None:
     return None
 
 
-def published(roofline: bool = True, source_speed: str | None = None) -> list[dict]:
+def published(roofline: bool = True, source_speed: str | float | None = None) -> list[dict]:
     """roofline: plan with --model (the pair's config) and --device H20; else with the defaults. source_speed
     (train_speed's mode): with a split pool's training speed stated (--assume train-speed=...), from the
     pair's own asynchronous run (not a prediction from the sync log alone: how much of the error that one
@@ -210,7 +214,14 @@ def main() -> None:
     ap.add_argument("--source-speed", choices=["own", "others"], help="(b) with a split pool's training speed "
                     "stated (--assume train-speed): each pair's own source's (the error that quantity accounts "
                     "for), or the median of the other sources' (leave one family out)")
+    ap.add_argument("--train-speed", type=float, nargs="+", metavar="X", help="(b) one stated training speed "
+                    "for every pair, each X in turn: the median error a single value gives")
     args = ap.parse_args()
+    for x in args.train_speed or []:
+        errors = [abs(v["predicted"] / v["published_step"] - 1) * 100
+                  for v in published(not args.no_roofline, x)]
+        print(f"train-speed {x:g} for every pair: median absolute error {statistics.median(errors):.0f}% "
+              f"(per pair: {', '.join(f'{e:.0f}%' for e in errors)})")
     if args.runs:
         body = []
         for run in args.runs:
