@@ -1,14 +1,19 @@
 """Decode micro-benchmark (scripts/micro.py --only sampler): at one batch size, the built-in sampler's
 decode step (eager; on CUDA replayed as CUDA graphs; `builtin_compiled`: engine.compile decode, on CUDA
-inside the graphs) and HF `generate` on the same model, prompts and lengths: decode tokens/s, step time, operators dispatched per step and per decoder layer, on CUDA the
-graph replays per step; beside the bandwidth floor: the bytes one step must read (every weight once, the
-KV cache of the live context) over the copy bandwidth `rlbench env` measures (bench/core/devices/peak.py).
+inside the graphs) and HF `generate` on the same model, prompts and lengths: decode tokens/s, step time,
+kernels per step, operators dispatched per step and per decoder layer, on CUDA the graph replays per step;
+beside the bandwidth floor: the bytes one step must read (every weight once, the KV cache of the live
+context) over the copy bandwidth `rlbench env` measures (bench/core/devices/peak.py).
 
 Step time: the mean interval between decode steps within a call (the built-in sampler's own step clock,
 which ends each step at its one host sync; for HF, a stopping criterion that reads the clock after each
-token), median over rounds; prefill does not count. Operators per step: a call that generates N tokens
-per sequence against one that generates 1 (prefill and first token only), divided by N - 1. Operators are counted by a TorchDispatchMode (any device; a graph replay dispatches none);
-per layer: those dispatched from a decoder layer's input norm to the end of its MLP, over the layers.
+token), median over rounds; prefill does not count. Per step: a call that generates N tokens per sequence
+against one that generates 1 (prefill and first token only), divided by N - 1. Kernels are counted by the
+profiler (`count_kernels`: on CUDA the device's own events; elsewhere the operators that do work plus
+inductor's fused kernels, so compiled code counts what it runs). Operators are counted by a
+TorchDispatchMode (any device; a graph replay dispatches none; not for compiled code, which it would run
+eagerly); per layer: those dispatched from a decoder layer's input norm to the end of its MLP, over the
+layers.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from micro_common import build
+
+torch._inductor.config.cpp.enable_kernel_profile = True  # each of inductor's CPU kernels a profiler event
 
 
 class OpCounter(TorchDispatchMode):
@@ -51,17 +58,52 @@ class OpCounter(TorchDispatchMode):
 
 
 def count_ops(fn, model) -> tuple[int, int]:
-    """fn() once under an OpCounter -> (operators, of them inside decoder layers)."""
+    """fn() once under an OpCounter -> (operators, of them inside decoder layers). A compiled region does not
+    run as compiled under a dispatch mode (torch.compile steps aside), so this counts its eager operators."""
     with OpCounter(model) as c:
         fn()
     return c.total, c.in_layers
 
 
-def per_step(fn, model, device, new_tokens: int, rounds: int, warmup: int) -> dict:
+# operators that make no kernel of their own: views, metadata, allocations
+NO_KERNEL = {"aten::" + n for n in ("view", "_unsafe_view", "as_strided", "t", "transpose", "expand", "reshape",
+                                     "resolve_conj", "resolve_neg", "lift_fresh", "detach", "alias", "empty",
+                                     "empty_strided", "empty_like", "slice", "select", "unsqueeze", "squeeze",
+                                     "permute", "split", "narrow", "unbind", "result_type", "is_nonzero", "item",
+                                     "_local_scalar_dense", "_reshape_alias", "expand_as", "view_as", "to",
+                                     "contiguous")}  # to, contiguous: a conversion or copy works below them
+
+
+OWN_WORK = {"aten::addmm", "aten::baddbmm", "aten::addmv"}  # a GEMM of its own beside the bias copy below it
+
+
+def count_kernels(fn, device) -> int:
+    """fn() once under the profiler -> the kernels it ran: on CUDA the device's kernel, copy and set events;
+    elsewhere the lowest operators that do work (none that works below them; views, metadata and
+    allocations left out; a GEMM with a bias counts itself and its copy) plus each of inductor's fused
+    kernels (`graph_*`: profiled by `cpp.enable_kernel_profile`, set below), so a compiled region counts its
+    kernels, not its one call. A replayed CUDA graph's kernels count where the profiler sees them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        fn()
+    if cuda:
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+    def works(e) -> bool:
+        return e.name.startswith("aten::") and e.name not in NO_KERNEL
+    return sum(1 for e in prof.events() if e.name.startswith("graph_") or (
+        works(e) and (e.name in OWN_WORK or not any(works(c) for c in e.cpu_children))))
+
+
+def per_step(fn, model, device, new_tokens: int, rounds: int, warmup: int, operators: bool = True) -> dict:
     """fn(n, timing) generates n tokens per sequence and returns the mean seconds of its decode steps (timing
     False: nothing added to measure them, when operators are counted). -> the median
     of that over `rounds` (after `warmup` calls), the median seconds of a whole call (prefill included),
-    and the operators per decode step and per layer (a call of N tokens against one of 1)."""
+    the kernels per decode step and (operators) the operators per decode step and per layer (a call of N
+    tokens against one of 1). operators False for compiled code: under the counter's dispatch mode
+    torch.compile gives its frames up for good, and the process's later calls would run them eagerly."""
     from rlbench.core.devices.device import synchronize
 
     n = new_tokens
@@ -74,10 +116,14 @@ def per_step(fn, model, device, new_tokens: int, rounds: int, warmup: int) -> di
         steps.append(fn(n))
         synchronize(device)
         calls.append(time.perf_counter() - t)
-    (ops_n, layer_n), (ops_1, layer_1) = (count_ops(lambda k=k: fn(k, timing=False), model) for k in (n, 1))
-    layers = len(model.model.layers)
-    return {"step_s": statistics.median(steps), "generate_s": statistics.median(calls),
-            "ops_per_step": (ops_n - ops_1) / (n - 1), "ops_per_layer": (layer_n - layer_1) / (n - 1) / layers}
+    kernels_n, kernels_1 = (count_kernels(lambda k=k: fn(k, timing=False), device) for k in (n, 1))
+    out = {"step_s": statistics.median(steps), "generate_s": statistics.median(calls),
+           "kernels_per_step": (kernels_n - kernels_1) / (n - 1), "ops_per_step": None, "ops_per_layer": None}
+    if operators:
+        (ops_n, layer_n), (ops_1, layer_1) = (count_ops(lambda k=k: fn(k, timing=False), model) for k in (n, 1))
+        out.update(ops_per_step=(ops_n - ops_1) / (n - 1),
+                   ops_per_layer=(layer_n - layer_1) / (n - 1) / len(model.model.layers))
+    return out
 
 
 class _StepClock:
@@ -140,7 +186,8 @@ def sampler_bench(model_json: Path | str, device, dtype, batch: int, prompt_len:
            "layers": model.config.num_hidden_layers}
     variants = {"builtin": {}} if device.type != "cuda" else {"builtin_eager": {"cuda_graphs": False},
                                                               "builtin_graphs": {"cuda_graphs": True}}
-    # engine.compile decode: the norms and MLPs compiled (on CUDA inside the graphs), on a copy of the model
+    # engine.compile decode: each layer's code around its attention compiled (on CUDA inside the graphs), on a
+    # copy of the model
     variants["builtin_compiled"] = {"cuda_graphs": True} if device.type == "cuda" else {}
     for name, kw in variants.items():
         try:
@@ -181,7 +228,7 @@ def _builtin(sampler, requests, model, device, new_tokens: int, rounds: int, war
                                                   response_length_mean=n))
         steps, seconds = sampler.last_stats["step_s_by_active"].get(str(len(requests)), (0, 0.0))
         return seconds / steps if steps else 0.0
-    out = per_step(gen, model, device, new_tokens, rounds, warmup)
+    out = per_step(gen, model, device, new_tokens, rounds, warmup, operators=not sampler._compiled)
     runner = getattr(sampler, "_runner", None)  # the static step's (absent before it existed)
     if runner is not None and runner.graphs:
         before = runner.replays
@@ -202,7 +249,9 @@ def summary(r: dict) -> str:
             lines.append(f"  {name:15s} failed: {v['error']}")
             continue
         replays = f", {v['replays_per_step']:.2f} graph replays/step" if "replays_per_step" in v else ""
+        ops = "     – ops/step      – ops/layer" if v["ops_per_step"] is None else \
+            f"{v['ops_per_step']:6.1f} ops/step  {v['ops_per_layer']:5.1f} ops/layer"
         lines.append(f"  {name:15s} {v['decode_tok_s']:10.1f} tok/s  {v['step_s'] * 1e3:8.3f} ms/step "
-                     f"({v['step_s'] / fl:6.1f}x floor)  {v['ops_per_step']:6.1f} ops/step  "
-                     f"{v['ops_per_layer']:5.1f} ops/layer{replays}")
+                     f"({v['step_s'] / fl:6.1f}x floor)  {ops}  {v['kernels_per_step']:6.1f} kernels/step"
+                     f"{replays}")
     return "\n".join(lines)

@@ -99,8 +99,12 @@ def _decode(device, dtype, tol):
     compiled.compile()
     torch.testing.assert_close(compiled.debug_logits(ids, 6), eager.debug_logits(ids, 6), atol=tol, rtol=0)
     sp = SamplingParams(n=3, temperature=1.0, max_new_tokens=6, seed=0)
+    started = CompileLog.stats()
     groups = [compiled.generate([PromptRequest(0, ids[:6])], sp), eager.generate([PromptRequest(0, ids[:6])], sp)]
     assert "compile" in compiled.last_stats and "compile" not in eager.last_stats
+    # compiled at start-up (compile()), not in the steps: the same graphs serve every batch and length
+    assert CompileLog.stats()["compiles"] == started["compiles"]
+    assert CompileLog.stats()["recompiles"] == started["recompiles"]
     return groups
 
 

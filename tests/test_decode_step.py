@@ -228,3 +228,7 @@ def test_micro_decode_counts_fewer_operators_than_hf_generate_whatever_the_batch
         assert ours["ops_per_layer"] <= hf["ops_per_layer"] and ours["ops_per_step"] <= hf["ops_per_step"]
         assert r["floor"]["step_s"] > 0 and "builtin" in summary(r)
     assert res[8]["builtin"]["ops_per_step"] <= res[1]["builtin"]["ops_per_step"]  # does not grow with the batch
+    for r in res.values():  # engine.compile decode: inductor's fused kernels, counted as it runs them
+        compiled = r["builtin_compiled"]
+        assert "error" not in compiled and compiled["ops_per_step"] is None
+        assert compiled["kernels_per_step"] < 0.7 * r["builtin"]["kernels_per_step"]

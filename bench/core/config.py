@@ -180,7 +180,8 @@ class _EngineSection(Section):
         "flex: FlexAttention with a block mask (CUDA only: it has no backward elsewhere).")
     compile: Literal["off", "decode", "train", "all"] | None = Field(
         None, description="torch.compile (inductor) of the built-in engine's hot code: decode: the sampler's "
-        "decode step (its layers' norms and MLPs, captured in the CUDA graphs as before); train: the trainer's "
+        "prefill and decode step (each layer's code around its attention: norms, RoPE, residual adds, MLP; captured "
+        "in the CUDA graphs as before); train: the trainer's "
         "policy and reference models (forward and backward of the log-prob and update passes); all: both (vLLM "
         "compiles its own decode whatever this says); "
         "off: eager. Shapes are dynamic, so a run compiles a bounded number of times; compilations, "

@@ -3,9 +3,12 @@
 What is compiled are the modules every path of the built-in engine runs through, whoever calls them (the
 HF forward of unpacked rows, the packed layouts' own decoder loop, the sampler's prefill and decode step):
 each decoder layer's two RMSNorms and its MLP, and the final norm. A norm is ~7 elementwise kernels eager
-and one compiled; the MLP's activation and product fuse too. Attention, the projections and the KV cache's
-writes stay as they are (one kernel each already), so the sampler's decode step is still captured as a
-CUDA graph and replays the compiled kernels.
+and one compiled; the MLP's activation and product fuse too. The sampler (engine.compile decode) also
+compiles the two functions it runs around each layer's attention (`compiled_layer_functions`: the input
+norm, q/k/v projections and RoPE; o_proj, the residual adds, the second norm and the MLP), which fuses
+RoPE's and the residuals' kernels as well. Attention and the KV cache's writes stay as they are (one
+kernel each already), so the sampler's decode step is still captured as a CUDA graph and replays the
+compiled kernels.
 
 Shapes are dynamic (`dynamic=True`): one graph serves every length and batch, so a run compiles once per
 module kind, tensor rank and grad mode (a handful), not once per shape; every decoder layer's module shares
@@ -19,6 +22,8 @@ import time
 import types
 
 import torch
+
+from rlbench.engines.model import layers
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,19 @@ def compile_model(model) -> None:
 
 
 _COMPILED: dict = {}  # module class -> its forward compiled once (every instance shares it)
+
+
+def compiled_layer_functions():
+    """-> (attention_inputs, finish) of engines/model/layers.py compiled, once per process: what the sampler
+    runs per decoder layer (engine.compile decode). Each is one graph around the layer's matmuls, so the norm
+    before the projections, RoPE, the residual adds and the norm before the MLP fuse too, which compiling the
+    modules alone leaves eager (every layer's call shares the graph: torch inlines the parameters)."""
+    CompileLog.install()
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * RECOMPILE_BOUND)
+    if "layers" not in _COMPILED:
+        _COMPILED["layers"] = (torch.compile(layers.attention_inputs, dynamic=True),
+                               torch.compile(layers.finish, dynamic=True))
+    return _COMPILED["layers"]
 
 
 def _compile(module) -> None:

@@ -23,8 +23,19 @@ def attention_inputs(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     q, k, v = attn.q_proj(h).view(heads), attn.k_proj(h).view(heads), attn.v_proj(h).view(heads)
     if hasattr(attn, "q_norm"):
         q, k = attn.q_norm(q), attn.k_norm(k)
-    rope = importlib.import_module(type(attn).__module__).apply_rotary_pos_emb  # the family's own RoPE
-    return rope(q, k, cos, sin, unsqueeze_dim=-2)[0:2] + (v,)
+    return rope(attn)(q, k, cos, sin, unsqueeze_dim=-2)[0:2] + (v,)
+
+
+_ROPE: dict = {}  # attention class -> its family's apply_rotary_pos_emb
+
+
+def rope(attn):
+    """The model family's own RoPE function (its modeling module's `apply_rotary_pos_emb`), looked up once
+    per attention class: a compiled caller (engines/model/compiled.py) then traces it without a break."""
+    cls = type(attn)
+    if cls not in _ROPE:
+        _ROPE[cls] = importlib.import_module(cls.__module__).apply_rotary_pos_emb
+    return _ROPE[cls]
 
 
 def finish(layer, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
