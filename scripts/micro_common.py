@@ -1,5 +1,5 @@
 """What the micro-benchmarks share (scripts/micro.py): a randomly initialised model from a config JSON,
-a timer that synchronises the device, a random GRPO group."""
+a timer that synchronises the device, a random GRPO group, a count of the kernels a call runs."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import torch
+
+torch._inductor.config.cpp.enable_kernel_profile = True  # each of inductor's CPU kernels a profiler event
 
 
 class _Tree:
@@ -78,3 +80,33 @@ def group(vocab: int, P: int, R: int, G: int, seed: int = 0):
     return prompt, [torch.randint(0, vocab, (R,), generator=g).tolist() for _ in range(G)]
 
 
+# operators that make no kernel of their own: views, metadata, allocations
+NO_KERNEL = {"aten::" + n for n in ("view", "_unsafe_view", "as_strided", "t", "transpose", "expand", "reshape",
+                                     "resolve_conj", "resolve_neg", "lift_fresh", "detach", "alias", "empty",
+                                     "empty_strided", "empty_like", "slice", "select", "unsqueeze", "squeeze",
+                                     "permute", "split", "narrow", "unbind", "result_type", "is_nonzero", "item",
+                                     "_local_scalar_dense", "_reshape_alias", "expand_as", "view_as", "to",
+                                     "contiguous")}  # to, contiguous: a conversion or copy works below them
+
+
+OWN_WORK = {"aten::addmm", "aten::baddbmm", "aten::addmv"}  # a GEMM of its own beside the bias copy below it
+
+
+def count_kernels(fn, device) -> int:
+    """fn() once under the profiler -> the kernels it ran: on CUDA the device's kernel, copy and set events;
+    elsewhere the lowest operators that do work (none that works below them; views, metadata and
+    allocations left out; a GEMM with a bias counts itself and its copy) plus each of inductor's fused
+    kernels (`graph_*`: profiled by `cpp.enable_kernel_profile`, set below), so a compiled region counts its
+    kernels, not its one call. A replayed CUDA graph's kernels count where the profiler sees them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        fn()
+    if cuda:
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+    def works(e) -> bool:
+        return e.name.startswith("aten::") and e.name not in NO_KERNEL
+    return sum(1 for e in prof.events() if e.name.startswith("graph_") or (
+        works(e) and (e.name in OWN_WORK or not any(works(c) for c in e.cpu_children))))

@@ -26,9 +26,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from micro_common import build
-
-torch._inductor.config.cpp.enable_kernel_profile = True  # each of inductor's CPU kernels a profiler event
+from micro_common import build, count_kernels
 
 
 class OpCounter(TorchDispatchMode):
@@ -63,38 +61,6 @@ def count_ops(fn, model) -> tuple[int, int]:
     with OpCounter(model) as c:
         fn()
     return c.total, c.in_layers
-
-
-# operators that make no kernel of their own: views, metadata, allocations
-NO_KERNEL = {"aten::" + n for n in ("view", "_unsafe_view", "as_strided", "t", "transpose", "expand", "reshape",
-                                     "resolve_conj", "resolve_neg", "lift_fresh", "detach", "alias", "empty",
-                                     "empty_strided", "empty_like", "slice", "select", "unsqueeze", "squeeze",
-                                     "permute", "split", "narrow", "unbind", "result_type", "is_nonzero", "item",
-                                     "_local_scalar_dense", "_reshape_alias", "expand_as", "view_as", "to",
-                                     "contiguous")}  # to, contiguous: a conversion or copy works below them
-
-
-OWN_WORK = {"aten::addmm", "aten::baddbmm", "aten::addmv"}  # a GEMM of its own beside the bias copy below it
-
-
-def count_kernels(fn, device) -> int:
-    """fn() once under the profiler -> the kernels it ran: on CUDA the device's kernel, copy and set events;
-    elsewhere the lowest operators that do work (none that works below them; views, metadata and
-    allocations left out; a GEMM with a bias counts itself and its copy) plus each of inductor's fused
-    kernels (`graph_*`: profiled by `cpp.enable_kernel_profile`, set below), so a compiled region counts its
-    kernels, not its one call. A replayed CUDA graph's kernels count where the profiler sees them."""
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device.type == "cuda"
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-        fn()
-    if cuda:
-        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-
-    def works(e) -> bool:
-        return e.name.startswith("aten::") and e.name not in NO_KERNEL
-    return sum(1 for e in prof.events() if e.name.startswith("graph_") or (
-        works(e) and (e.name in OWN_WORK or not any(works(c) for c in e.cpu_children))))
 
 
 def per_step(fn, model, device, new_tokens: int, rounds: int, warmup: int, operators: bool = True) -> dict:

@@ -1,14 +1,14 @@
 """engine.compile: torch.compile (inductor) of a model's many small kernels, and a count of what it compiled.
 
-What is compiled are the modules every path of the built-in engine runs through, whoever calls them (the
-HF forward of unpacked rows, the packed layouts' own decoder loop, the sampler's prefill and decode step):
-each decoder layer's two RMSNorms and its MLP, and the final norm. A norm is ~7 elementwise kernels eager
-and one compiled; the MLP's activation and product fuse too. The sampler (engine.compile decode) also
-compiles the two functions it runs around each layer's attention (`compiled_layer_functions`: the input
-norm, q/k/v projections and RoPE; o_proj, the residual adds, the second norm and the MLP), which fuses
-RoPE's and the residuals' kernels as well. Attention and the KV cache's writes stay as they are (one
-kernel each already), so the sampler's decode step is still captured as a CUDA graph and replays the
-compiled kernels.
+What is compiled is every decoder layer, whoever runs it: HF's forward of unpacked rows runs the layer's
+forward compiled whole (attention included); rlbench's own loops (the packed layouts and token-budget
+streams in training, the sampler's prefill and decode step) run their own attention between two compiled
+functions (`compiled_layer_functions`: the input norm, q/k/v projections and RoPE; o_proj, the residual
+adds, the second norm and the MLP); the norms, MLPs and final norm are compiled as modules too. A norm is
+~7 elementwise kernels eager and one compiled; RoPE, the residual adds and the MLP's activation fuse too
+(kernels per layer: docs/results/decode.md, docs/results/gpu.md). The sampler's attention and KV cache
+writes stay as they are (one kernel each already), so its decode step is still captured as a CUDA graph
+and replays the compiled kernels.
 
 Shapes are dynamic (`dynamic=True`): one graph serves every length and batch, so a run compiles once per
 module kind, tensor rank and grad mode (a handful), not once per shape; every decoder layer's module shares
@@ -75,14 +75,31 @@ class CompileLog:
 
 
 def compile_model(model) -> None:
-    """Compile the model's norms and MLPs in place (each module's forward; the model is used as before)."""
+    """Compile the model in place (the model is used as before): each decoder layer's forward whole (HF's
+    forward of unpacked rows), its norms and MLP (whoever calls them directly), the final norm; and mark
+    the layers `COMPILED`, so that rlbench's own decoder loops (the packed layouts, the sampler) run the
+    compiled layer functions around their attention."""
     CompileLog.install()
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * RECOMPILE_BOUND)
+    layers.rope(model.model.layers[0].self_attn)  # looked up eagerly: the traced calls then find it
     base = model.model
     for layer in base.layers[: model.config.num_hidden_layers]:
         for module in (layer.input_layernorm, layer.post_attention_layernorm, layer.mlp):
             _compile(module)
+        _compile(layer)
+        setattr(layer, COMPILED, True)
     _compile(base.norm)
+
+
+COMPILED = "rlbench_compiled"  # a decoder layer's attribute: compile_model compiled it
+
+
+def layer_functions(layer):
+    """-> (attention_inputs, finish) for rlbench's own loop over this decoder layer: compiled where
+    compile_model compiled the layer, else engines/model/layers.py's."""
+    if getattr(layer, COMPILED, False):
+        return compiled_layer_functions()
+    return layers.attention_inputs, layers.finish
 
 
 _COMPILED: dict = {}  # module class -> its forward compiled once (every instance shares it)

@@ -40,6 +40,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
 from rlbench.engines.model import layers
+from rlbench.engines.model.compiled import layer_functions
 from rlbench.engines.trainer.chosen_logprobs import chosen_logprobs, fits, picked_logprobs
 
 
@@ -237,8 +238,9 @@ def _flex_block_mask(layout: _Layout):
 def _decoder_layer(layer, h, cos, sin, attend) -> torch.Tensor:
     """One pre-norm decoder layer on the packed stream h [L, D] (engines/model/layers.py).
     attend(attn, q, k, v) -> [L, H*Dh] is the packed attention."""
-    q, k, v = layers.attention_inputs(layer, h, cos, sin)  # q [L, H, Dh], k/v [L, Hkv, Dh]
-    return layers.finish(layer, h, attend(layer.self_attn, q, k, v))
+    attention_inputs, finish = layer_functions(layer)  # compiled under engine.compile train
+    q, k, v = attention_inputs(layer, h, cos, sin)  # q [L, H, Dh], k/v [L, Hkv, Dh]
+    return finish(layer, h, attend(layer.self_attn, q, k, v))
 
 
 def _run_layer(layer, *args) -> torch.Tensor:
