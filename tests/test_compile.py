@@ -16,7 +16,7 @@ from rlbench.engines.model.tiny import build_tiny
 from rlbench.engines.model.tokenizer import CharTokenizer
 from rlbench.engines.rollout.base import PromptRequest, SamplingParams
 from rlbench.engines.rollout.sampler import BuiltinSampler
-from rlbench.engines.trainer.packing import unpacked_logprobs
+from rlbench.engines.trainer.packing import packed_logprobs, unpacked_logprobs
 from rlbench.engines.trainer.packing_varlen import Document, varlen_logprobs
 
 
@@ -79,7 +79,7 @@ def _compare(device, dtype, lp_tol, g_tol):
     compiled = copy.deepcopy(eager)
     compile_model(compiled)
     before = CompileLog.stats()["compiles"] + CompileLog.stats()["recompiles"]
-    for fn in (unpacked_logprobs, _varlen):
+    for fn in (unpacked_logprobs, _varlen, packed_logprobs):
         (a_lp, a_g), (b_lp, b_g) = _logprobs_and_grads(eager, fn), _logprobs_and_grads(compiled, fn)
         for a, b in zip(a_lp, b_lp):
             torch.testing.assert_close(b, a, atol=lp_tol, rtol=0)
@@ -114,6 +114,24 @@ def test_compiled_equals_eager_on_cpu():
     _compare("cpu", torch.float32, 1e-5, 1e-4)
     compiled, eager = _decode("cpu", torch.float32, 1e-4)
     assert compiled[0].responses == eager[0].responses  # fp32: the same draws
+
+
+@pytest.mark.e2e
+def test_compiled_passes_run_fewer_kernels_on_every_path():
+    """scripts/micro_kernels.py at the tiny shape (it checks compiled == eager first): every trainer path,
+    with and without grad, runs fewer kernels compiled; HF's forward, whose layers compile whole, less than
+    half of them in training."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from micro_kernels import PATHS, measure
+
+    counts = measure("tiny", 2, torch.device("cpu"), torch.float32, 9, [5, 2, 8], None)
+    assert set(counts) == set(PATHS)
+    for c in counts.values():
+        assert c["train_compiled"] < 0.8 * c["train_eager"] and c["nograd_compiled"] < 0.8 * c["nograd_eager"]
+    assert counts["unpacked"]["train_compiled"] < 0.5 * counts["unpacked"]["train_eager"]
 
 
 @pytest.mark.gpu
