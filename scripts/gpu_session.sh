@@ -124,7 +124,7 @@ GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tes
 # --show-capture=no: the flex layout's compile logs tens of thousands of DEBUG lines per test
 PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
 GPU_TESTS+=(tests/test_compile.py tests/test_token_budget.py)   # compiled == eager, token-budget streams
-step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" "${GPU_TESTS[@]}"
+step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" --junitxml "$OUT/gpu-tests.xml" "${GPU_TESTS[@]}"
 step gpu-run 90 "${PYTEST[@]}" -m "gpu and e2e" "${GPU_TESTS[@]}"
 step decode 120 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
     "${DECODE[@]}" "${ROUNDS[@]}" --out "$OUT/micro-decode.json"
@@ -137,10 +137,19 @@ sys.exit(0 if any('error' in b.get('builtin_graphs', {}) for b in r) else 1)" "$
     echo "== the CUDA graphs failed in the decode benchmark: the runs set rollout.cuda_graphs=false"
     RUN+=(--set rollout.cuda_graphs=false)
 fi
-# Likewise where the compiled sampler failed there, the runs are eager (engine.compile=off) rather than fail
+# Likewise where the compiled sampler failed there, or compiled == eager failed in the GPU tests (the
+# trainer's passes and the sampler, tests/test_compile.py), the runs are eager (engine.compile=off) rather
+# than fail
 if [ "$DEV" = cuda ] && "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [])
 sys.exit(0 if any('error' in b.get('builtin_compiled', {}) for b in r) else 1)" "$OUT/micro-decode.json" 2>/dev/null; then
     echo "== the compiled sampler failed in the decode benchmark: the runs set engine.compile=off"
+    RUN+=(--set engine.compile=off)
+elif [ "$DEV" = cuda ] && "$PY" -c "import sys, xml.etree.ElementTree as ET
+cases = ET.parse(sys.argv[1]).getroot().iter('testcase')
+sys.exit(0 if any(c.get('name', '').startswith('test_compiled_equals_eager_on_cuda')
+                  and (c.find('failure') is not None or c.find('error') is not None) for c in cases) else 1)" \
+        "$OUT/gpu-tests.xml" 2>/dev/null; then
+    echo "== compiled == eager failed in the GPU tests: the runs set engine.compile=off"
     RUN+=(--set engine.compile=off)
 fi
 runs() {  # whether any run step is asked for
