@@ -18,6 +18,10 @@
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
 #   ablation-async  the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
+#   ablation-1.5b   if >= 240 s are left: the Qwen2.5-1.5B shape, ~1,000-token answers with a long tail,
+#                   --ablation async, 4 measured iterations a cell (configs/qwen2.5-1.5b-shape-gpu.yaml);
+#                   in a 470 s budget it rarely starts after the steps above: a GPU window's second command,
+#                   `headline --only env,ablation-1.5b`, gives it the window (docs/platforms/gpu.md)
 #   profile         if time is left: one sync cell with --profile, the training stages of one iteration:
 #                   the trainer's operators by device time and by host time (traces/<worker>.ops.txt in
 #                   its run folder; no trace is written)
@@ -30,7 +34,7 @@
 # runs.tar.gz (every run folder, traces left out).
 # On the GPU machine pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
 set -uo pipefail
-STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async token-budget profile ablation-shared_prompt ablation-tri_model"
+STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async ablation-1.5b token-budget profile ablation-shared_prompt ablation-tri_model"
 usage() {
     echo "usage: bash scripts/gpu_session.sh headline [--dry] [--only STEP,...]   (steps: ${STEPS// /, })" >&2
     exit 2
@@ -81,6 +85,11 @@ if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer s
     MORE=(--set run.iterations=1 --set run.warmup_iterations=0)   # step f: one iteration a cell
     MEASURED=(--set run.iterations=4 --set run.warmup_iterations=1)   # >= 3 measured iterations a cell
     BUDGET=(--set train.micro_batch_tokens=300)   # >= the longest prompt (96) + max_new_tokens (32)
+    # step ablation-1.5b's keys at the tiny shape: few-shot prompts (up to 210 tokens), log-normal lengths,
+    # token-budget micro-batches
+    BIG=(--config configs/cpu-tiny.yaml --set data.few_shot=1 --set rollout.response_length=lognormal
+         --set rollout.response_length_mean=16 --set train.micro_batch_tokens=600 --set run.iterations=3
+         --set run.warmup_iterations=1)
 else
     DEV=cuda DTYPE=bfloat16 SHAPE=configs/models/qwen2.5-0.5b.json
     RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
@@ -93,6 +102,7 @@ else
     # and with 3 one noisy iteration set the interval
     MEASURED=(--set run.iterations=6 --set run.warmup_iterations=2)
     BUDGET=(--set train.micro_batch_tokens=4096)   # ~16 responses of the 64 a stream (8 a group before)
+    BIG=(--config configs/qwen2.5-1.5b-shape-gpu.yaml)   # 4 measured iterations a cell after 1 warm-up
 fi
 RUN+=(--no-progress --out "$RUNS")
 
@@ -172,6 +182,17 @@ if [ "$DEV" = cuda ] && runs; then
     dmon=$!
 fi
 step ablation-async 300 rlbench run "${RUN[@]}" "${MEASURED[@]}" --ablation async --set run.name=headline-async
+# The regime of the published asynchronous gains: the Qwen2.5-1.5B shape with ~1,000-token answers and a long
+# tail (configs/qwen2.5-1.5b-shape-gpu.yaml), started only with time left for its 3 cells (RUN begins with
+# --config FILE: BIG's config replaces it, the rest, fallbacks included, applies)
+if ! wanted ablation-1.5b; then
+    :
+elif if_time $((dry ? 60 : 240)); then
+    step ablation-1.5b 330 rlbench run "${BIG[@]}" "${RUN[@]:2}" --ablation async --set run.name=headline-1.5b
+else
+    echo "== ablation-1.5b: not started ($((DEADLINE - SECONDS))s left)"
+    printf '%s\tnot started\t0\n' ablation-1.5b >> "$OUT/steps.tsv"
+fi
 # train.micro_batch_tokens and compile on (the CUDA default, set here so that the dry run compiles too)
 if ! wanted token-budget; then
     :

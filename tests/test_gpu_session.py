@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
-STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "token-budget", "profile",
-         "ablation-shared_prompt", "ablation-tri_model"]
+STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "ablation-1.5b", "token-budget",
+         "profile", "ablation-shared_prompt", "ablation-tri_model"]
 
 
 def _env(out: Path, seconds: int) -> dict:
@@ -87,6 +87,13 @@ def test_headline_dry_runs_every_step_and_returns_at_most_8_files(tmp_path):
         measured = [it for it in res["iterations"] if not it.get("warmup")]
         assert len(measured) >= 3, (cell, len(measured))
     assert len(by_ablation["shared_prompt"]) >= 2 and len(by_ablation["tri_model"]) >= 2
+    # the 1.5B step's keys at the tiny shape: few-shot prompts, log-normal lengths, token-budget micro-batches
+    assert set(by_ablation["1.5b"]) >= {"sync", "periodic_async_barrier", "periodic_async"}
+    for cell, res in by_ablation["1.5b"].items():
+        c = res["config"]
+        assert c["data"]["few_shot"] == 1 and c["rollout"]["response_length"] == "lognormal", cell
+        assert c["train"]["micro_batch_tokens"] == 600, cell
+        assert len([it for it in res["iterations"] if not it.get("warmup")]) >= 2, cell
     (budget,) = by_ablation["budget"].values()  # token budget and compile on: what was compiled, and when
     assert budget["config"]["train"]["micro_batch_tokens"] == 300 and budget["config"]["engine"]["compile"] == "all"
     assert budget["lifecycle"]["compile"]["trainer"]["compiles"] > 0

@@ -75,6 +75,24 @@ def test_memory_refused_only_when_it_cannot_fit():
         limits.check_memory(cfg(), HALF_B, 128, "cpu", 1 * GIB)
 
 
+def test_the_1_5b_gpu_config_fits_an_80_gb_gpu_and_not_a_16_gb_one():
+    """configs/qwen2.5-1.5b-shape-gpu.yaml (the prepared GPU command's ablation-1.5b step), checked as
+    `rlbench run` checks it before the first cell: its longest prompt and 3,072 new tokens fit the positions
+    and the token budget, and the memory estimate an H100; a smaller GPU is refused naming the budget key."""
+    from rlbench.engines.data.source import load_dataset
+    from rlbench.engines.model.loader import model_facts
+
+    c = load_config("qwen2.5-1.5b-shape-gpu")
+    data = load_dataset(c.data, c.run.seed)
+    facts, tok = model_facts(c)
+    longest = max(len(tok.prompt_ids(data.prompt_text(p))) for p in data.train + data.eval + data.seen)
+    assert 300 <= longest <= 1000  # prompts of a few hundred tokens
+    limits.check(c, facts, longest, "cuda", 80 * GIB)
+    with pytest.raises(UserError, match=r"needs at least 2\d\.\d GiB but the memory of one cuda device is 16.0 "
+                                        r"GiB.*train.micro_batch_tokens=8192"):
+        limits.check(c, facts, longest, "cuda", 16 * GIB)
+
+
 @pytest.mark.e2e
 def test_cli_refuses_past_the_positions_before_any_work(tmp_path):
     """The issue's case: --set rollout.max_new_tokens=5000 on the tiny model (2048 positions). The check
@@ -114,14 +132,15 @@ def test_parameters_counted_from_the_config_equal_the_built_model(arch, tied, bi
 
 
 def test_parameters_of_the_shipped_model_shapes():
-    """Qwen2.5-0.5B and 7B from configs/models/ (0.494 B and 7.616 B, docs/platforms/gpu.md) and the tiny model."""
+    """Qwen2.5-0.5B, 1.5B and 7B from configs/models/ (0.494 B, 1.54 B and 7.616 B, docs/platforms/gpu.md) and
+    the tiny model."""
     from rlbench.core.config_files import load_config
     from rlbench.engines.model.loader import model_config_and_tokenizer
     from rlbench.engines.model.shape import param_count
 
     counts = {}
-    for name in ("qwen2.5-0.5b", "qwen2.5-7b"):
+    for name in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"):
         cfg = load_config(None, ["model.kind=hf_config", f"model.path=models/{name}.json"])
         counts[name] = param_count(model_config_and_tokenizer(cfg)[0])
-    assert counts == {"qwen2.5-0.5b": 494_032_768, "qwen2.5-7b": 7_615_616_512}
+    assert counts == {"qwen2.5-0.5b": 494_032_768, "qwen2.5-1.5b": 1_543_714_304, "qwen2.5-7b": 7_615_616_512}
     assert param_count(model_config_and_tokenizer(load_config(None, []))[0]) > 0

@@ -97,12 +97,14 @@ def check_memory(cfg, facts: ModelFacts, prompt_max: int, kind: str, capacity: i
         need = train + rollout if sync or e.share_devices else max(train, rollout)
         where, note = f"memory of one {kind} device", ""
     if need > capacity:
+        batch = f"train.micro_batch_size={cfg.train.micro_batch_size}" if cfg.train.micro_batch_tokens is None \
+            else f"train.micro_batch_tokens={cfg.train.micro_batch_tokens}"
         raise UserError(
             f"the run needs at least {need / GIB:.1f} GiB but the {where} is {capacity / GIB:.1f} GiB ({note}a "
             f"training replica {train / GIB:.2f} GiB, a rollout replica {rollout / GIB:.2f} GiB; model "
             f"{facts.params:,} parameters of {facts.dtype_bytes} bytes, sequences up to "
-            f"{prompt_max + cfg.rollout.max_new_tokens} tokens): lower train.micro_batch_size="
-            f"{cfg.train.micro_batch_size}, rollout.max_num_seqs={cfg.rollout.max_num_seqs} or "
+            f"{prompt_max + cfg.rollout.max_new_tokens} tokens): lower {batch}, "
+            f"rollout.max_num_seqs={cfg.rollout.max_num_seqs} or "
             f"rollout.max_new_tokens={cfg.rollout.max_new_tokens}, or use a smaller model")
 
 
