@@ -81,7 +81,9 @@ def test_headline_dry_runs_every_step_and_returns_at_most_8_files(tmp_path):
     assert all("error" not in v for v in packing["equivalence"]["float32"].values())
 
     runs = _runs(out / "runs.tar.gz")
-    by_ablation = {name.rsplit("-", 1)[-1]: cells for name, cells in runs.items()}
+    # by the run's name less "headline-" (its folder's name ends with the ablation's: two async runs)
+    by_ablation = {next(iter(cells.values()))["config"]["run"]["name"].removeprefix("headline-"): cells
+                   for cells in runs.values()}
     assert set(by_ablation["async"]) >= {"sync", "periodic_async_barrier", "periodic_async"}
     for cell, res in by_ablation["async"].items():
         measured = [it for it in res["iterations"] if not it.get("warmup")]
