@@ -1,4 +1,5 @@
-"""The cells of `--ablation peers`: rlbench's own beside TRL's GRPOTrainer on the same devices and workload.
+"""The cells of `--ablation peers` (and of `--ablation trl_on_policy`, its sync, trl and trl_cb): rlbench's own
+beside TRL's GRPOTrainer on the same devices and workload.
 
     sync            rlbench's reference: colocated ranks, each generating then training its shard
     periodic_async  rlbench's periodic asynchrony on the same devices
@@ -37,9 +38,15 @@ ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy (
          "shared-prompt, on the same devices; the stage breakdown side by side")
 
 
+TRL_CELLS = (_REF, "trl", "trl_cb")  # `--ablation trl_on_policy`: the on-policy comparison alone
+ABOUT_TRL = ("rlbench's sync beside TRL's GRPOTrainer on-policy (padded generate, and continuous batching) on the "
+             "same devices: peers' first three cells, the question of whether rlbench's baseline is as fast as TRL")
+
+
 def ablations() -> dict[str, list[tuple[str, dict]]]:
-    """`--ablation peers`: its cells, sync first (every ratio is over it)."""
-    return {"peers": list(CELLS)}
+    """`--ablation peers`: its cells, sync first (every ratio is over it); `--ablation trl_on_policy`: sync and
+    TRL's two on-policy cells (half the cells, for a short window)."""
+    return {"peers": list(CELLS), "trl_on_policy": [c for c in CELLS if c[0] in TRL_CELLS]}
 
 
 def framework_of(cell: str) -> str | None:
