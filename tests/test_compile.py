@@ -162,10 +162,10 @@ def test_a_copy_of_a_compiled_model_runs_its_own_weights():
     itself."""
     model = _model()
     compile_model(model)
-    mlp = model.model.layers[0].mlp
-    assert mlp.forward.__self__ is mlp and mlp.forward.__func__ is not type(mlp).forward  # compiled, bound
-    copied = copy.deepcopy(model).model.layers[0].mlp
-    assert copied.forward.__self__ is copied and copied.forward.__func__ is mlp.forward.__func__
+    layer = model.model.layers[0]
+    assert layer.forward.__self__ is layer and layer.forward.__func__ is not type(layer).forward  # compiled, bound
+    copied = copy.deepcopy(model).model.layers[0]
+    assert copied.forward.__self__ is copied and copied.forward.__func__ is layer.forward.__func__
 
 
 def test_recompiles_past_the_bound_are_logged_once(monkeypatch, caplog):

@@ -3,9 +3,9 @@
 What is compiled is every decoder layer, whoever runs it: HF's forward of unpacked rows runs the layer's
 forward compiled whole (attention included); rlbench's own loops (the packed layouts and token-budget
 streams in training, the sampler's prefill and decode step) run their own attention between two compiled
-functions (`compiled_layer_functions`: the input norm, q/k/v projections and RoPE; o_proj, the residual
-adds, the second norm and the MLP); the norms, MLPs and final norm are compiled as modules too. A norm is
-~7 elementwise kernels eager and one compiled; RoPE, the residual adds and the MLP's activation fuse too
+functions (`layer_functions`: the input norm, q/k/v projections and RoPE; o_proj, the residual adds,
+the second norm and the MLP); the final norm is compiled as a module. A norm is ~7 elementwise kernels
+eager and one compiled; RoPE, the residual adds and the MLP's activation fuse too
 (kernels per layer: docs/results/decode.md, docs/results/gpu.md). The sampler's attention and KV cache
 writes stay as they are (one kernel each already), so its decode step is still captured as a CUDA graph
 and replays the compiled kernels.
@@ -76,16 +76,14 @@ class CompileLog:
 
 def compile_model(model) -> None:
     """Compile the model in place (the model is used as before): each decoder layer's forward whole (HF's
-    forward of unpacked rows), its norms and MLP (whoever calls them directly), the final norm; and mark
-    the layers `COMPILED`, so that rlbench's own decoder loops (the packed layouts, the sampler) run the
-    compiled layer functions around their attention."""
+    forward of unpacked rows) and the final norm; and mark the layers `COMPILED`, so that rlbench's own
+    decoder loops (the packed layouts, the sampler) run the compiled layer functions around their
+    attention (`layer_functions`)."""
     CompileLog.install()
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * RECOMPILE_BOUND)
     layers.rope(model.model.layers[0].self_attn)  # looked up eagerly: the traced calls then find it
     base = model.model
     for layer in base.layers[: model.config.num_hidden_layers]:
-        for module in (layer.input_layernorm, layer.post_attention_layernorm, layer.mlp):
-            _compile(module)
         _compile(layer)
         setattr(layer, COMPILED, True)
     _compile(base.norm)
@@ -98,20 +96,17 @@ def layer_functions(layer):
     """-> (attention_inputs, finish) for rlbench's own loop over this decoder layer: compiled where
     compile_model compiled the layer, else engines/model/layers.py's."""
     if getattr(layer, COMPILED, False):
-        return compiled_layer_functions()
+        return _compiled_layer_functions()
     return layers.attention_inputs, layers.finish
 
 
 _COMPILED: dict = {}  # module class -> its forward compiled once (every instance shares it)
 
 
-def compiled_layer_functions():
-    """-> (attention_inputs, finish) of engines/model/layers.py compiled, once per process: what the sampler
-    runs per decoder layer (engine.compile decode). Each is one graph around the layer's matmuls, so the norm
-    before the projections, RoPE, the residual adds and the norm before the MLP fuse too, which compiling the
-    modules alone leaves eager (every layer's call shares the graph: torch inlines the parameters)."""
-    CompileLog.install()
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * RECOMPILE_BOUND)
+def _compiled_layer_functions():
+    """-> (attention_inputs, finish) of engines/model/layers.py compiled, once per process (compile_model set
+    up the log). Each is one graph around the layer's matmuls, so the norms, RoPE and the residual adds fuse
+    (every layer's call shares the graph: torch inlines the parameters)."""
     if "layers" not in _COMPILED:
         _COMPILED["layers"] = (torch.compile(layers.attention_inputs, dynamic=True),
                                torch.compile(layers.finish, dynamic=True))
@@ -126,21 +121,3 @@ def _compile(module) -> None:
     if cls not in _COMPILED:
         _COMPILED[cls] = torch.compile(cls.forward, dynamic=True)
     module.forward = types.MethodType(_COMPILED[cls], module)
-
-
-def warm_modules(model, layer_shapes: list[tuple[int, ...]], norm_shapes: list[tuple[int, ...]]) -> None:
-    """Run the compiled modules once (without grad) at each leading shape: a layer's norms and MLP at
-    layer_shapes, the final norm at norm_shapes (each then [..., D]), so that their compilations happen
-    here, at start-up, rather than in the first iterations. A dimension of 1 is its own graph (torch
-    specialises sizes 0 and 1), and so is each rank."""
-    layer = model.model.layers[0]
-    D = model.config.hidden_size
-    dtype, device = next(model.parameters()).dtype, next(model.parameters()).device
-    zeros = lambda shape: torch.zeros(*shape, D, dtype=dtype, device=device)  # noqa: E731
-    with torch.inference_mode():
-        for shape in layer_shapes:
-            x = zeros(shape)
-            layer.post_attention_layernorm(x)
-            layer.mlp(layer.input_layernorm(x))
-        for shape in norm_shapes:
-            model.model.norm(zeros(shape))

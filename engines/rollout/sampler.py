@@ -47,7 +47,7 @@ from rlbench.core.devices import device as dev
 from rlbench.core.record import lifecycle
 from rlbench.core.record.lifecycle import Phase
 from rlbench.engines.model import layers
-from rlbench.engines.model.compiled import CompileLog, compile_model, compiled_layer_functions
+from rlbench.engines.model.compiled import CompileLog, compile_model
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
 from rlbench.engines.rollout.decode_step import MAX_BUCKET, WINDOW_ROUND, DecodeStep, StepRunner, batch_buckets
 from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, StepMode, draw, sample_seed,
@@ -103,12 +103,11 @@ class BuiltinSampler(SlotForward, DecodeStep):
                                   batch_buckets(self.max_num_seqs, max_bucket), self.max_num_seqs)
 
     def compile(self) -> None:
-        """engine.compile decode: the model's norms and MLPs, and the two functions the prefill and the decode
-        step run around each layer's attention, compiled (engines/model/compiled.py) and compiled at once,
-        at a decode step's rank and a prefill's, timed as the start-up phase `compile`; the CUDA graphs then
-        capture the compiled kernels. Its counts join every generate()'s stats."""
+        """engine.compile decode: the model compiled (engines/model/compiled.py: the prefill and the decode step
+        run the compiled functions around each layer's attention) and compiled at once, through a prefill
+        and decode steps (`_warm`), timed as the start-up phase `compile`; the CUDA graphs then capture the
+        compiled kernels. Its counts join every generate()'s stats."""
         compile_model(self.model)
-        self._attention_inputs, self._finish = compiled_layer_functions()
         with lifecycle.phase(Phase.COMPILE):
             self._warm()
         self._compiled = True

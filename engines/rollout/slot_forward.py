@@ -10,19 +10,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlbench.engines.model import layers
+from rlbench.engines.model.compiled import layer_functions
 
 
 class SlotForward:
-    """Prefill and decode with the slot KV cache; the attributes it reads are set by BuiltinSampler.
-    `_attention_inputs` and `_finish` are engines/model/layers.py's, compiled under engine.compile decode."""
-
-    _attention_inputs = staticmethod(layers.attention_inputs)
-    _finish = staticmethod(layers.finish)
-
-    def _qkv(self, layer, x, cos, sin):
-        """x [B, T, hidden] -> q [B, H, T, D], k and v [B, Hkv, T, D] (engines/model/layers.py)."""
-        return (t.transpose(1, 2) for t in self._attention_inputs(layer, x, cos, sin))
+    """Prefill and decode with the slot KV cache; the attributes it reads are set by BuiltinSampler. Each
+    layer runs engines/model/layers.py's functions around its attention, compiled under engine.compile decode
+    (engines/model/compiled.py layer_functions)."""
 
     def _logits(self, x):
         """Final norm and lm_head; fp32 logits [..., V] (a half-precision head is upcast after the matmul)."""
@@ -47,9 +41,10 @@ class SlotForward:
         cos, sin = self._cos[None, :P], self._sin[None, :P]  # [1, P, D]
         kv = []
         for layer in self.layers:
-            q, k, v = self._qkv(layer, x, cos, sin)
+            attention_inputs, finish = layer_functions(layer)
+            q, k, v = (t.transpose(1, 2) for t in attention_inputs(layer, x, cos, sin))  # [1, H or Hkv, P, D]
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
-            x = self._finish(layer, x, o.transpose(1, 2).reshape(1, P, -1))  # o [1, H, P, D]
+            x = finish(layer, x, o.transpose(1, 2).reshape(1, P, -1))  # o [1, H, P, D]
             kv.append((k[0], v[0]))
         return kv, self._logits(x[0] if all_logits else x[0, -1])
 
@@ -69,7 +64,8 @@ class SlotForward:
         mask = torch.where(v["positions"] <= pos.view(k, 1, 1, 1), *self._mask_values)
         rep = self.n_heads // self.n_kv
         for layer, kc, vc, (kv, vv) in zip(self.layers, self.k_cache, self.v_cache, v["kv"]):
-            q, key, value = self._attention_inputs(layer, x, cos, sin)  # [k, 1, H or Hkv, D]
+            attention_inputs, finish = layer_functions(layer)
+            q, key, value = attention_inputs(layer, x, cos, sin)  # [k, 1, H or Hkv, D]
             # kc[rows, :, pos] = key[:, 0], as one operator whatever the batch (Python's indexing adds a
             # view when it is 1)
             torch.ops.aten.index_put_(kc, [v["rows"], None, pos], key[:, 0])
@@ -79,14 +75,13 @@ class SlotForward:
             q = q.view(k, self.n_kv, rep, self.head_dim)  # [k, Hkv, rep, D]
             o = F.scaled_dot_product_attention(q, kv, vv, attn_mask=mask, scale=self.scale)
             # reshape, not view: a CUDA kernel may return o in another memory order (fp32 on an H200 did)
-            x = self._finish(layer, x, o.reshape(k, 1, -1))  # o [k, Hkv, rep, D]
+            x = finish(layer, x, o.reshape(k, 1, -1))  # o [k, Hkv, rep, D]
         return self._logits(x[:, 0])
 
     def _warm(self) -> None:
         """A prefill and a decode step over one slot and over three, once, with the tensors generation
         passes (their shapes, ranks and strides): compiled code compiles here rather than in the first
         steps. What they write into the cache is overwritten before it is read."""
-        layers.rope(self.layers[0].self_attn)  # looked up eagerly: a compiled caller then traces it whole
         with torch.inference_mode():
             self._ensure_cache(16, 1)
             self._prefill([0] * 5)
