@@ -21,7 +21,11 @@
 #   ablation-1.5b   if >= 240 s are left: the Qwen2.5-1.5B shape, ~1,000-token answers with a long tail,
 #                   --ablation async, 4 measured iterations a cell (configs/qwen2.5-1.5b-shape-gpu.yaml);
 #                   in a 470 s budget it rarely starts after the steps above: a GPU window's second command,
-#                   `headline --only env,ablation-1.5b`, gives it the window (docs/platforms/gpu.md)
+#                   `headline --only env,ablation-1.5b,trl`, gives it the window (docs/platforms/gpu.md)
+#   trl             if >= 180 s are left: TRL's GRPOTrainer beside rlbench's sync on the GPU, at the 0.5B shape
+#                   (--ablation trl_on_policy: sync, trl, trl_cb interleaved, 3 measured iterations a cell;
+#                   responses to EOS or the 384-token cap, as TRL generates; every cell eager); needs TRL and
+#                   datasets, carried as wheels (scripts/gpu_wheels.sh)
 #   profile         if time is left: one sync cell with --profile, the training stages of one iteration:
 #                   the trainer's operators by device time and by host time (traces/<worker>.ops.txt in
 #                   its run folder; no trace is written)
@@ -30,11 +34,12 @@
 #                   train.micro_batch_tokens (the batch packed without padding, across groups) and
 #                   engine.compile=all: compile counts and seconds in its results.json (lifecycle)
 # Everything goes to ${OUT:-gpu-out}/, at most 8 files: log.txt, steps.tsv (each step's exit status and
-# seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during e and f),
+# seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during the run steps),
 # runs.tar.gz (every run folder, traces left out).
-# On the GPU machine pydantic and its needs travel as wheels in .whl/ (docs/platforms/gpu.md).
+# On the GPU machine pydantic, TRL and their needs travel as wheels in .whl/ (scripts/gpu_wheels.sh makes it;
+# name .whl in the device call's carry: it is git-ignored; docs/platforms/gpu.md).
 set -uo pipefail
-STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async ablation-1.5b token-budget profile ablation-shared_prompt ablation-tri_model"
+STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async ablation-1.5b trl token-budget profile ablation-shared_prompt ablation-tri_model"
 usage() {
     echo "usage: bash scripts/gpu_session.sh headline [--dry] [--only STEP,...]   (steps: ${STEPS// /, })" >&2
     exit 2
@@ -73,7 +78,13 @@ if [ "$dry" = 0 ]; then
     "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 fi
-"$PY" -c "from importlib.metadata import version as v; print('torch', v('torch'), 'transformers', v('transformers'))"
+"$PY" -c "from importlib.metadata import version as v, PackageNotFoundError as Missing
+def of(name):
+    try:
+        return v(name)
+    except Missing:
+        return 'missing'
+print(*[f'{n} {of(n)}' for n in ('torch', 'transformers', 'accelerate', 'trl', 'datasets', 'pyarrow', 'pydantic')])"
 git rev-parse HEAD 2>/dev/null && git status --short | head -20
 
 if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer shape, the tiny run config
@@ -90,6 +101,7 @@ if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer s
     BIG=(--config configs/cpu-tiny.yaml --set data.few_shot=1 --set rollout.response_length=lognormal
          --set rollout.response_length_mean=16 --set train.micro_batch_tokens=600 --set run.iterations=3
          --set run.warmup_iterations=1)
+    PEER=(--set run.iterations=2 --set run.warmup_iterations=1)   # step trl: one measured iteration a cell
 else
     DEV=cuda DTYPE=bfloat16 SHAPE=configs/models/qwen2.5-0.5b.json
     RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
@@ -103,6 +115,8 @@ else
     MEASURED=(--set run.iterations=6 --set run.warmup_iterations=2)
     BUDGET=(--set train.micro_batch_tokens=4096)   # ~16 responses of the 64 a stream (8 a group before)
     BIG=(--config configs/qwen2.5-1.5b-shape-gpu.yaml)   # 4 measured iterations a cell after 1 warm-up
+    # TRL's generation ends at EOS or the cap (a random model's: the cap, 384 tokens, for every cell alike)
+    PEER=(--set run.iterations=4 --set run.warmup_iterations=1)
 fi
 RUN+=(--no-progress --out "$RUNS")
 
@@ -163,7 +177,11 @@ sys.exit(0 if any(c.get('name', '').startswith('test_compiled_equals_eager_on_cu
     RUN+=(--set engine.compile=off)
 fi
 runs() {  # whether any run step is asked for
-    wanted ablation-async || wanted ablation-shared_prompt || wanted ablation-tri_model
+    local name
+    for name in ablation-async ablation-1.5b trl token-budget profile ablation-shared_prompt ablation-tri_model; do
+        wanted "$name" && return 0
+    done
+    return 1
 }
 # Workers on a GPU are forked from a server that imported torch and transformers and asked how many devices
 # there are (bench/core/devices/starting.py): where a process forked so cannot use CUDA, the runs spawn
@@ -192,6 +210,16 @@ elif if_time $((dry ? 60 : 240)); then
 else
     echo "== ablation-1.5b: not started ($((DEADLINE - SECONDS))s left)"
     printf '%s\tnot started\t0\n' ablation-1.5b >> "$OUT/steps.tsv"
+fi
+# TRL beside rlbench's sync on the same GPU (the peer ablation sets every cell eager: TRL does not compile)
+if ! wanted trl; then
+    :
+elif if_time $((dry ? 60 : 180)); then
+    step trl 300 rlbench run "${RUN[@]}" "${PEER[@]}" --ablation trl_on_policy --set rollout.response_length=eos \
+        --set run.name=headline-trl
+else
+    echo "== trl: not started ($((DEADLINE - SECONDS))s left)"
+    printf '%s\tnot started\t0\n' trl >> "$OUT/steps.tsv"
 fi
 # train.micro_batch_tokens and compile on (the CUDA default, set here so that the dry run compiles too)
 if ! wanted token-budget; then

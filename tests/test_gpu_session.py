@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
-STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "ablation-1.5b", "token-budget",
-         "profile", "ablation-shared_prompt", "ablation-tri_model"]
+STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "ablation-1.5b", "trl",
+         "token-budget", "profile", "ablation-shared_prompt", "ablation-tri_model"]
 
 
 def _env(out: Path, seconds: int) -> dict:
@@ -96,6 +96,14 @@ def test_headline_dry_runs_every_step_and_returns_at_most_8_files(tmp_path):
         assert c["data"]["few_shot"] == 1 and c["rollout"]["response_length"] == "lognormal", cell
         assert c["train"]["micro_batch_tokens"] == 600, cell
         assert len([it for it in res["iterations"] if not it.get("warmup")]) >= 2, cell
+    # TRL beside rlbench's sync: both of TRL's on-policy cells ran, as TRL, every cell eager, to EOS
+    trl = by_ablation["trl"]
+    assert set(trl) == {"sync", "trl", "trl_cb"}
+    for cell, res in trl.items():
+        assert res["status"] == "complete" and res["config"]["engine"]["compile"] == "off", cell
+        assert res["config"]["rollout"]["response_length"] == "eos", cell
+        assert len([it for it in res["iterations"] if not it.get("warmup")]) >= 1, cell
+        assert (res.get("external") or {}).get("framework") == (None if cell == "sync" else "trl"), cell
     (budget,) = by_ablation["budget"].values()  # token budget and compile on: what was compiled, and when
     assert budget["config"]["train"]["micro_batch_tokens"] == 300 and budget["config"]["engine"]["compile"] == "all"
     assert budget["lifecycle"]["compile"]["trainer"]["compiles"] > 0

@@ -140,8 +140,12 @@ class Recorder:
         CPU and busy seconds."""
         stage, iteration, start, cpu0, unix0 = opened
         end, cpu = now(), time.thread_time() - cpu0
-        busy = self._busy.busy(cpu, unix0, busy_clock.now_unix()) if self._busy is not None else None
-        return self.add(stage, iteration, start, end, cpu, busy)
+        return self.add(stage, iteration, start, end, cpu, self.busy(cpu, unix0, busy_clock.now_unix()))
+
+    def busy(self, cpu_s: float, start_unix: float, end_unix: float) -> float | None:
+        """The device's busy seconds over a span (the thread's CPU seconds, the wall clock's Unix ends;
+        bench/core/devices/busy.py), for a stage timed outside stage(); None: not measured."""
+        return self._busy.busy(cpu_s, start_unix, end_unix) if self._busy is not None else None
 
     def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None,
             busy: float | None = None) -> StageEvent:

@@ -3,7 +3,7 @@ beside TRL's GRPOTrainer on the same devices and workload.
 
     sync            rlbench's reference: colocated ranks, each generating then training its shard
     periodic_async  rlbench's periodic asynchrony on the same devices
-    trl             TRL on-policy: one pinned rank per device (data parallel, gloo), one optimizer step
+    trl             TRL on-policy: one pinned rank per device (data parallel: gloo on CPU, NCCL on CUDA), one optimizer step
                     per generation, the same loss (tests/test_trl_loss.py)
     trl_cb          TRL on-policy with transformers' continuous batching for its generation
                     (use_transformers_continuous_batching; engines/external/trl/settings.py TrlOptions)
@@ -13,8 +13,11 @@ beside TRL's GRPOTrainer on the same devices and workload.
                     rlbench's sync with its two switches that keep the update: the old-policy pass skipped
                     on-policy (TRL skips it too) and a group's prompt computed once in training
 
-Every cell gets BASE under the user's --set: TRL's fixed advantage epsilon (so the losses are equal), and
-turns by iteration (run.interleave: iteration k of every cell on nearly the same machine). A TRL cell is
+Every cell gets BASE under the user's --set: TRL's fixed advantage epsilon (so the losses are equal),
+engine.compile=off (TRL runs eager: on CUDA, where rlbench would compile by default, no cell gains from a
+compiler the others lack; --set engine.compile=all compiles rlbench's cells, and each TRL cell's cost-settings
+table then shows the difference), and turns by iteration (run.interleave: iteration k of every cell on nearly
+the same machine). A TRL cell is
 run by the framework run.py names (engines/external/trl/adapter.py) in the cell's process.
 Import-light: `rlbench --help` counts the cells.
 """
@@ -32,7 +35,10 @@ CELLS: list[tuple[str, dict]] = [
     ("trl_cb", {"framework": "trl", "framework_options": {"continuous_batching": True}}),
     ("trl_off_policy", {"framework": "trl", "ppo_mini_batches": OFF_POLICY_STEPS}),
     (f"{_REF}+tri_model+shared_prompt", {"schedule": _REF, "tri_model": True, "shared_prompt": True})]
-BASE = {"train": {"adv_eps": 1e-4}, "run": {"interleave": True}}
+# TRL's fixed advantage epsilon (equal losses); rlbench's engine eager, as TRL's GRPOTrainer runs (its
+# torch_compile off: engines/external/trl/settings.py), so no cell gains from a compiler the others lack;
+# turns by iteration
+BASE = {"train": {"adv_eps": 1e-4}, "engine": {"compile": "off"}, "run": {"interleave": True}}
 ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy (padded generate, and "
          f"continuous batching) and with {OFF_POLICY_STEPS} steps per generation, then sync with tri-model and "
          "shared-prompt, on the same devices; the stage breakdown side by side")

@@ -57,12 +57,14 @@ def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool =
     world = cfg.engine.num_devices
     settings.check(cfg, world)
     opts = settings.TrlOptions(**(options or {}))
-    if world > dev.available("cpu"):
+    kind = dev.resolve_kind(cfg.engine.device)
+    if world > dev.available(kind):
+        what = "cores" if kind == "cpu" else f"{kind} devices"
         raise UserError(f"--engine trl: {world} devices (engine.rollout_devices + engine.train_devices) but this "
-                        f"machine has {dev.available('cpu')} cores")
+                        f"machine has {dev.available(kind)} {what}")
     pacer = pacer or _Alone()
     pacer.setup()
-    run = TrlRun(cfg, Path(out_dir).resolve(), name, world, opts)
+    run = TrlRun(cfg, Path(out_dir).resolve(), name, world, opts, kind)
     try:
         run.start(pacer)
         run.wait(progress)
@@ -81,8 +83,9 @@ def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool =
 class TrlRun:
     """One TRL cell while it runs: its ranks, its status, and its result files."""
 
-    def __init__(self, cfg, out: Path, name: str, world: int, options):
+    def __init__(self, cfg, out: Path, name: str, world: int, options, kind: str = "cpu"):
         self.cfg, self.out, self.name, self.world, self.options = cfg, out, name, world, options
+        self.kind = kind  # the ranks' device kind: cpu (a core each) or cuda (a GPU each)
         self.folder = out / "trl"  # the ranks' own files (files.py) and logs
         self.folder.mkdir(parents=True, exist_ok=True)
         self.t0 = now()
@@ -96,10 +99,10 @@ class TrlRun:
         self.gate = GateServer(pacer)
         spec = {"config": self.cfg.model_dump(mode="json"), "world": self.world, "model_dir": str(self.model_dir),
                 "folder": str(self.folder), "t0": self.t0, "gate": list(self.gate.child_fds),
-                "options": self.options.as_dict()}
+                "options": self.options.as_dict(), "kind": self.kind}
         spec_path = self.folder / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
-        self.procs = start_ranks(spec_path, self.world, self.folder, self.gate.child_fds)
+        self.procs = start_ranks(spec_path, self.world, self.folder, self.gate.child_fds, self.kind)
         self.gate.child_started()
 
     def wait(self, progress: bool) -> None:

@@ -12,7 +12,8 @@ model it built), so that a setting moved anywhere shows here, not only in a tran
   moves would move in both GRPOConfigs alike (GRPOConfig turned activation checkpointing on by default):
   its trainer never checkpoints, compiles or patches kernels (no config key asks it to), trains in
   model.dtype without autocast under SDPA attention, always batches generation continuously, and generates
-  an iteration's prompts x G samples at once. Where one of these must differ, the run lists it
+  an iteration's prompts x G samples at once; it compiles only where engine.compile asks (unset: on CUDA),
+  which the peer ablations set off. Where one of these must differ, the run lists it
   (settings.DIFFERENCES, results.json external.differences).
 
 The run records what is not equal, allowed or listed as warnings; tests/test_trl_cost_settings.py fails on
@@ -44,12 +45,20 @@ def _kernels(args: dict, _model: dict) -> bool:
     return bool(args.get("use_liger_kernel") or (args.get("model_init_kwargs") or {}).get("use_kernels"))
 
 
+def rlbench_compiles(cfg) -> bool:
+    """Whether rlbench's engine compiles anything under cfg (engine.compile; unset: on CUDA only). The peer
+    ablations set it off (bench/experiments/peers/cells.py BASE), as TRL runs eager."""
+    from rlbench.core.devices import device as dev  # inside: resolving `auto` imports torch
+
+    return bool(dev.compile_targets(cfg.engine.compile, dev.resolve_kind(cfg.engine.device)))
+
+
 COST_SETTINGS: tuple[CostSetting, ...] = (
     CostSetting("activation (gradient) checkpointing",
                 lambda a, m: bool(a.get("activation_checkpointing") or a.get("gradient_checkpointing")
                                   or m.get("checkpointing")), lambda cfg: False),
     CostSetting("precision", _precision, lambda cfg: f"{cfg.model.dtype}, no autocast"),
-    CostSetting("torch.compile", lambda a, m: bool(a.get("torch_compile")), lambda cfg: False),
+    CostSetting("torch.compile", lambda a, m: bool(a.get("torch_compile")), lambda cfg: rlbench_compiles(cfg)),
     CostSetting("Liger / hub kernels", _kernels, lambda cfg: False),
     CostSetting("attention kernel", lambda a, m: m.get("attn_implementation"), lambda cfg: "sdpa"),
     CostSetting("continuous batching", lambda a, m: bool(a.get("use_transformers_continuous_batching")),

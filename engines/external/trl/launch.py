@@ -1,8 +1,11 @@
 """Start TRL's ranks as rlbench starts its sync ranks, and end them all when one fails or on Ctrl-C.
 
-One process per device (a CPU core), each created with torchrun's environment contract (RANK,
-WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: accelerate reads it and joins a gloo group) and one
-intra-op thread; each pins itself to its core when it starts (worker.py). A rank leads its own process
+One process per device (a CPU core or a GPU), each created with torchrun's environment contract (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: accelerate reads it and joins a gloo group on CPU, an
+NCCL group on CUDA) and one intra-op thread; each pins itself to its core when it starts (worker.py). On
+a GPU a rank sees only its own device (CUDA_VISIBLE_DEVICES, as rlbench's workers: bench/core/devices/
+device.py visible_env), so it is the rank's device 0 and LOCAL_RANK is 0 (accelerate sets the current
+device from LOCAL_RANK). A rank leads its own process
 group in the run's session (OWN_GROUP: ending it ends whatever it started) and carries the run's token
 (bench/core/devices/procs.py), so
 `rlbench run`'s last sweep finds it whatever happened. A rank that dies ends the others at once: they
@@ -17,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rlbench.core.devices import device as dev
 
 # Quiet, offline, single-threaded: TRL's telemetry ping and the Hub are out of reach on a benchmark node.
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -36,19 +41,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
-    return {**RANK_ENV, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+def rank_env(rank: int, world: int, port: int, kind: str = "cpu", environ=None) -> dict[str, str]:
+    """A rank's environment on device `kind`: torchrun's variables, and on an accelerator its one device
+    visible (the device the parent sees as `rank`)."""
+    visible = dev.visible_env(kind, rank, environ)
+    local_rank, local_world = (0, 1) if visible else (rank, world)
+    return {**RANK_ENV, **visible, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank),
+            "LOCAL_WORLD_SIZE": str(local_world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
-def start_ranks(spec_path: Path, world: int, log_dir: Path, rank0_fds: tuple[int, int]) -> list[subprocess.Popen]:
-    """The world's rank processes, rank 0 holding the turn pipe's fds; output to log_dir/rank<r>.log."""
+def start_ranks(spec_path: Path, world: int, log_dir: Path, rank0_fds: tuple[int, int],
+                kind: str = "cpu") -> list[subprocess.Popen]:
+    """The world's rank processes on device `kind`, rank 0 holding the turn pipe's fds; output to
+    log_dir/rank<r>.log."""
     port, procs = free_port(), []
     for rank in range(world):
         log = open(Path(log_dir) / f"rank{rank}.log", "w")
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "rlbench.engines.external.trl.worker", str(spec_path), str(rank)],
-            env={**os.environ, **rank_env(rank, world, port)}, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **rank_env(rank, world, port, kind)}, stdout=log, stderr=subprocess.STDOUT,
             pass_fds=rank0_fds if rank == 0 else (), **OWN_GROUP))
         log.close()  # the child holds it
     return procs

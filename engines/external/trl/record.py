@@ -1,7 +1,7 @@
 """A TRL run as an rlbench cell folder: results.json (rlbench's keys, metrics.cell_result) beside
 events.jsonl, iterations.jsonl and samples.jsonl, so `report`, `compare` and the HTML report read it as
-any cell. Its placement is checked as rlbench's sync ranks' is: a rank given other than its core and one
-thread fails the run (launch.check, exit 3)."""
+any cell. Its placement is checked as rlbench's sync ranks' is: a rank given other than its device (its
+core, or its one visible GPU) and one thread fails the run (launch.check, exit 3)."""
 from __future__ import annotations
 
 import importlib.metadata as md
@@ -16,10 +16,11 @@ from rlbench.engines import launch
 from rlbench.engines.external.trl import cost_settings, results, settings
 
 
-def placement(world: int):
-    """The TRL ranks' plan: rlbench's colocated layout, one rank per core, one thread each."""
-    slots = [Slot(f"{Role.COLOCATED.value}{i}", Role.COLOCATED.value, i, "cpu", 1) for i in range(world)]
-    return Placement(slots, world, "cpu")
+def placement(world: int, kind: str = "cpu"):
+    """The TRL ranks' plan: rlbench's colocated layout, one rank per device (a core or a GPU), one thread
+    each."""
+    slots = [Slot(f"{Role.COLOCATED.value}{i}", Role.COLOCATED.value, i, kind, 1) for i in range(world)]
+    return Placement(slots, world, kind)
 
 
 def switches(cfg, options) -> dict:
@@ -50,11 +51,11 @@ def cell_results(run) -> tuple[dict, dict]:
     beside it (events, samples: every rank's)."""
     raw = results.read(run.folder, run.world)
     iters = results.iterations(run.cfg, raw, run.world)
-    plan = placement(run.world)
+    plan = placement(run.world, run.kind)
     plan.observed = {s.worker: o for s, o in zip(plan.slots, raw["observed"]) if o is not None}
     status, error = _status(run, plan, len(iters))
     obs0 = raw["observed"][0] or {}
-    differences = settings.differences(run.cfg, run.options)
+    differences = settings.differences(run.cfg, run.options, run.kind)
     costs = cost_settings.compare(obs0["trl_args"], obs0.get("model_facts") or {}, run.cfg,
                                   [d["setting"] for d in differences], obs0.get("rlbench_args")) \
         if obs0.get("trl_args") else []

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from rlbench.core.components import evaluation_backend
 from rlbench.core.errors import UserError
 
+DEVICES = ("cpu", "cuda", "auto")  # engine.device values a TRL cell runs on (auto: CUDA where a GPU is visible)
 TRL_ADV_EPS = 1e-4  # trl/trainer/grpo_trainer.py: advantages / (std_rewards + 1e-4)
 CB_PAGE = 256  # tokens per page of continuous batching's KV cache (transformers' default page_size)
 DDP_TIMEOUT_S = 7200  # a rank waits at the step barrier while other cells take their turns (run.interleave)
@@ -120,8 +121,8 @@ def check(cfg, world: int) -> None:
                                     "allowed: eos"),
         "rollout.backend": (r.backend != own, "--engine trl generates with TRL's own model.generate and "
                             f"evaluates with rlbench's evaluation sampler; allowed: {own}"),
-        "engine.device": (e.device not in ("cpu", "auto"), "--engine trl runs its ranks pinned to CPU cores; "
-                          "allowed: cpu"),
+        "engine.device": (e.device not in DEVICES, "--engine trl runs one rank per CPU core or per CUDA GPU; "
+                          f"allowed: {', '.join(DEVICES)}"),
         "engine.tri_model": (e.tri_model, "an rlbench optimisation TRL does not have; allowed: false"),
         "engine.shared_prompt": (e.shared_prompt, "an rlbench optimisation TRL does not have; allowed: false"),
     }
@@ -142,9 +143,10 @@ def _value(cfg, dotted: str):
 
 
 def grpo_kwargs(cfg, world: int, output_dir: str, options: TrlOptions = TrlOptions(),
-                longest_prompt: int = CB_PAGE) -> dict:
-    """GRPOConfig's keyword arguments for cfg on `world` data-parallel CPU ranks (check() passed);
-    longest_prompt: the longest prompt of the run in tokens (sizes continuous batching's KV cache)."""
+                longest_prompt: int = CB_PAGE, kind: str = "cpu") -> dict:
+    """GRPOConfig's keyword arguments for cfg on `world` data-parallel ranks of device `kind` (cpu: a core
+    each, gloo; cuda: a GPU each, NCCL; check() passed); longest_prompt: the longest prompt of the run in
+    tokens (sizes continuous batching's KV cache)."""
     t, r, run = cfg.train, cfg.rollout, cfg.run
     n = mini_batches(cfg)
     accumulation = cfg.batch_size // (world * t.micro_batch_size * n)
@@ -153,7 +155,7 @@ def grpo_kwargs(cfg, world: int, output_dir: str, options: TrlOptions = TrlOptio
         # default; transformers 5 names it activation_checkpointing (gradient_checkpointing: its alias)
         activation_checkpointing=False, torch_compile=False, use_liger_kernel=False,
         **generation(cfg, world, options, longest_prompt),
-        output_dir=output_dir, use_cpu=True, seed=run.seed, data_seed=run.seed, report_to="none",
+        output_dir=output_dir, use_cpu=kind == "cpu", seed=run.seed, data_seed=run.seed, report_to="none",
         save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
         ddp_timeout=DDP_TIMEOUT_S, ddp_find_unused_parameters=False,
         # the weights in model.dtype and no autocast: GRPOConfig defaults to bf16=True (autocast on CPU too)
@@ -191,10 +193,18 @@ def generation(cfg, world: int, options: TrlOptions, longest_prompt: int) -> dic
         "max_batch_tokens": in_flight * longest_prompt}}  # every sequence in flight prefilled in one step
 
 
-def differences(cfg, options: TrlOptions = TrlOptions()) -> list[dict]:
-    """The settings that differ for this config (results.json external.differences)."""
+CUDA_GRAPHS = Difference(
+    "decode step on CUDA", "replayed as CUDA graphs (rollout.cuda_graphs), one per batch bucket",
+    "launched operator by operator each step", "each engine's own generation (the sampling row); TRL's generate "
+    "has no graph capture of its own without a static cache and torch.compile, which TRL does not set up")
+
+
+def differences(cfg, options: TrlOptions = TrlOptions(), kind: str = "cpu") -> list[dict]:
+    """The settings that differ for this config on device `kind` (results.json external.differences)."""
     sampling = CONTINUOUS_GENERATE if options.continuous_batching else PADDED_GENERATE
     out = [d.__dict__ for d in (sampling, *DIFFERENCES)]
+    if kind == "cuda" and cfg.rollout.cuda_graphs is not False:
+        out.append(CUDA_GRAPHS.__dict__)
     if cfg.train.adv_eps != TRL_ADV_EPS:
         out.append(Difference("advantage epsilon (this run)", f"train.adv_eps={cfg.train.adv_eps}",
                               f"{TRL_ADV_EPS}", "set train.adv_eps=1e-4 for equal advantages").__dict__)

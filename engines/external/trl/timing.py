@@ -13,7 +13,9 @@ calls TRL's own method inside a stage (or notes a sample fact) and returns its r
     end of the last backward .. on_step_end -> optimizer_step (grad clip, AdamW, schedule, zero_grad)
 
 Time inside a step outside these (TRL's padding, gathers across ranks, advantages, metric bookkeeping)
-is in the iteration's wall time but in no stage: it shows as idle.
+is in the iteration's wall time but in no stage: it shows as idle. On a GPU every stage's ends wait for
+the device (Recorder.stage synchronises; the spans timed here, `mark`, too), so a stage holds the kernels
+it queued, and each records the device's busy seconds beside its wall seconds (Recorder.busy).
 
 An iteration (one generation, train.ppo_mini_batches optimizer steps) starts on_step_begin of its first
 step, after a barrier of the ranks (untimed: rlbench's driver starts every rank's iteration at once), and
@@ -29,6 +31,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from rlbench.core.devices import busy as busy_clock
+from rlbench.core.devices import device as dev
 from rlbench.core.record.stages import Stage, now
 
 SAMPLE_ID = "rlbench_sample"  # a column added to TRL's generation batch: which samples a step trains
@@ -44,8 +48,7 @@ class StepClock:
         self.k = 0  # the iteration in progress
         self.version = 0  # optimizer steps taken: the weights a gradient is taken at
         self.window_start = 0.0
-        self.update_start = self.update_end = 0.0
-        self.update_cpu = self.update_end_cpu = 0.0  # the thread's CPU seconds at those points
+        self.update_start = self.update_end = (0.0, 0.0, 0.0)  # mark()s: (clock, thread CPU s, Unix time)
         self.rows: list[dict] = []  # this iteration's samples on this rank
         self.rewarded: list[tuple[float, int, int]] = []  # (reward, iteration, prompt index) of the last call
 
@@ -58,11 +61,23 @@ class StepClock:
         if self.gate is not None:
             self.gate.before(self.k)
         _barrier()
-        self.window_start = now()
+        self.window_start = self.mark()[0]
+
+    def mark(self) -> tuple[float, float, float]:
+        """(clock, thread CPU seconds, Unix time) once the device has run what was queued: a span's end."""
+        if self.rec.device is not None:
+            dev.synchronize(self.rec.device)
+        return now(), time.thread_time(), busy_clock.now_unix()
+
+    def span(self, stage: Stage, start: tuple, end: tuple) -> None:
+        """The stage from one mark() to another, with its CPU and busy seconds."""
+        cpu = end[1] - start[1]
+        self.rec.add(stage, self.k, start[0], end[0], cpu, self.rec.busy(cpu, start[2], end[2]))
 
     def step_ends(self, global_step: int) -> None:
-        end = now()
-        self.rec.add(Stage.OPTIMIZER_STEP, self.k, self.update_end, end, time.thread_time() - self.update_end_cpu)
+        end = self.mark()
+        self.span(Stage.OPTIMIZER_STEP, self.update_end, end)
+        end = end[0]
         self.version = global_step
         if global_step % self.n:
             return
@@ -85,11 +100,14 @@ class StepClock:
             with self.rec.stage(stage, self.k):
                 yield
             return
-        start, cpu = now(), time.process_time()
+        start, cpu = self.mark()[0], time.process_time()
+        unix = busy_clock.now_unix()
         try:
             yield
         finally:
-            self.rec.add(stage, self.k, start, now(), time.process_time() - cpu)
+            end = self.mark()
+            cpu = time.process_time() - cpu
+            self.rec.add(stage, self.k, start, end[0], cpu, self.rec.busy(cpu, unix, end[2]))
 
     def rewards(self, fn):
         """The reward function TRL calls, timed as `reward`; remembers each sample's reward and prompt."""
@@ -120,11 +138,11 @@ class StepClock:
         """A micro-batch is about to be trained at the current weights."""
         for i in sample_ids:
             self.rows[i]["trained_version"] = self.version
-        self.update_start, self.update_cpu = now(), time.thread_time()
+        self.update_start = self.mark()
 
     def update_ends(self) -> None:
-        self.update_end, self.update_end_cpu = now(), time.thread_time()
-        self.rec.add(Stage.UPDATE, self.k, self.update_start, self.update_end, self.update_end_cpu - self.update_cpu)
+        self.update_end = self.mark()
+        self.span(Stage.UPDATE, self.update_start, self.update_end)
 
 
 def _barrier() -> None:

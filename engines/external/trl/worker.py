@@ -1,9 +1,10 @@
 """One TRL rank: `python -m rlbench.engines.external.trl.worker SPEC_JSON RANK` (launch.py starts them).
 
-setup -> train -> cleanup, as every rlbench worker: pinned to its core with one intra-op thread (the sync
-placement), torch.distributed over gloo through accelerate (RANK, WORLD_SIZE, MASTER_ADDR/PORT in the
-environment), TRL's GRPOTrainer built from settings.py with its stages timed (timing.py), rlbench's
-evaluation on rank 0 before training and after the iterations rlbench evaluates after.
+setup -> train -> cleanup, as every rlbench worker: pinned to its device with one intra-op thread (the sync
+placement: a CPU core, or on CUDA the one GPU it sees), torch.distributed through accelerate (gloo on CPU,
+NCCL on CUDA; RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment), TRL's GRPOTrainer built from
+settings.py with its stages timed (timing.py), rlbench's evaluation on rank 0, on the rank's device, before
+training and after the iterations rlbench evaluates after.
 """
 from __future__ import annotations
 
@@ -40,8 +41,10 @@ def main(argv: list[str]) -> None:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack into the rank's log
     spec_path, rank = argv
     rank = int(rank)
-    dev.pin("cpu", rank, 1)  # before torch does any work: its core, one intra-op thread
     spec = json.loads(Path(spec_path).read_text())
+    kind = spec.get("kind", "cpu")
+    # before torch does any work: its core, or its one visible GPU (device 0 here: launch.py), one intra-op thread
+    dev.pin(kind, rank if kind == "cpu" else 0, 1)
     train(spec, rank)  # leaves the process itself (os._exit) once its files are closed
 
 
@@ -78,10 +81,11 @@ def build(spec: dict, cfg, dataset, rank: int, out):
     tok, rtok = load_tokenizer(model_dir, cfg), rlbench_tokenizer(model_dir, cfg)
     chat = bool(getattr(rtok, "use_chat_template", False))  # rlbench's rule: the template where there is one
     rows = train_rows(cfg, dataset, chat)
+    kind = spec.get("kind", "cpu")
     kwargs = settings.grpo_kwargs(cfg, spec["world"], str(Path(spec["folder"]) / "output"),
-                                  settings.TrlOptions(**spec["options"]), longest_prompt(tok, rows))
+                                  settings.TrlOptions(**spec["options"]), longest_prompt(tok, rows), kind)
     args, reference = GRPOConfig(**kwargs), reference_args(GRPOConfig, kwargs)
-    rec = Recorder(f"{Role.COLOCATED.value}{rank}", spec["t0"], device=torch.device("cpu"), devices=1,
+    rec = Recorder(f"{Role.COLOCATED.value}{rank}", spec["t0"], device=rank_device(kind), devices=1,
                    sink=out.event)
     gate = RankGate(*spec["gate"]) if rank == 0 else None
     clock = StepClock(rec, out, settings.mini_batches(cfg), gate)
@@ -120,9 +124,9 @@ class Evaluation:
         self.out.eval({"iteration": done, **res})
 
     def _sampler(self):
-        config, cpu = self.model.config, torch.device("cpu")
-        return build_backend(EVALUATION, config, self.tok.eos_token_id, self.cfg.rollout.max_num_seqs, cpu,
-                             lambda: build_model(config, cpu))
+        config, device = self.model.config, next(self.model.parameters()).device  # the rank's device
+        return build_backend(EVALUATION, config, self.tok.eos_token_id, self.cfg.rollout.max_num_seqs, device,
+                             lambda: build_model(config, device))
 
 
 def observation(trainer, rank: int, reference: dict) -> dict:
@@ -131,13 +135,18 @@ def observation(trainer, rank: int, reference: dict) -> dict:
     what TRL resolved: its trainer's arguments after it was built, every field, and what its model says
     about the cost settings, beside the reference its arguments are diffed against (cost_settings.py)."""
     model = trainer.model
-    info = {**dev.observe("cpu"), "pid": os.getpid(), "session": os.getsid(0)}  # the run's session (launch.py)
+    device = next(model.parameters()).device
+    info = {**dev.observe(device.type), "pid": os.getpid(), "session": os.getsid(0)}  # the run's session (launch.py)
     if rank == 0:
-        cpu = torch.device("cpu")
-        info.update(shape=model_shape(model), device=dev.describe(cpu), peak=peak.peak(cpu, model.dtype),
+        info.update(shape=model_shape(model), device=dev.describe(device), peak=peak.peak(device, model.dtype),
                     parameters=sum(p.numel() for p in model.parameters()),
                     trl_args=resolved_args(trainer.args), model_facts=model_facts(model), rlbench_args=reference)
     return info
+
+
+def rank_device(kind: str):
+    """The torch device this rank's work runs on: the CPU, or its one visible GPU."""
+    return torch.device("cpu") if kind == "cpu" else torch.device(kind, 0)
 
 
 def _finish() -> None:
