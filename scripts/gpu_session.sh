@@ -17,6 +17,9 @@
 #                   tok/s, step time against the bandwidth floor, operators per step   -> micro-decode.json
 #   shared-prompt   each packed layout's train step and forward against unpacked, peak memory, auto's
 #                   choice, at the 0.5B shape (P=512 and P=2048) and 4 Qwen2.5-7B layers -> micro-packing.json
+#   refpass         the no-grad log-prob pass of the 0.5B shape with its weights requiring grad (the policy's
+#                   old_logprob) and frozen (the reference's), unpacked and dense: is the policy/reference gap
+#                   of the runs the model's own work                   -> the table in log.txt, runs.tar.gz
 #   ablation-async  the 0.5B shape --ablation async (sync, barrier, periodic_async), >= 3 measured iterations
 #   ablation-1.5b   if >= 240 s are left: the Qwen2.5-1.5B shape, ~1,000-token answers with a long tail,
 #                   --ablation async, 4 measured iterations a cell (configs/qwen2.5-1.5b-shape-gpu.yaml);
@@ -39,7 +42,7 @@
 # On the GPU machine pydantic, TRL and their needs travel as wheels in .whl/ (scripts/gpu_wheels.sh makes it;
 # name .whl in the device call's carry: it is git-ignored; docs/platforms/gpu.md).
 set -uo pipefail
-STEPS="env gpu-tests gpu-run decode shared-prompt ablation-async ablation-1.5b trl token-budget profile ablation-shared_prompt ablation-tri_model"
+STEPS="env gpu-tests gpu-run decode shared-prompt refpass ablation-async ablation-1.5b trl token-budget profile ablation-shared_prompt ablation-tri_model"
 usage() {
     echo "usage: bash scripts/gpu_session.sh headline [--dry] [--only STEP,...]   (steps: ${STEPS// /, })" >&2
     exit 2
@@ -92,6 +95,7 @@ if [ "$dry" = 1 ]; then     # the same steps, tiny: the CPU, fp32, the 2-layer s
     RUN=(--config configs/cpu-tiny.yaml)
     DECODE=(--batches 1,8 --new-tokens 8 --prompt-len 16)
     PACKING=(--P 32 --R 8 --G 4)
+    REFPASS=(--P 16 --R 8 --G 2 --dtype float32)
     ROUNDS=(--rounds 1 --warmup 0)   # the benchmarks run; their numbers are not the point
     MORE=(--set run.iterations=1 --set run.warmup_iterations=0)   # step f: one iteration a cell
     MEASURED=(--set run.iterations=4 --set run.warmup_iterations=1)   # >= 3 measured iterations a cell
@@ -107,6 +111,7 @@ else
     RUN=(--config configs/qwen2.5-0.5b-shape-gpu.yaml --set rollout.backend=builtin)
     DECODE=(--batches 1,8,64 --new-tokens 64 --prompt-len 64)
     PACKING=(--shapes 0.5b-p512,0.5b-p2048,7b-layer)   # the 0.5B shape's two prompt lengths, a 7B layer
+    REFPASS=(--P 128 --R 384 --G 8 --dtype bfloat16)   # a group of the 0.5B config's longest responses
     ROUNDS=(--rounds 2 --warmup 1)
     MORE=(--set run.iterations=4 --set run.warmup_iterations=1)
     # 4 measured iterations a cell after two warm-up ones: the first GPU run's second iteration was still
@@ -154,6 +159,8 @@ step decode 120 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model 
     "${DECODE[@]}" "${ROUNDS[@]}" --out "$OUT/micro-decode.json"
 step shared-prompt 100 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" \
     --only packing,equivalence "${PACKING[@]}" "${ROUNDS[@]}" --out "$OUT/micro-packing.json"
+step refpass 45 "$PY" scripts/micro_refpass.py --device "$DEV" --model "$SHAPE" "${REFPASS[@]}" \
+    --out "$RUNS/micro-refpass.json"
 # Where the decode benchmark could not capture or replay the CUDA graphs, the runs decode eagerly rather
 # than fail every cell (the failure is in micro-decode.json and the log)
 if "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [])

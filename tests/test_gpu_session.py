@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
-STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "ablation-async", "ablation-1.5b", "trl",
-         "token-budget", "profile", "ablation-shared_prompt", "ablation-tri_model"]
+STEPS = ["env", "gpu-tests", "gpu-run", "decode", "shared-prompt", "refpass", "ablation-async", "ablation-1.5b",
+         "trl", "token-budget", "profile", "ablation-shared_prompt", "ablation-tri_model"]
 
 
 def _env(out: Path, seconds: int) -> dict:
@@ -111,5 +111,7 @@ def test_headline_dry_runs_every_step_and_returns_at_most_8_files(tmp_path):
     assert all(d["builtin_compiled"]["decode_tok_s"] > 0 for d in decode["sampler"])
     with tarfile.open(out / "runs.tar.gz") as tar:  # the profile's operator tables come back, its traces not
         names = tar.getnames()
+        refpass = json.load(tar.extractfile("./micro-refpass.json"))  # the policy/frozen pass, each layout
+    assert all(refpass["seconds"][layout][w] > 0 for layout in ("unpacked", "dense") for w in ("policy", "reference"))
     assert any(n.endswith("sync/traces/colocated0.ops.txt") for n in names), names
     assert not any(".pt.trace.json" in n for n in names)

@@ -109,3 +109,18 @@ def test_the_peer_ablations_run_rlbench_eager_as_trl():
     facts = {"dtype": compiled.model.dtype, "checkpointing": False, "attn_implementation": "sdpa"}
     table = cost_settings.compare(args, facts, compiled, listed=[settings.SAMPLING], reference=args)
     assert [u.split(":")[0] for u in cost_settings.unlisted(table)] == ["torch.compile"]
+
+
+def test_rlbench_evaluation_reads_a_random_models_ids_as_rlbench_does(tmp_path):
+    """At a GPU shape (model.kind hf_config, no tokenizer) a random policy samples any of the model's ids:
+    rlbench's evaluation of TRL's policy decodes them as rlbench's engine does (past the characters:
+    nothing), not as the bare character tokenizer (an IndexError)."""
+    from rlbench.engines.external.trl.export import char_tokenizer, rlbench_tokenizer
+    from rlbench.engines.model.loader import model_config_and_tokenizer
+
+    cfg = load_config(None, ["model.kind=hf_config", "model.path=models/qwen2.5-0.5b.json"])
+    tok = rlbench_tokenizer(tmp_path, cfg)
+    ours = model_config_and_tokenizer(cfg)[1]
+    ids = tok.encode("#### 42") + [151_000, 2_000]
+    assert tok.vocab_size == ours.vocab_size == 151_936
+    assert tok.decode(ids) == ours.decode(ids) == "#### 42" == char_tokenizer().decode(ids, skip_special_tokens=True)

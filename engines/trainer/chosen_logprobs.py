@@ -49,9 +49,11 @@ def chosen_logprobs(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.
     grad is enabled. head: hidden [..., D] -> logits [..., V] (the LM head, with the final norm where the
     caller has not applied it: the norm is per position, so it slices too)."""
     rows = slice_rows(vocab, budget)
-    if targets.numel() <= rows:
-        return picked_logprobs(head(hidden), targets, temperature)
+    # [N, D]: the head's product one matrix multiply whatever the layout (a 3-D input that is not contiguous
+    # would run as a batched product over copies of a head whose weight requires no grad: packing.py)
     flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)  # [N, D], [N]
+    if targets.numel() <= rows:
+        return picked_logprobs(head(flat_h), flat_t, temperature).view(targets.shape)
     grad = torch.is_grad_enabled() and hidden.requires_grad
     out = []
     for h, t in zip(flat_h.split(rows), flat_t.split(rows)):  # split: views, one concatenation in backward

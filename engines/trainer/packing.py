@@ -41,7 +41,7 @@ from torch.utils.checkpoint import checkpoint
 
 from rlbench.engines.model import layers
 from rlbench.engines.model.compiled import layer_functions
-from rlbench.engines.trainer.chosen_logprobs import chosen_logprobs, fits, picked_logprobs
+from rlbench.engines.trainer.chosen_logprobs import chosen_logprobs
 
 
 def group_token_counts(P: int, lengths: list[int], padded: bool = True) -> tuple[int, int]:
@@ -132,14 +132,14 @@ def unpacked_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     valid = mask[:, P:].bool()                           # [G, R_max] real response tokens
     targets = ids[:, P:][valid]                          # [N]
     ids, mask, valid, targets = (x.to(model.device) for x in (ids, mask, valid, targets))
-    # Only positions P-1 .. P+R_max-2 predict response tokens: keep the last R_max+1
-    # positions and drop the final one (no need to run lm_head over the prompt).
+    # Only positions P-1 .. P+R_max-2 predict response tokens, and only the valid ones go through the LM head,
+    # as one [N, D] matrix: HF's forward (logits_to_keep) hands the head a [G, R, D] slice that is not
+    # contiguous, and torch.matmul then folds it into one matrix product only where the head's weight
+    # requires grad; for the reference model (whose weights do not) it runs a batched product over the
+    # weight copied G times: on the CPU at the Qwen2.5-0.5B shape (a [151,936 x 896] head) that copy took
+    # 2.6x the policy's whole pass (docs/results/logprob-memory.md, 'The reference pass').
     # use_cache=False: HF's default (config.use_cache) builds a K/V cache in every forward, a copy per layer
     # that no log-prob pass reads.
-    if fits(G * (R_max + 1), model.lm_head.weight.shape[0]):  # the logits fit one slice: HF's forward
-        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=R_max + 1,
-                       use_cache=False).logits[:, :-1]  # [G, R_max, V]
-        return list(picked_logprobs(logits[valid], targets, temperature).split(lengths))
     hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state  # [G, P+R_max, D]
     return _token_logprobs(model, hidden[:, -(R_max + 1):-1][valid], targets, temperature, lengths)
 

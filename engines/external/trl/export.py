@@ -17,9 +17,9 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from rlbench.engines.model.loader import config_file, gguf_file, load_policy
+from rlbench.engines.model.loader import config_file, gguf_file, load_policy, model_config_and_tokenizer
 from rlbench.engines.model.tiny import cache_key, cache_root
-from rlbench.engines.model.tokenizer import BOS, CHARS, EOS, PAD, CharTokenizer, HFTokenizer
+from rlbench.engines.model.tokenizer import BOS, CHARS, EOS, PAD, HFTokenizer
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<pad>", "<s>", "</s>"
 
@@ -46,9 +46,11 @@ def load_tokenizer(folder: Path, cfg):
 
 
 def rlbench_tokenizer(folder: Path, cfg):
-    """rlbench's tokenizer adapter over the same tokenizer (its evaluation encodes and decodes with it)."""
+    """rlbench's tokenizer adapter over the same tokenizer (its evaluation encodes and decodes with it): the
+    character tokenizer as rlbench's engine has it (inside a random model's whole vocabulary for hf_config,
+    where a sampled id past the characters decodes to nothing), else the exported directory's."""
     if _uses_chars(cfg):
-        return CharTokenizer()
+        return model_config_and_tokenizer(cfg)[1]
     return HFTokenizer(load_tokenizer(folder, cfg))
 
 
