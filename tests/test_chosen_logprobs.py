@@ -108,6 +108,30 @@ def test_logits_that_fit_one_slice_take_the_one_shot_path_bit_for_bit():
     assert chosen.slice_rows(151_936) == 441 and chosen.slice_rows(VOCAB, budget=1) == 1
 
 
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUTS.keys())
+@pytest.mark.parametrize("frozen", [False, True], ids=["policy", "frozen"])
+def test_the_lm_head_gets_one_matrix_whether_its_weight_requires_grad_or_not(layout, frozen):
+    """The reference model's weights are frozen: torch.matmul folds a non-contiguous [G, R, D] input into one
+    matrix product only where the weight requires grad, else runs a batched product over copies of the head
+    (at the real vocabulary that made the reference's pass 3x the policy's on CPU). Every layout hands the
+    head one [N, D] matrix, with the same log-probs as the policy's."""
+    model = _model("qwen2", "sdpa")
+    prompt, responses = _group(6, 5, [4, 7, 3])
+    with torch.no_grad():
+        want = LAYOUTS[layout](model, prompt, responses, 1.0)
+    model.requires_grad_(not frozen)
+    inputs: list[int] = []
+    handle = model.lm_head.register_forward_hook(lambda m, i, o: inputs.append(i[0].dim()))
+    try:
+        with torch.no_grad():
+            got = LAYOUTS[layout](model, prompt, responses, 1.0)
+    finally:
+        handle.remove()
+        model.requires_grad_(True)
+    assert inputs and set(inputs) == {2}, inputs
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_slices_lower_the_updates_peak_memory(monkeypatch):
