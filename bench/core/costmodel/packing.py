@@ -53,7 +53,7 @@ OPS = {
 TRAFFIC = {"forward": (32.2, 5.0, 12.0, 24.5), "train": (116.4, 14.0, 34.0, 54.9)}
 # Elements per vocabulary entry per predicting position: lm_head's logits through the fp32 log-softmax and the
 # chosen token's pick (engines/trainer/chosen_logprobs.py), and in training their backward.
-LOGITS_TRAFFIC = {"forward": 9.0, "train": 26.1}
+LOGITS_TRAFFIC = {"forward": 7.0, "train": 17.0}
 LOGITS_BYTES = 4  # the log-probs are computed in fp32 whatever the model's dtype
 
 
