@@ -77,11 +77,10 @@ class StepClock:
     def step_ends(self, global_step: int) -> None:
         end = self.mark()
         self.span(Stage.OPTIMIZER_STEP, self.update_end, end)
-        end = end[0]
         self.version = global_step
         if global_step % self.n:
             return
-        self.out.window(self.k, self.window_start - self.rec.t0, end - self.rec.t0)
+        self.out.window(self.k, self.window_start - self.rec.t0, end[0] - self.rec.t0)
         self.out.samples(self.rows)
         self.rows = []
         _barrier()  # every rank's window closed before rank 0 evaluates (rlbench's driver waits for its ranks)
@@ -100,14 +99,13 @@ class StepClock:
             with self.rec.stage(stage, self.k):
                 yield
             return
-        start, cpu = self.mark()[0], time.process_time()
-        unix = busy_clock.now_unix()
+        start, cpu0 = self.mark(), time.process_time()
         try:
             yield
         finally:
             end = self.mark()
-            cpu = time.process_time() - cpu
-            self.rec.add(stage, self.k, start, end[0], cpu, self.rec.busy(cpu, unix, end[2]))
+            cpu = time.process_time() - cpu0
+            self.rec.add(stage, self.k, start[0], end[0], cpu, self.rec.busy(cpu, start[2], end[2]))
 
     def rewards(self, fn):
         """The reward function TRL calls, timed as `reward`; remembers each sample's reward and prompt."""
