@@ -40,7 +40,7 @@
 # seconds), env.json, micro-decode.json, micro-packing.json, dmon.txt (nvidia-smi dmon during the run steps),
 # runs.tar.gz (every run folder, traces left out).
 # On the GPU machine pydantic, TRL and their needs travel as wheels in .whl/ (scripts/gpu_wheels.sh makes it;
-# name .whl in the device call's carry: it is git-ignored; docs/platforms/gpu.md).
+# it is git-ignored: copy it with the checkout; docs/platforms/gpu.md).
 set -uo pipefail
 STEPS="env gpu-tests gpu-run decode shared-prompt refpass ablation-async ablation-1.5b trl token-budget profile ablation-shared_prompt ablation-tri_model"
 usage() {
