@@ -218,9 +218,13 @@ else
     echo "== ablation-1.5b: not started ($((DEADLINE - SECONDS))s left)"
     printf '%s\tnot started\t0\n' ablation-1.5b >> "$OUT/steps.tsv"
 fi
-# TRL beside rlbench's sync on the same GPU (the peer ablation sets every cell eager: TRL does not compile)
+# TRL beside rlbench's sync on the same GPU (the peer ablation sets every cell eager: TRL does not compile);
+# not started where TRL or datasets does not import (e.g. a pyarrow older than datasets' pa.json_, 19)
 if ! wanted trl; then
     :
+elif ! why=$("$PY" -c "import trl, datasets" 2>&1); then
+    echo "== trl: not started (TRL or datasets does not import here: $(echo "$why" | tail -1))"
+    printf '%s\tnot started\t0\n' trl >> "$OUT/steps.tsv"
 elif if_time $((dry ? 60 : 180)); then
     step trl 300 rlbench run "${RUN[@]}" "${PEER[@]}" --ablation trl_on_policy --set rollout.response_length=eos \
         --set run.name=headline-trl

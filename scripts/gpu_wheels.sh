@@ -8,8 +8,10 @@
 #   PY_VERSION=3.11 bash scripts/gpu_wheels.sh # another CPython
 #
 # Downloaded with --no-deps: the image is assumed to hold the rest (numpy, pandas, pyarrow, xxhash, fsspec,
-# huggingface-hub, tqdm, pyyaml, jinja2, psutil, accelerate). datasets asks for pyarrow >= 24; an older
-# pyarrow is not carried (its wheel alone is ~49 MB): the GPU command's log prints the versions it found.
+# huggingface-hub, tqdm, pyyaml, jinja2, psutil, accelerate). datasets asks for pyarrow >= 24 but the TRL
+# cells ran here with 19.0.1 to 26 (engines/external/trl/data.py train_dataset); pyarrow is not carried (its
+# wheel alone is ~50 MB): the GPU command prints the versions it found, and its trl step does not start
+# where datasets does not import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}

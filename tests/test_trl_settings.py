@@ -122,3 +122,20 @@ def test_a_stage_generated_on_another_thread_counts_that_threads_cpu():
             t.join()
     this_thread, process = events[0].cpu, events[1].cpu
     assert this_thread < 0.2 * spent["cpu"] and process >= 0.9 * spent["cpu"]
+
+
+def test_the_train_dataset_is_built_without_pickling_its_table(monkeypatch):
+    """datasets fingerprints a new table by pickling it with dill, which failed with older pyarrow (24 here):
+    the rows' own hash is its fingerprint instead, the same for the same rows."""
+    pytest.importorskip("datasets")
+    import datasets.arrow_dataset
+    from rlbench.engines.external.trl.data import train_dataset
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the table was pickled to fingerprint it")
+
+    monkeypatch.setattr(datasets.arrow_dataset, "generate_fingerprint", refuse)
+    rows = [{"prompt": "1+1=", "answer": "2", "iteration": 0, "index": i} for i in range(3)]
+    ds = train_dataset(rows)
+    assert ds.to_list() == rows and ds._fingerprint == train_dataset(list(rows))._fingerprint
+    assert ds._fingerprint != train_dataset(rows[:2])._fingerprint

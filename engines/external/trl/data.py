@@ -9,6 +9,9 @@ message and TRL applies the same template.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+
 from rlbench.engines.data.reward import gsm8k_reward
 from rlbench.engines.factory import iteration_problems
 
@@ -22,6 +25,18 @@ def train_rows(cfg, dataset, chat: bool) -> list[dict]:
             rows.append({"prompt": [{"role": "user", "content": text}] if chat else text,
                          "answer": problem.answer, "iteration": k, "index": i})
     return rows
+
+
+def train_dataset(rows: list[dict]):
+    """The rows as the `datasets.Dataset` TRL trains on, its fingerprint the hash of the rows. Left to itself,
+    datasets fingerprints a new table by pickling it with dill, which failed with pyarrow 24 here (datasets 5.2
+    asks for >= 24; "Can't pickle <class 'MonthDayNano'>"): an image whose pyarrow predates the one datasets
+    was tested with then fails in every rank before its first step."""
+    from datasets import Dataset  # inside: optional dependency (datasets)
+    from datasets.table import InMemoryTable
+
+    fingerprint = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:16]
+    return Dataset(InMemoryTable.from_pylist(rows), fingerprint=fingerprint)
 
 
 def completion_text(completion) -> str:

@@ -26,7 +26,7 @@ from rlbench.core.results.utilisation import model_shape
 from rlbench.engines.data.source import load_dataset
 from rlbench.engines.external.trl import settings
 from rlbench.engines.external.trl.cost_settings import model_facts, reference_args, resolved_args
-from rlbench.engines.external.trl.data import longest_prompt, strict_gsm8k, train_rows
+from rlbench.engines.external.trl.data import longest_prompt, strict_gsm8k, train_dataset, train_rows
 from rlbench.engines.external.trl.export import load_tokenizer, rlbench_tokenizer
 from rlbench.engines.external.trl.files import RankFiles
 from rlbench.engines.external.trl.gate import RankGate
@@ -74,7 +74,6 @@ def train(spec: dict, rank: int) -> None:
 def build(spec: dict, cfg, dataset, rank: int, out):
     """-> (TRL's GRPOTrainer with its stages timed, the StepClock it reports to, the reference its resolved
     arguments are diffed against: a GRPOConfig built from the translation alone, cost_settings.py)."""
-    from datasets import Dataset  # inside: optional dependency (datasets)
     from trl import GRPOConfig  # inside: optional dependency (trl)
 
     model_dir = Path(spec["model_dir"])
@@ -91,7 +90,7 @@ def build(spec: dict, cfg, dataset, rank: int, out):
     clock = StepClock(rec, out, settings.mini_batches(cfg), gate)
     trainer = timed_trainer(clock)(
         model=str(model_dir), reward_funcs=[clock.rewards(strict_gsm8k)], args=args,
-        train_dataset=Dataset.from_list(rows), processing_class=tok,
+        train_dataset=train_dataset(rows), processing_class=tok,
         callbacks=[step_callback(clock)])
     if rank == 0:
         eval_rec = Recorder(Role.EVAL.value, spec["t0"], sink=out.event)
