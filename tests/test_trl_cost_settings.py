@@ -7,6 +7,7 @@ the generation batch) are compared with rlbench's engines, or listed as differen
 trainer is built and the model it built, not from the keywords passed. Fast: tiny trainers built, nothing
 trained."""
 import pytest
+import transformers
 
 from conftest import TINY
 from rlbench.core.config_files import load_config
@@ -33,7 +34,9 @@ def resolved(cfg, tmp_path, options=settings.TrlOptions(), **over) -> tuple[dict
     if not folder.is_dir():
         build_tiny(cfg.model, CharTokenizer().vocab_size, 0).save_pretrained(folder)
         char_tokenizer().save_pretrained(folder)
-    translation = settings.grpo_kwargs(cfg, 1, str(tmp_path / "out"), options, longest_prompt=40)
+    translation = settings.named_for(GRPOConfig, settings.grpo_kwargs(cfg, 1, str(tmp_path / "out"), options,
+                                                                      longest_prompt=40),
+                                     getattr(transformers, "ContinuousBatchingConfig", None))
     kwargs = {k: v for k, v in {**translation, **over}.items() if v is not DEFAULT}
     trainer = GRPOTrainer(model=str(folder), reward_funcs=[strict_gsm8k], args=GRPOConfig(**kwargs),
                           train_dataset=Dataset.from_list([{"prompt": "1+1=", "answer": "2"}]),

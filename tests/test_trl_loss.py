@@ -144,7 +144,8 @@ def trl_side(batch, rank: int = 0, world: int = 1, **trl_over) -> dict:
     from rlbench.engines.external.trl.export import char_tokenizer
 
     cfg, tok = config(), char_tokenizer()
-    args = GRPOConfig(**{**settings.grpo_kwargs(cfg, world, str(batch["folder"] / f"trl{rank}")), **trl_over})
+    translation = settings.named_for(GRPOConfig, settings.grpo_kwargs(cfg, world, str(batch["folder"] / f"trl{rank}")))
+    args = GRPOConfig(**{**translation, **trl_over})
     mine = [i for i in range(2 * G) if (i // G) % world == rank]  # this rank's samples, group by group
     rows = [{"prompt": batch["prompts"][i // G], "answer": batch["problems"][i // G].answer} for i in mine]
 

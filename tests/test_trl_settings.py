@@ -31,7 +31,7 @@ def test_grpo_config_accepts_the_translation(tmp_path):
     from trl import GRPOConfig
 
     cfg = load_config(TINY, [])
-    args = GRPOConfig(**settings.grpo_kwargs(cfg, 1, str(tmp_path)))
+    args = GRPOConfig(**settings.named_for(GRPOConfig, settings.grpo_kwargs(cfg, 1, str(tmp_path))))
     assert args.generation_batch_size == cfg.batch_size  # one rank here: the whole iteration's samples
     assert not args.bf16 and args.top_k == 0 and args.num_generations == cfg.rollout.group_size
 
@@ -139,3 +139,35 @@ def test_the_train_dataset_is_built_without_pickling_its_table(monkeypatch):
     ds = train_dataset(rows)
     assert ds.to_list() == rows and ds._fingerprint == train_dataset(list(rows))._fingerprint
     assert ds._fingerprint != train_dataset(rows[:2])._fingerprint
+
+
+def test_names_newer_transformers_use_become_the_older_ones_only_where_missing():
+    """A GPU image's transformers 5.17 knows `gradient_checkpointing` and continuous batching's `block_size`
+    alone; 5.2x knows both names of each. The translation uses the new ones and is renamed for the classes at
+    hand, so no keyword is a TypeError on either."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Old:
+        gradient_checkpointing: bool = True
+        transformers_continuous_batching_config: dict | None = None
+
+    @dataclass
+    class New(Old):
+        activation_checkpointing: bool = True
+
+    @dataclass
+    class OldCache:
+        block_size: int = 256
+
+    @dataclass
+    class NewCache(OldCache):
+        page_size: int = 256
+
+    cfg = load_config(TINY, [])
+    kw = settings.grpo_kwargs(cfg, 1, "out", settings.TrlOptions(continuous_batching=True))
+    old = settings.named_for(Old, kw, OldCache)
+    assert "activation_checkpointing" not in old and old["gradient_checkpointing"] is False
+    assert old[settings.CB_CONFIG]["block_size"] == settings.CB_PAGE and "page_size" not in old[settings.CB_CONFIG]
+    assert settings.named_for(New, kw, NewCache) == kw
+    assert settings.named_for(Old, settings.grpo_kwargs(cfg, 1, "out"), None)["gradient_checkpointing"] is False

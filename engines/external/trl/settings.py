@@ -178,6 +178,30 @@ def grpo_kwargs(cfg, world: int, output_dir: str, options: TrlOptions = TrlOptio
     )
 
 
+# Names newer transformers use -> the names before them, where a class lacks the new one (transformers 5.17, a
+# GPU image's): TrainingArguments' activation checkpointing (5.2x: `gradient_checkpointing` a deprecated
+# alias), continuous batching's tokens per KV-cache page (after 5.17: `block_size` a deprecated alias)
+OLD_NAMES = {"activation_checkpointing": "gradient_checkpointing", "page_size": "block_size"}
+CB_CONFIG = "transformers_continuous_batching_config"
+
+
+def named_for(config_class, kwargs: dict, cb_class=None) -> dict:
+    """kwargs under the names `config_class` (GRPOConfig) and `cb_class` (transformers'
+    ContinuousBatchingConfig, for the continuous batching settings) have: a new name the class lacks becomes
+    its old one (OLD_NAMES), where passing it would be a TypeError."""
+    out = _renamed(kwargs, config_class)
+    if out.get(CB_CONFIG) and cb_class is not None:
+        out[CB_CONFIG] = _renamed(out[CB_CONFIG], cb_class)
+    return out
+
+
+def _renamed(kwargs: dict, cls) -> dict:
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return {(OLD_NAMES[k] if k in OLD_NAMES and k not in fields else k): v for k, v in kwargs.items()}
+
+
 def generation(cfg, world: int, options: TrlOptions, longest_prompt: int) -> dict:
     """GRPOConfig's generation path: model.generate (TRL's default), or transformers' continuous batching
     with its paged KV cache sized for what a rank generates. Left to itself, generate_batch sizes the cache
@@ -188,7 +212,7 @@ def generation(cfg, world: int, options: TrlOptions, longest_prompt: int) -> dic
     per_rank = cfg.batch_size // world
     in_flight = min(cfg.rollout.max_num_seqs, per_rank)  # as rlbench's sampler: rollout.max_num_seqs at most
     pages = -(-(longest_prompt + cfg.rollout.max_new_tokens) // CB_PAGE)  # a sequence's pages, rounded up
-    return {"use_transformers_continuous_batching": True, "transformers_continuous_batching_config": {
+    return {"use_transformers_continuous_batching": True, CB_CONFIG: {
         "page_size": CB_PAGE, "num_blocks": per_rank * pages, "max_requests_per_batch": in_flight,
         "max_batch_tokens": in_flight * longest_prompt}}  # every sequence in flight prefilled in one step
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import transformers
 
 from rlbench.core.config import RunConfig
 from rlbench.core.devices import device as dev
@@ -81,8 +82,9 @@ def build(spec: dict, cfg, dataset, rank: int, out):
     chat = bool(getattr(rtok, "use_chat_template", False))  # rlbench's rule: the template where there is one
     rows = train_rows(cfg, dataset, chat)
     kind = spec.get("kind", "cpu")
-    kwargs = settings.grpo_kwargs(cfg, spec["world"], str(Path(spec["folder"]) / "output"),
-                                  settings.TrlOptions(**spec["options"]), longest_prompt(tok, rows), kind)
+    kwargs = settings.named_for(GRPOConfig, settings.grpo_kwargs(
+        cfg, spec["world"], str(Path(spec["folder"]) / "output"), settings.TrlOptions(**spec["options"]),
+        longest_prompt(tok, rows), kind), getattr(transformers, "ContinuousBatchingConfig", None))
     args, reference = GRPOConfig(**kwargs), reference_args(GRPOConfig, kwargs)
     rec = Recorder(f"{Role.COLOCATED.value}{rank}", spec["t0"], device=rank_device(kind), devices=1,
                    sink=out.event)
