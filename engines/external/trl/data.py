@@ -33,7 +33,7 @@ def train_dataset(rows: list[dict]):
     asks for >= 24; "Can't pickle <class 'MonthDayNano'>"): an image whose pyarrow predates the one datasets
     was tested with then fails in every rank before its first step."""
     from datasets import Dataset  # inside: optional dependency (datasets)
-    from datasets.table import InMemoryTable
+    from datasets.table import InMemoryTable  # inside: optional dependency (datasets)
 
     fingerprint = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:16]
     return Dataset(InMemoryTable.from_pylist(rows), fingerprint=fingerprint)

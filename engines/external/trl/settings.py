@@ -28,7 +28,7 @@ Settings made equal, and how (tests/test_trl_loss.py checks the loss and gradien
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields as dataclass_fields
 
 from rlbench.core.components import evaluation_backend
 from rlbench.core.errors import UserError
@@ -196,9 +196,7 @@ def named_for(config_class, kwargs: dict, cb_class=None) -> dict:
 
 
 def _renamed(kwargs: dict, cls) -> dict:
-    import dataclasses
-
-    fields = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name for f in dataclass_fields(cls)}
     return {(OLD_NAMES[k] if k in OLD_NAMES and k not in fields else k): v for k, v in kwargs.items()}
 
 
