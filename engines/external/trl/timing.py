@@ -63,11 +63,12 @@ class StepClock:
         _barrier()
         self.window_start = self.mark()[0]
 
-    def mark(self) -> tuple[float, float, float]:
-        """(clock, thread CPU seconds, Unix time) once the device has run what was queued: a span's end."""
+    def mark(self, cpu_clock=time.thread_time) -> tuple[float, float, float]:
+        """(clock, CPU seconds by cpu_clock: this thread's, or the process's, Unix time) once the device has
+        run what was queued: a span's end."""
         if self.rec.device is not None:
             dev.synchronize(self.rec.device)
-        return now(), time.thread_time(), busy_clock.now_unix()
+        return now(), cpu_clock(), busy_clock.now_unix()
 
     def span(self, stage: Stage, start: tuple, end: tuple) -> None:
         """The stage from one mark() to another, with its CPU and busy seconds."""
@@ -99,13 +100,11 @@ class StepClock:
             with self.rec.stage(stage, self.k):
                 yield
             return
-        start, cpu0 = self.mark(), time.process_time()
+        start = self.mark(time.process_time)
         try:
             yield
         finally:
-            end = self.mark()
-            cpu = time.process_time() - cpu0
-            self.rec.add(stage, self.k, start[0], end[0], cpu, self.rec.busy(cpu, start[2], end[2]))
+            self.span(stage, start, self.mark(time.process_time))
 
     def rewards(self, fn):
         """The reward function TRL calls, timed as `reward`; remembers each sample's reward and prompt."""
