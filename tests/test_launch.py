@@ -286,6 +286,9 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
     monkeypatch.setattr(torch.cuda, "is_available", lambda: inits.append("is_available") or True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if schedule == "sync" else 2)
     monkeypatch.setattr(torch.cuda, "_lazy_init", no_init)
+    # the in-process stand-in workers' Adam, seeing is_available true, asks whether a CUDA graph is being
+    # captured: a CUDA build of torch on a machine without the driver would fail there (torch 2.11+cu130)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(hosts, "make_host", lambda launcher, *a: _InlineHost(*a))
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"),
                       ["engine.device=cuda", f"engine.schedule={schedule}", "run.iterations=2",
