@@ -212,6 +212,27 @@ def test_cpu_workers_observe_their_own_core_and_the_result_records_it(tmp_path):
 
 
 @pytest.mark.e2e
+def test_a_turn_ring_failing_at_the_end_loses_no_iteration(tmp_path):
+    """The ring raising as the cell leaves it (once a wake-up's broken pipe did, after the last iteration):
+    the cell fails, and its results.json still holds every iteration, with the status and the error."""
+    from rlbench.core.config_files import load_config
+    from rlbench.core.results import schema
+    from rlbench.run.cell import run_cell
+    from rlbench.run.interleave import Pacer
+
+    class BrokenRing(Pacer):
+        def leave(self, wait_for_others=False):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"), ["run.iterations=2", "run.warmup_iterations=1"])
+    with pytest.raises(BrokenPipeError):
+        run_cell(cfg, tmp_path / "cell", "sync", progress=False, pacer=BrokenRing())
+    res = schema.load_cell(tmp_path / "cell")
+    assert res["status"] == "failed" and "BrokenPipeError" in res["error"]
+    assert len(res["iterations"]) == 2
+
+
+@pytest.mark.e2e
 def test_a_worker_given_other_than_its_plan_fails_the_run_with_exit_3(tmp_path):
     out = tmp_path / "runs"
     p = rlbench("run", "--config", os.path.join(ROOT, "configs", "cpu-tiny.yaml"), "--ablation", "none",

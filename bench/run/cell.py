@@ -130,18 +130,26 @@ def _outcome(run: CellRun, pacer):
         run.status, run.error = "failed", f"{type(e).__name__}: {e}"
         raise
     finally:
-        pacer.leave()  # a failed cell's turns pass to the others
-        if run.placement is not None:
-            run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
-        if run.host_cpu is not None:  # peaks so far, the workers still up (they close below)
-            with contextlib.suppress(Exception):  # a measurement must never keep the workers from closing
-                run.lifecycle.peaks(run.host_cpu.pids)
-        run.lifecycle.add_phases(lifecycle.by_process())
-        if run.status != "rejected" or run.iterations:
-            run.save()
-        if run.schedule is not None:
-            run.schedule.close()
-        run.writer.close()
+        try:
+            pacer.leave()  # a failed cell's turns pass to the others
+        finally:  # the turn ring failing too (its folder gone, a pipe) loses nothing measured
+            _save_and_close(run)
+
+
+def _save_and_close(run: CellRun) -> None:
+    """results.json saved before the workers close (a stop that cuts the closing short loses nothing), then
+    the workers closed."""
+    if run.placement is not None:
+        run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
+    if run.host_cpu is not None:  # peaks so far, the workers still up (they close below)
+        with contextlib.suppress(Exception):  # a measurement must never keep the workers from closing
+            run.lifecycle.peaks(run.host_cpu.pids)
+    run.lifecycle.add_phases(lifecycle.by_process())
+    if run.status != "rejected" or run.iterations:
+        run.save()
+    if run.schedule is not None:
+        run.schedule.close()
+    run.writer.close()
 
 
 def _setup(cfg, run: CellRun, pacer, progress: bool):
