@@ -6,6 +6,7 @@ processes (the same ring folder, FIFOs and lock)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -133,13 +134,10 @@ def test_a_seat_whose_process_died_is_passed(tmp_path):
     assert json.loads((ring.folder / "state.json").read_text())["seats"][s1.id]["state"] == GONE
 
 
-
 def test_a_seat_closing_its_fifo_during_a_wake_up_is_no_error(tmp_path, monkeypatch):
     """A cell that leaves closes its FIFO; another seat waking everyone may have opened that FIFO just
     before: its write then meets no reader (EPIPE). That is nothing to wake, not a failed cell (it failed
     whole cells after their last iteration, with BrokenPipeError, when two cells finished together)."""
-    import os
-
     ring = Ring.create(tmp_path / "ring")
     s0, s1 = ring.register(0, ["a", "b"])
     reader = os.open(ring.folder / f"{s1.id}.fifo", os.O_RDONLY | os.O_NONBLOCK)  # s1 waiting on it
@@ -156,6 +154,7 @@ def test_a_seat_closing_its_fifo_during_a_wake_up_is_no_error(tmp_path, monkeypa
     s0.leave()  # wakes every seat
     assert closed, "the wake-up never opened s1's FIFO: the race was not staged"
     assert json.loads((ring.folder / "state.json").read_text())["seats"][s0.id]["state"] == GONE
+
 
 def test_seats_pickle_as_folder_and_numbers(tmp_path):
     import pickle
