@@ -90,10 +90,13 @@ def _reference() -> str:
 
 def cell_results(cfg, *, cell: str, framework: str, version: str | None, iterations: list[dict],
                  evals: list[dict], status: str, error: str | None = None,
-                 warnings: list[str] | None = None, external: dict | None = None) -> dict:
-    """A results.json dict with the keys of rlbench's own cells (bench/run/cell.py CellRun.results)."""
+                 warnings: list[str] | None = None, external: dict | None = None,
+                 schedule: str | None = None) -> dict:
+    """A results.json dict with the keys of rlbench's own cells (bench/run/cell.py CellRun.results). schedule:
+    what the framework ran, where it names it (VERL's trainer or recipe); else rlbench's reference."""
     return metrics.cell_result(
-        cell=cell, switches={"engine": framework, "schedule": _reference(), "tri_model": False, "shared_prompt": False},
+        cell=cell, switches={"engine": framework, "schedule": schedule or _reference(), "tri_model": False,
+                             "shared_prompt": False},
         config=cfg.model_dump(mode="json"), provenance={"framework": framework, "version": version},
         status=status, error=error, model={"kind": cfg.model.kind, "path": cfg.model.path},
         iterations=iterations, evals=evals,
