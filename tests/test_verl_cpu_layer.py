@@ -154,3 +154,49 @@ print(type(builder).__name__)
 def test_a_qwen2_model_over_characters_gets_the_generic_token_builder():
     assert ok(run(TOKEN_BUILDER)) == "ContinuousTokenBuilder"
     fails(run(TOKEN_BUILDER, skip="token_builder"), "Tokenizer does not define required token '<|im_end|>'")
+
+
+WEIGHT_SYNC = """
+import asyncio, os, tempfile, threading
+os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VERL_RAY_JOB_ID=f"test{{os.getpid()}}")
+import torch, verl
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from vllm import LLM, SamplingParams
+from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
+
+# tied embeddings (the tiny model's): the LM head's packed copy must follow the new embedding
+config = Qwen2Config(vocab_size=128, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, intermediate_size=256, max_position_embeddings=256,
+                     tie_word_embeddings=True)
+torch.manual_seed(0)
+folder = tempfile.mkdtemp()
+Qwen2ForCausalLM(config).save_pretrained(folder)
+llm = LLM(model=folder, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, max_model_len=64,
+          max_num_seqs=4, enable_chunked_prefill=False, kv_cache_memory_bytes=64 << 20, seed=0,
+          worker_extension_cls="verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension")
+torch.manual_seed(1)
+new = Qwen2ForCausalLM(config).eval()
+# VERL's sender (the trainer side of its colocated weight sync) in a thread, its receiver in vLLM's worker
+handle = f"ipc:///tmp/rl-colocate-zmq-{{os.environ['VERL_RAY_JOB_ID']}}-replica-0-rank-0.sock"
+sender = BucketedWeightSender(handle, bucket_size_mb=1, use_shm=True)
+send = threading.Thread(target=lambda: asyncio.run(sender.async_send_weights(iter(new.state_dict().items()))),
+                        daemon=True)  # a failed receive leaves it waiting: it must not hold the process
+send.start()
+llm.collective_rpc("update_weights_from_ipc", kwargs={{"use_shm": True}})
+send.join()
+prompt = [1, 5, 9, 13, 17]
+out = llm.generate([{{"prompt_token_ids": prompt}}], SamplingParams(max_tokens=6, temperature=0, logprobs=0))[0]
+tokens = list(out.outputs[0].token_ids)
+theirs = torch.tensor([next(iter(lp.values())).logprob for lp in out.outputs[0].logprobs])
+with torch.no_grad():
+    logits = new(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1]
+ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+print(float((ours - theirs).abs().max()) < 1e-3)
+"""
+
+
+def test_weights_reach_vllm_on_cpu_through_verls_own_sender():
+    """VERL's colocated weight sync into vLLM's CPU backend: afterwards vLLM samples from the new weights (its
+    log-probs are the new model's, tied LM head included)."""
+    assert ok(run(WEIGHT_SYNC, timeout=600)) == "True"
+    fails(run(WEIGHT_SYNC, skip="vllm_weight_reload", timeout=600), "has no attribute 'weight_loader'")

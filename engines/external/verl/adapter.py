@@ -17,11 +17,13 @@ from rlbench.core.errors import UserError, WorkerError
 from rlbench.core.record.stages import now
 from rlbench.core.results import provenance, schema
 from rlbench.engines.data.source import load_dataset
-from rlbench.engines.external.verl import command, venv
+from rlbench.engines.external.verl import command, recipes, venv
+from rlbench.engines.external.verl.names import TOKENIZER_ENV
 from rlbench.engines.external.verl.data import workload_files, workload_problems
 from rlbench.engines.external.verl.export import export_for_verl
 from rlbench.engines.external.verl.launch import VerlProcess, wait
 from rlbench.engines.external.verl.metrics import FILE_LOGGER_ENV, parse_verl_jsonl, read_verl_jsonl
+from rlbench.engines.external.verl.recipes import VerlOptions
 
 # console lines that mark the start-up's phases (VERL 0.9.1's own prints): when each first arrives
 MARKERS = {"ray": "Started a local Ray instance", "config": "'actor_rollout_ref':",
@@ -44,19 +46,21 @@ def run_verl(cfg, out_dir, *, name: str = "verl", pacer=None, progress: bool = F
                         f"machine has {dev.available(kind)} {'cores' if kind == 'cpu' else 'GPUs'}")
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    run = _Setup(cfg, out, name, python, kind, devices).prepare()
+    run = _Setup(cfg, out, name, python, kind, devices, VerlOptions(**(options or {}))).prepare()
     return run.go(versions, echo)
 
 
 class _Setup:
     """One VERL cell: its files, its command, and its results."""
 
-    def __init__(self, cfg, out: Path, name: str, python: Path, kind: str, devices: int):
+    def __init__(self, cfg, out: Path, name: str, python: Path, kind: str, devices: int,
+                 options: VerlOptions = VerlOptions()):
         self.cfg, self.out, self.name, self.python, self.kind, self.devices = cfg, out, name, python, kind, devices
+        self.options = options
         self.metrics = out / "verl_metrics.jsonl"
         self.cores = dev.cpu_cores()[:devices] if kind == "cpu" else None
         self.argv: list[str] = []
-        self.schedule = "verl"  # VERL's synchronous trainer (trainer.v1.trainer_mode=sync); a recipe's own name
+        self.schedule = "verl" if options.recipe == "sync" else f"verl_{options.recipe}"
         self.env: dict[str, str] = {}
 
     def prepare(self) -> "_Setup":
@@ -70,11 +74,14 @@ class _Setup:
         extra = {"hydra.run.dir": str(self.out / "hydra")}  # Hydra's own log and config, in the cell's folder
         if self.kind == "cpu":
             self.env.update(command.cpu_env(self.cores))
+            self.env[TOKENIZER_ENV] = f"{model_dir}={tok_dir}"
             extra.update(command.cpu_overrides(cfg, self.devices, tok_dir))
+        extra.update(recipes.overrides(self.options, cfg, self.kind))
         extra.update(command.env_overrides(self.env))
         self.argv = command.verl_command(cfg.model_copy(update={"model": cfg.model.model_copy(
             update={"path": str(model_dir)})}), train, val, self.metrics, self.devices,
-            max_prompt_length=prompt_len, python=str(self.python), extra=extra)
+            max_prompt_length=prompt_len, python=str(self.python), extra=extra,
+            module=recipes.MODULES[self.options.recipe])
         return self
 
     def go(self, versions: dict, echo: bool) -> dict:
@@ -105,7 +112,7 @@ class _Setup:
 
     def _results(self, status, error, versions, run: VerlProcess, t0: float, left: list[int]) -> dict:
         res = parse_verl_jsonl(self.metrics, self.cfg, self.devices, version=versions.get("verl"), cell=self.name,
-                               schedule=self.schedule)
+                               schedule=self.schedule, verl_gpus=recipes.throughput_gpus(self.options, self.cfg))
         if status != "complete":
             res["status"] = status
         elif res["status"] != "complete":

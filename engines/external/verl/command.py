@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rlbench.core.errors import UserError
 from rlbench.engines.external.verl.metrics import FILE_LOGGER_ENV
+from rlbench.engines.external.verl.names import CORES_ENV, PLUGIN
 
-PLUGIN = "rlbench.engines.external.verl.cpu"  # loaded by VERL in each of its processes (cpu/__init__.py)
 ENV_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."  # environment of VERL's Ray workers
 ARR, ACTOR, ROLLOUT, REF = ("actor_rollout_ref", "actor_rollout_ref.actor", "actor_rollout_ref.rollout",
                             "actor_rollout_ref.ref")
@@ -117,7 +117,7 @@ def cpu_env(cores: list[int], kv_cache_gib: int = 1) -> dict[str, str]:
     return {"VERL_USE_EXTERNAL_MODULES": PLUGIN,
             "VERL_ENGINE_DEVICE": "cuda",  # VERL's FSDP engine is registered for cuda and npu (engine/base.py:418)
             "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-            "RLBENCH_VERL_CORES": ",".join(map(str, cores)),
+            CORES_ENV: ",".join(map(str, cores)),
             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1",
             "RAY_DEDUP_LOGS": "0", "RAY_USAGE_STATS_ENABLED": "0"}

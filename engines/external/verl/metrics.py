@@ -65,11 +65,12 @@ def _iteration(step: int, data: dict, cfg, n_gpus: int, start: float) -> dict:
 
 
 def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = None, cell: str = "verl",
-                     schedule: str | None = None) -> dict:
+                     schedule: str | None = None, verl_gpus: int | None = None) -> dict:
     """A VERL FileLogger JSONL -> an rlbench cell results dict.
 
-    n_gpus: all GPUs of the run (VERL's resource pools), the TPSPD divisor. Iteration k is VERL step
-    k+1; evals[i]["iteration"] counts finished iterations (0 = before training), as rlbench's do.
+    n_gpus: all GPUs of the run (VERL's resource pools), the TPSPD divisor. verl_gpus: the GPUs VERL's own
+    perf/throughput divides by, where it counts fewer (its separated recipes: the trainer's pool only). Iteration
+    k is VERL step k+1; evals[i]["iteration"] counts finished iterations (0 = before training), as rlbench's do.
     """
     iterations, evals, t = [], [], 0.0
     for step, data in read_verl_jsonl(path):
@@ -80,7 +81,7 @@ def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = N
             it = _iteration(step, data, cfg, n_gpus, t)
             iterations.append(it)
             t = it["end"] + float(data.get("timing_s/testing", 0.0))
-    warnings = flag_tpspd(iterations, "perf/throughput")
+    warnings = flag_tpspd(iterations, "perf/throughput", verl_gpus)
     if iterations and iterations[-1]["num_samples"] != cfg.batch_size:
         warnings.append(f"VERL trained {iterations[-1]['num_samples']} samples per step, the config "
                         f"asks for {cfg.batch_size} (prompts_per_iteration x group_size)")
@@ -88,4 +89,4 @@ def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = N
     return cell_results(cfg, cell=cell, framework="verl", version=version, iterations=iterations,
                         evals=evals, status=status, warnings=warnings, schedule=schedule,
                         external={"metrics_file": str(path), "devices": n_gpus,
-                                  "tpspd_reference": "perf/throughput"})
+                                  "tpspd_reference": "perf/throughput", "verl_throughput_gpus": verl_gpus or n_gpus})

