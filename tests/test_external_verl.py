@@ -115,7 +115,7 @@ def test_parquet_has_verl_gsm8k_layout(tmp_path):
     assert data.prompt_token_bound(problems()) % 64 == 0 and data.prompt_token_bound(problems()) > 128
 
 
-def check_against_fixture(res: dict, path: Path, n_gpus: int) -> None:
+def check_against_fixture(res: dict, path: Path, n_gpus: int, warnings: tuple = ()) -> None:
     """Iteration records agree with the raw VERL lines they came from (TPSPD formulas agree)."""
     raw = {s: d for s, d in metrics.read_verl_jsonl(path)}
     assert [it["iteration"] for it in res["iterations"]] == list(range(META["steps"]))
@@ -135,7 +135,7 @@ def check_against_fixture(res: dict, path: Path, n_gpus: int) -> None:
     assert all(e["key"] == "val-core/openai/gsm8k/reward/mean@1" for e in res["evals"])
     assert res["evals"][-1]["accuracy"] == raw[4]["val-core/openai/gsm8k/reward/mean@1"]
     assert res["iterations"][-1]["eval_accuracy"] == res["evals"][-1]["accuracy"]
-    assert res["warnings"] == [] and res["status"] == "complete"
+    assert res["warnings"] == list(warnings) and res["status"] == "complete"
 
 
 def test_parse_fixture_into_rlbench_schema(tmp_path):
@@ -258,7 +258,10 @@ def test_live_launch_streams_parses_and_saves(tmp_path):
     run = setup_with(argv, tmp_path)
     run.devices = META["n_gpus"]
     res = run.go({"verl": "0.9.1"}, echo=False)
-    check_against_fixture(res, tmp_path / "verl_metrics.jsonl", META["n_gpus"])
+    # the fixture script builds no trainer, so no resolved config is written: the cost check says so
+    check_against_fixture(res, tmp_path / "verl_metrics.jsonl", META["n_gpus"], warnings=(
+        "VERL's cost setting differs from rlbench's without a listed reason: VERL's resolved config: "
+        "VERL 'not written', rlbench 'needed'",))
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "complete"
     assert "Creating file logger" in (tmp_path / "verl.log").read_text()
 

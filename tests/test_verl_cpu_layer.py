@@ -33,10 +33,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(code: str, skip: str = "", plugin: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+def run(code: str, skip: str = "", plugin: bool = True, timeout: int = 300, env: dict | None = None
+        ) -> subprocess.CompletedProcess:
     """`code` in a fresh Python of this venv, VERL loading rlbench's CPU layer (less the patch `skip`)."""
     env = {**os.environ, "RLBENCH_VERL_CPU_SKIP": skip, "VERL_ENGINE_DEVICE": "cuda", "OMP_NUM_THREADS": "1",
-           "VERL_USE_EXTERNAL_MODULES": PLUGIN if plugin else ""}
+           "VERL_USE_EXTERNAL_MODULES": PLUGIN if plugin else "", **(env or {})}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code).format(port=free_port())], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
@@ -200,3 +201,5 @@ def test_weights_reach_vllm_on_cpu_through_verls_own_sender():
     log-probs are the new model's, tied LM head included)."""
     assert ok(run(WEIGHT_SYNC, timeout=600)) == "True"
     fails(run(WEIGHT_SYNC, skip="vllm_weight_reload", timeout=600), "has no attribute 'weight_loader'")
+    # the check fails where the weights are received but never loaded (a planted fault)
+    assert ok(run(WEIGHT_SYNC, timeout=600, env={"RLBENCH_VERL_PLANT": "skip_weight_sync"})) == "False"

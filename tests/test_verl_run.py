@@ -49,10 +49,11 @@ def test_verl_learns_and_samples_from_its_updated_weights(verl_run):
     res, _, _ = verl_run
     its = res["iterations"]
     assert any(it["reward_mean"] > 0 for it in its) and all(it["grad_norm"] > 0 for it in its)
-    before, after = res["evals"][0]["accuracy"], res["evals"][-1]["accuracy"]
-    assert (res["evals"][0]["iteration"], res["evals"][-1]["iteration"]) == (0, STEPS) and after != before
+    assert [e["iteration"] for e in res["evals"]] == [0, STEPS]  # VERL's validation before and after
+    # vLLM's log-probs of its samples against the trainer's: at the first step's level after every update, so
+    # each update reached vLLM (skipped, the gap grows with every step: test_verl_cpu_layer.py's planted fault)
     gaps = [it["external"]["rollout_vs_trainer"]["log_ppl_abs_diff"] for it in its]
-    assert max(gaps[1:]) < 3 * gaps[0] + 1e-3, gaps  # no drift: every update reached vLLM
+    assert max(gaps[1:]) < 3 * gaps[0] + 1e-3, gaps
 
 
 def test_verl_start_up_is_recorded_by_phase_and_settings_checked(verl_run):

@@ -83,7 +83,7 @@ class _Setup:
         cfg = self.cfg
         dataset = load_dataset(cfg.data, cfg.run.seed)
         model_dir, tok_dir = export_for_verl(cfg, dataset)
-        problems = workload_problems(cfg, dataset)
+        problems = workload_problems(cfg, dataset, cfg.run.iterations + recipes.reads_ahead(self.options))
         train, val = workload_files(problems, dataset, self.out / "data")
         prompt_len = longest_prompt(tok_dir, [dataset.prompt_text(p) for p in [*problems, *dataset.eval]])
         plugins = [PLUGIN, PROBE] if self.kind == "cpu" else [PROBE]

@@ -83,7 +83,7 @@ def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = N
     """
     iterations, evals, t = [], [], 0.0
     for step, data in read_verl_jsonl(path):
-        if is_training_step(data):
+        if is_training_step(data) and len(iterations) < cfg.run.iterations:  # a recipe may train one more
             it = _iteration(len(iterations), step, data, cfg, n_gpus, t)
             iterations.append(it)
             t = it["end"] + float(data.get("timing_s/testing", 0.0))

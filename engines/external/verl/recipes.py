@@ -75,7 +75,14 @@ def _fully_async(options: VerlOptions, cfg) -> dict[str, object]:
             "async_training.partial_rollout": options.partial_rollout,
             "async_training.trigger_parameter_sync_step": options.sync_every,
             "async_training.require_batches": 1, "rollout.n": cfg.rollout.group_size,
-            "rollout.total_rollout_steps": cfg.run.iterations * t.prompts_per_iteration}
+            "rollout.total_rollout_steps": (cfg.run.iterations + reads_ahead(options)) * t.prompts_per_iteration}
+
+
+def reads_ahead(options: VerlOptions) -> int:
+    """Iterations of prompts a recipe is given beyond the run's: the fully-async recipe logs a step's metrics
+    with the next weight sync, and its last step's only where the last version is no multiple of
+    trainer.test_freq (fully_async_trainer.py:529), so it trains one more step than the run measures."""
+    return 1 if options.recipe == "fully_async" else 0
 
 
 def throughput_gpus(options: VerlOptions, cfg) -> int | None:

@@ -46,10 +46,17 @@ class Frozen:
         return getattr(self.pacer, name)
 
     def before(self, k: int) -> None:
+        self._stopped(self.pacer.before, k)
+
+    def leave(self, wait_for_others: bool = False) -> None:
+        """Its last turn done: stopped while the other cells finish theirs (a recipe may still be rolling out)."""
+        self._stopped(self.pacer.leave, wait_for_others)
+
+    def _stopped(self, wait, *args) -> None:
         pids = self.pids_of()
         _signal(pids, signal.SIGSTOP)
         try:
-            self.pacer.before(k)
+            wait(*args)
         finally:
             _signal(pids, signal.SIGCONT)
 
