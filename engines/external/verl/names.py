@@ -9,7 +9,7 @@ SKIP_ENV = "RLBENCH_VERL_CPU_SKIP"  # patches left out, by name (the tests show 
 GATE_ENV = "RLBENCH_VERL_GATE"  # a folder holding the FIFOs `request` and `reply`: the cell's turns (probe.py)
 CONFIG_ENV = "RLBENCH_VERL_CONFIG"  # where VERL's resolved config is written (probe.py)
 STEPS_ENV = "RLBENCH_VERL_STEPS"  # the training steps of the run: after the last, the cell leaves its turns
-PLANT_ENV = "RLBENCH_VERL_PLANT"  # a planted fault for the tests: skip_weight_sync (vLLM keeps its old weights)
+PLANT_ENV = "RLBENCH_VERL_PLANT"  # planted faults for the tests: skip_weight_sync[_after:N] (vLLM keeps old weights)
 PROBE = "rlbench.engines.external.verl.probe"  # rlbench inside VERL on any device, in VERL_USE_EXTERNAL_MODULES
 
 

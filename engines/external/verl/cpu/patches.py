@@ -93,13 +93,26 @@ def vllm_weight_reload(mod) -> None:
                                           use_shm=use_shm)
         receiver.receive_weights(on_bucket_received=lambda bucket, last: weights.extend(
             (name, t.clone()) for name, t in bucket))
-        if os.environ.get(PLANT_ENV) == "skip_weight_sync":  # the tests' planted fault: received, never loaded
+        if _planted_skip():  # the tests' planted fault: received, never loaded
             return
         self.reload_weights(weights_iterator=weights)
         for model in self._iter_all_models():
             repack_tied_head(model)
 
     ext.update_weights_from_ipc = update_weights_from_ipc
+
+
+_SYNCS = [0]  # weight updates this vLLM worker has received
+
+
+def _planted_skip() -> bool:
+    """RLBENCH_VERL_PLANT=skip_weight_sync: every update received is dropped; skip_weight_sync_after:N: those
+    after the first N (N=1 keeps the initial sync of VERL's real weights over vLLM's dummy ones)."""
+    plant = os.environ.get(PLANT_ENV, "")
+    _SYNCS[0] += 1
+    if plant == "skip_weight_sync":
+        return True
+    return plant.startswith("skip_weight_sync_after:") and _SYNCS[0] > int(plant.split(":", 1)[1])
 
 
 def token_builder(mod) -> None:
