@@ -161,6 +161,7 @@ class _Setup:
                             for u in cost_settings.unlisted(costs)]
         res["switches"].update(self.options.as_dict())
         res["external"].update({"cost_settings": costs, "differences": cost_settings.DIFFERENCES,
+                                "overridden": cost_settings.OVERRIDDEN,
                                 "command": self.argv, "cores": self.cores,
                                 "startup_s": {k: t - t0 for k, t in sorted(run.first_seen.items(),
                                                                           key=lambda kv: kv[1])},

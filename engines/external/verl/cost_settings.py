@@ -30,6 +30,15 @@ DIFFERENCES = (
 )
 
 
+# what rlbench lays over VERL where VERL has no config key for it (probe.py), and why
+OVERRIDDEN = (
+    {"setting": "replay buffer poll", "verl": "every 2.0 s (verl/trainer/ppo/v1/replay_buffer.py:144)",
+     "set to": "every 0.05 s",
+     "why": "VERL's v1 trainer waits for an iteration's samples in whole polls: a 2.5 s rollout on CPU counts "
+            "4 s; rlbench's trainer wakes on each finished group. A setting of VERL's code, not of its work"},
+)
+
+
 def get(config: dict, dotted: str) -> Any:
     node: Any = config
     for part in dotted.split("."):

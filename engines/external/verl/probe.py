@@ -1,8 +1,11 @@
 """rlbench inside VERL's processes, on any device: VERL's resolved config written where rlbench reads it, and the
 cell's turns taken between VERL's steps when the cells of a run take turns (run.interleave).
 
-Loaded through VERL's plugin hook (VERL_USE_EXTERNAL_MODULES, beside the CPU layer on CPU); it acts in the process
-that logs VERL's metrics (verl.utils.tracking.Tracking, the trainer's or the recipe's driver actor):
+Loaded through VERL's plugin hook (VERL_USE_EXTERNAL_MODULES, beside the CPU layer on CPU). One setting VERL has no
+config key for is laid over it, for a fair comparison (cost_settings.py OVERRIDDEN lists it with its reason):
+its v1 trainer's replay buffer looks for finished samples every REPLAY_POLL_S instead of every 2 s (a step's
+rollout wait is otherwise rounded up to the next 2 s: 4 s for a 2.5 s rollout on CPU). The rest acts in the
+process that logs VERL's metrics (verl.utils.tracking.Tracking, the trainer's or the recipe's driver actor):
 
     Tracking(config=...)       the resolved config as JSON at RLBENCH_VERL_CONFIG (the cell's cost settings)
     log(validation, step 0)    ready; before 0          (turns start once VERL is set up and has validated)
@@ -74,4 +77,18 @@ def _tracking(mod) -> None:
     mod.Tracking.__init__, mod.Tracking.log = __init__, logged
 
 
-hooks.after_import({"verl.utils.tracking": [_tracking]})
+REPLAY_POLL_S = 0.05  # VERL's v1 replay buffer: 2.0 s (verl/trainer/ppo/v1/replay_buffer.py:144)
+
+
+def _replay_buffer(mod) -> None:
+    init = mod.ReplayBuffer.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if "poll_interval" not in kwargs:  # VERL's trainer passes none (trainer_base.py:154-184)
+            self.poll_interval = REPLAY_POLL_S
+
+    mod.ReplayBuffer.__init__ = __init__
+
+
+hooks.after_import({"verl.utils.tracking": [_tracking], "verl.trainer.ppo.v1.replay_buffer": [_replay_buffer]})
