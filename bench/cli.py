@@ -93,7 +93,7 @@ def run(
                                                           "--seeds": seeds, "--engine": engine != "rlbench",
                                                           "--profile": profile, "--logger": logger})
         elif engine != "rlbench":
-            run_external(engine, config, sets, seeds, out, end)
+            run_external(engine, config, sets, seeds, out, end, progress)
         else:
             run_ablation(ablation or "async", config, sets, out, end, progress, seeds)
     finally:

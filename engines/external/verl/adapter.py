@@ -121,7 +121,7 @@ class _Setup:
         try:
             run.watch_for(MARKERS)
             code = launch.wait(run, lambda: len(read_verl_jsonl(self.metrics)), self._hang_s,
-                               _ticker(gate, self.cfg.run.iterations, self.name, self.metrics, progress))
+                               _ticker(gate, run, self.cfg.run.iterations, self.name, self.metrics, progress))
             status, error = _outcome(code, run, self.out / "verl.log")
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
@@ -170,15 +170,19 @@ class _Setup:
         return res
 
 
-def _ticker(gate, steps: int, name: str, metrics: Path, progress: bool):
+def _ticker(gate, run, steps: int, name: str, metrics: Path, progress: bool):
     """The wait loop's tick: answer the cell's turn requests (-> True when one was answered: time spent waiting
-    for a turn is no sign of a hang), and show the steps done."""
-    bar = tqdm(total=steps, desc=name, file=sys.stderr, leave=False, dynamic_ncols=True) if progress else None
+    for a turn is no sign of a hang), and show the steps done, and before the first one the start-up's phase."""
+    bar = tqdm(total=steps, desc=f"{name} (starting)", file=sys.stderr, leave=False, dynamic_ncols=True) \
+        if progress else None
 
     def tick(timeout_s: float) -> bool:
         served = gate.serve(timeout_s) if gate is not None else time.sleep(timeout_s)
         if bar is not None:
-            bar.update(min(steps, sum(is_training_step(d) for _, d in read_verl_jsonl(metrics))) - bar.n)
+            done = min(steps, sum(is_training_step(d) for _, d in read_verl_jsonl(metrics)))
+            phase = max(run.first_seen, key=run.first_seen.get, default="starting")
+            bar.set_description_str(name if done else f"{name} ({phase} done)", refresh=False)
+            bar.update(done - bar.n)
         return bool(served)
 
     return tick
