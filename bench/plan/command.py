@@ -104,8 +104,7 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
         roofline.device(device)  # a name it does not know is an error, with or without --model
     n = gpus or log.devices
     if not n:
-        raise UserError(f"{log.path}: the log does not say how many GPUs the run used (no perf/throughput): "
-                        "give --gpus N")
+        raise UserError(f"{log.path}: {log.no_devices}")
     inp, assumptions, notes = plan_input(log, n, model, device, stated)
     if n == 1:
         notes.append("one device: a rollout and a trainer process share it (as rlbench runs on one GPU); the "
