@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rlbench.analysis.data import CellData
 from rlbench.core.results import schema
 from rlbench.core.ratio_interval import ratio_interval
 from rlbench.core.stats import LEVEL
+
+if TYPE_CHECKING:  # annotations only: data.py imports pandas, which `rlbench plan` (outcome) never needs
+    from rlbench.analysis.data import CellData
 
 WINS, LOSES, EVEN, TOO_FEW = "wins", "loses", "even", "too few"
 ITERATIONS, INTERLEAVED, SEEDS = "iterations", "interleaved iterations", "seeds"  # what an interval is over

@@ -14,6 +14,8 @@ import bisect
 import heapq
 import itertools
 
+from rlbench.core.costmodel.counted import priced, replay_counts
+
 # The columns of the plane a step's seconds lie on: a fixed part (weights read, launches), per row
 # (the MLP and projections of each sequence), per window position (the mask and positions), per row and
 # position (attention over the cache).
@@ -113,6 +115,17 @@ class StepCost:
         self.fallback = fallback_s
         self.prefill = prefill_s_per_token  # seconds per token prefilled again (partial rollout's recompute)
         self.shapes = shapes
+        # (a, b): every step costs a + b x sequences in flight (stated costs: linear_in_flight); a replay is then
+        # priced from its counts (replay_counts), which one replay of a shard gives for every such cost
+        self.linear: tuple[float, float] | None = None
+
+    @classmethod
+    def linear_in_flight(cls, a: float, b: float, top: int) -> "StepCost":
+        """A step costing a + b x B seconds with B sequences in flight (1 <= B <= top): stated costs
+        (rlbench plan's logged runs), priced from a replay's counts."""
+        out = cls({1: (1, a + b), top: (1, a + b * top)}, 0.0, 0)
+        out.linear = (a, b)
+        return out
 
     def __call__(self, b: int) -> float:
         if not self.bs:
@@ -143,6 +156,8 @@ def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dic
 
     samples: rows (prompt, sample, response_len, prompt_len) of this worker's prompts. -> (prompt -> seconds
     from the start of the generate call until its group's last sample finished, total seconds)."""
+    if cost.linear is not None and cost.shapes is None:
+        return priced(replay_counts(samples, slots, g), cost)
     done, t, _, _ = replay_posted(samples, slots, g, cost)
     return done, t
 

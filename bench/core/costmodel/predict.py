@@ -51,7 +51,8 @@ from collections import defaultdict
 from rlbench.core.config import RunConfig
 
 from rlbench.core.config_files import recorded_config
-from rlbench.core.costmodel.decode import ShapeCost, StepCost, replay
+from rlbench.core.costmodel.counted import counts_of, priced, priced_posted
+from rlbench.core.costmodel.decode import ShapeCost, StepCost, replay, replay_posted
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
@@ -133,6 +134,24 @@ def split_weight_sync_s(cell: dict, ws: float) -> float:
     return params * width / rate
 
 
+class Rows(list):
+    """A batch's sample rows whose shards and cost-free replays (decode.replay_counts) are kept with them, so
+    that every SyncMeasurements built on the same rows (rlbench plan prices one logged step at several
+    assumed costs) deals and replays them once."""
+
+    def __init__(self, rows=()):
+        super().__init__(rows)
+        self.memo: dict = {}
+
+
+def _tokens(samples: list[dict]) -> int:
+    """Prompt + response tokens of the rows (kept with Rows: every batch on them asks)."""
+    memo = samples.memo if isinstance(samples, Rows) else {}
+    if "tokens" not in memo:
+        memo["tokens"] = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
+    return memo["tokens"]
+
+
 class SyncMeasurements:
     """What one measured sync iteration says about the devices."""
 
@@ -187,31 +206,55 @@ class SyncMeasurements:
         self.split_ws = ws if split_ws is None else split_ws
         self.micro_batch, self.shape = micro_batch, shape
         self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
-        self.tokens = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
+        self.tokens = _tokens(samples)
         self.measured_rollout, self.iteration = None, None
         self.train_speed = train_speed
         return self
 
+    def _shared(self) -> dict:
+        """The memo of what depends on the rows alone: the rows' own (Rows), else this batch's."""
+        return self.samples.memo if isinstance(self.samples, Rows) else self.__dict__.setdefault("_shards", {})
+
     def shard(self, i: int, of: int) -> list[dict]:
         """The samples of prompts i, i + of, ... (worker i of `of`); memoized: the schedules' terms ask for the
         same shards of a batch many times (bounded staleness cycles through the batches)."""
-        memo = self.__dict__.setdefault("_shards", {})
+        memo = self._shared()
         if of not in memo:
             memo[of] = [[] for _ in range(of)]  # every worker's shard in one pass
             for s in self.samples:
                 memo[of][s["prompt"] % of].append(s)
         return memo[of][i]
 
+    def counts(self, i: int, of: int):
+        """Worker i of `of`'s replay without a cost (counted.replay_counts), every worker's at once, memoized
+        with the rows."""
+        key = ("counts", of, self.slots, self.g)
+        memo = self._shared()
+        if key not in memo:
+            self.shard(0, of)
+            memo[key] = counts_of(self.samples, of, self.slots, self.g, memo[of])
+        return memo[key][i]
+
     def group_train_s(self, i: int, of: int) -> dict[int, float]:
         """prompt -> the train seconds of its group on a split training pool (train_speed), for worker i of
         `of`'s shard (memoized)."""
         memo = self.__dict__.setdefault("_group_train", {})
         if (i, of) not in memo:
-            groups = defaultdict(list)
-            for s in self.shard(i, of):
-                groups[s["prompt"]].append(s)
-            memo[(i, of)] = {p: self.train_s(rows) / self.train_speed for p, rows in groups.items()}
+            work = self._group_work(i, of)
+            memo[(i, of)] = {p: self.c_tok * w / self.train_speed for p, w in work.items()}
         return memo[(i, of)]
+
+    def _group_work(self, i: int, of: int) -> dict[int, float]:
+        """prompt -> its group's training work (train_work), for worker i of `of` (memoized with the rows)."""
+        key = ("work", self.shared_prompt, self.micro_batch, id(self.shape))
+        memo = self._shared()
+        if key not in memo:  # every group's, once for the rows
+            groups = defaultdict(list)
+            for s in self.samples:
+                groups[s["prompt"]].append(s)
+            memo[key] = ({p: self.work(rows) for p, rows in groups.items()}, self.shape)  # shape kept: its id
+        work = memo[key][0]
+        return {p: work[p] for p in dict.fromkeys(s["prompt"] for s in self.shard(i, of))}
 
     def arrivals(self, i: int, of: int) -> tuple[list[tuple[float, float]], float]:
         """Worker i of `of` generating its shard from 0 s: [(when a group's last sample finished, the group's
@@ -219,11 +262,21 @@ class SyncMeasurements:
         memo = self.__dict__.setdefault("_arrivals", {})
         key = (i, of, id(self.cost))
         if key not in memo:
-            done, total = replay(self.shard(i, of), self.slots, self.g, self.cost)
+            if self.cost.linear is not None and self.cost.shapes is None:  # stated costs: priced from counts
+                done, total = priced(self.counts(i, of), self.cost)
+            else:
+                done, total = replay(self.shard(i, of), self.slots, self.g, self.cost)
             train = self.group_train_s(i, of)
             memo[key] = ([(at, train[p]) for p, at in done.items()], total, self.cost)
         got, total, _ = memo[key]  # the cost is kept with it, so its id is not reused while cached
         return got, total
+
+    def replay_posted(self, i: int, of: int, posts: list[tuple[float, int]], recompute: bool):
+        """Worker i of `of` generating its shard while new weights are posted (partial rollout):
+        decode.replay_posted, priced from the shard's counts where the step cost is linear (stated costs)."""
+        if self.cost.linear is not None and self.cost.shapes is None:
+            return priced_posted(self.counts(i, of), self.cost, posts, self.split_ws, recompute)
+        return replay_posted(self.shard(i, of), self.slots, self.g, self.cost, posts, self.split_ws, recompute)
 
     def work(self, rows: list[dict]) -> float:
         return train_work(rows, self.shared_prompt, self.micro_batch, self.shape)
