@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rlbench.analysis.intervals import TOO_FEW
-from rlbench.core.costmodel.counted import counts_of, priced, priced_posted, replay_counts
+from rlbench.core.costmodel.counted import counts_of, priced, priced_posted, replay_counts, totals_of
 from rlbench.core.costmodel.decode import StepCost, replay_posted
 from rlbench.plan.command import run_plan
 from support.plan_logs import verl_steps, write_verl_jsonl
@@ -123,5 +123,8 @@ def test_a_counted_replay_prices_as_the_step_by_step_one():
         assert priced(counts, cost)[1] == pytest.approx(want[1], rel=1e-9, abs=1e-9)
         of = rng.randint(1, 8)
         shards = [[r for r in rows if r["prompt"] % of == i] for i in range(of)]
-        for x, y in zip(counts_of(rows, of, 10**6, g, shards), [replay_counts(sh, 10**6, g) for sh in shards]):
+        dealt = counts_of(rows, of, 10**6, g, shards)
+        for i, y in enumerate(replay_counts(sh, 10**6, g) for sh in shards):
+            x = dealt.counts(i)
             assert (x.done, x.end, x.stretches) == (y.done, y.end, y.stretches)
+        assert totals_of(rows, of, 10**6, shards) == [replay_counts(sh, 10**6, g).end for sh in shards]

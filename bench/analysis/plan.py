@@ -40,6 +40,7 @@ from rlbench.core.schedules.spec import BOUNDED, ONE_STEP, PERIODIC
 SPLITS = 8  # most rollout-pool sizes swept
 SWEEP_BATCHES = 3  # batches the split sweep runs on (the best split then runs on every batch)
 FINALISTS = 2  # the sweep's best splits run on every batch; the one with the larger reported speedup is chosen
+CLOSE = 0.10  # ... a runner-up only where the sweep puts it this close to the best (a few batches are noisy)
 STALENESS = 2  # the bounded-staleness row's k (one-step-off is k = 1)
 BARRIER, OVERLAP, STALE, BOUNDED_ROW, PARTIAL = "barrier", "periodic", "one-step", "bounded", "partial"  # row kinds
 
@@ -158,7 +159,9 @@ def predict_row(inp: PlanInput, row: Row, split: int | None = None, near: int | 
     (none with fewer than 4 logged steps: ratio_interval's MIN_PAIRED, one value per step, step_logs)."""
     sweep, values = sweep_batches(inp.batches), _swept(inp, near)
     curve = [] if split else _curve(sweep, row, values, inp.devices)
-    top = [split] if split else [c["rollout_devices"] for c in sorted(curve, key=lambda c: -c["tpspd"])[:FINALISTS]]
+    ranked = sorted(curve, key=lambda c: -c["tpspd"])
+    top = [split] if split else [c["rollout_devices"] for c in ranked[:FINALISTS]
+                                 if c["tpspd"] >= ranked[0]["tpspd"] * (1 - CLOSE)]
     r, res, logs = max((_on_every_step(inp, row, r) for r in top), key=lambda f: _typical(f[2], f[1], inp))
     for c in curve:  # the chosen split as every batch predicts it (the sweep ran on a few)
         if c["rollout_devices"] == r:

@@ -92,17 +92,36 @@ def _all_at_once(samples: list[dict]) -> Counts:
     return Counts({p: at[e] for p, e in end.items()}, (len(stretches) + 1, step, flight), stretches)
 
 
-def counts_of(samples: list[dict], of: int, slots: int, g: int, shards: list[list[dict]]) -> list[Counts]:
+class Dealt:
+    """A batch's replays dealt to `of` workers, counted: per group (in prompt order) its worker and its
+    (refills, steps, flight) when it finished; per worker its Counts (built on first use: only partial
+    rollout's mid-batch loads walk the stretches)."""
+
+    def __init__(self, groups: list[int], of: int, done: list[tuple[int, int, int]], build):
+        self.groups, self.of, self.done, self._build, self._counts = groups, of, done, build, None
+
+    def counts(self, i: int) -> Counts:
+        if self._counts is None:
+            self._counts = self._build()
+        return self._counts[i]
+
+    def priced(self, cost) -> list[float]:
+        """When each group finished, in seconds, for a StepCost with `linear` = (a, b)."""
+        a, b = cost.linear
+        return [f * cost.refill + a * n + b * fl for f, n, fl in self.done]
+
+
+def counts_of(samples: list[dict], of: int, slots: int, g: int, shards: list[list[dict]]) -> Dealt:
     """replay_counts of every shard i of `of` (shards: prompts i, i + of, ...) at once: where every shard
     fits its slots, with numpy over the whole batch (_all_at_once's arithmetic, one pass instead of one per
     worker: a plan for 128 GPUs deals each batch to 128 of them); else shard by shard."""
     if not samples or max(len(sh) for sh in shards) > slots:
-        return [replay_counts(sh, slots, g) for sh in shards]
+        each = [replay_counts(sh, slots, g) for sh in shards]
+        done = {p: c for counts in each for p, c in counts.done.items()}
+        return Dealt(sorted(done), of, [done[p] for p in sorted(done)], lambda: each)
     import numpy as np  # inside: cell processes import this module with the schedules' terms and never count
 
-    prompt = np.fromiter((s["prompt"] for s in samples), np.int64, len(samples))
-    todo = np.maximum(1, np.fromiter((int(s["response_len"]) for s in samples), np.int64, len(samples))) - 1
-    pl = np.fromiter((int(s.get("prompt_len", 0)) for s in samples), np.int64, len(samples))
+    prompt, todo, pl = _arrays(samples)
     shard = prompt % of
     live = todo > 0
     top = int(todo.max()) + 1
@@ -115,7 +134,48 @@ def counts_of(samples: list[dict], of: int, slots: int, g: int, shards: list[lis
     fed = _segment_total(pl_end, k_shard, of) - _exclusive(pl_end, first)
     flight = _exclusive((k_end - start) * active, first)  # flight before the stretch
     fills = _exclusive(np.ones_like(n_end), first) + 1
-    return _as_counts(prompt, todo, shard, top, of, keys, start, fills, flight, active, fed, k_end)
+    after = np.stack([fills, k_end, flight + (k_end - start) * active], axis=1) if len(keys) else np.zeros((1, 3), int)
+    order = np.argsort(prompt, kind="stable")
+    groups, firsts = np.unique(prompt[order], return_index=True)
+    last = np.maximum.reduceat(todo[order], firsts)  # each group's last sample's end
+    j = np.minimum(np.searchsorted(keys, (groups % of) * top + last), max(len(keys) - 1, 0))
+    done = np.where((last > 0)[:, None], after[j], 0)  # a group of one-token samples: done at once
+    stretches = (keys // top, start, fills, flight, active, fed, after)
+    return Dealt(groups.tolist(), of, [tuple(c) for c in done.tolist()],
+                 lambda: _as_counts(of, groups.tolist(), done.tolist(), stretches))
+
+
+def totals_of(samples: list[dict], of: int, slots: int, shards: list[list[dict]]) -> list[tuple[int, int, int]] | None:
+    """Each shard's Counts.end alone (refills, decode steps, flight), where every shard fits its slots: a
+    sample's sequence is in flight for each of its decode steps, so flight is the shard's steps summed, and a
+    refill follows each distinct end. None where a shard waits for slots (counts_of then)."""
+    if not samples or max(len(sh) for sh in shards) > slots:
+        return None
+    import numpy as np  # inside: as counts_of
+
+    prompt, todo, _ = _arrays(samples)
+    shard = prompt % of
+    live = todo > 0
+    top = int(todo.max()) + 1
+    ends = np.bincount(np.unique(shard[live] * top + todo[live]) // top, minlength=of)
+    steps = np.zeros(of, np.int64)
+    np.maximum.at(steps, shard, todo)
+    flight = np.bincount(shard, weights=todo, minlength=of).astype(np.int64)
+    return list(zip((ends + 1).tolist(), steps.tolist(), flight.tolist()))
+
+
+def _arrays(samples: list[dict]):
+    """The rows' prompt, decode steps after the prefill's token, and prompt_len as numpy arrays (kept with
+    the rows where they keep a memo: every device count deals the same rows)."""
+    import numpy as np  # inside: as counts_of
+
+    memo = getattr(samples, "memo", {})
+    if "arrays" not in memo:
+        n = len(samples)
+        memo["arrays"] = (np.fromiter((s["prompt"] for s in samples), np.int64, n),
+                          np.maximum(1, np.fromiter((int(s["response_len"]) for s in samples), np.int64, n)) - 1,
+                          np.fromiter((int(s.get("prompt_len", 0)) for s in samples), np.int64, n))
+    return memo["arrays"]
 
 
 def _exclusive(x, first):
@@ -133,23 +193,14 @@ def _segment_total(x, seg, n: int):
     return np.bincount(seg, weights=x, minlength=n)[seg].astype(np.int64) if len(x) else x
 
 
-def _as_counts(prompt, todo, shard, top, of, keys, start, fills, flight, active, fed, k_end) -> list[Counts]:
-    """The arrays of counts_of as one Counts per shard."""
-    import numpy as np  # inside: as counts_of
-
-    order = np.argsort(prompt, kind="stable")
-    groups, first = np.unique(prompt[order], return_index=True)
-    last = np.maximum.reduceat(todo[order], first)  # each group's last sample's end
-    j = np.searchsorted(keys, (groups % of) * top + last)
-    j = np.minimum(j, max(len(keys) - 1, 0))
-    after = np.stack([fills, k_end, flight + (k_end - start) * active], axis=1) if len(keys) else np.zeros((1, 3), int)
-    at = np.where((last > 0)[:, None], after[j], 0).tolist()  # a group of one-token samples: done at once
+def _as_counts(of: int, groups: list[int], done: list, stretches: tuple) -> list[Counts]:
+    """counts_of's arrays as one Counts per shard."""
+    k_shard, start, fills, flight, active, fed, after = (x.tolist() for x in stretches)
     out = [Counts({}, (1, 0, 0), []) for _ in range(of)]
-    for k, row, end in zip((keys // top).tolist(), zip(start.tolist(), fills.tolist(), flight.tolist(),
-                                                      active.tolist(), fed.tolist()), after.tolist()):
+    for k, row, end in zip(k_shard, zip(start, fills, flight, active, fed), after):
         out[k].stretches.append(row)
         out[k].end = (end[0] + 1, end[1], end[2])
-    for p, c in zip(groups.tolist(), at):
+    for p, c in zip(groups, done):
         out[p % of].done[p] = tuple(c)
     return out
 

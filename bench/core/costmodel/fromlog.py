@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlbench.core.costmodel.counted import priced_total
 from rlbench.core.costmodel.decode import StepCost
 from rlbench.core.costmodel.predict import Rows, SyncMeasurements
 from rlbench.core.errors import UserError
@@ -167,7 +166,7 @@ def batch_from_step(s: LoggedStep, lm: LogModel) -> SyncMeasurements:
     m = SyncMeasurements.stated(unit, 1.0, ws, other, slots, g, False, rows, ranks=lm.devices,
                                 split_ws=lm.split_weight_sync_s.value, train_speed=speed)
     m.c_tok = train_s * lm.devices / m.tokens  # m.tokens: the synthetic rows' (in quanta) until set below
-    steps = max(priced_total(m.counts(r, lm.devices), unit) for r in range(lm.devices))  # sync's replay, c0 = 1
+    steps = max(m.rollout_s(lm.devices))  # the sync layout's replay at c0 = 1
     m.cost = _step_cost(gen_s / steps if steps else 0.0, lm.decode_slope.value, per_device, scale, len(rows))
     m.tokens = s.tokens  # TPSPD counts the logged batch's tokens
     m.measured_rollout = gen_s

@@ -51,7 +51,7 @@ from collections import defaultdict
 from rlbench.core.config import RunConfig
 
 from rlbench.core.config_files import recorded_config
-from rlbench.core.costmodel.counted import counts_of, priced, priced_posted
+from rlbench.core.costmodel.counted import counts_of, priced_posted, totals_of
 from rlbench.core.costmodel.decode import ShapeCost, StepCost, replay, replay_posted
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
@@ -225,15 +225,43 @@ class SyncMeasurements:
                 memo[of][s["prompt"] % of].append(s)
         return memo[of][i]
 
-    def counts(self, i: int, of: int):
-        """Worker i of `of`'s replay without a cost (counted.replay_counts), every worker's at once, memoized
-        with the rows."""
+    def dealt(self, of: int):
+        """The batch's replays on `of` workers without a cost (counted.counts_of), memoized with the rows."""
         key = ("counts", of, self.slots, self.g)
         memo = self._shared()
         if key not in memo:
             self.shard(0, of)
             memo[key] = counts_of(self.samples, of, self.slots, self.g, memo[of])
-        return memo[key][i]
+        return memo[key]
+
+    def counts(self, i: int, of: int):
+        """Worker i of `of`'s replay without a cost (counted.replay_counts)."""
+        return self.dealt(of).counts(i)
+
+    def _priced_arrivals(self, of: int) -> list[list[tuple[float, float]]]:
+        """Every worker of `of`'s arrivals [(when its group finished, its train seconds)] at a linear step
+        cost, priced for all groups at once (stated costs; memoized for this cost)."""
+        d = self.dealt(of)
+        work = self._group_work_all()
+        per = self.c_tok / self.train_speed
+        out = [[] for _ in range(of)]
+        for p, at in zip(d.groups, d.priced(self.cost)):
+            out[p % of].append((at, work[p] * per))
+        return out
+
+    def rollout_s(self, of: int) -> list[float]:
+        """Every worker of `of`'s rollout seconds (the replay's total): from the shards' counted totals where
+        the step cost is linear (stated costs), else each worker's replay."""
+        if self.cost.linear is not None and self.cost.shapes is None:
+            key = ("totals", of, self.slots)
+            memo = self._shared()
+            if key not in memo:
+                self.shard(0, of)
+                memo[key] = totals_of(self.samples, of, self.slots, memo[of]) or \
+                    [self.counts(i, of).end for i in range(of)]
+            a, b = self.cost.linear
+            return [f * self.cost.refill + a * n + b * fl for f, n, fl in memo[key]]
+        return [self.arrivals(r, of)[1] for r in range(of)]
 
     def group_train_s(self, i: int, of: int) -> dict[int, float]:
         """prompt -> the train seconds of its group on a split training pool (train_speed), for worker i of
@@ -246,6 +274,11 @@ class SyncMeasurements:
 
     def _group_work(self, i: int, of: int) -> dict[int, float]:
         """prompt -> its group's training work (train_work), for worker i of `of` (memoized with the rows)."""
+        work, prompts = self._group_work_all(), self._prompts(i, of)
+        return {p: work[p] for p in prompts}
+
+    def _group_work_all(self) -> dict[int, float]:
+        """prompt -> its group's training work, every group's (memoized with the rows)."""
         key = ("work", self.shared_prompt, self.micro_batch, id(self.shape))
         memo = self._shared()
         if key not in memo:  # every group's, once for the rows
@@ -253,19 +286,28 @@ class SyncMeasurements:
             for s in self.samples:
                 groups[s["prompt"]].append(s)
             memo[key] = ({p: self.work(rows) for p, rows in groups.items()}, self.shape)  # shape kept: its id
-        work = memo[key][0]
-        return {p: work[p] for p in dict.fromkeys(s["prompt"] for s in self.shard(i, of))}
+        return memo[key][0]
+
+    def _prompts(self, i: int, of: int) -> list[int]:
+        """The prompts of worker i of `of`'s shard, in order (memoized with the rows)."""
+        memo = self._shared()
+        if ("prompts", of) not in memo:
+            memo[("prompts", of)] = [list(dict.fromkeys(s["prompt"] for s in self.shard(j, of))) for j in range(of)]
+        return memo[("prompts", of)][i]
 
     def arrivals(self, i: int, of: int) -> tuple[list[tuple[float, float]], float]:
         """Worker i of `of` generating its shard from 0 s: [(when a group's last sample finished, the group's
         train seconds)] and its rollout seconds (the replay, memoized for this batch and step cost)."""
         memo = self.__dict__.setdefault("_arrivals", {})
+        if self.cost.linear is not None and self.cost.shapes is None:  # stated costs: every worker at once
+            key = (of, id(self.cost), self.c_tok, self.train_speed)
+            if key not in memo:
+                memo[key] = (self._priced_arrivals(of), self.rollout_s(of), self.cost)
+            got, total, _ = memo[key]
+            return got[i], total[i]
         key = (i, of, id(self.cost))
         if key not in memo:
-            if self.cost.linear is not None and self.cost.shapes is None:  # stated costs: priced from counts
-                done, total = priced(self.counts(i, of), self.cost)
-            else:
-                done, total = replay(self.shard(i, of), self.slots, self.g, self.cost)
+            done, total = replay(self.shard(i, of), self.slots, self.g, self.cost)
             train = self.group_train_s(i, of)
             memo[key] = ([(at, train[p]) for p, at in done.items()], total, self.cost)
         got, total, _ = memo[key]  # the cost is kept with it, so its id is not reused while cached
@@ -293,7 +335,7 @@ class SyncMeasurements:
         """(predicted sync wall time, predicted mean rollout seconds) on `ranks` colocated ranks (default:
         the measured count, the model's in-sample check), each generating and training its shard."""
         n = ranks or self.n
-        roll = [self.arrivals(r, n)[1] for r in range(n)]
+        roll = self.rollout_s(n)
         train = [self.train_s(self.shard(r, n)) for r in range(n)]
         return self.ws + max(a + b for a, b in zip(roll, train)) + self.opt, statistics.fmean(roll)
 
