@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # annotations only: data.py imports pandas, which `rlbench pl
 WINS, LOSES, EVEN, TOO_FEW = "wins", "loses", "even", "too few"
 # A ratio of cells run one after another (run.interleave=false) whose interval excludes 1: a slow stretch of
 # the machine during one cell's iterations alone moves the ratio and no interval over its iterations sees
-# it (a machine 20% slower while the reference ran made 58-98% of such runs "win"), so no wins / loses word.
+# it (a machine 20% slower while the reference ran makes the ratio 1.25x, and its interval "wins"), so no wins /
+# loses word.
 NOT_CALLED = "not called"
 ITERATIONS, INTERLEAVED, SEEDS = "iterations", "interleaved iterations", "seeds"  # what an interval is over
 
