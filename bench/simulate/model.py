@@ -25,7 +25,8 @@ import random
 from dataclasses import dataclass
 
 from rlbench.core.costmodel.decode import StepCost
-from rlbench.core.costmodel.predict import Rows, SyncMeasurements
+from rlbench.core.costmodel.counted import Rows
+from rlbench.core.costmodel.predict import SyncMeasurements
 
 
 @dataclass

@@ -16,6 +16,24 @@ import math
 from dataclasses import dataclass
 
 
+class Rows(list):
+    """A batch's sample rows whose shards and cost-free replays (decode.replay_counts) are kept with them, so
+    that every SyncMeasurements built on the same rows (rlbench plan prices one logged step at several
+    assumed costs) deals and replays them once."""
+
+    def __init__(self, rows=()):
+        super().__init__(rows)
+        self.memo: dict = {}
+
+
+def rows_tokens(samples: list[dict]) -> int:
+    """Prompt + response tokens of the rows (kept with Rows: every batch on them asks)."""
+    memo = samples.memo if isinstance(samples, Rows) else {}
+    if "tokens" not in memo:
+        memo["tokens"] = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
+    return memo["tokens"]
+
+
 @dataclass
 class Counts:
     """One worker's replay without a cost. done: prompt -> (refills, decode steps, sum over those steps of the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from collections import defaultdict
 
 from rlbench.core.costmodel.counted import priced, replay_counts
 
@@ -232,3 +233,19 @@ def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost, posts
             retire(heapq.heappop(active)[2])
         fill()
     return done, t, loaded, recomputed
+
+
+def shape_cost(stats: list[dict]) -> ShapeCost | None:
+    """The decode step's cost by shape from one iteration's generate calls (every worker's), or None where
+    they did not record shapes (results from before, the vLLM backend)."""
+    table: dict = defaultdict(lambda: [0, 0.0])
+    shaped = [s for s in stats if s.get("step_s_by_shape")]
+    if not shaped:
+        return None
+    for s in shaped:
+        for key, (n, sec) in s["step_s_by_shape"].items():
+            b, w = (int(v) for v in key.split(":"))
+            table[(b, w)][0] += n
+            table[(b, w)][1] += sec
+    return ShapeCost(dict(table), shaped[0]["buckets"], int(shaped[0]["window_round"]),
+                     max(int(s["cache_len"]) for s in shaped), shaped[0].get("max_num_seqs"))

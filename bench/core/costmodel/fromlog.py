@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlbench.core.costmodel.decode import StepCost
-from rlbench.core.costmodel.predict import Rows, SyncMeasurements
+from rlbench.core.costmodel.counted import Rows
+from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.errors import UserError
 
 QUANTUM_STEPS = 128  # most decode steps a replay counts: lengths in quanta of ceil(longest / 128) tokens

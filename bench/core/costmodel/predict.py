@@ -51,8 +51,9 @@ from collections import defaultdict
 from rlbench.core.config import RunConfig
 
 from rlbench.core.config_files import recorded_config
-from rlbench.core.costmodel.counted import counts_of, priced_posted, totals_of
-from rlbench.core.costmodel.decode import ShapeCost, StepCost, replay, replay_posted
+from rlbench.core.costmodel.counted import Rows, counts_of, priced_posted, rows_tokens, totals_of
+from rlbench.core.costmodel.decode import StepCost, replay, replay_posted, shape_cost
+from rlbench.core.costmodel.work import train_tokens, train_work
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
@@ -65,40 +66,6 @@ MODEL = ("per device, from the sync run: decode-step seconds by the step's bucke
          "as they arrive + step")
 
 _TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
-
-
-def train_tokens(rows: list[dict], shared_prompt: bool) -> int:
-    """Tokens the trainer processes for these samples (one group's or many): prompt once per group when packed."""
-    if not shared_prompt:
-        return sum(int(s["prompt_len"]) + int(s["response_len"]) for s in rows)
-    prompts = {s["prompt"]: int(s["prompt_len"]) for s in rows}
-    return sum(prompts.values()) + sum(int(s["response_len"]) for s in rows)
-
-
-def train_work(rows: list[dict], shared_prompt: bool, micro_batch: int | None, shape: dict | None = None) -> float:
-    """Executed training work of these samples: each group's responses in micro-batches of `micro_batch`
-    (in sample order, never straddling groups, as the trainer splits them), a micro-batch run as [rows,
-    prompt + its longest response] (padding included) or, packed, as one sequence of the prompt and its
-    responses. With the model's shape: forward FLOPs (2 N per position + 4 L H Dh S^2 per sequence);
-    without: positions. micro_batch None: the real tokens (train_tokens; stated costs per trained token)."""
-    if not micro_batch:
-        return float(train_tokens(rows, shared_prompt))
-    groups = defaultdict(list)
-    for s in rows:
-        groups[s["prompt"]].append(s)
-    positions = square = 0
-    for group in groups.values():
-        group.sort(key=lambda s: s["sample"])
-        for i in range(0, len(group), micro_batch):
-            chunk, p = group[i:i + micro_batch], int(group[0]["prompt_len"])
-            resp = [int(s["response_len"]) for s in chunk]
-            seqs = [(1, p + sum(resp))] if shared_prompt else [(len(chunk), p + max(resp))]  # (rows, length)
-            positions += sum(n * L for n, L in seqs)
-            square += sum(n * L * L for n, L in seqs)
-    if not shape:
-        return float(positions)
-    return 2.0 * shape["matmul_params"] * positions + \
-        4.0 * shape["layers"] * shape["heads"] * shape["head_dim"] * square
 
 
 def _durations(events: list[dict], k: int) -> dict:
@@ -132,24 +99,6 @@ def split_weight_sync_s(cell: dict, ws: float) -> float:
     if (prov.get("device") or {}).get("type", "cpu") == "cpu" or not (rate and params and width):
         return ws
     return params * width / rate
-
-
-class Rows(list):
-    """A batch's sample rows whose shards and cost-free replays (decode.replay_counts) are kept with them, so
-    that every SyncMeasurements built on the same rows (rlbench plan prices one logged step at several
-    assumed costs) deals and replays them once."""
-
-    def __init__(self, rows=()):
-        super().__init__(rows)
-        self.memo: dict = {}
-
-
-def _tokens(samples: list[dict]) -> int:
-    """Prompt + response tokens of the rows (kept with Rows: every batch on them asks)."""
-    memo = samples.memo if isinstance(samples, Rows) else {}
-    if "tokens" not in memo:
-        memo["tokens"] = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
-    return memo["tokens"]
 
 
 class SyncMeasurements:
@@ -206,7 +155,7 @@ class SyncMeasurements:
         self.split_ws = ws if split_ws is None else split_ws
         self.micro_batch, self.shape = micro_batch, shape
         self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
-        self.tokens = _tokens(samples)
+        self.tokens = rows_tokens(samples)
         self.measured_rollout, self.iteration = None, None
         self.train_speed = train_speed
         return self
@@ -351,22 +300,6 @@ class SyncMeasurements:
             rank = j % t
             free[rank] = max(free[rank], at if overlap else last) + cost
         return 2 * self.split_ws + max(free + [last]) + self.opt
-
-
-def shape_cost(stats: list[dict]) -> ShapeCost | None:
-    """The decode step's cost by shape from one iteration's generate calls (every worker's), or None where
-    they did not record shapes (results from before, the vLLM backend)."""
-    table: dict = defaultdict(lambda: [0, 0.0])
-    shaped = [s for s in stats if s.get("step_s_by_shape")]
-    if not shaped:
-        return None
-    for s in shaped:
-        for key, (n, sec) in s["step_s_by_shape"].items():
-            b, w = (int(v) for v in key.split(":"))
-            table[(b, w)][0] += n
-            table[(b, w)][1] += sec
-    return ShapeCost(dict(table), shaped[0]["buckets"], int(shaped[0]["window_round"]),
-                     max(int(s["cache_len"]) for s in shaped), shaped[0].get("max_num_seqs"))
 
 
 def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> list[SyncMeasurements]:
