@@ -123,8 +123,8 @@ def test_a_counted_replay_prices_as_the_step_by_step_one():
         assert priced(counts, cost)[1] == pytest.approx(want[1], rel=1e-9, abs=1e-9)
         of = rng.randint(1, 8)
         shards = [[r for r in rows if r["prompt"] % of == i] for i in range(of)]
-        dealt = counts_of(rows, of, 10**6, g, shards)
+        dealt = counts_of(rows, of, 10**6, g, lambda: shards)
         for i, y in enumerate(replay_counts(sh, 10**6, g) for sh in shards):
             x = dealt.counts(i)
             assert (x.done, x.end, x.stretches) == (y.done, y.end, y.stretches)
-        assert totals_of(rows, of, 10**6, shards) == [replay_counts(sh, 10**6, g).end for sh in shards]
+        assert totals_of(rows, of, 10**6) == [replay_counts(sh, 10**6, g).end for sh in shards]

@@ -129,12 +129,12 @@ class Dealt:
         return [f * cost.refill + a * n + b * fl for f, n, fl in self.done]
 
 
-def counts_of(samples: list[dict], of: int, slots: int, g: int, shards: list[list[dict]]) -> Dealt:
-    """replay_counts of every shard i of `of` (shards: prompts i, i + of, ...) at once: where every shard
-    fits its slots, with numpy over the whole batch (_all_at_once's arithmetic, one pass instead of one per
-    worker: a plan for 128 GPUs deals each batch to 128 of them); else shard by shard."""
-    if not samples or max(len(sh) for sh in shards) > slots:
-        each = [replay_counts(sh, slots, g) for sh in shards]
+def counts_of(samples: list[dict], of: int, slots: int, g: int, shards) -> Dealt:
+    """replay_counts of every shard i of `of` (shards(): the samples of prompts i, i + of, ..., each) at once:
+    where every shard fits its slots, with numpy over the whole batch (_all_at_once's arithmetic, one pass
+    instead of one per worker: a plan for 128 GPUs deals each batch to 128 of them); else shard by shard."""
+    if not _fits(samples, of, slots):
+        each = [replay_counts(sh, slots, g) for sh in shards()]
         done = {p: c for counts in each for p, c in counts.done.items()}
         return Dealt(sorted(done), of, [done[p] for p in sorted(done)], lambda: each)
     import numpy as np  # inside: cell processes import this module with the schedules' terms and never count
@@ -163,11 +163,11 @@ def counts_of(samples: list[dict], of: int, slots: int, g: int, shards: list[lis
                  lambda: _as_counts(of, groups.tolist(), done.tolist(), stretches))
 
 
-def totals_of(samples: list[dict], of: int, slots: int, shards: list[list[dict]]) -> list[tuple[int, int, int]] | None:
+def totals_of(samples: list[dict], of: int, slots: int) -> list[tuple[int, int, int]] | None:
     """Each shard's Counts.end alone (refills, decode steps, flight), where every shard fits its slots: a
     sample's sequence is in flight for each of its decode steps, so flight is the shard's steps summed, and a
     refill follows each distinct end. None where a shard waits for slots (counts_of then)."""
-    if not samples or max(len(sh) for sh in shards) > slots:
+    if not _fits(samples, of, slots):
         return None
     import numpy as np  # inside: as counts_of
 
@@ -180,6 +180,15 @@ def totals_of(samples: list[dict], of: int, slots: int, shards: list[list[dict]]
     np.maximum.at(steps, shard, todo)
     flight = np.bincount(shard, weights=todo, minlength=of).astype(np.int64)
     return list(zip((ends + 1).tolist(), steps.tolist(), flight.tolist()))
+
+
+def _fits(samples: list[dict], of: int, slots: int) -> bool:
+    """Every shard of `of` has a slot for each of its samples (and there are samples)."""
+    if not samples:
+        return False
+    import numpy as np  # inside: as counts_of
+
+    return int(np.bincount(_arrays(samples)[0] % of).max()) <= slots
 
 
 def _arrays(samples: list[dict]):

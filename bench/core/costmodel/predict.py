@@ -179,8 +179,7 @@ class SyncMeasurements:
         key = ("counts", of, self.slots, self.g)
         memo = self._shared()
         if key not in memo:
-            self.shard(0, of)
-            memo[key] = counts_of(self.samples, of, self.slots, self.g, memo[of])
+            memo[key] = counts_of(self.samples, of, self.slots, self.g, lambda: [self.shard(i, of) for i in range(of)])
         return memo[key]
 
     def counts(self, i: int, of: int):
@@ -205,9 +204,7 @@ class SyncMeasurements:
             key = ("totals", of, self.slots)
             memo = self._shared()
             if key not in memo:
-                self.shard(0, of)
-                memo[key] = totals_of(self.samples, of, self.slots, memo[of]) or \
-                    [self.counts(i, of).end for i in range(of)]
+                memo[key] = totals_of(self.samples, of, self.slots) or [self.counts(i, of).end for i in range(of)]
             a, b = self.cost.linear
             return [f * self.cost.refill + a * n + b * fl for f, n, fl in memo[key]]
         return [self.arrivals(r, of)[1] for r in range(of)]
@@ -241,8 +238,17 @@ class SyncMeasurements:
         """The prompts of worker i of `of`'s shard, in order (memoized with the rows)."""
         memo = self._shared()
         if ("prompts", of) not in memo:
-            memo[("prompts", of)] = [list(dict.fromkeys(s["prompt"] for s in self.shard(j, of))) for j in range(of)]
+            per = [[] for _ in range(of)]
+            for p in dict.fromkeys(s["prompt"] for s in self.samples):
+                per[p % of].append(p)
+            memo[("prompts", of)] = per
         return memo[("prompts", of)][i]
+
+    def shard_train_s(self, of: int) -> list[float]:
+        """Every worker of `of`'s training seconds for its shard on a colocated rank (the sum of its groups':
+        train_work is counted group by group)."""
+        work = self._group_work_all()
+        return [self.c_tok * sum(work[p] for p in self._prompts(i, of)) for i in range(of)]
 
     def arrivals(self, i: int, of: int) -> tuple[list[tuple[float, float]], float]:
         """Worker i of `of` generating its shard from 0 s: [(when a group's last sample finished, the group's
@@ -285,7 +291,7 @@ class SyncMeasurements:
         the measured count, the model's in-sample check), each generating and training its shard."""
         n = ranks or self.n
         roll = self.rollout_s(n)
-        train = [self.train_s(self.shard(r, n)) for r in range(n)]
+        train = self.shard_train_s(n)
         return self.ws + max(a + b for a, b in zip(roll, train)) + self.opt, statistics.fmean(roll)
 
     def async_time(self, r: int, t: int, overlap: bool = True) -> float:
