@@ -109,6 +109,78 @@ def test_killed_run_leaves_nothing(tmp_path, method):
     assert res["status"] == "interrupted" and len(res["iterations"]) >= 2, err[-3000:]  # saved what it measured
 
 
+@pytest.fixture
+def loaded_machine():
+    """About ten runnable processes on the machine beside the test's run (a load average near 10 on 2 cores,
+    as a busy shared machine had when fork servers and resource trackers outlived a killed run by minutes):
+    busy loops in a session of their own, ended after the test."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(HOGS)]
+    yield hogs
+    for h in hogs:
+        h.kill()
+        h.wait()
+
+
+HOGS = 8  # busy loops beside the run: with its own processes, about ten runnable on the machine
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_killed_run_on_a_loaded_machine_leaves_nothing_and_no_fork_server(tmp_path, method, loaded_machine):
+    """SIGKILL to `rlbench run` while the machine is loaded: within GONE_WITHIN_S nothing of the run is left,
+    its fork servers (each dies with its client by the parent-death signal, however many copies of the
+    client's life line are still open in processes it forked that have not let go of it yet) and resource
+    trackers included."""
+    proc, mark = start(tmp_path, "run.iterations=100000", env={"RLBENCH_START": method})
+    wait_for_iterations(proc, tmp_path)
+    assert all(h.poll() is None for h in loaded_machine)  # still loading it when the run is killed
+    proc.kill()
+    proc.wait()
+    left = left_after(mark, time.monotonic())
+    assert left == [], (left, os.getloadavg())
+
+
+def test_a_fork_server_dies_with_its_client_whoever_holds_its_life_line(tmp_path):
+    """A fork server started as a fork of its client (starting._fork_server), a process it forked still
+    holding the client's life line (as one does until it lets go of it, starting.detach): the client killed,
+    the server is gone at once (it lived until that process let go: minutes, on a loaded machine)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(SERVER_PROBE)
+    client = subprocess.Popen([sys.executable, str(probe)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True, env=clean_env())
+    _STARTED.append(client)
+    server, child = (int(v) for v in client.stdout.readline().split())
+    assert procs.parent_pid(server) == client.pid and procs.parent_pid(child) == server
+    os.kill(client.pid, signal.SIGKILL)
+    client.wait()
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while procs.parent_pid(server) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert procs.parent_pid(server) is None
+    try:
+        os.kill(child, signal.SIGKILL)  # the holder of the life line, which no longer keeps anything alive
+    except ProcessLookupError:
+        pass
+
+
+# The client: a fork server forked from it, a process of the server's that keeps the client's life line open
+# (never detaches) and sleeps; prints their pids and waits to be killed.
+SERVER_PROBE = """
+import multiprocessing as mp, os, sys, time
+from rlbench.core.devices import starting
+
+def hold():
+    time.sleep(600)
+
+if __name__ == "__main__":
+    starting._fork_server()  # nothing preloaded: the server's life, not its imports, is what is tested
+    p = mp.get_context("forkserver").Process(target=hold, daemon=False)
+    p.start()
+    print(starting.server_pid(), p.pid, flush=True)
+    time.sleep(600)
+"""
+
+
 def test_ctrl_c_exits_130_keeps_iterations_and_leaves_nothing(tmp_path):
     """SIGINT to the process group, as a terminal's Ctrl-C sends it: exit 130, the cell's measured
     iterations kept with status interrupted, the report still written, no process left."""

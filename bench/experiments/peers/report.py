@@ -86,7 +86,7 @@ def _cpu_row(r: dict) -> list[str]:
 
 
 THAN = {"wins": "faster than it", "loses": "slower than it", "even": "even with it",
-        "too few": "not called (too few iterations)"}
+        "too few": "not called (too few iterations)", "not called": "not called (the cells ran one after another)"}
 
 
 def sentences(frame: pd.DataFrame) -> list[str]:
