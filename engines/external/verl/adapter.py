@@ -147,7 +147,8 @@ class _Setup:
     def _results(self, status, error, versions, run, t0: float, left: list[int]) -> dict:
         res = parse_verl_jsonl(self.metrics, self.cfg, self.devices, version=versions.get("verl"), cell=self.name,
                                schedule=self.schedule, verl_gpus=recipes.throughput_gpus(self.options, self.cfg),
-                               recipe=self.options.recipe)
+                               recipe=self.options.recipe,
+                               stage_devices=recipes.stage_devices(self.options, self.cfg))
         if status != "complete":
             res["status"] = status
         elif res["status"] != "complete":

@@ -65,7 +65,7 @@ def staleness(data: dict, before: dict | None, recipe: str | None) -> tuple[int,
 
 
 def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float,
-               stale: tuple[int, float] = (0, 0.0)) -> dict:
+               stale: tuple[int, float] = (0, 0.0), stage_devices=None) -> dict:
     """Iteration k's record from VERL's metrics of its training step logged as `step` (its sync trainer logs
     step k+1; the fully-async recipe logs the weight version)."""
     wall = float(data.get("perf/time_per_step", data["timing_s/step"]))
@@ -74,7 +74,9 @@ def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float,
     samples = round(tokens / (p_mean + r_mean)) if p_mean is not None and r_mean else cfg.batch_size
     prompt_tokens = int(round(p_mean * samples)) if p_mean is not None else 0
     timing = {k.removeprefix("timing_s/"): float(v) for k, v in data.items() if k.startswith("timing_s/")}
-    stage_s = {STAGE_MAP[k].value: v for k, v in timing.items() if k in STAGE_MAP}
+    # device-seconds, as rlbench's stage_s sums its workers': a VERL stage's wall seconds x the devices it holds
+    per = stage_devices or (lambda stage: n_gpus)
+    stage_s = {STAGE_MAP[k].value: v * per(STAGE_MAP[k]) for k, v in timing.items() if k in STAGE_MAP}
     acc = eval_accuracy(data)
     return make_iteration(
         iteration=k, start=start, wall_s=wall, num_samples=samples, prompt_tokens=prompt_tokens,
@@ -94,19 +96,22 @@ def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float,
 
 
 def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = None, cell: str = "verl",
-                     schedule: str | None = None, verl_gpus: int | None = None, recipe: str | None = None) -> dict:
+                     schedule: str | None = None, verl_gpus: int | None = None, recipe: str | None = None,
+                     stage_devices=None) -> dict:
     """A VERL FileLogger JSONL -> an rlbench cell results dict.
 
     n_gpus: all GPUs of the run (VERL's resource pools), the TPSPD divisor. verl_gpus: the GPUs VERL's own
     perf/throughput divides by, where it counts fewer (its one-step-off recipe: the trainer's pool only).
     Iteration k is the k-th training step logged; evals[i]["iteration"] is the steps trained before it, VERL's own
     step number of a validation (0 = before training), as rlbench counts them. recipe (recipes.VerlOptions):
-    how the samples' staleness is read.
+    how the samples' staleness is read. stage_devices(stage) -> the devices a stage holds (default: all n_gpus,
+    VERL's hybrid engine): its seconds count that many times, as rlbench sums its workers' stage seconds.
     """
     iterations, evals, t, before = [], [], 0.0, None
     for step, data in read_verl_jsonl(path):
         if is_training_step(data) and len(iterations) < cfg.run.iterations:  # a recipe may train one more
-            it = _iteration(len(iterations), step, data, cfg, n_gpus, t, staleness(data, before, recipe))
+            it = _iteration(len(iterations), step, data, cfg, n_gpus, t, staleness(data, before, recipe),
+                            stage_devices)
             iterations.append(it)
             t, before = it["end"] + float(data.get("timing_s/testing", 0.0)), data
         acc = eval_accuracy(data)
