@@ -149,15 +149,17 @@ def _paired(cell: dict, ref: dict) -> float:
                              if not it.get("warmup") and it["iteration"] in ours)
 
 
-def verl_pair(run_dir: Path) -> list[dict]:
+def verl_pair(run_dir: Path, speed: float | None = None) -> list[dict]:
     """(c): each VERL recipe cell's measured speedup over VERL's sync against the plan's from VERL's sync log
-    and from rlbench's sync run (sync@verl), at 1 rollout + 1 training device."""
+    and from rlbench's sync run (sync@verl), at 1 rollout + 1 training device; speed: the split pool's training
+    speed per device stated (--assume train-speed), else the plan's default."""
     cells = {c["cell"]: c for c in schema.load_run(run_dir)}
     verl, ref = cells["verl"], cells["sync@verl"]
     base = _paired(verl, ref)  # VERL's sync over rlbench's sync beside it
     n = verl["iterations"][0]["devices"]
-    from_verl = plan_input(read_log(Path(verl["_dir"]) / "verl_metrics.jsonl"), n)[0]
-    from_ours = plan_input(read_log(Path(ref["_dir"]) / schema.RESULTS), n)[0]
+    stated = {"train-speed": speed} if speed else None
+    from_verl = plan_input(read_log(Path(verl["_dir"]) / "verl_metrics.jsonl"), n, stated=stated)[0]
+    from_ours = plan_input(read_log(Path(ref["_dir"]) / schema.RESULTS), n)[0]  # measured: nothing assumed
     out = []
     for name, label in VERL_ROWS.items():
         if name not in cells:
@@ -251,7 +253,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="*", type=Path, default=[])
     ap.add_argument("--published", action="store_true")
-    ap.add_argument("--verl", type=Path, help="(c) a `--ablation verl` run folder")
+    ap.add_argument("--verl", type=Path, help="(c) a `--ablation verl` run folder (with --train-speed X: that "
+                    "training speed stated)")
     ap.add_argument("--no-roofline", action="store_true", help="(b) with the defaults, without --model/--device")
     ap.add_argument("--source-speed", choices=["own", "others"], help="(b) with a split pool's training speed "
                     "stated (--assume train-speed): each pair's own source's (the error that quantity accounts "
@@ -259,7 +262,7 @@ def main() -> None:
     ap.add_argument("--train-speed", type=float, nargs="+", metavar="X", help="(b) one stated training speed "
                     "for every pair, each X in turn: the median error a single value gives")
     args = ap.parse_args()
-    for x in args.train_speed or []:
+    for x in [] if args.verl else args.train_speed or []:
         errors = [abs(v["predicted"] / v["published_step"] - 1) * 100
                   for v in published(not args.no_roofline, x)]
         print(f"train-speed {x:g} for every pair: median absolute error {statistics.median(errors):.0f}% "
@@ -279,7 +282,7 @@ def main() -> None:
         body = [[v["cell"], v["row"], f"{v['tpspd']:.0f}", f"{v['measured']:.2f}×", f"{v['from_verl']:.2f}×",
                  "–" if v["verl_low"] is None else f"{v['verl_low']:.2f}–{v['verl_high']:.2f}×",
                  _pct(v["from_verl"], v["measured"]), f"{v['from_ours']:.2f}×", _pct(v["from_ours"], v["measured"])]
-                for v in verl_pair(args.verl)]
+                for v in verl_pair(args.verl, (args.train_speed or [None])[0])]
         print(_md(["cell", "plan row", "TPSPD", "measured over VERL sync", "plan from VERL's log", "interval",
                    "error", "plan from rlbench's sync", "error"], body))
     if args.published:
