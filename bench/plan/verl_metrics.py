@@ -2,7 +2,7 @@
 
 The keys are VERL's (verl/trainer/ppo/metric_utils.py compute_timing_metrics and compute_data_metrics,
 compute_throughout_metrics; the stage timers of its `marked_timer` inside `step`), as rlbench's VERL adapter
-reads them (engines/external/verl.py):
+reads them (engines/external/verl/metrics.py):
 
     timing_s/step                 the step's seconds (required)
     timing_s/gen                  generation (required: the plan's rollout)
