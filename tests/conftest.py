@@ -44,10 +44,23 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook in each worker, which reads the groups
 def pytest_collection_modifyitems(config, items):
+    _leave_out_slow(config, items)
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_SHARED_RUNS.get(item.path.name, item.path.name)))
+
+
+def _leave_out_slow(config, items) -> None:
+    """Tests marked `slow` (what measures rather than checks, the rebuild of a shipped artefact) run only
+    where the marker expression names them (`-m slow`, `-m "slow or e2e"`): the default run and the inner
+    loop (`-m "not e2e"`) leave them out, reported as deselected."""
+    if "slow" in (config.option.markexpr or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
