@@ -181,7 +181,10 @@ def test_lines_fit_the_window_and_never_pass_100_columns(monkeypatch, columns):
     board = Board(True, stream=io.StringIO())
     board.open("periodic_async_barrier_with_a_long_name")
     cell = board.cells["periodic_async_barrier_with_a_long_name"]
-    board._update(cell, "iteration", 12, 20, "TPSPD 3529, reward 0.41, pass@1 0.13, and more to say " * 2)
+    note = "TPSPD 3529, reward 0.41, pass@1 0.13, and a value too many to fit, one more"
+    board._update(cell, "iteration", 12, 20, note)
     line = board._line(cell)
-    assert len(line) == min(columns - 1, WIDTH)
-    assert "12/20" in line
+    assert len(line) <= min(columns - 1, WIDTH) and "iteration 12/20" in line
+    shown = line.partition("0:00")[2].strip()
+    assert all(value in note.split(", ") for value in shown.split(", ") if shown)  # whole values only
+    assert ("pass@1 0.13" in shown) == (columns > 60)  # as many as fit

@@ -241,19 +241,24 @@ class Board:
         """One cell's line: name, bar, count, clock, the latest values; cut to the window's width."""
         head = f"{cell.name[:self._name_width]:<{self._name_width}}"
         if cell.total:
-            text = f"{head}  {_bar(cell.done / cell.total, 16)} {cell.what} {cell.done}/{cell.total}  {_clock(cell)}"
-            text += f"  {cell.note}"
-        else:
-            text = f"{head}  {cell.what}  {_clock(cell)}"
-        return text.rstrip()[:self._width()]
+            count = f"{_bar(cell.done / cell.total, 12)} {cell.what} {cell.done}/{cell.total}"
+            return self._fit(f"{head}  {count}  {_clock(cell)}", cell.note)
+        return self._fit(f"{head}  {cell.what}  {_clock(cell)}", "")
 
     def _final_line(self, cell: _Cell) -> str:
         """The line a cell leaves when it ends: its outcome, iterations and time, its last values."""
         outcome = "done" if cell.ended == 0 else f"ended with exit code {cell.ended}"
         its = f"{cell.iterations[0]}/{cell.iterations[1]} iterations" if cell.iterations else "no iteration"
-        note = f"  {cell.note}" if cell.iterations else ""
         head = f"{cell.name[:self._name_width]:<{self._name_width}}"
-        return f"{head}  {outcome}: {its} in {_clock(cell)}{note}"[:self._width()] + "\n"
+        return self._fit(f"{head}  {outcome}: {its} in {_clock(cell)}", cell.note if cell.iterations else "") + "\n"
+
+    def _fit(self, text: str, note: str) -> str:
+        """text and as many of the note's values (", "-separated) as the width holds; text cut if it alone
+        is wider."""
+        width, items = self._width(), note.split(", ") if note else []
+        while items and len(f"{text}  {', '.join(items)}") > width:
+            items.pop()
+        return (f"{text}  {', '.join(items)}" if items else text)[:width]
 
     def _width(self) -> int:
         return min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns - 1)
