@@ -5,11 +5,14 @@ a small screen model that understands the three things the board writes (text, n
 sequences that move up and clear)."""
 from __future__ import annotations
 
+import fcntl
 import io
 import multiprocessing
 import os
 import re
+import struct
 import sys
+import termios
 import threading
 import time
 
@@ -89,6 +92,7 @@ def _run_cells(board: Board, while_running=None) -> None:
 def _pty_board():
     """(a Board drawing on a pseudo-terminal, a function -> the screen so far)."""
     master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))  # a 100 x 30 window
     stream = os.fdopen(slave, "w", encoding="utf-8")
     screen, lock = Screen(), threading.Lock()
 
@@ -179,6 +183,7 @@ def test_a_cell_that_fails_says_so(monkeypatch):
 def test_lines_fit_the_window_and_never_pass_100_columns(monkeypatch, columns):
     monkeypatch.setattr("shutil.get_terminal_size", lambda fallback=None: os.terminal_size((columns, 24)))
     board = Board(True, stream=io.StringIO())
+    board.live = True  # drawn on a terminal of that width (whose size only the environment says)
     board.open("periodic_async_barrier_with_a_long_name")
     cell = board.cells["periodic_async_barrier_with_a_long_name"]
     note = "TPSPD 3529, reward 0.41, pass@1 0.13, and a value too many to fit, one more"

@@ -14,6 +14,7 @@ warm start or its iterations and when it ends: no control characters, no per-ste
 """
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
@@ -25,7 +26,7 @@ from multiprocessing.connection import wait
 
 WIDTH = 100  # the widest line drawn, whatever the terminal's width
 SEND_EVERY_S = 0.2  # a cell sends a count at most this often (its last one always)
-REDRAW_EVERY_S = 1.0  # the clock of every line moves even when no cell reports
+REDRAW_S = 0.2  # the lines are redrawn this often, whether or not a cell reported (their clocks move)
 
 
 class Reporter:
@@ -178,23 +179,30 @@ class Board:
     # ------------------------------------------------------------- the board's thread
 
     def _loop(self) -> None:
+        """Read what the cells send, redraw at most every REDRAW_S (and at least: the clocks move); once
+        stopped, read what is left and end (a pipe an orphaned worker still holds is not waited for)."""
         last = 0.0
-        while not self._stop.is_set() or self._readers:
+        while True:
             with self._lock:
-                readers = list(self._readers)
-            if not readers:
-                if self._stop.is_set():
-                    return
-                time.sleep(0.1)
+                readers = [c for c in self._readers if not c.closed]
+            if not readers and self._stop.is_set():
+                return
+            ready = []
+            try:
+                if readers:
+                    ready = wait(readers, timeout=REDRAW_S)
+                else:
+                    time.sleep(REDRAW_S)
+            except OSError:  # a pipe closed meanwhile: a cell's last messages read by `ended`
                 continue
-            for conn in wait(readers, timeout=0.2):
+            for conn in ready:
                 self._read(conn)
-            if self.live and time.monotonic() - last > REDRAW_EVERY_S / 5:
+            if self.live and time.monotonic() - last >= REDRAW_S:
                 with self._lock:
                     self._redraw()
                 last = time.monotonic()
-            if self._stop.is_set() and not wait(readers, timeout=0):
-                return  # every write end may outlive the run (an orphaned worker): do not wait for them
+            if self._stop.is_set() and not ready:
+                return
 
     def _read(self, conn) -> None:
         """One message or chunk of text from a cell (or from rlbench run's own standard error)."""
@@ -261,7 +269,15 @@ class Board:
         return (f"{text}  {', '.join(items)}" if items else text)[:width]
 
     def _width(self) -> int:
-        return min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns - 1)
+        """The widest line for the terminal drawn on (one column short of its width: a line that fills it
+        moves some terminals' cursor to the next line), never past WIDTH; WIDTH where it is no terminal."""
+        if not self.live:
+            return WIDTH
+        try:
+            columns = os.get_terminal_size(self._out if self._out is not None else self.stream.fileno()).columns
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            columns = 0  # not a terminal, or one that does not say
+        return min(WIDTH, (columns or shutil.get_terminal_size((WIDTH + 1, 24)).columns) - 1)
 
     def _redraw(self) -> None:
         if not self.live:
