@@ -24,13 +24,16 @@ _SHARED_RUNS = {"test_cli_run.py": "ladder", "test_placement.py": "ladder", "tes
                 "test_schedule_registry.py": "families"}
 
 
-# The groups with the longest runs start first, longest first (their seconds in a run of the suite, 2026-11-27:
-# the ladder group with the Ray runs ~650, the rest 230 to 40), so that neither process is left with one of
-# them at the end while the other idles; the order of the tests inside a file is kept.
-_LONGEST_FIRST = ("test_ray.py", "test_process_hygiene.py", "test_gpu_session.py", "test_trl_peer.py",
-                  "test_families.py", "test_against.py", "test_equivalence.py", "test_resume.py", "test_watchdog.py",
-                  "test_regime.py", "test_partial_rollout.py", "test_curves.py", "test_launch.py", "test_seed_pool.py",
-                  "test_weight_file.py", "test_accuracy_config.py", "test_interleave_run.py", "test_pairs.py",
+# The groups with the longest runs start first, longest first (their seconds in a run of the suite on a 2-core
+# AMD EPYC, 2026-12-07: the ladder group with the Ray runs ~290, process hygiene ~190, the rest 50 to 10), so
+# that neither process is left with one of them at the end while the other idles; the order of the tests
+# inside a file is kept. The `slow` tier's (test_gpu_session.py's rehearsal) lead when it runs.
+_LONGEST_FIRST = ("test_gpu_session.py", "test_shipped_warmstart.py", "test_ray.py", "test_process_hygiene.py",
+                  "test_trl_peer.py", "test_against.py", "test_compile.py", "test_trl_ablation.py",
+                  "test_families.py", "test_regime.py", "test_equivalence.py", "test_accuracy_config.py",
+                  "test_resume.py", "test_starting.py", "test_trl_loss.py", "test_watchdog.py",
+                  "test_partial_rollout.py", "test_curves.py", "test_launch.py", "test_seed_pool.py",
+                  "test_weight_file.py", "test_interleave_run.py", "test_pairs.py",
                   "test_vllm_runs.py", "test_vllm_cpu.py")  # the last two: .ci/run's vLLM step
 
 
