@@ -9,8 +9,7 @@ PYTHONDONTWRITEBYTECODE is set (as on the project's machines), never writes the 
 processes would compile torch and transformers again (about 6 s of CPU each time).
 
 Each group imports in its own interpreter, with bytecode writing on, beside the others (both cores); a
-package whose own processes import much of it (Ray's, for the tests) is compiled whole by one more. A
-module imported later that none of them covers is compiled as before, where it is imported.
+module imported later that no group names is compiled as before, where it is imported.
 """
 from __future__ import annotations
 
@@ -41,22 +40,15 @@ DEV = {
             "ray._private.runtime_env.agent.main", "ray._private.log_monitor"),
     "peers": ("trl", "trl.trainer.grpo_trainer", "datasets", "accelerate", "wandb"),
 }
-# Packages compiled whole (`--dev`), less the subfolders the pattern names: Ray starts processes of its own
-# at every start (its workers, dashboard and agents), each importing hundreds of its modules; rlbench
-# never imports the libraries built on it.
-FOLDERS = {"ray": r"[/\\]ray[/\\](rllib|data|train|tune|serve|air)[/\\]"}
 
 
-def compile_groups(groups: dict, python: str = sys.executable, environ=None, folders: dict | None = None) -> list[str]:
-    """Import each group in its own interpreter, and compile each of `folders` ({package: pattern of paths
-    left out}) in one more, all at once; -> the groups and packages that failed (a module this environment
-    lacks: an optional extra not installed), whose modules compile later, where imported."""
+def compile_groups(groups: dict, python: str = sys.executable, environ=None) -> list[str]:
+    """Import each group in its own interpreter, all at once; -> the groups that failed (a module this
+    environment lacks: an optional extra not installed), whose modules compile later, where imported."""
     env = {k: v for k, v in (os.environ if environ is None else environ).items() if k != "PYTHONDONTWRITEBYTECODE"}
-    codes = {**{name: _importing(mods) for name, mods in groups.items()},
-             **{name: _compiling(name, skip) for name, skip in (folders or {}).items()}}
-    procs = {name: subprocess.Popen([python, "-c", code], env=env, stdout=subprocess.DEVNULL,
+    procs = {name: subprocess.Popen([python, "-c", _importing(mods)], env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
-             for name, code in codes.items()}
+             for name, mods in groups.items()}
     return [name for name, proc in procs.items() if proc.wait() != 0]
 
 
@@ -69,20 +61,10 @@ def _importing(modules) -> str:
             "sys.exit(failed)\n")
 
 
-def _compiling(package: str, skip: str) -> str:
-    """Code that compiles a package's folder, less the paths `skip` matches (without importing it)."""
-    return ("import compileall, importlib.util, re, sys\n"
-            f"spec = importlib.util.find_spec({package!r})\n"
-            "if spec is None: sys.exit(1)\n"
-            f"ok = compileall.compile_dir(spec.submodule_search_locations[0], quiet=1, rx=re.compile({skip!r}))\n"
-            "sys.exit(0 if ok else 1)\n")
-
-
 def main(argv: list[str]) -> int:
-    dev = "--dev" in argv
-    groups = {**RUN, **(DEV if dev else {})}
+    groups = {**RUN, **(DEV if "--dev" in argv else {})}
     t = time.monotonic()
-    failed = compile_groups(groups, folders=FOLDERS if dev else None)
+    failed = compile_groups(groups)
     note = f" (not all importable here: {', '.join(failed)})" if failed else ""
     print(f"compiled the bytecode of {len(groups)} groups of imports in {time.monotonic() - t:.0f} s{note}")
     return 0

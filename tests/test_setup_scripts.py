@@ -85,17 +85,11 @@ def test_compile_imports_writes_the_bytecode_of_what_a_group_imports_and_names_a
     """scripts/compile_imports.py: a group's modules get their .pyc even where PYTHONDONTWRITEBYTECODE is set
     (as on the project's machines); a module that is missing fails its group, not the others."""
     (tmp_path / "made_here.py").write_text("X = 1\n")
-    for sub in ("core", "library"):  # a package compiled whole, but for its library folder
-        (tmp_path / "whole" / sub).mkdir(parents=True)
-        (tmp_path / "whole" / sub / "mod.py").write_text("Y = 2\n")
-    (tmp_path / "whole" / "__init__.py").write_text("")
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path)}
     failed = _compile_imports().compile_groups({"ours": ("made_here",), "absent": ("no_such_module_here",)},
-                                               environ=env, folders={"whole": r"/library/"})
+                                               environ=env)
     assert failed == ["absent"]
     assert [p.name.split(".")[0] for p in (tmp_path / "__pycache__").iterdir()] == ["made_here"]
-    assert (tmp_path / "whole" / "core" / "__pycache__").is_dir()
-    assert not (tmp_path / "whole" / "library" / "__pycache__").exists()
 
 
 def test_the_modules_compile_imports_names_exist():
