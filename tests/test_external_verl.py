@@ -1,7 +1,7 @@
 """VERL adapter: command, data, metrics parsing, reward parity; checked against VERL's own code.
 
 The fixtures in tests/fixtures/external were produced by VERL 0.9.1's code (README there). The
-`live` tests re-run VERL's code through .venv-verl (scripts/verl_env.sh) and skip without it.
+`live` tests re-run VERL's code through .venv-verl (bash scripts/setup.sh --verl) and skip without it.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlbench.core.config_files import build_config
-from rlbench.engines.external import verl
+from rlbench.engines.external.verl import adapter, command, data, metrics, venv
 from rlbench.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ FIX = ROOT / "tests" / "fixtures" / "external"
 META = json.loads((FIX / "verl_fixture_meta.json").read_text())
 VERL_PY = Path(os.environ.get("RLBENCH_VERL_PYTHON", ROOT / ".venv-verl" / "bin" / "python"))
 live = pytest.mark.skipif(not VERL_PY.is_file(), reason=f"no VERL venv at {VERL_PY} (run "
-                          "scripts/verl_env.sh, or set RLBENCH_VERL_PYTHON): VERL's own code not available")
+                          "bash scripts/setup.sh --verl, or set RLBENCH_VERL_PYTHON): VERL's own code not available")
 
 
 def hf_cfg(**run):
@@ -53,7 +53,7 @@ def problems():
 
 
 def test_command_maps_config_to_verl_keys(tmp_path):
-    argv = verl.verl_command(hf_cfg(), tmp_path / "t.parquet", tmp_path / "v.parquet", tmp_path / "m.jsonl",
+    argv = command.verl_command(hf_cfg(), tmp_path / "t.parquet", tmp_path / "v.parquet", tmp_path / "m.jsonl",
                              n_gpus=8, nnodes=2, max_prompt_length=320)
     assert argv[1:3] == ["-m", "verl.trainer.main_ppo"]
     o = overrides(argv)
@@ -77,45 +77,45 @@ def test_command_maps_config_to_verl_keys(tmp_path):
 
 
 def test_command_eval_every_zero_validates_only_at_the_end(tmp_path):
-    o = overrides(verl.verl_command(hf_cfg(eval_every=0), "t", "v", tmp_path / "m", 1))
+    o = overrides(command.verl_command(hf_cfg(eval_every=0), "t", "v", tmp_path / "m", 1))
     assert o["trainer.test_freq"] == "10"
 
 
 def test_command_quotes_odd_paths_and_rejects_bad_configs(tmp_path):
-    o = overrides(verl.verl_command(hf_cfg(), "/data/my train.parquet", "v", tmp_path / "m", 1))
+    o = overrides(command.verl_command(hf_cfg(), "/data/my train.parquet", "v", tmp_path / "m", 1))
     assert o["data.train_files"] == "'/data/my train.parquet'"
     with pytest.raises(UserError, match="model.path"):
-        verl.verl_command(build_config({}), "t", "v", "m", 1)
+        command.verl_command(build_config({}), "t", "v", "m", 1)
     bad = build_config({"model": {"kind": "hf", "path": "/m"}, "train": {"prompts_per_iteration": 6,
                                                                          "ppo_mini_batches": 4}})
     with pytest.raises(UserError, match="ppo_mini_batches"):
-        verl.verl_command(bad, "t", "v", "m", 1)
+        command.verl_command(bad, "t", "v", "m", 1)
 
 
 def test_parquet_has_verl_gsm8k_layout(tmp_path):
     import pandas as pd
     import pyarrow.parquet as pq
 
-    path = verl.write_verl_parquet(problems(), tmp_path / "train.parquet", split="train")
+    path = data.write_verl_parquet(problems(), tmp_path / "train.parquet", split="train")
     df = pd.read_parquet(path)
     assert list(df.columns) == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
     row = df.iloc[1]
     assert row["data_source"] == "openai/gsm8k" and row["ability"] == "math"
     assert [dict(m) for m in row["prompt"]] == [{"role": "user", "content": problems()[1].question + " "
-                                                 + verl.INSTRUCTION}]
+                                                 + data.INSTRUCTION}]
     assert row["reward_model"] == {"style": "rule", "ground_truth": "1200"}
     assert row["extra_info"] == {"split": "train", "index": 1, "answer": "1200*1=1200\n#### 1200",
                                  "question": problems()[1].question}
     schema = pq.read_schema(path)
     assert str(schema.field("prompt").type) == "list<element: struct<role: string, content: string>>"
-    custom = verl.write_verl_parquet(problems(), tmp_path / "c.parquet", prompt_fn=lambda p: "Q: " + p.question)
+    custom = data.write_verl_parquet(problems(), tmp_path / "c.parquet", prompt_fn=lambda p: "Q: " + p.question)
     assert pd.read_parquet(custom).iloc[0]["prompt"][0]["content"].startswith("Q: Tom")
-    assert verl.prompt_token_bound(problems()) % 64 == 0 and verl.prompt_token_bound(problems()) > 128
+    assert data.prompt_token_bound(problems()) % 64 == 0 and data.prompt_token_bound(problems()) > 128
 
 
 def check_against_fixture(res: dict, path: Path, n_gpus: int) -> None:
     """Iteration records agree with the raw VERL lines they came from (TPSPD formulas agree)."""
-    raw = {s: d for s, d in verl.read_verl_jsonl(path)}
+    raw = {s: d for s, d in metrics.read_verl_jsonl(path)}
     assert [it["iteration"] for it in res["iterations"]] == list(range(META["steps"]))
     for it in res["iterations"]:
         d = raw[it["iteration"] + 1]
@@ -140,7 +140,7 @@ def test_parse_fixture_into_rlbench_schema(tmp_path):
     from rlbench.core.results.schema import RESULTS, atomic_write_json, load_cell
     from rlbench.run.cell import CellRun
 
-    res = verl.parse_verl_jsonl(FIX / "verl_metrics.jsonl", fixture_cfg(), n_gpus=META["n_gpus"], version="0.9.1")
+    res = metrics.parse_verl_jsonl(FIX / "verl_metrics.jsonl", fixture_cfg(), n_gpus=META["n_gpus"], version="0.9.1")
     check_against_fixture(res, FIX / "verl_metrics.jsonl", META["n_gpus"])
     assert res["cell"] == "verl" and res["provenance"] == {"framework": "verl", "version": "0.9.1"}
     assert res["iterations"][0]["warmup"] and not res["iterations"][1]["warmup"]
@@ -153,7 +153,7 @@ def test_parse_fixture_into_rlbench_schema(tmp_path):
 
 
 def test_wrong_device_count_is_flagged():
-    res = verl.parse_verl_jsonl(FIX / "verl_metrics.jsonl", fixture_cfg(), n_gpus=META["n_gpus"] * 2)
+    res = metrics.parse_verl_jsonl(FIX / "verl_metrics.jsonl", fixture_cfg(), n_gpus=META["n_gpus"] * 2)
     assert len(res["warnings"]) == META["steps"]
     assert all(it["external"]["tpspd_check"]["agree"] is False for it in res["iterations"])
     assert res["iterations"][0]["external"]["tpspd_check"]["rel_diff"] == pytest.approx(0.5)
@@ -163,19 +163,20 @@ def test_cut_short_log_keeps_measured_steps(tmp_path):
     lines = (FIX / "verl_metrics.jsonl").read_text().splitlines()
     cut = tmp_path / "m.jsonl"
     cut.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])
-    res = verl.parse_verl_jsonl(cut, fixture_cfg(), META["n_gpus"])
+    res = metrics.parse_verl_jsonl(cut, fixture_cfg(), META["n_gpus"])
     assert len(res["iterations"]) == 2 and res["status"] == "incomplete"
-    assert verl.parse_verl_jsonl(tmp_path / "absent.jsonl", fixture_cfg(), 1)["iterations"] == []
+    assert metrics.parse_verl_jsonl(tmp_path / "absent.jsonl", fixture_cfg(), 1)["iterations"] == []
 
 
 def test_run_verl_without_verl_is_a_user_error(tmp_path, monkeypatch):
-    real = verl.importlib.util.find_spec
-    monkeypatch.setattr(verl.importlib.util, "find_spec", lambda n, *a: None if n == "verl" else real(n, *a))
+    monkeypatch.setattr(venv, "checkout_root", lambda: tmp_path)  # no .venv-verl there
+    monkeypatch.setattr(venv, "_importable_here", lambda name: False)
     with pytest.raises(UserError) as e:
-        verl.run_verl(hf_cfg(), tmp_path)
-    assert str(e.value) == ("--engine verl needs VERL installed (pip install 'rlbench[verl]' on a GPU machine, "
-                            "or use Dockerfile.gpu); not found in this environment")
-    assert e.value.exit_code == 2 and not any(tmp_path.iterdir())
+        adapter.run_verl(hf_cfg(), tmp_path / "run")
+    assert "bash scripts/setup.sh --verl" in str(e.value) and e.value.exit_code == 2
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UserError, match="engine.verl_python=/nowhere/python: no such Python"):
+        adapter.run_verl(build_config({"engine": {"verl_python": "/nowhere/python"}}), tmp_path / "run")
 
 
 def test_gsm8k_reward_matches_verl_compute_score():
@@ -200,11 +201,11 @@ def run_verl_py(*args: str, stdin: str | None = None, cache: Path | None = None)
 @live
 def test_live_verl_regenerates_fixture_and_parser_agrees(tmp_path):
     run_verl_py("scripts/make_verl_fixture.py", str(tmp_path))
-    res = verl.parse_verl_jsonl(tmp_path / "verl_metrics.jsonl", fixture_cfg(), META["n_gpus"])
+    res = metrics.parse_verl_jsonl(tmp_path / "verl_metrics.jsonl", fixture_cfg(), META["n_gpus"])
     check_against_fixture(res, tmp_path / "verl_metrics.jsonl", META["n_gpus"])
 
     def keys(path):
-        return [sorted(d) for _, d in verl.read_verl_jsonl(path)]
+        return [sorted(d) for _, d in metrics.read_verl_jsonl(path)]
     assert keys(tmp_path / "verl_metrics.jsonl") == keys(FIX / "verl_metrics.jsonl")  # no drift in VERL's keys
     assert json.loads((tmp_path / "verl_gsm8k_scores.json").read_text()) == \
         json.loads((FIX / "verl_gsm8k_scores.json").read_text())
@@ -213,36 +214,48 @@ def test_live_verl_regenerates_fixture_and_parser_agrees(tmp_path):
 @live
 def test_live_verl_accepts_command_and_parquet(tmp_path):
     cfg = hf_cfg()
-    data = verl.write_verl_parquet(problems(), tmp_path / "train.parquet")
-    argv = verl.verl_command(cfg, data, data, tmp_path / "m.jsonl", n_gpus=4, max_prompt_length=320)
+    parquet = data.write_verl_parquet(problems(), tmp_path / "train.parquet")
+    argv = command.verl_command(cfg, parquet, parquet, tmp_path / "m.jsonl", n_gpus=4, max_prompt_length=320)
     checked = json.loads(run_verl_py("scripts/verl_check.py", "command", stdin=json.dumps(argv)).splitlines()[-1])
     resolved = checked["resolved"]
-    for key, value in verl.verl_overrides(cfg, data, data, tmp_path / "m.jsonl", 4, max_prompt_length=320).items():
+    for key, value in command.verl_overrides(cfg, parquet, parquet, tmp_path / "m.jsonl", 4, max_prompt_length=320).items():
         want = list(value) if isinstance(value, tuple) else value
         assert resolved[key.lstrip("+")] == want, key
     assert checked["use_reference_policy"] is True and checked["use_critic"] is False
-    rows = json.loads(run_verl_py("scripts/verl_check.py", "parquet", str(data),
+    rows = json.loads(run_verl_py("scripts/verl_check.py", "parquet", str(parquet),
                                   cache=tmp_path / "hf").splitlines()[-1])
     assert [r["ground_truth"] for r in rows] == ["8", "1200"]
     assert all(r["score_of_own_answer"] == 1.0 and r["data_source"] == "openai/gsm8k" for r in rows)
 
 
+def setup_with(argv, tmp_path, cfg=None):
+    """A VERL cell's set-up whose command is `argv` (no VERL needed to launch it)."""
+    run = adapter._Setup(cfg or fixture_cfg(), tmp_path, "verl", Path("python"), "cpu", 2)
+    run.argv, run.env = argv, {metrics.FILE_LOGGER_ENV: str(run.metrics)}
+    return run
+
+
 def test_launch_of_a_failing_run_still_writes_results(tmp_path):
     import sys
 
+    from rlbench.core.errors import WorkerError
+
     argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
-    res = verl._launch(fixture_cfg(), tmp_path, argv, tmp_path / "verl_metrics.jsonl", 2, echo=False)
+    with pytest.raises(WorkerError, match="exited with code 3"):
+        setup_with(argv, tmp_path).go({"verl": "0.9.1"}, echo=False)
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["status"] == res["status"] == "failed" and "code 3" in saved["error"]
+    assert saved["status"] == "failed" and "code 3" in saved["error"] and saved["error"].endswith("boom")
     assert saved["iterations"] == [] and saved["external"]["command"] == argv
     assert (tmp_path / "verl.log").read_text() == "boom\n"
 
 
 @live
 def test_live_launch_streams_parses_and_saves(tmp_path):
-    """_launch around VERL's real file logger (the fixture script in place of the GPU trainer)."""
+    """The launch around VERL's real file logger (the fixture script in place of the trainer)."""
     argv = [str(VERL_PY), str(ROOT / "scripts" / "make_verl_fixture.py"), str(tmp_path)]
-    res = verl._launch(fixture_cfg(), tmp_path, argv, tmp_path / "verl_metrics.jsonl", META["n_gpus"], echo=False)
+    run = setup_with(argv, tmp_path)
+    run.devices = META["n_gpus"]
+    res = run.go({"verl": "0.9.1"}, echo=False)
     check_against_fixture(res, tmp_path / "verl_metrics.jsonl", META["n_gpus"])
     assert json.loads((tmp_path / "results.json").read_text())["status"] == "complete"
     assert "Creating file logger" in (tmp_path / "verl.log").read_text()

@@ -30,7 +30,9 @@ OTHER_BACKEND_MEANING = {
     ("bench/core/config.py", "builtin"): "data.source: the built-in task",
     ("engines/data/source.py", "builtin"): "data.source: the built-in task",
     ("bench/core/results/provenance.py", "vllm"): "the vllm package's version",
-    ("engines/external/verl.py", "vllm"): "VERL's own rollout engine setting",
+    ("engines/external/verl/command.py", "vllm"): "VERL's own rollout engine setting",
+    ("engines/external/verl/cpu/patches.py", "vllm"): "the distribution names of vLLM and of its CPU build",
+    ("engines/external/verl/venv.py", "vllm"): "the package names whose versions VERL's venv reports",
     ("engines/external/mindspeed.py", "vllm"): "MindSpeed-RL's own rollout engine setting",
 }
 

@@ -206,6 +206,10 @@ class _EngineSection(Section):
     ray_address: str | None = Field(
         None, description="launcher=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
         "'ray://head:10001'); unset: start a local Ray instance for the run and stop it afterwards.")
+    verl_python: str | None = Field(
+        None, description="--engine verl: the Python of the venv VERL is installed in (VERL pins an older "
+        "transformers, so it lives in a venv of its own); unset: the checkout's .venv-verl (`bash "
+        "scripts/setup.sh --verl`), else this Python when VERL is installed in it.")
 
     @field_validator("shared_prompt", mode="before")
     @classmethod

@@ -26,7 +26,7 @@ from rlbench.run import curves
 from rlbench.run.seeds import parse_seeds
 
 # --engine NAME -> the external engine's runner, by import path (nothing imported unless it is chosen)
-EXTERNAL = {"verl": "rlbench.engines.external.verl:run_verl",
+EXTERNAL = {"verl": "rlbench.engines.external.verl.adapter:run_verl",
             "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed",
             "trl": "rlbench.engines.external.trl.adapter:run_trl"}
 

@@ -66,18 +66,21 @@ def make_iteration(*, iteration: int, start: float, wall_s: float, num_samples: 
     return out
 
 
-def flag_tpspd(iterations: list[dict], framework_key: str) -> list[str]:
-    """Adds external['tpspd_check'] to every iteration; returns one warning per disagreement."""
+def flag_tpspd(iterations: list[dict], framework_key: str, framework_devices: int | None = None) -> list[str]:
+    """Adds external['tpspd_check'] to every iteration; returns one warning per disagreement. framework_devices:
+    the devices the framework's own figure divides by, where that is not every device of the run (VERL's
+    separated recipes count their trainer's only): rlbench's TPSPD is compared at that divisor."""
     warnings = []
     for it in iterations:
-        check = tpspd_check(it["tpspd"], it["external"].get(framework_key))
-        it["external"]["tpspd_check"] = check
+        scale = it["devices"] / framework_devices if framework_devices else 1.0
+        check = tpspd_check(it["tpspd"] * scale, it["external"].get(framework_key))
+        it["external"]["tpspd_check"] = {**check, "framework_devices": framework_devices or it["devices"]}
         if check["agree"] is False:
             warnings.append(
-                f"iteration {it['iteration']}: rlbench TPSPD {it['tpspd']:.4g} vs {framework_key} "
+                f"iteration {it['iteration']}: rlbench TPSPD {it['tpspd'] * scale:.4g} vs {framework_key} "
                 f"{check['reported']:.4g} differ by {100 * check['rel_diff']:.2f}% (> "
-                f"{100 * TPSPD_TOLERANCE:.0f}%): the device count given to rlbench ({it['devices']}) "
-                "or the token count is not the framework's")
+                f"{100 * TPSPD_TOLERANCE:.0f}%): the device count given to rlbench "
+                f"({framework_devices or it['devices']}) or the token count is not the framework's")
     for w in warnings:
         log.warning(w)
     return warnings
@@ -90,10 +93,13 @@ def _reference() -> str:
 
 def cell_results(cfg, *, cell: str, framework: str, version: str | None, iterations: list[dict],
                  evals: list[dict], status: str, error: str | None = None,
-                 warnings: list[str] | None = None, external: dict | None = None) -> dict:
-    """A results.json dict with the keys of rlbench's own cells (bench/run/cell.py CellRun.results)."""
+                 warnings: list[str] | None = None, external: dict | None = None,
+                 schedule: str | None = None) -> dict:
+    """A results.json dict with the keys of rlbench's own cells (bench/run/cell.py CellRun.results). schedule:
+    what the framework ran, where it names it (VERL's trainer or recipe); else rlbench's reference."""
     return metrics.cell_result(
-        cell=cell, switches={"engine": framework, "schedule": _reference(), "tri_model": False, "shared_prompt": False},
+        cell=cell, switches={"engine": framework, "schedule": schedule or _reference(), "tri_model": False,
+                             "shared_prompt": False},
         config=cfg.model_dump(mode="json"), provenance={"framework": framework, "version": version},
         status=status, error=error, model={"kind": cfg.model.kind, "path": cfg.model.path},
         iterations=iterations, evals=evals,

@@ -40,7 +40,7 @@ def char_tokenizer():
 
 def load_tokenizer(folder: Path, cfg):
     """The exported directory's tokenizer for TRL (its `processing_class`)."""
-    if _uses_chars(cfg):  # AutoTokenizer would pick the architecture's own tokenizer class
+    if uses_chars(cfg):  # AutoTokenizer would pick the architecture's own tokenizer class
         return PreTrainedTokenizerFast.from_pretrained(folder)
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
@@ -49,12 +49,12 @@ def rlbench_tokenizer(folder: Path, cfg):
     """rlbench's tokenizer adapter over the same tokenizer (its evaluation encodes and decodes with it): the
     character tokenizer as rlbench's engine has it (inside a random model's whole vocabulary for hf_config,
     where a sampled id past the characters decodes to nothing), else the exported directory's."""
-    if _uses_chars(cfg):
+    if uses_chars(cfg):
         return model_config_and_tokenizer(cfg)[1]
     return HFTokenizer(load_tokenizer(folder, cfg))
 
 
-def _uses_chars(cfg) -> bool:
+def uses_chars(cfg) -> bool:
     return cfg.model.kind == "tiny" or (cfg.model.kind == "hf_config" and not cfg.model.tokenizer)
 
 
@@ -86,7 +86,7 @@ def export_policy(cfg, dataset, progress=None) -> Path:
     model, tok, _ = load_policy(cfg, dataset, progress=progress)
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     _plain(model).save_pretrained(tmp)
-    (char_tokenizer() if _uses_chars(cfg) else tok.tok).save_pretrained(tmp)
+    (char_tokenizer() if uses_chars(cfg) else tok.tok).save_pretrained(tmp)
     if not folder.exists():  # another process may have exported it meanwhile: same bytes, keep theirs
         os.replace(tmp, folder)
     return folder

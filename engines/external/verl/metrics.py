@@ -1,0 +1,92 @@
+"""VERL's file logger (JSONL) -> rlbench's result schema.
+
+What VERL logs that this relies on (read in verl 0.9.1; see tests/fixtures/external/README.md):
+  - the trainer logs one dict per step through `verl.utils.tracking.Tracking`; the "file" backend
+    (`FileLogger`) appends `{"step": N, "data": {...}}` lines to the path in the environment variable
+    VERL_FILE_LOGGER_PATH. Step 0 holds the validation before training, step k >= 1 the k-th training step
+    (and validation when it ran);
+  - `perf/throughput = perf/total_num_tokens / (timing_s/step * n_gpus)`, total tokens = non-padding
+    prompt + response tokens of the step's batch, n_gpus = all GPUs of the resource pools
+    (`verl/trainer/ppo/metric_utils.py`): the same formula as rlbench's TPSPD;
+  - stage timers (`marked_timer`): gen, reward, old_log_prob, ref, adv, update_actor, update_weights
+    inside `step`; `testing` (validation) runs outside `step`, so neither TPSPD counts evaluation.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlbench.core.record.stages import Stage
+from rlbench.core.results.schema import read_jsonl
+from rlbench.engines.external.common import cell_results, flag_tpspd, make_iteration
+from rlbench.engines.external.verl.data import DATA_SOURCE
+
+FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
+# VERL timer name (logged as timing_s/<name>) -> rlbench stage. Not mapped (kept raw under
+# `external.timing_s`): step (the iteration), testing (evaluation, outside step), save_checkpoint,
+# values/update_critic (no critic in GRPO), start_profile/stop_profile.
+STAGE_MAP = {"gen": Stage.ROLLOUT, "reward": Stage.REWARD, "old_log_prob": Stage.OLD_LOGPROB,
+             "ref": Stage.REF_LOGPROB, "adv": Stage.ADVANTAGE, "update_actor": Stage.UPDATE,
+             "update_weights": Stage.WEIGHT_SYNC}
+
+
+def read_verl_jsonl(path: str | Path) -> list[tuple[int, dict]]:
+    """(step, metrics) per line of a VERL FileLogger file; a line cut short by a crash ends it."""
+    return [(int(row["step"]), row["data"]) for row in read_jsonl(Path(path)) if "data" in row]
+
+
+def eval_accuracy(data: dict, data_source: str = DATA_SOURCE) -> tuple[str, float] | None:
+    """(key, value) of VERL's core validation metric for `data_source`, e.g.
+    val-core/openai/gsm8k/reward/mean@1 (greedy pass@1 with the rule reward), or None."""
+    keys = sorted(k for k in data if k.startswith(f"val-core/{data_source}/") and "/mean@" in k)
+    return (keys[0], float(data[keys[0]])) if keys else None
+
+
+def _iteration(step: int, data: dict, cfg, n_gpus: int, start: float) -> dict:
+    """One rlbench iteration record from VERL's metrics of training step `step` (1-based)."""
+    wall = float(data.get("perf/time_per_step", data["timing_s/step"]))
+    tokens = int(round(data["perf/total_num_tokens"]))
+    p_mean, r_mean = data.get("prompt_length/mean"), data.get("response_length/mean")
+    samples = round(tokens / (p_mean + r_mean)) if p_mean is not None and r_mean else cfg.batch_size
+    prompt_tokens = int(round(p_mean * samples)) if p_mean is not None else 0
+    timing = {k.removeprefix("timing_s/"): float(v) for k, v in data.items() if k.startswith("timing_s/")}
+    stage_s = {STAGE_MAP[k].value: v for k, v in timing.items() if k in STAGE_MAP}
+    acc = eval_accuracy(data)
+    return make_iteration(
+        iteration=step - 1, start=start, wall_s=wall, num_samples=samples, prompt_tokens=prompt_tokens,
+        response_tokens=tokens - prompt_tokens, devices=n_gpus, stage_s=stage_s,
+        reward_mean=float(data.get("critic/score/mean", 0.0)),
+        response_len_mean=float(r_mean or 0.0), response_len_max=int(data.get("response_length/max", 0)),
+        loss=float(data.get("actor/pg_loss", data.get("actor/loss", 0.0))),
+        grad_norm=float(data.get("actor/grad_norm", 0.0)), kl=float(data.get("actor/kl_loss", 0.0)),
+        warmup=step - 1 < cfg.run.warmup_iterations, eval_accuracy=acc[1] if acc else None,
+        external={"step": step, "perf/throughput": data.get("perf/throughput"),
+                  "perf/total_num_tokens": data["perf/total_num_tokens"], "timing_s": timing,
+                  "expected_samples": cfg.batch_size})
+
+
+def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = None, cell: str = "verl",
+                     schedule: str | None = None, verl_gpus: int | None = None) -> dict:
+    """A VERL FileLogger JSONL -> an rlbench cell results dict.
+
+    n_gpus: all GPUs of the run (VERL's resource pools), the TPSPD divisor. verl_gpus: the GPUs VERL's own
+    perf/throughput divides by, where it counts fewer (its separated recipes: the trainer's pool only). Iteration
+    k is VERL step k+1; evals[i]["iteration"] counts finished iterations (0 = before training), as rlbench's do.
+    """
+    iterations, evals, t = [], [], 0.0
+    for step, data in read_verl_jsonl(path):
+        acc = eval_accuracy(data)
+        if acc:
+            evals.append({"iteration": step, "accuracy": acc[1], "key": acc[0]})
+        if "perf/total_num_tokens" in data and ("timing_s/step" in data or "perf/time_per_step" in data):
+            it = _iteration(step, data, cfg, n_gpus, t)
+            iterations.append(it)
+            t = it["end"] + float(data.get("timing_s/testing", 0.0))
+    warnings = flag_tpspd(iterations, "perf/throughput", verl_gpus)
+    if iterations and iterations[-1]["num_samples"] != cfg.batch_size:
+        warnings.append(f"VERL trained {iterations[-1]['num_samples']} samples per step, the config "
+                        f"asks for {cfg.batch_size} (prompts_per_iteration x group_size)")
+    status = "complete" if len(iterations) >= cfg.run.iterations else "incomplete"
+    return cell_results(cfg, cell=cell, framework="verl", version=version, iterations=iterations,
+                        evals=evals, status=status, warnings=warnings, schedule=schedule,
+                        external={"metrics_file": str(path), "devices": n_gpus,
+                                  "tpspd_reference": "perf/throughput", "verl_throughput_gpus": verl_gpus or n_gpus})
