@@ -65,7 +65,9 @@ def _cell(channel, name: str, go, done) -> None:
         rep.count("warm-start step", i, 5, f"loss {1 / i:.3f}")
     rep.phase("setting up")
     rep.count("iteration", 1, 4, "TPSPD 3529, reward 0.41, pass@1 0.13")
-    print(f"warning from {name}", file=sys.stderr, flush=True)
+    print("warning from", end=" ", file=sys.stderr, flush=True)  # half a line, the board redrawing meanwhile
+    time.sleep(0.5)
+    print(name, file=sys.stderr, flush=True)
     go.wait(30)
     rep.count("iteration", 4, 4, "TPSPD 3600, reward 0.55, pass@1 0.48")
     done.set()
@@ -168,6 +170,18 @@ def test_progress_off_sends_and_draws_nothing():
     rep = attach(None)
     assert not rep and not Reporter.of(False)
     rep.count("iteration", 1, 2)  # no channel: nothing happens, nothing raises
+
+
+def test_an_interrupted_run_leaves_each_cells_line_as_it_stood():
+    out = io.StringIO()
+    with Board(True, stream=out) as board:
+        for name in CELLS:
+            board.open(name)
+            board.started(name)
+            board._update(board.cells[name], "iteration", 3, 20, "TPSPD 3529")
+    lines = out.getvalue().splitlines()
+    assert [line.split()[:2] for line in lines if "stopped" in line] == [[c, "stopped:"] for c in CELLS]
+    assert all("3/20 iterations" in line and line.endswith("TPSPD 3529") for line in lines if "stopped" in line)
 
 
 def test_a_cell_that_fails_says_so(monkeypatch):

@@ -112,6 +112,7 @@ class Board:
         self.live = enabled and _is_terminal(self.stream)
         self.cells: dict[str, _Cell] = {}
         self._readers: dict = {}  # Connection -> (cell name, "reports" | "stderr")
+        self._partial: dict = {}  # stderr Connection -> its text after the last new line, not printed yet
         self._ends: dict[str, Channel] = {}  # the parent's copies of the write ends, closed once started
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -131,13 +132,20 @@ class Board:
         return self
 
     def __exit__(self, *exc) -> None:
+        """Every cell still running (the run interrupted) leaves its line as it stands; pipes closed."""
         if self._thread is not None:
             if self._out is not None:
                 self._release_stderr()
             self._stop.set()
             self._thread.join(5)
+        for name, cell in list(self.cells.items()):
+            if cell.ended is None:
+                self.ended(name, None)
         with self._lock:
             self._erase()
+            for conn in list(self._readers):
+                conn.close()
+            self._readers.clear()
 
     def open(self, name: str) -> Channel | None:
         """The channel to start cell `name`'s process with (None when progress is off)."""
@@ -220,11 +228,23 @@ class Board:
             except (EOFError, OSError):
                 self._readers.pop(conn, None)
                 conn.close()
+                if self._partial.get(conn):  # a last line without its new line
+                    self._print(self._partial.pop(conn) + "\n")
                 return
             if kind == "stderr":
-                self._print(text.decode(errors="replace"))
+                self._print_lines(conn, text.decode(errors="replace"))
             else:
                 self._update(self.cells[name], *msg)
+
+    def _print_lines(self, conn, text: str) -> None:
+        """The whole lines of what a process wrote (a line the board drew under a half-written one would
+        split it); the rest waits for its new line."""
+        text = self._partial.pop(conn, "") + text
+        whole, _, rest = text.rpartition("\n")
+        if rest:
+            self._partial[conn] = rest
+        if whole:
+            self._print(whole + "\n")
 
     def _drain(self, name: str) -> None:
         """What a cell that has ended sent and the board's thread has not read yet: before its last line."""
@@ -255,7 +275,7 @@ class Board:
 
     def _final_line(self, cell: _Cell) -> str:
         """The line a cell leaves when it ends: its outcome, iterations and time, its last values."""
-        outcome = "done" if cell.ended == 0 else f"ended with exit code {cell.ended}"
+        outcome = {0: "done", None: "stopped"}.get(cell.ended, f"ended with exit code {cell.ended}")
         its = f"{cell.iterations[0]}/{cell.iterations[1]} iterations" if cell.iterations else "no iteration"
         head = f"{cell.name[:self._name_width]:<{self._name_width}}"
         return self._fit(f"{head}  {outcome}: {its} in {_clock(cell)}", cell.note if cell.iterations else "") + "\n"
