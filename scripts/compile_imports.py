@@ -23,8 +23,9 @@ from rlbench.core.devices.starting import PRELOAD
 # What the processes of `rlbench run` import: the fork servers' preload list (every cell and worker), the
 # tiny model's architectures, and `rlbench run` itself with its report (pandas, matplotlib).
 RUN = {
-    "workers": (*PRELOAD, "transformers.models.qwen2.modeling_qwen2", "transformers.models.llama.modeling_llama",
-                "transformers.models.auto.modeling_auto", "safetensors.torch"),
+    "workers": (*PRELOAD, "transformers.models.qwen2.modeling_qwen2",
+                "transformers.models.llama.modeling_llama", "transformers.models.auto.modeling_auto",
+                "safetensors.torch"),
     "driver": ("rlbench.cli", "rlbench.run.ablation", "rlbench.reports.build", "rlbench.reports.html",
                "rlbench.reports.plots", "rlbench.analysis.verdict", "matplotlib.pyplot", "pandas", "pyarrow"),
 }
@@ -45,7 +46,8 @@ DEV = {
 def compile_groups(groups: dict, python: str = sys.executable, environ=None) -> list[str]:
     """Import each group in its own interpreter, all at once; -> the groups that failed (a module this
     environment lacks: an optional extra not installed), whose modules compile later, where imported."""
-    env = {k: v for k, v in (os.environ if environ is None else environ).items() if k != "PYTHONDONTWRITEBYTECODE"}
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     procs = {name: subprocess.Popen([python, "-c", _importing(mods)], env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
              for name, mods in groups.items()}

@@ -60,7 +60,7 @@ class Screen:
 def _cell(channel, name: str, go, done) -> None:
     """A cell process: a warm start, then iterations; a warning on its standard error half-way."""
     rep = attach(channel)
-    sys.stderr = open(2, "w", closefd=False)  # as in a cell process: pytest's capture of this one writes elsewhere
+    sys.stderr = open(2, "w", closefd=False)  # as in a cell: pytest's capture of this one writes elsewhere
     for i in range(1, 6):
         rep.count("warm-start step", i, 5, f"loss {1 / i:.3f}")
     rep.phase("setting up")
@@ -181,7 +181,8 @@ def test_an_interrupted_run_leaves_each_cells_line_as_it_stood():
             board._update(board.cells[name], "iteration", 3, 20, "TPSPD 3529")
     lines = out.getvalue().splitlines()
     assert [line.split()[:2] for line in lines if "stopped" in line] == [[c, "stopped:"] for c in CELLS]
-    assert all("3/20 iterations" in line and line.endswith("TPSPD 3529") for line in lines if "stopped" in line)
+    stopped = [line for line in lines if "stopped" in line]
+    assert all("3/20 iterations" in line and line.endswith("TPSPD 3529") for line in stopped)
 
 
 def test_a_cell_that_fails_says_so(monkeypatch):
@@ -190,7 +191,8 @@ def test_a_cell_that_fails_says_so(monkeypatch):
         board.open("sync")
         board.started("sync")
         board.ended("sync", 3)
-    assert out.getvalue().split() == ["sync", "ended", "with", "exit", "code", "3:", "no", "iteration", "in", "0:00"]
+    assert out.getvalue().split() == ["sync", "ended", "with", "exit", "code", "3:", "no", "iteration", "in",
+                                      "0:00"]
 
 
 @pytest.mark.parametrize("columns", [60, 100, 200])

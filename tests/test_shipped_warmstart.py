@@ -26,7 +26,8 @@ def test_the_shipped_warm_start_is_the_default_configs():
     cfg = load_config(None, [])
     assert (SHIPPED / "model.safetensors").is_file()
     assert tiny.shipped_for(cfg) == SHIPPED, (
-        "the warm-start code or the default config changed since the shipped warm start was built: " + REBUILD)
+        "the warm-start code or the default config changed since the shipped warm start was built: "
+        + REBUILD)
     info = json.loads((SHIPPED / "warmstart.json").read_text())
     assert info["steps"] == cfg.model.warmstart_steps
     # another seed, model or data shapes another warm start: the shipped one serves none of them

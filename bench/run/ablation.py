@@ -233,7 +233,8 @@ def _run_todo(ctx, cells, record: dict, run_dir: Path, board: Board) -> dict:
                             CellProcess(cell_main, start, reap, interrupt))
     for entry, (cell, cfg, _) in todo:
         proc = ctx.Process(target=cell_main, name=f"rlbench-cell-{cell}",
-                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, board.open(cell)))
+                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell,
+                                 board.open(cell)))
         start(proc)
         board.started(cell)
         try:

@@ -278,7 +278,8 @@ class Board:
         outcome = {0: "done", None: "stopped"}.get(cell.ended, f"ended with exit code {cell.ended}")
         its = f"{cell.iterations[0]}/{cell.iterations[1]} iterations" if cell.iterations else "no iteration"
         head = f"{cell.name[:self._name_width]:<{self._name_width}}"
-        return self._fit(f"{head}  {outcome}: {its} in {_clock(cell)}", cell.note if cell.iterations else "") + "\n"
+        note = cell.note if cell.iterations else ""
+        return self._fit(f"{head}  {outcome}: {its} in {_clock(cell)}", note) + "\n"
 
     def _fit(self, text: str, note: str) -> str:
         """text and as many of the note's values (", "-separated) as the width holds; text cut if it alone
@@ -294,7 +295,8 @@ class Board:
         if not self.live:
             return WIDTH
         try:
-            columns = os.get_terminal_size(self._out if self._out is not None else self.stream.fileno()).columns
+            fd = self._out if self._out is not None else self.stream.fileno()
+            columns = os.get_terminal_size(fd).columns
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             columns = 0  # not a terminal, or one that does not say
         return min(WIDTH, (columns or shutil.get_terminal_size((WIDTH + 1, 24)).columns) - 1)
@@ -345,7 +347,8 @@ class Board:
         sys.stderr.flush()
         os.dup2(self._out, 2)  # the pipe's last write end closes: the board reads what is left, then its end
         deadline = time.monotonic() + 2
-        while any(k == ("rlbench run", "stderr") for k in self._readers.values()) and time.monotonic() < deadline:
+        own = ("rlbench run", "stderr")
+        while own in self._readers.values() and time.monotonic() < deadline:
             time.sleep(0.02)
         with self._lock:
             self._erase()
