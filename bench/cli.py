@@ -93,7 +93,7 @@ def run(
                                                           "--seeds": seeds, "--engine": engine != "rlbench",
                                                           "--profile": profile, "--logger": logger})
         elif engine != "rlbench":
-            run_external(engine, config, sets, seeds, out, end)
+            run_external(engine, config, sets, seeds, out, end, progress)
         else:
             run_ablation(ablation or "async", config, sets, out, end, progress, seeds)
     finally:
@@ -186,13 +186,14 @@ def check_cmd(
                                           "short of that is suspected: the anchor A/B is due). `--against anchor` "
                                           "runs the history's anchor commit instead (recorded whatever its "
                                           "verdict)."),
-    drift_steps: Optional[int] = typer.Option(None, "--drift-steps", min=1, help="With --record: a change point "
-                                              "among this many last steps fails the check (default 8)."),
+    drift_steps: Optional[int] = typer.Option(None, "--drift-steps", min=1, help="With --record: a drift starting "
+                                              "at any of this many last steps is judged (default 8)."),
     anchor_every: int = typer.Option(0, "--anchor-every", min=0, help="With --record: make an A/B against the "
                                      "anchor commit every K steps, and whenever a change point is suspected, to "
                                      "confirm it in one run (0: never by itself; `--against anchor` any time)."),
-    reanchor: bool = typer.Option(False, "--reanchor", help="With --record: this step moves performance on "
-                                  "purpose; every metric's series starts anew at its commit."),
+    reanchor: bool = typer.Option(False, "--reanchor", help="With --record: this step is a move of ACCEPTED "
+                                  "that changes performance on purpose: recorded whatever its verdict, and every "
+                                  "metric's series starts anew at its new commit."),
 ) -> None:
     """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
     accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
@@ -217,12 +218,13 @@ def history_cmd(
                                         "metric's series relative to the anchor, change points marked, the "
                                         "A/Bs against the anchor."),
     drift_steps: Optional[int] = typer.Option(None, "--drift-steps", min=1, help="As `rlbench check "
-                                              "--drift-steps`: exit 1 when a regression's change point lies among "
-                                              "this many last steps (default 8)."),
+                                              "--drift-steps`: a drift starting at any of this many last steps "
+                                              "is judged (default 8)."),
 ) -> None:
-    """The accepted A/B results over time: every change point (commit, metric, size, p-value) of every
-    metric's chained series, the A/Bs against the anchor, and whether one is due. Exit 1 on a drift that
-    `rlbench check --record` would fail, 2 on a corrupt or foreign file."""
+    """The accepted A/B results over time. First the answer, one line per workload: unchanged since its anchor,
+    a drift suspected (metric, size, since which commit), or a regression; then the detail: the chain (anchor,
+    re-anchorings, steps left out), Otava's change points, the A/Bs against the anchor and whether one is due.
+    Exit 1 on a confirmed regression (as `rlbench check --record` would fail), 2 on a corrupt or foreign file."""
     # inside: the history's drift rule loads scipy through the gate's statistics (about 2 s)
     from rlbench.check.drift import LAST_N
     from rlbench.check.history_command import history_command

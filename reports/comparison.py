@@ -13,9 +13,9 @@ from rlbench.reports.text_table import wrap
 
 
 def compare(run_a, run_b, *more) -> tuple[pd.DataFrame, str]:
-    """-> (the long table of the first two runs, its text: which runs, how cells were matched, the table in
+    """-> (the long table of every run given, its text: which runs, how cells were matched, the table in
     markdown, then the verdicts across all the runs)."""
-    df, about = comparison.compare(run_a, run_b)
+    df, about = comparison.compare(run_a, run_b, *more)
     text = f"{about}\n\n{to_markdown(df)}"
     cells = reruns.across([load(r) for r in (run_a, run_b, *more)])
     if cells:
@@ -43,7 +43,7 @@ def agreement(a: reruns.Across) -> str:
     said = f"every run says {words[0]}" if len(words) == 1 else f"the runs say {', '.join(words)}"
     if a.q is None:
         return f"{said}; fewer than two runs with an interval: no test of their spread."
-    test = f"Q {a.q:.1f} on {sum(r.se is not None for r in a.runs) - 1} df, p {a.p:.2f}"
+    test = f"Welch's F {a.f:.2f} on {sum(r.se is not None for r in a.runs) - 1} and {a.df2:.1f} df, p {a.p:.2f}"
     pooled = (f"together {a.pooled.value:.2f}× ({a.pooled.low:.2f}–{a.pooled.high:.2f}×): "
               f"{a.pooled.outcome}")
     if not a.differ:

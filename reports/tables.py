@@ -16,7 +16,8 @@ from rlbench.reports.utilisation import NOTE as UTIL_NOTE
 from rlbench.reports.utilisation import peak_text
 
 IN_WORDS = {"wins": "wins", "loses": "loses", "even": "is even",
-            "too few": "is not called (too few iterations)"}  # "periodic asynchrony ...", by the interval
+            "too few": "is not called (too few iterations)",
+            "not called": "is not called (the cells ran one after another)"}  # "periodic asynchrony ...", by the interval
 
 
 def attribution_text(rows: list[dict]) -> list[str]:

@@ -22,7 +22,8 @@ HINT = ("What would change it: `rlbench run --ablation regime` maps where period
 
 
 SAID = {"wins": "wins here", "loses": "loses here", "even": "even here",
-        "too few": "too few iterations to call"}
+        "too few": "too few iterations to call",
+        "not called": "not called (`--set run.interleave=true` calls it)"}
 
 
 def even_why(r: Ratio) -> str:

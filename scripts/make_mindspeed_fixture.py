@@ -3,7 +3,8 @@ which has torch, ray, omegaconf, hydra and codetiming; MINDSPEED_RL_HOME = a Min
 
     export MINDSPEED_RL_HOME=~/MindSpeed-RL
     .venv-verl/bin/python scripts/make_mindspeed_fixture.py fixture tests/fixtures/external
-        Writes mindspeed_grpo.log: a short GRPO run's iteration lines produced by MindSpeed-RL's
+        Writes mindspeed_grpo.log (and mindspeed_grpo_max.log: the same run logged with MindSpeed-RL's default
+        rl_config.log_max_throughput=True, e2e_tps from the batch's maximum lengths): a short GRPO run's iteration lines produced by MindSpeed-RL's
         Metric, metrics_post_processing, metrics_sort, compute_tps (e2e_tps, update_tps, vllm_tps) and
         Loggers (utils/loggers.py handle_msg + its logging format), with stage times measured by
         codetiming.Timer / time.time() around sleeps, as trainer/grpo_trainer_hybrid.py fit() does.
@@ -81,8 +82,10 @@ def data_metrics(torch, it: int) -> dict:
             "prompt_length/min": torch.min(prompt_length).item()}
 
 
-def one_iteration(ms: dict, it: int) -> dict:
-    """One fit() iteration's logged dict (integrated worker, reference model, rule reward)."""
+def one_iteration(ms: dict, it: int, max_lengths: bool = False) -> dict:
+    """One fit() iteration's logged dict (integrated worker, reference model, rule reward). max_lengths: the
+    throughputs as MindSpeed-RL's default logs them (rl_config.log_max_throughput=True, rl_config.py:213: from
+    the batch's maximum prompt and response lengths)."""
     import torch
     from codetiming import Timer
 
@@ -114,9 +117,9 @@ def one_iteration(ms: dict, it: int) -> dict:
     metrics = ms["utils.metrics"].Metric()
     metrics.update(value=result)
     metrics.update(value=grpo)
-    metrics.update("e2e_tps", u.compute_tps(kwargs, grpo, GBS, N_SAMPLES, all_timer.last, False))
-    metrics.update("update_tps", u.compute_tps(kwargs, grpo, GBS, N_SAMPLES, result["timing/update"], False))
-    metrics.update("vllm_tps", u.compute_tps(kwargs, grpo, GBS, N_SAMPLES, result["timing/rollout"], False))
+    metrics.update("e2e_tps", u.compute_tps(kwargs, grpo, GBS, N_SAMPLES, all_timer.last, max_lengths))
+    metrics.update("update_tps", u.compute_tps(kwargs, grpo, GBS, N_SAMPLES, result["timing/update"], max_lengths))
+    metrics.update("vllm_tps", u.compute_tps(kwargs, grpo, GBS, N_SAMPLES, result["timing/rollout"], max_lengths))
     return metrics.metric
 
 
@@ -124,13 +127,16 @@ def write_fixture(home: Path, out: Path) -> None:
     ms = load_mindspeed(home)
     logger = ms["utils.loggers"].Loggers("grpo_trainer_hybrid")
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "mindspeed_grpo.log", "w") as f:
-        for h in logger.logger.handlers:
-            h.setStream(f)
-        logger.info(f"sync start grpo training at iteration: 0/{ITERS} ...")
-        for it in range(1, ITERS + 1):
-            logger.info(one_iteration(ms, it), it, ITERS)
-        logger.info("after grpo training is done")
+    for name, max_lengths in (("mindspeed_grpo.log", False), ("mindspeed_grpo_max.log", True)):
+        with open(out / name, "w") as f:
+            for h in logger.logger.handlers:
+                h.setStream(f)
+            logger.info(f"sync start grpo training at iteration: 0/{ITERS} ...")
+            for it in range(1, ITERS + 1):
+                logger.info(one_iteration(ms, it, max_lengths), it, ITERS)
+            logger.info("after grpo training is done")
+            for h in logger.logger.handlers:
+                h.setStream(sys.stderr)  # not the closed file: logging flushes its handlers at exit
     git = subprocess.run(["git", "-C", str(home), "rev-parse", "HEAD"], capture_output=True, text=True)
     commit = git.stdout.strip() if git.returncode == 0 else os.environ.get("MINDSPEED_RL_COMMIT")
     meta = {"mindspeed_rl_commit": commit, "global_batch_size": GBS,

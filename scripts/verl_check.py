@@ -4,7 +4,8 @@
         argv.json: the JSON list verl_command() returns. Composes VERL's real Hydra config
         (verl/trainer/config/ppo_trainer.yaml) with those overrides exactly as
         `python -m verl.trainer.main_ppo` does, runs VERL's validate_config on it, and prints the
-        resolved value of every overridden key as JSON. A key VERL does not have fails here.
+        resolved value of every overridden key, and the whole resolved config, as JSON. A key VERL does
+        not have fails here.
     .venv-verl/bin/python scripts/verl_check.py parquet FILE.parquet
         Loads the file with VERL's RLHFDataset (the class VERL's trainer reads data with; a tiny
         in-memory tokenizer stands in for the model's) and scores each row's ground truth with
@@ -39,7 +40,7 @@ def check_command(argv: list[str]) -> dict:
         key = o.split("=", 1)[0].lstrip("+")
         resolved[key] = OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(cfg, key)}))["v"]
     return {"resolved": resolved, "use_reference_policy": bool(need_reference_policy(cfg)),
-            "use_critic": bool(need_critic(cfg))}
+            "use_critic": bool(need_critic(cfg)), "config": OmegaConf.to_container(cfg, resolve=True)}
 
 
 def tiny_tokenizer():

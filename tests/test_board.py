@@ -68,6 +68,9 @@ def _cell(channel, name: str, go, done) -> None:
     print("warning from", end=" ", file=sys.stderr, flush=True)  # half a line, the board redrawing meanwhile
     time.sleep(0.5)
     print(name, file=sys.stderr, flush=True)
+    for i in range(3):  # a bar a library draws itself with carriage returns, then clears (tqdm, leave=False)
+        print(f"\rits own bar {i}/3", end="", file=sys.stderr, flush=True)
+    print("\r" + " " * 20 + "\r", end="", file=sys.stderr, flush=True)
     go.wait(30)
     rep.count("iteration", 4, 4, "TPSPD 3600, reward 0.55, pass@1 0.48")
     done.set()
@@ -139,6 +142,7 @@ def test_a_terminal_shows_one_line_per_running_cell_then_what_each_left():
     assert all("TPSPD 3529, reward 0.41, pass@1 0.13" in r for r in block)
     assert rows[-3:] == block  # the block last: the warnings above it, none overwritten
     assert sorted(r for r in rows if r.startswith("warning")) == sorted(f"warning from {c}" for c in CELLS)
+    assert not any("its own bar" in r for r in rows + final)  # no half-drawn bar left among the lines
     assert all(len(r) <= WIDTH for r in rows + final)
     ended = [r for r in final if "done: 4/4 iterations" in r]
     assert [r.split()[0] for r in ended] == list(CELLS)

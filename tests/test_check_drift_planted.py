@@ -1,6 +1,6 @@
 """The planted drift (docs/results/ci-gate.md, 'Drift over the history'): a history of 8 commits each making the
-update stage 2% slower passes the per-step gate at every step, and is caught as a change point of cost:update
-and by the A/B against the anchor; an unchanged history of the same length raises nothing: no failure, no
+update stage 2% slower passes the per-step gate at every step, and is caught as a drift of cost:update by the
+A/B against the anchor (by the chain alone in some histories); an unchanged history of the same length raises nothing: no failure, no
 suspected change point, before or after the A/B against the anchor.
 
 Measured, not here: tests/fixtures/history/measured.jsonl holds the entries of real `rlbench check --against
@@ -11,7 +11,7 @@ such steps, what an A/B against the anchor sees).
 Assembled here, without any A/B run (bench/check/drift_power.py): histories whose steps are those entries,
 drawn with replacement under a seed and given commit names; an unchanged run's entry may enter inverted (new /
 old and old / new are equally likely when both sides are the same commit). Every history is 8 unchanged steps,
-then 8 more: 2% steps, or unchanged ones. The chaining, Otava's change points, the drift verdict and the anchor
+then 8 more: 2% steps, or unchanged ones. The chaining, the drift verdict (bench/check/ramp.py) and the anchor
 A/B's confirmation run for real on them. The unchanged runs' entries are few, so drawn histories share them:
 the seeds below are draws from one small set of measurements, not independent trials.
 """
@@ -66,23 +66,24 @@ def test_a_history_file_of_assembled_steps_reads_back_and_chains(tmp_path):
 
 def test_eight_steps_of_two_percent_pass_each_step_and_are_caught_as_a_drift():
     """Each 2% step passed the per-step gate on cost:update. Before the A/B against the anchor the chain alone
-    raises cost:update (fails or suspects it), and nothing else, in some drawn histories (measured: 4 of these
-    10 seeds, 1 of them failing by itself; 33 of 100 seeds, docs/results/ci-gate.md: eight steps of +2%
-    against 1.9% of noise a step are about 3 standard deviations, what the chain can tell); the A/B against
-    the anchor, +15.0% [+12.9%, +17.2%] for update:0.16, fails every one."""
+    names cost:update (fails or suspects it) in some drawn histories (measured: 2 of these 10 seeds; 11 of 100,
+    docs/results/ci-gate.md: eight chained steps of +2% against 1.9% of noise a step are about 3 standard
+    deviations, short of the 3.7 that 60 metrics and 8 starts together ask for), and any other metric it names
+    is one the same seed's unchanged history names too (the drawn noise, not the plant); the A/B against the
+    anchor, +15.0% [+12.9%, +17.2%] for update:0.16, fails every one."""
     step = drift_power.groups(MEASURED)["update:0.02"][0]["metrics"]["cost:update"]
     assert step["mark"] == "not significant" and 1.0 < step["ratio"] < 1.04
     seen = [outcomes(seed, drifting=True) for seed in SEEDS]
-    assert all(raised <= {"cost:update"} for _, raised, _ in seen)
-    assert sum("cost:update" in raised for _, raised, _ in seen) >= 3
+    quiet = [outcomes(seed, drifting=False)[1] for seed in SEEDS]
+    assert all(raised - {"cost:update"} <= noise for (_, raised, _), noise in zip(seen, quiet))
+    assert sum("cost:update" in raised for _, raised, _ in seen) >= 2
     assert all("cost:update" in after for _, _, after in seen)
 
 
 def test_an_unchanged_history_of_the_same_length_raises_nothing():
     """Unchanged histories of the same length fail nowhere, before the A/B against the anchor or after it
-    (measured: 0 of 100 seeds either way, docs/results/ci-gate.md); a suspected change point, which fails
-    nothing and only asks for the anchor A/B now, in at most one of these seeds (measured: 4 of 100, none of
-    these 10)."""
+    (measured: 0 of 100 seeds either way, docs/results/ci-gate.md); a suspected drift, which fails nothing and
+    only asks for the anchor A/B now, in at most one of these seeds (measured: 2 of 100, one of these 10)."""
     seen = {seed: outcomes(seed, drifting=False) for seed in SEEDS}
     assert {seed: (before, after) for seed, (before, _, after) in seen.items() if before or after} == {}
     assert sum(bool(raised) for _, raised, _ in seen.values()) <= 1

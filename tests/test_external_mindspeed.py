@@ -145,3 +145,20 @@ def test_live_mindspeed_regenerates_log_and_accepts_config(tmp_path):
     got = json.loads(run_py("scripts/make_mindspeed_fixture.py", "check-config", str(path)).splitlines()[-1])
     assert (got["global_batch_size"], got["n_samples_per_prompt"], got["mini_batch_size"]) == (32, 8, 16 * 8)
     assert (got["max_tokens"], got["num_npus"], got["init_kl_coef"]) == (1024, 8, 0.001)
+
+
+def test_tpspd_is_never_e2e_tps_under_its_default_max_lengths():
+    """MindSpeed-RL's default (rl_config.log_max_throughput=True) logs e2e_tps from the batch's maximum lengths:
+    rlbench's TPSPD stays the token counts' (mean lengths), e2e_tps is checked against the max-length formula,
+    and read as the mean-based figure it would be a disagreement on every iteration."""
+    log = FIX / "mindspeed_grpo_max.log"
+    res = ms.parse_mindspeed_log(log, fixture_cfg(), META["world_size"], log_max_throughput=True)
+    assert res["warnings"] == [] and len(res["iterations"]) == META["iterations"]
+    for it in res["iterations"]:
+        ext = it["external"]
+        tokens_tpspd = it["tokens"] / (it["wall_s"] * it["devices"])
+        assert it["tpspd"] == pytest.approx(tokens_tpspd, rel=1e-12)
+        assert ext["e2e_tps"] > it["tpspd"] * 1.2  # max lengths: far above the token counts' rate
+        assert ext["tpspd_check"]["agree"] is True and "maximum lengths" in ext["tpspd_check"]["basis"]
+    as_means = ms.parse_mindspeed_log(log, fixture_cfg(), META["world_size"])
+    assert len(as_means["warnings"]) == META["iterations"]

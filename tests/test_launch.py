@@ -212,9 +212,11 @@ def test_cpu_workers_observe_their_own_core_and_the_result_records_it(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_turn_ring_failing_at_the_end_loses_no_iteration(tmp_path):
+@pytest.mark.parametrize("failing", ["every", "final"])
+def test_a_turn_ring_failing_at_the_end_loses_no_iteration(tmp_path, failing):
     """The ring raising as the cell leaves it (once a wake-up's broken pipe did, after the last iteration):
-    the cell fails, and its results.json still holds every iteration, with the status and the error."""
+    the cell fails, and its results.json still holds every iteration, with the status and the error. "final":
+    only the last leave (the one after the cell's own work succeeded) raises, which once left "complete"."""
     from rlbench.core.config_files import load_config
     from rlbench.core.results import schema
     from rlbench.run.cell import run_cell
@@ -222,7 +224,8 @@ def test_a_turn_ring_failing_at_the_end_loses_no_iteration(tmp_path):
 
     class BrokenRing(Pacer):
         def leave(self, wait_for_others=False):
-            raise BrokenPipeError(32, "Broken pipe")
+            if failing == "every" or not wait_for_others:
+                raise BrokenPipeError(32, "Broken pipe")
 
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"), ["run.iterations=2", "run.warmup_iterations=1"])
     with pytest.raises(BrokenPipeError):

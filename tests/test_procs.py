@@ -117,3 +117,35 @@ def test_a_stop_that_takes_too_long_is_cut_short_by_killing_the_group():
     assert p.returncode == -signal.SIGKILL and time.monotonic() - t0 < 5
     assert wait_gone(lambda: procs.marked(mark, var="TEST_MARK"), timeout_s=3) == []
     assert not os.path.exists(f"/proc/{child}") or procs.marked(mark, var="TEST_MARK") == []
+
+
+def test_the_hard_stop_comes_even_while_the_stopping_process_holds_its_interpreter():
+    """The polite stop stuck in one long call in C (it holds the interpreter's lock, so no thread of the
+    process runs): the group is killed all the same, by the watchdog process (a timer thread waited for the
+    lock, and a cell whose run was killed on a loaded machine outlived it)."""
+    mark = uuid.uuid4().hex
+    code = textwrap.dedent("""
+        import time
+        from rlbench.core.devices import procs
+        procs.lead_own_group()
+        procs.stop_group_on_sigterm(hard_stop_s=1.0)
+        print("ready", flush=True)
+        try:
+            time.sleep(600)
+        except KeyboardInterrupt:
+            print("closing in C", flush=True)
+            sum(range(10 ** 12))  # never lets go of the interpreter's lock
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint,
+                         env={**os.environ, "TEST_MARK": mark})
+    assert p.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.stdout.readline().strip() == "closing in C"
+    try:
+        p.wait(timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == -signal.SIGKILL and time.monotonic() - t0 < 8
+    assert wait_gone(lambda: procs.marked(mark, var="TEST_MARK"), timeout_s=5) == []

@@ -28,9 +28,9 @@ def test_stalled_iterations_value_is_the_centre_of_its_interval_and_the_word_agr
     """Sync at 100..1000, async 1.05x sync except two stalled iterations: the ratio of medians (0.86x) and the
     typical paired ratio (1.05x) disagree; the one printed is the paired one, inside its own interval."""
     rng = np.random.default_rng(3)
-    sync = [100.0 * k for k in range(1, 11)]
+    sync = [100.0 * k for k in range(1, 16)]
     fast = [1.05 * s * math.exp(rng.normal(0, 0.005)) for s in sync]
-    fast[2], fast[6] = 50.0, 60.0  # stalled
+    fast[12], fast[13] = 50.0, 60.0  # stalled (15 iterations: two cut at each end, ratio_interval.trim_count)
     medians = statistics.median(fast) / statistics.median(sync)
     assert medians < 0.9  # what the tables' speedup column says
     r = intervals.paired(_cell("periodic_async", fast), _cell("sync", sync))
@@ -49,13 +49,28 @@ def test_fixed_seed_case():
     """Ten log-ratios of a fixed draw: the value, the correlation assumed and the interval, to 4 digits."""
     x = np.random.default_rng(0).normal(0.05, 0.03, 10)
     value, low, high = ri.ratio_interval(x)
-    assert math.isclose(value, math.exp(trimmed(x)[0]))
+    assert ri.trim_count(10) == 1 and math.isclose(value, math.exp(trimmed(x, 1)[0]))
     assert ri.serial_rho(x) == ri.RHO_FLOOR  # ten values cannot show a correlation above the floor
-    assert (round(value, 4), round(low, 4), round(high, 4)) == (1.0542, 1.0086, 1.102)
-    from scipy import stats  # by hand: rho 0.5 gives df (10 - 4 - 1) x 0.75 / 1.25 = 3
+    from scipy import stats  # by hand: rho 0.5 gives df (10 - 2 - 1) x 0.75 / 1.25 = 4.2
 
-    half = stats.t.ppf(0.975, 3) * trimmed(x)[1] * math.sqrt(ri.inflation(10, 0.5))
+    half = stats.t.ppf(0.975, 4.2) * trimmed(x, 1)[1] * math.sqrt(ri.inflation(10, 0.5))
     assert (low, high) == pytest.approx((value * math.exp(-half), value * math.exp(half)))
+
+
+def test_trimming_starts_where_it_costs_no_power():
+    """20% of the values beyond the first 5: none below 10, one at each end from 10, two from 15; the degrees
+    of freedom grow with every value up to 9 (20% of every n cut one at each end at 5: df 3 at n = 4, 2 at 5)."""
+    assert [ri.trim_count(n) for n in (4, 5, 9, 10, 14, 15, 20, 105)] == [0, 0, 0, 1, 1, 2, 3, 20]
+    dfs = [n - 2 * ri.trim_count(n) - 1 for n in range(4, 10)]
+    assert dfs == [3, 4, 5, 6, 7, 8]
+
+
+def test_a_short_strongly_correlated_series_gets_the_widest_interval_not_none():
+    """"too few" depends on the count alone: 4 values that look strongly correlated get t on MIN_DF."""
+    x = [0.01, 0.02, 0.03, 0.04, 0.05]  # a ramp: lag-1 correlation 0.84, (5 - 1) x 0.17 = 0.7 df (was: none)
+    centre, se, df = ri.log_estimate(x)
+    assert df == ri.MIN_DF and ri.ratio_interval(x) is not None
+    assert ri.ratio_interval(x[:3]) is None
 
 
 def test_inflation_is_exact_at_zero_and_grows_with_rho():
@@ -84,9 +99,9 @@ def test_independent_samples_give_the_yuen_interval():
     """serial=False (seeds): the trimmed mean with the Tukey-McLaughlin error and t on n - 2g - 1 df."""
     from scipy import stats
 
-    x = [0.02, 0.05, -0.01, 0.03, 0.04, 0.00, 0.06]
+    x = [0.02, 0.05, -0.01, 0.03, 0.04, 0.00, 0.06, 0.01, 0.02, 0.05, 0.03]
     value, low, high = ri.ratio_interval(x, serial=False)
-    d, se = trimmed(x)
+    d, se = trimmed(x, 1)  # 11 values: one cut at each end (ratio_interval.trim_count)
     t = stats.t.ppf(0.975, len(x) - 2 * 1 - 1)
     assert (low, high) == pytest.approx((math.exp(d - t * se), math.exp(d + t * se)))
 

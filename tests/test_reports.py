@@ -137,6 +137,19 @@ def test_compare_ratio_by_name_and_position(tmp_path):
     assert "matched by position" in text
 
 
+def test_compare_shows_every_run_side_by_side(tmp_path):
+    """Three runs: the side-by-side table has a column and a ratio over the first for each (it showed the
+    first two)."""
+    a = make_ablation(tmp_path / "a")
+    b = make_ablation(tmp_path / "b", scale=0.5)
+    c = make_ablation(tmp_path / "c", scale=0.25)
+    df, text = compare(a, b, c)
+    tp = df[df["metric"] == "tpspd_median"]
+    assert tp["b_over_a"].tolist() == pytest.approx([2.0, 2.0], rel=1e-9)
+    assert tp["c_over_a"].tolist() == pytest.approx([4.0, 4.0], rel=1e-9)
+    assert f"C: {c}" in text and "c_over_a" in text
+
+
 def test_terminal_opens_with_the_verdict_and_fits_100_columns(ablation):
     text = summary_table_text(ablation)
     lines = text.splitlines()
@@ -200,11 +213,16 @@ def test_verdict_sentence_names_the_two_factors():
     from rlbench.reports.verdict_text import comparison_sentence
 
     c = Comparison("periodic_async", "sync", 0.6695, 0.69, 0.17, "periodic_async_barrier", 0.65, 1.03,
-                   Ratio(0.6695, 0.62, 0.71, 17))
+                   Ratio(0.6695, 0.62, 0.71, 17, "interleaved iterations"))
     assert comparison_sentence(c) == (
+        "periodic_async 0.67× sync's TPSPD (95% interval 0.62–0.71× over 17 interleaved iterations; predicted "
+        "0.69×): loses here. The sync cell spends 17% of its iteration generating; the device split costs 0.65×, "
+        "overlap gives back 1.03×.")
+    one_after_another = Comparison("periodic_async", "sync", 0.6695, 0.69, 0.17, interval=Ratio(0.6695, 0.62, 0.71, 17))
+    assert comparison_sentence(one_after_another).startswith(
         "periodic_async 0.67× sync's TPSPD (95% interval 0.62–0.71× over 17 iterations, the cells one after "
-        "another: exposed to the machine's drift; predicted 0.69×): loses here. The sync cell spends 17% of its iteration generating; the device split costs 0.65×, overlap "
-        "gives back 1.03×.")
+        "another: exposed to the machine's drift; predicted 0.69×): not called (`--set run.interleave=true` "
+        "calls it).")  # no wins / loses word where the machine's drift between the cells is not in the interval
     other = Comparison("periodic_async", "sync", 1.08, 1.2, None, "periodic_async_barrier", 1.05, 0.95,
                        Ratio(1.08, 0.97, 1.19, 6, "interleaved iterations"))
     assert comparison_sentence(other).endswith("(95% interval 0.97–1.19× over 6 interleaved iterations; predicted "

@@ -22,6 +22,11 @@ OTHER_MEANING = {
     ("bench/core/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
     ("bench/simulate/paper.py", "sync"): "simulate.json keys of the reference's prediction (sync_tpspd, ...)",
     ("bench/plan/verl_metrics.py", "sync"): "VERL's own metric key timing_s/sync_weights",
+    ("engines/external/verl/recipes.py", "sync"): "VERL's trainer mode (trainer.v1.trainer_mode=sync), a recipe's name",
+    ("engines/external/verl/recipes.py", "one_step_off"): "VERL's recipe (verl/experimental/one_step_off_policy)",
+    ("engines/external/verl/adapter.py", "sync"): "VERL's recipe of the cell: its synchronous trainer",
+    ("engines/external/verl/cpu/patches.py", "one_step_off"): "the path of VERL's one-step-off recipe",
+    ("bench/experiments/peers/cells.py", "one_step_off"): "the VERL cell's recipe option, VERL's name",
 }
 
 

@@ -98,7 +98,7 @@ def test_calibrate_is_the_reports_measurements(tmp_path):
     bs, cell = calibrate(abl)
     assert cell["cell"] == "sync" and len(bs) == 3  # the warm-up iteration is left out
     # conftest: training phases 0.57 s per iteration over the sync cell's executed work (padded micro-batches)
-    from rlbench.core.costmodel.predict import train_tokens, train_work
+    from rlbench.core.costmodel.work import train_tokens, train_work
     work = train_work(bs[0].samples, False, bs[0].micro_batch)
     assert bs[0].c_tok == pytest.approx(0.57 / work, rel=1e-9)
     assert work > train_tokens(bs[0].samples, False)  # responses of a group differ in length: padding counts

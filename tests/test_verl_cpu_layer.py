@@ -33,10 +33,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(code: str, skip: str = "", plugin: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+def run(code: str, skip: str = "", plugin: bool = True, timeout: int = 300, env: dict | None = None
+        ) -> subprocess.CompletedProcess:
     """`code` in a fresh Python of this venv, VERL loading rlbench's CPU layer (less the patch `skip`)."""
     env = {**os.environ, "RLBENCH_VERL_CPU_SKIP": skip, "VERL_ENGINE_DEVICE": "cuda", "OMP_NUM_THREADS": "1",
-           "VERL_USE_EXTERNAL_MODULES": PLUGIN if plugin else ""}
+           "VERL_USE_EXTERNAL_MODULES": PLUGIN if plugin else "", **(env or {})}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code).format(port=free_port())], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
@@ -200,3 +201,22 @@ def test_weights_reach_vllm_on_cpu_through_verls_own_sender():
     log-probs are the new model's, tied LM head included)."""
     assert ok(run(WEIGHT_SYNC, timeout=600)) == "True"
     fails(run(WEIGHT_SYNC, skip="vllm_weight_reload", timeout=600), "has no attribute 'weight_loader'")
+    # the check fails where the weights are received but never loaded (a planted fault)
+    assert ok(run(WEIGHT_SYNC, timeout=600, env={"RLBENCH_VERL_PLANT": "skip_weight_sync"})) == "False"
+
+
+REPLAY_POLL = """
+import verl
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+buffer = ReplayBuffer(trainer_mode="sync", trainer_config={{}}, max_off_policy_threshold=None,
+                      max_off_policy_strategy="drop", sampler_kwargs={{}})
+print(buffer.poll_interval)
+"""
+
+
+def test_the_probe_lays_a_short_replay_poll_over_verls_two_seconds():
+    """rlbench's probe (engines/external/verl/probe.py): VERL's v1 replay buffer looks for finished samples every
+    0.05 s, not every 2 s (no config key holds it; cost_settings.py OVERRIDDEN says why)."""
+    probe = {"VERL_USE_EXTERNAL_MODULES": f"{PLUGIN},rlbench.engines.external.verl.probe"}
+    assert ok(run(REPLAY_POLL, env=probe)) == "0.05"
+    assert ok(run(REPLAY_POLL)) == "2.0"  # VERL's own

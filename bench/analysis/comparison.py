@@ -1,5 +1,5 @@
-"""compare(run_a, run_b): key metrics of two runs side by side, with the ratio B/A (rendered by
-reports/comparison.py).
+"""compare(run_a, run_b, ...): key metrics of the runs side by side, with each run's ratio over the first
+(B/A, C/A, ...; rendered by reports/comparison.py).
 
 Cells are matched by name where the runs share names, otherwise by position (reference first). A
 multi-seed run (`--seeds`) is compared per cell over its seeds: the medians summary.csv holds.
@@ -24,28 +24,47 @@ def match_cells(a: list[str], b: list[str]) -> tuple[list[tuple[int, int]], str]
     return [(i, i) for i in range(min(len(a), len(b)))], "position"
 
 
-def compare(run_a, run_b) -> tuple[pd.DataFrame, str]:
-    """Long table: one row per (matched cell, metric) with A, B and B/A; plus a line that says which runs
-    and how their cells were matched.
+def compare(run_a, run_b, *more) -> tuple[pd.DataFrame, str]:
+    """Long table: one row per (cell of A matched in every run, metric) with each run's value (columns a, b,
+    c, ...) and its ratio over A (b_over_a, c_over_a, ...); plus the lines that say which runs they are and
+    how their cells were matched.
 
     Metrics (units): tpspd_median (tokens/s/device), speedup (vs each run's reference cell),
     wall_s_median (s per iteration), rollout/train_tok_s (tokens/s), accuracy_after (pass@1),
     staleness_max (weight versions).
     """
-    ra, rb = load(run_a), load(run_b)
-    fa, fb = cell_summary(ra), cell_summary(rb)  # one row per cell (multi-seed: median over seeds)
-    pairs, how = match_cells(list(fa["cell"]), list(fb["cell"]))
+    runs = [load(r) for r in (run_a, run_b, *more)]
+    frames = [cell_summary(r) for r in runs]  # one row per cell (multi-seed: median over seeds)
+    letters = [chr(ord("a") + i) for i in range(len(runs))]
+    matched, hows, unmatched = _matched(frames)
     rows = []
-    for ia, ib in pairs:
+    for picks in matched:
         for m in KEY_METRICS:
-            va, vb = _value(fa, ia, m), _value(fb, ib, m)
-            rows.append({"cell_a": fa["cell"][ia], "cell_b": fb["cell"][ib], "metric": m,
-                         "a": va, "b": vb, "b_over_a": schema.ratio(vb, va)})
-    df = pd.DataFrame(rows, columns=["cell_a", "cell_b", "metric", "a", "b", "b_over_a"])
-    unmatched = sorted((set(fa["cell"]) ^ set(fb["cell"]))) if how == "name" else []
-    about = (f"A: {ra.path} ({ra.name})\nB: {rb.path} ({rb.name})\ncells matched by {how}"
-             + (f"; only in one run: {', '.join(unmatched)}" if unmatched else ""))
-    return df, about
+            vals = [_value(f, i, m) for f, i in zip(frames, picks)]
+            row = {f"cell_{x}": f["cell"][i] for x, f, i in zip(letters, frames, picks)} | {"metric": m}
+            row |= dict(zip(letters, vals))
+            row |= {f"{x}_over_a": schema.ratio(v, vals[0]) for x, v in zip(letters[1:], vals[1:])}
+            rows.append(row)
+    columns = [f"cell_{x}" for x in letters] + ["metric"] + letters + [f"{x}_over_a" for x in letters[1:]]
+    about = "\n".join(f"{x.upper()}: {r.path} ({r.name})" for x, r in zip(letters, runs))
+    about += "\ncells matched by " + ", ".join(sorted(set(hows))) + \
+        (f"; not in every run: {', '.join(unmatched)}" if unmatched else "")
+    return pd.DataFrame(rows, columns=columns), about
+
+
+def _matched(frames: list[pd.DataFrame]) -> tuple[list[tuple[int, ...]], list[str], list[str]]:
+    """Row indices of each cell of the first run matched in every other run, how each run was matched, and
+    the cells (by name) that some run lacks."""
+    first = list(frames[0]["cell"])
+    per, hows = [], []
+    for f in frames[1:]:
+        pairs, how = match_cells(first, list(f["cell"]))
+        per.append(dict(pairs))
+        hows.append(how)
+    keep = [i for i in range(len(first)) if all(i in p for p in per)]
+    named = [set(f["cell"]) for f, how in zip(frames[1:], hows) if how == "name"]
+    unmatched = sorted(set().union(*named, set(first)) - set.intersection(set(first), *named)) if named else []
+    return [(i, *(p[i] for p in per)) for i in keep], hows, unmatched
 
 
 def _value(df: pd.DataFrame, row: int, metric: str):

@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rlbench.analysis.data import CellData
 from rlbench.core.results import schema
 from rlbench.core.ratio_interval import ratio_interval
 from rlbench.core.stats import LEVEL
 
+if TYPE_CHECKING:  # annotations only: data.py imports pandas, which `rlbench plan` (outcome) never needs
+    from rlbench.analysis.data import CellData
+
 WINS, LOSES, EVEN, TOO_FEW = "wins", "loses", "even", "too few"
+# A ratio of cells run one after another (run.interleave=false) whose interval excludes 1: a slow stretch of
+# the machine during one cell's iterations alone moves the ratio and no interval over its iterations sees
+# it (a machine 20% slower while the reference ran makes the ratio 1.25x, and its interval "wins"), so no wins /
+# loses word.
+NOT_CALLED = "not called"
 ITERATIONS, INTERLEAVED, SEEDS = "iterations", "interleaved iterations", "seeds"  # what an interval is over
 
 
@@ -40,21 +48,19 @@ class Ratio:
 
     @property
     def outcome(self) -> str | None:
-        return outcome(self.value, self.low, self.high)
+        return outcome(self.value, self.low, self.high, self.basis)
 
 
-def outcome(value, low, high) -> str | None:
+def outcome(value, low, high, basis: str | None = None) -> str | None:
     """WINS where the interval lies above 1, LOSES where below, EVEN otherwise; TOO_FEW where a value has no
-    interval; None: nothing measured."""
+    interval; None: nothing measured. basis ITERATIONS (cells one after another): NOT_CALLED in place of
+    WINS or LOSES (the machine's drift between the cells is not in the interval)."""
     if _missing(value):
         return None
     if _missing(low) or _missing(high):
         return TOO_FEW
-    if not _missing(low) and low > 1.0:
-        return WINS
-    if not _missing(high) and high < 1.0:
-        return LOSES
-    return EVEN
+    word = WINS if low > 1.0 else LOSES if high < 1.0 else EVEN
+    return NOT_CALLED if basis == ITERATIONS and word in (WINS, LOSES) else word
 
 
 def paired(cell: CellData | None, ref: CellData | None) -> Ratio:

@@ -8,11 +8,14 @@ own term of the cost model (costmodel.simulate), with an interval and the attrib
 - Splits: R rollout + (N - R) training devices for up to SPLITS values of R, swept on up to SWEEP_BATCHES
   batches spread over the log; the best split is then predicted on every batch.
 - Interval: the typical per-step ratio of predicted TPSPD to the sync step's and its interval, by the one
-  estimator of every rlbench verdict (bench/core/ratio_interval.py: the value is the interval's centre), then
-  widened by each assumption's range (the prediction with the assumption at either end of its range, one at
-  a time, at the best split; the widening multiplies) equally on both sides in log units, so the value stays
-  the centre of the range printed: a range over the log's step spread and the assumptions together. Too few
-  steps for an interval: the ratio of TPSPDs alone, and the verdict says too few.
+  estimator of every rlbench verdict (bench/core/ratio_interval.py: the value is the interval's centre; one
+  value per logged step, however often a bounded schedule's simulation replays its batch), then widened by
+  each assumption's range (the prediction with the assumption at either end of its range, one at a time, each
+  end at the split it would choose itself, over the central prediction at its own best split; the widening
+  multiplies) equally on both sides in log units, so the value stays the centre of the range printed: a range
+  over the log's step spread and the assumptions together. Fewer than 4 logged steps: no interval on any row,
+  the ratio of TPSPDs alone, and the verdict says too few.
+- Best: the row with the largest reported speedup (the estimator that states it also chooses it).
 - Tri-model (where the log times the old-policy log-prob pass apart): the best schedule again on batches
   trained without that pass (rlbench's tri-model; VERL's rollout log-probs), at its own best split; its
   interval widened by the best schedule's assumption ranges.
@@ -31,11 +34,13 @@ from rlbench.analysis.intervals import outcome
 from rlbench.core import schedules
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, SimResult, simulate
-from rlbench.core.ratio_interval import ratio_interval
+from rlbench.core.ratio_interval import ratio_interval, typical_ratio
 from rlbench.core.schedules.spec import BOUNDED, ONE_STEP, PERIODIC
 
 SPLITS = 8  # most rollout-pool sizes swept
 SWEEP_BATCHES = 3  # batches the split sweep runs on (the best split then runs on every batch)
+FINALISTS = 2  # the sweep's best splits run on every batch; the one with the larger reported speedup is chosen
+CLOSE = 0.10  # ... a runner-up only where the sweep puts it this close to the best (a few batches are noisy)
 STALENESS = 2  # the bounded-staleness row's k (one-step-off is k = 1)
 BARRIER, OVERLAP, STALE, BOUNDED_ROW, PARTIAL = "barrier", "periodic", "one-step", "bounded", "partial"  # row kinds
 
@@ -111,6 +116,18 @@ def per_batch_tpspd(res: SimResult, batches: list[SyncMeasurements]) -> list[tup
     return out
 
 
+def step_logs(pairs: list[tuple[int, float]], reference: list[float]) -> list[float]:
+    """One log-ratio per logged step, in the log's order: log(predicted TPSPD / the step's own). A bounded
+    schedule's simulation cycles through the batches, so a short log's batch is replayed several times: its
+    iterations are one step's prediction, averaged (in log units) into one value, never counted as several
+    independent steps."""
+    per: dict[int, list[float]] = {}
+    for b, t in pairs:
+        if t > 0 and reference[b] > 0:
+            per.setdefault(b, []).append(math.log(t / reference[b]))
+    return [statistics.fmean(per[b]) for b in sorted(per)]
+
+
 def _sim(batches: list, row: Row, r: int, devices: int) -> SimResult:
     """row on r rollout + (devices - r) training devices; on one device both pools share it, and TPSPD divides
     by that one physical device (the cost model runs them as two devices' worth of time)."""
@@ -121,26 +138,37 @@ def _sim(batches: list, row: Row, r: int, devices: int) -> SimResult:
     return res
 
 
-def predict_row(inp: PlanInput, row: Row, split: int | None = None, near: int | None = None) -> dict:
-    """One schedule: the split curve, the best split (or `split` rollout devices, where given: no sweep; near:
-    only the two swept splits on either side of that one), its predicted TPSPD and speedup with the interval."""
-    sweep, values = sweep_batches(inp.batches), split_values(inp.devices)
+def _curve(batches: list, row: Row, values: list[int], devices: int) -> list[dict]:
+    """Predicted TPSPD of a row at each rollout-pool size in values, on these batches."""
+    return [{"rollout_devices": r, "train_devices": max(1, devices - r), "tpspd": _sim(batches, row, r, devices).tpspd}
+            for r in values]
+
+
+def _swept(inp: PlanInput, near: int | None) -> list[int]:
+    """The rollout-pool sizes a row is swept over (near: only the two on either side of that one)."""
+    values = split_values(inp.devices)
     if near is not None:
         i = values.index(near) if near in values else 0
         values = values[max(0, i - 2):i + 3]
-    curve = [] if split else \
-        [{"rollout_devices": r, "train_devices": max(1, inp.devices - r), "tpspd": _sim(sweep, row, r, inp.devices).tpspd}
-         for r in values]
-    r = split or max(curve, key=lambda c: c["tpspd"])["rollout_devices"]
-    res = _sim(inp.batches, row, r, inp.devices)
+    return values
+
+
+def predict_row(inp: PlanInput, row: Row, split: int | None = None, near: int | None = None) -> dict:
+    """One schedule: the split curve, the best split (or `split` rollout devices, where given: no sweep; near:
+    only the two swept splits on either side of that one), its predicted TPSPD and speedup with the interval
+    (none with fewer than 4 logged steps: ratio_interval's MIN_PAIRED, one value per step, step_logs)."""
+    sweep, values = sweep_batches(inp.batches), _swept(inp, near)
+    curve = [] if split else _curve(sweep, row, values, inp.devices)
+    ranked = sorted(curve, key=lambda c: -c["tpspd"])
+    top = [split] if split else [c["rollout_devices"] for c in ranked[:FINALISTS]
+                                 if c["tpspd"] >= ranked[0]["tpspd"] * (1 - CLOSE)]
+    r, res, logs = max((_on_every_step(inp, row, r) for r in top), key=lambda f: _typical(f[2], f[1], inp))
     for c in curve:  # the chosen split as every batch predicts it (the sweep ran on a few)
         if c["rollout_devices"] == r:
             c["tpspd"] = res.tpspd
-    pairs = per_batch_tpspd(res, inp.batches)
     ref = statistics.median(inp.reference)
-    logs = [math.log(t / inp.reference[b]) for b, t in pairs if t > 0 and inp.reference[b] > 0]
     found = ratio_interval(logs, serial=True)  # successive steps: serially correlated
-    widen = _assumption_ranges(inp, row, r, sweep)
+    widen = _assumption_ranges(inp, row, r, sweep, None if split else values)
     if found is None:  # too few steps: the ratio of TPSPDs, no interval
         speedup, low, high = (res.tpspd / ref if ref else None), None, None
     else:
@@ -149,8 +177,22 @@ def predict_row(inp: PlanInput, row: Row, split: int | None = None, near: int | 
     return {"label": row.label, "kind": row.kind, "schedule": row.schedule, **dict(row.knobs), "rollout_devices": r,
             "train_devices": max(1, inp.devices - r), "devices": inp.devices, "tpspd": res.tpspd, "speedup": speedup,
             "low": lo, "high": hi, "step_low": low, "step_high": high, "steps": len(logs),
-            "assumption_effects": widen["effects"], "assumption_factor": widen["factor"],
-            "staleness_max": res.staleness_max, "curve": curve, "outcome": outcome(speedup, lo, hi)}
+            "assumption_effects": widen["effects"], "assumption_splits": widen["splits"],
+            "assumption_factor": widen["factor"], "staleness_max": res.staleness_max, "curve": curve,
+            "outcome": outcome(speedup, lo, hi)}
+
+
+def _on_every_step(inp: PlanInput, row: Row, r: int) -> tuple[int, SimResult, list[float]]:
+    """row at split r predicted on every batch: (r, the result, one log-ratio per logged step)."""
+    res = _sim(inp.batches, row, r, inp.devices)
+    return r, res, step_logs(per_batch_tpspd(res, inp.batches), inp.reference)
+
+
+def _typical(logs: list[float], res: SimResult, inp: PlanInput) -> float:
+    """The speedup a row reports (the centre of its interval; the ratio of TPSPDs where too few steps), by
+    which the split among the finalists is chosen: the estimator that reports it also chooses it."""
+    ref = statistics.median(inp.reference)
+    return typical_ratio(logs, res.tpspd / ref if ref else 0.0, serial=True) or 0.0
 
 
 def widened(low, high, factor: float) -> tuple:
@@ -160,21 +202,45 @@ def widened(low, high, factor: float) -> tuple:
     return low / factor, high * factor
 
 
-def _assumption_ranges(inp: PlanInput, row: Row, r: int, sweep: list) -> dict:
-    """Each assumption at either end of its range (one at a time) over the central prediction, at split r:
-    -> {"low": product of the factors below 1, "high": of those above, "factor": the larger of 1 / low and
-    high (the widening on either side), "effects": {name: [lo, hi]}}."""
+def _assumption_ranges(inp: PlanInput, row: Row, r: int, sweep: list, values: list[int] | None) -> dict:
+    """Each assumption at either end of its range (one at a time) over the central prediction, each end at the
+    split it would choose itself (the best of `values` on the sweep's batches; values None: at split r, the
+    split the user fixed), against the central prediction at its own best split r -> {"low": product of the
+    factors below 1, "high": of those above, "factor": the larger of 1 / low and high (the widening on either
+    side), "effects": {name: [lo, hi]}, "splits": {name: [the split each end chose]}}."""
     if not inp.variants:
-        return {"low": 1.0, "high": 1.0, "factor": 1.0, "effects": {}}
+        return {"low": 1.0, "high": 1.0, "factor": 1.0, "effects": {}, "splits": {}}
     central = _sim(sweep, row, r, inp.devices).tpspd
     low = high = 1.0
-    effects = {}
+    effects, splits = {}, {}
     for name, ends in inp.variants.items():
-        f = [_sim(b, row, r, inp.devices).tpspd / central if central else 1.0 for b in ends]
-        effects[name] = [min(f), max(f)]
+        best = [_climb(b, row, values or [r], r, inp.devices) for b in ends]
+        f = [c["tpspd"] / central if central else 1.0 for c in best]
+        effects[name], splits[name] = [min(f), max(f)], [c["rollout_devices"] for c in best]
         low *= min(1.0, *f)
         high *= max(1.0, *f)
-    return {"low": low, "high": high, "factor": max(1.0 / low if low > 0 else 1.0, high), "effects": effects}
+    return {"low": low, "high": high, "factor": max(1.0 / low if low > 0 else 1.0, high), "effects": effects,
+            "splits": splits}
+
+
+def _climb(batches: list, row: Row, values: list[int], start: int, devices: int) -> dict:
+    """The best of `values` for a row on these batches, found by climbing from `start` (the central best
+    split) to the neighbour that predicts more, until neither does: TPSPD over the rollout pool's size rises
+    while generation bounds the iteration and falls once training does, so the climb ends where the full
+    sweep would, in a few predictions instead of one per split."""
+    at = {}
+
+    def tpspd(i: int) -> float:
+        if i not in at:
+            at[i] = _sim(batches, row, values[i], devices).tpspd
+        return at[i]
+
+    i = values.index(start) if start in values else 0
+    while True:
+        up = [j for j in (i - 1, i + 1) if 0 <= j < len(values) and tpspd(j) > tpspd(i)]
+        if not up:
+            return {"rollout_devices": values[i], "tpspd": tpspd(i)}
+        i = max(up, key=tpspd)
 
 
 def model_check(inp: PlanInput) -> dict:
@@ -223,7 +289,7 @@ def plan(inp: PlanInput) -> dict:
         raise ValueError("one reference TPSPD per batch")
     preds = [predict_row(inp, row) for row in rows(inp.partial)]
     check = model_check(inp)
-    best = max(preds, key=lambda p: p["tpspd"])
+    best = max(preds, key=_rank)
     lad = ladder(preds, check["predicted_tpspd"])
     tri = tri_model_row(inp, best)
     if tri is not None:
@@ -231,5 +297,11 @@ def plan(inp: PlanInput) -> dict:
         lad["tri-model"] = tri["tpspd"] / best["tpspd"]
     chain = math.prod(v for k, v in lad.items() if k != "tri-model")
     return {"devices": inp.devices, "steps": len(inp.batches), "reference_tpspd": statistics.median(inp.reference),
-            "rows": preds, "best": max(preds, key=lambda p: p["tpspd"]), "model_check": check, "ladder": lad,
+            "rows": preds, "best": max(preds, key=_rank), "model_check": check, "ladder": lad,
             "ladder_product": chain}
+
+
+def _rank(p: dict) -> float:
+    """What "best" is chosen by: the speedup the plan reports (the centre of its interval, by the one estimator
+    of every verdict), so the schedule named best is the one whose printed number is largest."""
+    return p["speedup"] if p["speedup"] is not None else p["tpspd"]

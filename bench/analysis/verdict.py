@@ -41,7 +41,7 @@ class Comparison:
 
     @property
     def outcome(self) -> str | None:
-        return intervals.outcome(self.measured, self.interval.low, self.interval.high)
+        return intervals.outcome(self.measured, self.interval.low, self.interval.high, self.interval.basis)
 
 
 @dataclass(frozen=True)

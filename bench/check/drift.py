@@ -1,18 +1,18 @@
-"""Slow drift over the history of accepted A/B results: change points of each metric's chained series, found
-by Apache Otava (e-divisive means with Hunter's split and merge steps; `apache-otava` on PyPI), and the
-verdict `rlbench check --record` adds to the per-step gate.
+"""Slow drift over the history of accepted A/B results, and the verdict `rlbench check --record` and
+`rlbench history` add to the per-step gate.
 
 A change of 2% a step passes every step's A/B (its floor is 6%) and the history absorbs it; chained, eight
-such steps make a level 17% off the anchor. Otava splits a metric's series where the levels before and
-after differ beyond chance (a t-test between the two segments, p below MAX_PVALUE). Chained noise is a random
-walk, which that t-test (made for independent points) splits often, so a split counts only when its move is
-beyond the metric's per-step floor and the steps since it are beyond their own noise (walk_z > Z_WALK). A
-counted regression among the last `last_n` steps is confirmed or cleared by an A/B directly against the
-anchor commit recorded after it (kind "anchor": one machine, one run, no chain), which also fails on its own
-on a metric it flags worse. Without such an A/B it fails only beyond the line that holds the chance of an
-unchanged history failing to FAMILY_ALPHA over every metric and position judged (z_family); short of that it
-is suspected and the anchor A/B is due now. Tuning and the measured behaviour: docs/results/ci-gate.md,
-'Drift over the history'.
+such steps make a level 17% off the anchor. The verdict (`judge`) fits a ramp to each metric's levels since
+every one of the last `last_n` commits (bench/check/ramp.py: least squares weighted by the levels' exact
+covariance, so landings recorded against an ACCEPTED that stays, siblings, and steps chained one after the
+other are read alike) and counts a regression whose rise is beyond the metric's per-step floor. Against the
+noise of every metric and start tried together (Bonferroni, `z_family`): beyond SUSPECT_ALPHA's line a drift
+is *suspected* and printed (the A/B against the anchor is due now); beyond FAMILY_ALPHA's it fails, unless an
+A/B directly against the anchor (kind "anchor": one machine, one run, no chain) recorded after its start
+clears it; that A/B confirms it where it flags the metric worse, and fails by itself on a metric it flags
+worse. Apache Otava's change points (e-divisive means with Hunter's split and merge; `apache-otava`) of each
+series are listed below the verdict as its detail. Tuning and the measured behaviour: docs/results/ci-gate.md,
+'Drift over the history', and scripts/drift_study.py.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from rlbench.check import ab as check_ab, history, lifecycle
+from rlbench.check import ab as check_ab, history, lifecycle, ramp
 from rlbench.core.errors import UserError
 from rlbench.core.results.metric_table import family
 
@@ -33,9 +33,10 @@ ANCHOR_EVERY = 8  # steps between A/Bs against the anchor commit (`rlbench histo
 WINDOW = 50  # Otava's window: longer series are split in windows of this many points
 Z_WALK = 3.0  # how many standard deviations of the chain's noise a counted move must exceed (_beyond)
 # The chance that a history with nothing changed fails the check on its chain alone, all its metrics and the
-# last N positions together (Bonferroni: z_family). A counted change point short of that line is suspected:
-# the A/B against the anchor decides it (judge).
+# last N starts together (Bonferroni: z_family). A drift short of that line and beyond SUSPECT_ALPHA's is
+# suspected: printed, and the A/B against the anchor decides it (judge).
 FAMILY_ALPHA = 0.01
+SUSPECT_ALPHA = 0.05
 
 
 @dataclass
@@ -51,6 +52,8 @@ class ChangePoint:
     steps_ago: int  # 1: the last step of the series
     counts: bool  # beyond the metric's floor and the chain's noise (_beyond): what a drift verdict judges
     z: float = math.inf  # the move since the change over the chain's noise, in standard deviations (walk_z)
+    since: str = ""  # a ramp's: the commit before its first point (the drift is "since" it)
+    slope: float | None = None  # a ramp's rise a step (log units); None: one of Otava's splits
 
     @property
     def size(self) -> float:
@@ -125,11 +128,32 @@ def _beyond(z: float, before: float, after: float, name: str) -> bool:
     return abs(after / before - 1) > magnitude_floor(name) and abs(z) > Z_WALK and (z > 0) == (after > before)
 
 
-def z_family(metrics: int, last_n: int = LAST_N) -> float:
-    """The walk_z a change point needs to fail the check from the chain alone: one-sided (regressions),
-    FAMILY_ALPHA shared by every metric judged and every one of the last N positions (Bonferroni; conservative
-    where metrics move together, as the stages of one run do). 57-60 metrics, 8 positions: 4.1."""
-    return NormalDist().inv_cdf(1 - FAMILY_ALPHA / (max(metrics, 1) * max(last_n, 1)))
+def z_family(metrics: int, last_n: int = LAST_N, alpha: float | None = None) -> float:
+    """The z a drift needs to fail the check from the chain alone (alpha FAMILY_ALPHA) or to be suspected
+    (SUSPECT_ALPHA): one-sided (regressions), shared by every metric judged and every one of the last N starts
+    (Bonferroni; conservative where metrics move together, as the stages of one run do). 60 metrics, 8
+    starts: 4.1 to fail, 3.7 to be suspected."""
+    return NormalDist().inv_cdf(1 - (FAMILY_ALPHA if alpha is None else alpha) / (max(metrics, 1) * max(last_n, 1)))
+
+
+def drifts(entries: list[dict], wl: dict, last_n: int = LAST_N) -> list[ChangePoint]:
+    """Per metric, its steepest ramp in the regression's direction among starts at the last `last_n` commits
+    (bench/check/ramp.py), as a ChangePoint: counts where its rise is beyond the metric's floor."""
+    out = []
+    for name, points in history.series(entries, wl).items():
+        direction = next(e["metrics"][name]["direction"] for e in entries if name in e["metrics"])
+        worse = 1 if direction == "lower_is_better" else -1
+        found = [r for r in ramp.ramps(points, last_n) if r.slope * worse > 0]
+        if len(points) < MIN_POINTS or not found:
+            continue
+        r = max(found, key=lambda r: abs(r.z))
+        before = points[r.start - 1].level
+        after = before * math.exp(r.rise)
+        out.append(ChangePoint(name, r.start, points[r.start].commit, points[r.start].index, before, after,
+                               NormalDist().cdf(-abs(r.z)), direction, len(points) - r.start,
+                               abs(after / before - 1) > magnitude_floor(name), r.z * worse,
+                               since=points[r.start - 1].commit, slope=r.slope))
+    return sorted(out, key=lambda c: -c.z)
 
 
 def all_change_points(entries: list[dict], wl: dict) -> list[ChangePoint]:
@@ -160,28 +184,27 @@ def judged_metrics(entries: list[dict], wl: dict) -> int:
 
 
 def judge(entries: list[dict], wl: dict, last_n: int = LAST_N) -> Drift:
-    """The bad change points that count among the last `last_n` steps: a failure, confirmed where the latest
-    A/B against the anchor made after it flags the metric worse, cleared where it does not (the chain's noise,
-    not a change of code). Without such an A/B, a failure only where the chain alone is beyond the noise of
-    every metric judged together (z_family): chained noise is a random walk, and across ~60 metrics a walk
-    crosses Z_WALK often enough to fail a quarter of unchanged histories (docs/results/ci-gate.md); short of
-    that line the change point is suspected and the anchor A/B is due now. And a metric that the latest anchor
-    A/B, among the last steps, flags worse without a change point: the drift measured directly, in one run."""
+    """The regressions (drifts) that count among the last `last_n` starts: a failure where the chain alone is
+    beyond the noise of every metric and start judged together (z_family at FAMILY_ALPHA), or where the latest
+    A/B against the anchor made after the drift's start flags the metric worse; cleared where that A/B does
+    not; suspected where, with no such A/B, the chain lies between SUSPECT_ALPHA's line and FAMILY_ALPHA's. And
+    a metric that the latest anchor A/B, among the last steps, flags worse: the drift measured directly."""
     res = Drift()
     anchors = anchor_entries(entries, wl)
-    line = z_family(judged_metrics(entries, wl), last_n)
-    for cp in all_change_points(entries, wl):
-        if not (cp.bad and cp.counts) or cp.steps_ago > last_n:
+    metrics = judged_metrics(entries, wl)
+    fail, suspect = z_family(metrics, last_n), z_family(metrics, last_n, SUSPECT_ALPHA)
+    for cp in drifts(entries, wl, last_n):
+        if not cp.counts or cp.z <= suspect:
             continue
         later = [(i, e) for i, e in anchors if i > cp.entry and cp.metric in e["metrics"]]
         if not later:
-            if abs(cp.z) > line:
-                res.failures.append((cp, f"{abs(cp.z):.1f} sd of the chain's noise, beyond the {line:.1f} of all "
-                                         "metrics together; no A/B against the anchor since"))
+            line = f"{cp.z:.1f} sd of the chain's noise"
+            if cp.z > fail:
+                res.failures.append((cp, f"{line}, beyond the {fail:.1f} of all metrics together; no A/B against "
+                                         "the anchor since"))
             else:
-                res.suspected.append((cp, f"{abs(cp.z):.1f} sd of the chain's noise, short of the {line:.1f} of all "
-                                          "metrics together: `rlbench check --against anchor --record FILE` decides "
-                                          "it on this machine in one run"))
+                res.suspected.append((cp, f"{line}, short of the {fail:.1f} that fails: `rlbench check --against "
+                                          "anchor --record FILE` decides it on this machine in one run"))
             continue
         i, e = later[-1]
         m = e["metrics"][cp.metric]
@@ -214,60 +237,6 @@ def _pct(ratio: float) -> str:
 
 def _interval(m: dict) -> str:
     return f" [{_pct(m['low'])}, {_pct(m['high'])}]" if m.get("low") and m.get("high") else ""
-
-
-def describe(cp: ChangePoint) -> str:
-    """'cost:update +8.9% at 1a2b3c4d5e (p=0.0004, 3 steps ago; level 1.042 -> 1.135 of the anchor)'."""
-    if math.isnan(cp.pvalue):  # no change point: what an A/B against the anchor measured (_direct)
-        return f"{cp.metric} {cp.size:+.1%} at {cp.commit[:10]} against the anchor"
-    return (f"{cp.metric} {cp.size:+.1%} at {cp.commit[:10]} (p={cp.pvalue:.2g}, {cp.steps_ago} step"
-            f"{'s' * (cp.steps_ago != 1)} ago; level {cp.before:.3f} -> {cp.after:.3f} of the anchor)")
-
-
-def format_drift(res: Drift, path, anchor: str | None) -> str:
-    """The lines `rlbench check --record` prints after the per-step verdict."""
-    if not res.failures and not res.cleared and not res.suspected:
-        return f"drift: no change point among the last steps of {path} (anchor {str(anchor)[:10]})"
-    lines = []
-    if res.failures:
-        lines.append(f"DRIFT: {len(res.failures)} change point(s) in {path} against anchor {str(anchor)[:10]}:")
-        lines += [f"  {describe(cp)}; {said}" for cp, said in res.failures]
-    if res.suspected:
-        lines.append(f"drift suspected in {path}, not failing: an A/B against the anchor {str(anchor)[:10]} is due now:")
-        lines += [f"  {describe(cp)}; {said}" for cp, said in res.suspected]
-    if res.cleared:
-        lines.append("drift not confirmed by the anchor A/B (the chain's noise):")
-        lines += [f"  {describe(cp)}; {said}" for cp, said in res.cleared]
-    return "\n".join(lines)
-
-
-def format_history(entries: list[dict], path, last_n: int = LAST_N, anchor_every: int = ANCHOR_EVERY) -> str:
-    """`rlbench history FILE`: per workload, its anchor and steps, every change point, the anchor A/Bs."""
-    if not entries:
-        return f"{path}: no entries yet (`rlbench check --record {path}` appends one per passing A/B)"
-    out = []
-    for wl in workloads(entries):
-        anchor, _ = history.anchor_of(entries, wl)
-        steps = [e for _, e in history.same_workload(entries, wl) if e["kind"] == "step"]
-        out.append(f"workload {wl['config']} --ablation {wl['ablation']}{''.join(' --set ' + s for s in wl['sets'])}: "
-                   f"{len(steps)} step(s), anchor {str(anchor)[:10]}")
-        cps = all_change_points(entries, wl)
-        out.append(f"  change points (Otava, p < {MAX_PVALUE:g}): {len(cps) or 'none'}")
-        out += [f"    {label(cp)} {describe(cp)}" for cp in cps]
-        for i, e in anchor_entries(entries, wl):
-            worse = ", ".join(f"{n} {_pct(m['ratio'])}" for n, m in e["metrics"].items() if m["mark"] == "worse")
-            out.append(f"  anchor A/B entry {i + 1} ({e['date'][:10]}, {e['new_commit'][:10]} against "
-                       f"{e['old_commit'][:10]}): {worse or 'nothing flagged'}")
-        due = steps_since_anchor_ab(entries, wl)
-        if anchor and due >= anchor_every:
-            out.append(f"  an A/B against the anchor is due ({due} steps since the last): "
-                       f"rlbench check --against anchor --record {path}")
-    return "\n".join(out)
-
-
-def label(cp: ChangePoint) -> str:
-    """regression / improvement where the move counts (beyond the floor and the chain's noise), else small."""
-    return ("REGRESSION" if cp.bad else "improvement") if cp.counts else "(within the floor or the noise)"
 
 
 def workloads(entries: list[dict]) -> list[dict]:

@@ -24,6 +24,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scipy import special
+
 from rlbench.check import ab as check_ab, lifecycle
 from rlbench.core.errors import UserError
 from rlbench.core.results import provenance
@@ -212,28 +214,74 @@ def same_workload(entries: list[dict], wl: dict) -> list[tuple[int, dict]]:
     return [(i, e) for i, e in enumerate(entries) if e["workload"] == wl]
 
 
-def anchor_of(entries: list[dict], wl: dict) -> tuple[str | None, int]:
-    """(anchor commit, index of its first step) of a workload: the old commit of its first step, or of the
-    last step marked `reanchor` (an intended change of performance starts a new series)."""
+@dataclass
+class Chain:
+    """The steps of a workload that chain from its current anchor. steps: their entry indices; start: the
+    index from which the series runs (the anchoring entry); off: (entry, why) of steps left out, named;
+    moves: (entry, what) of every re-anchoring, in order."""
+    anchor: str | None
+    start: int = 0
+    steps: list[int] = field(default_factory=list)
+    off: list[tuple[int, str]] = field(default_factory=list)
+    moves: list[tuple[int, str]] = field(default_factory=list)
+
+
+def chain_of(entries: list[dict], wl: dict) -> Chain:
+    """The workload's current chain. It starts at the old commit of its first step; a step recorded with
+    `reanchor` (an A/B of a move of ACCEPTED that changes performance on purpose) starts it anew at that step's
+    new commit; a step whose old commit is not on the chain is left out and named, unless later steps go on
+    from it and none from the chain: then it starts the chain anew at its old commit (ACCEPTED moved without a
+    recorded A/B: the steps since are measured against a commit the chain never reached), named too. Nothing
+    is dropped unsaid."""
     steps = [(i, e) for i, e in same_workload(entries, wl) if e["kind"] == "step"]
-    start = max((k for k, (_, e) in enumerate(steps) if e.get("reanchor")), default=0)
-    return (steps[start][1]["old_commit"], steps[start][0]) if steps else (None, 0)
+    if not steps:
+        return Chain(None)
+    c = Chain(steps[0][1]["old_commit"], steps[0][0])
+    known = {c.anchor}
+    for n, (i, e) in enumerate(steps):
+        old, new = e["old_commit"], e["new_commit"]
+        if e.get("reanchor"):
+            c.moves.append((i, f"re-anchored at {new[:10]} by entry {i + 1}: the A/B of {new[:10]} against "
+                               f"{old[:10]}, a move of performance on purpose"))
+            c.anchor, c.start, c.steps, known = new, i, [], {new}
+        elif old in known:
+            c.steps.append(i)
+            known.add(new)
+        elif any(later["old_commit"] in known and not later.get("reanchor") for _, later in steps[n + 1:]):
+            c.off.append((i, f"entry {i + 1} ({old[:10]} -> {new[:10]}): its old commit is not on the chain "
+                             f"from the anchor {c.anchor[:10]}; left out of the series"))
+        elif not any(later["old_commit"] in (old, new) for _, later in steps[n + 1:]):
+            c.off.append((i, f"entry {i + 1} ({old[:10]} -> {new[:10]}): its old commit is not on the chain from "
+                             f"the anchor {c.anchor[:10]}; left out of the series (ACCEPTED moved without a "
+                             "recorded A/B? the next step from it starts the series anew there)"))
+        else:
+            c.moves.append((i, f"re-anchored at {old[:10]} by entry {i + 1}: {old[:10]} was never measured against "
+                               f"the anchor {c.anchor[:10]} (ACCEPTED moved without a recorded A/B of the move: "
+                               "`rlbench check --reanchor --record` records one); the "
+                               f"{len(c.steps)} step(s) before are not chained to it"))
+            c.anchor, c.start, c.steps, known = old, i, [i], {old, new}
+    return c
+
+
+def anchor_of(entries: list[dict], wl: dict) -> tuple[str | None, int]:
+    """(anchor commit, index of the entry the series starts at) of a workload (chain_of)."""
+    c = chain_of(entries, wl)
+    return c.anchor, c.start
 
 
 def series(entries: list[dict], wl: dict) -> dict[str, list[Point]]:
-    """{metric: [Point]} of one workload from its anchor on: the anchor at level 1, then each step whose old
-    commit has a level, at level(old) x ratio; the log-variances of the steps add up (independent A/B runs),
+    """{metric: [Point]} of one workload from its anchor on (the steps of chain_of): the anchor at level 1, then
+    each step whose old commit has a level, at level(old) x ratio; the log-variances of the steps add up (independent A/B runs),
     each step's the largest of its interval's, the spread of the metric's steps (step_spread) and
     (floor / 4)^2. A/Bs against the anchor do not enter the series: they confirm or clear what it shows
     (bench/check/drift.py). A metric the anchor predates starts at the first step that measures it, its old
     commit at level 1."""
-    anchor, start = anchor_of(entries, wl)
-    spread = step_spread(entries, wl)
+    c = chain_of(entries, wl)
+    anchor, spread = c.anchor, step_spread(entries, wl)
     out: dict[str, list[Point]] = {}
     levels: dict[str, dict[str, tuple[float, dict]]] = {}  # metric -> commit -> (log level, path: step -> var)
-    for i, e in same_workload(entries, wl):
-        if i < start or e["kind"] != "step":
-            continue
+    for i in c.steps:
+        e = entries[i]
         for name, m in e["metrics"].items():
             known = levels.setdefault(name, {})
             if not known:  # its first measurement: the series starts at the old commit
@@ -248,6 +296,7 @@ def series(entries: list[dict], wl: dict) -> dict[str, list[Point]]:
 
 
 MIN_STEPS = 5  # steps of a metric before its step-to-step spread is estimated from them
+SPREAD_UPPER = 0.9  # the spread is taken at this upper confidence bound (step_spread)
 
 
 def floor(name: str) -> float:
@@ -264,7 +313,10 @@ def step_spread(entries: list[dict], wl: dict) -> dict[str, float]:
     its A/B run's own iteration-to-iteration noise; between runs a metric also moves by each process's offset
     (1-2x that error on unchanged runs, more on a busy machine: docs/results/ci-gate.md), and one value per
     tree has no interval at all. From the differences of consecutive steps' log-ratios (a steady drift
-    cancels in them): their mean square / 2. Metrics with fewer than MIN_STEPS steps: none."""
+    cancels in them): their mean square / 2, taken at the upper end of what so few steps say (x d /
+    chi2_d's 10% point, d the differences: 2.3x at 9 steps, 1.7x at 16), since a spread estimated low from a
+    handful of steps makes every z of that metric too large (an unchanged history then "drifts" in its
+    noisiest metric). Metrics with fewer than MIN_STEPS steps: none."""
     per: dict[str, list[float]] = {}
     for _, e in same_workload(entries, wl):
         if e["kind"] == "step":
@@ -274,7 +326,7 @@ def step_spread(entries: list[dict], wl: dict) -> dict[str, float]:
     for name, x in per.items():
         if len(x) >= MIN_STEPS:
             d = [b - a for a, b in zip(x, x[1:])]
-            out[name] = sum(v * v for v in d) / len(d) / 2
+            out[name] = sum(v * v for v in d) / len(d) / 2 * len(d) / special.chdtri(len(d), SPREAD_UPPER)
     return out
 
 
@@ -286,10 +338,15 @@ def _point(commit: str, v: float, path: dict, index: int, date: str) -> Point:
 
 
 def _step_var(m: dict, name: str, spread: dict) -> float:
-    """The variance of one A/B run's log-ratio of a metric: the largest of its own, the spread of the
-    metric's steps, and (floor / 4)^2."""
+    """The variance of one A/B run's log-ratio of a metric: the larger of its own and the spread of the
+    metric's steps (step_spread: the run-to-run offsets its own misses, at the upper end of what the steps say);
+    with too few steps for a spread, (floor / 4)^2 in its place (the floors sit at about 4 times a step's
+    measured noise). The floor's quarter is not a minimum where the steps measure the spread: for cost:update
+    it is 1.5% a step against the 0.5-0.7% this repository's steps scatter by, and it hid a chained drift of
+    1.5% a step (docs/results/ci-gate.md, 'Drift over the history')."""
     own = _log_var(m)
-    return max(own if math.isfinite(own) else 0.0, spread.get(name, 0.0), (math.log1p(floor(name)) / 4) ** 2)
+    guard = spread[name] if name in spread else (math.log1p(floor(name)) / 4) ** 2
+    return max(own if math.isfinite(own) else 0.0, guard)
 
 
 def _log_var(m: dict) -> float:

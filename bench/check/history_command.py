@@ -1,13 +1,13 @@
 """`rlbench history FILE [--html PAGE]`: what the history of accepted A/B results says (bench/check/history.py,
-bench/check/drift.py), as text and, with --html, as a page (the model built here, rendered by
-reports/history_html.py). Exit 1 on a drift that `rlbench check --record` would fail, 2 on a corrupt or
-foreign file."""
+bench/check/drift.py), as text (bench/check/history_text.py: the answer per workload first, the detail below)
+and, with --html, as a page (the model built here, rendered by reports/history_html.py). Exit 1 on a
+confirmed regression (a drift `rlbench check --record` would fail), 2 on a corrupt or foreign file."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
-from rlbench.check import drift, history
+from rlbench.check import drift, history, history_text
 from rlbench.core.results.metric_table import family
 
 MAX_LINES = 10  # a family with more metrics plots the ones that moved most (every level is in the table)
@@ -18,13 +18,8 @@ def history_command(path: Path, html: Path | None, last_n: int) -> int:
     if not Path(path).exists():
         typer.echo(f"{path}: no history yet (`rlbench check --record {path}` starts it)")
         return 0
-    typer.echo(drift.format_history(entries, path, last_n))
-    code = 0
-    for wl in drift.workloads(entries):
-        verdict = drift.judge(entries, wl, last_n)
-        if verdict.failures:
-            typer.echo(drift.format_drift(verdict, path, history.anchor_of(entries, wl)[0]))
-            code = 1
+    typer.echo(history_text.format_history(entries, path, last_n))  # the answer per workload first
+    code = int(any(drift.judge(entries, wl, last_n).failures for wl in drift.workloads(entries)))
     if html is not None:
         from rlbench.reports.history_html import write_history_html  # inside: matplotlib, for --html only
 
@@ -58,10 +53,10 @@ def _workload(entries: list[dict], wl: dict, last_n: int) -> dict:
     return {"title": f"{wl['config']} --ablation {wl['ablation']}" + "".join(f" --set {s}" for s in wl["sets"]),
             "meta": f"{steps} step(s) from the anchor commit {str(anchor)[:12]}; a regression's change point among "
                     f"the last {last_n} steps fails `rlbench check --record`.",
-            "drift": [f"DRIFT: {drift.describe(cp)}; {said}" for cp, said in verdict.failures] +
-                     [f"suspected (not failing): {drift.describe(cp)}; {said}" for cp, said in verdict.suspected],
+            "drift": [f"DRIFT: {history_text.describe(cp)}; {said}" for cp, said in verdict.failures] +
+                     [f"suspected (not failing): {history_text.describe(cp)}; {said}" for cp, said in verdict.suspected],
             "change_point_head": ["change point", "metric", "commit", "size", "p-value", "steps ago"],
-            "change_points": [[drift.label(c), c.metric, c.commit[:10], f"{c.size:+.1%}", c.pvalue, c.steps_ago]
+            "change_points": [[history_text.label(c), c.metric, c.commit[:10], f"{c.size:+.1%}", c.pvalue, c.steps_ago]
                               for c in cps],
             "no_change_point": f"No change point (Otava, p < {drift.MAX_PVALUE:g}).",
             "plots": plots,

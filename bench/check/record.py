@@ -3,8 +3,10 @@ drift over it judged (bench/check/drift.py); `--against anchor` measures the tre
 anchor commit directly, and `--anchor-every K` makes that A/B by itself every K steps or when a change
 point lands, so a drift is confirmed on one machine in one run before the check fails on it.
 
-A step is recorded only when its A/B passes (the history holds accepted results); an A/B against the anchor
-is recorded whatever its verdict (it is a measurement of the drift, not a step).
+A step is recorded only when its A/B passes (the history holds accepted results), or with --reanchor, whatever
+its verdict: the A/B of a move of ACCEPTED that changes performance on purpose, which starts every series anew
+at its new commit (history.chain_of); an A/B against the anchor is recorded whatever its verdict (it is a
+measurement of the drift, not a step).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlbench.check import against as ab, drift, history
+from rlbench.check import against as ab, drift, history, history_text
 from rlbench.core.errors import UserError
 from rlbench.core.results.provenance import source_root
 
@@ -24,7 +26,8 @@ class Recording:
     path: Path  # the history file (created by the first entry)
     last_n: int = drift.LAST_N  # a change point among the last N steps fails the check
     anchor_every: int = 0  # make an A/B against the anchor every K steps, or at a change point (0: never)
-    reanchor: bool = False  # this step's change of performance is intended: the series start anew at it
+    reanchor: bool = False  # this step's change of performance is intended: recorded whatever its verdict, the
+    # series start anew at its new commit
 
 
 def anchor_ref(recording: Recording | None, config: Path | None, ablation: str, sets: list[str]) -> str:
@@ -51,8 +54,9 @@ def record_and_judge(recording: Recording, ab_dir: Path, result, confirmed_by: P
     -> 1 when a drift fails the check, else 0."""
     record = json.loads((Path(ab_dir) / ab.AB_FILE).read_text())
     kind = _kind(record)
-    if kind == "step" and result.exit_code:
-        echo(f"not recorded in {recording.path}: the A/B failed (the history keeps accepted results)")
+    if kind == "step" and result.exit_code and not recording.reanchor:
+        echo(f"not recorded in {recording.path}: the A/B failed (the history keeps accepted results; a move of "
+             "ACCEPTED that changes performance on purpose is recorded with --reanchor)")
         return 0
     new = history.entry(kind, {**record, "folder": str(Path(ab_dir).resolve())}, result,
                         str(Path(confirmed_by).resolve()) if confirmed_by else None, recording.reanchor)
@@ -73,5 +77,5 @@ def record_and_judge(recording: Recording, ab_dir: Path, result, confirmed_by: P
                                                                "folder": str(anchor_dir.resolve())}, anchor_result))
         entries = history.read(recording.path)
         verdict = drift.judge(entries, wl, recording.last_n)
-    echo(drift.format_drift(verdict, recording.path, history.anchor_of(entries, wl)[0]))
+    echo(history_text.format_drift(verdict, recording.path, history.anchor_of(entries, wl)[0]))
     return verdict.exit_code

@@ -20,16 +20,17 @@ TRIM = 0.2
 LEVEL = 0.95  # every interval rlbench states
 
 
-def trimmed(x) -> tuple[float, float]:
+def trimmed(x, g: int | None = None) -> tuple[float, float]:
     """(20%-trimmed mean, its standard error) of x; se is inf with fewer than 3 values. The mean is
-    scipy.stats.trim_mean's (floor(0.2 n) values cut at each end); the error is Tukey-McLaughlin's, from the winsorized standard deviation over
-    (1 - 2g/n) sqrt(n) with g = floor(0.2 n) values cut at each end (scipy.stats.mstats.trimmed_stde divides
-    by (1 - 0.4) whatever n, which is not the trimmed fraction when 0.2 n is not whole)."""
+    scipy.stats.trim_mean's (floor(0.2 n) values cut at each end, or g where given); the error is
+    Tukey-McLaughlin's, from the winsorized standard deviation over (1 - 2g/n) sqrt(n) with g values cut at
+    each end (scipy.stats.mstats.trimmed_stde divides by (1 - 0.4) whatever n, which is not the trimmed
+    fraction when 0.2 n is not whole)."""
     x = np.sort(np.asarray(x, dtype=float))
     n = len(x)
     if n == 0:
         return float("nan"), float("inf")
-    g = int(math.floor(TRIM * n))
+    g = int(math.floor(TRIM * n)) if g is None else g
     mean = float(x[g:n - g].mean())
     if n < 3:
         return mean, float("inf")

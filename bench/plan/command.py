@@ -29,13 +29,19 @@ def measured_input(log: StepLog, gpus: int) -> tuple[PlanInput, list]:
     cell = log.extra["cell"]
     batches = measurements(cell, log.extra["samples"], log.extra["events"])
     its = [it for it in cell["iterations"] if not it.get("warmup")] or cell["iterations"]
+    ref = [it["tpspd"] for it in its]  # the reference is the run's own TPSPD, on whatever count it plans for
     if gpus == log.devices:
-        return PlanInput(batches, [it["tpspd"] for it in its], gpus, partial="recompute"), []
+        return PlanInput(batches, ref, gpus, partial="recompute"), []
     batches = [rescale(b, gpus) for b in batches]  # weak scaling: the measured load per device
-    ref = [b.tokens / (b.sync_time(gpus)[0] * gpus) for b in batches]
-    note = (f"planned for {gpus} devices from a run on {log.devices}: the measured per-device costs and load "
-            "(weak scaling); the reference is the predicted sync on them")
-    return PlanInput(batches, ref, gpus, partial="recompute"), [note]
+    return PlanInput(batches, ref, gpus, partial="recompute"), [other_count(gpus, log.devices, "run")]
+
+
+def other_count(gpus: int, measured_on: int, what: str) -> str:
+    """The note of a plan for another device count than the log's."""
+    return (f"planned for {gpus} devices from a {what} on {measured_on}: the logged per-device costs and load "
+            f"(weak scaling: {gpus}/{measured_on} of the batch); every TPSPD is per device of the {gpus}, against "
+            f"the {what}'s own TPSPD on its {measured_on}; the model check is the predicted sync on {gpus} "
+            "against it")
 
 
 def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None,
@@ -62,14 +68,11 @@ def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None
     sweep = sweep_batches(used)
     variants = {a.name: tuple(batches_from_log(sweep, with_value(lm, a.name, v)) for v in (a.low, a.high))
                 for a in lm.assumptions()}
+    ref = [s.tokens / (s.wall_s * measured_on) for s in used]  # the log's own TPSPD, whatever count is planned
     if gpus != measured_on:
         batches = [rescale(b, gpus) for b in batches]
         variants = {k: tuple([rescale(b, gpus) for b in bs] for bs in v) for k, v in variants.items()}
-        ref = [b.tokens / (b.sync_time(gpus)[0] * gpus) for b in batches]
-        notes.append(f"planned for {gpus} GPUs from a log of {measured_on}: the logged per-GPU costs and "
-                     "load (weak scaling); the reference is the predicted sync on them")
-    else:
-        ref = [s.tokens / (s.wall_s * gpus) for s in used]
+        notes.append(other_count(gpus, measured_on, "log"))
     lean = None
     if all(s.old_logprob_s for s in used) and lm.rollout_share is None:
         lm.skip_old_logprob = True
@@ -104,8 +107,7 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
         roofline.device(device)  # a name it does not know is an error, with or without --model
     n = gpus or log.devices
     if not n:
-        raise UserError(f"{log.path}: the log does not say how many GPUs the run used (no perf/throughput): "
-                        "give --gpus N")
+        raise UserError(f"{log.path}: {log.no_devices}")
     inp, assumptions, notes = plan_input(log, n, model, device, stated)
     if n == 1:
         notes.append("one device: a rollout and a trainer process share it (as rlbench runs on one GPU); the "

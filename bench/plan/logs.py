@@ -2,6 +2,7 @@
 which keys were read, and the one error a log that cannot be read raises (exit 2, naming file, line, key)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,8 @@ class StepLog:
     warmup: int = WARMUP
     notes: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # format-specific facts (e.g. the log's own TPSPD key)
+    # what to give where the log does not say how many devices it ran on (the format's own words)
+    no_devices: str = "the log does not say how many GPUs the run used (no 'perf/throughput'): give --gpus N"
 
     @property
     def used(self) -> list[LoggedStep]:
@@ -35,16 +38,46 @@ class StepLog:
         return [s.step for s in self.steps[:self.warmup]] if len(self.steps) > self.warmup else []
 
 
+def where(path: Path, line: int | None, step: int | None = None) -> str:
+    """'file:line', or 'file (step N)' for a log without lines (TensorBoard's event files)."""
+    if line:
+        return f"{path}:{line}"
+    return f"{path} (step {step})" if step is not None else str(path)
+
+
 def missing(path: Path, line: int | None, key: str, what: str, allowed: str = "") -> UserError:
     """The error of a log that lacks a key the plan needs: file, line, key and what would do instead."""
-    where = f"{path}:{line}" if line else str(path)
     tail = f" ({allowed})" if allowed else ""
-    return UserError(f"{where}: {what} has no {key!r}{tail}")
+    return UserError(f"{where(path, line)}: {what} has no {key!r}{tail}")
 
 
-def number(v, path: Path, line: int | None, key: str) -> float:
+def number(v, path: Path, line: int | None, key: str, step: int | None = None) -> float:
     """A logged value as a float; a value that is not a number is an error naming it."""
     try:
         return float(v)
     except (TypeError, ValueError):
-        raise UserError(f"{path}:{line}: {key!r} is {v!r}, not a number") from None
+        raise UserError(f"{where(path, line, step)}: {key!r} is {v!r}, not a number") from None
+
+
+POSITIVE, NON_NEGATIVE = "positive", "non-negative"
+_ALLOWED = {POSITIVE: "a finite number > 0", NON_NEGATIVE: "a finite number >= 0"}
+
+
+def checked(v, path: Path, line: int | None, key: str, rule: str = POSITIVE, step: int | None = None) -> float:
+    """A logged value that the plan computes with: a number, finite, and > 0 (POSITIVE: times of a whole
+    step, token counts, lengths) or >= 0 (NON_NEGATIVE: a stage's seconds); anything else (nan, inf, 0 where
+    it divides, a negative time) is an error naming the file, the line, the step and the key, never a value
+    that silently changes the plan."""
+    x = number(v, path, line, key, step)
+    if not math.isfinite(x) or x < 0 or (rule == POSITIVE and x == 0):
+        at = f" at step {step}" if step is not None and line else ""
+        raise UserError(f"{where(path, line, step)}: {key!r} is {x:g}{at}; allowed: {_ALLOWED[rule]}")
+    return x
+
+
+def skipped_note(places: list[str], what: str) -> list[str]:
+    """The note of the lines (or steps) a reader left out, and why; none left out: no note."""
+    if not places:
+        return []
+    shown = ", ".join(places[:5]) + (", ..." if len(places) > 5 else "")
+    return [f"{len(places)} skipped {what}: {shown}"]

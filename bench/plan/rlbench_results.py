@@ -14,7 +14,7 @@ from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 from rlbench.core.results import schema
 from rlbench.core.schedules.spec import MODEL_COLOCATED
-from rlbench.plan.logs import StepLog, missing
+from rlbench.plan.logs import NON_NEGATIVE, StepLog, checked, missing
 
 FORMAT = "rlbench"
 REQUIRED = ("wall_s", "tokens", "stage_s", "response_len_mean")
@@ -46,16 +46,23 @@ def _ranks(cell: dict, events: list[dict]) -> int:
 
 
 def _step(it: dict, ranks: int, path: Path) -> LoggedStep:
+    """One iteration -> LoggedStep; a value that is not finite and in its range names the iteration and key."""
     for key in REQUIRED:
         if key not in it:
             raise missing(path, None, key, f"iteration {it.get('iteration')}")
-    st = it["stage_s"]
-    return LoggedStep(step=it["iteration"], wall_s=it["wall_s"], tokens=it["tokens"],
-                      response_mean=it["response_len_mean"], gen_s=st.get(Stage.ROLLOUT.value, 0.0) / ranks,
+    k = it.get("iteration")
+    v = {key: checked(it[key], path, None, f"iterations[{k}].{key}", step=k)
+         for key in ("wall_s", "tokens", "response_len_mean", "num_samples", "response_len_max") if it.get(key) is not None}
+    st = {name: checked(x, path, None, f"iterations[{k}].stage_s.{name}", NON_NEGATIVE, k)
+          for name, x in (it["stage_s"] or {}).items()}
+    prompt = checked(it["prompt_tokens"], path, None, f"iterations[{k}].prompt_tokens", NON_NEGATIVE, k) \
+        if v.get("num_samples") and it.get("prompt_tokens") is not None else None
+    return LoggedStep(step=k, wall_s=v["wall_s"], tokens=v["tokens"],
+                      response_mean=v["response_len_mean"], gen_s=st.get(Stage.ROLLOUT.value, 0.0) / ranks,
                       train_s=sum(st.get(s, 0.0) for s in PER_SAMPLE_TRAIN_STAGES) / ranks,
                       weight_sync_s=st.get(Stage.WEIGHT_SYNC.value, 0.0) / ranks,
-                      samples=it.get("num_samples"), prompt_mean=it["prompt_tokens"] / it["num_samples"]
-                      if it.get("num_samples") else None, response_max=it.get("response_len_max"),
+                      samples=it.get("num_samples"), prompt_mean=prompt / v["num_samples"] if prompt is not None else None,
+                      response_max=v.get("response_len_max"),
                       old_logprob_s=st.get(Stage.OLD_LOGPROB.value, 0.0) / ranks)
 
 

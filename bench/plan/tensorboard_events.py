@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlbench.core.errors import UserError
 from rlbench.plan import verl_metrics
-from rlbench.plan.logs import StepLog, missing
+from rlbench.plan.logs import StepLog, missing, skipped_note
 
 FORMAT = "tensorboard"
 MAGIC = b"events.out.tfevents"
@@ -43,13 +43,16 @@ def read(path: Path) -> StepLog:
     if not by_step:
         raise UserError(f"{path}: no scalars in the TensorBoard event file(s) (a foreign or damaged file reads as "
                         "none)")
-    steps, rows = [], []
+    steps, rows, skipped = [], [], []
     for step in sorted(by_step):
         data = by_step[step]
         if verl_metrics.is_training_step(data):
             steps.append(verl_metrics.logged_step(step, data, path, None))
             rows.append(data)
+        else:
+            skipped.append(f"step {step}")
     if not steps:
         raise missing(path, None, "timing_s/step", "no step's scalars", "a training step's metrics")
     return StepLog(FORMAT, path, steps, verl_metrics.keys_read(rows), verl_metrics.gpus(rows),
-                   notes=["event files give no line numbers: errors name the step"])
+                   notes=["event files give no line numbers: errors name the step"] +
+                   skipped_note(skipped, "step(s) " + verl_metrics.SKIPPED))

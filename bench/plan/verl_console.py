@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlbench.core.errors import UserError
 from rlbench.plan import verl_metrics
-from rlbench.plan.logs import StepLog, missing
+from rlbench.plan.logs import StepLog, missing, skipped_note
 
 FORMAT = "verl-console"
 LINE = re.compile(r"(?:^|\s)step:(\d+) - (.*)$")
@@ -33,7 +33,7 @@ def _pairs(body: str, path: Path, line: int) -> dict:
 
 
 def read(path: Path) -> StepLog:
-    steps, rows = [], []
+    steps, rows, skipped = [], [], []
     with open(path, encoding="utf-8", errors="replace") as f:
         for line, text in enumerate(f, 1):
             m = LINE.search(text.rstrip("\n"))
@@ -43,6 +43,9 @@ def read(path: Path) -> StepLog:
             if verl_metrics.is_training_step(data):
                 steps.append(verl_metrics.logged_step(int(m.group(1)), data, path, line))
                 rows.append(data)
+            else:
+                skipped.append(f"line {line} (step {m.group(1)})")
     if not steps:
         raise missing(path, None, "timing_s/step", "no `step:N - ...` line", "a training step's metrics")
-    return StepLog(FORMAT, path, steps, verl_metrics.keys_read(rows), verl_metrics.gpus(rows))
+    return StepLog(FORMAT, path, steps, verl_metrics.keys_read(rows), verl_metrics.gpus(rows),
+                   notes=skipped_note(skipped, "`step:N` line(s) " + verl_metrics.SKIPPED))

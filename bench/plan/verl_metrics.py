@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlbench.core.costmodel.fromlog import LoggedStep
-from rlbench.plan.logs import missing, number
+from rlbench.core.errors import UserError
+from rlbench.plan.logs import NON_NEGATIVE, POSITIVE, checked, missing, where
 
 REQUIRED = ("timing_s/step", "timing_s/gen", "perf/total_num_tokens", "response_length/mean")
 TRAIN = ("timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values", "timing_s/adv",
@@ -34,20 +35,36 @@ def is_training_step(data: dict) -> bool:
     return "timing_s/step" in data or "perf/total_num_tokens" in data
 
 
+def rule(key: str) -> str:
+    """What a key's value must be: the step, generation, the token count, lengths and the throughput > 0 (the
+    plan divides by them or scales by them); the other stages' seconds >= 0."""
+    return NON_NEGATIVE if key in (*TRAIN, *WEIGHT_SYNC, *OUTSIDE, "prompt_length/mean") else POSITIVE
+
+
 def logged_step(step: int, data: dict, path: Path, line: int | None) -> LoggedStep:
-    """VERL metrics of one training step -> LoggedStep; a required key missing is an error naming it."""
+    """VERL metrics of one training step -> LoggedStep; a required key missing, or any value read that is not
+    a finite number in its range (rule), is an error naming the file, the line, the step and the key."""
     for key in REQUIRED:
         if key not in data:
             raise missing(path, line, key, f"VERL step {step}", "needed: " + ", ".join(REQUIRED))
-    v = {k: number(data[k], path, line, k) for k in (*REQUIRED, *TRAIN, *WEIGHT_SYNC, *OUTSIDE, *OPTIONAL)
-         if k in data}
+    v = {k: checked(data[k], path, line, k, rule(k), step)
+         for k in (*REQUIRED, *TRAIN, *WEIGHT_SYNC, *OUTSIDE, *OPTIONAL) if k in data}
     wall = v["timing_s/step"] - sum(v.get(k, 0.0) for k in OUTSIDE)
+    if wall <= 0:
+        raise UserError(f"{where(path, line, step)}: step {step}'s 'timing_s/step' ({v['timing_s/step']:g} s) is "
+                        f"no longer than its {' + '.join(k for k in OUTSIDE if k in v)} "
+                        f"({v['timing_s/step'] - wall:g} s), which the plan takes out of it; allowed: a step "
+                        "longer than its evaluation and checkpoint")
     ws = next((v[k] for k in WEIGHT_SYNC if k in v), None)
     return LoggedStep(step=step, wall_s=wall, tokens=v["perf/total_num_tokens"],
                       response_mean=v["response_length/mean"], gen_s=v["timing_s/gen"],
                       train_s=sum(v.get(k, 0.0) for k in TRAIN), weight_sync_s=ws,
                       prompt_mean=v.get("prompt_length/mean"), response_max=v.get("response_length/max"),
                       old_logprob_s=v.get("timing_s/old_log_prob"))
+
+
+SKIPPED = "with neither 'timing_s/step' nor 'perf/total_num_tokens' (not a training step: validation or other " \
+          "metrics only)"
 
 
 def keys_read(rows: list[dict]) -> list[str]:

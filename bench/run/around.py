@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib
+import inspect
 import os
 import shutil
 import sys
@@ -190,9 +191,10 @@ def sweep() -> None:
 
 
 def run_external(engine: str, config: Path | None, sets: list[str], seeds: str | None, out: Path,
-                 end: Ending) -> None:
+                 end: Ending, progress: bool = False) -> None:
     """`rlbench run --engine verl|mindspeed-rl|trl`: one cell run by the real VERL / MindSpeed-RL / TRL, in
-    rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here)."""
+    rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here); progress: a
+    progress line, where the framework's runner draws one."""
     cfg = load_config(config, sets)
     curves.refuse_external(cfg, engine)
     if parse_seeds(seeds):
@@ -202,8 +204,10 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
     check_out(out)
     mod, fn = EXTERNAL[engine].split(":")
     run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
+    runner = getattr(importlib.import_module(mod), fn)
+    shows = {"progress": progress} if "progress" in inspect.signature(runner).parameters else {}
     try:
-        getattr(importlib.import_module(mod), fn)(cfg, run_dir)
+        runner(cfg, run_dir, **shows)
     except UserError:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing measured: no half-made run folder
         raise

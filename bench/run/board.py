@@ -238,13 +238,14 @@ class Board:
 
     def _print_lines(self, conn, text: str) -> None:
         """The whole lines of what a process wrote (a line the board drew under a half-written one would
-        split it); the rest waits for its new line."""
-        text = self._partial.pop(conn, "") + text
-        whole, _, rest = text.rpartition("\n")
-        if rest:
-            self._partial[conn] = rest
-        if whole:
-            self._print(whole + "\n")
+        split it); the rest waits for its new line. A line redrawn with carriage returns (a bar a library
+        draws itself) counts as its last drawing: only that would stay on a terminal."""
+        *whole, rest = (self._partial.pop(conn, "") + text).split("\n")
+        if rest.rpartition("\r")[2]:
+            self._partial[conn] = rest.rpartition("\r")[2]
+        lines = [line.rpartition("\r")[2] for line in whole]
+        if lines:
+            self._print("".join(f"{line}\n" for line in lines))
 
     def _drain(self, name: str) -> None:
         """What a cell that has ended sent and the board's thread has not read yet: before its last line."""

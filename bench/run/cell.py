@@ -135,6 +135,10 @@ def _outcome(run: CellRun, pacer):
     finally:
         try:
             pacer.leave()  # a failed cell's turns pass to the others
+        except BaseException as e:  # the ring failing as the cell leaves it: the cell fails, with this error
+            if run.status == "complete":
+                run.status, run.error = "failed", f"{type(e).__name__}: {e}"
+            raise
         finally:  # the turn ring failing too (its folder gone, a pipe) loses nothing measured
             _save_and_close(run)
 

@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass
 
 from rlbench.core.costmodel.decode import StepCost
+from rlbench.core.costmodel.counted import Rows
 from rlbench.core.costmodel.predict import SyncMeasurements
 
 
@@ -53,18 +54,30 @@ class Costs:
 def rescale(m: SyncMeasurements, devices: int) -> SyncMeasurements:
     """The same batch for `devices` devices at the measured load per device (weak scaling): prompts
     x devices / measured ranks groups, the measured groups repeated so that new sync rank r gets copies
-    of measured rank r mod ranks's shard (exactly, when devices is a multiple of the ranks); same costs."""
+    of measured rank r mod ranks's shard (exactly, when devices is a multiple of the ranks); same costs. The
+    batch's token count (TPSPD's numerator: a log's own, not its synthetic rows') grows with the rows."""
+    memo = m.samples.memo if isinstance(m.samples, Rows) else {}
+    key = ("rescaled", devices, m.n)
+    if key not in memo:  # every batch built on the same rows (a plan's assumption ends) shares the dealt rows
+        memo[key] = _dealt(m, devices)
+    rows = memo[key]
+    out = SyncMeasurements.stated(m.cost, m.c_tok, m.ws, m.opt, m.slots, m.g, m.shared_prompt, rows, m.n,
+                                  m.micro_batch, m.shape, m.split_ws, m.train_speed)
+    out.tokens = m.tokens * len(rows) / len(m.samples)
+    return out
+
+
+def _dealt(m: SyncMeasurements, devices: int) -> Rows:
     groups: dict[int, list[dict]] = {}
     for s in m.samples:
         groups.setdefault(int(s["prompt"]), []).append(s)
     order, n = sorted(groups), m.n
     count = max(1, round(len(order) * devices / n))
-    rows = []
+    rows = Rows()
     for q in range(count):  # new prompt q: rank q % devices, position q // devices in its shard
         p = ((q // devices) * n + (q % devices) % n) % len(order)
         rows += [{**s, "prompt": q} for s in groups[order[p]]]
-    return SyncMeasurements.stated(m.cost, m.c_tok, m.ws, m.opt, m.slots, m.g, m.shared_prompt, rows, n,
-                                   m.micro_batch, m.shape, m.split_ws, m.train_speed)
+    return rows
 
 
 def prompts_of(m: SyncMeasurements) -> int:

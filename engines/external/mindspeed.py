@@ -34,7 +34,7 @@ from rlbench.core.errors import UserError
 from rlbench.core.record.stages import Stage
 from rlbench.engines.data.source import load_dataset
 from rlbench.engines.external.common import (cell_results, flag_tpspd, launch_and_record, make_iteration,
-                                             not_installed, run_logged)
+                                             not_installed, run_logged, tpspd_check)
 
 HOME_ENV = "MINDSPEED_RL_HOME"
 NOT_INSTALLED = (f"--engine mindspeed-rl needs a MindSpeed-RL checkout (git clone of Ascend/MindSpeed-RL, "
@@ -166,8 +166,25 @@ def _iteration(it: int, m: dict, cfg, n_devices: int, start: float) -> dict:
         loss=m.get("actor/pg_loss", 0.0), grad_norm=m.get("actor/grad_norm", m.get("grad_norm", 0.0)),
         kl=m.get("actor/kl_loss", 0.0), warmup=it - 1 < cfg.run.warmup_iterations, eval_accuracy=None,
         external={"iteration": it, "e2e_tps": m.get("e2e_tps"), "update_tps": m.get("update_tps"),
+                  "max_lengths": {"prompt": m.get("prompt_length/max", 0.0),
+                                  "response": m.get("response_length/max", 0.0)},
                   "vllm_tps": m.get("vllm_tps"),
                   "timing": {k: v for k, v in m.items() if k.startswith("timing/")}})
+
+
+def _max_lengths_checked(iterations: list[dict]) -> list[str]:
+    """e2e_tps against MindSpeed-RL's max-length formula (its log_max_throughput): (prompt max + response max)
+    x samples / devices / iteration time; a disagreement is a warning as flag_tpspd's."""
+    warnings = []
+    for it in iterations:
+        lengths = it["external"]["max_lengths"]
+        at_max = (lengths["prompt"] + lengths["response"]) * it["num_samples"] / it["devices"] / it["wall_s"]
+        check = tpspd_check(at_max, it["external"].get("e2e_tps"))
+        it["external"]["tpspd_check"] = {**check, "basis": "e2e_tps from maximum lengths (log_max_throughput)"}
+        if check["agree"] is False:
+            warnings.append(f"iteration {it['iteration']}: e2e_tps {check['reported']:.4g} is not MindSpeed-RL's "
+                            f"max-length throughput {at_max:.4g}: the device count or the lengths are not its")
+    return warnings
 
 
 def _log_text(text_or_path: str | Path) -> str:
@@ -182,18 +199,24 @@ def _log_text(text_or_path: str | Path) -> str:
         return str(text_or_path)
 
 
-def parse_mindspeed_log(text_or_path: str | Path, cfg, n_devices: int, version: str | None = None) -> dict:
+def parse_mindspeed_log(text_or_path: str | Path, cfg, n_devices: int, version: str | None = None,
+                        log_max_throughput: bool = False) -> dict:
     """MindSpeed-RL training log (text, or a path to it) -> an rlbench cell results dict (cell
     "mindspeed-rl"). n_devices: all NPUs of the run (MindSpeed-RL's world_size). Values are logged
     with 4 decimals, so TPSPD agrees with e2e_tps to those decimals (1e-3 relative on the fixture's
-    0.07 s iterations, far closer on real ones), not bit for bit."""
+    0.07 s iterations, far closer on real ones), not bit for bit.
+
+    TPSPD is always the token counts' (mean lengths x samples). log_max_throughput: the run's
+    rl_config.log_max_throughput, MindSpeed-RL's default True (rl_config.py:213), under which e2e_tps counts
+    every sample at the batch's maximum prompt and response length: e2e_tps is then checked against that
+    formula, and never read as TPSPD (run_mindspeed writes false)."""
     iterations, t = [], 0.0
     for line in _log_text(text_or_path).splitlines():
         parsed = parse_log_line(line)
         if parsed and "timing/all" in parsed[2]:
             iterations.append(_iteration(parsed[0], parsed[2], cfg, n_devices, t))
             t = iterations[-1]["end"]
-    warnings = flag_tpspd(iterations, "e2e_tps")
+    warnings = _max_lengths_checked(iterations) if log_max_throughput else flag_tpspd(iterations, "e2e_tps")
     status = "complete" if len(iterations) >= cfg.run.iterations else "incomplete"
     return cell_results(cfg, cell="mindspeed-rl", framework="mindspeed-rl", version=version,
                         iterations=iterations, evals=[], status=status, warnings=warnings,

@@ -31,7 +31,8 @@ from collections import defaultdict
 import numpy as np
 
 from rlbench.core.costmodel.decode import StepCost, replay
-from rlbench.core.costmodel.predict import SyncMeasurements, measurements, predicted_speedup, train_work
+from rlbench.core.costmodel.predict import SyncMeasurements, measurements, predicted_speedup
+from rlbench.core.costmodel.work import train_work
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
 HEAVY = (Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.UPDATE.value)

@@ -13,6 +13,9 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from collections import defaultdict
+
+from rlbench.core.costmodel.counted import priced, replay_counts
 
 # The columns of the plane a step's seconds lie on: a fixed part (weights read, launches), per row
 # (the MLP and projections of each sequence), per window position (the mask and positions), per row and
@@ -113,6 +116,17 @@ class StepCost:
         self.fallback = fallback_s
         self.prefill = prefill_s_per_token  # seconds per token prefilled again (partial rollout's recompute)
         self.shapes = shapes
+        # (a, b): every step costs a + b x sequences in flight (stated costs: linear_in_flight); a replay is then
+        # priced from its counts (replay_counts), which one replay of a shard gives for every such cost
+        self.linear: tuple[float, float] | None = None
+
+    @classmethod
+    def linear_in_flight(cls, a: float, b: float, top: int) -> "StepCost":
+        """A step costing a + b x B seconds with B sequences in flight (1 <= B <= top): stated costs
+        (rlbench plan's logged runs), priced from a replay's counts."""
+        out = cls({1: (1, a + b), top: (1, a + b * top)}, 0.0, 0)
+        out.linear = (a, b)
+        return out
 
     def __call__(self, b: int) -> float:
         if not self.bs:
@@ -143,6 +157,8 @@ def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dic
 
     samples: rows (prompt, sample, response_len, prompt_len) of this worker's prompts. -> (prompt -> seconds
     from the start of the generate call until its group's last sample finished, total seconds)."""
+    if cost.linear is not None and cost.shapes is None:
+        return priced(replay_counts(samples, slots, g), cost)
     done, t, _, _ = replay_posted(samples, slots, g, cost)
     return done, t
 
@@ -217,3 +233,19 @@ def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost, posts
             retire(heapq.heappop(active)[2])
         fill()
     return done, t, loaded, recomputed
+
+
+def shape_cost(stats: list[dict]) -> ShapeCost | None:
+    """The decode step's cost by shape from one iteration's generate calls (every worker's), or None where
+    they did not record shapes (results from before, the vLLM backend)."""
+    table: dict = defaultdict(lambda: [0, 0.0])
+    shaped = [s for s in stats if s.get("step_s_by_shape")]
+    if not shaped:
+        return None
+    for s in shaped:
+        for key, (n, sec) in s["step_s_by_shape"].items():
+            b, w = (int(v) for v in key.split(":"))
+            table[(b, w)][0] += n
+            table[(b, w)][1] += sec
+    return ShapeCost(dict(table), shaped[0]["buckets"], int(shaped[0]["window_round"]),
+                     max(int(s["cache_len"]) for s in shaped), shaped[0].get("max_num_seqs"))

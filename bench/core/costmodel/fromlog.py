@@ -33,18 +33,19 @@ log measures.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-import random
 import statistics
 from dataclasses import dataclass, field
 
-from rlbench.core.costmodel.decode import StepCost, replay
+import numpy as np
+
+from rlbench.core.costmodel.decode import StepCost
+from rlbench.core.costmodel.counted import Rows
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.errors import UserError
 
-SIM_PROMPTS = 32  # groups a synthetic batch holds at least (fewer where the batch has fewer)
-PROMPTS_PER_DEVICE = 8  # groups per device at least (up to MAX_PROMPTS): a group is a small share of a rank's training
-MAX_PROMPTS = 128
 QUANTUM_STEPS = 128  # most decode steps a replay counts: lengths in quanta of ceil(longest / 128) tokens
 
 
@@ -97,6 +98,13 @@ class LogModel:
                             self.split_train_speed) if a]
 
 
+@functools.lru_cache(maxsize=64)
+def _normal_quantiles(n: int) -> np.ndarray:
+    """The standard normal's (i + 0.5) / n quantiles, i < n: the same for every step of a log's batch size."""
+    inv = statistics.NormalDist().inv_cdf
+    return np.array([inv((i + 0.5) / n) for i in range(n)])
+
+
 def response_lengths(n: int, mean: float, longest: float | None, real: int, seed: int) -> list[int]:
     """n response lengths (tokens): log-normal quantiles (i + 0.5) / n with mean `mean`, shaped so that the
     largest of `real` draws is about `longest` (the logged maximum, which the longest length is set to),
@@ -108,58 +116,59 @@ def response_lengths(n: int, mean: float, longest: float | None, real: int, seed
         sigma = z - math.sqrt(disc) if disc > 0 else z
     else:
         sigma = 0.5 if not longest else 0.0
-    dist = statistics.NormalDist(math.log(max(mean, 1.0)) - sigma * sigma / 2, max(sigma, 1e-9))
-    lens = [math.exp(dist.inv_cdf((i + 0.5) / n)) for i in range(n)]
-    cap = longest or max(lens)
-    lens = [min(cap, v) for v in lens]
-    k = mean * n / sum(lens) if sum(lens) else 1.0  # the logged mean exactly (before the cap)
-    out = [max(1, min(int(cap), round(v * k))) for v in lens]
+    mu, sd = math.log(max(mean, 1.0)) - sigma * sigma / 2, max(sigma, 1e-9)
+    lens = np.exp(mu + sd * _normal_quantiles(n))  # [n], ascending
+    cap = longest or float(lens.max())
+    lens = np.minimum(cap, lens)
+    k = mean * n / float(lens.sum()) if lens.sum() else 1.0  # the logged mean exactly (before the cap)
+    out = np.clip(np.rint(lens * k), 1, int(cap)).astype(np.int64)  # rint: half to even, as round()
     if longest:
-        out[out.index(max(out))] = int(longest)  # the logged tail itself
-    random.Random(seed).shuffle(out)
-    return out
+        out[int(out.argmax())] = int(longest)  # the logged tail itself
+    return np.random.default_rng(seed).permutation(out).tolist()
 
 
-def _rows(s: LoggedStep, g: int, prompts: int, prompt_len: int) -> list[dict]:
-    """The synthetic batch's rows (prompt, sample, prompt_len, response_len), lengths in quanta."""
-    lens = response_lengths(prompts * g, s.response_mean, s.response_max, s.samples or prompts * g, s.step)
-    q = max(1, math.ceil(max(lens) / QUANTUM_STEPS))
-    return [{"prompt": p, "sample": j, "prompt_len": max(1, round(prompt_len / q)),
-             "response_len": max(1, round(lens[p * g + j] / q))} for p in range(prompts) for j in range(g)]
+@functools.lru_cache(maxsize=256)
+def _rows(step: int, mean: float, longest: float | None, real: int, g: int, prompts: int, prompt_len: int) -> Rows:
+    """The synthetic batch's rows (prompt, sample, prompt_len, response_len), lengths in quanta; kept, with
+    their shards and replays (Rows), for every batch built on the same step and group size (the plan builds
+    each step at the ends of every assumption's range)."""
+    lens = np.array(response_lengths(prompts * g, mean, longest, real, step))
+    q = max(1, math.ceil(int(lens.max()) / QUANTUM_STEPS))
+    pl = max(1, round(prompt_len / q))
+    quanta = np.maximum(1, np.rint(lens / q)).astype(np.int64).tolist()
+    return Rows({"prompt": p, "sample": j, "prompt_len": pl, "response_len": r}
+                for (p, j), r in zip(itertools.product(range(prompts), range(g)), quanta))
 
 
 def _step_cost(c0: float, slope: float, per_device: float, scale: float, top: int) -> StepCost:
-    """Decode step on one device with b synthetic (b x scale real) sequences in flight, linear in b."""
-    def at(b: int) -> float:
-        return c0 * (1 - slope + slope * b * scale / per_device)
-    return StepCost({1: (1, at(1)), top: (1, at(top))}, 0.0, 0)
+    """Decode step on one device with b synthetic (b x scale real) sequences in flight, linear in b:
+    c0 (1 - slope + slope b scale / per_device)."""
+    return StepCost.linear_in_flight(c0 * (1 - slope), c0 * slope * scale / per_device, top)
 
 
 def batch_from_step(s: LoggedStep, lm: LogModel) -> SyncMeasurements:
-    """One logged step -> the cost model's batch (module docstring)."""
+    """One logged step -> the cost model's batch (module docstring): the log's own groups dealt to the
+    devices (no fewer per device than the real batch gives them: a device's share of the longest responses
+    and of the training is what the sync step's time is made of)."""
     g = max(1, round(lm.group_size.value))
     samples = s.samples or round(s.tokens / (s.prompt_mean + s.response_mean))
     prompt_len = max(1, round(s.prompt_mean if s.prompt_mean is not None else s.tokens / samples - s.response_mean))
-    real_prompts = max(1, round(samples / g))
-    prompts = min(real_prompts, max(SIM_PROMPTS, min(MAX_PROMPTS, PROMPTS_PER_DEVICE * lm.devices)))
-    scale = samples / (prompts * g)  # real samples per synthetic one
-    rows = _rows(s, g, prompts, prompt_len)
+    prompts = max(1, round(samples / g))
+    scale = samples / (prompts * g)  # real samples per synthetic one (1 but for the rounding to whole groups)
+    rows = _rows(s.step, s.response_mean, s.response_max, s.samples or prompts * g, g, prompts, prompt_len)
     gen_s, train_s, ws = _split_stages(s, lm)
     per_device = max(1.0, min(lm.max_num_seqs, samples / lm.devices))
     slots = max(1, math.ceil(lm.max_num_seqs / scale))
-    unit = _step_cost(1.0, lm.decode_slope.value, per_device, scale, len(rows))
-    shards = [[] for _ in range(lm.devices)]
-    for r in rows:
-        shards[r["prompt"] % lm.devices].append(r)
-    steps = max(replay(sh, slots, g, unit)[1] for sh in shards if sh)
-    cost = _step_cost(gen_s / steps if steps else 0.0, lm.decode_slope.value, per_device, scale, len(rows))
-    syn_tokens = sum(r["prompt_len"] + r["response_len"] for r in rows)
     other = max(0.0, s.wall_s - gen_s - train_s - ws)
     if lm.skip_old_logprob:
         train_s -= s.old_logprob_s or 0.0
     speed = lm.split_train_speed.value if lm.split_train_speed else 1.0  # 1: the sync's own per-device rate
-    m = SyncMeasurements.stated(cost, train_s * lm.devices / syn_tokens, ws, other, slots, g, False, rows,
-                                ranks=lm.devices, split_ws=lm.split_weight_sync_s.value, train_speed=speed)
+    unit = _step_cost(1.0, lm.decode_slope.value, per_device, scale, len(rows))
+    m = SyncMeasurements.stated(unit, 1.0, ws, other, slots, g, False, rows, ranks=lm.devices,
+                                split_ws=lm.split_weight_sync_s.value, train_speed=speed)
+    m.c_tok = train_s * lm.devices / m.tokens  # m.tokens: the synthetic rows' (in quanta) until set below
+    steps = max(m.rollout_s(lm.devices))  # the sync layout's replay at c0 = 1
+    m.cost = _step_cost(gen_s / steps if steps else 0.0, lm.decode_slope.value, per_device, scale, len(rows))
     m.tokens = s.tokens  # TPSPD counts the logged batch's tokens
     m.measured_rollout = gen_s
     return m

@@ -51,7 +51,9 @@ from collections import defaultdict
 from rlbench.core.config import RunConfig
 
 from rlbench.core.config_files import recorded_config
-from rlbench.core.costmodel.decode import ShapeCost, StepCost, replay
+from rlbench.core.costmodel.counted import Rows, counts_of, priced_posted, rows_tokens, totals_of
+from rlbench.core.costmodel.decode import StepCost, replay, replay_posted, shape_cost
+from rlbench.core.costmodel.work import train_tokens, train_work
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
@@ -64,40 +66,6 @@ MODEL = ("per device, from the sync run: decode-step seconds by the step's bucke
          "as they arrive + step")
 
 _TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
-
-
-def train_tokens(rows: list[dict], shared_prompt: bool) -> int:
-    """Tokens the trainer processes for these samples (one group's or many): prompt once per group when packed."""
-    if not shared_prompt:
-        return sum(int(s["prompt_len"]) + int(s["response_len"]) for s in rows)
-    prompts = {s["prompt"]: int(s["prompt_len"]) for s in rows}
-    return sum(prompts.values()) + sum(int(s["response_len"]) for s in rows)
-
-
-def train_work(rows: list[dict], shared_prompt: bool, micro_batch: int | None, shape: dict | None = None) -> float:
-    """Executed training work of these samples: each group's responses in micro-batches of `micro_batch`
-    (in sample order, never straddling groups, as the trainer splits them), a micro-batch run as [rows,
-    prompt + its longest response] (padding included) or, packed, as one sequence of the prompt and its
-    responses. With the model's shape: forward FLOPs (2 N per position + 4 L H Dh S^2 per sequence);
-    without: positions. micro_batch None: the real tokens (train_tokens; stated costs per trained token)."""
-    if not micro_batch:
-        return float(train_tokens(rows, shared_prompt))
-    groups = defaultdict(list)
-    for s in rows:
-        groups[s["prompt"]].append(s)
-    positions = square = 0
-    for group in groups.values():
-        group.sort(key=lambda s: s["sample"])
-        for i in range(0, len(group), micro_batch):
-            chunk, p = group[i:i + micro_batch], int(group[0]["prompt_len"])
-            resp = [int(s["response_len"]) for s in chunk]
-            seqs = [(1, p + sum(resp))] if shared_prompt else [(len(chunk), p + max(resp))]  # (rows, length)
-            positions += sum(n * L for n, L in seqs)
-            square += sum(n * L * L for n, L in seqs)
-    if not shape:
-        return float(positions)
-    return 2.0 * shape["matmul_params"] * positions + \
-        4.0 * shape["layers"] * shape["heads"] * shape["head_dim"] * square
 
 
 def _durations(events: list[dict], k: int) -> dict:
@@ -187,36 +155,111 @@ class SyncMeasurements:
         self.split_ws = ws if split_ws is None else split_ws
         self.micro_batch, self.shape = micro_batch, shape
         self.slots, self.g, self.shared_prompt, self.samples = slots, g, shared_prompt, samples
-        self.tokens = sum(int(s["prompt_len"]) + int(s["response_len"]) for s in samples)
+        self.tokens = rows_tokens(samples)
         self.measured_rollout, self.iteration = None, None
         self.train_speed = train_speed
         return self
 
+    def _shared(self) -> dict:
+        """The memo of what depends on the rows alone: the rows' own (Rows), else this batch's."""
+        return self.samples.memo if isinstance(self.samples, Rows) else self.__dict__.setdefault("_shards", {})
+
     def shard(self, i: int, of: int) -> list[dict]:
         """The samples of prompts i, i + of, ... (worker i of `of`); memoized: the schedules' terms ask for the
         same shards of a batch many times (bounded staleness cycles through the batches)."""
-        memo = self.__dict__.setdefault("_shards", {})
+        memo = self._shared()
         if of not in memo:
             memo[of] = [[] for _ in range(of)]  # every worker's shard in one pass
             for s in self.samples:
                 memo[of][s["prompt"] % of].append(s)
         return memo[of][i]
 
+    def dealt(self, of: int):
+        """The batch's replays on `of` workers without a cost (counted.counts_of), memoized with the rows."""
+        key = ("counts", of, self.slots, self.g)
+        memo = self._shared()
+        if key not in memo:
+            memo[key] = counts_of(self.samples, of, self.slots, self.g, lambda: [self.shard(i, of) for i in range(of)])
+        return memo[key]
+
+    def counts(self, i: int, of: int):
+        """Worker i of `of`'s replay without a cost (counted.replay_counts)."""
+        return self.dealt(of).counts(i)
+
+    def _priced_arrivals(self, of: int) -> list[list[tuple[float, float]]]:
+        """Every worker of `of`'s arrivals [(when its group finished, its train seconds)] at a linear step
+        cost, priced for all groups at once (stated costs; memoized for this cost)."""
+        d = self.dealt(of)
+        work = self._group_work_all()
+        per = self.c_tok / self.train_speed
+        out = [[] for _ in range(of)]
+        for p, at in zip(d.groups, d.priced(self.cost)):
+            out[p % of].append((at, work[p] * per))
+        return out
+
+    def rollout_s(self, of: int) -> list[float]:
+        """Every worker of `of`'s rollout seconds (the replay's total): from the shards' counted totals where
+        the step cost is linear (stated costs), else each worker's replay."""
+        if self.cost.linear is not None and self.cost.shapes is None:
+            key = ("totals", of, self.slots)
+            memo = self._shared()
+            if key not in memo:
+                memo[key] = totals_of(self.samples, of, self.slots) or [self.counts(i, of).end for i in range(of)]
+            a, b = self.cost.linear
+            return [f * self.cost.refill + a * n + b * fl for f, n, fl in memo[key]]
+        return [self.arrivals(r, of)[1] for r in range(of)]
+
     def group_train_s(self, i: int, of: int) -> dict[int, float]:
         """prompt -> the train seconds of its group on a split training pool (train_speed), for worker i of
         `of`'s shard (memoized)."""
         memo = self.__dict__.setdefault("_group_train", {})
         if (i, of) not in memo:
-            groups = defaultdict(list)
-            for s in self.shard(i, of):
-                groups[s["prompt"]].append(s)
-            memo[(i, of)] = {p: self.train_s(rows) / self.train_speed for p, rows in groups.items()}
+            work = self._group_work(i, of)
+            memo[(i, of)] = {p: self.c_tok * w / self.train_speed for p, w in work.items()}
         return memo[(i, of)]
+
+    def _group_work(self, i: int, of: int) -> dict[int, float]:
+        """prompt -> its group's training work (train_work), for worker i of `of` (memoized with the rows)."""
+        work, prompts = self._group_work_all(), self._prompts(i, of)
+        return {p: work[p] for p in prompts}
+
+    def _group_work_all(self) -> dict[int, float]:
+        """prompt -> its group's training work, every group's (memoized with the rows)."""
+        key = ("work", self.shared_prompt, self.micro_batch, id(self.shape))
+        memo = self._shared()
+        if key not in memo:  # every group's, once for the rows
+            groups = defaultdict(list)
+            for s in self.samples:
+                groups[s["prompt"]].append(s)
+            memo[key] = ({p: self.work(rows) for p, rows in groups.items()}, self.shape)  # shape kept: its id
+        return memo[key][0]
+
+    def _prompts(self, i: int, of: int) -> list[int]:
+        """The prompts of worker i of `of`'s shard, in order (memoized with the rows)."""
+        memo = self._shared()
+        if ("prompts", of) not in memo:
+            per = [[] for _ in range(of)]
+            for p in dict.fromkeys(s["prompt"] for s in self.samples):
+                per[p % of].append(p)
+            memo[("prompts", of)] = per
+        return memo[("prompts", of)][i]
+
+    def shard_train_s(self, of: int) -> list[float]:
+        """Every worker of `of`'s training seconds for its shard on a colocated rank (the sum of its groups':
+        train_work is counted group by group)."""
+        work = self._group_work_all()
+        return [self.c_tok * sum(work[p] for p in self._prompts(i, of)) for i in range(of)]
 
     def arrivals(self, i: int, of: int) -> tuple[list[tuple[float, float]], float]:
         """Worker i of `of` generating its shard from 0 s: [(when a group's last sample finished, the group's
         train seconds)] and its rollout seconds (the replay, memoized for this batch and step cost)."""
         memo = self.__dict__.setdefault("_arrivals", {})
+        if self.cost.linear is not None and self.cost.shapes is None:  # stated costs: every worker at once
+            key = (of, id(self.cost), self.c_tok, self.train_speed)
+            if key not in memo:
+                memo[key] = (self._priced_arrivals(of), self.rollout_s(of), self.cost)
+            got, total, _ = memo[key]
+            return got[i], total[i]
         key = (i, of, id(self.cost))
         if key not in memo:
             done, total = replay(self.shard(i, of), self.slots, self.g, self.cost)
@@ -224,6 +267,13 @@ class SyncMeasurements:
             memo[key] = ([(at, train[p]) for p, at in done.items()], total, self.cost)
         got, total, _ = memo[key]  # the cost is kept with it, so its id is not reused while cached
         return got, total
+
+    def replay_posted(self, i: int, of: int, posts: list[tuple[float, int]], recompute: bool):
+        """Worker i of `of` generating its shard while new weights are posted (partial rollout):
+        decode.replay_posted, priced from the shard's counts where the step cost is linear (stated costs)."""
+        if self.cost.linear is not None and self.cost.shapes is None:
+            return priced_posted(self.counts(i, of), self.cost, posts, self.split_ws, recompute)
+        return replay_posted(self.shard(i, of), self.slots, self.g, self.cost, posts, self.split_ws, recompute)
 
     def work(self, rows: list[dict]) -> float:
         return train_work(rows, self.shared_prompt, self.micro_batch, self.shape)
@@ -240,8 +290,8 @@ class SyncMeasurements:
         """(predicted sync wall time, predicted mean rollout seconds) on `ranks` colocated ranks (default:
         the measured count, the model's in-sample check), each generating and training its shard."""
         n = ranks or self.n
-        roll = [self.arrivals(r, n)[1] for r in range(n)]
-        train = [self.train_s(self.shard(r, n)) for r in range(n)]
+        roll = self.rollout_s(n)
+        train = self.shard_train_s(n)
         return self.ws + max(a + b for a, b in zip(roll, train)) + self.opt, statistics.fmean(roll)
 
     def async_time(self, r: int, t: int, overlap: bool = True) -> float:
@@ -256,22 +306,6 @@ class SyncMeasurements:
             rank = j % t
             free[rank] = max(free[rank], at if overlap else last) + cost
         return 2 * self.split_ws + max(free + [last]) + self.opt
-
-
-def shape_cost(stats: list[dict]) -> ShapeCost | None:
-    """The decode step's cost by shape from one iteration's generate calls (every worker's), or None where
-    they did not record shapes (results from before, the vLLM backend)."""
-    table: dict = defaultdict(lambda: [0, 0.0])
-    shaped = [s for s in stats if s.get("step_s_by_shape")]
-    if not shaped:
-        return None
-    for s in shaped:
-        for key, (n, sec) in s["step_s_by_shape"].items():
-            b, w = (int(v) for v in key.split(":"))
-            table[(b, w)][0] += n
-            table[(b, w)][1] += sec
-    return ShapeCost(dict(table), shaped[0]["buckets"], int(shaped[0]["window_round"]),
-                     max(int(s["cache_len"]) for s in shaped), shaped[0].get("max_num_seqs"))
 
 
 def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> list[SyncMeasurements]:

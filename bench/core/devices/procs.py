@@ -162,7 +162,7 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-HARD_STOP_S = 7.0  # the polite stop's time limit; then the group is killed (see stop_group_on_sigterm)
+HARD_STOP_S = 6.0  # the polite stop's time limit; then the group is killed (see stop_group_on_sigterm)
 
 
 def stop_group_on_sigterm(hard_stop_s: float = HARD_STOP_S) -> None:
@@ -174,17 +174,33 @@ def stop_group_on_sigterm(hard_stop_s: float = HARD_STOP_S) -> None:
     A group still alive hard_stop_s later is killed (SIGKILL): on a loaded machine the polite stop of a
     cell whose `rlbench run` was killed once took over 10 s (scripts/soak.py), and nothing of a run may
     outlive it by more than 10 s. Every finished iteration is on disk by then (results.json is saved after
-    each one); only the cell's final status can be lost."""
+    each one); only the cell's final status can be lost. The kill is a separate process's (`sleep; kill`
+    outside the group), not a thread's of this one: a thread waits for the interpreter's lock, which a long
+    call in C holds, and a run killed on a machine with a load of 13 left its cell and resource tracker
+    alive past 10 s."""
     def stop(*_) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         pgid = os.getpgid(0)
-        # The timer first: the SIGINT below reaches this process too and raises KeyboardInterrupt here.
-        timer = threading.Timer(hard_stop_s, forward, (signal.SIGKILL, pgid))
-        timer.daemon = True  # a stop that finishes in time ends this process, and the timer with it
-        timer.start()
+        # The watchdog first: the SIGINT below reaches this process too and raises KeyboardInterrupt here.
+        hard_stop(pgid, hard_stop_s)
         forward(signal.SIGINT, pgid)
 
     signal.signal(signal.SIGTERM, stop)
+
+
+def hard_stop(pgid: int, after_s: float) -> None:
+    """SIGKILL to the process group pgid after_s seconds from now, by a process of its own outside the group
+    (so the group's SIGINT and kill do not reach it first); it ends right after."""
+    import subprocess  # inside: only a stopping process starts it
+
+    try:
+        subprocess.Popen(["/bin/sh", "-c", f"sleep {after_s:g}; kill -KILL -{pgid} 2>/dev/null"],
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    except OSError:  # no shell to start (out of processes?): a thread of this one, the best left
+        timer = threading.Timer(after_s, forward, (signal.SIGKILL, pgid))
+        timer.daemon = True
+        timer.start()
 
 
 def forward(sig: int, pgid: int) -> None:

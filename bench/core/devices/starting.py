@@ -23,7 +23,9 @@ it did anything. A process that holds an Ascend NPU is spawned (torch_npu has no
 `RLBENCH_START=spawn` makes every process spawn (to compare the two).
 
 The servers belong to the run: a cell's server is in the cell's process group and ends with the cell;
-`rlbench run`'s ends with it. A forked process's parent is its server, so the parent-death signal
+`rlbench run`'s ends with it. Each server asks the kernel to kill it when its client dies (the parent-death
+signal: `_fork_server`, and server_guard.py first in a fresh server's preload list), however many copies of
+the client's life line are still open in processes it forked that have not yet let go of it. A forked process's parent is its server, so the parent-death signal
 (bench/core/devices/procs.py) reaches it when the server ends, which it does when its client ends: each
 forked process lets go of the server's life line it inherits (`detach`), or a server would outlive its
 client as long as any process it forked lives, and those processes would never learn of the death.
@@ -38,13 +40,15 @@ import sys
 import threading
 from multiprocessing import connection, forkserver, resource_tracker
 
+from rlbench.core.devices import procs
 from rlbench.core.errors import UserError
 
 ENV = "RLBENCH_START"
-# What every cell process and worker imports first; each module is imported once per server. The last
-# builds the config models' validators there (bench/core/validators.py), not in each forked process.
-PRELOAD = ("torch", "transformers.modeling_utils", "rlbench.run.processes", "rlbench.run.cell",
-           "rlbench.engines.factory", "rlbench.engines.hosts", "rlbench.engines.rollout.worker",
+# What every cell process and worker imports first; each module is imported once per server. The first makes
+# a fresh server die with its client (server_guard.py); the last builds the config models' validators there
+# (bench/core/validators.py), not in each forked process.
+PRELOAD = ("rlbench.core.devices.server_guard", "torch", "transformers.modeling_utils", "rlbench.run.processes",
+           "rlbench.run.cell", "rlbench.engines.factory", "rlbench.engines.hosts", "rlbench.engines.rollout.worker",
            "rlbench.engines.trainer.ranks", "rlbench.core.validators")
 
 
@@ -101,6 +105,7 @@ def _fork_server() -> None:
     if pid == 0:  # the server
         code = 1
         try:
+            procs.die_with_parent(signal.SIGKILL)  # ends with its client, whoever holds the life line (server_guard)
             os.close(alive_w)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)

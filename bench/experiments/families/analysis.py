@@ -182,7 +182,7 @@ class RungSpeedup:
 
     @property
     def outcome(self) -> str | None:
-        return intervals.outcome(self.speedup, self.interval.low, self.interval.high)
+        return intervals.outcome(self.speedup, self.interval.low, self.interval.high, self.interval.basis)
 
 
 @dataclass(frozen=True)

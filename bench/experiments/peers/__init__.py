@@ -1,4 +1,5 @@
-"""peers: rlbench beside a real framework, TRL's GRPOTrainer, on the same devices and workload (README.md).
+"""peers: rlbench beside real frameworks, TRL's GRPOTrainer and VERL's trainer and recipes, on the same devices and
+workload (README.md).
 
 This folder is the whole experiment: this record, cells.py (the cells and which framework runs each),
 run.py (the refusal before any cell runs and a framework's runner in the cell's process), analysis.py
@@ -11,8 +12,8 @@ from rlbench.experiments.peers import cells
 EXPERIMENT = ExperimentSpec(
     name="peers",
     summary="rlbench's sync and periodic-async beside TRL's GRPOTrainer on the same devices",
-    cells=cells.ablations, about={"peers": cells.ABOUT, "trl_on_policy": cells.ABOUT_TRL},
-    shared={"peers": cells.BASE, "trl_on_policy": cells.BASE},
+    cells=cells.ablations, about={"peers": cells.ABOUT, "trl_on_policy": cells.ABOUT_TRL, cells.VERL: cells.ABOUT_VERL},
+    shared={"peers": cells.BASE, "trl_on_policy": cells.BASE, cells.VERL: cells.VERL_BASE},
     switches=("framework", "framework_options"),
     analysis="rlbench.experiments.peers.analysis:ANALYSIS", report="rlbench.experiments.peers.report:REPORT",
     runner="rlbench.experiments.peers.run:RUNNER")

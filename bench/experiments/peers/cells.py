@@ -1,5 +1,6 @@
 """The cells of `--ablation peers` (and of `--ablation trl_on_policy`, its sync, trl and trl_cb): rlbench's own
-beside TRL's GRPOTrainer on the same devices and workload.
+beside TRL's GRPOTrainer on the same devices and workload; and of `--ablation verl`: rlbench's beside VERL's own
+GRPO trainer and its asynchronous recipes (VERL_CELLS).
 
     sync            rlbench's reference: colocated ranks, each generating then training its shard
     periodic_async  rlbench's periodic asynchrony on the same devices
@@ -44,6 +45,23 @@ ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy (
          "shared-prompt, on the same devices; the stage breakdown side by side")
 
 
+# `--ablation verl`: VERL's synchronous trainer and its asynchronous recipes beside rlbench's two schedules
+# (engines/external/verl/recipes.py), each VERL cell in a pair with a sync run of its own (run.interleave_pairs:
+# a VERL cell holds a dozen processes and several GiB; two cells' processes alive at a time)
+VERL = "verl"
+VERL_CELLS: list[tuple[str, dict]] = [
+    (_REF, {"schedule": _REF}), (_ASYNC, {"schedule": _ASYNC}),
+    ("verl", {"framework": VERL}),
+    ("verl_one_step_off", {"framework": VERL, "framework_options": {"recipe": "one_step_off"}}),
+    ("verl_fully_async", {"framework": VERL, "framework_options": {"recipe": "fully_async", "staleness": 0.0}}),
+    ("verl_fully_async_stale", {"framework": VERL, "framework_options": {"recipe": "fully_async", "staleness": 1.0}}),
+    ("verl_fully_async_partial", {"framework": VERL, "framework_options": {"recipe": "fully_async", "staleness": 1.0,
+                                                                          "partial_rollout": True}})]
+VERL_BASE = {"engine": {"compile": "off"}, "run": {"interleave": True, "interleave_pairs": True}}
+ABOUT_VERL = ("rlbench's sync and periodic-async beside VERL's own GRPO trainer and its one-step-off and fully-async "
+              "recipes (staleness 0 and 1, with and without partial rollout) on the same cores, each VERL cell in "
+              "turns with a sync run of its own (needs bash scripts/setup.sh --verl)")
+
 TRL_CELLS = (_REF, "trl", "trl_cb")  # `--ablation trl_on_policy`: the on-policy comparison alone
 ABOUT_TRL = ("rlbench's sync beside TRL's GRPOTrainer on-policy (padded generate, and continuous batching) on the "
              "same devices: peers' first three cells, the question of whether rlbench's baseline is as fast as TRL")
@@ -52,7 +70,7 @@ ABOUT_TRL = ("rlbench's sync beside TRL's GRPOTrainer on-policy (padded generate
 def ablations() -> dict[str, list[tuple[str, dict]]]:
     """`--ablation peers`: its cells, sync first (every ratio is over it); `--ablation trl_on_policy`: sync and
     TRL's two on-policy cells (half the cells, for a short window)."""
-    return {"peers": list(CELLS), "trl_on_policy": [c for c in CELLS if c[0] in TRL_CELLS]}
+    return {"peers": list(CELLS), "trl_on_policy": [c for c in CELLS if c[0] in TRL_CELLS], VERL: list(VERL_CELLS)}
 
 
 def framework_of(cell: str) -> str | None:
@@ -67,4 +85,5 @@ def framework_options(cell: str) -> dict:
 
 
 def _switches(cell: str) -> dict:
-    return dict(CELLS).get(split_seeded(cell)[0], {})
+    name = split_seeded(cell)[0].split("@", 1)[0]  # a pair's sync run is named sync@<other>
+    return {**dict(CELLS), **dict(VERL_CELLS)}.get(name, {})

@@ -28,7 +28,7 @@ SHORT_HEAD = ["cell", "TPSPD (min–max)", "vs sync", *STAGES.values(), "other",
 CPU_HEAD = ["cell", *[f"{short} CPU s/ktok" for short in STAGES.values()], "CPU total s/ktok", "on core %",
             "tokens/iteration", "response mean"]
 NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, sampling, optimizer and loss "
-        "(tests/test_trl_loss.py); each engine generates its own samples. s/ktok: device-seconds per 1,000 "
+        "(tests/test_trl_loss.py, tests/test_verl_loss.py); each engine generates its own samples. s/ktok: device-seconds per 1,000 "
         "trained tokens over the measured iterations, by stage (summed over workers; a stage that waits for "
         "another rank counts the wait: rlbench's optimizer_step holds the all-reduce, TRL's update its DDP "
         "all-reduce and metric reductions); other: device time in no stage (idle, and a peer's work outside "
@@ -86,7 +86,7 @@ def _cpu_row(r: dict) -> list[str]:
 
 
 THAN = {"wins": "faster than it", "loses": "slower than it", "even": "even with it",
-        "too few": "not called (too few iterations)"}
+        "too few": "not called (too few iterations)", "not called": "not called (the cells ran one after another)"}
 
 
 def sentences(frame: pd.DataFrame) -> list[str]:
@@ -113,11 +113,18 @@ def sentences(frame: pd.DataFrame) -> list[str]:
     return out
 
 
-def differing_settings(run: RunData) -> list[list[str]]:
-    """The settings the engines cannot share, from the first peer cell's results.json."""
-    peer = next((c for c in run.cells if (c.result.get("external") or {}).get("differences")), None)
-    return [[d["setting"], d["rlbench"], d["trl"], d["why"]] for d in peer.result["external"]["differences"]] \
-        if peer else []
+def differing_settings(run: RunData) -> tuple[list[list[str]], list[str]]:
+    """The settings the engines cannot share, from each peer framework's first cell's results.json (a TRL cell
+    names the peer's side `trl`), and the table's head."""
+    rows, engines = [], []
+    for c in run.cells:
+        diffs = (c.result.get("external") or {}).get("differences")
+        engine = c.switches.get("engine")
+        if diffs and engine not in engines:
+            engines.append(engine)
+            rows += [[d["setting"], d["rlbench"], f"{engine}: {d.get('peer', d.get('trl'))}", d["why"]]
+                     for d in diffs]
+    return rows, ["setting", "rlbench", "peer", "why"]
 
 
 def peers_lines(run: RunData) -> list[str]:
@@ -133,12 +140,12 @@ def peers_section(run: RunData) -> tuple[str, str] | None:
     frame = read(run)
     if frame is None:
         return None
-    records, settings = frame.to_dict("records"), differing_settings(run)
+    records, (settings, settings_head) = frame.to_dict("records"), differing_settings(run)
     return TITLE, ("".join(f"<p><b>{esc(s)}</b></p>" for s in sentences(frame))
                    + table([_row(r) for r in records], HEAD) + table([_cpu_row(r) for r in records], CPU_HEAD)
                    + f"<p>{esc(NOTE)}</p>"
                    + ("<h3>Settings that differ between the engines</h3>"
-                      + table(settings, ["setting", "rlbench", "TRL", "why"]) if settings else "")
+                      + table(settings, settings_head) if settings else "")
                    + "<details><summary>Every column (peers.csv)</summary>"
                    + table([list(r) for r in frame.itertuples(index=False)], list(frame.columns)) + "</details>")
 
@@ -153,12 +160,12 @@ def peers_markdown(run: RunData) -> str | None:
     frame = read(run)
     if frame is None:
         return None
-    records, settings = frame.to_dict("records"), differing_settings(run)
+    records, (settings, settings_head) = frame.to_dict("records"), differing_settings(run)
     parts = [f"## {TITLE}", "", _md([_row(r) for r in records], HEAD), "",
              _md([_cpu_row(r) for r in records], CPU_HEAD), "", *[f"- {s}" for s in sentences(frame)], "", NOTE]
     if settings:
         parts += ["", "### Settings that differ between the engines", "",
-                  _md(settings, ["setting", "rlbench", "TRL", "why"])]
+                  _md(settings, settings_head)]
     return "\n".join(parts) + "\n"
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from rlbench.core.experiments.spec import Runner
 from rlbench.experiments.peers.cells import framework_of, framework_options
 
-FRAMEWORKS = {"trl": "rlbench.engines.external.trl.adapter:run_trl"}
+FRAMEWORKS = {"trl": "rlbench.engines.external.trl.adapter:run_trl",
+              "verl": "rlbench.engines.external.verl.adapter:run_verl"}
 
 
 def preflight(cells) -> None:
@@ -22,6 +23,11 @@ def preflight(cells) -> None:
 
             adapter.require_trl()
             settings.check(cfg, cfg.engine.num_devices)
+        elif framework_of(name) == "verl":
+            # inside: VERL's venv is found and its versions read only where a VERL cell runs
+            from rlbench.engines.external.verl import adapter as verl_adapter
+
+            verl_adapter.preflight(cfg, framework_options(name))
 
 
 def run_framework_cell(framework: str, cfg, folder: Path, name: str, progress, pacer) -> dict:

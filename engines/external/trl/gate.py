@@ -63,21 +63,25 @@ class GateServer:
         for fd in self.child_fds:
             os.close(fd)
 
-    def serve(self, timeout_s: float) -> None:
-        """Answer the requests that arrive within timeout_s (none: return after the timeout)."""
+    def serve(self, timeout_s: float) -> bool:
+        """Answer the requests that arrive within timeout_s (none: return after the timeout). -> whether one was
+        answered."""
         if not self._open:
             select.select([], [], [], timeout_s)
-            return
+            return False
         if not select.select([self._req_r], [], [], timeout_s)[0]:
-            return
+            return False
         chunk = os.read(self._req_r, 4096)
         if not chunk:  # rank 0 ended; its exit code tells how
             self._open = False
-            return
+            return False
         self._buffer += chunk
+        answered = False
         while b"\n" in self._buffer:
             line, self._buffer = self._buffer.split(b"\n", 1)
             self._handle(line.decode().split())
+            answered = True
+        return answered
 
     def _handle(self, words: list[str]) -> None:
         what, args = words[0], [int(w) for w in words[1:]]

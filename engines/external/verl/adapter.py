@@ -9,19 +9,23 @@ logger read into rlbench's schema (metrics.py), the start-up's phases beside it.
 from __future__ import annotations
 
 import json
-import shutil
+import sys
+import time
 from pathlib import Path
+
+from tqdm import tqdm
 
 from rlbench.core.devices import device as dev
 from rlbench.core.errors import UserError, WorkerError
 from rlbench.core.record.stages import now
 from rlbench.core.results import provenance, schema
 from rlbench.engines.data.source import load_dataset
-from rlbench.engines.external.verl import command, recipes, venv
-from rlbench.engines.external.verl.names import TOKENIZER_ENV
+from rlbench.engines.external.verl import command, cost_settings, launch, recipes, venv
+from rlbench.engines.external.verl.names import (CONFIG_ENV, GATE_ENV, PLUGIN, PROBE, STEPS_ENV, TOKENIZER_ENV,
+                                                 is_training_step)
 from rlbench.engines.external.verl.data import workload_files, workload_problems
 from rlbench.engines.external.verl.export import export_for_verl
-from rlbench.engines.external.verl.launch import VerlProcess, wait
+from rlbench.engines.external.verl.turns import FifoGate, Frozen
 from rlbench.engines.external.verl.metrics import FILE_LOGGER_ENV, parse_verl_jsonl, read_verl_jsonl
 from rlbench.engines.external.verl.recipes import VerlOptions
 
@@ -33,21 +37,30 @@ MARKERS = {"ray": "Started a local Ray instance", "config": "'actor_rollout_ref'
 def run_verl(cfg, out_dir, *, name: str = "verl", pacer=None, progress: bool = False,
              options: dict | None = None, echo: bool = False) -> dict:
     """VERL GRPO on cfg's workload, on cfg.engine.num_devices devices (CPU cores, or GPUs); writes out_dir's
-    results.json and returns it. UserError (exit 2) before anything runs when VERL cannot run the config;
+    results.json and returns it. options: VERL's own settings the cell varies (recipes.VerlOptions: the recipe,
+    its staleness, partial rollout). UserError (exit 2) before anything runs when VERL cannot run the config;
     WorkerError (exit 3) when VERL fails or hangs (the steps it logged are kept)."""
+    python, versions, kind = preflight(cfg, options)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    run = _Setup(cfg, out, name, python, kind, cfg.engine.num_devices, VerlOptions(**(options or {}))).prepare()
+    return run.go(versions, echo, pacer, progress)
+
+
+def preflight(cfg, options: dict | None = None) -> tuple[Path, dict, str]:
+    """The checks before any cell runs: the device, VERL's venv and its versions, the recipe and the devices.
+    -> (VERL's Python, the versions there, the device kind). UserError (exit 2) where one fails."""
     kind = dev.resolve_kind(cfg.engine.device)
     if kind not in ("cpu", "cuda"):
         raise UserError(f"--engine verl runs on engine.device=cpu or cuda (got {cfg.engine.device})")
+    VerlOptions(**(options or {}))  # a recipe VERL has
     python = venv.find_python(cfg.engine.verl_python)
     versions = venv.check(python, cpu=kind == "cpu")
     devices = cfg.engine.num_devices
     if devices > dev.available(kind):
         raise UserError(f"--engine verl: {devices} devices (engine.rollout_devices + engine.train_devices) but this "
                         f"machine has {dev.available(kind)} {'cores' if kind == 'cpu' else 'GPUs'}")
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    run = _Setup(cfg, out, name, python, kind, devices, VerlOptions(**(options or {}))).prepare()
-    return run.go(versions, echo)
+    return python, versions, kind
 
 
 class _Setup:
@@ -60,44 +73,65 @@ class _Setup:
         self.metrics = out / "verl_metrics.jsonl"
         self.cores = dev.cpu_cores()[:devices] if kind == "cpu" else None
         self.argv: list[str] = []
+        self.command = None  # env -> argv, made by prepare()
         self.schedule = "verl" if options.recipe == "sync" else f"verl_{options.recipe}"
         self.env: dict[str, str] = {}
 
     def prepare(self) -> "_Setup":
+        """The cell's files (the exported policy, the prompts as parquet) and VERL's settings; the command is
+        made when the cell starts (go), with the environment of its turns."""
         cfg = self.cfg
         dataset = load_dataset(cfg.data, cfg.run.seed)
         model_dir, tok_dir = export_for_verl(cfg, dataset)
-        problems = workload_problems(cfg, dataset)
+        problems = workload_problems(cfg, dataset, cfg.run.iterations + recipes.reads_ahead(self.options))
         train, val = workload_files(problems, dataset, self.out / "data")
         prompt_len = longest_prompt(tok_dir, [dataset.prompt_text(p) for p in [*problems, *dataset.eval]])
-        self.env = {FILE_LOGGER_ENV: str(self.metrics)}
+        plugins = [PLUGIN, PROBE] if self.kind == "cpu" else [PROBE]
+        self.env = {FILE_LOGGER_ENV: str(self.metrics), CONFIG_ENV: str(self.out / "verl_config.json"),
+                    STEPS_ENV: str(cfg.run.iterations)}
         extra = {"hydra.run.dir": str(self.out / "hydra")}  # Hydra's own log and config, in the cell's folder
         if self.kind == "cpu":
             self.env.update(command.cpu_env(self.cores))
             self.env[TOKENIZER_ENV] = f"{model_dir}={tok_dir}"
             extra.update(command.cpu_overrides(cfg, self.devices, tok_dir))
+        self.env["VERL_USE_EXTERNAL_MODULES"] = ",".join(plugins)
         extra.update(recipes.overrides(self.options, cfg, self.kind))
-        extra.update(command.env_overrides(self.env))
-        self.argv = command.verl_command(cfg.model_copy(update={"model": cfg.model.model_copy(
-            update={"path": str(model_dir)})}), train, val, self.metrics, self.devices,
-            max_prompt_length=prompt_len, python=str(self.python), extra=extra,
-            module=recipes.MODULES[self.options.recipe])
+        policy = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(model_dir)})})
+        self.command = lambda env: command.verl_command(
+            policy, train, val, self.metrics, self.devices, max_prompt_length=prompt_len, python=str(self.python),
+            extra={**extra, **command.env_overrides(env)}, module=recipes.MODULES[self.options.recipe])
         return self
 
-    def go(self, versions: dict, echo: bool) -> dict:
+    def go(self, versions: dict, echo: bool, pacer=None, progress: bool = False) -> dict:
+        """Launch, watch and end VERL; its results.json whatever happened. pacer (bench/run/interleave.py Pacer):
+        the cell's turns, taken between VERL's steps (probe.py, turns.py) when it has a seat in a ring."""
         self.metrics.unlink(missing_ok=True)
+        self.token = token = launch.new_token()  # every process of this run carries it (launch.py)
+        gate = None
+        if getattr(pacer, "seat", None) is not None:
+            gate = FifoGate(Frozen(pacer, lambda: launch.pids(token)), self.out / "turns")
+            self.env[GATE_ENV] = str(gate.folder)
+        if pacer is not None:
+            pacer.setup()
+        if self.command is not None:
+            self.argv = self.command(self.env)
         t0 = now()
-        run = VerlProcess(self.argv, self.out / "verl.log", self.env, self.out, self.cores, echo)
+        run = launch.VerlProcess(self.argv, self.out / "verl.log", self.env, self.out, self.cores, echo, token=token)
         status, error = "failed", None
         try:
             run.watch_for(MARKERS)
-            code = wait(run, lambda: len(read_verl_jsonl(self.metrics)), lambda: self._hang_s())
+            code = launch.wait(run, lambda: len(read_verl_jsonl(self.metrics)), self._hang_s,
+                               _ticker(gate, run, self.cfg.run.iterations, self.name, self.metrics, progress))
             status, error = _outcome(code, run, self.out / "verl.log")
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
             raise
         finally:
             left = run.stop()
+            if gate is not None:
+                gate.close()
+            if pacer is not None:
+                pacer.leave()
             res = self._results(status, error, versions, run, t0, left)
         if status == "failed":
             raise WorkerError(error)
@@ -110,7 +144,7 @@ class _Setup:
         steps = [float(d.get("timing_s/step", 0)) for _, d in read_verl_jsonl(self.metrics)]
         return max(e.hang_floor_s, 10 * max(steps, default=0.0), e.queue_timeout_s if not steps else 0.0)
 
-    def _results(self, status, error, versions, run: VerlProcess, t0: float, left: list[int]) -> dict:
+    def _results(self, status, error, versions, run, t0: float, left: list[int]) -> dict:
         res = parse_verl_jsonl(self.metrics, self.cfg, self.devices, version=versions.get("verl"), cell=self.name,
                                schedule=self.schedule, verl_gpus=recipes.throughput_gpus(self.options, self.cfg))
         if status != "complete":
@@ -120,7 +154,15 @@ class _Setup:
         res["error"] = error
         res["provenance"] = {**provenance.collect(), **res["provenance"], "verl_venv": versions,
                              "checked_with": venv.CHECKED, "device_kind": self.kind}
-        res["external"].update({"command": self.argv, "cores": self.cores,
+        config_file = self.out / "verl_config.json"
+        resolved = json.loads(config_file.read_text()) if config_file.is_file() else None
+        costs = cost_settings.compare(resolved, self.cfg)
+        res["warnings"] += [f"VERL's cost setting differs from rlbench's without a listed reason: {u}"
+                            for u in cost_settings.unlisted(costs)]
+        res["switches"].update(self.options.as_dict())
+        res["external"].update({"cost_settings": costs, "differences": cost_settings.DIFFERENCES,
+                                "overridden": cost_settings.OVERRIDDEN,
+                                "command": self.argv, "cores": self.cores,
                                 "startup_s": {k: t - t0 for k, t in sorted(run.first_seen.items(),
                                                                           key=lambda kv: kv[1])},
                                 "left_alive": left})
@@ -128,7 +170,25 @@ class _Setup:
         return res
 
 
-def _outcome(code: int | None, run: VerlProcess, log: Path) -> tuple[str, str | None]:
+def _ticker(gate, run, steps: int, name: str, metrics: Path, progress: bool):
+    """The wait loop's tick: answer the cell's turn requests (-> True when one was answered: time spent waiting
+    for a turn is no sign of a hang), and show the steps done, and before the first one the start-up's phase."""
+    bar = tqdm(total=steps, desc=f"{name} (starting)", file=sys.stderr, leave=False, dynamic_ncols=True) \
+        if progress else None
+
+    def tick(timeout_s: float) -> bool:
+        served = gate.serve(timeout_s) if gate is not None else time.sleep(timeout_s)
+        if bar is not None:
+            done = min(steps, sum(is_training_step(d) for _, d in read_verl_jsonl(metrics)))
+            phase = max(run.first_seen, key=run.first_seen.get, default="starting")
+            bar.set_description_str(name if done else f"{name} ({phase} done)", refresh=False)
+            bar.update(done - bar.n)
+        return bool(served)
+
+    return tick
+
+
+def _outcome(code: int | None, run, log: Path) -> tuple[str, str | None]:
     """(status, error) from the driver's exit code (None: the watchdog found it hung)."""
     if code == 0:
         return "complete", None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rlbench.core.errors import UserError
 from rlbench.engines.external.verl.metrics import FILE_LOGGER_ENV
-from rlbench.engines.external.verl.names import CORES_ENV, PLUGIN
+from rlbench.engines.external.verl.names import CORES_ENV
 
 ENV_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."  # environment of VERL's Ray workers
 ARR, ACTOR, ROLLOUT, REF = ("actor_rollout_ref", "actor_rollout_ref.actor", "actor_rollout_ref.rollout",
@@ -107,15 +107,16 @@ def cpu_overrides(cfg, devices: int, tokenizer_dir: Path) -> dict[str, object]:
         f"{ROLLOUT}.agent.num_workers": 1, "reward.num_workers": 1, "data.dataloader_num_workers": 0,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         "data.shuffle": False,  # the rows are the iterations' prompts in order (data.py)
-        # Ray's logical resources: a GPU per core (VERL's pools count GPUs), CPUs for VERL's many small actors
-        "ray_kwargs.ray_init.num_cpus": max(16, 8 * devices), "+ray_kwargs.ray_init.num_gpus": devices,
+        # Ray's logical resources: a GPU per core (VERL's pools count GPUs), and logical CPUs for VERL's actors,
+        # which ask for many (the fully-async recipe's trainer and rollouter 10 each): on a few cores a job that
+        # asks for more than Ray has waits silently. They share the run's cores whatever they ask.
+        "ray_kwargs.ray_init.num_cpus": 64, "+ray_kwargs.ray_init.num_gpus": devices,
     }
 
 
 def cpu_env(cores: list[int], kv_cache_gib: int = 1) -> dict[str, str]:
     """The environment of a CPU run, for the launching process and (runtime_env) every Ray worker."""
-    return {"VERL_USE_EXTERNAL_MODULES": PLUGIN,
-            "VERL_ENGINE_DEVICE": "cuda",  # VERL's FSDP engine is registered for cuda and npu (engine/base.py:418)
+    return {"VERL_ENGINE_DEVICE": "cuda",  # VERL's FSDP engine is registered for cuda and npu (engine/base.py:418)
             "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
             CORES_ENV: ",".join(map(str, cores)),
             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",

@@ -32,8 +32,8 @@ class VerlProcess:
     each line's arrival time kept for the start-up's phases."""
 
     def __init__(self, argv: list[str], log: Path, env: dict[str, str], cwd: Path, cores: list[int] | None,
-                 echo: bool = False):
-        self.token = uuid.uuid4().hex
+                 echo: bool = False, token: str | None = None):
+        self.token = token or new_token()
         self.ray_dir = Path(f"/tmp/rlb-{self.token[:10]}")  # short: Ray's socket paths must fit 107 bytes
         argv = [*argv, f"+ray_kwargs.ray_init._temp_dir={self.ray_dir}"]  # removed with the run (stop)
         self.lines: deque[str] = deque(maxlen=60)
@@ -81,12 +81,22 @@ class VerlProcess:
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        left = procs.kill_all(lambda: procs.marked(self.token, var=VERL_TOKEN), timeout_s=10.0)
+        left = procs.kill_all(lambda: pids(self.token), timeout_s=10.0)
         procs.kill_group(self.proc.pid, timeout_s=5.0)
         self.proc.wait()
         self._reader.join(timeout=5.0)
         shutil.rmtree(self.ray_dir, ignore_errors=True)
         return left
+
+
+def new_token() -> str:
+    """A fresh token for one VERL run (VERL_TOKEN in the environment of every process it starts)."""
+    return uuid.uuid4().hex
+
+
+def pids(token: str) -> list[int]:
+    """Every live process of the VERL run with this token."""
+    return procs.marked(token, var=VERL_TOKEN)
 
 
 def _pin(cores: list[int] | None):
@@ -96,12 +106,14 @@ def _pin(cores: list[int] | None):
     return lambda: os.sched_setaffinity(0, set(cores))
 
 
-def wait(run: VerlProcess, progress, hang_s, poll_s: float = 0.5) -> int | None:
-    """Until the driver exits (-> its code) or is hung (-> None): `progress()` -> the steps logged so far, a
-    change in it counts as a sign of life; `hang_s()` -> the watchdog's current limit."""
+def wait(run: VerlProcess, progress, hang_s, tick) -> int | None:
+    """Until the driver exits (-> its code) or is hung (-> None). progress() -> the steps logged so far, a change
+    in it counts as a sign of life; hang_s() -> the watchdog's current limit; tick(timeout_s) -> True when the
+    time went to something other than VERL's own work (waiting for the cell's turn), which restarts the count."""
     seen, alive_at = progress(), now()
     while run.poll() is None:
-        time.sleep(poll_s)
+        if tick(0.5):
+            alive_at = now()
         steps = progress()
         if steps != seen:
             seen, alive_at = steps, now()

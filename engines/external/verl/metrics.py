@@ -19,6 +19,7 @@ from rlbench.core.record.stages import Stage
 from rlbench.core.results.schema import read_jsonl
 from rlbench.engines.external.common import cell_results, flag_tpspd, make_iteration
 from rlbench.engines.external.verl.data import DATA_SOURCE
+from rlbench.engines.external.verl.names import is_training_step
 
 FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
 # VERL timer name (logged as timing_s/<name>) -> rlbench stage. Not mapped (kept raw under
@@ -27,6 +28,9 @@ FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
 STAGE_MAP = {"gen": Stage.ROLLOUT, "reward": Stage.REWARD, "old_log_prob": Stage.OLD_LOGPROB,
              "ref": Stage.REF_LOGPROB, "adv": Stage.ADVANTAGE, "update_actor": Stage.UPDATE,
              "update_weights": Stage.WEIGHT_SYNC}
+
+
+ROLLOUT_GAP = ("rollout_corr/log_ppl_abs_diff", "training/rollout_probs_diff_mean", "training/rollout_probs_diff_max")
 
 
 def read_verl_jsonl(path: str | Path) -> list[tuple[int, dict]]:
@@ -41,8 +45,9 @@ def eval_accuracy(data: dict, data_source: str = DATA_SOURCE) -> tuple[str, floa
     return (keys[0], float(data[keys[0]])) if keys else None
 
 
-def _iteration(step: int, data: dict, cfg, n_gpus: int, start: float) -> dict:
-    """One rlbench iteration record from VERL's metrics of training step `step` (1-based)."""
+def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float) -> dict:
+    """Iteration k's record from VERL's metrics of its training step logged as `step` (its sync trainer logs
+    step k+1; the fully-async recipe logs the weight version)."""
     wall = float(data.get("perf/time_per_step", data["timing_s/step"]))
     tokens = int(round(data["perf/total_num_tokens"]))
     p_mean, r_mean = data.get("prompt_length/mean"), data.get("response_length/mean")
@@ -52,14 +57,17 @@ def _iteration(step: int, data: dict, cfg, n_gpus: int, start: float) -> dict:
     stage_s = {STAGE_MAP[k].value: v for k, v in timing.items() if k in STAGE_MAP}
     acc = eval_accuracy(data)
     return make_iteration(
-        iteration=step - 1, start=start, wall_s=wall, num_samples=samples, prompt_tokens=prompt_tokens,
+        iteration=k, start=start, wall_s=wall, num_samples=samples, prompt_tokens=prompt_tokens,
         response_tokens=tokens - prompt_tokens, devices=n_gpus, stage_s=stage_s,
         reward_mean=float(data.get("critic/score/mean", 0.0)),
         response_len_mean=float(r_mean or 0.0), response_len_max=int(data.get("response_length/max", 0)),
         loss=float(data.get("actor/pg_loss", data.get("actor/loss", 0.0))),
         grad_norm=float(data.get("actor/grad_norm", 0.0)), kl=float(data.get("actor/kl_loss", 0.0)),
-        warmup=step - 1 < cfg.run.warmup_iterations, eval_accuracy=acc[1] if acc else None,
+        warmup=k < cfg.run.warmup_iterations, eval_accuracy=acc[1] if acc else None,
         external={"step": step, "perf/throughput": data.get("perf/throughput"),
+                  # vLLM's log-probs of the sampled tokens against the trainer's (old-policy pass): near zero
+                  # only while vLLM samples from the weights the trainer has
+                  "rollout_vs_trainer": {k.split("/", 1)[1]: data[k] for k in ROLLOUT_GAP if k in data},
                   "perf/total_num_tokens": data["perf/total_num_tokens"], "timing_s": timing,
                   "expected_samples": cfg.batch_size})
 
@@ -69,18 +77,19 @@ def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = N
     """A VERL FileLogger JSONL -> an rlbench cell results dict.
 
     n_gpus: all GPUs of the run (VERL's resource pools), the TPSPD divisor. verl_gpus: the GPUs VERL's own
-    perf/throughput divides by, where it counts fewer (its separated recipes: the trainer's pool only). Iteration
-    k is VERL step k+1; evals[i]["iteration"] counts finished iterations (0 = before training), as rlbench's do.
+    perf/throughput divides by, where it counts fewer (its one-step-off recipe: the trainer's pool only).
+    Iteration k is the k-th training step logged; evals[i]["iteration"] counts the iterations finished before
+    it (0 = before training), as rlbench's do.
     """
     iterations, evals, t = [], [], 0.0
     for step, data in read_verl_jsonl(path):
-        acc = eval_accuracy(data)
-        if acc:
-            evals.append({"iteration": step, "accuracy": acc[1], "key": acc[0]})
-        if "perf/total_num_tokens" in data and ("timing_s/step" in data or "perf/time_per_step" in data):
-            it = _iteration(step, data, cfg, n_gpus, t)
+        if is_training_step(data) and len(iterations) < cfg.run.iterations:  # a recipe may train one more
+            it = _iteration(len(iterations), step, data, cfg, n_gpus, t)
             iterations.append(it)
             t = it["end"] + float(data.get("timing_s/testing", 0.0))
+        acc = eval_accuracy(data)
+        if acc:
+            evals.append({"iteration": len(iterations), "accuracy": acc[1], "key": acc[0]})
     warnings = flag_tpspd(iterations, "perf/throughput", verl_gpus)
     if iterations and iterations[-1]["num_samples"] != cfg.batch_size:
         warnings.append(f"VERL trained {iterations[-1]['num_samples']} samples per step, the config "

@@ -68,15 +68,26 @@ def overrides(options: VerlOptions, cfg, kind: str) -> dict[str, object]:
 def _fully_async(options: VerlOptions, cfg) -> dict[str, object]:
     """The fully-async recipe's keys: its staleness, partial rollout and sync period, the same samples per step."""
     t = cfg.train
-    return {"async_training.staleness_threshold": options.staleness,
+    # the rollouter reads one prompt at a time and the trainer takes a mini-batch of samples as they arrive
+    # (fully_async_rollouter.py:351): no train batch; ppo_mini_batch_size stays the iteration's prompts
+    return {"data.train_batch_size": 0, "data.gen_batch_size": 1,
+            "async_training.staleness_threshold": options.staleness,
             "async_training.partial_rollout": options.partial_rollout,
             "async_training.trigger_parameter_sync_step": options.sync_every,
             "async_training.require_batches": 1, "rollout.n": cfg.rollout.group_size,
-            "rollout.total_rollout_steps": cfg.run.iterations * t.prompts_per_iteration}
+            "rollout.total_rollout_steps": (cfg.run.iterations + reads_ahead(options)) * t.prompts_per_iteration}
+
+
+def reads_ahead(options: VerlOptions) -> int:
+    """Iterations of prompts a recipe is given beyond the run's: the fully-async recipe logs a step's metrics
+    with the next weight sync, and its last step's only where the last version is no multiple of
+    trainer.test_freq (fully_async_trainer.py:529), so it trains one more step than the run measures."""
+    return 1 if options.recipe == "fully_async" else 0
 
 
 def throughput_gpus(options: VerlOptions, cfg) -> int | None:
-    """What VERL's perf/throughput divides by, where not every device of the run: its separated recipes count the
-    trainer's pool alone (verl/experimental/separation/ray_trainer.py:742, resource_pool_manager.get_n_gpus()),
-    though the rollout's devices are the run's as much. rlbench's TPSPD divides by all of them."""
-    return cfg.engine.train_devices if options.separate else None
+    """What VERL's perf/throughput divides by, where not every device of the run: its one-step-off recipe counts
+    the trainer's pool alone (verl/experimental/separation/ray_trainer.py:742, resource_pool_manager.get_n_gpus()),
+    though the rollout's devices are the run's as much (the fully-async recipe counts both:
+    fully_async_trainer.py:170). rlbench's TPSPD divides by all of them."""
+    return cfg.engine.train_devices if options.recipe == "one_step_off" else None

@@ -11,6 +11,8 @@ batch once by default: a rate (tokens / span), where sync and periodic-async giv
 """
 from __future__ import annotations
 
+import bisect
+
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.costmodel.simulate import SimResult
 from rlbench.engines.schedules.bounded_async.partial import mid_batch
@@ -21,7 +23,7 @@ def at_batch_start(batch: SyncMeasurements, i: int, n: int, start: float, held: 
     """Worker i of n generates its shard of `batch` from `start`, first loading the newest published version
     when it holds an older one (one weight sync). -> (arrivals [(time, train seconds of the group)], when
     it is free again, the version its batch starts on, the version it holds at the end)."""
-    latest = max(v for v, t in enumerate(ready) if t <= start)
+    latest = bisect.bisect_right(ready, start) - 1  # ready: publication times, in version order
     if latest > held:
         start, held = start + batch.split_ws, latest
     got, roll = batch.arrivals(i, n)

@@ -18,24 +18,25 @@ and no weight-sync cost, it is bounded staleness exactly; with equal response le
 """
 from __future__ import annotations
 
-from rlbench.core.costmodel.decode import replay_posted
+import bisect
+
 from rlbench.core.costmodel.predict import SyncMeasurements
 
 
 def mid_batch(recompute: bool = True):
     """bounded.py's worker function with partial rollout: versions posted while the worker generates are
-    loaded at its next token boundary (costmodel.predict.replay_posted)."""
+    loaded at its next token boundary (costmodel.decode.replay_posted)."""
     def worker(batch: SyncMeasurements, i: int, n: int, start: float, held: int,
                ready: list[float]) -> tuple[list[tuple[float, float]], float, int, int]:
-        latest = max(v for v, t in enumerate(ready) if t <= start)
+        latest = bisect.bisect_right(ready, start) - 1  # ready: publication times, in version order
         if latest > held:  # posted while it was idle: loaded before the batch, as bounded staleness does
             start, held = start + batch.split_ws, latest
-        posts = [(t - start, v) for v, t in enumerate(ready) if v > held and t > start]
-        if not posts:  # nothing posted while it generates: the batch-start replay
-            got, roll = batch.arrivals(i, n)
+        first = max(held + 1, bisect.bisect_right(ready, start))
+        posts = [(ready[v] - start, v) for v in range(first, len(ready))]
+        got, roll = batch.arrivals(i, n)
+        if not posts or posts[0][0] > roll:  # nothing posted while it generates: the batch-start replay
             return [(start + at, cost) for at, cost in got], start + roll, held, held
-        done, roll, loaded, _ = replay_posted(batch.shard(i, n), batch.slots, batch.g, batch.cost, posts,
-                                              batch.split_ws, recompute)
+        done, roll, loaded, _ = batch.replay_posted(i, n, posts, recompute)
         train = batch.group_train_s(i, n)
         got = [(start + at, train[q]) for q, at in done.items()]
         return got, start + roll, held, max([held, *loaded])

@@ -3,7 +3,7 @@ the tokenizer that rlbench's tiny model over characters does not meet (a ChatML 
 model's path).
 
 Every patch names the VERL file and line it answers and why; each is applied when its module is imported
-(hooks.py), never by editing VERL's files. RLBENCH_VERL_CPU_SKIP=name[,name] leaves patches out: the tests
+(engines/external/verl/hooks.py), never by editing VERL's files. RLBENCH_VERL_CPU_SKIP=name[,name] leaves patches out: the tests
 (tests/test_verl_cpu_layer.py) show that VERL fails without each one. What is answered by VERL's own settings
 instead (attention kernel, sleep mode, engine registry, Ray resources) is in engines/external/verl/command.py.
 """
@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from rlbench.engines.external.verl.names import SKIP_ENV, TOKENIZER_ENV
+from rlbench.engines.external.verl.names import PLANT_ENV, SKIP_ENV, TOKENIZER_ENV
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,26 @@ def vllm_weight_reload(mod) -> None:
                                           use_shm=use_shm)
         receiver.receive_weights(on_bucket_received=lambda bucket, last: weights.extend(
             (name, t.clone()) for name, t in bucket))
+        if _planted_skip():  # the tests' planted fault: received, never loaded
+            return
         self.reload_weights(weights_iterator=weights)
         for model in self._iter_all_models():
             repack_tied_head(model)
 
     ext.update_weights_from_ipc = update_weights_from_ipc
+
+
+_SYNCS = [0]  # weight updates this vLLM worker has received
+
+
+def _planted_skip() -> bool:
+    """RLBENCH_VERL_PLANT=skip_weight_sync: every update received is dropped; skip_weight_sync_after:N: those
+    after the first N (N=1 keeps the initial sync of VERL's real weights over vLLM's dummy ones)."""
+    plant = os.environ.get(PLANT_ENV, "")
+    _SYNCS[0] += 1
+    if plant == "skip_weight_sync":
+        return True
+    return plant.startswith("skip_weight_sync_after:") and _SYNCS[0] > int(plant.split(":", 1)[1])
 
 
 def token_builder(mod) -> None:
