@@ -16,6 +16,7 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlbench.core.by_name import resolve
 from rlbench.core.devices import device as devices
 
 
@@ -76,8 +77,7 @@ class Component:
 
     def build_function(self) -> Callable:
         """The builder this entry names, imported now (only when the component is built)."""
-        module, name = self.builder.split(":")
-        return getattr(importlib.import_module(module), name)
+        return resolve(self.builder)
 
     def problems(self, cfg) -> list[str]:
         return [p for p in (check(cfg) for check in self.checks) if p]
@@ -155,8 +155,7 @@ class PackingImpl:
     trains_on: Callable[[str], bool] = lambda kind: True  # device kind -> whether it has a backward there
 
     def load(self) -> Callable:
-        module, name = self.function.split(":")
-        return getattr(importlib.import_module(module), name)
+        return resolve(self.function)
 
 
 PACKING_IMPLS: dict[str, PackingImpl] = {i.name: i for i in [  # the first is the default

@@ -14,8 +14,9 @@ Points and their arguments:
 """
 from __future__ import annotations
 
-import importlib
 import os
+
+from rlbench.core.by_name import resolve
 
 POINTS = ("stage_end", "decode_step", "iteration", "started")
 ENVIRONMENT = ("RLBENCH_SLOW_STAGES", "RLBENCH_FAULT")  # a test hook is wanted in this process
@@ -44,8 +45,7 @@ def install() -> None:
     global _installed
     _installed = True
     if any(os.environ.get(name) for name in ENVIRONMENT):
-        module, name = TEST_HOOKS.split(":")
-        getattr(importlib.import_module(module), name)(register)
+        resolve(TEST_HOOKS)(register)
 
 
 def reset() -> None:

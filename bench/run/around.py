@@ -4,7 +4,6 @@ cell of an external engine (VERL, MindSpeed-RL, TRL)."""
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import inspect
 import os
 import shutil
@@ -22,14 +21,11 @@ from rlbench.core.devices import device as dev
 from rlbench.core.devices import limits, placement, procs, starting
 from rlbench.core.errors import UserError, WorkerError
 from rlbench.core.results import schema
+from rlbench.engines import external
 from rlbench.engines.data.source import load_dataset
 from rlbench.run import curves
 from rlbench.run.seeds import parse_seeds
 
-# --engine NAME -> the external engine's runner, by import path (nothing imported unless it is chosen)
-EXTERNAL = {"verl": "rlbench.engines.external.verl.adapter:run_verl",
-            "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed",
-            "trl": "rlbench.engines.external.trl.adapter:run_trl"}
 
 
 def preflight(cfg, cells, ctx) -> None:
@@ -199,12 +195,11 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
     curves.refuse_external(cfg, engine)
     if parse_seeds(seeds):
         raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
-    if engine not in EXTERNAL:
-        raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(EXTERNAL)}")
+    if engine not in external.FRAMEWORKS:
+        raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(external.FRAMEWORKS)}")
     check_out(out)
-    mod, fn = EXTERNAL[engine].split(":")
     run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
-    runner = getattr(importlib.import_module(mod), fn)
+    runner = external.runner(engine)
     shows = {"progress": progress} if "progress" in inspect.signature(runner).parameters else {}
     try:
         runner(cfg, run_dir, **shows)

@@ -9,8 +9,7 @@ when a run's results are read, so the core imports no experiment code.
 """
 from __future__ import annotations
 
-import importlib
-
+from rlbench.core.by_name import resolve
 from rlbench.core.experiments.spec import Analysis, ExperimentSpec, Report, Runner
 
 REGISTERED = (  # one line per experiment, "module:record", in report order (the first with a section heads it)
@@ -20,11 +19,6 @@ REGISTERED = (  # one line per experiment, "module:record", in report order (the
 )
 
 
-def _load(entry: str) -> ExperimentSpec:
-    module, name = entry.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 _loaded: dict[str, ExperimentSpec] = {}
 
 
@@ -32,7 +26,7 @@ def _all() -> dict[str, ExperimentSpec]:
     """The records, loaded on first use: a record's module imports spec.py from this package, so loading
     them while this package initialises would be circular."""
     if not _loaded:
-        _loaded.update((e.name, e) for e in map(_load, REGISTERED))
+        _loaded.update((e.name, e) for e in map(resolve, REGISTERED))
     return _loaded
 
 

@@ -8,9 +8,10 @@ read the records instead of naming an experiment.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
+
+from rlbench.core.by_name import resolve
 
 Cells = list[tuple[str, dict]]  # (cell name, the switches it sets), the first cell the reference
 
@@ -79,15 +80,10 @@ class ExperimentSpec:
     runner: str | None = None  # "module:attribute" of its Runner
 
     def load_analysis(self) -> Analysis:
-        return _named(self.analysis) if self.analysis else Analysis()
+        return resolve(self.analysis) if self.analysis else Analysis()
 
     def load_report(self) -> Report:
-        return _named(self.report) if self.report else Report()
+        return resolve(self.report) if self.report else Report()
 
     def load_runner(self) -> Runner:
-        return _named(self.runner) if self.runner else Runner()
-
-
-def _named(entry: str) -> Any:
-    module, name = entry.split(":")
-    return getattr(importlib.import_module(module), name)
+        return resolve(self.runner) if self.runner else Runner()

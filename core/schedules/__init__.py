@@ -9,8 +9,7 @@ imported only when the schedule is built, so the core imports no engine.
 """
 from __future__ import annotations
 
-import importlib
-
+from rlbench.core.by_name import resolve
 from rlbench.core.components import option_fields as fields_of
 from rlbench.core.schedules.spec import ScheduleSpec
 
@@ -22,11 +21,6 @@ REGISTERED = (  # one line per schedule, "module:record", in table order
 )
 
 
-def _load(entry: str) -> ScheduleSpec:
-    module, name = entry.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 _loaded: dict[str, ScheduleSpec] = {}
 
 
@@ -34,7 +28,7 @@ def _all() -> dict[str, ScheduleSpec]:
     """The records, loaded on first use: a record's module imports spec.py from this package, so loading
     them while this package initialises would be circular."""
     if not _loaded:
-        _loaded.update((s.name, s) for s in map(_load, REGISTERED))
+        _loaded.update((s.name, s) for s in map(resolve, REGISTERED))
     return _loaded
 
 

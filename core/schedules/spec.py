@@ -6,10 +6,10 @@ read the record instead of testing a schedule's name.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rlbench.core.by_name import resolve
 from rlbench.core.components import Component
 
 # layout: where rollout and training run
@@ -86,13 +86,8 @@ class ScheduleSpec(Component):
         return opts.model_copy(update=self.pinned) if self.pinned else opts
 
     def build_in_process_function(self) -> Callable:
-        return _named(self.in_process_builder)
+        return resolve(self.in_process_builder)
 
     def cost_function(self) -> Callable:
         """Its cost-model term, imported now (pure Python, no torch)."""
-        return _named(self.cost)
-
-
-def _named(where: str) -> Callable:
-    module, name = where.split(":")
-    return getattr(importlib.import_module(module), name)
+        return resolve(self.cost)
