@@ -17,6 +17,12 @@ REGISTRY = "core/experiments/"
 OTHER_MEANING = {
     ("bench/check/tiers.py", "families"): "the schedules tier of `rlbench check` runs that ablation, and "
                                           "reruns when the ladder's cells change",
+    # "verl" is the peer engine's name (`--engine verl`, its cells, its venv's package) and the name of the
+    # peers ablation that runs it beside rlbench's schedules (`--ablation verl`)
+    **{(path, "peers"): "the engine's name, verl" for path in (
+        "engines/external/__init__.py", "engines/external/verl/adapter.py",
+        "engines/external/verl/cost_settings.py", "engines/external/verl/metrics.py",
+        "engines/external/verl/venv.py")},
 }
 
 
