@@ -72,7 +72,7 @@ class IterationLog:
         self.curves.iteration(run.iterations[-1])  # the record iterations.jsonl has just received
         run.save()
         self.progress.count("iteration", done, cfg.run.iterations,
-                            f"TPSPD {rec.tpspd:.0f}, reward {rec.reward_mean:.2f}, pass@1 {self.acc:.2f}")
+                            f"last TPSPD {rec.tpspd:.0f}, reward {rec.reward_mean:.2f}, pass@1 {self.acc:.2f}")
 
 
 def _profiler(cfg, run, schedule, device):
