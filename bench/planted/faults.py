@@ -32,3 +32,14 @@ def misplace(worker: str) -> None:
         import torch  # inside: `rlbench --help` imports this package (the run's planted slowdowns)
 
         torch.set_num_threads(torch.get_num_threads() + 1)
+
+
+def clock_skew(resources: list[str], clock) -> None:
+    """RLBENCH_FAULT=clock_skew:<resource>:<seconds> sets the clock of every Ray actor on a node holding that
+    resource <seconds> ahead (negative: behind) of the machine's, as another machine's clock would be: what the
+    clock mapping (engines/ray_clock.py) must find and take out. clock: the process's node clock
+    (bench/core/record/stages.py NODE_CLOCK)."""
+    kind, _, rest = os.environ.get("RLBENCH_FAULT", "").partition(":")
+    resource, _, seconds = rest.rpartition(":")
+    if kind == "clock_skew" and resource in resources:
+        clock.skew = float(seconds)
