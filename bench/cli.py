@@ -318,7 +318,12 @@ def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the p
                                   "float16."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="A running Ray cluster (an address, "
                                                   "or auto): also measure the link between every two of its nodes "
-                                                  "(round trip, and Ray object transfers at two sizes).")) -> None:
+                                                  "(round trip, and Ray object transfers at two sizes)."),
+        transfer_mb: Optional[list[float]] = typer.Option(None, "--transfer-mb", help="With --ray-address: "
+                                                          "also send one object of this many MB (e.g. a "
+                                                          "model's weights) over the slowest link, beside the "
+                                                          "link's prediction of its seconds (repeatable).")
+        ) -> None:
     """What hardware and software rlbench sees, and one device's measured peak (matmul FLOP/s, copy
     bytes/s) that per-stage MFU and bandwidth utilisation are measured against; with --ray-address, the
     bandwidth and latency between a cluster's nodes."""
@@ -328,7 +333,7 @@ def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the p
     if ray_address:
         from rlbench.engines.ray_link import measure_cluster  # inside: Ray, for this option only
 
-        out["cluster"] = measure_cluster(ray_address)
+        out["cluster"] = measure_cluster(ray_address, [int(mb * 1e6) for mb in transfer_mb or ()])
     typer.echo(json.dumps(out, indent=1))
 
 

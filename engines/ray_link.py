@@ -76,8 +76,23 @@ def measure_pair(ray, probe, a, b) -> dict:
             "small_bytes": SMALL, "small_s": small, "large_bytes": size, "large_s": took}
 
 
-def measure_cluster(address: str) -> dict:
-    """Every pair of alive nodes (up to MAX_PAIRS), and the slowest link: what a run across them is bound by."""
+def timed_transfers(ray, probe, a, b, link: dict, sizes: list[int]) -> list[dict]:
+    """One transfer of each size (bytes, e.g. a model's weights) from a to b, beside what the link measured
+    just before predicts for it (overhead_s + bytes / rate): a check of the cost model's weight-sync term."""
+    out = []
+    for nbytes in sizes:
+        refs = ray.get(probe[a].put.remote(nbytes))
+        took = ray.get(probe[b].fetch.remote(refs))
+        del refs  # the object leaves both nodes' stores before the next one
+        predicted = link["overhead_s"] + nbytes / link["bytes_per_s"]
+        out.append({"bytes": nbytes, "measured_s": took, "predicted_s": predicted,
+                    "error": predicted / took - 1})
+    return out
+
+
+def measure_cluster(address: str, transfer_bytes: list[int] = ()) -> dict:
+    """Every pair of alive nodes (up to MAX_PAIRS), and the slowest link: what a run across them is bound by;
+    transfer_bytes: sizes also sent once each over the slowest link and set beside its prediction."""
     import ray  # inside: optional dependency (ray)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -91,12 +106,16 @@ def measure_cluster(address: str) -> dict:
         label = {nid: names.get(n["NodeManagerAddress"]) or n["NodeManagerAddress"] for nid, n in nodes.items()}
         links = []
         for a, b in list(itertools.combinations(sorted(nodes), 2))[:MAX_PAIRS]:
-            links.append({"from": label[a], "to": label[b], **measure_pair(ray, probe, a, b)})
+            links.append({"from": label[a], "to": label[b], "pair": (a, b), **measure_pair(ray, probe, a, b)})
+        slowest = min(links, key=lambda x: x["bytes_per_s"]) if links else None
+        if slowest and transfer_bytes:
+            slowest["transfers"] = timed_transfers(ray, probe, *slowest["pair"], slowest, list(transfer_bytes))
         for p in probe.values():
             ray.kill(p)
     finally:
         ray.shutdown()
-    slowest = min(links, key=lambda x: x["bytes_per_s"]) if links else None
+    for x in links:
+        x.pop("pair")
     return {"address": address, "nodes": [{"node": nid, "ip": n["NodeManagerAddress"], "name": label[nid]}
                                           for nid, n in nodes.items()],
             "links": links, "slowest": slowest,

@@ -114,3 +114,24 @@ def test_the_shortest_round_trip_bounds_the_offset():
     assert rec["offset_s"] == est.offset_s and len(rec["estimates"]) == 2 and rec["moved_s"] > 0
     with pytest.raises(ValueError):
         clocks.estimate([])
+
+
+def test_a_planted_clock_error_is_not_read_as_another_fault(monkeypatch):
+    """RLBENCH_FAULT holds one fault: a node's clock error must leave the iteration hook alone (it once
+    read 'n1:0.05' as the iteration to die at), and an exit planted at iteration 2 still fires there."""
+    from rlbench.core.record.stages import _NodeClock
+    from rlbench.planted import faults
+
+    monkeypatch.setenv("RLBENCH_FAULT", "clock_skew:n1:-0.05")
+    faults.at(0, "rollout")
+    clock = _NodeClock()
+    faults.clock_skew(["n2"], clock)
+    assert clock.skew == 0.0
+    faults.clock_skew(["n1"], clock)
+    assert clock.skew == -0.05
+    monkeypatch.setenv("RLBENCH_FAULT", "rollout_exit:2")
+    monkeypatch.setattr(faults.os, "_exit", lambda code: (_ for _ in ()).throw(SystemExit(code)))
+    faults.at(1, "rollout")
+    faults.at(2, "trainer")
+    with pytest.raises(SystemExit):
+        faults.at(2, "rollout")

@@ -14,8 +14,8 @@ def at(iteration: int, role: str = "rollout") -> None:
     what the hang watchdog must catch)."""
     spec = os.environ.get("RLBENCH_FAULT", "")
     kind, _, at_k = spec.partition(":")
-    if not at_k or int(at_k) != iteration:
-        return
+    if kind not in (f"{role}_exit", f"{role}_hang") or not at_k or int(at_k) != iteration:
+        return  # another worker's fault, or another kind (clock_skew, misplace)
     if kind == f"{role}_exit":
         os._exit(17)
     if kind == f"{role}_hang":

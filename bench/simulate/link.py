@@ -59,6 +59,23 @@ def link_from_run(run_dir: Path) -> Link | None:
                 f"transfers (median {overhead * 1e3:.1f} ms: a transfer's fixed part)")
 
 
+def weight_sync_check(run_dir: Path, link: Link, weights: float | None) -> dict | None:
+    """The weight transfers a run on several nodes measured against the link's price of the same bytes
+    (link.transfer_s): a check of the cost model's weight-sync term. None: no transfer crossed nodes."""
+    measured = []
+    for cell in schema.load_run(Path(run_dir)):
+        far = _crossed(cell)
+        events = schema.load_events(Path(cell["_dir"])) if far else []
+        measured += [e["end"] - e["start"] for e in events
+                     if e["stage"] == Stage.WEIGHT_TRANSFER.value and e["worker"] in far]
+    if not measured or not weights:
+        return None
+    predicted, median = link.transfer_s(weights), statistics.median(measured)
+    return {"weight_bytes": weights, "predicted_s": predicted, "measured_median_s": median,
+            "measured_min_s": min(measured), "transfers": len(measured),
+            "error": predicted / median - 1, "link_source": link.source}
+
+
 def layout(link: Link | None, devices_per_node: int | None, weights: float | None, batches: list) -> NodeLayout | None:
     """The node layout the simulation prices (None: no link given or found, one node)."""
     if link is None:

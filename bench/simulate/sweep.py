@@ -125,6 +125,10 @@ def run_simulation(run_dir: Path | None = None, preset: str | None = None, devic
     if nodes is not None:
         result["link"] = {**nodes.link.to_dict(), "devices_per_node": nodes.devices_per_node,
                           "weight_bytes": nodes.weight_bytes, "group_bytes": nodes.group_bytes}
+        if stated_link is not None and run_dir is not None:
+            check = link.weight_sync_check(run_dir, stated_link, nodes.weight_bytes)
+            if check is not None:
+                result["weight_sync_check"] = check
     if run_dir is not None:
         result["validation"] = validate(run_dir)
     if preset == "paper-7b":
@@ -177,6 +181,12 @@ def format_text(result: dict) -> str:
                      f"{ln['group_bytes'] / 1e3:.1f} kB")
     parts.append(_table(["devices", "split", "schedule", "pred. TPSPD", "vs sync", "iter s"]
                         + (["link %"] if linked else []), body))
+    if "weight_sync_check" in result:
+        w = result["weight_sync_check"]
+        parts.append(f"weight sync across nodes ({w['weight_bytes'] / 1e6:.3g} MB): predicted "
+                     f"{w['predicted_s']:.3g} s from the stated link, measured {w['measured_median_s']:.3g} s "
+                     f"(median of {w['transfers']}, shortest {w['measured_min_s']:.3g} s): "
+                     f"{100 * w['error']:+.0f}%")
     parts.append("best periodic-async split: " + "; ".join(
         f"{b['devices']} dev -> {b['rollout_devices']}+{b['train_devices']} ({b['speedup']:.2f}x)"
         for b in result["best_split"]))

@@ -112,8 +112,9 @@ def _missing(nodes: list[Node], free: list[dict], d: Demand, wanted: list[Demand
     if d.where is not None:
         holders = [n for n in nodes if d.where in n.resources]
         if not holders:
+            verb = "asks" if len(same) == 1 else "ask"
             return (f"engine.placement: no node of the cluster at {address} holds the resource {d.where!r} that "
-                    f"{names} ask for (nodes: {cluster}). Name a node's resource (custom, or node:<ip>).")
+                    f"{names} {verb} for (nodes: {cluster}). Name a node's resource (custom, or node:<ip>).")
         have = sum(n.resources.get(d.device, 0.0) for n in holders)
         return (f"engine.placement: the nodes holding {d.where!r} have {have:g} {d.device} free, but {names} "
                 f"need {need:g} {d.device} there{together and ' (' + together + ')'} (nodes: {cluster}).")
