@@ -258,6 +258,10 @@ def simulate(
     link_latency_ms: Optional[float] = typer.Option(None, "--link-latency-ms", help=LATENCY_HELP),
     devices_per_node: Optional[int] = typer.Option(None, "--devices-per-node", help="Devices on one node, "
                                                    "with a link (default 1: every device a node of its own)."),
+    link_overhead_ms: Optional[float] = typer.Option(None, "--link-overhead-ms", help="A Ray object "
+                                                     "transfer's fixed part in ms, with --link-gbps (as "
+                                                     "`rlbench env --ray-address` measures it; default: "
+                                                     "one round trip)."),
 ) -> None:
     """Predict sync / periodic-async / bounded-async TPSPD and speedups on N rollout + M training devices,
     every device at the per-device costs measured in a run's data-parallel sync cell (the report's
@@ -269,7 +273,8 @@ def simulate(
 
     result = run_simulation(run_dir, preset, parse_list(devices, int, "--devices"),
                             parse_list(rollout_share, float, "--rollout-share"), out, staleness,
-                            stated_link=stated(link_gbps, link_latency_ms), devices_per_node=devices_per_node)
+                            stated_link=stated(link_gbps, link_latency_ms, overhead_ms=link_overhead_ms),
+                            devices_per_node=devices_per_node)
     typer.echo(format_text(result))
 
 
@@ -293,6 +298,9 @@ def plan_cmd(
     link_latency_ms: Optional[float] = typer.Option(None, "--link-latency-ms", help=LATENCY_HELP),
     devices_per_node: Optional[int] = typer.Option(None, "--devices-per-node", help="Devices on one node, with "
                                                    "--link-gbps (default 8)."),
+    link_overhead_ms: Optional[float] = typer.Option(None, "--link-overhead-ms", help="A Ray object "
+                                                     "transfer's fixed part in ms, with --link-gbps "
+                                                     "(default: one round trip)."),
 ) -> None:
     """Predict what each asynchronous schedule and device split would give, from a synchronous run's own log:
     periodic asynchrony (and its barrier split), one-step-off, bounded staleness, partial rollout; the best
@@ -302,7 +310,8 @@ def plan_cmd(
     from rlbench.plan.command import run_plan
     from rlbench.reports.plan_text import format_text
 
-    result = run_plan(log, gpus, model, device, assume_items, stated(link_gbps, link_latency_ms), devices_per_node)
+    result = run_plan(log, gpus, model, device, assume_items,
+                      stated(link_gbps, link_latency_ms, overhead_ms=link_overhead_ms), devices_per_node)
     if html is not None:
         from rlbench.reports.plan_html import write_plan_html  # inside: matplotlib and pandas, for --html only
 

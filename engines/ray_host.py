@@ -39,8 +39,10 @@ class RayHost(Started):
         super().__init__()
         self.emitted = None
         try:
-            # the queue on the driver's node: a finished group crosses the link once, to the driver
-            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+            # the queue on the driver's node: a finished group crosses the link once, to the driver, and the
+            # loss of a worker node is the loss of its workers, never of the queue (soft affinity put it on
+            # a worker node of a three-node cluster)
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
             self.emitted = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
             # the clock group's thread answers clock probes while the actor computes (engines/ray_clock.py)
             remote = ray.remote(max_restarts=0, max_task_retries=0, concurrency_groups={CLOCK_GROUP: 1})(_RayWorker)

@@ -120,4 +120,4 @@ def measure_cluster(address: str, transfer_bytes: list[int] = ()) -> dict:
                                           for nid, n in nodes.items()],
             "links": links, "slowest": slowest,
             "as_options": (f"--link-gbps {slowest['gbps']:.4g} --link-latency-ms {1e3 * slowest['latency_s']:.3g}"
-                           if slowest else None)}
+                           f" --link-overhead-ms {1e3 * slowest['overhead_s']:.3g}" if slowest else None)}

@@ -47,6 +47,12 @@ def test_stated_link_and_its_errors():
     for gbps, lat in ((0, None), (-1, None), (1, -2), (None, 3)):
         with pytest.raises(UserError):
             stated(gbps, lat)
+    measured = stated(0.1, 5.0, overhead_ms=26.7)  # a transfer's fixed part as `rlbench env` measured it
+    assert measured.overhead_s == pytest.approx(0.0267) and measured.bytes_per_s == link.bytes_per_s
+    assert measured.transfer_s(12.5e6) == pytest.approx(1.0267)
+    for gbps, over in ((None, 1.0), (0.1, -1.0)):
+        with pytest.raises(UserError):
+            stated(gbps, None, overhead_ms=over)
 
 
 def test_simulate_adds_the_link_to_every_iteration():

@@ -1,11 +1,11 @@
-"""rlbench on a running Ray cluster of three nodes (a head and two worker raylets on this machine, made by
-scripts/ray_cluster.py; the worker nodes in network namespaces behind a link shaped to 100 Mbit/s and 5 ms
-where the machine allows it): workers placed by node train exactly like the local run, a placement the
-cluster cannot hold stops before any work (exit 2), a node's clock error is found and taken out, the link
-is measured, and a killed node ends the run with exit 3, the measured iterations kept and the rest of the
-cluster left running.
+"""rlbench on a running Ray cluster of three nodes (a head and two worker raylets on this machine,
+made by scripts/ray_cluster.py; the worker nodes in network namespaces behind a link shaped to
+100 Mbit/s and 5 ms): workers placed by node train exactly like the local run, a placement the
+cluster cannot hold stops before any work (exit 2), a node's clock error is found and taken out, the
+link is measured, and a killed node ends the run with exit 3, the measured iterations kept and the
+rest of the cluster left running.
 
-Minutes in all (a cluster started twice, seven runs): marked `slow` as well as `e2e` (`pytest -m slow`).
+Minutes in all (a cluster started twice, eight runs): marked `slow` as well as `e2e` (`-m slow`).
 """
 import json
 import os
@@ -28,6 +28,7 @@ from support.cli import only_run, rlbench, sets  # noqa: E402
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PLACED = "engine.placement={colocated: [n1, n2], rollout: n1, trainer: n2}"
+SPLIT = "engine.placement={rollout: n1, trainer: n2}"
 SKEW_S = 0.05
 
 
@@ -46,9 +47,9 @@ def cluster(tmp_path_factory):
 
 
 def run(cluster, out: Path, *overrides: str, ablation: str = "none", env: dict | None = None):
+    ray = sets("engine.launcher=ray", f"engine.ray_address={cluster.address}", *overrides)
     return rlbench("run", "--config", TINY, "--out", out, "--ablation", ablation, "--no-progress",
-                   "--no-report", *sets("engine.launcher=ray", f"engine.ray_address={cluster.address}",
-                                        *overrides),
+                   "--no-report", *ray,
                    env={**cluster.env, **(env or {})}, timeout=600)
 
 
@@ -66,16 +67,20 @@ def test_cells_across_nodes_train_bitwise_like_the_local_run(cluster, tmp_path):
         assert [it["loss"] for it in far["iterations"]] == [it["loss"] for it in near["iterations"]]
         assert far["final_params_sha256"] == near["final_params_sha256"], cell
         nodes = {p["worker"]: p["observed"].get("node_resources") for p in far["placement"]}
-        assert {w: n for w, n in nodes.items() if w in where} == {w: where[w] for w in nodes if w in where}
-        assert set(far["clocks"]) == {n["ip"] for n in cluster.info["nodes"] if n["name"] in ("n1", "n2")}
+        assert {w: n for w, n in nodes.items() if w in where} == {w: where[w] for w in nodes
+                                                                   if w in where}
+        far_ips = {n["ip"] for n in cluster.info["nodes"] if n["name"] in ("n1", "n2")}
+        assert set(far["clocks"]) == far_ips
 
 
 @pytest.mark.parametrize("placement,missing", [
     ("engine.placement={colocated: [n1, n9]}", "no node of the cluster at"),
     ("engine.placement={colocated: n1}", "the nodes holding 'n1' have 3 CPU free, but"),
 ])
-def test_a_placement_the_cluster_cannot_hold_stops_before_any_work(cluster, tmp_path, placement, missing):
-    extra = ["engine.rollout_devices=2", "engine.train_devices=2"] if "colocated: n1" in placement else []
+def test_a_placement_the_cluster_cannot_hold_stops_before_any_work(cluster, tmp_path, placement,
+                                                                   missing):
+    wide = "colocated: n1" in placement
+    extra = ["engine.rollout_devices=2", "engine.train_devices=2"] if wide else []
     proc = run(cluster, tmp_path, placement, *extra)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert missing in proc.stderr and "n1 (" in proc.stderr  # what the nodes hold is named
@@ -84,13 +89,14 @@ def test_a_placement_the_cluster_cannot_hold_stops_before_any_work(cluster, tmp_
 
 @pytest.mark.parametrize("skew", [SKEW_S, -SKEW_S])
 def test_a_nodes_clock_error_is_found_and_taken_out(cluster, tmp_path, skew):
-    proc = run(cluster, tmp_path, "engine.schedule=periodic_async", "engine.placement={rollout: n1, trainer: n2}",
+    proc = run(cluster, tmp_path, "engine.schedule=periodic_async", SPLIT,
                env={"RLBENCH_FAULT": f"clock_skew:n1:{skew}"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = schema.load_cell(only_run(tmp_path) / "periodic_async")
     ip = {n["name"]: n["ip"] for n in cluster.info["nodes"]}
     n1, n2 = res["clocks"][ip["n1"]], res["clocks"][ip["n2"]]
-    # one machine's clock underneath: the planted error is all there is to find, within the estimate's bound
+    # one machine's clock underneath: the planted error is all there is to find, within the
+    # estimate's bound
     assert abs(n1["offset_s"] - skew) <= n1["uncertainty_s"] + 1e-3, n1
     assert abs(n2["offset_s"]) <= n2["uncertainty_s"] + 1e-3, n2
     events = schema.load_events(only_run(tmp_path) / "periodic_async")
@@ -101,12 +107,13 @@ def test_a_nodes_clock_error_is_found_and_taken_out(cluster, tmp_path, skew):
     for it in res["iterations"]:
         mine = [e for e in events if e.get("iteration") == it["iteration"]]
         trainer = [e for e in mine if e["worker"] != "rollout0"]
-        # the rollout node's events fall inside the window its trainer and driver make: the TPSPD window is
-        # the one a single clock would give
+        # the rollout node's events fall inside the window its trainer and driver make: the TPSPD
+        # window is the one a single clock would give
         assert metrics.iteration_window(mine, prev) == metrics.iteration_window(trainer, prev)
         prev = it["end"]
         sync = min(e["start"] for e in trainer if e["stage"] == "weight_sync")
-        fetch = min(e["start"] for e in mine if e["worker"] == "rollout0" and e["stage"] == "weight_transfer")
+        fetch = min(e["start"] for e in mine
+                    if e["worker"] == "rollout0" and e["stage"] == "weight_transfer")
         assert fetch >= sync  # the weights are fetched after the trainer began to publish them
 
 
@@ -140,20 +147,21 @@ def test_a_killed_node_ends_the_run_with_exit_3_and_the_cluster_stays(tmp_path_f
 
         killer = threading.Thread(target=kill_after_three_iterations)
         killer.start()
-        proc = run(own, out, "engine.schedule=periodic_async", "run.iterations=200", "engine.hang_timeout_s=30",
-                   "engine.placement={rollout: n1, trainer: n2}")
+        proc = run(own, out, "engine.schedule=periodic_async", "run.iterations=200",
+                   "engine.hang_timeout_s=30", SPLIT)
         ended = time.monotonic()
         killer.join()
         assert "at" in killed, proc.stderr[-3000:]
         assert proc.returncode == 3, proc.stderr[-3000:]
-        assert ended - killed["at"] <= 30 + 15  # within the watchdog's time (and the run's own wind-down)
+        assert ended - killed["at"] <= 30 + 15  # the watchdog's time, and the run's wind-down
         res = schema.load_cell(only_run(out) / "periodic_async")
         assert res["status"] == "failed" and "rollout0" in res["error"]
         assert len(res["iterations"]) >= 3
         after = own.ray_state()
-        assert after["alive"] == ["head", "n2"] or after["alive"] == ["head", "n1", "n2"]  # n1's death seen late
-        assert all(state == "DEAD" for _, state in after["actors"])  # the run's actors, and only they, ended
-        raylets = subprocess.run(["pgrep", "-f", own.state["temp_dir"]], capture_output=True, text=True)
-        assert raylets.stdout.split()  # the head and n2 still run: rlbench stopped only what it started
+        assert after["alive"] in (["head", "n2"], ["head", "n1", "n2"])  # n1's death seen late
+        assert all(state == "DEAD" for _, state in after["actors"])  # the run's actors ended
+        raylets = subprocess.run(["pgrep", "-f", own.state["temp_dir"]], capture_output=True,
+                                 text=True)
+        assert raylets.stdout.split()  # the head and n2 run on: rlbench stopped only its own
     finally:
         assert rc.stop(own) == []

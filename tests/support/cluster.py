@@ -1,5 +1,5 @@
-"""A Ray cluster of several nodes on this machine for the tests (scripts/ray_cluster.py): started before a
-module's tests, stopped after them, and checked to have left no process behind.
+"""A Ray cluster of several nodes on this machine for the tests (scripts/ray_cluster.py): started
+before a module's tests, stopped after them, and checked to have left no process behind.
 
 Each node is a raylet of its own holding a resource named after it (head, n1, n2, ...); as root with
 network namespaces, the worker nodes reach each other through a link made by scripts/link_switch.py.
@@ -32,7 +32,8 @@ class Cluster:
         return done.stdout
 
     def pids(self) -> list[int]:
-        """Processes whose command line holds the cluster's temporary folder, and those in its namespaces."""
+        """Processes whose command line holds the cluster's temporary folder, and those in its
+        namespaces."""
         mark = self.state["temp_dir"].encode()
         found = set()
         for entry in Path("/proc").iterdir():
@@ -44,21 +45,24 @@ class Cluster:
                     pass
         for node in self.state["nodes"]:
             if node["netns"]:
-                out = subprocess.run(["ip", "netns", "pids", node["netns"]], capture_output=True, text=True)
+                out = subprocess.run(["ip", "netns", "pids", node["netns"]], capture_output=True,
+                                     text=True)
                 found |= {int(p) for p in out.stdout.split()}
         found.discard(os.getpid())
         return sorted(found)
 
     def ray_state(self) -> dict:
-        """{"alive": node resource names alive, "actors": [(class, state)]}, read by a driver of its own."""
+        """{"alive": node resource names alive, "actors": [(class, state)]}, read by a driver of its
+        own."""
         code = ("import json, sys, ray; from ray._private import state\n"
                 "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
                 "alive = [k for n in ray.nodes() if n['Alive'] for k in n['Resources']\n"
                 "         if k in ('head', 'n1', 'n2', 'n3')]\n"
                 "acts = [(a['ActorClassName'], a['State']) for a in state.actors().values()]\n"
                 "print(json.dumps({'alive': sorted(alive), 'actors': acts}))")
-        done = subprocess.run([sys.executable, "-c", code, self.address], env={**os.environ, **self.env},
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", code, self.address],
+                              env={**os.environ, **self.env}, capture_output=True, text=True,
+                              timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -66,9 +70,10 @@ class Cluster:
 def start(folder: Path, *, nodes: int = 3, cpus: int = 3, rate_mbit: float = 0.0,
           delay_ms: float = 0.0) -> Cluster:
     folder.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, str(SCRIPT), "up", "--dir", str(folder), "--nodes", str(nodes),
-                           "--cpus", str(cpus), "--rate-mbit", str(rate_mbit), "--delay-ms", str(delay_ms)],
-                          capture_output=True, text=True, timeout=300)
+    args = ["up", "--dir", str(folder), "--nodes", str(nodes), "--cpus", str(cpus),
+            "--rate-mbit", str(rate_mbit), "--delay-ms", str(delay_ms)]
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=300)
     if done.returncode:
         raise RuntimeError(f"ray_cluster.py up failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     return Cluster(folder, json.loads(done.stdout))

@@ -49,12 +49,20 @@ class Link:
         return {**asdict(self), "gbps": self.bytes_per_s * 8 / 1e9}
 
 
-def stated(gbps: float | None, latency_ms: float | None, option: str = "--link-gbps") -> Link | None:
-    """The user's link (None where no rate is given); a transfer's overhead is taken as one round trip."""
+def stated(gbps: float | None, latency_ms: float | None, option: str = "--link-gbps",
+           overhead_ms: float | None = None) -> Link | None:
+    """The user's link (None where no rate is given); a transfer's fixed part is overhead_ms where given
+    (`rlbench env --ray-address` measures it), else taken as one round trip."""
     if gbps is None:
-        if latency_ms is not None:
-            raise UserError("--link-latency-ms needs --link-gbps (the link's rate)")
+        if latency_ms is not None or overhead_ms is not None:
+            raise UserError("--link-latency-ms and --link-overhead-ms need --link-gbps (the link's rate)")
         return None
+    if overhead_ms is not None:
+        if overhead_ms < 0:
+            raise UserError(f"--link-overhead-ms {overhead_ms}: must be >= 0")
+        base = stated(gbps, latency_ms, option)
+        return Link(base.bytes_per_s, base.latency_s, overhead_ms / 1e3,
+                    f"{base.source}, {overhead_ms:g} ms per transfer (--link-overhead-ms)")
     if gbps <= 0:
         raise UserError(f"{option} {gbps}: must be > 0 (Gbit/s)")
     lat = (latency_ms if latency_ms is not None else 0.05) / 1e3
