@@ -4,7 +4,7 @@ One place decides each worker's device and makes it true for every library in th
 (docs/architecture/placement.md): an accelerator worker is started with only its device visible
 (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES in the environment the process is created with, so nothing
 in it, the built-in engine, vLLM or Ray, can initialise another device), and inside it that device is index 0.
-A CPU worker is pinned to its core by affinity after it starts (bench/core/devices/device.py `pin`).
+A CPU worker is pinned to its core by affinity after it starts (core/devices/device.py `pin`).
 
 - `start_env(slot)`: the variables a local worker process is created with (engines/hosts.py ProcessHost).
 - `child_slot(slot)`: the slot the worker itself gets (accelerator index 0: the only one it sees).
@@ -62,7 +62,7 @@ def environment(env: dict[str, str]):
 def ray_options(slot, sharing: int = 1, placement: dict | None = None) -> dict:
     """Ray resources of one worker actor: its cores on CPU; on an accelerator 1/sharing of one device
     (engine.share_devices puts a rollout worker and a trainer rank on one GPU: each asks for half); and
-    where engine.placement names its node, a sliver of that node's resource (bench/core/devices/cluster.py)."""
+    where engine.placement names its node, a sliver of that node's resource (core/devices/cluster.py)."""
     res = actor_resources(slot.kind, slot.threads)
     if slot.kind == "cuda":
         res["num_gpus"] = 1 / sharing
@@ -143,7 +143,7 @@ def _shared_as_planned(placement, observed: dict[str, dict]) -> list[str]:
 
 
 def provenance(schedule, device, dtype) -> dict:
-    """results.json's provenance with the device's description and measured peak (bench/core/devices/peak.py) taken
+    """results.json's provenance with the device's description and measured peak (core/devices/peak.py) taken
     where the device is: on the trainer's rank 0 when the trainer runs in workers (the driver holds no
     accelerator), else in this process."""
     info = prov.collect(None)

@@ -1,7 +1,7 @@
-"""Every Ray node's clock mapped to the driver's (bench/core/record/clocks.py says how and why), while a run
+"""Every Ray node's clock mapped to the driver's (core/record/clocks.py says how and why), while a run
 lasts: probed once before the first iteration and again every REESTIMATE_S seconds from a thread of the
 driver; each estimate is handed to every actor of the node, whose stage events are then in the driver's
-clock (bench/core/record/stages.py `now`), and kept for results.json `clocks`.
+clock (core/record/stages.py `now`), and kept for results.json `clocks`.
 
 The actors answer on a thread of their own (Ray's concurrency group `clock`, engines/ray_host.py), so a
 probe is answered while the actor computes; an actor busy holding Python's lock delays the answer, which
@@ -42,7 +42,7 @@ class ClockSync:
     def start(self) -> None:
         """Estimate every node now (before the first iteration), then again every interval_s."""
         self.estimate_all()
-        self._thread = threading.Thread(target=self._loop, name="clock-sync", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="clock-probes", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:

@@ -175,7 +175,7 @@ class _RayWorker:
         return os.getpid()
 
     def observe(self) -> dict:
-        """What this actor was given (bench/core/devices/device.py observe) and its Ray node (devices are per
+        """What this actor was given (core/devices/device.py observe) and its Ray node (devices are per
         node): id, address, custom resources."""
         return {**dev.observe(self.kind), **self.node}
 
@@ -185,11 +185,11 @@ class _RayWorker:
 
     def set_clock(self, offset_s: float, elsewhere: bool) -> None:
         """This node's clock is offset_s ahead of the driver's: stage events are mapped to the driver's from
-        now on (bench/core/record/stages.py); elsewhere: this node is not the driver's."""
+        now on (core/record/stages.py); elsewhere: this node is not the driver's."""
         NODE_CLOCK.offset, NODE_CLOCK.elsewhere = offset_s, elsewhere
 
     def phases(self) -> dict:
-        """This actor's start-up phases (bench/core/record/lifecycle.py)."""
+        """This actor's start-up phases (core/record/lifecycle.py)."""
         return lifecycle.phases()
 
     def call(self, method: str, *args):

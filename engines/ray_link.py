@@ -1,5 +1,5 @@
 """`rlbench env --ray-address`: the link between every two nodes of a running Ray cluster, measured on the path
-a run's weights and groups take (bench/core/costmodel/link.py prices it):
+a run's weights and groups take (core/costmodel/link.py prices it):
 
 - round trip: an actor on one node calls an actor on the other (a message and its answer), ROUND_TRIPS times;
   the shortest is the link's, the median what a busy node sees;

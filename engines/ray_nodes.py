@@ -1,6 +1,6 @@
 """The nodes of a Ray cluster as rlbench sees them (engine.launcher=ray; docs/platforms/ray.md): what each
 alive node holds, the check before a run that the cluster can hold every worker alive at once
-(bench/core/devices/cluster.py), each actor's own node for results.json, and the network interface a
+(core/devices/cluster.py), each actor's own node for results.json, and the network interface a
 trainer rank's gloo group must use on its node."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""engine.placement and the check before a run on a running Ray cluster (bench/core/devices/cluster.py), and
-the clock estimate of bench/core/record/clocks.py, on described nodes and round trips: no Ray needed.
+"""engine.placement and the check before a run on a running Ray cluster (core/devices/cluster.py), and
+the clock estimate of core/record/clocks.py, on described nodes and round trips: no Ray needed.
 
 A placement the cluster cannot hold is refused before any work (exit 2) with what is missing: a resource no
 node holds, too few CPUs on the nodes holding it, or too few CPUs anywhere for the cells alive at once."""

@@ -1,5 +1,5 @@
 """An experiment is one folder (bench/experiments/<name>/: its record, cells, analysis, report section and a
-README) and one line of REGISTERED (bench/core/experiments/): `--ablation`, `rlbench run --help` and every
+README) and one line of REGISTERED (core/experiments/): `--ablation`, `rlbench run --help` and every
 report read the records, and no other module names an experiment, by import or by string."""
 import ast
 import re
@@ -11,8 +11,8 @@ from rlbench.core.experiments.spec import Analysis, ExperimentSpec, Report, Runn
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "bench" / "experiments"
-SOURCES = ("bench", "engines", "reports")
-REGISTRY = "bench/core/experiments/"
+SOURCES = ("bench", "core", "engines", "analysis", "reports")
+REGISTRY = "core/experiments/"
 # Where a string that is also an experiment's (or its ablation's) name means something else.
 OTHER_MEANING = {
     ("bench/check/tiers.py", "families"): "the schedules tier of `rlbench check` runs that ablation, and "

@@ -1,4 +1,4 @@
-"""The link between nodes as a term of the cost model (bench/core/costmodel/link.py): a transfer's seconds, the
+"""The link between nodes as a term of the cost model (core/costmodel/link.py): a transfer's seconds, the
 terms a schedule pays per iteration once it spans nodes, and `rlbench simulate` / `rlbench plan` pricing a
 stated link (the link's share of an iteration, sync on the nodes as a row of its own)."""
 from __future__ import annotations

@@ -97,7 +97,7 @@ def plan_input(log: StepLog, gpus: int, model: Path | None = None, device: str |
 
 
 def node_layout(log: StepLog, inp: PlanInput, model: Path | None, stated_link, devices_per_node: int | None):
-    """The devices on nodes and the link between them (bench/core/costmodel/link.py); None: no link stated."""
+    """The devices on nodes and the link between them (core/costmodel/link.py); None: no link stated."""
     weights = None
     if model is not None:
         weights = roofline.model_shape(model).weight_bytes

@@ -38,7 +38,7 @@ def clock_skew(resources: list[str], clock) -> None:
     """RLBENCH_FAULT=clock_skew:<resource>:<seconds> sets the clock of every Ray actor on a node holding that
     resource <seconds> ahead (negative: behind) of the machine's, as another machine's clock would be: what the
     clock mapping (engines/ray_clock.py) must find and take out. clock: the process's node clock
-    (bench/core/record/stages.py NODE_CLOCK)."""
+    (core/record/stages.py NODE_CLOCK)."""
     kind, _, rest = os.environ.get("RLBENCH_FAULT", "").partition(":")
     resource, _, seconds = rest.rpartition(":")
     if kind == "clock_skew" and resource in resources:

@@ -1,4 +1,4 @@
-"""The link between nodes for `rlbench simulate` and `rlbench plan` (bench/core/costmodel/link.py): stated by
+"""The link between nodes for `rlbench simulate` and `rlbench plan` (core/costmodel/link.py): stated by
 the user (--link-gbps), or as a run on several nodes measured it (its rollout workers' weight transfers
 from another node's object store, its groups' transfers to the driver), and the bytes that cross it (the
 model's weights, from results.json; a group's tokens)."""

@@ -57,7 +57,7 @@ def sweep(batches_for, devices, shares, staleness: int = 1, layout=None) -> tupl
     """-> (rows: sync + periodic-async, its barrier variant, bounded-async and bounded-async with partial
     rollout (recompute: its upper bound) per split, best: the best periodic-async split per count).
     batches_for(d) gives the batches simulated on d devices; layout: the devices on nodes and the link
-    between them (bench/core/costmodel/link.py), None: one node."""
+    between them (core/costmodel/link.py), None: one node."""
     rows, best = [], []
     for d in devices:
         bs = batches_for(d)

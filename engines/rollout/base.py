@@ -61,7 +61,7 @@ class SealedGroup:
 
     prompt_index: int
     payload: bytes
-    sealed_at: float = 0.0  # the run's clock when it was sealed (bench/core/record/stages.py `now`)
+    sealed_at: float = 0.0  # the run's clock when it was sealed (core/record/stages.py `now`)
     elsewhere: bool = False  # sealed on another node than the driver's: it crosses the link
     arrived_at: float | None = None  # the driver's clock when it arrived there (engines/rollout/pool.py)
 
