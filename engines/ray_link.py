@@ -44,10 +44,11 @@ class _Probe:
         return out
 
     def put(self, nbytes: int) -> list:
-        import numpy as np
+        import numpy as np  # inside: the probe actor's own import (it runs on another node)
         import ray  # inside: optional dependency (ray)
 
-        return [ray.put(np.ones(nbytes, dtype=np.uint8))]  # in a list: the reference, not the bytes, goes back
+        # in a list: the reference, not the bytes, goes back
+        return [ray.put(np.ones(nbytes, dtype=np.uint8))]
 
     def fetch(self, refs: list) -> float:
         import ray  # inside: optional dependency (ray)
@@ -93,7 +94,8 @@ def timed_transfers(ray, probe, a, b, link: dict, sizes: list[int]) -> list[dict
 def measure_cluster(address: str, transfer_bytes: list[int] = ()) -> dict:
     """Every pair of alive nodes (up to MAX_PAIRS), and the slowest link: what a run across them is bound by;
     transfer_bytes: sizes also sent once each over the slowest link and set beside its prediction."""
-    import ray  # inside: optional dependency (ray)
+    # inside: optional dependency (ray)
+    import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     attach(ray, address)

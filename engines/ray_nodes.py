@@ -28,7 +28,8 @@ def custom_resources(resources: dict) -> list[str]:
 def cluster_nodes(ray) -> list[cluster.Node]:
     """Every alive node with what it has free now (its totals where Ray does not say)."""
     try:
-        from ray._private import state  # private API: free resources per node; totals are the fallback
+        # inside: optional dependency (ray); a private API: free resources per node (totals: the fallback)
+        from ray._private import state
 
         free = state.available_resources_per_node()
     except Exception:  # noqa: BLE001 - an API that moved: the totals still bound what fits

@@ -1,5 +1,6 @@
-"""The link between nodes as a term of the cost model (docs/architecture/cost-model.md, 'The link between
-nodes'): what weight sync, group transfer and the gradient all-reduce cost once a run spans several nodes.
+"""The link between nodes as a term of the cost model: what weight sync, group transfer and the
+gradient all-reduce cost once a run spans several nodes
+(docs/architecture/cost-model.md, 'The link between nodes').
 
 A transfer of B bytes between two nodes costs `overhead_s + B / bytes_per_s`: the fixed part is the round
 trips a transfer starts with (Ray's object pull: ask the owner where the object is, ask that node for it),
