@@ -1,12 +1,11 @@
-"""Every Ray node's clock mapped to the driver's (core/record/clocks.py says how and why), while a run
-lasts: probed once before the first iteration and again every REESTIMATE_S seconds from a thread of the
-driver; each estimate is handed to every actor of the node, whose stage events are then in the driver's
-clock (core/record/stages.py `now`), and kept for results.json `clocks`.
+"""Every Ray node's clock mapped to the driver's (core/record/clocks.py says how and why), while a
+run lasts: probed once before the first iteration and again every REESTIMATE_S seconds from a thread
+of the driver; each estimate is handed to every actor of the node, whose stage events are then in
+the driver's clock (core/record/stages.py `now`), and kept for results.json `clocks`.
 
-The actors answer on a thread of their own (Ray's concurrency group `clock`, engines/ray_host.py), so a
-probe is answered while the actor computes; an actor busy holding Python's lock delays the answer, which
-the shortest-round-trip rule absorbs.
-"""
+The actors answer on a thread of their own (Ray's concurrency group `clock`, engines/ray_host.py),
+so a probe is answered while the actor computes; an actor busy holding Python's lock delays the
+answer, which the shortest-round-trip rule absorbs."""
 from __future__ import annotations
 
 import threading
@@ -23,9 +22,10 @@ CLOCK_GROUP = "clock"  # the actors' concurrency group for clock calls
 class ClockSync:
     def __init__(self, ray, actors: dict, nodes: dict, driver_node: str, t0: float, record: dict,
                  interval_s: float = REESTIMATE_S):
-        """actors: worker -> actor handle; nodes: worker -> its node as observed (engines/ray_nodes.py
-        own_node); driver_node: the driver's node id; t0: the cell's time 0; record: where results.json's
-        `clocks` is kept (node address -> clocks.record), updated in place."""
+        """actors: worker -> actor handle; nodes: worker -> its node as observed
+        (engines/ray_nodes.py own_node); driver_node: the driver's node id; t0: the cell's time 0;
+        record: where results.json's `clocks` is kept (node address -> clocks.record), updated in
+        place."""
         self._ray, self.t0, self.record, self.interval_s = ray, t0, record, interval_s
         self.driver_node = driver_node
         self.by_node: dict[str, list] = {}
@@ -33,7 +33,8 @@ class ClockSync:
         for worker, actor in actors.items():
             node = nodes[worker]
             self.by_node.setdefault(node["node"], []).append(actor)
-            self.info[node["node"]] = {"node_ip": node["node_ip"], "node_resources": node["node_resources"],
+            self.info[node["node"]] = {"node_ip": node["node_ip"],
+                                       "node_resources": node["node_resources"],
                                        "driver_node": node["node"] == driver_node}
         self.history: dict[str, list] = {n: [] for n in self.by_node}
         self._stop = threading.Event()
@@ -59,19 +60,21 @@ class ClockSync:
                 continue
             est = clocks.estimate(probes, self.t0)
             elsewhere = not self.info[node]["driver_node"]
-            self._ray.get([a.set_clock.options(concurrency_group=CLOCK_GROUP).remote(est.offset_s, elsewhere)
-                           for a in actors], timeout=CALL_TIMEOUT_S)
+            setter = [a.set_clock.options(concurrency_group=CLOCK_GROUP) for a in actors]
+            self._ray.get([s.remote(est.offset_s, elsewhere) for s in setter], timeout=CALL_TIMEOUT_S)
             self.history[node].append(est)
             self.record[self.info[node]["node_ip"] + ("" if len(self._ips(node)) == 1 else f"/{node[:8]}")] = \
                 clocks.record(self.history[node], {"node": node, **self.info[node]})
 
     def _ips(self, node: str) -> list[str]:
-        """The nodes sharing this node's address (several raylets of one machine): told apart by id."""
+        """The nodes sharing this node's address (several raylets of one machine): told apart by id.
+        """
         ip = self.info[node]["node_ip"]
         return [n for n, i in self.info.items() if i["node_ip"] == ip]
 
     def _probe(self, actors: list) -> list[clocks.Probe]:
-        """PROBES round trips, spread over the node's actors, one at a time; unanswered ones left out."""
+        """PROBES round trips, spread over the node's actors, one at a time; unanswered ones left
+        out."""
         out = []
         for i in range(PROBES):
             actor = actors[i % len(actors)]
@@ -95,7 +98,8 @@ def start_clock_sync(actors: dict, observed: dict, t0: float, record: dict) -> C
     actors: worker -> handle; observed: worker -> its observation (with its node)."""
     import ray  # inside: optional dependency (ray)
 
-    sync = ClockSync(ray, actors, {w: observed[w] for w in actors}, ray.get_runtime_context().get_node_id(), t0,
+    sync = ClockSync(ray, actors, {w: observed[w] for w in actors},
+                     ray.get_runtime_context().get_node_id(), t0,
                      record)
     sync.start()
     return sync

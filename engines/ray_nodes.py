@@ -1,6 +1,6 @@
-"""The nodes of a Ray cluster as rlbench sees them (engine.launcher=ray; docs/platforms/ray.md): what each
-alive node holds, the check before a run that the cluster can hold every worker alive at once
-(core/devices/cluster.py), each actor's own node for results.json, and the network interface a
+"""The nodes of a Ray cluster as rlbench sees them (engine.launcher=ray; docs/platforms/ray.md):
+what each alive node holds, the check before a run that the cluster can hold every worker alive at
+once (core/devices/cluster.py), each actor's own node for results.json, and the network interface a
 trainer rank's gloo group must use on its node."""
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from rlbench.core.devices.placement import plan
 from rlbench.engines import launch
 from rlbench.engines.ray_util import attach
 
-# Ray's own resources: a node's other ones are custom (what `ray start --resources` gave it: its name here).
+# Ray's own resources: a node's other ones are custom (what `ray start --resources` gave it: its
+# name here).
 _RAY_OWN = ("CPU", "GPU", "NPU", "memory", "object_store_memory")
 
 
@@ -28,7 +29,8 @@ def custom_resources(resources: dict) -> list[str]:
 def cluster_nodes(ray) -> list[cluster.Node]:
     """Every alive node with what it has free now (its totals where Ray does not say)."""
     try:
-        # inside: optional dependency (ray); a private API: free resources per node (totals: the fallback)
+        # inside: optional dependency (ray); a private API: free resources per node (totals: the
+        # fallback)
         from ray._private import state
 
         free = state.available_resources_per_node()
@@ -41,14 +43,16 @@ def cluster_nodes(ray) -> list[cluster.Node]:
         held = free.get(n["NodeID"], n["Resources"])
         names = custom_resources(n["Resources"])
         out.append(cluster.Node(n["NodeManagerAddress"], {k: float(v) for k, v in held.items()
-                                                          if k not in ("memory", "object_store_memory")},
+                                                          if k not in ("memory",
+                                                                       "object_store_memory")},
                                 names[0] if len(names) == 1 else ""))
     return out
 
 
 def ray_slots(cfg) -> list:
-    """The workers a cell runs as Ray actors: all of its slots, or where its trainer runs in the driver
-    (the schedule record's in_process) its rollout workers only, or none where all of it does."""
+    """The workers a cell runs as Ray actors: all of its slots, or where its trainer runs in the
+    driver (the schedule record's in_process) its rollout workers only, or none where all of it
+    does."""
     spec = schedules.of(cfg)
     slots = plan(cfg.engine, dev.resolve_kind(cfg.engine.device), cfg.engine.num_devices).slots
     if spec.in_process(cfg):
@@ -57,8 +61,8 @@ def ray_slots(cfg) -> list:
 
 
 def alive_together(base, cells) -> list[tuple[str, list]]:
-    """[(why, [(cell, cfg)])]: the cells whose workers are alive at once: all of them where they take turns
-    (run.interleave, bench/run/interleave.py), else each alone."""
+    """[(why, [(cell, cfg)])]: the cells whose workers are alive at once: all of them where they
+    take turns (run.interleave, bench/run/interleave.py), else each alone."""
     cells = [(name, cfg) for name, cfg in cells if cfg.engine.launcher == "ray"] or [("run", base)]
     if len(cells) > 1 and any(cfg.run.interleave for _, cfg in cells):
         groups: dict = {}
@@ -70,9 +74,10 @@ def alive_together(base, cells) -> list[tuple[str, list]]:
 
 
 def check_cluster(base, cells) -> None:
-    """engine.launcher=ray on a running cluster (engine.ray_address): every group of workers alive at once
-    fits the nodes' free resources, where engine.placement puts them (UserError, exit 2, naming what is
-    missing). Attaches for a moment and detaches; a local instance (no address) is sized for the run."""
+    """engine.launcher=ray on a running cluster (engine.ray_address): every group of workers alive
+    at once fits the nodes' free resources, where engine.placement puts them (UserError, exit 2,
+    naming what is missing). Attaches for a moment and detaches; a local instance (no address) is
+    sized for the run."""
     configs = [cfg for _, cfg in cells] or [base]
     address = next((c.engine.ray_address for c in configs if c.engine.launcher == "ray"), None)
     if not address:
@@ -102,12 +107,13 @@ def own_node(ray) -> dict:
 
 
 def interface_of(address: str) -> str | None:
-    """The network interface holding `address` on this node (None: none does), so that gloo's group binds
-    where the other ranks can reach it, not where the host name happens to resolve."""
+    """The network interface holding `address` on this node (None: none does), so that gloo's group
+    binds where the other ranks can reach it, not where the host name happens to resolve."""
     for _, name in socket.if_nameindex():
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             try:
-                raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+                request = struct.pack("256s", name.encode()[:15])
+                raw = fcntl.ioctl(s.fileno(), 0x8915, request)  # SIOCGIFADDR
             except OSError:
                 continue
         if socket.inet_ntoa(raw[20:24]) == address:

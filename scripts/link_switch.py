@@ -1,21 +1,22 @@
 #!/usr/bin/env python3
 """A network link between the nodes of a rehearsal cluster on one machine, in user space.
 
-Each node gets a TUN interface (its own network namespace, or the machine's own for the head) holding its
-address; every IPv4 packet a node sends to another node's address comes out of its TUN here and is
-written into the destination node's TUN after the link's delay, at the link's rate, behind a queue of
-`limit` packets (tail drop), as `tc netem delay D rate R limit N` would do on a veth pair. This kernel may
-lack netem (the `sch_netem` module), which is why the link is made here; every pair of nodes has a
-directed pipe of its own, so A->B traffic never queues behind A->C traffic.
+Each node gets a TUN interface (its own network namespace, or the machine's own for the head)
+holding its address; every IPv4 packet a node sends to another node's address comes out of its TUN
+here and is written into the destination node's TUN after the link's delay, at the link's rate,
+behind a queue of `limit` packets (tail drop), as `tc netem delay D rate R limit N` would do on a
+veth pair. This kernel may lack netem (the `sch_netem` module), which is why the link is made here;
+every pair of nodes has a directed pipe of its own, so A->B traffic never queues behind A->C
+traffic.
 
     link_switch.py CONFIG.json        # runs until SIGTERM; SIGHUP re-reads the link settings
 
-CONFIG: {"mtu": 9000, "nodes": [{"name": "head", "netns": null, "ip": "10.76.0.1", "tun": "rlbt0"}, ...],
+CONFIG: {"mtu": 9000, "nodes": [{"name": "head", "netns": null, "ip": "10.76.0.1", "tun": "rlbt0"},
+...],
          "link": {"rate_mbit": 100, "delay_ms": 5, "limit": 1000}}   rate_mbit 0: unshaped.
 
-It touches nothing but the TUN interfaces it creates (they vanish when it ends) and the addresses of the
-CONFIG, all chosen by scripts/ray_cluster.py from a private range.
-"""
+It touches nothing but the TUN interfaces it creates (they vanish when it ends) and the addresses of
+the CONFIG, all chosen by scripts/ray_cluster.py from a private range."""
 from __future__ import annotations
 
 import fcntl
@@ -35,7 +36,8 @@ IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
 
 
 def open_tun(name: str) -> int:
-    """A new TUN interface `name` in this namespace; -> its file descriptor (the interface ends with it)."""
+    """A new TUN interface `name` in this namespace; -> its file descriptor (the interface ends with
+    it)."""
     fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
     fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
     return fd
@@ -60,7 +62,8 @@ def attach(node: dict, prefix: int, mtu: int) -> int:
 
 
 class Pipe:
-    """One direction between two nodes: serialisation at `rate` bytes/s, then `delay` s in flight."""
+    """One direction between two nodes: serialisation at `rate` bytes/s, then `delay` s in flight.
+    """
 
     def __init__(self):
         self.busy_until = 0.0  # when the last queued packet has left the sender

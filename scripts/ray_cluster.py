@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A Ray cluster of several nodes on this machine, to rehearse a multi-node run before a real cluster.
+"""A Ray cluster of several nodes on this machine, to rehearse a multi-node run before a real
+cluster.
 
     .venv/bin/python scripts/ray_cluster.py up --dir DIR [--nodes 3] [--cpus 1] [--rate-mbit 100 --delay-ms 5]
     .venv/bin/python scripts/ray_cluster.py shape --dir DIR --rate-mbit 100 --delay-ms 5
@@ -7,19 +8,19 @@
     .venv/bin/python scripts/ray_cluster.py kill-node --dir DIR --node n1
     .venv/bin/python scripts/ray_cluster.py down --dir DIR
 
-`up` starts a head (`head`) and worker nodes (`n1`, `n2`, ...) as separate raylets (`ray start`), each
-holding a Ray resource named after it (so `engine.placement` can name it), with token authentication
-(one token file, RAY_AUTH_MODE=token) and its own temporary folder. As root with /dev/net/tun and
-iproute2, every worker node lives in a network namespace of its own and reaches the others through a
-link made by scripts/link_switch.py (delay, rate, a finite queue; unshaped unless asked); otherwise
-(`--plain`, or where namespaces cannot be made) every raylet shares this machine's network. It prints
-the cluster as JSON: the address to attach to, the environment a driver needs (the token), the nodes.
+`up` starts a head (`head`) and worker nodes (`n1`, `n2`, ...) as separate raylets (`ray start`),
+each holding a Ray resource named after it (so `engine.placement` can name it), with token
+authentication (one token file, RAY_AUTH_MODE=token) and its own temporary folder. As root with
+/dev/net/tun and iproute2, every worker node lives in a network namespace of its own and reaches the
+others through a link made by scripts/link_switch.py (delay, rate, a finite queue; unshaped unless
+asked); otherwise (`--plain`, or where namespaces cannot be made) every raylet shares this machine's
+network. It prints the cluster as JSON: the address to attach to, the environment a driver needs
+(the token), the nodes.
 
 Nothing outside what it made is touched: the namespaces, interfaces and addresses are new (a private
-10.x.y.0/24 no route of this machine uses), and `down` ends only the processes of its own namespaces and
-those whose command line holds its own temporary folder, never `ray stop` (which ends every raylet of
-the machine).
-"""
+10.x.y.0/24 no route of this machine uses), and `down` ends only the processes of its own namespaces
+and those whose command line holds its own temporary folder, never `ray stop` (which ends every
+raylet of the machine)."""
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,8 @@ def netns_possible() -> str | None:
 
 def free_subnet() -> str:
     """A 10.x.y.0/24 that no address or route of this machine uses (-> '10.x.y')."""
-    used = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True).stdout
+    used = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True,
+                          text=True).stdout
     used += subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
     for _ in range(100):
         prefix = f"10.{secrets.randbelow(50) + 200}.{secrets.randbelow(250) + 1}"
@@ -96,12 +98,14 @@ def ray_env(state: dict) -> dict:
 
 
 def start_link(state: dict, folder: Path) -> None:
-    """The namespaces, then the link between them (scripts/link_switch.py, which makes the interfaces)."""
+    """The namespaces, then the link between them (scripts/link_switch.py, which makes the
+    interfaces)."""
     for node in state["nodes"]:
         if node["netns"]:
             subprocess.run(["ip", "netns", "add", node["netns"]], check=True)
     config = folder / "link.json"
-    config.write_text(json.dumps({"mtu": state["mtu"], "nodes": state["nodes"], "link": state["link"]}))
+    config.write_text(json.dumps({"mtu": state["mtu"], "nodes": state["nodes"],
+                                  "link": state["link"]}))
     log = open(folder / "link.log", "w")
     proc = subprocess.Popen([sys.executable, str(HERE / "link_switch.py"), str(config)], stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -137,7 +141,8 @@ def wait_nodes(state: dict, alive: int, timeout_s: float = 120) -> None:
             "print(sum(n['Alive'] for n in ray.nodes()))")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        out = subprocess.run([sys.executable, "-c", code, state["address"]], env={**os.environ, **ray_env(state)},
+        out = subprocess.run([sys.executable, "-c", code, state["address"]], env={**os.environ,
+                                                                                  **ray_env(state)},
                              capture_output=True, text=True, timeout=120).stdout.strip()
         if out.isdigit() and int(out) >= alive:
             return
@@ -170,7 +175,8 @@ def public(state: dict) -> dict:
     """What a user (or a test) needs: where to attach, the environment, the nodes and the link."""
     return {"address": state["address"], "env": ray_env(state), "netns": state["netns"],
             "plain_reason": state["plain_reason"], "link": state["link"],
-            "nodes": [{k: n[k] for k in ("name", "resource", "ip", "netns", "cpus")} for n in state["nodes"]]}
+            "nodes": [{k: n[k] for k in ("name", "resource", "ip", "netns",
+                                         "cpus")} for n in state["nodes"]]}
 
 
 def save(folder: Path, state: dict) -> None:
@@ -185,12 +191,14 @@ def load(folder: Path) -> dict:
 
 
 def own_pids(state: dict, node: dict | None = None) -> list[int]:
-    """Processes of the cluster (or of one node): everything in its namespace(s), and every process whose
-    command line holds the cluster's own temporary folder (the head's, and all of them without namespaces)."""
+    """Processes of the cluster (or of one node): everything in its namespace(s), and every process
+    whose command line holds the cluster's own temporary folder (the head's, and all of them without
+    namespaces)."""
     pids = set()
     for n in state["nodes"]:
         if n["netns"] and (node is None or n is node):
-            out = subprocess.run(["ip", "netns", "pids", n["netns"]], capture_output=True, text=True).stdout
+            out = subprocess.run(["ip", "netns", "pids", n["netns"]], capture_output=True,
+                                 text=True).stdout
             pids |= {int(p) for p in out.split()}
     if node is None or not node["netns"]:
         mark = state["temp_dir"].encode()
@@ -241,8 +249,10 @@ def shape(folder, rate_mbit: float, delay_ms: float, limit: int | None) -> None:
     state = load(folder)
     if not state["netns"]:
         raise SystemExit("ray_cluster: the cluster has no link to shape (its nodes share this machine's network)")
-    state["link"].update(rate_mbit=rate_mbit, delay_ms=delay_ms, **({"limit": limit} if limit else {}))
-    (Path(folder) / "link.json").write_text(json.dumps({"mtu": state["mtu"], "nodes": state["nodes"],
+    state["link"].update(rate_mbit=rate_mbit, delay_ms=delay_ms,
+                         **({"limit": limit} if limit else {}))
+    (Path(folder) / "link.json").write_text(json.dumps({"mtu": state["mtu"],
+                                                        "nodes": state["nodes"],
                                                         "link": state["link"]}))
     save(Path(folder), state)
     os.kill(state["switch_pid"], signal.SIGHUP)
@@ -255,7 +265,8 @@ def link(folder, name: str, updown: str) -> None:
     node = node_of(state, name)
     if not node["netns"]:
         raise SystemExit(f"ray_cluster: node {name} has no link of its own (no namespace)")
-    subprocess.run(["ip", "netns", "exec", node["netns"], "ip", "link", "set", node["tun"], updown], check=True)
+    subprocess.run(["ip", "netns", "exec", node["netns"], "ip", "link", "set", node["tun"], updown],
+                   check=True)
 
 
 def kill_node(folder, name: str) -> list[int]:
@@ -277,13 +288,15 @@ def main(argv=None) -> None:
     u = sub.add_parser("up")
     u.add_argument("--nodes", type=int, default=3, help="nodes, the head included")
     u.add_argument("--cpus", type=int, default=1, help="CPUs each node offers to Ray")
-    u.add_argument("--plain", action="store_true", help="no namespaces: every raylet on this machine's network")
+    u.add_argument("--plain", action="store_true",
+                   help="no namespaces: every raylet on this machine's network")
     u.add_argument("--object-store-mb", type=int, default=1024)
     u.add_argument("--mtu", type=int, default=9000)
     for q in (u, s := sub.add_parser("shape")):
         q.add_argument("--rate-mbit", type=float, default=0.0, help="link rate (0: unshaped)")
         q.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay")
-        q.add_argument("--limit", type=int, default=1000, help="packets queued per direction (tail drop)")
+        q.add_argument("--limit", type=int, default=1000,
+                       help="packets queued per direction (tail drop)")
     lk = sub.add_parser("link")
     lk.add_argument("--node", required=True)
     lk.add_argument("state", choices=("down", "up"))

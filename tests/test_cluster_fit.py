@@ -1,8 +1,9 @@
-"""engine.placement and the check before a run on a running Ray cluster (core/devices/cluster.py), and
-the clock estimate of core/record/clocks.py, on described nodes and round trips: no Ray needed.
+"""engine.placement and the check before a run on a running Ray cluster (core/devices/cluster.py),
+and the clock estimate of core/record/clocks.py, on described nodes and round trips: no Ray needed.
 
-A placement the cluster cannot hold is refused before any work (exit 2) with what is missing: a resource no
-node holds, too few CPUs on the nodes holding it, or too few CPUs anywhere for the cells alive at once."""
+A placement the cluster cannot hold is refused before any work (exit 2) with what is missing: a
+resource no node holds, too few CPUs on the nodes holding it, or too few CPUs anywhere for the cells
+alive at once."""
 import pytest
 
 from rlbench.core.config_files import load_config
@@ -21,7 +22,8 @@ RAY = ["engine.launcher=ray", "engine.ray_address=10.0.0.1:6379"]
 def nodes(*cpus: int) -> list[cluster.Node]:
     """head, n1, n2, ...: each with its CPUs and its own resource named after it."""
     names = ["head"] + [f"n{i}" for i in range(1, len(cpus))]
-    return [cluster.Node(f"10.0.0.{i + 1}", {"CPU": float(c), name: 1.0, f"node:10.0.0.{i + 1}": 1.0}, name)
+    return [cluster.Node(f"10.0.0.{i + 1}", {"CPU": float(c), name: 1.0,
+                                             f"node:10.0.0.{i + 1}": 1.0}, name)
             for i, (name, c) in enumerate(zip(names, cpus))]
 
 
@@ -32,13 +34,16 @@ def wanted(sets: list[str], cell: str = "run") -> list[cluster.Demand]:
 
 
 def test_placed_workers_ask_for_their_nodes_resource():
-    got = {d.worker: d.needs for d in wanted(["engine.schedule=periodic_async", "engine.placement.rollout=n1",
+    got = {d.worker: d.needs for d in wanted(["engine.schedule=periodic_async",
+                                              "engine.placement.rollout=n1",
                                               "engine.placement.trainer=n2"])}
     assert got == {"rollout0": {"CPU": 1.0, "n1": cluster.PLACEMENT_SHARE},
                    "trainer0": {"CPU": 1.0, "n2": cluster.PLACEMENT_SHARE}}
     cfg = load_config(TINY, RAY + ["engine.placement.colocated=[n1, node:10.0.0.3]"])
-    opts = [launch.ray_options(s, 1, cfg.engine.placement) for s in plan(cfg.engine, "cpu", 2).slots]
-    assert [o["resources"] for o in opts] == [{"n1": cluster.PLACEMENT_SHARE}, {"node:10.0.0.3": cluster.PLACEMENT_SHARE}]
+    opts = [launch.ray_options(s, 1, cfg.engine.placement) for s in plan(cfg.engine, "cpu",
+                                                                         2).slots]
+    assert [o["resources"] for o in opts] == [{"n1": cluster.PLACEMENT_SHARE},
+                                              {"node:10.0.0.3": cluster.PLACEMENT_SHARE}]
     assert all(o["num_cpus"] == 1 for o in opts)
 
 
@@ -49,7 +54,8 @@ def test_a_placement_that_fits_passes():
 
 def test_a_resource_no_node_holds_is_named():
     with pytest.raises(UserError) as e:
-        cluster.check_fits(nodes(1, 1, 1), wanted(["engine.placement.colocated=[n1, n3]"]), "10.0.0.1:6379", "")
+        cluster.check_fits(nodes(1, 1, 1), wanted(["engine.placement.colocated=[n1, n3]"]),
+                           "10.0.0.1:6379", "")
     msg = str(e.value)
     assert "'n3'" in msg and "colocated1" in msg and "no node" in msg and "n2 (10.0.0.3" in msg
 
@@ -62,10 +68,12 @@ def test_too_few_cpus_on_the_placed_node_says_how_many():
 
 
 def test_interleaved_cells_count_together():
-    """The run the cluster could not hold: three interleaved cells of 2 workers on 3 CPUs (each fits alone)."""
+    """The run the cluster could not hold: three interleaved cells of 2 workers on 3 CPUs (each fits
+    alone)."""
     cfg = load_config(TINY, RAY)
     cells = [(name, load_config(TINY, RAY + [f"engine.schedule={s}"])) for name, s in
-             (("sync", "sync"), ("barrier", "periodic_async"), ("periodic_async", "periodic_async"))]
+             (("sync", "sync"), ("barrier", "periodic_async"), ("periodic_async",
+                                                                "periodic_async"))]
     groups = alive_together(cfg, cells)
     assert len(groups) == 1 and "interleaved" in groups[0][0]
     every = [d for name, c in cells for d in wanted([f"engine.schedule={c.engine.schedule}"], name)]
@@ -73,7 +81,8 @@ def test_interleaved_cells_count_together():
         cluster.check_fits(nodes(1, 1, 1), every, "10.0.0.1:6379", groups[0][0])
     msg = str(e.value)
     assert "has 3 CPU free" in msg and "need 6 at once" in msg and "run.interleave=false" in msg
-    alone = [(n, c.model_copy(update={"run": c.run.model_copy(update={"interleave": False})})) for n, c in cells]
+    alone = [(n,
+              c.model_copy(update={"run": c.run.model_copy(update={"interleave": False})})) for n, c in cells]
     assert [len(g) for _, g in alive_together(cfg, alone)] == [1, 1, 1]
 
 
@@ -89,19 +98,23 @@ def test_bad_placements_name_the_key(sets, key):
 
 
 def test_placement_needs_a_running_cluster():
-    with pytest.raises(UserError, match="engine.placement needs engine.launcher=ray and engine.ray_address"):
+    with pytest.raises(UserError,
+                       match="engine.placement needs engine.launcher=ray and engine.ray_address"):
         load_config(TINY, ["engine.launcher=ray", "engine.placement.rollout=n1"])
 
 
 def test_custom_resources_are_a_nodes_names():
-    assert custom_resources({"CPU": 1, "memory": 5, "n1": 1, "node:10.0.0.2": 1, "accelerator_type:A100": 1}) == ["n1"]
+    assert custom_resources({"CPU": 1, "memory": 5, "n1": 1, "node:10.0.0.2": 1,
+                             "accelerator_type:A100": 1}) == ["n1"]
 
 
 def test_the_shortest_round_trip_bounds_the_offset():
-    """A node 50 ms ahead, probed through round trips with queueing on one leg: the estimate is within its
-    stated uncertainty of the truth, and the uncertainty is the best round trip's half."""
+    """A node 50 ms ahead, probed through round trips with queueing on one leg: the estimate is
+    within its stated uncertainty of the truth, and the uncertainty is the best round trip's half.
+    """
     true = 0.050
-    legs = [(0.004, 0.0005), (0.0004, 0.0006), (0.0002, 0.0030), (0.0020, 0.0020)]  # (out, back) seconds
+    legs = [(0.004, 0.0005), (0.0004, 0.0006), (0.0002, 0.0030), (0.0020,
+                                                                  0.0020)]  # (out, back) seconds
     probes, t = [], 100.0
     for out, back in legs:
         probes.append(clocks.Probe(t, t + out + true, t + out + back))
@@ -117,8 +130,9 @@ def test_the_shortest_round_trip_bounds_the_offset():
 
 
 def test_a_planted_clock_error_is_not_read_as_another_fault(monkeypatch):
-    """RLBENCH_FAULT holds one fault: a node's clock error must leave the iteration hook alone (it once
-    read 'n1:0.05' as the iteration to die at), and an exit planted at iteration 2 still fires there."""
+    """RLBENCH_FAULT holds one fault: a node's clock error must leave the iteration hook alone (it
+    once read 'n1:0.05' as the iteration to die at), and an exit planted at iteration 2 still fires
+    there."""
     from rlbench.core.record.stages import _NodeClock
     from rlbench.planted import faults
 

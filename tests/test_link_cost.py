@@ -1,6 +1,7 @@
-"""The link between nodes as a term of the cost model (core/costmodel/link.py): a transfer's seconds, the
-terms a schedule pays per iteration once it spans nodes, and `rlbench simulate` / `rlbench plan` pricing a
-stated link (the link's share of an iteration, sync on the nodes as a row of its own)."""
+"""The link between nodes as a term of the cost model (core/costmodel/link.py): a transfer's
+seconds, the terms a schedule pays per iteration once it spans nodes, and `rlbench simulate` /
+`rlbench plan` pricing a stated link (the link's share of an iteration, sync on the nodes as a row
+of its own)."""
 from __future__ import annotations
 
 import json
@@ -47,7 +48,8 @@ def test_stated_link_and_its_errors():
     for gbps, lat in ((0, None), (-1, None), (1, -2), (None, 3)):
         with pytest.raises(UserError):
             stated(gbps, lat)
-    measured = stated(0.1, 5.0, overhead_ms=26.7)  # a transfer's fixed part as `rlbench env` measured it
+    measured = stated(0.1, 5.0,
+                      overhead_ms=26.7)  # a transfer's fixed part as `rlbench env` measured it
     assert measured.overhead_s == pytest.approx(0.0267) and measured.bytes_per_s == link.bytes_per_s
     assert measured.transfer_s(12.5e6) == pytest.approx(1.0267)
     for gbps, over in ((None, 1.0), (0.1, -1.0)):
@@ -59,7 +61,8 @@ def test_simulate_adds_the_link_to_every_iteration():
     batches = paper.paper_batches()
     layout = NodeLayout(LINK, 8, paper.WEIGHT_BYTES, 5000)
     for schedule, r, t in ((REF, 32, 32), (ASYNC, 32, 32)):
-        alone, linked = simulate(batches, schedule, r, t), simulate(batches, schedule, r, t, layout=layout)
+        alone, linked = simulate(batches, schedule, r, t), simulate(batches, schedule, r, t,
+                                                                    layout=layout)
         extra = sum(linked.link_s.values())
         assert extra > 0 and linked.iter_s == pytest.approx(alone.iter_s + extra)
         assert linked.tpspd < alone.tpspd and linked.link_share == pytest.approx(extra / linked.iter_s)
@@ -70,14 +73,16 @@ def test_simulate_states_the_links_share(tmp_path):
                             stated_link=stated(100.0, 0.01))
     assert result["link"]["gbps"] == pytest.approx(100) and result["link"]["devices_per_node"] == 1
     shares = {(r["devices"], r["schedule"], r["overlap"]): r["link_share"] for r in result["rows"]}
-    assert 0 < shares[(8, "sync", True)] < shares[(64, "sync", True)] < 1  # the ring grows with the nodes
+    assert 0 < shares[(8, "sync", True)] < shares[(64, "sync",
+                                                   True)] < 1  # the ring grows with the nodes
     assert "link %" in format_text(result) and "100 Gbit/s" in format_text(result)
 
 
 def test_plan_prices_a_stated_link(tmp_path):
     log = write_verl_jsonl(tmp_path / "m.jsonl", verl_steps(12, gpus=8))
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+    cfg.write_text(json.dumps({"hidden_size": 3584, "num_hidden_layers": 28,
+                               "num_attention_heads": 28,
                                "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064}))
     plain = run_plan(log, gpus=64, model=cfg)
     slow = run_plan(log, gpus=64, model=cfg, stated_link=stated(10.0, 0.05))

@@ -2,11 +2,12 @@
 gradient all-reduce cost once a run spans several nodes
 (docs/architecture/cost-model.md, 'The link between nodes').
 
-A transfer of B bytes between two nodes costs `overhead_s + B / bytes_per_s`: the fixed part is the round
-trips a transfer starts with (Ray's object pull: ask the owner where the object is, ask that node for it),
-the rest the bytes at the link's rate. `rlbench env --ray-address` measures both on the path a run uses
-(Ray's object store between two nodes, at two sizes), a run on several nodes measures its own weight
-transfers, and a user states them (`rlbench plan --link-gbps`, `rlbench simulate --link-gbps`).
+A transfer of B bytes between two nodes costs `overhead_s + B / bytes_per_s`: the fixed part is the
+round trips a transfer starts with (Ray's object pull: ask the owner where the object is, ask that
+node for it), the rest the bytes at the link's rate. `rlbench env --ray-address` measures both on
+the path a run uses (Ray's object store between two nodes, at two sizes), a run on several nodes
+measures its own weight transfers, and a user states them (`rlbench plan --link-gbps`, `rlbench
+simulate --link-gbps`).
 
 Where the devices sit (devices_per_node), per iteration:
 
@@ -14,13 +15,12 @@ Where the devices sit (devices_per_node), per iteration:
   of B / N bytes each (each step a message: one-way latency, not a Ray pull);
 - split pools (rollout and training pools on nodes of their own): the weights to the rollout nodes, each
   fetching from a node that holds them already (Ray pulls from any copy, so the holders double each
-  round: ceil(log2(1 + rollout nodes)) transfers in a row); the last group's two crossings (its rollout
-  node -> the driver -> its trainer rank's node), which delay the iteration's end; the gradient all-reduce
-  over the training pool's nodes.
+  round: ceil(log2(1 + rollout nodes)) transfers in a row); the last group's two crossings (its
+  rollout node -> the driver -> its trainer rank's node), which delay the iteration's end; the
+  gradient all-reduce over the training pool's nodes.
 
-The terms are added to the iteration, serially: an upper bound where a schedule overlaps them (bounded
-staleness fetches the next weights while it generates). Units: seconds, bytes.
-"""
+The terms are added to the iteration, serially: an upper bound where a schedule overlaps them
+(bounded staleness fetches the next weights while it generates). Units: seconds, bytes."""
 from __future__ import annotations
 
 import math
@@ -52,8 +52,8 @@ class Link:
 
 def stated(gbps: float | None, latency_ms: float | None, option: str = "--link-gbps",
            overhead_ms: float | None = None) -> Link | None:
-    """The user's link (None where no rate is given); a transfer's fixed part is overhead_ms where given
-    (`rlbench env --ray-address` measures it), else taken as one round trip."""
+    """The user's link (None where no rate is given); a transfer's fixed part is overhead_ms where
+    given (`rlbench env --ray-address` measures it), else taken as one round trip."""
     if gbps is None:
         if latency_ms is not None or overhead_ms is not None:
             raise UserError("--link-latency-ms and --link-overhead-ms need --link-gbps (the link's rate)")
@@ -89,7 +89,8 @@ class NodeLayout:
         return 0.0 if nodes <= 1 else 2 * (nodes - 1) * self.link.message_s(self.weight_bytes / nodes)
 
     def terms(self, colocated: bool, rollout_devices: int, train_devices: int) -> dict[str, float]:
-        """Seconds per iteration the link adds, by term (module docstring); sync: colocated on the sum."""
+        """Seconds per iteration the link adds, by term (module docstring); sync: colocated on the
+        sum."""
         if colocated or self.nodes(rollout_devices + train_devices) == 1:
             return {"allreduce": self.allreduce_s(self.nodes(rollout_devices + train_devices))}
         rollout_nodes = self.nodes(rollout_devices)
