@@ -37,6 +37,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RAY = str(Path(sys.executable).with_name("ray"))
+# In the environment of every process of a cluster (they inherit it from `ray start`), where it can
+# still be read: Ray's agents rename themselves (ray::DashboardAgent), so their command lines no longer
+# tell whose they are, and later overwrite the environment as well; their parents do (descendants).
+MARK = "RLBENCH_REHEARSAL_CLUSTER"
 
 
 def netns_possible() -> str | None:
@@ -129,7 +133,7 @@ def ray_start(state: dict, node: dict, head: bool) -> None:
         args += [f"--address={state['address']}"]
     if node["netns"]:
         args = ["ip", "netns", "exec", node["netns"], *args]
-    env = {**os.environ, **ray_env(state)}
+    env = {**os.environ, **ray_env(state), MARK: state["id"]}
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
     if done.returncode:
         raise SystemExit(f"ray_cluster: ray start of {node['name']} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
@@ -202,15 +206,37 @@ def own_pids(state: dict, node: dict | None = None) -> list[int]:
             pids |= {int(p) for p in out.split()}
     if node is None or not node["netns"]:
         mark = state["temp_dir"].encode()
+        env_mark = f"{MARK}={state['id']}".encode()
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    if mark in (entry / "cmdline").read_bytes():
+                    marked = node is None and env_mark in (entry / "environ").read_bytes().split(b"\0")
+                    if marked or mark in (entry / "cmdline").read_bytes():
                         pids.add(int(entry.name))
                 except OSError:
                     pass
+    pids |= descendants(pids)
     pids.discard(os.getpid())
     return sorted(pids)
+
+
+def descendants(pids: set[int]) -> set[int]:
+    """Every process below these (read from /proc/*/stat's parent ids)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out and child not in pids:
+                out.add(child)
+                todo.append(child)
+    return out
 
 
 def end(pids: list[int], grace_s: float) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,14 +33,16 @@ class Cluster:
         return done.stdout
 
     def pids(self) -> list[int]:
-        """Processes whose command line holds the cluster's temporary folder, and those in its
-        namespaces."""
+        """Processes whose command line holds the cluster's temporary folder or whose environment
+        holds its mark (scripts/ray_cluster.py MARK), and those in its namespaces."""
         mark = self.state["temp_dir"].encode()
+        env_mark = f"RLBENCH_REHEARSAL_CLUSTER={self.state['id']}".encode()  # Ray's renamed agents
         found = set()
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    if mark in (entry / "cmdline").read_bytes():
+                    env = (entry / "environ").read_bytes().split(b"\0")
+                    if mark in (entry / "cmdline").read_bytes() or env_mark in env:
                         found.add(int(entry.name))
                 except OSError:
                     pass
@@ -80,6 +83,37 @@ def start(folder: Path, *, nodes: int = 3, cpus: int = 3, rate_mbit: float = 0.0
 
 
 def stop(cluster: Cluster) -> list[int]:
-    """Stop the cluster; -> the processes of it still alive afterwards (none expected)."""
+    """Stop the cluster; -> the processes of it (and their descendants, taken before: Ray's agents
+    rename themselves) still alive afterwards (none expected)."""
+    before = set(cluster.pids()) | descendants(cluster.pids())
     cluster.script("down")
-    return cluster.pids()
+    time.sleep(1)
+    return sorted(p for p in before | set(cluster.pids()) if alive(p))
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie awaiting its parent."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def descendants(pids: list[int]) -> set[int]:
+    """Every process below these (from /proc/*/stat's parent ids)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
