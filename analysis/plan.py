@@ -35,7 +35,7 @@ from rlbench.core import schedules
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, SimResult, simulate
 from rlbench.core.ratio_interval import ratio_interval, typical_ratio
-from rlbench.core.schedules.spec import BOUNDED, ONE_STEP, PERIODIC
+from rlbench.core.schedules.spec import BOUNDED, ONE_STEP, PERIODIC, REFERENCE
 
 SPLITS = 8  # most rollout-pool sizes swept
 SWEEP_BATCHES = 3  # batches the split sweep runs on (the best split then runs on every batch)
@@ -43,6 +43,7 @@ FINALISTS = 2  # the sweep's best splits run on every batch; the one with the la
 CLOSE = 0.10  # ... a runner-up only where the sweep puts it this close to the best (a few batches are noisy)
 STALENESS = 2  # the bounded-staleness row's k (one-step-off is k = 1)
 BARRIER, OVERLAP, STALE, BOUNDED_ROW, PARTIAL = "barrier", "periodic", "one-step", "bounded", "partial"  # row kinds
+LINKED_SYNC = "reference-linked"  # the reference on the nodes of a stated link (all-reduce across)
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,10 @@ class Row:
         return dict(self.knobs)
 
 
-def rows(partial: str | None) -> list[Row]:
-    """The rows a plan predicts; partial: partial rollout's resume_kv (recompute / keep), None: no row."""
+def rows(partial: str | None, layout=None) -> list[Row]:
+    """The rows a plan predicts; partial: partial rollout's resume_kv (recompute / keep), None: no row. layout:
+    the devices on nodes and the link between them (core/costmodel/link.py), priced in every row, and
+    sync on those nodes predicted as a row of its own (its all-reduce crosses the link); None: one node."""
     periodic, one_step = schedules.by_role(PERIODIC).name, schedules.by_role(ONE_STEP).name
     out = [Row("barrier (split alone)", ASYNC, (("overlap", False),), BARRIER), Row(periodic, ASYNC, (), OVERLAP),
            Row(one_step, one_step, (), STALE),
@@ -67,7 +70,10 @@ def rows(partial: str | None) -> list[Row]:
     if partial:
         out.append(Row(f"k=1 + partial rollout ({partial} KV)", BOUNDED_K,
                        (("staleness", 1), ("partial_rollout", True), ("resume_kv", partial)), PARTIAL))
-    return out
+    if layout is None:
+        return out
+    synced = Row(f"{schedules.name_of(REFERENCE)} (on the nodes)", schedules.name_of(REFERENCE), (), LINKED_SYNC)
+    return [Row(r.label, r.schedule, r.knobs + (("layout", layout),), r.kind) for r in [synced] + out]
 
 
 @dataclass
@@ -81,6 +87,7 @@ class PlanInput:
     partial: str | None = "keep"
     variants: dict[str, tuple[list, list]] = field(default_factory=dict)
     without_old_logprob: list[SyncMeasurements] | None = None  # the batches trained without that pass
+    layout: object = None  # core/costmodel/link.py NodeLayout: the link's terms in every row; None: one node
 
 
 def split_values(devices: int) -> list[int]:
@@ -174,12 +181,13 @@ def predict_row(inp: PlanInput, row: Row, split: int | None = None, near: int | 
     else:
         speedup, low, high = found
     lo, hi = widened(low, high, widen["factor"])
-    return {"label": row.label, "kind": row.kind, "schedule": row.schedule, **dict(row.knobs), "rollout_devices": r,
+    knobs = {k: v for k, v in row.knobs if k != "layout"}  # the layout is the plan's, printed once
+    return {"label": row.label, "kind": row.kind, "schedule": row.schedule, **knobs, "rollout_devices": r,
             "train_devices": max(1, inp.devices - r), "devices": inp.devices, "tpspd": res.tpspd, "speedup": speedup,
             "low": lo, "high": hi, "step_low": low, "step_high": high, "steps": len(logs),
             "assumption_effects": widen["effects"], "assumption_splits": widen["splits"],
             "assumption_factor": widen["factor"], "staleness_max": res.staleness_max, "curve": curve,
-            "outcome": outcome(speedup, lo, hi)}
+            "link_s": res.link_s, "link_share": res.link_share, "outcome": outcome(speedup, lo, hi)}
 
 
 def _on_every_step(inp: PlanInput, row: Row, r: int) -> tuple[int, SimResult, list[float]]:
@@ -271,8 +279,8 @@ def tri_model_row(inp: PlanInput, best: dict) -> dict | None:
     step spread widened by the best schedule's assumption ranges (None: the log does not time that pass)."""
     if not inp.without_old_logprob:
         return None
-    row = next(r for r in rows(inp.partial) if r.label == best["label"])
-    lean = PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial)
+    row = next(r for r in rows(inp.partial, inp.layout) if r.label == best["label"])
+    lean = PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial, layout=inp.layout)
     out = predict_row(lean, Row(f"{row.label} + no old-log-prob pass", row.schedule, row.knobs, row.kind),
                       near=best["rollout_devices"])  # the sweep beside the best schedule's split only
     out["tri_model_of"] = best["label"]
@@ -287,7 +295,7 @@ def plan(inp: PlanInput) -> dict:
     ladder."""
     if len(inp.batches) != len(inp.reference):
         raise ValueError("one reference TPSPD per batch")
-    preds = [predict_row(inp, row) for row in rows(inp.partial)]
+    preds = [predict_row(inp, row) for row in rows(inp.partial, inp.layout)]
     check = model_check(inp)
     best = max(preds, key=_rank)
     lad = ladder(preds, check["predicted_tpspd"])

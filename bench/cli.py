@@ -234,6 +234,11 @@ def history_cmd(
         sys.exit(code)
 
 
+LINK_HELP = ("The link between nodes, Gbit/s (as `rlbench env --ray-address` measures it): weight sync, group "
+             "transfer and the gradient all-reduce across nodes priced in every row (docs/architecture/cost-model.md).")
+LATENCY_HELP = "The link's one-way latency in ms, with --link-gbps (default 0.05)."
+
+
 @app.command("simulate")
 def simulate(
     run_dir: Optional[Path] = typer.Argument(None, help="A run or ablation folder with a sync cell to calibrate "
@@ -249,16 +254,27 @@ def simulate(
     staleness: int = typer.Option(1, "--staleness", "-k", min=0, help="k of bounded_async."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Output folder (default RUN_DIR/simulate or runs/simulate-PRESET)."),
+    link_gbps: Optional[float] = typer.Option(None, "--link-gbps", help=LINK_HELP),
+    link_latency_ms: Optional[float] = typer.Option(None, "--link-latency-ms", help=LATENCY_HELP),
+    devices_per_node: Optional[int] = typer.Option(None, "--devices-per-node", help="Devices on one node, "
+                                                   "with a link (default 1: every device a node of its own)."),
+    link_overhead_ms: Optional[float] = typer.Option(None, "--link-overhead-ms", help="A Ray object "
+                                                     "transfer's fixed part in ms, with --link-gbps (as "
+                                                     "`rlbench env --ray-address` measures it; default: "
+                                                     "one round trip)."),
 ) -> None:
     """Predict sync / periodic-async / bounded-async TPSPD and speedups on N rollout + M training devices,
     every device at the per-device costs measured in a run's data-parallel sync cell (the report's
     measured-vs-predicted model) or stated by a preset; writes simulate.json and plots."""
     # inside: the simulator loads the config models (its calibration reads a run's config), which --help
     # need not load
+    from rlbench.core.costmodel.link import stated
     from rlbench.simulate import format_text, parse_list, run_simulation
 
     result = run_simulation(run_dir, preset, parse_list(devices, int, "--devices"),
-                            parse_list(rollout_share, float, "--rollout-share"), out, staleness)
+                            parse_list(rollout_share, float, "--rollout-share"), out, staleness,
+                            stated_link=stated(link_gbps, link_latency_ms, overhead_ms=link_overhead_ms),
+                            devices_per_node=devices_per_node)
     typer.echo(format_text(result))
 
 
@@ -278,15 +294,24 @@ def plan_cmd(
     assume_items: Optional[list[str]] = typer.Option(None, "--assume", help="NAME=VALUE: your own value of an "
                                                      "assumption (repeatable): group-size, decode-slope, "
                                                      "weight-crossing (s), train-speed, rollout-share."),
+    link_gbps: Optional[float] = typer.Option(None, "--link-gbps", help=LINK_HELP),
+    link_latency_ms: Optional[float] = typer.Option(None, "--link-latency-ms", help=LATENCY_HELP),
+    devices_per_node: Optional[int] = typer.Option(None, "--devices-per-node", help="Devices on one node, with "
+                                                   "--link-gbps (default 8)."),
+    link_overhead_ms: Optional[float] = typer.Option(None, "--link-overhead-ms", help="A Ray object "
+                                                     "transfer's fixed part in ms, with --link-gbps "
+                                                     "(default: one round trip)."),
 ) -> None:
     """Predict what each asynchronous schedule and device split would give, from a synchronous run's own log:
     periodic asynchrony (and its barrier split), one-step-off, bounded staleness, partial rollout; the best
     split of the devices for each, with an interval and every assumption's source."""
     # inside: the cost model loads the config models, which --help need not load
+    from rlbench.core.costmodel.link import stated
     from rlbench.plan.command import run_plan
     from rlbench.reports.plan_text import format_text
 
-    result = run_plan(log, gpus, model, device, assume_items)
+    result = run_plan(log, gpus, model, device, assume_items,
+                      stated(link_gbps, link_latency_ms, overhead_ms=link_overhead_ms), devices_per_node)
     if html is not None:
         from rlbench.reports.plan_html import write_plan_html  # inside: matplotlib and pandas, for --html only
 
@@ -299,12 +324,26 @@ def plan_cmd(
 @app.command()
 def env(remeasure: bool = typer.Option(False, "--remeasure", help="Measure the peak again (else cached)."),
         dtype: str = typer.Option("float32", "--dtype", help="dtype of the matmul probe: float32, bfloat16, "
-                                  "float16.")) -> None:
+                                  "float16."),
+        ray_address: Optional[str] = typer.Option(None, "--ray-address", help="A running Ray cluster (an address, "
+                                                  "or auto): also measure the link between every two of its nodes "
+                                                  "(round trip, and Ray object transfers at two sizes)."),
+        transfer_mb: Optional[list[float]] = typer.Option(None, "--transfer-mb", help="With --ray-address: "
+                                                          "also send one object of this many MB (e.g. a "
+                                                          "model's weights) over the slowest link, beside the "
+                                                          "link's prediction of its seconds (repeatable).")
+        ) -> None:
     """What hardware and software rlbench sees, and one device's measured peak (matmul FLOP/s, copy
-    bytes/s) that per-stage MFU and bandwidth utilisation are measured against."""
+    bytes/s) that per-stage MFU and bandwidth utilisation are measured against; with --ray-address, the
+    bandwidth and latency between a cluster's nodes."""
     from rlbench.core.results import provenance  # inside: the environment probes, which --help need not load
 
-    typer.echo(json.dumps(provenance.environment(dtype, remeasure), indent=1))
+    out = provenance.environment(dtype, remeasure)
+    if ray_address:
+        from rlbench.engines.ray_link import measure_cluster  # inside: Ray, for this option only
+
+        out["cluster"] = measure_cluster(ray_address, [int(mb * 1e6) for mb in transfer_mb or ()])
+    typer.echo(json.dumps(out, indent=1))
 
 
 @app.command("config")

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from rlbench.core import components, schedules
+from rlbench.core.devices import cluster
 from rlbench.core.schedules.spec import REFERENCE
 
 
@@ -206,6 +207,13 @@ class _EngineSection(Section):
     ray_address: str | None = Field(
         None, description="launcher=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
         "'ray://head:10001'); unset: start a local Ray instance for the run and stop it afterwards.")
+    placement: dict[str, str | list[str]] = Field(
+        {}, description="launcher=ray: the nodes the workers run on, by role (colocated, rollout, trainer): "
+        "{rollout: n1, trainer: n2} puts every rollout worker on a node holding the Ray resource n1 and every "
+        "trainer rank on one holding n2; a list names one per worker ({colocated: [n1, n2]}). A name is a "
+        "resource a node holds: a custom one (`ray start --resources='{\"n1\": 1}'`) or Ray's own node:<ip>. "
+        "Checked against the cluster before any work (exit 2 naming what is missing); results.json records "
+        "each worker's node. Empty: Ray places them (docs/platforms/ray.md).")
     verl_python: str | None = Field(
         None, description="--engine verl: the Python of the venv VERL is installed in (VERL pins an older "
         "transformers, so it lives in a venv of its own); unset: the checkout's .venv-verl (`bash "
@@ -232,6 +240,13 @@ class _EngineSection(Section):
     def _check(self) -> "_EngineSection":
         if self.ray_address and self.launcher != "ray":
             raise ValueError("engine.ray_address is only used with engine.launcher=ray")
+        if self.placement and not (self.launcher == "ray" and self.ray_address):
+            raise ValueError("engine.placement needs engine.launcher=ray and engine.ray_address: a running "
+                             "cluster whose nodes hold the resources it names")
+        problem = cluster.placement_problem(self.placement, {"rollout": self.rollout_devices, "trainer":
+                                                             self.train_devices, "colocated": self.num_devices})
+        if problem:
+            raise ValueError(problem)
         if self.shared_prompt is not False and self.device != "auto":  # auto: checked once resolved
             problem = components.packing_impl_problem(self.shared_prompt_impl, self.device)
             if problem:

@@ -11,6 +11,8 @@ Points and their arguments:
     iteration    (k, role)                     a worker about to do iteration k's work (role: rollout,
                                                trainer, vllm_engine)
     started      (worker,)                     a worker process, after it was pinned to its device
+    node         (resources, clock)            a Ray actor, on starting: its node's custom resources and
+                                               its clock (core/record/stages.py NODE_CLOCK)
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import os
 
 from rlbench.core.by_name import resolve
 
-POINTS = ("stage_end", "decode_step", "iteration", "started")
+POINTS = ("stage_end", "decode_step", "iteration", "started", "node")
 ENVIRONMENT = ("RLBENCH_SLOW_STAGES", "RLBENCH_FAULT")  # a test hook is wanted in this process
 TEST_HOOKS = "rlbench.planted:install"  # install(register): the test hooks register their points
 

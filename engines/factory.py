@@ -23,6 +23,7 @@ from rlbench.engines.data.source import load_dataset
 from rlbench.engines.evaluation import InProcessEval, WorkerEval, eval_inputs, score
 from rlbench.engines.model.weight_file import write_weights
 from rlbench.engines.model.weights import SharedState
+from rlbench.engines.ray_clock import start_clock_sync
 from rlbench.engines.ray_util import ensure_ray, to_numpy
 from rlbench.engines.rollout.base import PromptRequest
 from rlbench.engines.rollout.pool import RolloutPool
@@ -126,6 +127,7 @@ class _Session:
         self.ray = e.launcher == "ray"
         self.owns_ray = False
         self.hosts: list = []
+        self.clock = None  # Ray: every node's clock mapped to this process's (engines/ray_clock.py)
 
         self.watchdog = Watchdog(e.hang_timeout_s, e.hang_floor_s)  # one for every host of the engine
         if self.ray:
@@ -154,7 +156,8 @@ class _Session:
     def host(self, role, cls, args_of, owns_ray: bool = False):
         slots = self.placement.of(role)
         host = hosts.make_host(self.cfg.engine.launcher, slots, cls, lambda s: args_of(slots.index(s), len(slots)),
-                               self.cfg.engine.queue_timeout_s, self.watchdog, owns_ray and self.owns_ray)
+                               self.cfg.engine.queue_timeout_s, self.watchdog, owns_ray and self.owns_ray,
+                               placement=self.cfg.engine.placement)
         self.hosts.append(host)
         return host
 
@@ -193,12 +196,17 @@ class _Session:
         self.placement.observed.update(observed)
         self.report_phases()
         launch.check(self.placement, observed, exact_device=not self.ray)
+        if self.ray:
+            self.clock = start_clock_sync({w: a for host in self.hosts for w, a in host.actors.items()}, observed,
+                                          self.t0, self.placement.clocks)
 
     def report_phases(self) -> None:
         """The workers' start-up phases, for this process's lifecycle record (core/record/lifecycle.py)."""
         lifecycle.add_workers({w: p for host in self.hosts for w, p in host.phases.items()})
 
     def close(self) -> None:
+        if self.clock is not None:
+            self.clock.stop()
         for host in reversed(self.hosts):  # the trainer's host (first made) closes last: it owns Ray
             host.close()
 

@@ -219,8 +219,8 @@ def _serve(slot, cls, args: tuple, inbox, out, env: dict[str, str]) -> None:
 
 
 def make_host(launcher: str, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog,
-              owns_ray: bool = False):
-    """The host engine.launcher names: local processes or Ray actors."""
+              owns_ray: bool = False, placement: dict | None = None):
+    """The host engine.launcher names: local processes or Ray actors (placement: engine.placement)."""
     if launcher == "ray":
-        return RayHost(slots, cls, args_of, timeout_s, watchdog, owns_ray)
+        return RayHost(slots, cls, args_of, timeout_s, watchdog, owns_ray, placement)
     return ProcessHost(slots, cls, args_of, timeout_s, watchdog)

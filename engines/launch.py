@@ -22,6 +22,7 @@ import threading
 
 import torch
 
+from rlbench.core.devices import cluster
 from rlbench.core.devices import device as dev
 from rlbench.core.devices import peak
 from rlbench.core.errors import WorkerError
@@ -58,14 +59,18 @@ def environment(env: dict[str, str]):
                     os.environ[k] = v
 
 
-def ray_options(slot, sharing: int = 1) -> dict:
+def ray_options(slot, sharing: int = 1, placement: dict | None = None) -> dict:
     """Ray resources of one worker actor: its cores on CPU; on an accelerator 1/sharing of one device
-    (engine.share_devices puts a rollout worker and a trainer rank on one GPU: each asks for half)."""
+    (engine.share_devices puts a rollout worker and a trainer rank on one GPU: each asks for half); and
+    where engine.placement names its node, a sliver of that node's resource (core/devices/cluster.py)."""
     res = actor_resources(slot.kind, slot.threads)
     if slot.kind == "cuda":
         res["num_gpus"] = 1 / sharing
     elif slot.kind == "npu":
         res["resources"] = {"NPU": 1 / sharing}
+    where = cluster.node_of(placement or {}, slot)
+    if where:
+        res["resources"] = {**res.get("resources", {}), where: cluster.PLACEMENT_SHARE}
     return res
 
 

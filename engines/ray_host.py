@@ -6,12 +6,16 @@ import os
 import time
 from typing import Any, Callable
 
+from rlbench.core import hooks
 from rlbench.core.devices import device as dev
 from rlbench.core.errors import WorkerError
 from rlbench.core.record import lifecycle
 from rlbench.core.record.lifecycle import Phase
+from rlbench.core.record.stages import NODE_CLOCK, node_now
 from rlbench.engines import launch
 from rlbench.engines.host_messages import POLL_S, Call, Started, start_heartbeats
+from rlbench.engines.ray_clock import CLOCK_GROUP
+from rlbench.engines.ray_nodes import own_node
 from rlbench.engines.ray_util import actor_error, forwarded_env
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 
@@ -19,12 +23,15 @@ from rlbench.engines.watchdog import Heartbeat, Watchdog
 class RayHost(Started):
     """The same workers as Ray actors: one per slot, holding its device as a Ray resource."""
 
-    def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog, owns_ray: bool = False):
+    def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog, owns_ray: bool = False,
+                 placement: dict | None = None):
         """The Ray session must be running (engines/ray_util.py `ensure_ray`); owns_ray: shut it down in
-        close(). timeout_s: the longest an actor may take to start; watchdog: bounds every call after that."""
+        close(). timeout_s: the longest an actor may take to start; watchdog: bounds every call after that;
+        placement: engine.placement (the nodes each role's actors go to)."""
         # inside: optional dependency (ray)
         import ray
         from ray.util.queue import Queue
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self._ray, self.timeout_s, self.watchdog, self._owns_ray = ray, timeout_s, watchdog, owns_ray
         self.actors: dict[str, Any] = {}
@@ -32,12 +39,17 @@ class RayHost(Started):
         super().__init__()
         self.emitted = None
         try:
-            self.emitted = Queue(actor_options={"num_cpus": 0})
-            remote = ray.remote(max_restarts=0, max_task_retries=0)(_RayWorker)
+            # the queue on the driver's node: a finished group crosses the link once, to the driver, and the
+            # loss of a worker node is the loss of its workers, never of the queue (soft affinity put it on
+            # a worker node of a three-node cluster)
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            self.emitted = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+            # the clock group's thread answers clock probes while the actor computes (engines/ray_clock.py)
+            remote = ray.remote(max_restarts=0, max_task_retries=0, concurrency_groups={CLOCK_GROUP: 1})(_RayWorker)
             sharing = launch.sharing(slots)
             for slot in slots:
                 self.actors[slot.worker] = remote.options(
-                    **launch.ray_options(slot, sharing[slot.worker]), runtime_env=forwarded_env()).remote(
+                    **launch.ray_options(slot, sharing[slot.worker], placement), runtime_env=forwarded_env()).remote(
                     slot, cls, args_of(slot), self.emitted)
         except BaseException:
             self.close()
@@ -147,8 +159,12 @@ class _RayWorker:
     """Inside a Ray actor: pin, build the worker object, run its methods (same object as in a process)."""
 
     def __init__(self, slot, cls, args: tuple, emitted):
+        import ray  # inside: optional dependency (ray)
+
         slot = launch.child_slot(slot)  # Ray makes the actor's accelerator the only visible one: index 0
         self.kind = slot.kind
+        self.node = own_node(ray)
+        hooks.call("node", self.node["node_resources"], NODE_CLOCK)  # a planted error of this node's clock
         with lifecycle.phase(Phase.DEVICE):
             dev.pin(slot.kind, slot.index, slot.threads)
             dev.initialise(slot.kind, slot.index)
@@ -159,10 +175,18 @@ class _RayWorker:
         return os.getpid()
 
     def observe(self) -> dict:
-        """What this actor was given (core/devices/device.py observe) and its Ray node (devices are per node)."""
-        import ray  # inside: optional dependency (ray)
+        """What this actor was given (core/devices/device.py observe) and its Ray node (devices are per
+        node): id, address, custom resources."""
+        return {**dev.observe(self.kind), **self.node}
 
-        return {**dev.observe(self.kind), "node": ray.get_runtime_context().get_node_id()}
+    def clock(self) -> float:
+        """This node's own clock (called in the clock group: answered while the actor computes)."""
+        return node_now()
+
+    def set_clock(self, offset_s: float, elsewhere: bool) -> None:
+        """This node's clock is offset_s ahead of the driver's: stage events are mapped to the driver's from
+        now on (core/record/stages.py); elsewhere: this node is not the driver's."""
+        NODE_CLOCK.offset, NODE_CLOCK.elsewhere = offset_s, elsewhere
 
     def phases(self) -> dict:
         """This actor's start-up phases (core/record/lifecycle.py)."""

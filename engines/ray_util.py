@@ -42,12 +42,20 @@ def init_ray(ray, address: str | None, num_cpus: int | None, devices: int, devic
     """Attach to `address`, or start a local instance with enough CPUs for the actors (`devices` on CPU)."""
     quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
     if address:
-        ray.init(address=address, **quiet)
+        attach(ray, address)
         return
     need = devices if device_kind == "cpu" else 0
     # address="local": always a fresh instance, never a `ray start` cluster that happens to run here.
     ray.init(address="local", num_cpus=max(num_cpus or os.cpu_count() or 1, need), include_dashboard=False,
              **quiet)
+
+
+def attach(ray, address: str) -> None:
+    """ray.init on a running cluster; one that cannot be reached is bad input (exit 2), named."""
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise UserError(f"engine.ray_address={address}: cannot attach to a Ray cluster there: {e}") from None
 
 
 def actor_resources(device_kind: str, share: int) -> dict:
@@ -65,6 +73,21 @@ def forwarded_env() -> dict:
     """The driver's RLBENCH_* variables (e.g. RLBENCH_FAULT) reach the actors, also on an attached cluster."""
     env = {k: v for k, v in os.environ.items() if k.startswith("RLBENCH_")}
     return {"env_vars": env} if env else {}
+
+
+class RemoteWeights:
+    """Published weights in the object store of the node that put them: [their reference] (in a list, so
+    that a worker handed it fetches them itself, inside its timed stage)."""
+
+    def __init__(self, refs: list):
+        self.refs = refs
+
+
+def fetch(refs: list) -> dict:
+    """The weights behind [reference], here: their bytes cross from the node that holds them (if another)."""
+    import ray  # inside: optional dependency (ray)
+
+    return from_numpy(ray.get(refs[0]))
 
 
 # numpy has no bfloat16: such tensors travel as int16 bit patterns and are viewed back on arrival.

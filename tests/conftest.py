@@ -28,7 +28,8 @@ _SHARED_RUNS = {"test_cli_run.py": "ladder", "test_placement.py": "ladder", "tes
 # AMD EPYC, 2026-12-07: the ladder group with the Ray runs ~290, process hygiene ~190, the rest 50 to 10), so
 # that neither process is left with one of them at the end while the other idles; the order of the tests
 # inside a file is kept. The `slow` tier's (test_gpu_session.py's rehearsal) lead when it runs.
-_LONGEST_FIRST = ("test_gpu_session.py", "test_shipped_warmstart.py", "test_ray.py", "test_process_hygiene.py",
+_LONGEST_FIRST = ("test_gpu_session.py", "test_ray_cluster.py",
+                  "test_shipped_warmstart.py", "test_ray.py", "test_process_hygiene.py",
                   "test_trl_peer.py", "test_against.py", "test_compile.py", "test_trl_ablation.py",
                   "test_families.py", "test_regime.py", "test_equivalence.py", "test_accuracy_config.py",
                   "test_resume.py", "test_starting.py", "test_trl_loss.py", "test_watchdog.py",

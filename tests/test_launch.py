@@ -318,7 +318,7 @@ def test_the_driver_never_touches_an_accelerator(monkeypatch, tmp_path, schedule
     # on the CPU; the stand-in workers here run in this process), then whether a CUDA graph is being captured:
     # torch's own probe, counted apart from rlbench's code (a CUDA build without the driver fails the second)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(hosts, "make_host", lambda launcher, *a: _InlineHost(*a))
+    monkeypatch.setattr(hosts, "make_host", lambda launcher, *a, placement=None: _InlineHost(*a))
     cfg = load_config(os.path.join(ROOT, "configs", "cpu-tiny.yaml"),
                       ["engine.device=cuda", f"engine.schedule={schedule}", "run.iterations=2",
                        f"engine.share_devices={str(schedule == 'sync').lower()}",

@@ -138,6 +138,8 @@ def test_arrived_groups_are_taken_together_up_to_the_budget():
     receiver = GroupReceiver(Recorder("d", 0.0), False, timeout_s=5)
 
     class Sealed:
+        elsewhere, arrived_at = False, None  # SealedGroup's: sealed on the driver's node
+
         def __init__(self, i):
             self.prompt_index = i
 

@@ -13,6 +13,7 @@ from rlbench.core.costmodel.predict import measurements
 from rlbench.core.errors import UserError
 from rlbench.plan import assume, detect, roofline
 from rlbench.plan.logs import StepLog
+from rlbench.simulate import link
 from rlbench.simulate.model import rescale
 
 MAX_STEPS = 32  # most logged steps the model runs on (spread evenly over the used ones)
@@ -95,9 +96,23 @@ def plan_input(log: StepLog, gpus: int, model: Path | None = None, device: str |
     return logged_input(log, gpus, model, device, stated)
 
 
+def node_layout(log: StepLog, inp: PlanInput, model: Path | None, stated_link, devices_per_node: int | None):
+    """The devices on nodes and the link between them (core/costmodel/link.py); None: no link stated."""
+    weights = None
+    if model is not None:
+        weights = roofline.model_shape(model).weight_bytes
+    elif log.format == "rlbench":
+        weights = link.weight_bytes(log.extra.get("cell") or {})
+    if stated_link is not None and weights is None:
+        raise UserError("--link-gbps: the weights' bytes are needed (--model CONFIG.json, or an rlbench results.json)")
+    return link.layout(stated_link, devices_per_node, weights, inp.batches)
+
+
 def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, device: str | None = None,
-             assume_items: list[str] | None = None) -> dict:
-    """Everything `rlbench plan` computes, as the JSON it prints with --json. assume_items: --assume NAME=VALUE."""
+             assume_items: list[str] | None = None, stated_link=None, devices_per_node: int | None = None) -> dict:
+    """Everything `rlbench plan` computes, as the JSON it prints with --json. assume_items: --assume NAME=VALUE;
+    stated_link: the link between the nodes (--link-gbps), priced in every row with devices_per_node devices
+    on a node (default 8)."""
     t0 = time.perf_counter()
     stated = assume.parse_stated(assume_items or [])  # before reading the log: a typo costs nothing
     log = detect.read_log(Path(path))
@@ -109,6 +124,11 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
     if not n:
         raise UserError(f"{log.path}: {log.no_devices}")
     inp, assumptions, notes = plan_input(log, n, model, device, stated)
+    inp.layout = node_layout(log, inp, model, stated_link, devices_per_node or (8 if stated_link else None))
+    if inp.layout is not None:
+        notes.append(f"the link between nodes is priced in every row ({inp.layout.devices_per_node} devices per "
+                     "node), and sync on those nodes is a row of its own; the model check and the reference are "
+                     "the log's own layout")
     if n == 1:
         notes.append("one device: a rollout and a trainer process share it (as rlbench runs on one GPU); the "
                      "model counts no contention between them")
@@ -119,5 +139,8 @@ def run_plan(path: Path, gpus: int | None = None, model: Path | None = None, dev
         "steps_used": [used[0], used[-1], len(used)] if used else [], "warmup_dropped": log.dropped,
         "log_devices": log.devices, "assumptions": [{**a.to_dict(), "key": assume.key_of(a.name)} for a in assumptions],
         "notes": log.notes + notes, "step_s_median": statistics.median(s.wall_s for s in log.used)})
+    if inp.layout is not None:
+        result["link"] = {**inp.layout.link.to_dict(), "devices_per_node": inp.layout.devices_per_node,
+                          "weight_bytes": inp.layout.weight_bytes, "group_bytes": inp.layout.group_bytes}
     result["elapsed_s"] = time.perf_counter() - t0
     return result

@@ -17,3 +17,4 @@ def install(register) -> None:
     if os.environ.get(faults.ENV):
         register("iteration", faults.at)
         register("started", faults.misplace)
+        register("node", faults.clock_skew)

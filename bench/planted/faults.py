@@ -14,8 +14,8 @@ def at(iteration: int, role: str = "rollout") -> None:
     what the hang watchdog must catch)."""
     spec = os.environ.get("RLBENCH_FAULT", "")
     kind, _, at_k = spec.partition(":")
-    if not at_k or int(at_k) != iteration:
-        return
+    if kind not in (f"{role}_exit", f"{role}_hang") or not at_k or int(at_k) != iteration:
+        return  # another worker's fault, or another kind (clock_skew, misplace)
     if kind == f"{role}_exit":
         os._exit(17)
     if kind == f"{role}_hang":
@@ -32,3 +32,14 @@ def misplace(worker: str) -> None:
         import torch  # inside: `rlbench --help` imports this package (the run's planted slowdowns)
 
         torch.set_num_threads(torch.get_num_threads() + 1)
+
+
+def clock_skew(resources: list[str], clock) -> None:
+    """RLBENCH_FAULT=clock_skew:<resource>:<seconds> sets the clock of every Ray actor on a node holding that
+    resource <seconds> ahead (negative: behind) of the machine's, as another machine's clock would be: what the
+    clock mapping (engines/ray_clock.py) must find and take out. clock: the process's node clock
+    (core/record/stages.py NODE_CLOCK)."""
+    kind, _, rest = os.environ.get("RLBENCH_FAULT", "").partition(":")
+    resource, _, seconds = rest.rpartition(":")
+    if kind == "clock_skew" and resource in resources:
+        clock.skew = float(seconds)

@@ -47,7 +47,7 @@ def preflight(cfg, cells, ctx) -> None:
         raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
     kind = dev.resolve_kind(cfg.engine.device)
     if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
-        placement.plan(cfg.engine, kind, dev.available(kind))  # more devices than the machine has
+        placement.plan(cfg.engine, kind, placement.claimable(cfg.engine, dev.available(kind)))  # more than it has
     if ctx.get_start_method() == "forkserver":
         # the run's server starts here: a fresh interpreter that imports the preload list, or, where this
         # process has imported it already and runs no thread (a fork of a process that did, as the tests
@@ -65,10 +65,12 @@ def check_fits(cfg, cells) -> None:
     # inside: they import torch and transformers; `rlbench run`'s own process must not (preflight)
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
+    from rlbench.engines.ray_nodes import check_cluster
 
     for runner in experiments.runners():
         runner.preflight(cells)
     check_supported(cfg)
+    check_cluster(cfg, cells)  # a running Ray cluster holds every worker alive at once, where placed
     dataset = load_dataset(cfg.data, cfg.run.seed)
     facts, tok = model_facts(cfg)
     prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval + dataset.seen)

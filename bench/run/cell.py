@@ -61,7 +61,8 @@ class CellRun:
             wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256,
             clock_t0=self.t0,  # system-wide monotonic clock at the cell's time 0: cells on one time axis
             lifecycle=self.lifecycle.record,
-            **({"planted_slowdown": self.planted} if self.planted else {}))
+            **({"planted_slowdown": self.planted} if self.planted else {}),
+            **({"clocks": dict(self.placement.clocks)} if self.placement and self.placement.clocks else {}))
 
     def save(self) -> Path:
         return self.writer.results(self.results())
@@ -182,10 +183,12 @@ def _setup(cfg, run: CellRun, pacer, progress: Reporter):
 
 
 def _placement(cfg, kind: str):
-    """Where every worker runs (core/devices/placement.py); refuses more devices than this machine has."""
+    """Where every worker runs (core/devices/placement.py); refuses more devices than this machine (or
+    a running Ray cluster's run, checked before) may claim."""
+    available = placement.claimable(cfg.engine, dev.available(kind))
     if schedules.of(cfg).in_process(cfg):  # one process with every device (the schedule's record says)
-        return placement.single_process(cfg.engine, kind, dev.available(kind))
-    return placement.plan(cfg.engine, kind, dev.available(kind))
+        return placement.single_process(cfg.engine, kind, available)
+    return placement.plan(cfg.engine, kind, available)
 
 
 def _setup_model(cfg, run: CellRun, progress: Reporter):

@@ -27,6 +27,7 @@ from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, REF, simulate
 from rlbench.simulate.model import Costs, lognormal_samples, summary
 
 PAPER_DEVICES = 64
+WEIGHT_BYTES = 7.6e9 * 2  # a 7B policy (Qwen2.5-7B: 7.6e9 parameters) in bf16: what crosses a link per sync
 G = 8
 TRI_MODEL_SCALE = 0.8  # 4 instead of 5 forward-equivalents per training token
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from rlbench.core import schedules
 from rlbench.core.errors import UserError
 from rlbench.core.results.schema import atomic_write_json
-from rlbench.simulate import paper
+from rlbench.simulate import link, paper
 from rlbench.simulate.calibrate import calibrate, validate
 from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, REF, simulate
 from rlbench.simulate.model import costs_of, prompts_of, rescale, summary
@@ -49,25 +49,27 @@ def _row(d: int, share, res, sync) -> dict:
     return {"devices": d, "rollout_share": share, "rollout_devices": res.rollout_devices,
             "train_devices": res.train_devices, "schedule": res.schedule, "overlap": res.overlap,
             "staleness": res.staleness, "partial_rollout": res.partial_rollout, "tpspd": res.tpspd,
-            "speedup": res.tpspd / sync.tpspd, "iter_s": res.iter_s}
+            "speedup": res.tpspd / sync.tpspd, "iter_s": res.iter_s, "link_s": res.link_s,
+            "link_share": res.link_share}
 
 
-def sweep(batches_for, devices, shares, staleness: int = 1) -> tuple[list, list]:
+def sweep(batches_for, devices, shares, staleness: int = 1, layout=None) -> tuple[list, list]:
     """-> (rows: sync + periodic-async, its barrier variant, bounded-async and bounded-async with partial
     rollout (recompute: its upper bound) per split, best: the best periodic-async split per count).
-    batches_for(d) gives the batches simulated on d devices."""
+    batches_for(d) gives the batches simulated on d devices; layout: the devices on nodes and the link
+    between them (core/costmodel/link.py), None: one node."""
     rows, best = [], []
     for d in devices:
         bs = batches_for(d)
-        sync = simulate(bs, REF, d // 2, d - d // 2)
+        sync = simulate(bs, REF, d // 2, d - d // 2, layout=layout)
         rows.append(_row(d, None, sync, sync))
         for s in shares:
             n, m = split(d, s)
-            for res in (simulate(bs, ASYNC, n, m), simulate(bs, ASYNC, n, m, overlap=False),
-                        simulate(bs, BOUNDED_K, n, m, staleness=staleness),
-                        simulate(bs, BOUNDED_K, n, m, staleness=staleness, partial_rollout=True)):
+            for res in (simulate(bs, ASYNC, n, m, layout=layout), simulate(bs, ASYNC, n, m, overlap=False, layout=layout),
+                        simulate(bs, BOUNDED_K, n, m, staleness=staleness, layout=layout),
+                        simulate(bs, BOUNDED_K, n, m, staleness=staleness, partial_rollout=True, layout=layout)):
                 rows.append(_row(d, s, res, sync))
-        b = paper.best_split(bs, d, steps=min(16, d))
+        b = paper.best_split(bs, d, steps=min(16, d), layout=layout)
         best.append({"devices": d, "rollout_devices": b["rollout_devices"],
                      "train_devices": b["train_devices"], "tpspd": b["tpspd"],
                      "speedup": b["tpspd"] / sync.tpspd, "curve": b["curve"]})
@@ -75,14 +77,14 @@ def sweep(batches_for, devices, shares, staleness: int = 1) -> tuple[list, list]
 
 
 def _source(run_dir, preset) -> tuple[list, object, dict]:
-    """-> (the batches as calibrated or stated, batches_for(d), description)."""
+    """-> (the batches as calibrated or stated, batches_for(d), description with the weights' bytes)."""
     if preset is not None and preset not in PRESETS:
         raise UserError(f"--preset {preset!r}: allowed {', '.join(PRESETS)}")
     if preset == "paper-7b":
         batches = paper.paper_batches()
         return batches, lambda d: batches, {
             "source": "preset paper-7b", "device": "A100/910B-class accelerator (stated costs)",
-            "scaling": "strong scaling: 512 prompts x 8 at every device count"}
+            "scaling": "strong scaling: 512 prompts x 8 at every device count", "weight_bytes": paper.WEIGHT_BYTES}
     if run_dir is None:
         raise UserError("give a RUN_DIR to calibrate from, or --preset paper-7b")
     batches, cell = calibrate(run_dir)
@@ -94,7 +96,7 @@ def _source(run_dir, preset) -> tuple[list, object, dict]:
     return batches, batches_for, {
         "source": str(run_dir), "device": f"{dev}, per device as measured in sync cell {cell.get('cell')!r} "
         f"({ranks} data-parallel ranks, iterations {[it for it in _measured_its(cell)]})",
-        "scaling": f"weak scaling: {prompts} prompts per {ranks} devices"}
+        "scaling": f"weak scaling: {prompts} prompts per {ranks} devices", "weight_bytes": link.weight_bytes(cell)}
 
 
 def _measured_its(cell: dict) -> list[int]:
@@ -103,18 +105,30 @@ def _measured_its(cell: dict) -> list[int]:
 
 
 def run_simulation(run_dir: Path | None = None, preset: str | None = None, devices=None, shares=None,
-                   out: Path | None = None, staleness: int = 1, plots: bool = True) -> dict:
-    """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files')."""
+                   out: Path | None = None, staleness: int = 1, plots: bool = True, stated_link=None,
+                   devices_per_node: int | None = None) -> dict:
+    """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files'). stated_link: the
+    user's link (costmodel/link.py Link), else the one a run on several nodes measured, else none (one node);
+    devices_per_node: how the devices sit on nodes (default 1)."""
     if run_dir is not None and not Path(run_dir).exists():
         raise UserError(f"{run_dir}: run folder not found")
     batches, batches_for, about = _source(run_dir, preset)
     devices = list(devices or DEFAULT_DEVICES)
     shares = list(shares or DEFAULT_SHARES)
-    rows, best = sweep(batches_for, devices, shares, staleness)
+    found = stated_link or (link.link_from_run(run_dir) if run_dir is not None else None)
+    nodes = link.layout(found, devices_per_node, about.get("weight_bytes"), batches)
+    rows, best = sweep(batches_for, devices, shares, staleness, nodes)
     calibration = {**about, "per_batch": [costs_of(b) for b in batches]}
     result = {"kind": "simulate", "source": preset or str(run_dir), "calibration": calibration,
               "workload": summary(batches), "scaling": about["scaling"], "staleness": staleness,
               "devices": devices, "rollout_shares": shares, "rows": rows, "best_split": best}
+    if nodes is not None:
+        result["link"] = {**nodes.link.to_dict(), "devices_per_node": nodes.devices_per_node,
+                          "weight_bytes": nodes.weight_bytes, "group_bytes": nodes.group_bytes}
+        if stated_link is not None and run_dir is not None:
+            check = link.weight_sync_check(run_dir, stated_link, nodes.weight_bytes)
+            if check is not None:
+                result["weight_sync_check"] = check
     if run_dir is not None:
         result["validation"] = validate(run_dir)
     if preset == "paper-7b":
@@ -155,9 +169,24 @@ def format_text(result: dict) -> str:
     cal = result["calibration"]
     parts = [f"simulate: {result['source']} ({cal['device']}; {result['scaling']}; per-device costs, "
              "no scaling exponent)"]
+    linked = "link" in result
     body = [[str(r["devices"]), "colocated" if _colocated(r) else f"{r['rollout_devices']}+{r['train_devices']}",
-             _name(r), f"{r['tpspd']:.1f}", f"{r['speedup']:.2f}x", f"{r['iter_s']:.3g}"] for r in result["rows"]]
-    parts.append(_table(["devices", "split", "schedule", "pred. TPSPD", "vs sync", "iter s"], body))
+             _name(r), f"{r['tpspd']:.1f}", f"{r['speedup']:.2f}x", f"{r['iter_s']:.3g}"]
+            + ([f"{100 * r['link_share']:.1f}%"] if linked else []) for r in result["rows"]]
+    if linked:
+        ln = result["link"]
+        parts.append(f"link between nodes: {ln['gbps']:.3g} Gbit/s, {1e3 * ln['latency_s']:.3g} ms one way, "
+                     f"{1e3 * ln['overhead_s']:.3g} ms per transfer ({ln['source']}); {ln['devices_per_node']} "
+                     f"device(s) per node; weights {ln['weight_bytes'] / 1e6:.1f} MB, a group "
+                     f"{ln['group_bytes'] / 1e3:.1f} kB")
+    parts.append(_table(["devices", "split", "schedule", "pred. TPSPD", "vs sync", "iter s"]
+                        + (["link %"] if linked else []), body))
+    if "weight_sync_check" in result:
+        w = result["weight_sync_check"]
+        parts.append(f"weight sync across nodes ({w['weight_bytes'] / 1e6:.3g} MB): predicted "
+                     f"{w['predicted_s']:.3g} s from the stated link, measured {w['measured_median_s']:.3g} s "
+                     f"(median of {w['transfers']}, shortest {w['measured_min_s']:.3g} s): "
+                     f"{100 * w['error']:+.0f}%")
     parts.append("best periodic-async split: " + "; ".join(
         f"{b['devices']} dev -> {b['rollout_devices']}+{b['train_devices']} ({b['speedup']:.2f}x)"
         for b in result["best_split"]))

@@ -8,9 +8,10 @@ or for a schedule whose iterations overlap (bounded staleness) the steady-state 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from rlbench.core import schedules
+from rlbench.core.costmodel.link import NodeLayout
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.core.errors import UserError
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
@@ -33,6 +34,12 @@ class SimResult:
     staleness_max: int = 0  # bounded_async: largest (trained version - behaviour version)
     partial_rollout: bool = False  # bounded_async: new weights taken mid-generation (partial.py)
     per_iteration_s: list[float] = field(default_factory=list)
+    link_s: dict[str, float] = field(default_factory=dict)  # seconds per iteration the link adds, by term
+
+    @property
+    def link_share(self) -> float:
+        """The link's share of an iteration (0 on one node)."""
+        return sum(self.link_s.values()) / self.iter_s if self.iter_s > 0 else 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -40,12 +47,14 @@ class SimResult:
 
 def simulate(batches: list[SyncMeasurements], schedule: str, rollout_devices: int, train_devices: int,
              staleness: int = 1, overlap: bool = True, iterations: int | None = None,
-             partial_rollout: bool = False, resume_kv: str = "recompute") -> SimResult:
+             partial_rollout: bool = False, resume_kv: str = "recompute", layout: NodeLayout | None = None) -> SimResult:
     """Predict one schedule on rollout_devices + train_devices (sync: colocated on their sum).
 
     iterations: batches simulated by bounded_async (default: k + 1 warm-up batches, then every batch once;
     at least 4(k + 1)), cycling through the batches. partial_rollout (bounded_async): new weights taken
-    mid-generation; resume_kv: recompute (prefill the sequences in flight again) or keep."""
+    mid-generation; resume_kv: recompute (prefill the sequences in flight again) or keep. layout: the devices
+    on nodes and the link between them (costmodel/link.py), whose terms are added to every iteration;
+    None: one node."""
     if schedule not in SCHEDULES:
         raise UserError(f"schedule {schedule!r}: allowed {', '.join(SCHEDULES)}")
     if rollout_devices < 1 or train_devices < 1:
@@ -56,8 +65,23 @@ def simulate(batches: list[SyncMeasurements], schedule: str, rollout_devices: in
         raise UserError("nothing to simulate: no batches")
     spec = schedules.SCHEDULES[schedule]
     term = spec.cost_function()  # the schedule's own term (engines/schedules/<name>/cost.py)
-    return term(batches, schedule, rollout_devices, train_devices, staleness=spec.pinned.get("max_staleness", staleness),
-                overlap=overlap, iterations=iterations, partial_rollout=partial_rollout, resume_kv=resume_kv)
+    res = term(batches, schedule, rollout_devices, train_devices, staleness=spec.pinned.get("max_staleness", staleness),
+               overlap=overlap, iterations=iterations, partial_rollout=partial_rollout, resume_kv=resume_kv)
+    if layout is not None:
+        res = with_link(res, batches, layout.terms(spec.colocated, rollout_devices, train_devices))
+    return res
+
+
+def with_link(res: SimResult, batches: list[SyncMeasurements], terms: dict[str, float]) -> SimResult:
+    """res with the link's seconds added to every iteration: TPSPD again from the longer walls where they are
+    the batches' own (median_rate), else scaled by the longer mean iteration (a steady-state rate)."""
+    extra = sum(terms.values())
+    walls = [w + extra for w in res.per_iteration_s]
+    if len(walls) == len(batches):
+        tpspd = statistics.median(b.tokens / (w * res.devices) for b, w in zip(batches, walls))
+    else:
+        tpspd = res.tpspd * res.iter_s / (res.iter_s + extra) if res.iter_s > 0 else res.tpspd
+    return replace(res, tpspd=tpspd, iter_s=res.iter_s + extra, per_iteration_s=walls, link_s=dict(terms))
 
 
 def median_rate(schedule: str, batches: list[SyncMeasurements], n: int, m: int, walls: list[float],

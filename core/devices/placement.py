@@ -47,6 +47,8 @@ class Placement:
     devices: int  # physical devices occupied: the TPSPD divisor
     kind: str
     observed: dict = field(default_factory=dict)  # worker -> what it observed (engines/launch.py checks it)
+    # Ray: node -> its clock's offset from the driver's, estimated during the run (core/record/clocks.py)
+    clocks: dict = field(default_factory=dict)
 
     def of(self, role: Role) -> list[Slot]:
         return [s for s in self.slots if s.role == role.value]
@@ -55,6 +57,13 @@ class Placement:
         """One entry per process, the driver included (it holds no device), each with what it observed."""
         driver = {"worker": Role.DRIVER.value, "role": Role.DRIVER.value, "device": None, "threads": 1}
         return [{**r, "observed": self.observed.get(r["worker"])} for r in [s.record() for s in self.slots] + [driver]]
+
+
+def claimable(engine, local: int) -> int:
+    """The devices a run may claim: this machine's `local` ones, or on a running Ray cluster
+    (engine.ray_address) what it asks for: the cluster's nodes are checked one by one before the run
+    (core/devices/cluster.py, engines/ray_nodes.py)."""
+    return engine.num_devices if engine.launcher == "ray" and engine.ray_address else local
 
 
 def plan(engine, kind: str, available: int) -> Placement:

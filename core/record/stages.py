@@ -21,6 +21,12 @@ class Stage(str, enum.Enum):
     UPDATE = "update"
     OPTIMIZER_STEP = "optimizer_step"
     WEIGHT_SYNC = "weight_sync"
+    # Ray, a rollout worker on another node than the published weights: fetching their bytes over the link
+    # (before its weight_sync, which then only loads them)
+    WEIGHT_TRANSFER = "weight_transfer"
+    # Ray, recorded by the driver for a group sealed on another node: from its sealing (the rollout worker's
+    # clock, mapped to the driver's) to its arrival at the driver
+    GROUP_TRANSFER = "group_transfer"
     QUEUE_WAIT = "queue_wait"
     HANDOFF = "handoff"  # the consumer opening a group taken off the queue: the queue path's work
     EVAL = "eval"
@@ -55,9 +61,29 @@ def role_of(worker: str) -> str:
     return worker.rstrip("0123456789")
 
 
+class _NodeClock:
+    """This process's clock mapped to the driver's. On one machine every process reads the same system-wide
+    monotonic clock and both numbers stay 0. On a Ray node other than the driver's, the driver measures how
+    far this node's clock is from its own (engines/ray_clock.py) and sets `offset`; `skew` is a test hook's
+    planted error of this node's clock (bench/planted/faults.py), 0 otherwise."""
+
+    skew = 0.0  # seconds this node's clock runs ahead of CLOCK_MONOTONIC (planted only)
+    offset = 0.0  # seconds this node's clock is ahead of the driver's, as last estimated
+    elsewhere = False  # this process runs on another node than the driver (what it sends crosses the link)
+
+
+NODE_CLOCK = _NodeClock()
+
+
+def node_now() -> float:
+    """This node's own monotonic clock (what a clock probe reads: engines/ray_clock.py)."""
+    return time.monotonic() + NODE_CLOCK.skew
+
+
 def now() -> float:
-    """System-wide monotonic clock (CLOCK_MONOTONIC on Linux), comparable across processes."""
-    return time.monotonic()
+    """The run's clock: the driver's monotonic clock (CLOCK_MONOTONIC on Linux, comparable across the
+    processes of one machine), a remote node's mapped onto it."""
+    return time.monotonic() + NODE_CLOCK.skew - NODE_CLOCK.offset
 
 
 @dataclass

@@ -5,6 +5,8 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from rlbench.core.record.stages import NODE_CLOCK, now
+
 
 @dataclass
 class SamplingParams:
@@ -59,10 +61,14 @@ class SealedGroup:
 
     prompt_index: int
     payload: bytes
+    sealed_at: float = 0.0  # the run's clock when it was sealed (core/record/stages.py `now`)
+    elsewhere: bool = False  # sealed on another node than the driver's: it crosses the link
+    arrived_at: float | None = None  # the driver's clock when it arrived there (engines/rollout/pool.py)
 
     @classmethod
     def seal(cls, group: Group) -> "SealedGroup":
-        return cls(group.prompt_index, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL))
+        return cls(group.prompt_index, pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL), now(),
+                   NODE_CLOCK.elsewhere)
 
     def open(self) -> Group:
         return pickle.loads(self.payload)

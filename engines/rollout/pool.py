@@ -11,8 +11,9 @@ import queue
 
 import torch
 
-from rlbench.engines.ray_util import to_numpy
-from rlbench.engines.rollout.base import IterationEnd
+from rlbench.core.record.stages import now
+from rlbench.engines.ray_util import RemoteWeights, to_numpy
+from rlbench.engines.rollout.base import IterationEnd, SealedGroup
 
 
 class RolloutPool:
@@ -32,6 +33,8 @@ class RolloutPool:
                     for n, t in weights.items():
                         self.shared[n].copy_(t)
             ref = None
+        elif isinstance(weights, RemoteWeights):  # in the publishing rank's object store already
+            ref = weights.refs
         else:
             import ray  # inside: optional dependency (ray)
 
@@ -54,7 +57,8 @@ class RolloutPool:
             calls = [self.host.submit(n, "generate", iteration, requests[i::len(self.names)], sampling)
                      for i, n in enumerate(self.names)]
             syncs, self._syncs = self._syncs, []
-            results = self.host.wait(syncs + calls, f"generating iteration {iteration}", on_emit=groups.put)
+            results = self.host.wait(syncs + calls, f"generating iteration {iteration}", on_emit=lambda g: groups.put(
+                arrived(g)))
             done = results[len(syncs):]
             groups.put(IterationEnd([ev for events, _ in done for ev in events], [stats for _, stats in done]))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer thread
@@ -64,3 +68,11 @@ class RolloutPool:
         if self.gate is not None:
             self.gate.open()  # a held worker must be free to answer the shutdown
         self.host.close()
+
+
+def arrived(item):
+    """A sealed group as it reaches the driver: stamped with the driver's clock (its transfer, where it
+    crossed nodes, is recorded by the consumer: engines/schedules/common.py GroupReceiver)."""
+    if isinstance(item, SealedGroup):
+        item.arrived_at = now()
+    return item

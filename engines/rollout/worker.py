@@ -14,6 +14,7 @@ from rlbench.core.record.lifecycle import Phase
 from rlbench.core.record.profiling import from_env
 from rlbench.core.record.stages import Recorder, Stage
 from rlbench.engines.model.weights import build_model, initial_state, load_state
+from rlbench.engines.ray_util import fetch
 from rlbench.engines.rollout.base import SealedGroup
 
 EVALUATION = {"backend": evaluation_backend().name}  # the evaluation's sampler, the same for every cell
@@ -72,6 +73,9 @@ class RolloutWorker:
         if self.mailbox is not None:  # partial rollout: whatever shared memory holds now
             self._take_posted(iteration)
             return
+        if weights is not None:  # Ray: the bytes first cross from the node that published them
+            with self.rec.stage(Stage.WEIGHT_TRANSFER, iteration):
+                weights = fetch(weights)
         with self.rec.stage(Stage.WEIGHT_SYNC, iteration):
             self.sampler.load_weights(load_state(self.shared if weights is None else weights), version)
 

@@ -104,6 +104,8 @@ class GroupReceiver:
                         sealed = item
                         break
                     pending[item.prompt_index] = item
+            if sealed.elsewhere and sealed.arrived_at is not None:  # its path across the link, a stage of its own
+                self.rec.add(Stage.GROUP_TRANSFER, k, sealed.sealed_at, sealed.arrived_at)
             with self.rec.stage(Stage.HANDOFF, k):
                 group = sealed.open()
             next_index += 1

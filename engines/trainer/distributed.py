@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from rlbench.engines.ray_util import from_numpy
+from rlbench.engines.ray_util import RemoteWeights, from_numpy
 
 
 class DataParallelTrainer:
@@ -26,7 +26,7 @@ class DataParallelTrainer:
             local = shared is not None
             address = self._one("rendezvous_address", "starting", local)
             timeout = host.timeout_s
-            self._all(lambda n: (n, "join", address, timeout), "joining the process group")
+            self._all(lambda n: (n, "join", address, timeout, local), "joining the process group")
 
     # ---------------------------------------------------------------- async schedules
 
@@ -76,18 +76,20 @@ class DataParallelTrainer:
 
     # ---------------------------------------------------------------- weights
 
-    def publish(self, iteration: int | None) -> dict:
+    def publish(self, iteration: int | None):
         """The current weights where the rollout workers read them: rank 0 copies them into shared memory
-        (recorded as its weight_sync of `iteration`), or (Ray) sends them back."""
+        (recorded as its weight_sync of `iteration`) -> those tensors, or (Ray) puts them into its node's
+        object store -> RemoteWeights (the rollout workers fetch them from there)."""
         if self.shared is not None:
             self._one("publish", "publishing weights", iteration)
             return self.shared
-
-        return from_numpy(self._one("weights", "sending weights"))
+        return RemoteWeights(self._one("publish_ref", "publishing weights", iteration))
 
     def weights(self) -> dict:
-        """Current weights, outside any iteration (evaluation, the final digest)."""
-        return self.publish(None)
+        """Current weights, outside any iteration (evaluation, the final digest), in this process."""
+        if self.shared is not None:
+            return self.publish(None)
+        return from_numpy(self._one("weights", "sending weights"))
 
     @property
     def policy(self):

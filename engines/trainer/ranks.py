@@ -31,6 +31,7 @@ from rlbench.core.record.lifecycle import Phase
 from rlbench.core.record.profiling import from_env
 from rlbench.core.record.stages import Recorder, Stage
 from rlbench.engines.model.weights import build_model, initial_state
+from rlbench.engines.ray_nodes import gloo_interface
 from rlbench.engines.ray_util import to_numpy
 from rlbench.engines.rollout import EVALUATION, build_backend
 from rlbench.engines.trainer.colocated import colocated_iteration
@@ -80,7 +81,13 @@ class TrainerRank:
             port = s.getsockname()[1]
         return f"{host}:{port}"
 
-    def join(self, address: str, timeout_s: float) -> None:
+    def join(self, address: str, timeout_s: float, local: bool = True) -> None:
+        """Join the group whose rank 0 listens at `address`. On Ray, gloo binds to the interface of this
+        rank's node address (where the host name resolves may be no address the other nodes reach)."""
+        if not local and self.dist_backend == "gloo":
+            import ray  # inside: optional dependency (ray)
+
+            gloo_interface(ray.util.get_node_ip_address())
         dist.init_process_group(self.dist_backend, init_method=f"tcp://{address}", rank=self.rank,
                                 world_size=self.world, timeout=datetime.timedelta(seconds=timeout_s))
 
@@ -114,6 +121,16 @@ class TrainerRank:
         with ctx, torch.no_grad():
             for n, p in self.trainer.policy.named_parameters():
                 self.shared[n].copy_(p)
+
+    def publish_ref(self, iteration: int | None) -> list:
+        """Rank 0 on Ray: put the weights into this node's object store, timed as weight_sync of `iteration`
+        (None: outside any iteration); -> [their reference], which rollout workers fetch from this node
+        directly (one crossing of the link, not two through the driver)."""
+        import ray  # inside: optional dependency (ray)
+
+        ctx = self.rec.stage(Stage.WEIGHT_SYNC, iteration) if iteration is not None else contextlib.nullcontext()
+        with ctx, torch.no_grad():
+            return [ray.put(to_numpy(self.trainer.weights()))]
 
     def evaluate(self, requests: list, sampling) -> list:
         """Greedy evaluation answers of the current weights, generated on this rank's device with the
