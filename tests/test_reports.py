@@ -284,7 +284,7 @@ def test_reports_import_only_the_result_core():
     # what they render: the analysis, and from the core the result schema, the metric table, the stage
     # names, the errors, the schedule and experiment records and the cost model's text (no engine, no harness)
     allowed = ("analysis", "core.results.schema", "core.results.metric_table", "core.record.stages", "core.errors",
-               "core.costmodel", "core.schedules", "core.experiments")
+               "core.costmodel", "core.schedules", "core.experiments", "core.by_name")
     assert all(any(u == a or u.startswith(a + ".") for a in allowed) for u in used), used
 
 
