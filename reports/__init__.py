@@ -1,8 +1,8 @@
 """Reports: tables, plots and a self-contained HTML report, read from result files only.
 
 Imports of the core are limited to the result schema and metric table (rlbench.core.results), the stage names
-(rlbench.core.record.stages), rlbench.core.errors, the one resolver of names (rlbench.core.by_name), the schedule and experiment records and the cost model (no
-engine code, no torch), so `rlbench report` and `rlbench compare` are fast and need no accelerator. These are
+(rlbench.core.record.stages), rlbench.core.errors, the resolver of names (rlbench.core.by_name), the schedule
+and experiment records and the cost model (no engine code, no torch), so `rlbench report` and `rlbench compare` are fast and need no accelerator. These are
 the shared pieces (the HTML page, tables, plots, the terminal and markdown text); an experiment's own section
 lives in its folder (bench/experiments/<name>/report.py) and is found through the registry. Reports render;
 what they show is computed in the core (the speedup prediction: rlbench.core.costmodel.predict), the analysis
