@@ -17,7 +17,8 @@ uv_install() {
     if [ "$("$venv/bin/uv" --version 2>/dev/null)" != "uv $UV_VERSION" ]; then
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "uv==$UV_VERSION"
     fi
-    local args=(pip install -q --python "$venv/bin/python" --compile-bytecode --index-strategy unsafe-best-match)
+    local args=(pip install -q --python "$venv/bin/python" --index-strategy unsafe-best-match)
+    [ "${UV_INSTALL_COMPILE:-1}" = 0 ] || args+=(--compile-bytecode)  # 0: leave it to the first import
     # lines such as global.constraint='/etc/xdg/pip/constraints.txt' or :env:.find-links='/opt/wheels'
     while IFS="=" read -r key value; do
         value=${value#\'}

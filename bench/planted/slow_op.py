@@ -3,9 +3,11 @@ by a fraction of its own CPU time, so that `rlbench check --env-a A --env-b B` c
 environment that differs from another only in code no package declares, and to blame the stages that call
 that operator (docs/results/ci-gate.md, 'Environments').
 
-    python -m rlbench.planted.slow_op VENV/bin/python torch.log_softmax 0.5
+    python -m rlbench.planted.slow_op plant VENV/bin/python torch.log_softmax 0.5
+    python -m rlbench.planted.slow_op wheel FOLDER torch.log_softmax 0.5
 
-writes VENV's sitecustomize.py (refused where one exists). The file imports nothing of rlbench and nothing
+writes VENV's sitecustomize.py (refused where one exists), or a wheel that installs it (planted-slow-op 0.1: one
+more package for a lock file). The file imports nothing of rlbench and nothing
 heavy: every start of that Python runs it, and it waits for the operator's module to be imported (an import
 hook), then wraps the operator: after each call it busy-waits (CPU time of its thread, as a slower kernel
 would spend it) `fraction` times the call's own CPU time. The operator is looked up by its dotted name at each
@@ -14,8 +16,11 @@ transformers' code call them.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 TEMPLATE = '''"""Planted by rlbench.planted.slow_op: {op} costs {fraction:.0%} more CPU time per call in this Python."""
@@ -86,16 +91,44 @@ def plant(python: str, op: str, fraction: float) -> Path:
     return path
 
 
+WHEEL_NAME, WHEEL_VERSION = "planted-slow-op", "0.1"
+
+
+def wheel(folder: Path, op: str, fraction: float) -> Path:
+    """The planted sitecustomize.py as a wheel of its own (planted-slow-op 0.1), so that an environment built
+    from a lock file can carry it as one more locked package: -> the wheel's path in folder."""
+    if "." not in op or not 0 < fraction <= 10:
+        raise ValueError(f"op {op!r} must be a dotted name (torch.log_softmax) and 0 < fraction <= 10 ({fraction})")
+    info = f"{WHEEL_NAME.replace('-', '_')}-{WHEEL_VERSION}.dist-info"
+    files = {"sitecustomize.py": TEMPLATE.format(op=op, fraction=fraction),
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {WHEEL_NAME}\nVersion: {WHEEL_VERSION}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: rlbench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    lines = [f"{name},sha256={_digest(text.encode())},{len(text.encode())}" for name, text in files.items()]
+    files[f"{info}/RECORD"] = "\n".join([*lines, f"{info}/RECORD,,"]) + "\n"
+    path = Path(folder) / f"{WHEEL_NAME.replace('-', '_')}-{WHEEL_VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return path
+
+
+def _digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3:
-        print("usage: python -m rlbench.planted.slow_op PYTHON OP FRACTION", file=sys.stderr)
+    if len(args) != 4 or args[0] not in ("plant", "wheel"):
+        print("usage: python -m rlbench.planted.slow_op plant PYTHON OP FRACTION\n"
+              "       python -m rlbench.planted.slow_op wheel FOLDER OP FRACTION", file=sys.stderr)
         return 2
     try:
-        print(plant(args[0], args[1], float(args[2])))
-    except (ValueError, subprocess.CalledProcessError) as e:
+        made = plant(args[1], args[2], float(args[3])) if args[0] == "plant" else \
+            wheel(Path(args[1]), args[2], float(args[3]))
+    except (ValueError, OSError, subprocess.CalledProcessError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    print(made)
     return 0
 
 
