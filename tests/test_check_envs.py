@@ -107,6 +107,7 @@ def test_the_packages_that_differ_are_named_a_to_b():
     assert envs.format_diff(diff, limit=2) == "ray 2.60.0 -> absent; sitecustomize.py absent -> ab12 at /x; and 1 more"
     assert envs.fingerprint(a, []) != envs.fingerprint(b, []) != envs.fingerprint(b, ["x=1"])
     assert envs.fingerprint(a, []) == envs.fingerprint(dict(reversed(a.items())), [])
+    assert envs.fingerprint(b, []) == envs.fingerprint({**b, "sitecustomize.py": "ab12 at /elsewhere"}, [])
 
 
 def _result(rows: list[Row]) -> CheckResult:

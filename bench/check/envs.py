@@ -170,8 +170,10 @@ def format_diff(diff: list[tuple[str, str | None, str | None]], limit: int = 8) 
 def fingerprint(packages: dict, sets: list[str], python: str = "") -> str:
     """An environment's name in the history, where a commit's sha would be: `env:` and a digest of its
     packages and versions, its Python's version and its config overrides, so that the next A/B whose A is
-    this B chains on (bench/check/history.py chain_of)."""
-    text = json.dumps({"packages": packages, "sets": list(sets), "python": python}, sort_keys=True)
+    this B chains on (bench/check/history.py chain_of). A start-up module counts by its content, not by the
+    folder it lies in (the next job builds the same environment elsewhere)."""
+    content = {name: str(v).split(" at ")[0] for name, v in packages.items()}
+    text = json.dumps({"packages": content, "sets": list(sets), "python": python}, sort_keys=True)
     return "env:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
