@@ -63,7 +63,7 @@ def run(
     report: bool = typer.Option(True, "--report/--no-report", help="Write tables, plots and report.html at the end."),
     wide: bool = typer.Option(False, "--wide", help="Print every column and section at the end (the verdict and "
                               "the key columns otherwise, within 100 characters a line)."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress: a line per cell on a terminal, a plain line per step elsewhere."),
     profile: bool = typer.Option(False, "--profile", help="Record torch.profiler traces per worker "
                                  "(run.profile_iterations after warm-up) into <cell>/traces for TensorBoard/Perfetto."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Run every cell once per seed, e.g. 0,1,2 (sets "

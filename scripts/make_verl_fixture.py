@@ -1,6 +1,6 @@
 """Produce the VERL test fixtures with VERL's own code, on CPU (run with .venv-verl/bin/python).
 
-    bash scripts/verl_env.sh
+    bash scripts/setup_verl.sh
     .venv-verl/bin/python scripts/make_verl_fixture.py tests/fixtures/external
 
 Writes, in OUT_DIR:

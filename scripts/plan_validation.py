@@ -3,6 +3,7 @@
     .venv/bin/python scripts/plan_validation.py --runs RUN_DIR [RUN_DIR ...]   # (a) rlbench's own runs
     .venv/bin/python scripts/plan_validation.py --published                    # (b) published sync/async pairs
     .venv/bin/python scripts/plan_validation.py --train-speed 1.0 1.5 1.7      # (b) with one stated speed
+    .venv/bin/python scripts/plan_validation.py --verl RUN_DIR                 # (c) VERL's own pair, same cores
 
 (a) For every asynchronous cell of a run: the plan from the sync cell alone at that cell's split, twice: from
 the sync cell's results.json with its samples and events (the in-run model's measurements), and from the
@@ -12,6 +13,9 @@ beside the measured TPSPD and the report's in-run prediction.
 those numbers (every step the same: the sources give means), planned at the published split with the schedule
 closest to the published one, at three response-length means (the sources give only the cap), and the
 predicted speedup set beside the published per-step ratio and total-time ratio.
+(c) For a `--ablation verl_recipes` run: the plan from VERL's sync cell's log (its file logger's JSONL) and from rlbench's
+sync run beside it, at the recipes' split, against each VERL recipe's measured TPSPD over VERL's sync (each cell
+over the sync run it took turns with, so the machine's drift cancels).
 """
 from __future__ import annotations
 
@@ -130,6 +134,45 @@ def own_run(run_dir: Path) -> list[dict]:
     return out
 
 
+# VERL's recipe cells (bench/experiments/peers/cells.py VERL_CELLS) -> the plan row closest to each: its
+# recipes train on the rollout's log-probs (no old-log-prob pass: algorithm.rollout_correction.bypass_mode);
+# fully async at staleness 0 streams on-policy batches (VERL's own name for it: stream), above it one batch may
+# be stale, with partial rollout the stale batch's generations resume under new weights
+VERL_ROWS = {"verl_one_step_off": "one_step_off", "verl_fully_async": "periodic_async",
+             "verl_fully_async_stale": "one_step_off", "verl_fully_async_partial": "k=1"}
+
+
+def _paired(cell: dict, ref: dict) -> float:
+    """Median of the cell's per-iteration TPSPD over its pair's sync run's (measured iterations)."""
+    ours = {it["iteration"]: it["tpspd"] for it in ref["iterations"] if not it.get("warmup")}
+    return statistics.median(it["tpspd"] / ours[it["iteration"]] for it in cell["iterations"]
+                             if not it.get("warmup") and it["iteration"] in ours)
+
+
+def verl_pair(run_dir: Path, speed: float | None = None) -> list[dict]:
+    """(c): each VERL recipe cell's measured speedup over VERL's sync against the plan's from VERL's sync log
+    and from rlbench's sync run (sync@verl), at 1 rollout + 1 training device; speed: the split pool's training
+    speed per device stated (--assume train-speed), else the plan's default."""
+    cells = {c["cell"]: c for c in schema.load_run(run_dir)}
+    verl, ref = cells["verl"], cells["sync@verl"]
+    base = _paired(verl, ref)  # VERL's sync over rlbench's sync beside it
+    n = verl["iterations"][0]["devices"]
+    stated = {"train-speed": speed} if speed else None
+    from_verl = plan_input(read_log(Path(verl["_dir"]) / "verl_metrics.jsonl"), n, stated=stated)[0]
+    from_ours = plan_input(read_log(Path(ref["_dir"]) / schema.RESULTS), n)[0]  # measured: nothing assumed
+    out = []
+    for name, label in VERL_ROWS.items():
+        if name not in cells:
+            continue
+        measured = _paired(cells[name], cells[f"sync@{name}"]) / base
+        a, b = _predict(from_verl, _row(label), 1, lean=True), _predict(from_ours, _row(label), 1, lean=True)
+        out.append({"cell": name, "row": a["label"], "measured": measured, "from_verl": a["speedup"],
+                    "verl_low": a["low"], "verl_high": a["high"], "from_ours": b["speedup"],
+                    "tpspd": statistics.median(it["tpspd"] for it in cells[name]["iterations"]
+                                               if not it.get("warmup"))})
+    return out
+
+
 def _verl_log(path: Path, stages: dict, gpus: int, cap: int, mean: float, steps: int = 12) -> Path:
     tokens = PROMPTS * G * (PROMPT_LEN + mean)
     data = {f"timing_s/{k}": v for k, v in stages.items()}
@@ -143,7 +186,7 @@ def _predict(inp: PlanInput, row: Row, r: int, lean: bool) -> dict:
     """row at split r; lean: trained without the old-log-prob pass (the published fully-async runs took the
     rollout's log-probs: their tables show no old_log_prob), widened as the row with that pass is."""
     base = predict_row(inp, row, split=r)
-    if not lean:
+    if not lean or not inp.without_old_logprob:  # (a log whose old-log-prob pass is not timed apart: as it is)
         return base
     out = predict_row(PlanInput(inp.without_old_logprob, inp.reference, inp.devices, inp.partial), row, split=r)
     out["low"], out["high"] = widened(out["step_low"], out["step_high"], base["assumption_factor"])
@@ -210,6 +253,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="*", type=Path, default=[])
     ap.add_argument("--published", action="store_true")
+    ap.add_argument("--verl", type=Path, help="(c) a `--ablation verl_recipes` run folder (with --train-speed X: that "
+                    "training speed stated)")
     ap.add_argument("--no-roofline", action="store_true", help="(b) with the defaults, without --model/--device")
     ap.add_argument("--source-speed", choices=["own", "others"], help="(b) with a split pool's training speed "
                     "stated (--assume train-speed): each pair's own source's (the error that quantity accounts "
@@ -217,7 +262,7 @@ def main() -> None:
     ap.add_argument("--train-speed", type=float, nargs="+", metavar="X", help="(b) one stated training speed "
                     "for every pair, each X in turn: the median error a single value gives")
     args = ap.parse_args()
-    for x in args.train_speed or []:
+    for x in [] if args.verl else args.train_speed or []:
         errors = [abs(v["predicted"] / v["published_step"] - 1) * 100
                   for v in published(not args.no_roofline, x)]
         print(f"train-speed {x:g} for every pair: median absolute error {statistics.median(errors):.0f}% "
@@ -233,6 +278,13 @@ def main() -> None:
                              _pct(v["plan_alone"], v["measured"])])
         print(_md(["run", "cell", "split", "measured TPSPD", "in-run predicted", "plan (cell)", "error",
                    "plan (results.json alone)", "interval", "error"], body))
+    if args.verl:
+        body = [[v["cell"], v["row"], f"{v['tpspd']:.0f}", f"{v['measured']:.2f}×", f"{v['from_verl']:.2f}×",
+                 "–" if v["verl_low"] is None else f"{v['verl_low']:.2f}–{v['verl_high']:.2f}×",
+                 _pct(v["from_verl"], v["measured"]), f"{v['from_ours']:.2f}×", _pct(v["from_ours"], v["measured"])]
+                for v in verl_pair(args.verl, (args.train_speed or [None])[0])]
+        print(_md(["cell", "plan row", "TPSPD", "measured over VERL sync", "plan from VERL's log", "interval",
+                   "error", "plan from rlbench's sync", "error"], body))
     if args.published:
         body = []
         rows_ = published(not args.no_roofline, args.source_speed)

@@ -117,6 +117,7 @@ def test_compiled_equals_eager_on_cpu():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # counts kernels (scripts/micro_kernels.py): a measurement of what compiling buys
 def test_compiled_passes_run_fewer_kernels_on_every_path():
     """scripts/micro_kernels.py at the tiny shape (it checks compiled == eager first): every trainer path,
     with and without grad, runs fewer kernels compiled; HF's forward, whose layers compile whole, less than

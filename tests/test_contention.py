@@ -158,6 +158,7 @@ def test_the_measured_probe_replaces_the_sync_cell_estimate():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a measurement of two processes slowing each other, on a core they share
 def test_the_probe_measures_both_sides_alone_and_together(tmp_path):
     """The calibration step for real, with a slowdown known in advance: both single-thread processes pinned
     to the same core, so together each runs about half the time and its kappa (alone / together - 1) is

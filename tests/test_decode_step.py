@@ -211,6 +211,7 @@ def test_graph_replay_equals_eager_on_cuda(dtype, monkeypatch):
             assert g.behaviour_logprobs == out[False][i].behaviour_logprobs
 
 
+@pytest.mark.slow  # counts operators and kernels per step (scripts/micro_decode.py): a measurement
 def test_micro_decode_counts_fewer_operators_than_hf_generate_whatever_the_batch():
     """scripts/micro_decode.py on the tiny shape (its CPU dry run): per decode step the built-in sampler
     dispatches no more operators than HF `generate`, in each decoder layer and in all, at batch 1 and 8

@@ -25,7 +25,7 @@ PY = Path(os.environ.get("RLBENCH_VERL_PYTHON", ROOT / ".venv-verl" / "bin" / "p
 HOME = os.environ.get(ms.HOME_ENV, "")
 live = pytest.mark.skipif(not (PY.is_file() and Path(HOME, "mindspeed_rl").is_dir()),
                           reason=f"needs {ms.HOME_ENV} (a MindSpeed-RL checkout) and the venv of "
-                          "scripts/verl_env.sh: MindSpeed-RL's own code not available")
+                          "scripts/setup_verl.sh: MindSpeed-RL's own code not available")
 
 
 def cfg(**train):

@@ -18,6 +18,7 @@ def _micro(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a benchmark's dry run (its GPU command's step is rehearsed in test_gpu_session.py too)
 def test_packing_bench_writes_every_layout(tmp_path):
     out = tmp_path / "micro.json"
     res = _micro("--only", "packing", "--model", "configs/models/qwen2.5-0.5b.json", "--layers", "1",

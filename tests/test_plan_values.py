@@ -40,11 +40,22 @@ def test_the_console_and_event_files_check_the_same_values(tmp_path):
         read_log(write_tensorboard(tmp_path / "tb", rows))
 
 
-def test_a_step_no_longer_than_its_evaluation_is_an_error(tmp_path):
+def test_a_step_no_longer_than_its_checkpoint_is_an_error(tmp_path):
     rows = verl_steps(8, gpus=8)
-    rows[5]["timing_s/testing"] = rows[5]["timing_s/step"]
-    with pytest.raises(UserError, match=r"m.jsonl:6: step 5's 'timing_s/step' .* no longer than its timing_s/testing"):
+    rows[5]["timing_s/save_checkpoint"] = rows[5]["timing_s/step"]
+    with pytest.raises(UserError, match=r"m.jsonl:6: step 5's 'timing_s/step' .* no longer than the checkpoint"):
         read_log(write_verl_jsonl(tmp_path / "m.jsonl", rows))
+
+
+def test_evaluation_comes_out_of_the_step_only_where_the_step_holds_it(tmp_path):
+    """VERL 0.9.1 times validation after `step` (its step shorter than stages + testing: nothing taken out);
+    VERL before 0.5 timed it inside (the step holds its stages and the testing: the testing taken out)."""
+    rows = verl_steps(8, gpus=8)
+    step = rows[5]["timing_s/step"]
+    rows[5]["timing_s/testing"] = step  # after the step: the step cannot hold it
+    assert read_log(write_verl_jsonl(tmp_path / "after.jsonl", rows)).steps[4].wall_s == pytest.approx(step)
+    rows[5]["timing_s/step"], rows[5]["timing_s/testing"] = step + 30.0, 30.0  # inside the step
+    assert read_log(write_verl_jsonl(tmp_path / "inside.jsonl", rows)).steps[4].wall_s == pytest.approx(step)
 
 
 def test_lines_without_step_time_or_tokens_are_counted_in_a_note(tmp_path):

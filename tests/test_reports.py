@@ -32,10 +32,12 @@ def ablation(tmp_path) -> Path:
     return make_ablation(tmp_path / "abl", iterations=6, async_iterations=6)  # 5 measured pairs: an interval
 
 
-@pytest.fixture
-def built(ablation) -> Path:
-    build_report(ablation)
-    return ablation
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The ablation with its report built, once for the module: the tests that take it only read it."""
+    folder = make_ablation(tmp_path_factory.mktemp("built") / "abl", iterations=6, async_iterations=6)
+    build_report(folder)
+    return folder
 
 
 def results(folder: Path) -> dict:

@@ -27,6 +27,7 @@ OTHER_MEANING = {
     ("engines/external/verl/adapter.py", "sync"): "VERL's recipe of the cell: its synchronous trainer",
     ("engines/external/verl/cpu/patches.py", "one_step_off"): "the path of VERL's one-step-off recipe",
     ("bench/experiments/peers/cells.py", "one_step_off"): "the VERL cell's recipe option, VERL's name",
+    ("engines/external/verl/metrics.py", "one_step_off"): "VERL's recipe, whose samples are one step late",
 }
 
 

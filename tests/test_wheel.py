@@ -1,5 +1,6 @@
 """rlbench as a user installs it, outside the checkout: the wheel `pip wheel .` builds holds every
-package of the tree and the shipped configs, and an installed rlbench runs from any directory.
+package of the tree, the shipped configs and the default's warm start, and an installed rlbench runs from
+any directory.
 
 The wheel goes into a fresh venv without its dependencies; those (the pinned CPU torch among them) come
 from this environment's site-packages through a .pth line, so the test needs no download. A .pth line
@@ -62,6 +63,9 @@ def test_the_wheel_holds_every_module_and_the_shipped_configs(installed):
     configs = {p.name for p in (ROOT / "configs").glob("*.yaml")} | {
         f"models/{p.name}" for p in (ROOT / "configs" / "models").glob("*.json")}
     assert {f"rlbench/configs/{c}" for c in configs} <= names
+    shipped = {f"rlbench/engines/model/warmstart/{p.name}" for p in (ROOT / "engines/model/warmstart").iterdir()}
+    assert "rlbench/engines/model/warmstart/model.safetensors" in shipped  # the default's warm start
+    assert shipped <= names
 
 
 def test_an_installed_rlbench_runs_a_shipped_config_from_another_directory(installed, tmp_path):

@@ -6,7 +6,6 @@ early (status "interrupted"/"failed", zero iterations, empty aggregates, no samp
 """
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -156,11 +155,6 @@ def workers_in(cells: list[CellData]) -> list[str]:
 
 def worker_sort_key(name: str) -> tuple:
     return (name.startswith("rollout"), name)
-
-
-def median_or_none(xs) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def get_path(d: dict, dotted: str):

@@ -244,11 +244,6 @@ class _EngineSection(Section):
         return max(self.rollout_devices, self.train_devices) if self.share_devices \
             else self.rollout_devices + self.train_devices
 
-    @property
-    def training_devices(self) -> int:
-        """Devices that train: all of them under sync (colocated), the training pool otherwise."""
-        return self.num_devices if schedules.SCHEDULES[self.schedule].colocated else self.train_devices
-
 
 def _with_options(name: str, base: type, fields: dict) -> type:
     """The config section `name`: its own fields (base) and the options of the components read under it,

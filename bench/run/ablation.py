@@ -21,6 +21,7 @@ from rlbench.planted import slowdown
 from rlbench.run import interleave as ring
 from rlbench.run.ablation_table import ABLATIONS, WORKLOADS
 from rlbench.run.around import Ending, check_out, finish, new_run_dir, preflight, raise_failed
+from rlbench.run.board import Board
 from rlbench.run.processes import cell_main, interrupt, reap, run_interleaved, start
 from rlbench.run.seed_pool import CellProcess, parallel_plan, run_parallel
 from rlbench.run.seeds import expand, parse_seeds
@@ -209,30 +210,33 @@ def run_cells(cells, record: dict, run_dir: Path, progress: bool) -> dict:
     """Run the cells whose entry in record has no exit code 0 yet (all of them, unless resumed), each
     in its own process; exit codes go into record and ablation.json as they come. Cells take turns by
     iteration (bench/run/interleave.py) when any cell's config asks for it (run.interleave: the user's, or
-    a regime point's)."""
+    a regime point's). progress: the cells' progress lines (bench/run/board.py)."""
     ctx = cell_context([cfg for _, cfg, _ in cells])
     try:
-        return _run_todo(ctx, cells, record, run_dir, progress)
+        with Board(progress) as board:
+            return _run_todo(ctx, cells, record, run_dir, board)
     finally:
         weight_file.remove(run_dir)  # the run's weight files (engines/model/weight_file.py): no cell starts any more
 
 
-def _run_todo(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
+def _run_todo(ctx, cells, record: dict, run_dir: Path, board: Board) -> dict:
     todo = [(entry, cell) for entry, cell in zip(record["cells"], cells) if entry["exit_code"] != 0]
     shared = bool(ring.from_env())
     groups = turn_groups(todo, shared_ring=shared)
     if takes_turns(groups, shared):
         for group in groups:
-            run_interleaved(ctx, [c for _, c in group], [e for e, _ in group], record, run_dir, progress)
+            run_interleaved(ctx, [c for _, c in group], [e for e, _ in group], record, run_dir, board)
         return record
     slots = parallel_plan(todo)  # seeds side by side, each on its own cores
     if slots:
-        return run_parallel(ctx, todo, record, run_dir, progress, slots,
+        return run_parallel(ctx, todo, record, run_dir, board, slots,
                             CellProcess(cell_main, start, reap, interrupt))
     for entry, (cell, cfg, _) in todo:
         proc = ctx.Process(target=cell_main, name=f"rlbench-cell-{cell}",
-                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
+                           args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell,
+                                 board.open(cell)))
         start(proc)
+        board.started(cell)
         try:
             proc.join()
         except KeyboardInterrupt:
@@ -243,6 +247,7 @@ def _run_todo(ctx, cells, record: dict, run_dir: Path, progress: bool) -> dict:
         finally:
             reap(proc)
         entry["exit_code"] = proc.exitcode
+        board.ended(cell, proc.exitcode)
         schema.atomic_write_json(run_dir / schema.ABLATION, record)
         if proc.exitcode == 2:
             raise UserError(f"cell {cell} rejected its input (see the error above)")

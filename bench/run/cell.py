@@ -25,8 +25,9 @@ from rlbench.engines.data.source import load_dataset
 from rlbench.engines.factory import build_schedule, iteration_input
 from rlbench.engines.model.weight_file import policy_once
 from rlbench.planted import pause, slowdown
+from rlbench.run.board import Reporter
 from rlbench.run.interleave import Pacer
-from rlbench.run.iteration_log import IterationLog, progress_bar
+from rlbench.run.iteration_log import IterationLog
 
 
 class CellRun:
@@ -66,12 +67,14 @@ class CellRun:
         return self.writer.results(self.results())
 
 
-def run_cell(cfg, folder: Path, name: str, progress: bool = True, pacer=None, own_process: bool = False) -> dict:
+def run_cell(cfg, folder: Path, name: str, progress=None, pacer=None, own_process: bool = False) -> dict:
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
+    progress: a Reporter (bench/run/board.py) to the run's progress lines; anything else shows none.
     pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone.
     own_process: this process was started for the cell (its start-up phases count from the process's start)."""
     lifecycle.begin_phases(own_process)
-    run, pacer = CellRun(cfg, folder, name), pacer or Pacer()
+    run, pacer, progress = CellRun(cfg, folder, name), pacer or Pacer(), Reporter.of(progress)
+    progress.phase("setting up")
     with _outcome(run, pacer):
         schedule, evaluator, dataset, tok = _setup(cfg, run, pacer, progress)
         with IterationLog(cfg, run, evaluator, dataset, tok, progress) as log:  # evaluates before iteration 0
@@ -156,7 +159,7 @@ def _save_and_close(run: CellRun) -> None:
     run.writer.close()
 
 
-def _setup(cfg, run: CellRun, pacer, progress: bool):
+def _setup(cfg, run: CellRun, pacer, progress: Reporter):
     """Planted slowdowns, placement, model and engine; -> (schedule, evaluator, dataset, tokenizer)."""
     run.planted = slowdown.activate(run.name, cfg.switches())  # before any worker starts
     pause.check()
@@ -185,15 +188,14 @@ def _placement(cfg, kind: str):
     return placement.plan(cfg.engine, kind, dev.available(kind))
 
 
-def _setup_model(cfg, run: CellRun, progress: bool):
+def _setup_model(cfg, run: CellRun, progress: Reporter):
     """-> (dataset, policy on the CPU mapped from the run's weight file, tokenizer, that WeightFile): the
     run's first cell of this model builds the file (engines/model/weight_file.py)."""
     dataset = load_dataset(cfg.data, cfg.run.seed)
-    bar = progress_bar(cfg.model.warmstart_steps, f"{run.name}: warm-start (first run only)", progress)
-    policy, tok, info, weights = policy_once(cfg, dataset, run.folder.parent,
-                                             progress=lambda i, n, loss: bar.update(1) if bar else None)
-    if bar:
-        bar.close()
+    policy, tok, info, weights = policy_once(
+        cfg, dataset, run.folder.parent,
+        progress=lambda i, n, loss: progress.count("warm-start step", i, n, f"loss {loss:.3f}"))
+    progress.phase("setting up")
     run.model_info = {"kind": cfg.model.kind, **info,
                       "parameters": sum(p.numel() for p in policy.parameters())}
     run.shape = utilisation.model_shape(policy)

@@ -1,9 +1,9 @@
 """What each iteration of a cell leaves behind: its samples, stage events and iteration record in the
 result files (bench/core/results/), the evaluations (before the first iteration and every run.eval_every),
-the curves of run.logger (bench/run/curves.py), the progress bar and the profiler's step."""
+the curves of run.logger (bench/run/curves.py), the run's progress line (bench/run/board.py) and the
+profiler's step."""
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict
 
 from rlbench.core.record import lifecycle
@@ -12,21 +12,23 @@ from rlbench.core.record.lifecycle import Phase, eval_seconds
 from rlbench.core.record.stages import Recorder, Role, Stage
 from rlbench.core.results import metrics, utilisation
 from rlbench.run.curves import Curves
-from tqdm import tqdm
 
 
 class IterationLog:
     """One cell's per-iteration bookkeeping (bench/run/cell.py's loop calls `record` after each iteration)."""
 
-    def __init__(self, cfg, run, evaluator, dataset, tok, progress: bool):
-        """evaluator (engines/evaluation.py): on the trainer's worker, or here when the trainer is here."""
+    def __init__(self, cfg, run, evaluator, dataset, tok, progress):
+        """evaluator (engines/evaluation.py): on the trainer's worker, or here when the trainer is here;
+        progress: the cell's Reporter (bench/run/board.py)."""
         self.cfg, self.run, self.evaluator, self.dataset, self.tok = cfg, run, evaluator, dataset, tok
         self.eval_rec = Recorder(Role.EVAL.value, run.t0, device=evaluator.device, sink=run.writer.event)
         self.curves = Curves(cfg, run.folder, run.name)
+        progress.phase("evaluating")
         with lifecycle.phase(Phase.FIRST_EVAL):
             self.acc = self.evaluate(0)
         self.curves.evaluation(0, self.acc)
-        self.bar = progress_bar(cfg.run.iterations, f"{run.name}", progress)
+        self.progress = progress
+        progress.count("iteration", 0, cfg.run.iterations, f"pass@1 {self.acc:.2f}")
         self.prof = _profiler(cfg, run, run.schedule, evaluator.device)
 
     def __enter__(self):
@@ -35,8 +37,6 @@ class IterationLog:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.prof.close()
         self.curves.close()
-        if exc_type is None and self.bar:
-            self.bar.close()
 
     def evaluate(self, done: int) -> float:
         """Accuracy on the eval split after `done` iterations (recorded as its eval stage)."""
@@ -71,9 +71,8 @@ class IterationLog:
         run.writer.iteration(rec)
         self.curves.iteration(run.iterations[-1])  # the record iterations.jsonl has just received
         run.save()
-        if self.bar:
-            self.bar.set_postfix(tpspd=f"{rec.tpspd:.0f}", reward=f"{rec.reward_mean:.2f}", acc=f"{self.acc:.2f}")
-            self.bar.update(1)
+        self.progress.count("iteration", done, cfg.run.iterations,
+                            f"TPSPD {rec.tpspd:.0f}, reward {rec.reward_mean:.2f}, pass@1 {self.acc:.2f}")
 
 
 def _profiler(cfg, run, schedule, device):
@@ -120,8 +119,3 @@ def _occupancy(stats: list[dict]) -> float | None:
     vals = [s["mean_active"] / s["max_num_seqs"] for s in stats if s and s.get("max_num_seqs")]
     return sum(vals) / len(vals) if vals else None
 
-
-def progress_bar(total: int, desc: str, enabled: bool):
-    if not enabled or total <= 0:
-        return None
-    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)

@@ -18,6 +18,7 @@ from rlbench.core.config import RunConfig
 from rlbench.core.devices import procs, starting
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
+from rlbench.run import board as boards
 from rlbench.run import interleave
 from rlbench.run.interleave import Pacer
 
@@ -64,15 +65,18 @@ def ring_seats(cells, run_dir: Path):
     return interleave.Ring.create(folder).register(0, [c for c, _, _ in cells]), folder
 
 
-def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path, progress: bool) -> dict:
-    """Every cell in its own process at once, taking turns by iteration (bench/run/interleave.py)."""
+def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path, board) -> dict:
+    """Every cell in its own process at once, taking turns by iteration (bench/run/interleave.py); board
+    (bench/run/board.py): the run's progress lines."""
     seats, own = ring_seats(cells, run_dir)
     running = {}
     try:
         for seat, entry, (cell, cfg, _) in zip(seats, entries, cells):
             proc = ctx.Process(target=cell_main, name=f"rlbench-cell-{cell}",
-                               args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress, seat))
+                               args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell,
+                                     board.open(cell), seat))
             start(proc)
+            board.started(cell)
             running[proc.sentinel] = (seat, proc, entry)
         while running:
             for sentinel in wait(list(running)):
@@ -81,6 +85,7 @@ def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path
                 reap(proc)
                 seat.leave()  # a cell that died mid-turn passes its turns on
                 entry["exit_code"] = proc.exitcode
+                board.ended(entry["name"], proc.exitcode)
                 schema.atomic_write_json(run_dir / schema.ABLATION, record)
     except KeyboardInterrupt:
         interrupt([proc for _, proc, _ in running.values()])
@@ -100,12 +105,14 @@ def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path
     return record
 
 
-def cell_main(cfg_json: dict, folder: str, name: str, progress: bool, seat=None) -> None:
-    """A cell process. It leads its own process group, so that whatever it starts (workers, vLLM engine
-    cores, resource trackers) can be found and ended after it (bench/core/devices/procs.py); it gets SIGTERM when
+def cell_main(cfg_json: dict, folder: str, name: str, progress, seat=None) -> None:
+    """A cell process; progress: its channel to the run's progress lines (bench/run/board.py), or None.
+    It leads its own process group, so that whatever it starts (workers, vLLM engine cores, resource
+    trackers) can be found and ended after it (bench/core/devices/procs.py); it gets SIGTERM when
     `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
     from rlbench.run.cell import run_cell  # inside: it imports torch; `rlbench run`, which starts this process, must not
 
+    progress = boards.attach(progress)  # before anything prints: its standard error may go to the board
     starting.detach()  # forked by `rlbench run`'s fork server (on CPU): it must end with `rlbench run`
     procs.lead_own_group()
     procs.interruptible()

@@ -48,15 +48,16 @@ def parallel_plan(todo) -> list[list[int]]:
 class CellProcess:
     """How the ablation runs one cell process (bench/run/ablation.py's own functions, passed in)."""
 
-    main: Callable  # the process target: (config json, folder, name, progress)
+    main: Callable  # the process target: (config json, folder, name, progress channel)
     start: Callable  # start it as the leader of its process group
     reap: Callable  # after it ended: end what is left of its group
     interrupt: Callable  # Ctrl-C: pass SIGINT to the cells still running
 
 
-def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[list[int]], cp: CellProcess) -> dict:
+def run_parallel(ctx, todo, record: dict, run_dir, board, slots: list[list[int]], cp: CellProcess) -> dict:
     """Run the seeds' queues of cells on the slots, a thread per slot starting and joining cell processes;
-    exit codes go into record and ablation.json as they come (under a lock)."""
+    exit codes go into record and ablation.json as they come (under a lock); board (bench/run/board.py):
+    the run's progress lines."""
 
     queues: dict = defaultdict(list)
     for item in todo:
@@ -73,7 +74,8 @@ def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[l
                 queue = pending.pop(0)
             for entry, (cell, cfg, _) in queue:
                 proc = ctx.Process(target=cp.main, name=f"rlbench-cell-{cell}",
-                                   args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell, progress))
+                                   args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell,
+                                         board.open(cell)))
                 with lock:  # the child inherits the mask it is started with; the parent's is restored
                     mask = os.sched_getaffinity(0)
                     os.sched_setaffinity(0, cores)
@@ -81,12 +83,14 @@ def run_parallel(ctx, todo, record: dict, run_dir, progress: bool, slots: list[l
                         cp.start(proc)
                     finally:
                         os.sched_setaffinity(0, mask)
+                    board.started(cell)
                     procs.append(proc)
                     entry["cores"] = list(cores)  # ablation.json: the physical cores this cell ran on
                 proc.join()
                 cp.reap(proc)
                 with lock:
                     entry["exit_code"] = proc.exitcode
+                    board.ended(cell, proc.exitcode)
                     schema.atomic_write_json(run_dir / schema.ABLATION, record)
 
     threads = [threading.Thread(target=slot_worker, args=(s,), daemon=True) for s in slots]

@@ -47,7 +47,8 @@ def tpspd_check(ours: float, reported: float | None) -> dict:
 def make_iteration(*, iteration: int, start: float, wall_s: float, num_samples: int, prompt_tokens: int,
                    response_tokens: int, devices: int, stage_s: dict[str, float], reward_mean: float,
                    response_len_mean: float, response_len_max: int, loss: float, grad_norm: float,
-                   kl: float, warmup: bool, eval_accuracy: float | None, external: dict) -> dict:
+                   kl: float, warmup: bool, eval_accuracy: float | None, external: dict,
+                   staleness_max: int = 0, staleness_mean: float = 0.0) -> dict:
     """An IterationRecord dict (rlbench's formulas) plus the framework's raw figures under `external`.
 
     Token counts are sums over the iteration's samples; wall_s is the framework's iteration time
@@ -58,7 +59,7 @@ def make_iteration(*, iteration: int, start: float, wall_s: float, num_samples: 
         response_tokens=response_tokens, devices=devices, rollout_s=stage_s.get(Stage.ROLLOUT.value, 0.0),
         train_s=sum(v for k, v in stage_s.items() if k in TRAIN_STAGES), reward_mean=reward_mean,
         response_len_mean=response_len_mean,
-        response_len_max=int(response_len_max), staleness_max=0, staleness_mean=0.0,
+        response_len_max=int(response_len_max), staleness_max=staleness_max, staleness_mean=staleness_mean,
         loss=loss, grad_norm=grad_norm, kl=kl, stage_s=stage_s, idle_frac={},
         rollout_occupancy=None, warmup=warmup, eval_accuracy=eval_accuracy)
     out = asdict(rec)

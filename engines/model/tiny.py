@@ -7,7 +7,8 @@ model.warmstart_direct_share, two ways to answer: working each step out first, o
 GSM8K reward accepts only the first, so RL has two things to learn: the answer format the reward
 checks (fast) and the arithmetic (slowly). Evaluation reports both (accuracy, accuracy_any_format).
 
-The warm-started weights are cached (keyed by everything that shapes them), so only a first run pays.
+The warm-started weights are cached (keyed by everything that shapes them), so only a first run pays; the
+default config's ship in the package (SHIPPED, built by engines/model/shipped.py), so not even that one.
 """
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ from rlbench.engines.data import facts
 from rlbench.engines.data.task import Problem, answer_only
 from rlbench.engines.model.shape import tiny_config
 from rlbench.engines.model.tokenizer import CharTokenizer
+
+
+SHIPPED = Path(__file__).parent / "warmstart"  # the default config's warm start (engines/model/shipped.py)
+# The warm start's intra-op threads, whatever the process had: it runs before a cell's workers start, while
+# the other core idles (1.6x faster than one thread on 2 cores, and the same bits as one thread on the
+# CPUs measured: docs/results/startup.md).
+THREADS = 2
 
 
 def quiet_transformers() -> None:
@@ -79,6 +87,18 @@ def warm_start(model, tok: CharTokenizer, problems, format_prompt, steps: int, l
     rng = random.Random(seed)
     if direct_share:
         problems = _answer_directly(problems, direct_share, random.Random(f"direct:{seed}"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        return _train(model, tok, problems, format_prompt, steps, lr, batch, rng, gsm8k_share, progress)
+    finally:
+        torch.set_num_threads(threads)
+        model.eval()
+
+
+def _train(model, tok, problems, format_prompt, steps: int, lr: float, batch: int, rng: random.Random,
+           gsm8k_share: float, progress) -> list[float]:
+    """warm_start's loop: AdamW with a 20-step warm-up and a linear decay; -> the loss per step."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / steps))
     model.train()
@@ -95,7 +115,6 @@ def warm_start(model, tok: CharTokenizer, problems, format_prompt, steps: int, l
         losses.append(loss.item())
         if progress is not None:
             progress(step + 1, steps, losses[-1])
-    model.eval()
     return losses
 
 
@@ -113,9 +132,9 @@ def warmstart_sources() -> list[Path]:
     return sorted(p for pkg in (data, model) for p in Path(pkg.__file__).parent.glob("*.py"))
 
 
-def cache_key(cfg) -> str:
+def cache_key(cfg, libraries: bool = True) -> str:
     """Everything that changes the warm-started weights: the model and data config, the seed, the code
-    (warmstart_sources), the fact split's rule version and the torch and transformers versions."""
+    (warmstart_sources), the fact split's rule version and (libraries) the torch and transformers versions."""
     # Every data key shapes the train split (eval_size too: train skips the eval questions), except
     # few_shot: the warm-start prompts are zero-shot. Local data files count by content.
     data = cfg.data.model_dump(mode="json", exclude={"few_shot"})
@@ -123,19 +142,33 @@ def cache_key(cfg) -> str:
     data["files"] = [hashlib.sha256(Path(f).read_bytes()).hexdigest()[:16] if Path(f).is_file() else f
                      for f in (cfg.data.path, cfg.data.eval_path) if f]
     parts = {"model": cfg.model.model_dump(mode="json"), "data": data, "seed": cfg.run.seed,
-             "torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
-             "code": {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest()[:12] for f in warmstart_sources()}}
+             "code": {f"{f.parent.name}/{f.name}": hashlib.sha256(f.read_bytes()).hexdigest()[:12]
+                      for f in warmstart_sources()}}
+    if libraries:
+        parts.update(torch=torch.__version__.split("+")[0], transformers=transformers.__version__)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def shipped_for(cfg) -> Path | None:
+    """The shipped warm start's folder where it serves cfg (its key is cfg's, libraries aside), else None."""
+    info = SHIPPED / "warmstart.json"
+    if cfg.model.kind != "tiny" or not info.is_file():
+        return None
+    return SHIPPED if json.loads(info.read_text()).get("key") == cache_key(cfg, libraries=False) else None
+
+
 def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):
-    """The warm-started tiny model from the cache, training and caching it on a first run."""
+    """The warm-started tiny model from the cache or the package (shipped_for), training and caching it
+    where neither has it."""
     quiet_transformers()
     tok = CharTokenizer()
     folder = cache_root() / f"tiny-{cache_key(cfg)}"
-    if (folder / "config.json").is_file():
-        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").float().eval()
-        return model, tok, json.loads((folder / "warmstart.json").read_text())
+    for ready, shipped in ((folder, False), (shipped_for(cfg), True)):
+        if ready is not None and (ready / "config.json").is_file():
+            model = AutoModelForCausalLM.from_pretrained(ready, attn_implementation="sdpa").float().eval()
+            info = json.loads((ready / "warmstart.json").read_text())
+            return model, tok, {"steps": info["steps"], "final_loss": info["final_loss"], "cached": True,
+                                **({"shipped": True} if shipped else {})}
     model = build_tiny(cfg.model, tok.vocab_size, cfg.run.seed)
     losses = warm_start(model, tok, train_problems, format_prompt, cfg.model.warmstart_steps,
                         cfg.model.warmstart_lr, cfg.model.warmstart_batch, cfg.run.seed,

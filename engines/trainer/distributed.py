@@ -106,10 +106,6 @@ class DataParallelTrainer:
         """Rank 0's device description and measured peak (the driver holds no accelerator to ask)."""
         return self._one("device_facts", "describing its device", dtype)
 
-    def replica_weights(self) -> list[dict]:
-        """Every rank's weights (tests: the replicas must stay identical)."""
-        return [from_numpy(w) for w in self._all(lambda n: (n, "weights"), "sending weights")]
-
     def close(self) -> None:
         self.host.close()
 

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from rlbench.core import hooks
 from rlbench.core.devices import busy as busy_clock
@@ -165,6 +164,3 @@ class Recorder:
         out, self.events = self.events, []
         return out
 
-
-def event_to_json(ev: StageEvent) -> str:
-    return json.dumps(asdict(ev))

@@ -12,8 +12,8 @@ from rlbench.experiments.peers import cells
 EXPERIMENT = ExperimentSpec(
     name="peers",
     summary="rlbench's sync and periodic-async beside TRL's GRPOTrainer on the same devices",
-    cells=cells.ablations, about={"peers": cells.ABOUT, "trl_on_policy": cells.ABOUT_TRL, cells.VERL: cells.ABOUT_VERL},
-    shared={"peers": cells.BASE, "trl_on_policy": cells.BASE, cells.VERL: cells.VERL_BASE},
+    cells=cells.ablations, about={"peers": cells.ABOUT, "trl_on_policy": cells.ABOUT_TRL, cells.VERL_ABLATION: cells.ABOUT_VERL},
+    shared={"peers": cells.BASE, "trl_on_policy": cells.BASE, cells.VERL_ABLATION: cells.VERL_BASE},
     switches=("framework", "framework_options"),
     analysis="rlbench.experiments.peers.analysis:ANALYSIS", report="rlbench.experiments.peers.report:REPORT",
     runner="rlbench.experiments.peers.run:RUNNER")

@@ -30,7 +30,7 @@ def preflight(cells) -> None:
             verl_adapter.preflight(cfg, framework_options(name))
 
 
-def run_framework_cell(framework: str, cfg, folder: Path, name: str, progress: bool, pacer) -> dict:
+def run_framework_cell(framework: str, cfg, folder: Path, name: str, progress, pacer) -> dict:
     """A peer framework's cell, in this (the cell's) process: its runner by import path."""
     module, fn = FRAMEWORKS[framework].split(":")
     return getattr(importlib.import_module(module), fn)(cfg, folder, name=name, pacer=pacer, progress=progress,

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
-from tqdm import tqdm
 
 from rlbench.core.devices import device as dev
 from rlbench.core.errors import UserError, WorkerError
@@ -46,10 +44,11 @@ class _Alone:
     def leave(self, wait_for_others=False): pass
 
 
-def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress: bool = False,
+def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress=None,
             options: dict | None = None) -> dict:
     """TRL's GRPO on cfg's workload, one pinned rank per device; writes out_dir's result files and returns
     results.json's dict. pacer (bench/run/interleave.py Pacer): the cell's turns, when it takes them;
+    progress: the cell's Reporter to the run's progress lines (bench/run/board.py), or None;
     options: TRL's own settings the cell varies (settings.TrlOptions, e.g. continuous_batching).
     Raises UserError (exit 2) before anything runs when TRL is missing or cannot run the config, and
     WorkerError (exit 3) when a rank fails."""
@@ -105,7 +104,7 @@ class TrlRun:
         self.procs = start_ranks(spec_path, self.world, self.folder, self.gate.child_fds, self.kind)
         self.gate.child_started()
 
-    def wait(self, progress: bool) -> None:
+    def wait(self, progress) -> None:
         try:
             codes = wait_ranks(self.procs, self._serving(progress))
         except KeyboardInterrupt:
@@ -119,15 +118,16 @@ class TrlRun:
         self.error = (f"TRL rank {r} exited with code {codes[r]}; its output is in {self.folder}/rank{r}.log:\n"
                       + log_tail(self.folder, r))
 
-    def _serving(self, progress: bool):
-        """The wait loop's tick: answer rank 0's turn requests, and show the iterations done."""
-        bar = _progress_bar(self.cfg.run.iterations, self.name) if progress else None
+    def _serving(self, progress):
+        """The wait loop's tick: answer rank 0's turn requests, and report the iterations done (rank 0's
+        timing windows, one line per iteration) to the progress lines."""
         windows = self.folder / "rank0" / "windows.jsonl"
 
         def serve(timeout_s: float) -> None:
             self.gate.serve(timeout_s)
-            if bar is not None and windows.is_file():
-                bar.update(sum(1 for _ in open(windows)) - bar.n)
+            if progress and windows.is_file():
+                with open(windows) as f:
+                    progress.count("iteration", sum(1 for _ in f), self.cfg.run.iterations)
 
         return serve
 
@@ -142,6 +142,3 @@ class TrlRun:
         write_cell(self.out, res, streams)
         return res
 
-
-def _progress_bar(total: int, desc: str):
-    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)

@@ -1,4 +1,4 @@
-"""`rlbench run --engine verl` and the VERL cells of `--ablation verl`: VERL's own GRPO trainer
+"""`rlbench run --engine verl` and the VERL cells of `--ablation verl_recipes`: VERL's own GRPO trainer
 (`python -m verl.trainer.main_ppo`, or a recipe's entry point) on rlbench's workload, its metrics written as an
 rlbench cell (results.json) whatever happened.
 
@@ -146,7 +146,9 @@ class _Setup:
 
     def _results(self, status, error, versions, run, t0: float, left: list[int]) -> dict:
         res = parse_verl_jsonl(self.metrics, self.cfg, self.devices, version=versions.get("verl"), cell=self.name,
-                               schedule=self.schedule, verl_gpus=recipes.throughput_gpus(self.options, self.cfg))
+                               schedule=self.schedule, verl_gpus=recipes.throughput_gpus(self.options, self.cfg),
+                               recipe=self.options.recipe,
+                               stage_devices=recipes.stage_devices(self.options, self.cfg))
         if status != "complete":
             res["status"] = status
         elif res["status"] != "complete":
@@ -180,8 +182,9 @@ def _ticker(gate, run, steps: int, name: str, metrics: Path, progress: bool):
         served = gate.serve(timeout_s) if gate is not None else time.sleep(timeout_s)
         if bar is not None:
             done = min(steps, sum(is_training_step(d) for _, d in read_verl_jsonl(metrics)))
-            phase = max(run.first_seen, key=run.first_seen.get, default="starting")
-            bar.set_description_str(name if done else f"{name} ({phase} done)", refresh=False)
+            phase = max(run.first_seen, key=run.first_seen.get, default=None)
+            bar.set_description_str(name if done else f"{name} ({phase} done)" if phase else f"{name} (starting)",
+                                    refresh=False)
             bar.update(done - bar.n)
         return bool(served)
 

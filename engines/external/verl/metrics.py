@@ -45,7 +45,27 @@ def eval_accuracy(data: dict, data_source: str = DATA_SOURCE) -> tuple[str, floa
     return (keys[0], float(data[keys[0]])) if keys else None
 
 
-def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float) -> dict:
+STALE = "fully_async/count/stale_trajectory_processed"  # the fully-async recipe's running count
+
+
+def staleness(data: dict, before: dict | None, recipe: str | None) -> tuple[int, float]:
+    """(max, mean) weight versions a step's samples lag its update: VERL's own per-trajectory record where it
+    logs one (its v1 trainer); the one-step-off recipe trains every batch one step late (its first is the
+    initial weights'); the fully-async recipe counts the stale samples it trained, one version late each."""
+    if "training/off_policy/trajectory_staleness/max" in data:
+        return (int(data["training/off_policy/trajectory_staleness/max"]),
+                float(data.get("training/off_policy/trajectory_staleness/mean", 0.0)))
+    if recipe == "one_step_off":
+        return (0, 0.0) if before is None else (1, 1.0)
+    if STALE in data:
+        stale = data[STALE] - ((before or {}).get(STALE) or 0.0)
+        return (1 if stale > 0 else 0), stale / max(1, round(data["perf/total_num_tokens"] /
+                                                           (data["prompt_length/mean"] + data["response_length/mean"])))
+    return 0, 0.0
+
+
+def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float,
+               stale: tuple[int, float] = (0, 0.0), stage_devices=None) -> dict:
     """Iteration k's record from VERL's metrics of its training step logged as `step` (its sync trainer logs
     step k+1; the fully-async recipe logs the weight version)."""
     wall = float(data.get("perf/time_per_step", data["timing_s/step"]))
@@ -54,7 +74,9 @@ def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float) ->
     samples = round(tokens / (p_mean + r_mean)) if p_mean is not None and r_mean else cfg.batch_size
     prompt_tokens = int(round(p_mean * samples)) if p_mean is not None else 0
     timing = {k.removeprefix("timing_s/"): float(v) for k, v in data.items() if k.startswith("timing_s/")}
-    stage_s = {STAGE_MAP[k].value: v for k, v in timing.items() if k in STAGE_MAP}
+    # device-seconds, as rlbench's stage_s sums its workers': a VERL stage's wall seconds x the devices it holds
+    per = stage_devices or (lambda stage: n_gpus)
+    stage_s = {STAGE_MAP[k].value: v * per(STAGE_MAP[k]) for k, v in timing.items() if k in STAGE_MAP}
     acc = eval_accuracy(data)
     return make_iteration(
         iteration=k, start=start, wall_s=wall, num_samples=samples, prompt_tokens=prompt_tokens,
@@ -64,6 +86,7 @@ def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float) ->
         loss=float(data.get("actor/pg_loss", data.get("actor/loss", 0.0))),
         grad_norm=float(data.get("actor/grad_norm", 0.0)), kl=float(data.get("actor/kl_loss", 0.0)),
         warmup=k < cfg.run.warmup_iterations, eval_accuracy=acc[1] if acc else None,
+        staleness_max=stale[0], staleness_mean=stale[1],
         external={"step": step, "perf/throughput": data.get("perf/throughput"),
                   # vLLM's log-probs of the sampled tokens against the trainer's (old-policy pass): near zero
                   # only while vLLM samples from the weights the trainer has
@@ -73,23 +96,27 @@ def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float) ->
 
 
 def parse_verl_jsonl(path: str | Path, cfg, n_gpus: int, version: str | None = None, cell: str = "verl",
-                     schedule: str | None = None, verl_gpus: int | None = None) -> dict:
+                     schedule: str | None = None, verl_gpus: int | None = None, recipe: str | None = None,
+                     stage_devices=None) -> dict:
     """A VERL FileLogger JSONL -> an rlbench cell results dict.
 
     n_gpus: all GPUs of the run (VERL's resource pools), the TPSPD divisor. verl_gpus: the GPUs VERL's own
     perf/throughput divides by, where it counts fewer (its one-step-off recipe: the trainer's pool only).
-    Iteration k is the k-th training step logged; evals[i]["iteration"] counts the iterations finished before
-    it (0 = before training), as rlbench's do.
+    Iteration k is the k-th training step logged; evals[i]["iteration"] is the steps trained before it, VERL's own
+    step number of a validation (0 = before training), as rlbench counts them. recipe (recipes.VerlOptions):
+    how the samples' staleness is read. stage_devices(stage) -> the devices a stage holds (default: all n_gpus,
+    VERL's hybrid engine): its seconds count that many times, as rlbench sums its workers' stage seconds.
     """
-    iterations, evals, t = [], [], 0.0
+    iterations, evals, t, before = [], [], 0.0, None
     for step, data in read_verl_jsonl(path):
         if is_training_step(data) and len(iterations) < cfg.run.iterations:  # a recipe may train one more
-            it = _iteration(len(iterations), step, data, cfg, n_gpus, t)
+            it = _iteration(len(iterations), step, data, cfg, n_gpus, t, staleness(data, before, recipe),
+                            stage_devices)
             iterations.append(it)
-            t = it["end"] + float(data.get("timing_s/testing", 0.0))
+            t, before = it["end"] + float(data.get("timing_s/testing", 0.0)), data
         acc = eval_accuracy(data)
         if acc:
-            evals.append({"iteration": len(iterations), "accuracy": acc[1], "key": acc[0]})
+            evals.append({"iteration": min(step, cfg.run.iterations), "accuracy": acc[1], "key": acc[0]})
     warnings = flag_tpspd(iterations, "perf/throughput", verl_gpus)
     if iterations and iterations[-1]["num_samples"] != cfg.batch_size:
         warnings.append(f"VERL trained {iterations[-1]['num_samples']} samples per step, the config "

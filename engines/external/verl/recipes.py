@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from rlbench.core.errors import UserError
+from rlbench.core.record.stages import Stage
 
 CHECKPOINT = "rlbench.engines.external.verl.cpu.checkpoint"  # VERL's checkpoint-engine plugin point
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -91,3 +92,16 @@ def throughput_gpus(options: VerlOptions, cfg) -> int | None:
     though the rollout's devices are the run's as much (the fully-async recipe counts both:
     fully_async_trainer.py:170). rlbench's TPSPD divides by all of them."""
     return cfg.engine.train_devices if options.recipe == "one_step_off" else None
+
+
+def stage_devices(options: VerlOptions, cfg):
+    """stage -> the devices it holds in a step: every device in VERL's hybrid engine; in a separated recipe its
+    rollout pool generates and its training pool trains (the weight sync joins both)."""
+    e = cfg.engine
+
+    def devices(stage: Stage) -> int:
+        if not options.separate or stage == Stage.WEIGHT_SYNC:
+            return e.num_devices
+        return e.rollout_devices if stage == Stage.ROLLOUT else e.train_devices
+
+    return devices
