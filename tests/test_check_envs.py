@@ -5,6 +5,7 @@ planted environment (bench/planted/slow_op.py) slowing the one operator it names
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import sysconfig
@@ -53,6 +54,20 @@ def test_an_interpreter_that_does_not_exist_exits_2_naming_the_side(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "--env-a" in proc.stderr and "environment A's interpreter does not exist" in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing ran, no A/B folder
+
+
+@pytest.mark.parametrize("side, which, said", [
+    ("a", "bare", "environment A has no rlbench: install rlbench there"),
+    ("b", "schema", "environment B: its rlbench (.*) writes result schema 99, this rlbench reads schema 1"),
+])
+def test_the_command_exits_2_naming_the_side_and_what(tmp_path, side, which, said):
+    python = (_wrapper(tmp_path, "bare", f'exec {sys.executable} -S "$@"') if which == "bare"
+              else _fake_rlbench(tmp_path, 99, interleave.PROTOCOL))
+    out = tmp_path / "out"
+    proc = rlbench("check", f"--env-{side}", python, "--out", out)
+    assert proc.returncode == 2, proc.stderr
+    assert re.search(f"--env-{side} {re.escape(str(python))}: {said}", proc.stderr), proc.stderr
+    assert not out.exists()  # refused before anything ran
 
 
 def test_a_program_that_is_not_python_is_refused(tmp_path):

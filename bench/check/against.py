@@ -208,9 +208,10 @@ def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] 
     schema.atomic_write_json(ab / AB_FILE, record)
     echo(f"rlbench check: {ablation} on {config.name}, {named} (old) and this tree (new) interleaved -> {ab}")
     t0 = time.monotonic()
-    codes = run_sides(ring, [Side("old", _run_cmd(config, ablation, sets or [], ab / "old"), _env(shim, ring.folder, 0)),
-                             Side("new", _run_cmd(config, ablation, sets or [], ab / "new"), _env(None, ring.folder, 1))],
-                      ab)
+    sides = [Side(name, _run_cmd(config, ablation, sets or [], ab / name),
+                  _env(tree, ring.folder, i))
+             for i, (name, tree) in enumerate((("old", shim), ("new", None)))]
+    codes = run_sides(ring, sides, ab)
     shutil.rmtree(ab / "ring", ignore_errors=True)
     record.update(exit_codes={"old": codes[0], "new": codes[1]}, wall_s=round(time.monotonic() - t0, 1),
                   load=[round(x, 2) for x in os.getloadavg()])  # the machine's load as the run ended
@@ -225,16 +226,18 @@ def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] 
 
 @dataclass
 class Side:
-    """One side of an A/B as it runs: its folder's name under the A/B folder ("old", "new"; its log beside it),
-    its `rlbench run` command and that command's environment (its seat in the ring included)."""
+    """One side of an A/B as it runs: its folder's name under the A/B folder ("old", "new"; its log
+    beside it), its `rlbench run` command and that command's environment (its seat in the ring
+    included)."""
     name: str
     cmd: list[str]
     env: dict
 
 
 def run_sides(ring, sides: list[Side], ab: Path) -> list[int]:
-    """Start both `rlbench run`s; a side that ends is abandoned in the ring (the other never waits for it).
-    Ctrl-C reaches both (same process group); their measured iterations are kept. -> their exit codes."""
+    """Start both `rlbench run`s; a side that ends is abandoned in the ring (the other never waits
+    for it). Ctrl-C reaches both (same process group); their measured iterations are kept. -> their
+    exit codes."""
     procs = []
     for side in sides:
         log = open(ab / f"{side.name}.log", "w")
@@ -295,8 +298,9 @@ def judge(ab: Path, confirming: bool = False):
     confirming: the second run of bench/check/confirm.py (its flag line: CONFIRM_STATS)."""
     record = json.loads((Path(ab) / AB_FILE).read_text())
     old, new = run_dirs(ab)
-    res = check_ab.compare(old, new, record.get("label") or f"{record['against']} = {record['old_commit'][:12]}",
-                           check_ab.CONFIRM_STATS if confirming else check_ab.AB_STATS)
+    label = record.get("label") or f"{record['against']} = {record['old_commit'][:12]}"
+    stats = check_ab.CONFIRM_STATS if confirming else check_ab.AB_STATS
+    res = check_ab.compare(old, new, label, stats)
     annotate(record, res)
     record["verdict"] = {"exit_code": res.exit_code, "line": res.verdict.splitlines()[0],
                          "worse": [r.metric for r in res.rows if r.mark == "worse"]}
@@ -305,8 +309,8 @@ def judge(ab: Path, confirming: bool = False):
 
 
 def annotate(record: dict, result) -> None:
-    """An A/B of two environments or configs: the lines that open its report (what differs between A and B,
-    beside the stages that moved: bench/check/envs.py head_lines), kept with the result."""
+    """An A/B of two environments or configs: the lines that open its report (what differs between
+    A and B, beside the stages that moved: bench/check/envs.py head_lines), kept with the result."""
     if record.get("mode"):
         result.baseline_info["head"] = envs.head_lines(record, result.rows)
 

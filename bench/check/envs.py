@@ -1,13 +1,15 @@
-"""The two sides of `rlbench check --env-a PYTHON --env-b PYTHON`: each a Python interpreter (a venv's, or a
-wrapper script that starts one) where rlbench is installed, asked what it holds before anything runs.
+"""The two sides of `rlbench check --env-a PYTHON --env-b PYTHON`: each a Python interpreter (a
+venv's, or a wrapper script that starts one) where rlbench is installed, asked what it holds before
+anything runs.
 
-Each interpreter is run once with a short probe (a subprocess: its own sys.path, its own packages, whatever a
-wrapper sets): its packages and their versions as its own importlib.metadata sees them (the first of a name on
-its path, the one an import gets), the sitecustomize or usercustomize module it ran at its start (code in no
-package, named by its file and a digest of it), its rlbench, that rlbench's result schema and turn-ring protocol. Bad input
-is refused before anything runs (exit 2), naming the side and what: an interpreter that does not exist or
-does not run, no rlbench there, an rlbench whose result schema differs from this one's (this rlbench judges
-both sides' result files) or that takes turns by other rules (both sides share one turn ring).
+Each interpreter is run once with a short probe (a subprocess: its own sys.path, its own packages,
+whatever a wrapper sets): its packages and their versions as its own importlib.metadata sees them
+(the first of a name on its path, the one an import gets), the sitecustomize or usercustomize module
+it ran at its start (code in no package, named by its file and a digest of it), its rlbench, that
+rlbench's result schema and turn-ring protocol. Bad input is refused before anything runs (exit 2),
+naming the side and what: an interpreter that does not exist or does not run, no rlbench there, an
+rlbench whose result schema differs from this one's (this rlbench judges both sides' result files)
+or that takes turns by other rules (both sides share one turn ring).
 """
 from __future__ import annotations
 
@@ -24,10 +26,12 @@ from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.run import interleave
 
-# What this rlbench does as a side of an environment A/B beyond the ring's protocol, read by the other rlbench
-# from here: "engine_turns": `rlbench run --engine NAME` takes its turns in a shared ring (bench/run/around.py).
+# What this rlbench does as a side of an environment A/B beyond the ring's protocol, read by the
+# other rlbench from here: "engine_turns": `rlbench run --engine NAME` takes its turns in a shared
+# ring (bench/run/around.py).
 FEATURES = ("engine_turns",)
-PROBE_TIMEOUT_S = 120  # a cold interpreter on a busy machine reads its packages' metadata in seconds
+# a cold interpreter on a busy machine reads its packages' metadata in seconds
+PROBE_TIMEOUT_S = 120
 _MARK = "RLBENCH-PROBE "
 _PROBE = r"""
 import json, os, re, sys
@@ -38,12 +42,14 @@ for d in md.distributions():  # in sys.path order: the first of a name is the on
     name = d.metadata["Name"]
     if name:
         out["packages"].setdefault(re.sub(r"[-_.]+", "-", name).lower(), d.version)
-for hook in ("sitecustomize", "usercustomize"):  # code every start of that Python runs, in no package
+# code every start of that Python runs, in no package
+for hook in ("sitecustomize", "usercustomize"):
     path = getattr(sys.modules.get(hook), "__file__", None)
     if path:
         import hashlib
         with open(path, "rb") as f:
-            out["packages"][hook + ".py"] = hashlib.sha256(f.read()).hexdigest()[:12] + " at " + path
+            digest = hashlib.sha256(f.read()).hexdigest()[:12]
+            out["packages"][hook + ".py"] = digest + " at " + path
 try:
     import rlbench
     out["rlbench_path"] = list(rlbench.__path__)[0]
@@ -87,36 +93,39 @@ class Env:
 
 
 def resolve_python(side: str, python: str, flag: str | None = None) -> str:
-    """The interpreter's path: a path as given, or a command found on PATH. Exit 2 naming the side (and the
-    option, `flag`) when there is none."""
+    """The interpreter's path: a path as given, or a command found on PATH. Exit 2 naming the side
+    (and the option, `flag`) when there is none."""
     flag = flag or f"--env-{side.lower()}"
     found = python if os.sep in python else shutil.which(python)
     if not found or not Path(found).is_file():
-        raise UserError(f"{flag} {python}: environment {side}'s interpreter does not exist (give the Python of a "
-                        "venv where rlbench is installed, e.g. .venv-old/bin/python)")
+        raise UserError(f"{flag} {python}: environment {side}'s interpreter does not exist "
+                        "(give the Python of a venv where rlbench is installed, "
+                        "e.g. .venv-old/bin/python)")
     if not os.access(found, os.X_OK):
         raise UserError(f"{flag} {python}: environment {side}'s interpreter is not executable")
     return str(Path(found).absolute())
 
 
 def probe(side: str, python: str, environ: dict | None = None) -> Env:
-    """Ask side's interpreter what it holds; UserError (exit 2, naming the side) where it does not run, or
-    holds no rlbench this one can take turns with and judge."""
+    """Ask side's interpreter what it holds; UserError (exit 2, naming the side) where it does not
+    run, or holds no rlbench this one can take turns with and judge."""
     env = ask(side, python, environ)
     compatible(env)
     return env
 
 
 def ask(side: str, python: str, environ: dict | None = None, flag: str | None = None) -> Env:
-    """What an interpreter holds, rlbench or not (a peer framework's venv too); UserError (exit 2, naming the
-    side, or `flag`) where it does not exist or does not run as Python."""
+    """What an interpreter holds, rlbench or not (a peer framework's venv too); UserError (exit 2,
+    naming the side, or `flag`) where it does not exist or does not run as Python."""
     flag, path = flag or f"--env-{side.lower()}", resolve_python(side, python, flag)
     try:
-        out = subprocess.run([path, "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                             env=environ, stdin=subprocess.DEVNULL)
+        out = subprocess.run([path, "-c", _PROBE], capture_output=True, text=True,
+                             timeout=PROBE_TIMEOUT_S, env=environ, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as e:
-        raise UserError(f"{flag} {python}: environment {side}'s interpreter could not be run: {e}") from None
-    answer = next((line[len(_MARK):] for line in out.stdout.splitlines() if line.startswith(_MARK)), None)
+        raise UserError(f"{flag} {python}: environment {side}'s interpreter could not be run: "
+                        f"{e}") from None
+    answer = next((line[len(_MARK):] for line in out.stdout.splitlines()
+                   if line.startswith(_MARK)), None)
     if out.returncode or answer is None:
         said = (out.stderr.strip() or out.stdout.strip())[-400:]
         raise UserError(f"{flag} {python}: environment {side}'s interpreter did not run as Python "
@@ -125,81 +134,93 @@ def ask(side: str, python: str, environ: dict | None = None, flag: str | None = 
 
 
 def compatible(env: Env) -> None:
-    """Exit 2 naming the side where its rlbench is missing, or writes results of another schema, or takes turns
-    by another protocol than this rlbench's."""
+    """Exit 2 naming the side where its rlbench is missing, or writes results of another schema, or
+    takes turns by another protocol than this rlbench's."""
     where = f"--env-{env.side.lower()} {env.python}: environment {env.side}"
     if env.schema_version is None or env.protocol is None:
         missing = "No module named 'rlbench'" in env.error
         raise UserError(f"{where} has no rlbench" + (f" ({env.error})" if not missing else "")
-                        + ": install rlbench there (the same version as this one: pip install -c constraints.txt "
-                          "RLBENCH_WHEEL, or pip install -e CHECKOUT)")
+                        + ": install rlbench there (the same version as this one: pip install -c "
+                          "constraints.txt RLBENCH_WHEEL, or pip install -e CHECKOUT)")
     if env.schema_version != schema.SCHEMA_VERSION:
-        raise UserError(f"{where}: its rlbench ({env.rlbench_path}) writes result schema {env.schema_version}, this "
-                        f"rlbench reads schema {schema.SCHEMA_VERSION}: install the same rlbench on both sides")
+        raise UserError(f"{where}: its rlbench ({env.rlbench_path}) writes result schema "
+                        f"{env.schema_version}, this rlbench reads schema {schema.SCHEMA_VERSION}: "
+                        "install the same rlbench on both sides")
     if env.protocol != interleave.PROTOCOL:
-        raise UserError(f"{where}: its rlbench ({env.rlbench_path}) takes turns by ring protocol {env.protocol}, "
-                        f"this rlbench by {interleave.PROTOCOL}: install the same rlbench on both sides")
+        raise UserError(f"{where}: its rlbench ({env.rlbench_path}) takes turns by ring protocol "
+                        f"{env.protocol}, this rlbench by {interleave.PROTOCOL}: "
+                        "install the same rlbench on both sides")
 
 
-def probe_both(python_a: str, python_b: str, environs: tuple[dict | None, dict | None] = (None, None)
-               ) -> tuple[Env, Env]:
-    """Both sides' probes at once (each is seconds of a cold interpreter); A's error first where both fail."""
+def probe_both(python_a: str, python_b: str,
+               environs: tuple[dict | None, dict | None] = (None, None)) -> tuple[Env, Env]:
+    """Both sides' probes at once (each is seconds of a cold interpreter); A's error first where
+    both fail."""
     with ThreadPoolExecutor(2) as pool:
-        jobs = [pool.submit(probe, side, py, env) for side, py, env in zip("AB", (python_a, python_b), environs)]
+        jobs = [pool.submit(probe, side, py, env)
+                for side, py, env in zip("AB", (python_a, python_b), environs)]
         return jobs[0].result(), jobs[1].result()
 
 
 def require(env: Env, feature: str, what: str) -> None:
-    """Exit 2 naming the side where its rlbench predates `feature` (FEATURES), which `what` needs."""
+    """Exit 2 naming the side where its rlbench predates `feature` (FEATURES), which `what`
+    needs."""
     if feature not in env.features:
         raise UserError(f"--env-{env.side.lower()} {env.python}: environment {env.side}'s rlbench "
                         f"({env.rlbench_path}) predates {what}: install this rlbench there")
 
 
 def package_diff(a: dict, b: dict) -> list[tuple[str, str | None, str | None]]:
-    """[(name, version in A or None, version in B or None)] of every package whose version differs, by name."""
+    """[(name, version in A or None, version in B or None)] of every package whose version differs,
+    by name."""
     return [(n, a.get(n), b.get(n)) for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
 
 
 def format_diff(diff: list[tuple[str, str | None, str | None]], limit: int = 8) -> str:
-    """'transformers 5.19.0 -> 5.25.0; ray absent -> 2.60.0' (A -> B), the first `limit` and a count."""
+    """'transformers 5.19.0 -> 5.25.0; ray absent -> 2.60.0' (A -> B), the first `limit` and a
+    count."""
     words = [f"{n} {va or 'absent'} -> {vb or 'absent'}" for n, va, vb in diff]
-    return "; ".join(words[:limit]) + (f"; and {len(words) - limit} more" if len(words) > limit else "")
+    more = f"; and {len(words) - limit} more" if len(words) > limit else ""
+    return "; ".join(words[:limit]) + more
 
 
 def fingerprint(packages: dict, sets: list[str], python: str = "") -> str:
-    """An environment's name in the history, where a commit's sha would be: `env:` and a digest of its
-    packages and versions, its Python's version and its config overrides, so that the next A/B whose A is
-    this B chains on (bench/check/history.py chain_of). A start-up module counts by its content, not by the
-    folder it lies in (the next job builds the same environment elsewhere)."""
+    """An environment's name in the history, where a commit's sha would be: `env:` and a digest of
+    its packages and versions, its Python's version and its config overrides, so that the next A/B
+    whose A is this B chains on (bench/check/history.py chain_of). A start-up module counts by its
+    content, not by the folder it lies in (the next job builds the same environment elsewhere)."""
     content = {name: str(v).split(" at ")[0] for name, v in packages.items()}
     text = json.dumps({"packages": content, "sets": list(sets), "python": python}, sort_keys=True)
     return "env:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def side_environ(env: Env, base: dict) -> dict:
-    """The environment a side's `rlbench run` starts with: base, and for a venv its bin folder first on PATH and
-    VIRTUAL_ENV set, so that a program the run starts by name (a launcher, a compiler) is the venv's."""
+    """The environment a side's `rlbench run` starts with: base, and for a venv its bin folder first
+    on PATH and VIRTUAL_ENV set, so that a program the run starts by name (a launcher, a compiler)
+    is the venv's."""
     out = dict(base)
     if env.is_venv:
         out["VIRTUAL_ENV"] = env.prefix
-        out["PATH"] = os.pathsep.join([str(Path(env.prefix) / "bin"), *filter(None, [base.get("PATH")])])
+        path = [str(Path(env.prefix) / "bin"), *filter(None, [base.get("PATH")])]
+        out["PATH"] = os.pathsep.join(path)
     return out
 
 
 # ----------------------------------------------------------------- the report's first lines
 
-STAGE_FAMILY = "cost"  # cost:<stage>: a stage's CPU seconds per unit of its work (bench/check/ab.py UNITS)
+# cost:<stage>: a stage's CPU seconds per unit of its work (bench/check/ab.py UNITS)
+STAGE_FAMILY = "cost"
 MOVED = ("worse", "better")
 
 
 def head_lines(record: dict, rows: list) -> list[str]:
-    """The first lines of an environment or config A/B's report: each side's interpreter, the packages that
-    differ (A -> B), B's own config overrides, then the stages that moved (judged worse or better) and any other
-    metric that did: what changed beside where it shows."""
+    """The first lines of an environment or config A/B's report: each side's interpreter, the
+    packages that differ (A -> B), B's own config overrides, then the stages that moved (judged
+    worse or better) and any other metric that did: what changed beside where it shows."""
     sides = record.get("envs") or {}
-    lines = ["A/B of two " + ("environments" if record.get("mode") == "env" else "configs") + ": "
-             + "; ".join(f"{s} = {e.get('python')} (Python {e.get('version')})" for s, e in sides.items())]
+    kind = "environments" if record.get("mode") == "env" else "configs"
+    named = [f"{s} = {e.get('python')} (Python {e.get('version')})" for s, e in sides.items()]
+    lines = [f"A/B of two {kind}: " + "; ".join(named)]
     diff = [tuple(d) for d in record.get("differ") or []]
     lines.append(f"packages that differ (A -> B): {format_diff(diff)}" if diff else
                  "packages that differ: none (the same versions on both sides)")
@@ -208,11 +229,12 @@ def head_lines(record: dict, rows: list) -> list[str]:
     moved = [r for r in rows if r.mark in MOVED]
     stages = [r for r in moved if r.metric.split(":")[0] == STAGE_FAMILY]
     others = [r for r in moved if r not in stages]
-    lines.append("stages that moved (B / A): " + ("; ".join(_moved(r, r.metric.split(":", 1)[1]) for r in stages)
-                                                  if stages else "none beyond their floors"))
+    named = "; ".join(_moved(r, r.metric.split(":", 1)[1]) for r in stages)
+    lines.append("stages that moved (B / A): " + (named or "none beyond their floors"))
     if others:
-        lines.append("other metrics that moved: " + "; ".join(_moved(r, r.metric) for r in others[:6])
-                     + (f"; and {len(others) - 6} more" if len(others) > 6 else ""))
+        more = f"; and {len(others) - 6} more" if len(others) > 6 else ""
+        lines.append("other metrics that moved: "
+                     + "; ".join(_moved(r, r.metric) for r in others[:6]) + more)
     return lines
 
 

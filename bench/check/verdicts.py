@@ -235,9 +235,10 @@ def _fmt_change(r: Row) -> str:
 
 
 def format_check(result: CheckResult, verdict: bool = True, head: bool = True) -> str:
-    """Plain-text table (metric, baseline or old, current or new, change, mark, note); the last line is
-    the verdict (verdict=False: the table alone). An A/B of two environments or configs opens with what
-    differs between them beside the stages that moved (baseline_info "head"; head=False: not)."""
+    """Plain-text table (metric, baseline or old, current or new, change, mark, note); the last
+    line is the verdict (verdict=False: the table alone). An A/B of two environments or configs
+    opens with what differs between them beside the stages that moved (baseline_info "head";
+    head=False: not)."""
     ab = result.baseline_info.get("kind") == "A/B"
     head = ("metric", "old" if ab else "baseline", "new" if ab else "current", "change", "mark", "note")
     body = [(r.metric, _fmt_value(r.baseline), _fmt_value(r.current), _fmt_change(r), r.mark,
@@ -246,7 +247,8 @@ def format_check(result: CheckResult, verdict: bool = True, head: bool = True) -
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(5)]
     if ab:
         lines = [*(result.baseline_info.get("head") or [] if head else []),
-                 f"rlbench check: {result.run_dir} against {result.baseline_path}, paired per iteration"]
+                 f"rlbench check: {result.run_dir} against {result.baseline_path}, "
+                 "paired per iteration"]
     else:
         lines = [f"rlbench check: {result.run_dir} vs {result.baseline_path} "
                  f"(baseline created {result.baseline_info.get('created') or '?'}, "

@@ -220,13 +220,15 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
 
 
 def ring_pacer(engine: str, can_take_turns: bool):
-    """A side of `rlbench check --env-a/--env-b/--set-b --engine NAME` (RLBENCH_RING set): the one cell takes its
-    turns in the ring the check shares between the sides (bench/run/interleave.py), iteration k under A and under
-    B back to back. -> its Pacer; None where the run is no side of a check."""
+    """A side of `rlbench check --env-a/--env-b/--set-b --engine NAME` (RLBENCH_RING set): the one
+    cell takes its turns in the ring the check shares between the sides (bench/run/interleave.py),
+    iteration k under A and under B back to back. -> its Pacer; None where the run is no side of a
+    check."""
     shared = interleave.from_env()
     if not shared:
         return None
     if not can_take_turns:
-        raise UserError(f"--engine {engine}: its cell cannot take turns with another side of `rlbench check`")
+        raise UserError(f"--engine {engine}: its cell cannot take turns with another side of "
+                        "`rlbench check`")
     folder, side = shared
     return interleave.Pacer(interleave.Ring(folder).register(side, [engine])[0])
