@@ -5,13 +5,15 @@
 # (or a drift over the history), 2 bad input.
 #
 # Usage: bash scripts/env_ab.sh OLD_LOCK NEW_LOCK OUT [rlbench check options ...]
-#   OLD_LOCK, NEW_LOCK  requirements files that pin every package (pip freeze, uv pip compile); torch's build
-#                       comes from the indexes pip is configured with (a CPU or a CUDA build)
+#   OLD_LOCK, NEW_LOCK  requirements files that pin every package (pip freeze, uv pip compile), installed as
+#                       they are (--no-deps, as pip-sync does: nothing resolved again, so a package a venv got
+#                       with --no-deps freezes into a lock that installs); torch's build comes from the indexes
+#                       pip is configured with (a CPU or a CUDA build)
 #   OUT                 receives env-old/ and env-new/ (the venvs), ab/ (the A/B folders: ab.json, each side's
 #                       run and log), check.txt (the report) and history.html
 #   RLBENCH_HISTORY     the history file (default OUT/history.jsonl; a CI keeps it between runs)
 #   RLBENCH_SPEC        what installs rlbench into both environments (default: this checkout); installed under
-#                       the lock as a constraint, so it adds what it needs and moves no locked version
+#                       the locked versions as constraints, so it adds what it needs and moves none of them
 #   RLBENCH_COMPILE=0   do not compile the environments' bytecode (a faster build; then each side's first run
 #                       compiles what it imports, inside its start-up)
 #   PYTHON              the interpreter the venvs are made from (default python3)
@@ -30,9 +32,12 @@ source "$HERE/scripts/uv_install.sh"  # uv_install VENV ARGS: uv, with pip's ind
 build() {  # LOCK VENV: the lock's packages, then rlbench under them
     local lock=$1 venv=$2
     rm -rf "$venv"
+    # rlbench is installed with what the lock put there as constraints, name==version (a lock's lines
+    # may be paths or URLs, which uv takes as requirements, not as constraints)
     "${PYTHON:-python3}" -m venv "$venv" &&
-        UV_INSTALL_COMPILE=${RLBENCH_COMPILE:-1} uv_install "$venv" -r "$lock" &&
-        UV_INSTALL_COMPILE=${RLBENCH_COMPILE:-1} uv_install "$venv" -c "$lock" "$SPEC"
+        UV_INSTALL_COMPILE=${RLBENCH_COMPILE:-1} uv_install "$venv" --no-deps -r "$lock" &&
+        "$venv/bin/python" -m pip list -q --format=freeze --disable-pip-version-check > "$venv/locked.txt" &&
+        UV_INSTALL_COMPILE=${RLBENCH_COMPILE:-1} uv_install "$venv" -c "$venv/locked.txt" "$SPEC"
 }
 for side in old new; do
     lock=$OLD_LOCK; [ "$side" = new ] && lock=$NEW_LOCK

@@ -11,6 +11,9 @@ judged alone (--no-confirm), taking turns so that every kind sees the machine's 
     python scripts/env_ab_study.py OUT --rounds 5 [--kinds same,planted,commit] [--slow update:0.10]
     python scripts/env_ab_study.py OUT --summary          # the numbers again, from OUT's A/B folders
 
+Two studies may write into one OUT at once (e.g. --kinds planted beside --kinds same,commit, on a machine
+where other work leaves the cores shared anyway): --summary reads them all.
+
 Prints one line per A/B run as it ends, then the counts, the wall times and their ratio per round.
 LOCK=FILE runs each A/B under `flock FILE` (other heavy work on a shared machine takes turns between them).
 """
@@ -44,28 +47,40 @@ def one(out: Path, kind: str, i: int, slow: str) -> dict:
     start = time.monotonic()
     with open(out / f"{kind}-{i}.txt", "w") as log:
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
-    return summarise(folder, kind, code, time.monotonic() - start)
+    (out / f"{kind}-{i}.wall").write_text(f"{time.monotonic() - start:.1f}\n")  # the whole command
+    return summarise(folder, kind, code)
 
 
-def summarise(folder: Path, kind: str, code: int | None = None, wall: float | None = None) -> dict:
-    """An A/B folder's verdict, wall time, load and the stages its report names as moved."""
+def summarise(folder: Path, kind: str, code: int | None = None) -> dict:
+    """An A/B folder's verdict, wall times (the two sides' run: ab.json wall_s; the whole command, its
+    set-up included: KIND-I.wall), load and the stages its report names as moved."""
     ab_json = next(folder.glob("*/ab.json"), None)
     record = json.loads(ab_json.read_text()) if ab_json else {}
     text = (folder.parent / f"{folder.name}.txt")
     lines = text.read_text().splitlines() if text.is_file() else []
     moved_line = next((ln for ln in lines if ln.startswith(MOVED)), "")
     moved = [p.split()[0] for p in moved_line[len(MOVED):].split("; ")] if moved_line else []
-    verdict = next((ln.split()[0] for ln in lines if ln.startswith(("PASS", "FAIL"))), "?")
+    verdict = next((ln.split()[0].rstrip(":") for ln in lines if ln.startswith(("PASS", "FAIL"))), "?")
     if code is None:
         code = {"PASS": 0, "FAIL": 1}.get(verdict)
+    wall = folder.parent / f"{folder.name}.wall"
     return {"kind": kind, "name": folder.name, "exit": code, "verdict": verdict,
-            "wall_s": record.get("wall_s", wall), "load": record.get("load"), "moved": moved,
-            "moved_line": moved_line, "failed": [ln.strip() for ln in lines if "worse" in ln][:4]}
+            "wall_s": record.get("wall_s"), "load": record.get("load"), "moved": moved,
+            "command_s": float(wall.read_text()) if wall.is_file() else None,
+            "moved_line": moved_line, "failed": _failures(lines)}
+
+
+def _failures(lines: list[str]) -> list[str]:
+    """The metrics a FAIL verdict lists (its indented lines), name and change only."""
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("FAIL")), len(lines))
+    return [" ".join(ln.split()[:2]).rstrip(":") for ln in lines[start + 1:] if ln.startswith("  ")]
 
 
 def show(r: dict) -> str:
     load = "/".join(f"{x:.1f}" for x in r["load"]) if r["load"] else "?"
     wall = f"{r['wall_s']:.0f} s" if r["wall_s"] else "? s"
+    if r["command_s"]:
+        wall += f" ({r['command_s']:.0f} s the whole command)"
     said = r["moved_line"] or (r["failed"][0] if r["failed"] else "")
     return f"{r['name']}: exit {r['exit']} {r['verdict']} in {wall}, load {load}: {said[:160]}"
 
@@ -82,16 +97,18 @@ def report(results: list[dict], stage: str) -> None:
         named = [r for r in failed if stage in r["moved"]]
         print(f"planted {stage} slower in B: failed {len(failed)} of {len(by['planted'])} A/Bs, "
               f"naming {stage} among the stages that moved in {len(named)}")
-    walls = {k: [r["wall_s"] for r in v if r["wall_s"]] for k, v in by.items()}
-    for k, w in walls.items():
-        if w:
-            print(f"wall time, {k}: median {statistics.median(w):.0f} s ({min(w):.0f}-{max(w):.0f} s, {len(w)} runs)")
-    pairs = [(s["wall_s"], c["wall_s"]) for s in by["same"] for c in by["commit"]
-             if s["name"].split("-")[1] == c["name"].split("-")[1] and s["wall_s"] and c["wall_s"]]
-    if pairs:
-        ratios = [s / c for s, c in pairs]
-        print(f"environment A/B / commit A/B wall time, same round: median {statistics.median(ratios):.2f} "
-              f"({', '.join(f'{x:.2f}' for x in ratios)})")
+    for key, what in (("wall_s", "the two sides' run"), ("command_s", "the whole command")):
+        for k, v in by.items():
+            w = [r[key] for r in v if r[key]]
+            if w:
+                print(f"wall time ({what}), {k}: median {statistics.median(w):.0f} s "
+                      f"({min(w):.0f}-{max(w):.0f} s, {len(w)} runs)")
+        pairs = [(s[key], c[key]) for s in by["same"] for c in by["commit"]
+                 if s["name"].split("-")[1] == c["name"].split("-")[1] and s[key] and c[key]]
+        if pairs:
+            ratios = [s / c for s, c in pairs]
+            print(f"environment A/B / commit A/B ({what}), same round: median "
+                  f"{statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})")
 
 
 def main() -> int:
@@ -108,10 +125,12 @@ def main() -> int:
         p.error(f"--kinds: allowed {', '.join(KINDS)}")
     a.out.mkdir(parents=True, exist_ok=True)
     results = []
-    if a.summary:
+    if a.summary:  # every finished A/B under OUT (one still running, or stopped, has no verdict)
         for folder in sorted(f for f in a.out.iterdir() if f.is_dir() and f.name.split("-")[0] in KINDS):
-            results.append(summarise(folder, folder.name.split("-")[0]))
-            print(show(results[-1]))
+            r = summarise(folder, folder.name.split("-")[0])
+            print(show(r))
+            if r["exit"] is not None:
+                results.append(r)
     else:
         for i in range(a.first, a.first + a.rounds):
             for kind in kinds:
