@@ -15,6 +15,7 @@ import pytest
 from support.cli import rlbench
 
 from rlbench.check import envs, history, history_text
+from rlbench.check.confirm import format_confirmed
 from rlbench.check.env_ab import Sides, _cmd, _environ
 from rlbench.check.verdicts import CheckResult, Row, format_check
 from rlbench.core.errors import UserError
@@ -150,6 +151,19 @@ def test_the_report_opens_with_what_differs_beside_the_stages_that_moved():
     quiet = envs.head_lines({**record, "differ": [], "sets_b": []}, rows[1:2])
     assert quiet[1:] == ["packages that differ: none (the same versions on both sides)",
                          "stages that moved (B / A): none beyond their floors"]
+
+
+def test_a_confirmed_report_opens_once_with_what_differs():
+    record = {"mode": "env", "envs": {"A": {"python": "/a/python", "version": "3.11.7"}},
+              "differ": [["transformers", "5.19.0", "5.25.0"]]}
+    rows = [Row("cost:update", "cost", 1.0, 1.3, "worse", change=0.3, ci=(0.2, 0.4))]
+    first, second, final = _result(rows), _result(rows), _result(rows)
+    for res in (first, second, final):
+        res.baseline_info["head"] = envs.head_lines(record, rows)
+    text = format_confirmed(first, second, final).splitlines()
+    assert text[:3] == final.baseline_info["head"]
+    assert sum(line.startswith("A/B of two environments") for line in text) == 1  # not once per run
+    assert sum(line.startswith("rlbench check: runs/x") for line in text) == 2  # both runs' tables
 
 
 def test_the_history_names_an_env_workload_apart_from_the_commit_ab():

@@ -240,11 +240,12 @@ def format_check(result: CheckResult, verdict: bool = True, head: bool = True) -
     opens with what differs between them beside the stages that moved (baseline_info "head";
     head=False: not)."""
     ab = result.baseline_info.get("kind") == "A/B"
-    head = ("metric", "old" if ab else "baseline", "new" if ab else "current", "change", "mark", "note")
+    columns = ("metric", "old" if ab else "baseline", "new" if ab else "current", "change", "mark",
+               "note")
     body = [(r.metric, _fmt_value(r.baseline), _fmt_value(r.current), _fmt_change(r), r.mark,
              r.note + (f"; {_fmt_ci(r)}" if r.ci else ""))
             for r in result.rows]
-    widths = [max(len(row[i]) for row in [head, *body]) for i in range(5)]
+    widths = [max(len(row[i]) for row in [columns, *body]) for i in range(5)]
     if ab:
         lines = [*(result.baseline_info.get("head") or [] if head else []),
                  f"rlbench check: {result.run_dir} against {result.baseline_path}, "
@@ -253,7 +254,7 @@ def format_check(result: CheckResult, verdict: bool = True, head: bool = True) -
         lines = [f"rlbench check: {result.run_dir} vs {result.baseline_path} "
                  f"(baseline created {result.baseline_info.get('created') or '?'}, "
                  f"commit {result.baseline_info.get('git_commit') or '?'})"]
-    for row in [head, *body]:
+    for row in [columns, *body]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
     if result.config_diff:
         lines.append("not comparable, config differs from the baseline's: " + "; ".join(result.config_diff))
