@@ -58,7 +58,7 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
     `policy`'s parameters (engines/model/weight_file.py), which local workers map; None: written to a
     temporary file when a local worker needs it (the tests' engines).
 
-    placement (bench/core/devices/placement.py): where every worker runs; each holds its own copy of `policy`, and this
+    placement (core/devices/placement.py): where every worker runs; each holds its own copy of `policy`, and this
     process (the driver) holds no accelerator: `policy` stays on the CPU, evaluation runs on the trainer's
     rank 0, and what every worker observed is checked against the plan (engines/launch.py).
     None: the trainer (and a colocated schedule's rollout) run in this process: the tests' in-process
@@ -66,7 +66,7 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
     schedule that runs ahead reads iterations ahead of the runner; without it, it is loaded again from
     the config (the same seeded split)."""
     check_supported(cfg)
-    spec = schedules.of(cfg)  # the schedule's record (bench/core/schedules/)
+    spec = schedules.of(cfg)  # the schedule's record (core/schedules/)
     if placement is None or spec.in_process(cfg):
         return _in_process_engine(cfg, policy, tok, t0, sink, device, dataset, placement, weights)
     dev.set_threads(1)  # the driver dispatches and scores; the workers compute
@@ -195,7 +195,7 @@ class _Session:
         launch.check(self.placement, observed, exact_device=not self.ray)
 
     def report_phases(self) -> None:
-        """The workers' start-up phases, for this process's lifecycle record (bench/core/record/lifecycle.py)."""
+        """The workers' start-up phases, for this process's lifecycle record (core/record/lifecycle.py)."""
         lifecycle.add_workers({w: p for host in self.hosts for w, p in host.phases.items()})
 
     def close(self) -> None:

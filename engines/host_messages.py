@@ -15,8 +15,8 @@ POLL_S = 0.05  # how often a waiting driver checks that its workers are alive
 
 class Started:
     """What a host tells of its workers once they have started: their pids, what each observed (its device,
-    cores, threads; bench/core/devices/device.py observe) and its start-up phases
-    (bench/core/record/lifecycle.py). A host starts its workers without waiting for them, so the hosts of one
+    cores, threads; core/devices/device.py observe) and its start-up phases
+    (core/record/lifecycle.py). A host starts its workers without waiting for them, so the hosts of one
     engine start side by side; reading any of these waits (the host's `ready()`)."""
 
     def __init__(self) -> None:
@@ -62,8 +62,8 @@ class Reply:
 class Ready:
     worker: str
     pid: int
-    observed: dict  # what the process was given: affinity, threads, visible devices (bench/core/devices/device.py observe)
-    phases: dict = field(default_factory=dict)  # its start-up phases (bench/core/record/lifecycle.py Phase)
+    observed: dict  # what the process was given: affinity, threads, visible devices (core/devices/device.py observe)
+    phases: dict = field(default_factory=dict)  # its start-up phases (core/record/lifecycle.py Phase)
 
 
 @dataclass

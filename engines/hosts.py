@@ -34,8 +34,8 @@ from rlbench.engines.ray_host import RayHost
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 
 class ProcessHost(Started):
-    """One process per slot (forked from the cell's fork server, or spawned: bench/core/devices/starting.py),
-    pinned to its device (bench/core/devices/device.py `pin`), running cls(slot, *args)."""
+    """One process per slot (forked from the cell's fork server, or spawned: core/devices/starting.py),
+    pinned to its device (core/devices/device.py `pin`), running cls(slot, *args)."""
 
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog):
         """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
@@ -168,7 +168,7 @@ class ProcessHost(Started):
 
 
 def _context(forkable: bool):
-    """The multiprocessing context of worker processes (bench/core/devices/starting.py): forked from the
+    """The multiprocessing context of worker processes (core/devices/starting.py): forked from the
     cell's fork server, a worker lays the environment it is handed (its one visible accelerator) over its
     own before it touches the device; spawned where one holds an NPU or RLBENCH_START=spawn."""
     return starting.context(forkable, tensors=True)

@@ -4,7 +4,7 @@ One place decides each worker's device and makes it true for every library in th
 (docs/architecture/placement.md): an accelerator worker is started with only its device visible
 (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES in the environment the process is created with, so nothing
 in it, the built-in engine, vLLM or Ray, can initialise another device), and inside it that device is index 0.
-A CPU worker is pinned to its core by affinity after it starts (bench/core/devices/device.py `pin`).
+A CPU worker is pinned to its core by affinity after it starts (core/devices/device.py `pin`).
 
 - `start_env(slot)`: the variables a local worker process is created with (engines/hosts.py ProcessHost).
 - `child_slot(slot)`: the slot the worker itself gets (accelerator index 0: the only one it sees).
@@ -138,7 +138,7 @@ def _shared_as_planned(placement, observed: dict[str, dict]) -> list[str]:
 
 
 def provenance(schedule, device, dtype) -> dict:
-    """results.json's provenance with the device's description and measured peak (bench/core/devices/peak.py) taken
+    """results.json's provenance with the device's description and measured peak (core/devices/peak.py) taken
     where the device is: on the trainer's rank 0 when the trainer runs in workers (the driver holds no
     accelerator), else in this process."""
     info = prov.collect(None)

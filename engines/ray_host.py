@@ -159,13 +159,13 @@ class _RayWorker:
         return os.getpid()
 
     def observe(self) -> dict:
-        """What this actor was given (bench/core/devices/device.py observe) and its Ray node (devices are per node)."""
+        """What this actor was given (core/devices/device.py observe) and its Ray node (devices are per node)."""
         import ray  # inside: optional dependency (ray)
 
         return {**dev.observe(self.kind), "node": ray.get_runtime_context().get_node_id()}
 
     def phases(self) -> dict:
-        """This actor's start-up phases (bench/core/record/lifecycle.py)."""
+        """This actor's start-up phases (core/record/lifecycle.py)."""
         return lifecycle.phases()
 
     def call(self, method: str, *args):

@@ -3,7 +3,7 @@ run (WorkerError, exit 3) with a message naming the worker and the stage it was 
 
 A dead worker is noticed by its process ending (engines/hosts.py); a *hung* one (a stuck generation, a
 deadlocked collective) stays alive, so liveness says nothing. Progress does: every worker process
-counts stage starts and ends, finished groups, decode steps and micro-batches (bench/core/record/progress.py) and
+counts stage starts and ends, finished groups, decode steps and micro-batches (core/record/progress.py) and
 a heartbeat thread sends the count once per HEARTBEAT_S. A worker is watched while a call to it is
 outstanding; it is hung when its count has not moved (or nothing at all arrived from it) for the
 limit: engine.hang_timeout_s when set, else FACTOR x the longest stage any worker measured so far,
@@ -27,7 +27,7 @@ HEARTBEAT_S = 1.0  # how often a worker process reports its progress count
 
 @dataclass
 class Heartbeat:
-    """A worker's progress report (bench/core/record/progress.py Snapshot, with its name)."""
+    """A worker's progress report (core/record/progress.py Snapshot, with its name)."""
 
     worker: str
     beats: int

@@ -10,7 +10,7 @@ and the experiments' analyses.
 The names below load on first use, so importing rlbench.reports costs nothing until a report is built
 (pandas and matplotlib).
 """
-import importlib
+from rlbench.core.by_name import resolve
 
 # Named as the registries name their code (`module:attribute`), so tests/test_structure.py sees these imports.
 _WHERE = {"build_report": "rlbench.reports.build:build_report", "compare": "rlbench.reports.comparison:compare",
@@ -22,5 +22,4 @@ __all__ = list(_WHERE)
 def __getattr__(name: str):
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attribute = _WHERE[name].split(":")
-    return getattr(importlib.import_module(module), attribute)
+    return resolve(_WHERE[name])

@@ -1,4 +1,4 @@
-"""The report's time-to-accuracy section and its terminal text (bench/analysis/accuracy.py for the clock, the
+"""The report's time-to-accuracy section and its terminal text (analysis/accuracy.py for the clock, the
 interval and the target)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plots of time-to-accuracy (bench/analysis/accuracy.py): accuracy against training wall time and trained
+"""Plots of time-to-accuracy (analysis/accuracy.py): accuracy against training wall time and trained
 samples per cell (one thin line per seed, the mean over seeds bold), and TPSPD against final accuracy
 (one point per cell with its intervals): the speed / learning trade-off in one picture.
 """

@@ -22,7 +22,7 @@ from rlbench.reports.verdict_text import verdict_html, verdict_markdown
 
 def build_report(run_dir, add=()) -> Path:
     """Write summary.csv, summary.md, accuracy.csv, plots/*.png and report.html into run_dir; returns the
-    HTML path; summary.md and report.html open with the verdict (bench/analysis/verdict.py). A multi-seed
+    HTML path; summary.md and report.html open with the verdict (analysis/verdict.py). A multi-seed
     run (--seeds) gets one aggregated row per cell (and summary_seeds.csv); its per-cell plots and regime
     map show the first seed, the accuracy plots every seed. A run of several
     points (`--ablation regime`) also gets regime.csv and plots/regime.png, at the top of the report; a
@@ -61,7 +61,7 @@ def build_report(run_dir, add=()) -> Path:
 
 def experiment_section(run, sp) -> tuple[str, str] | None:
     """The section at the top of report.html: the first experiment, in registry order, that has one for this
-    run (bench/core/experiments/); the later ones are not asked (a section writes its files as it is made)."""
+    run (core/experiments/); the later ones are not asked (a section writes its files as it is made)."""
     for r in experiments.reports():
         section = r.html(run, sp)
         if section:

@@ -5,7 +5,7 @@ experiment's brief lines where the run is its (a families ladder's line, a peer 
 where the rest is. wide=True (`--wide`): the verdict, then every headline column, the definitions, the
 attribution sentences or an experiment's that stand in for them (a regime map's), each experiment's
 section, the start-up by phase and the time-to-accuracy table. The experiments' lines come from their
-records (bench/core/experiments/).
+records (core/experiments/).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ MORE = "Every column: --wide, or summary.csv. What each column means: rlbench re
 def summary_table_text(run_dir, add=(), wide: bool = False) -> str:
     """The verdict, then the table (key columns; wide: every headline column and the sections below it).
     TPSPD in tokens/s/device; a multi-seed run shows the median over seeds.
-    add: other run folders whose cells join the table (bench/analysis/data.merge)."""
+    add: other run folders whose cells join the table (analysis/data.merge)."""
     run = load(run_dir, add)
     df, sp = cell_summary(run), cell_summary(run, speedup_frame, [])
     lines = verdict_lines(run, verdict_of(run, sp, df)) + [""]
@@ -53,12 +53,12 @@ def _wide(run: RunData, df, sp) -> list[str]:
     if multi:
         lines.append(MULTI_SEED)
     lines += ["", TERMINAL_NOTE]
-    # the experiments' sections (bench/core/experiments/); one that explains the speedups (a regime map: one
+    # the experiments' sections (core/experiments/); one that explains the speedups (a regime map: one
     # sentence per point, its attribution included) stands in for the attribution sentences
     sections = [(r, r.wide(run, sp)) for r in experiments.reports()]
     if not any(found for r, found in sections if r.explains_speedup):
         lines += attribution_text(attribution(sp))
     for _, found in sections:
         lines += found
-    lines += startup_lines(startup_rows(run))  # where each cell's start-up went (bench/analysis/startup.py)
+    lines += startup_lines(startup_rows(run))  # where each cell's start-up went (analysis/startup.py)
     return lines + accuracy_text(accuracy_frame(run))

@@ -44,7 +44,7 @@ COLUMNS = {
                         "iterations, summed over workers; busy_clock says whose (GPU or CPU)",
 }
 TERMINAL_NOTE = ("rollout %: share of a sync iteration spent generating; predicted: from the sync cell's "
-                 "measured device costs (bench/core/costmodel/predict.py).")
+                 "measured device costs (core/costmodel/predict.py).")
 
 
 def definitions() -> list[str]:

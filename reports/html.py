@@ -180,7 +180,7 @@ def cell_html(c: CellData) -> str:
 
 
 def utilisation_html(run: RunData) -> str:
-    """MFU and bandwidth utilisation per cell and stage (bench/analysis/utilisation.py), with the peak used."""
+    """MFU and bandwidth utilisation per cell and stage (analysis/utilisation.py), with the peak used."""
     df = utilisation_frame(run)
     if not len(df):
         return "<p>no utilisation recorded (cells without work counts or peak)</p>"

@@ -5,7 +5,7 @@ docs/results/ is pasted from this output rather than typed.
 Sections, each where the run has it: the verdict (reports/verdict_text.py), the summary's headline
 columns (the terminal's --wide table), the speedups measured vs predicted with their attribution to device
 split and overlap, each experiment's section (a regime map, a families ladder: their records, read from the
-registry, bench/core/experiments/) and the time-to-accuracy table. Everything is computed by bench/analysis
+registry, core/experiments/) and the time-to-accuracy table. Everything is computed by analysis
 and the experiments' analyses; this module renders. Nothing is written into the run folder.
 """
 from __future__ import annotations

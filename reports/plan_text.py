@@ -6,7 +6,7 @@ from __future__ import annotations
 from rlbench.reports.text_table import fit, wrap, x
 
 SHORT = {"barrier": "barrier", "periodic": "periodic", "one-step": "1-off", "bounded": "k>1",
-         "partial": "k=1+partial"}  # by a row's kind (bench/analysis/plan.py)
+         "partial": "k=1+partial"}  # by a row's kind (analysis/plan.py)
 
 
 def _interval(p: dict) -> str:

@@ -1,4 +1,4 @@
-"""The start-up table of `rlbench report --wide` (bench/analysis/startup.py's rows as text)."""
+"""The start-up table of `rlbench report --wide` (analysis/startup.py's rows as text)."""
 from __future__ import annotations
 
 from rlbench.analysis.startup import PHASES

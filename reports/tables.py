@@ -66,7 +66,7 @@ def compact_rows(df: pd.DataFrame) -> list[list[str]]:
 
 
 def _busy(r: dict) -> str:
-    """'GPU: rollout 12, update 31': each stage's device busy % (bench/analysis/busy.py), '–' without."""
+    """'GPU: rollout 12, update 31': each stage's device busy % (analysis/busy.py), '–' without."""
     cols = [c for c in r if c.startswith("busy_") and c.endswith("_pct") and not _missing(r[c])]
     if not cols:
         return "–"

@@ -1,4 +1,4 @@
-"""The per-stage utilisation table's words (its figures: bench/analysis/utilisation.py)."""
+"""The per-stage utilisation table's words (its figures: analysis/utilisation.py)."""
 from __future__ import annotations
 
 from rlbench.analysis.data import RunData

@@ -1,4 +1,4 @@
-"""The verdict in words (computed by bench/analysis/verdict.py): one short block per periodic-async cell,
+"""The verdict in words (computed by analysis/verdict.py): one short block per periodic-async cell,
 then what would change the answer. The terminal prints it first, summary.md and report.html open with it.
 
     periodic_async 0.67× sync's TPSPD (95% interval 0.62–0.71× over 17 iterations; predicted 0.69×): loses

@@ -194,7 +194,7 @@ runs() {  # whether any run step is asked for
     return 1
 }
 # Workers on a GPU are forked from a server that imported torch and transformers and asked how many devices
-# there are (bench/core/devices/starting.py): where a process forked so cannot use CUDA, the runs spawn
+# there are (core/devices/starting.py): where a process forked so cannot use CUDA, the runs spawn
 if [ "$DEV" = cuda ] && runs && ! timeout 120 "$PY" -c "import os, torch, transformers.modeling_utils
 from rlbench.core.devices import device
 device.resolve('cuda'), device.available('cuda')

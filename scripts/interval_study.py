@@ -1,5 +1,5 @@
 """How often a verdict word is wrong, how often a real difference is called, and how often the rule says
-"too few", by the interval rule of bench/core/ratio_interval.py (after) and by the rule it replaced (before:
+"too few", by the interval rule of core/ratio_interval.py (after) and by the rule it replaced (before:
 20% of every n trimmed, g = floor(0.2 n), and no interval where fewer than one degree of freedom is left once
 the serial correlation is accounted for).
 

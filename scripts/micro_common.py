@@ -15,10 +15,13 @@ torch._inductor.config.cpp.enable_kernel_profile = True  # each of inductor's CP
 
 
 class _Tree:
-    """Finds `rlbench` in another source tree (pyproject.toml's package-dir: bench/, engines/, reports/)."""
+    """Finds `rlbench` in another source tree (setup.py's package-dir: rlbench.X is the top-level folder X/
+    where the tree has one, else bench/X: an older tree keeps core/ and analysis/ under bench/)."""
 
     def __init__(self, root: Path):
-        self.dirs = {"rlbench": root / "bench", "rlbench.engines": root / "engines", "rlbench.reports": root / "reports"}
+        tops = {name: root / name for name in ("core", "engines", "analysis", "reports")}
+        self.dirs = {"rlbench": root / "bench",
+                     **{f"rlbench.{name}": d for name, d in tops.items() if (d / "__init__.py").is_file()}}
 
     def find_spec(self, name, path=None, target=None):
         d = self.dirs.get(name)

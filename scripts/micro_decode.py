@@ -3,7 +3,7 @@ decode step (eager; on CUDA replayed as CUDA graphs; `builtin_compiled`: engine.
 inside the graphs) and HF `generate` on the same model, prompts and lengths: decode tokens/s, step time,
 kernels per step, operators dispatched per step and per decoder layer, on CUDA the graph replays per step;
 beside the bandwidth floor: the bytes one step must read (every weight once, the KV cache of the live
-context) over the copy bandwidth `rlbench env` measures (bench/core/devices/peak.py).
+context) over the copy bandwidth `rlbench env` measures (core/devices/peak.py).
 
 Step time: the mean interval between decode steps within a call (the built-in sampler's own step clock,
 which ends each step at its one host sync; for HF, a stopping criterion that reads the clock after each

@@ -7,7 +7,7 @@ prompt tokens, G responses of R) through each layout, against the token ratio G(
   above what was allocated before it; on CPU the process's peak resident set during the step (VmHWM,
   reset before it) above its resident set before it, the last step's gradients freed and freed heap pages
   returned first (torch's CPU allocations are invisible to tracemalloc; MEMORY_METHOD);
-- auto: engine.shared_prompt=auto's layout (bench/core/costmodel/packing.py) and its reason.
+- auto: engine.shared_prompt=auto's layout (core/costmodel/packing.py) and its reason.
 
 Layouts are timed in turns (round r of every layout, then round r + 1), so a machine's drift hits all of
 them alike; the medians and the fastest rounds are reported. --shapes runs named shapes (SHAPES); --layers and --vocab shrink every shape's model (the CPU

@@ -13,7 +13,7 @@ beside the measured TPSPD and the report's in-run prediction.
 those numbers (every step the same: the sources give means), planned at the published split with the schedule
 closest to the published one, at three response-length means (the sources give only the cap), and the
 predicted speedup set beside the published per-step ratio and total-time ratio.
-(c) For a `--ablation verl_recipes` run: the plan from VERL's sync cell's log (its file logger's JSONL) and from rlbench's
+(c) For a `--ablation verl` run: the plan from VERL's sync cell's log (its file logger's JSONL) and from rlbench's
 sync run beside it, at the recipes' split, against each VERL recipe's measured TPSPD over VERL's sync (each cell
 over the sync run it took turns with, so the machine's drift cancels).
 """
@@ -253,7 +253,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="*", type=Path, default=[])
     ap.add_argument("--published", action="store_true")
-    ap.add_argument("--verl", type=Path, help="(c) a `--ablation verl_recipes` run folder (with --train-speed X: that "
+    ap.add_argument("--verl", type=Path, help="(c) a `--ablation verl` run folder (with --train-speed X: that "
                     "training speed stated)")
     ap.add_argument("--no-roofline", action="store_true", help="(b) with the defaults, without --model/--device")
     ap.add_argument("--source-speed", choices=["own", "others"], help="(b) with a split pool's training speed "

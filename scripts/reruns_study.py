@@ -1,11 +1,11 @@
 """How often `rlbench compare RUN RUN RUN` says something that is not there: runs of one config with no true
 difference between the cells (and none between the runs), k runs of n iterations each, judged by the rule of
-bench/analysis/reruns.py (after: Welch's test of equal means, the Hartung-Knapp pooled interval) and by the rule
+analysis/reruns.py (after: Welch's test of equal means, the Hartung-Knapp pooled interval) and by the rule
 it replaced (before: Cochran's Q against chi-squared, the pooled interval with the normal quantile).
 
 Each run's paired log-ratios are a stationary AR(1) series (lag-1 correlation phi, standard deviation --sd, 3%
 by default) around log(true ratio); each run's centre, error and degrees of freedom are the verdict's own
-(bench/core/ratio_interval.py log_estimate). A false pooled word is "wins" or "loses" at a true ratio of 1; a
+(core/ratio_interval.py log_estimate). A false pooled word is "wins" or "loses" at a true ratio of 1; a
 false "the runs differ" is the test's p below 5% with no offset between the runs; the power is the pooled
 "wins" at a true ratio of --effect. Both rules take each run's centre and error as the verdicts of their
 time computed them (before: 20% of every n trimmed, no interval below one degree of freedom). Prints a markdown table (docs/results/reruns.md).

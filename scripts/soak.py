@@ -10,7 +10,7 @@ trainer_exit); a worker that hangs (RLBENCH_FAULT rollout_hang, caught by the ha
 schedule alternates between sync and periodic_async. For every run it reports:
 
 - leftover: processes of the run still alive 10 s after it ended (found in /proc by a variable only
-  that run inherits, bench/core/devices/procs.py), which must be 0;
+  that run inherits, core/devices/procs.py), which must be 0;
 - shm: growth of /dev/shm (shared memory a run did not release);
 - lost: iterations appended to iterations.jsonl (measured) but missing from results.json;
 and at the end the machine's available memory before and after (a shared machine's number: other work

@@ -67,7 +67,7 @@ def _leave_out_slow(config, items) -> None:
 
 
 def train_engine(overrides: list[str], iterations: int = 3, placed: bool = True) -> dict:
-    """build_schedule as the runner builds it (placed: pinned workers per bench/core/devices/placement.py; else the
+    """build_schedule as the runner builds it (placed: pinned workers per core/devices/placement.py; else the
     in-process trainer); -> final params, samples, rewards and stage events of `iterations` iterations."""
     from rlbench.core.config_files import load_config
     from rlbench.core.devices import device as dev

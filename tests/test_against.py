@@ -99,7 +99,7 @@ def test_the_old_side_cannot_import_a_module_only_the_new_tree_has(tmp_path):
             "try:\n    import rlbench.core.errors\nexcept ImportError as e:\n    print('ImportError', e.name)\n")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path / "shim")},
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["old", "ImportError", "rlbench.core"]  # the old tree has no bench/core package at all
+    assert out == ["old", "ImportError", "rlbench.core"]  # the old tree has no core package at all
 
 
 def _commit(repo, message: str) -> str:

@@ -1,4 +1,4 @@
-"""The device's busy time per stage, recorded by the one timer beside the wall time (bench/core/devices/busy.py):
+"""The device's busy time per stage, recorded by the one timer beside the wall time (core/devices/busy.py):
 a stage that waits shows little, one that computes shows most of its wall time; iteration records and the
 aggregates carry it; the CUDA clock (NVML) is checked the same way on a GPU."""
 from __future__ import annotations

@@ -60,7 +60,7 @@ def test_switch_gains(tmp_path):
 
 def test_check_computes_the_metric_families_the_table_declares(tmp_path):
     """Every metric family `rlbench check` computes, against a baseline or (`--against`) the old tree, is a
-    CHECK row of bench/core/results/metric_table.py, and every CHECK row is computed."""
+    CHECK row of core/results/metric_table.py, and every CHECK row is computed."""
     from rlbench.check import ab, baseline, metrics
 
     run = every_pair_run(tmp_path / "r")

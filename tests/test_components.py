@@ -1,4 +1,4 @@
-"""The registries of schedules (bench/core/schedules/) and rollout backends (bench/core/components.py) are what config,
+"""The registries of schedules (core/schedules/) and rollout backends (core/components.py) are what config,
 switches and the engine factory read; every registered component resolves to real code."""
 import typing
 

@@ -159,7 +159,7 @@ def _leaves(tree: dict, prefix: str = "") -> dict:
 
 
 def test_shipped_configs_hold_only_keys_that_differ_from_the_defaults():
-    """Defaults live in bench/core/config.py alone: a YAML value equal to the default is a second copy that
+    """Defaults live in core/config.py alone: a YAML value equal to the default is a second copy that
     silently stops meaning anything when the default changes (write it as a comment instead)."""
     import yaml
 

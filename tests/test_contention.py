@@ -1,4 +1,4 @@
-"""The proposed contention term (bench/core/costmodel/contention.py) on synthetic sync cells with a known kappa."""
+"""The proposed contention term (core/costmodel/contention.py) on synthetic sync cells with a known kappa."""
 from __future__ import annotations
 
 import pytest

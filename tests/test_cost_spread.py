@@ -1,4 +1,4 @@
-"""bench/analysis/cost_spread.py: a regime point's cells must pay the same CPU for the same work; the spread
+"""analysis/cost_spread.py: a regime point's cells must pay the same CPU for the same work; the spread
 says where they did not, and the map's prediction sentence names those misses."""
 from __future__ import annotations
 

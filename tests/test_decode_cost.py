@@ -1,4 +1,4 @@
-"""The decode step priced by its shape (bench/core/costmodel/decode.py): the bucket and window the sampler
+"""The decode step priced by its shape (core/costmodel/decode.py): the bucket and window the sampler
 runs a step at, the plane over the measured shapes, and the replay of a recorded sync cell against the step
 costs it recorded."""
 from __future__ import annotations

@@ -186,7 +186,8 @@ def test_a_bad_command_is_caught():
 
 def project_files() -> list[Path]:
     """The project's source and text files (no test fixtures, no caches)."""
-    folders = ["bench", "engines", "reports", "tests", "scripts", "configs", "docs", ".ci", ".github"]
+    folders = ["bench", "core", "engines", "analysis", "reports", "tests", "scripts", "configs", "docs", ".ci",
+               ".github"]
     files = [ROOT / "README.md", ROOT / "pyproject.toml", *ROOT.glob("Dockerfile*")]
     return files + [p for f in folders for p in (ROOT / f).rglob("*") if p.is_file() and "fixtures" not in p.parts
                     and "__pycache__" not in p.parts

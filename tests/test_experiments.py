@@ -1,5 +1,5 @@
 """An experiment is one folder (bench/experiments/<name>/: its record, cells, analysis, report section and a
-README) and one line of REGISTERED (bench/core/experiments/): `--ablation`, `rlbench run --help` and every
+README) and one line of REGISTERED (core/experiments/): `--ablation`, `rlbench run --help` and every
 report read the records, and no other module names an experiment, by import or by string."""
 import ast
 import re
@@ -11,12 +11,18 @@ from rlbench.core.experiments.spec import Analysis, ExperimentSpec, Report, Runn
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "bench" / "experiments"
-SOURCES = ("bench", "engines", "reports")
-REGISTRY = "bench/core/experiments/"
+SOURCES = ("bench", "core", "engines", "analysis", "reports")
+REGISTRY = "core/experiments/"
 # Where a string that is also an experiment's (or its ablation's) name means something else.
 OTHER_MEANING = {
     ("bench/check/tiers.py", "families"): "the schedules tier of `rlbench check` runs that ablation, and "
                                           "reruns when the ladder's cells change",
+    # "verl" is the peer engine's name (`--engine verl`, its cells, its venv's package) and the name of the
+    # peers ablation that runs it beside rlbench's schedules (`--ablation verl`)
+    **{(path, "peers"): "the engine's name, verl" for path in (
+        "engines/external/__init__.py", "engines/external/verl/adapter.py",
+        "engines/external/verl/cost_settings.py", "engines/external/verl/metrics.py",
+        "engines/external/verl/venv.py")},
 }
 
 

@@ -1,4 +1,4 @@
-"""Host CPU measured per process and iteration (bench/core/record/hostcpu.py; issue 26)."""
+"""Host CPU measured per process and iteration (core/record/hostcpu.py; issue 26)."""
 import os
 import statistics
 import subprocess

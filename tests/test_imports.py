@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CLEANED = ["engines", "bench/core", "bench/check", "bench/cli.py", "bench/run", "bench/analysis",
+CLEANED = ["engines", "core", "bench/check", "bench/cli.py", "bench/run", "analysis",
            "bench/experiments", "bench/simulate", "bench/planted", "reports"]  # the folders held to the rule
 REASON = "# inside:"
 

@@ -1,4 +1,4 @@
-"""What a cell records outside its measured iterations (bench/core/record/lifecycle.py): the age of a process, its
+"""What a cell records outside its measured iterations (core/record/lifecycle.py): the age of a process, its
 start-up phases, the peak memory of a process and its children, and the seconds a cell waited in the turn ring
 (which start-up leaves out)."""
 import subprocess

@@ -1,4 +1,4 @@
-"""engine.shared_prompt=auto: the cost model's decisions (bench/core/costmodel/packing.py), its op counts
+"""engine.shared_prompt=auto: the cost model's decisions (core/costmodel/packing.py), its op counts
 against the code's, and the trainer's record of what it chose."""
 from __future__ import annotations
 

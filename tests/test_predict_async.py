@@ -1,4 +1,4 @@
-"""The speedup prediction (bench/core/costmodel/predict.py): a data-parallel sync cell's measured decode steps
+"""The speedup prediction (core/costmodel/predict.py): a data-parallel sync cell's measured decode steps
 and training work replayed as the periodic-async schedule would run them, the training work by micro-batch,
 the step cost beyond the measured batch sizes."""
 from __future__ import annotations

@@ -98,7 +98,7 @@ def test_killed_run_leaves_nothing(tmp_path, method):
     """SIGKILL to `rlbench run` itself: no cleanup code of it runs; its cell learns by the parent-death
     signal, stops like a Ctrl-C and ends its process group. On CPU the cell and its workers are forked by
     fork servers (its parent is `rlbench run`'s server, which ends with it); spawn is how processes start
-    on an accelerator (bench/core/devices/starting.py)."""
+    on an accelerator (core/devices/starting.py)."""
     proc, mark = start(tmp_path, "run.iterations=100000", env={"RLBENCH_START": method})
     wait_for_iterations(proc, tmp_path)
     proc.kill()
@@ -215,7 +215,7 @@ def test_killed_worker_ends_the_run_and_leaves_nothing(tmp_path):
 def worker_pids(proc, mark: str) -> list[int]:
     """The worker processes of the run `proc` started: the members of its cell's process group other than
     the cell, the resource trackers and, on CPU, the cell's fork server that forks the workers
-    (bench/core/devices/starting.py)."""
+    (core/devices/starting.py)."""
     run = [p for p in procs.marked(mark, var=MARK) if b"resource_tracker" not in _cmdline(p)]
     cells = [p for p in run if p != proc.pid and p in procs.group_members(p)]
     members = [p for c in cells for p in procs.group_members(c) if p != c and p in run]

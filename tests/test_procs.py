@@ -1,4 +1,4 @@
-"""Process hygiene helpers (bench/core/devices/procs.py) with ordinary child processes: parent-death signal, process
+"""Process hygiene helpers (core/devices/procs.py) with ordinary child processes: parent-death signal, process
 groups, finding a run's processes in /proc. What vLLM's engine cores rely on, without vLLM."""
 import os
 import signal

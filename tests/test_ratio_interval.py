@@ -1,4 +1,4 @@
-"""The one estimator of a ratio and its interval (bench/core/ratio_interval.py, bench/analysis/intervals.py):
+"""The one estimator of a ratio and its interval (core/ratio_interval.py, analysis/intervals.py):
 the value printed is the centre of the interval printed with it; the interval grows with the serial
 correlation of successive iterations; too few samples give no word but "too few"."""
 from __future__ import annotations

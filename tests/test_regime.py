@@ -92,7 +92,7 @@ def test_map_fits_the_model_and_the_quick_grid_is_quick():
 
 
 def test_map_brackets_the_crossover_in_the_prediction_model():
-    """The evidence the grid was chosen on: bench/core/costmodel/predict.py's model (nothing fitted) on the lengths these
+    """The evidence the grid was chosen on: core/costmodel/predict.py's model (nothing fitted) on the lengths these
     seeds draw, at a decode step costing 6 trained tokens (what the regime runs of docs/results/regime.md imply): at least
     two points win by 5% or more and at least two lose. The measured map is the user's; this guards the grid."""
     from rlbench.core.costmodel.decode import StepCost

@@ -276,7 +276,9 @@ def test_reports_import_only_the_result_core():
     for pkg, names in re.findall(r"from rlbench((?:\.\w+)*) import ([\w, ]+)", src):
         for name in (n.split(" as ")[0].strip() for n in names.split(",")):
             module = f"{pkg[1:]}.{name}".strip(".")  # `from rlbench.core.results import schema`: a module
-            path = root.joinpath("bench", *module.split("."))
+            top = module.split(".")[0]
+            path = root.joinpath(*module.split(".")) if (root / top / "__init__.py").is_file() else \
+                root.joinpath("bench", *module.split("."))
             used.add(module if path.with_suffix(".py").is_file() or path.is_dir() else pkg[1:])
     used = {u for u in used if u.split(".")[0] != "reports"}
     # what they render: the analysis, and from the core the result schema, the metric table, the stage

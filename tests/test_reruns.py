@@ -1,4 +1,4 @@
-"""Repeated runs of one config against their own intervals (bench/analysis/reruns.py, `rlbench compare RUN RUN
+"""Repeated runs of one config against their own intervals (analysis/reruns.py, `rlbench compare RUN RUN
 [RUN ...]`): runs that differ only by their iterations' noise agree; runs shifted by a per-run offset their
 intervals cannot see are flagged, with the between-run spread, widened words and the pooled ratio."""
 from __future__ import annotations

@@ -12,14 +12,14 @@ from rlbench.core.schedules.spec import DECOUPLED, MODEL_BOUNDED, POOLS, Schedul
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "cpu-tiny.yaml"
-SOURCES = ("bench", "engines", "reports")
+SOURCES = ("bench", "core", "engines", "analysis", "reports")
 # Where a word that is also a schedule's name means something else.
 OTHER_MEANING = {
     ("engines/rollout/pool.py", "sync"): "the rollout worker's weight-sync message",
     ("bench/experiments/regime/analysis.py", "sync"): "the regime table's column of each point's reference cell",
-    ("bench/analysis/speedup.py", "sync"): "the attribution table's column of the reference cell",
+    ("analysis/speedup.py", "sync"): "the attribution table's column of the reference cell",
     ("reports/tables.py", "sync"): "the attribution sentence reads that column",
-    ("bench/core/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
+    ("core/costmodel/predict.py", "sync"): "result keys of the reference cell's measurement (sync_iter_s, ...)",
     ("bench/simulate/paper.py", "sync"): "simulate.json keys of the reference's prediction (sync_tpspd, ...)",
     ("bench/plan/verl_metrics.py", "sync"): "VERL's own metric key timing_s/sync_weights",
     ("engines/external/verl/recipes.py", "sync"): "VERL's trainer mode (trainer.v1.trainer_mode=sync), a recipe's name",
@@ -33,9 +33,9 @@ OTHER_MEANING = {
 
 # Where a word that is also a rollout backend's name means something else.
 OTHER_BACKEND_MEANING = {
-    ("bench/core/config.py", "builtin"): "data.source: the built-in task",
+    ("core/config.py", "builtin"): "data.source: the built-in task",
     ("engines/data/source.py", "builtin"): "data.source: the built-in task",
-    ("bench/core/results/provenance.py", "vllm"): "the vllm package's version",
+    ("core/results/provenance.py", "vllm"): "the vllm package's version",
     ("engines/external/verl/command.py", "vllm"): "VERL's own rollout engine setting",
     ("engines/external/verl/cpu/patches.py", "vllm"): "the distribution names of vLLM and of its CPU build",
     ("engines/external/verl/venv.py", "vllm"): "the package names whose versions VERL's venv reports",
@@ -50,7 +50,7 @@ def _own(path: str, name: str) -> bool:
 
 def _own_backend(path: str, name: str) -> bool:
     """The modules that may name backend `name`: the registry (its record) and its module."""
-    return path == "bench/core/components.py" or (name == "vllm" and path == "engines/rollout/vllm_backend.py")
+    return path == "core/components.py" or (name == "vllm" and path == "engines/rollout/vllm_backend.py")
 
 
 def _docstrings(tree) -> set[int]:

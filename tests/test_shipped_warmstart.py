@@ -61,3 +61,18 @@ def test_rebuilding_gives_the_shipped_weights_bit_for_bit(tmp_path):
     assert not different, f"rebuilt tensors differ: {different[:5]}"
     built, kept = (json.loads((f / "warmstart.json").read_text()) for f in (tmp_path, SHIPPED))
     assert built == kept
+
+
+def test_prose_keeps_the_key_and_code_changes_it(tmp_path):
+    """A docstring or comment edited (a path renamed in prose) keeps the warm start; a change of code does
+    not."""
+    from rlbench.engines.model.tiny import code_digest
+
+    def digest(text: str):
+        path = tmp_path / "m.py"
+        path.write_text(text)
+        return code_digest(path)
+
+    base = digest('"""The module."""\ndef f():\n    """Doc."""\n    return 1  # one\n')
+    assert digest('"""Moved: core/x.py."""\n\ndef f():\n    """Other."""\n    return 1\n') == base
+    assert digest('"""The module."""\ndef f():\n    """Doc."""\n    return 2  # one\n') != base

@@ -90,7 +90,7 @@ def test_cli_rejects_a_bad_spec_before_running(tmp_path):
 
 def test_targets_are_every_timed_stage_of_the_work():
     """slowdown.py reads them from the Stage enum (the timer imports no test hook: they register at its hook
-    point, bench/core/hooks.py)."""
+    point, core/hooks.py)."""
     from rlbench.planted import slowdown
     from rlbench.core.record.stages import Stage
 

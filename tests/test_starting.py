@@ -1,4 +1,4 @@
-"""How a run's processes start (bench/core/devices/starting.py): forked from a fork server that has imported
+"""How a run's processes start (core/devices/starting.py): forked from a fork server that has imported
 torch and transformers, spawned where a process holds an NPU or RLBENCH_START=spawn says so.
 The whole-run consequences (a killed `rlbench run` leaves nothing, by either method) are in
 tests/test_process_hygiene.py."""
@@ -91,7 +91,7 @@ def test_a_malformed_rlbench_start_is_refused_before_the_run_folder(tmp_path):
 
 def test_the_fork_servers_preload_builds_every_config_validator():
     """A process forked from a fork server finds every config section's and options model's validator built
-    (bench/core/validators.py, last in PRELOAD), so no cell process builds them again: a model that a new
+    (core/validators.py, last in PRELOAD), so no cell process builds them again: a model that a new
     module adds and the preload does not reach fails here."""
     code = ("import importlib, json; from rlbench.core.devices.starting import PRELOAD\n"
             "[importlib.import_module(m) for m in PRELOAD]\n"

@@ -1,4 +1,4 @@
-"""The statistics every verdict uses (bench/core/stats.py) are computed with scipy.special and numpy, not
+"""The statistics every verdict uses (core/stats.py) are computed with scipy.special and numpy, not
 scipy.stats (whose import costs every command that reads results over a second): they must equal
 scipy.stats' own, which the tests may import."""
 import math

@@ -1,9 +1,9 @@
 """The layers are the folders, and imports point down only:
 
-    bench/core/      core       config, errors, registries, the timer, result schema, devices, cost model
+    core/      core       config, errors, registries, the timer, result schema, devices, cost model
     bench/planted/   hooks      test hooks: register at the core's hook points, import the core only
     engines/         engines    data, model, rollout, trainer, schedules, hosts, external adapters
-    bench/analysis/  analysis   conclusions computed from result files (intervals, crossover, seeds, ladder)
+    analysis/  analysis   conclusions computed from result files (intervals, crossover, seeds, ladder)
     reports/         reports    render tables, plots and HTML from result files and analysis output
     bench/experiments/ experiments  one folder per experiment: its cells, analysis and report section
     bench/ (the rest) harness   cli, run, check, simulate: may use every layer
@@ -24,9 +24,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"bench": "rlbench", "engines": "rlbench.engines", "reports": "rlbench.reports"}
+# One rule from import path to folder: rlbench.X is the top-level folder X/ where there is one (the layers
+# core, engines, analysis, reports), else bench/X (experiments, the test hooks and the harness).
+FOLDERS = {"bench": "rlbench", "core": "rlbench.core", "engines": "rlbench.engines",
+           "analysis": "rlbench.analysis", "reports": "rlbench.reports"}
 # The layer of a folder (relative to the tree); every other module under bench/ is the harness.
-LAYERS = {"bench/core": "core", "bench/planted": "hooks", "bench/analysis": "analysis", "engines": "engines",
+LAYERS = {"core": "core", "bench/planted": "hooks", "analysis": "analysis", "engines": "engines",
           "reports": "reports", "bench/experiments": "experiments"}
 BELOW = {"core": {"core"}, "hooks": {"core", "hooks"}, "engines": {"core", "engines"},
          "analysis": {"core", "analysis"}, "reports": {"core", "analysis", "reports"},
@@ -105,7 +108,23 @@ def test_the_layers_are_the_folders():
     assert LAYER["rlbench.reports.html"] == "reports" and LAYER["rlbench.cli"] == LAYER["rlbench.run.cell"] == "harness"
     assert LAYER["rlbench.experiments.regime.analysis"] == "experiments"
     assert layer_of(ROOT / "bench" / "newpackage" / "thing.py") == "harness"
-    assert layer_of(ROOT / "bench" / "core" / "new.py") == "core"
+    assert layer_of(ROOT / "core" / "new.py") == "core"
+
+
+def test_one_rule_maps_an_import_path_to_its_folder():
+    """rlbench.X.Y is X/Y.py (or X/Y/) where X/ is a top-level folder of the tree, else bench/X/Y.py: a reader
+    (or an editor mapping imports to folders) finds every module from its import path alone."""
+    def folder_of(module: str) -> Path:
+        parts = module.split(".")[1:]
+        top = parts[0] if parts and (ROOT / parts[0] / "__init__.py").is_file() else None
+        base = ROOT / top if top else ROOT / "bench"
+        rest = parts[1:] if top else parts
+        return base.joinpath(*rest)
+    for module, path in MODULES.items():
+        want = folder_of(module)
+        assert path in (want.with_suffix(".py"), want / "__init__.py"), (module, path)
+    assert folder_of("rlbench.core.config").with_suffix(".py") == ROOT / "core" / "config.py"
+    assert folder_of("rlbench.run.cell").with_suffix(".py") == ROOT / "bench" / "run" / "cell.py"
 
 
 def test_imports_by_name_are_seen():

@@ -1,5 +1,5 @@
-"""Per-stage work counts and utilisation (bench/core/results/utilisation.py) against hand-computed values, and the
-peak probe's cache (bench/core/devices/peak.py)."""
+"""Per-stage work counts and utilisation (core/results/utilisation.py) against hand-computed values, and the
+peak probe's cache (core/devices/peak.py)."""
 import json
 
 import pytest

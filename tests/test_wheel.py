@@ -23,9 +23,9 @@ pytestmark = pytest.mark.e2e
 
 
 def _modules_in_tree() -> set[str]:
-    """Every module of the tree under its installed name (pyproject's package-dir mapping)."""
-    roots = {"bench": "rlbench", "engines": "rlbench/engines", "reports": "rlbench/reports",
-             "configs": "rlbench/configs"}
+    """Every module of the tree under its installed name (setup.py's package-dir mapping)."""
+    roots = {"bench": "rlbench", "core": "rlbench/core", "engines": "rlbench/engines",
+             "analysis": "rlbench/analysis", "reports": "rlbench/reports", "configs": "rlbench/configs"}
     return {f"{prefix}/{f.relative_to(ROOT / folder).as_posix()}"
             for folder, prefix in roots.items() for f in (ROOT / folder).rglob("*.py")
             if "__pycache__" not in f.parts}

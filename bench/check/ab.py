@@ -12,7 +12,7 @@ the switch gains, stage_cost, queue_cost). Within the new tree alone, strictly: 
 (same_accuracy, same_start: sync and periodic-async are the same updates). New against old, by
 tolerance: accuracy, reward, overhead_share. Outside the measured iterations, one value per cell or process
 and tree, each against a floor from its measured noise (bench/check/lifecycle.py): start-up, evaluation
-seconds, peak memory and CPU of every process. Every family is a CHECK row of bench/core/results/metric_table.py.
+seconds, peak memory and CPU of every process. Every family is a CHECK row of core/results/metric_table.py.
 A metric the old tree has and the new one lacks is a failure; a cell of the new tree that did not complete
 is one too.
 """

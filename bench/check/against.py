@@ -161,9 +161,11 @@ _sys.meta_path.insert(0, _OldTreeOnly)
 
 
 def _write_shim(tree: Path, shim: Path) -> None:
-    """shim/rlbench/__init__.py makes `rlbench` the tree's bench/ (and rlbench.engines its engines/, ...),
-    imported in place as pyproject's package-dir maps them, so paths relative to the source (configs/)
-    resolve as in a checkout; nothing of the package is imported from anywhere else (_GUARD)."""
+    """shim/rlbench/__init__.py makes `rlbench` the tree's bench/ (and rlbench.engines its engines/, ...:
+    rlbench.X is the tree's top-level X/ where it has one, else bench/X, as its setup.py maps them; a tree
+    from before core/ and analysis/ left bench/ holds them under bench/, found first), imported in place,
+    so paths relative to the source (configs/) resolve as in a checkout; nothing of the package is imported
+    from anywhere else (_GUARD)."""
     (shim / "rlbench").mkdir(parents=True)
     init = tree / "bench" / "__init__.py"
     (shim / "rlbench" / "__init__.py").write_text(
@@ -264,7 +266,7 @@ def run_sides(ring, sides: list[Side], ab: Path) -> list[int]:
 
 def _die_with_check() -> None:
     """In each side's `rlbench run` (before exec): SIGTERM when this check dies, however it dies; the run
-    then ends its cells and workers as on any SIGTERM (bench/core/devices/procs.py)."""
+    then ends its cells and workers as on any SIGTERM (core/devices/procs.py)."""
     procs.die_with_parent(signal.SIGTERM)
 
 

@@ -1,5 +1,5 @@
 """What `rlbench check --against` judges outside the measured iterations: new against old, one value per cell
-(or per process of a cell) and tree, read from results.json `lifecycle` and `evals` (bench/core/record/lifecycle.py).
+(or per process of a cell) and tree, read from results.json `lifecycle` and `evals` (core/record/lifecycle.py).
 
 - startup:<cell>: seconds from the cell process's start to its first measured iteration, less its waits in
   the turn ring; startup_cpu:<cell>: CPU seconds of its processes over the same span; first_iteration:<cell>:

@@ -5,7 +5,7 @@ of another (or two stages of the same iteration), so what drifts over a run on a
 cancels, all the more when the cells ran interleaved (run.interleave). The samples are the
 per-iteration log-ratios; the metric's value is exp(their 20%-trimmed mean). Metric names are
 ``family:cells``; the families, their kinds, directions and descriptions are the CHECK rows of
-bench/core/results/metric_table.py (speedups, switch gains, stage costs, the queue path's cost, overhead
+core/results/metric_table.py (speedups, switch gains, stage costs, the queue path's cost, overhead
 shares, the sync = periodic-async invariants, accuracy and reward).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ SWITCHES = {"schedule": (by_role(PERIODIC).name, by_role(REFERENCE).name), "tri_
 SCHEDULE_KEYS = tuple(schedules.option_keys())
 # Keys that come with a switch (recorded only where it is on): not a second difference either.
 COMES_WITH = {"schedule": SCHEDULE_KEYS, "shared_prompt": ("shared_prompt_impl",)}
-# switch -> its gain's family (bench/core/results/metric_table.py)
+# switch -> its gain's family (core/results/metric_table.py)
 GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
 # switch -> the stages whose cost that switch changes: what a regression of its component shows in
 COMPONENT_STAGES = {"schedule": ("update", "weight_sync"), "tri_model": ("update",), "shared_prompt": ("update",)}
@@ -98,7 +98,7 @@ def stage_seconds(res: dict, events: list[dict], cpu: bool = False) -> dict[int,
 
 
 def _metric(family_name: str, fields: dict, value, cells: list[str], samples=None, **extra) -> dict[str, dict]:
-    """{name: metric} of one metric of a family bench/core/results/metric_table.py declares: name, kind,
+    """{name: metric} of one metric of a family core/results/metric_table.py declares: name, kind,
     direction and description from its row, the name and description filled in with `fields`."""
     name, declared = check_metric(family_name, **fields)
     return {name: {"value": float(value), "samples": samples, **declared, "cells": cells, **extra}}

@@ -3,7 +3,7 @@ beyond the noise this machine was measured to have (bench/baselines/README.md, "
 
 A metric's samples are per-iteration log-ratios x_k (bench/check/metrics.py). Its statistic is their
 20%-trimmed mean (robust to a stray iteration, nearly as efficient as the mean), with the
-Tukey-McLaughlin standard error (bench/core/stats.py, which every verdict of a run uses too).
+Tukey-McLaughlin standard error (core/stats.py, which every verdict of a run uses too).
 Per-iteration noise is not the whole story: a run also varies as a whole (what else the machine does
 while it runs), so a baseline calibrated from R unchanged runs
 (`calibrate`) stores, per metric, the run-level spread `run_sd` beyond the within-run error and the

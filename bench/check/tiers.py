@@ -34,7 +34,7 @@ class Tier:
 # Code that only the schedules tier's cells run: the schedules' own folders and records, partial rollout's
 # mailbox, the decoupled loss (grpo.py: bounded staleness trains with it), the ladder's cells (not the config:
 # both trees run the same one).
-SCHEDULE_PATHS = ("engines/schedules/", "bench/core/schedules/", "engines/rollout/mailbox.py",
+SCHEDULE_PATHS = ("engines/schedules/", "core/schedules/", "engines/rollout/mailbox.py",
                   "engines/trainer/grpo.py", "bench/experiments/families/cells.py")
 DOCS = (".md",)  # a schedule's page (engines/schedules/<name>/README.md) changes no cell's cost
 TIERS = (Tier("main", "ci", "configs/ci-ab.yaml"),

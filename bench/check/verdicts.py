@@ -2,7 +2,7 @@
 
 No absolute time is compared (machines differ and are noisy), only what a run measures against
 itself, plus accuracy. What is compared: bench/check/metrics.py, each metric family a CHECK row of
-bench/core/results/metric_table.py. How: paired per-iteration ratios (speedups, gains, stage costs, the
+core/results/metric_table.py. How: paired per-iteration ratios (speedups, gains, stage costs, the
 queue path) are judged by bench/check/stats.py against noise measured on this machine (`rlbench check
 --calibrate`); invariants (sync and periodic-async reach the same accuracy) strictly; cross-machine
 accuracy loosely, by tolerance; overhead shares by tolerance and a bootstrap. A failure names the

@@ -1,6 +1,6 @@
 """The roofline numbers a plan may use where a log is silent: a model's weight and KV-cache bytes from its
 Hugging Face config.json (`--model`), a device's memory and link bandwidths from its datasheet (`--device`),
-or the host-copy bandwidth `rlbench env` measured on this machine (its peak cache, bench/core/devices/peak.py).
+or the host-copy bandwidth `rlbench env` measured on this machine (its peak cache, core/devices/peak.py).
 
 Datasheet figures (dense bf16, per GPU; SXM parts): what the vendor publishes, not measured here. Link: one
 direction of the GPU-to-GPU link (NVLink, HCCS); host: one direction of the host link (PCIe).

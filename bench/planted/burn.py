@@ -1,6 +1,6 @@
 """Planted slowdowns where they run: a stage named in RLBENCH_SLOW_STAGES (which bench/planted/slowdown.py
 resolves for the cell and its worker processes inherit) busy-waits at its end, inside it (a busy-wait, not
-a sleep: a real regression costs CPU too). The stage timer (bench/core/record/stages.py) and the sampler's decode
+a sleep: a real regression costs CPU too). The stage timer (core/record/stages.py) and the sampler's decode
 step call `plant`; nothing here knows the stage names, so the timer can import it and slowdown.py can import
 the timer's Stage enum.
 """

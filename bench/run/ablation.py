@@ -195,7 +195,7 @@ def holds_device(cfg) -> bool:
 
 def cell_context(configs: list):
     """The multiprocessing context the cell processes start from: forked from `rlbench run`'s fork server
-    (a fresh interpreter that never touched a device: bench/core/devices/starting.py), a cell that holds an
+    (a fresh interpreter that never touched a device: core/devices/starting.py), a cell that holds an
     accelerator itself too, with the environment `rlbench run` had; spawned where one holds an NPU or
     RLBENCH_START=spawn."""
     # Idle OpenMP threads sleep instead of spinning: on a machine shared with other work, spinning

@@ -8,7 +8,7 @@ from rlbench.core import experiments
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 
-# The schedules by their role in these tables (each record says its role, bench/core/schedules/).
+# The schedules by their role in these tables (each record says its role, core/schedules/).
 _REF, _ASYNC, _BOUNDED = by_role(REFERENCE).name, by_role(PERIODIC).name, by_role(BOUNDED).name
 REF_SW = {"schedule": _REF}
 ASYNC_SW = {"schedule": _ASYNC}

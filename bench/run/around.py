@@ -4,7 +4,6 @@ cell of an external engine (VERL, MindSpeed-RL, TRL)."""
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import inspect
 import os
 import shutil
@@ -22,20 +21,17 @@ from rlbench.core.devices import device as dev
 from rlbench.core.devices import limits, placement, procs, starting
 from rlbench.core.errors import UserError, WorkerError
 from rlbench.core.results import schema
+from rlbench.engines import external
 from rlbench.engines.data.source import load_dataset
 from rlbench.run import curves, interleave
 from rlbench.run.seeds import parse_seeds
 
-# --engine NAME -> the external engine's runner, by import path (nothing imported unless it is chosen)
-EXTERNAL = {"verl": "rlbench.engines.external.verl.adapter:run_verl",
-            "mindspeed-rl": "rlbench.engines.external.mindspeed:run_mindspeed",
-            "trl": "rlbench.engines.external.trl.adapter:run_trl"}
 
 
 def preflight(cfg, cells, ctx) -> None:
     """Reject bad data, missing files, loggers or a rollout backend's package that are not installed
     (looked for in this process, without importing them) and limits the run cannot fit
-    (bench/core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder).
+    (core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder).
     cells: [(name, config)] (the experiments' own checks, e.g. a peer framework installed); ctx: the
     context the cells start from (ablation.py cell_context). The checks that need neither torch nor
     transformers come first, here: such bad input is refused at once. The others run in a process of ctx:
@@ -65,7 +61,7 @@ def preflight(cfg, cells, ctx) -> None:
 def check_fits(cfg, cells) -> None:
     """The checks that import torch and transformers (seconds): each experiment's own (a peer framework
     installed and accepting its config), the engine supports the config, and every prompt and the
-    memory fit the model (bench/core/devices/limits.py). UserError (exit 2) where one fails."""
+    memory fit the model (core/devices/limits.py). UserError (exit 2) where one fails."""
     # inside: they import torch and transformers; `rlbench run`'s own process must not (preflight)
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
@@ -102,7 +98,7 @@ def in_process(ctx, fn, *args) -> None:
 
 def _answer(send, fn, *args) -> None:
     """The process of `in_process`: None when fn(*args) passed, else its UserError's message."""
-    starting.detach()  # forked by a fork server: let go of its life line (bench/core/devices/starting.py)
+    starting.detach()  # forked by a fork server: let go of its life line (core/devices/starting.py)
     try:
         fn(*args)
     except UserError as e:
@@ -180,7 +176,7 @@ def raise_failed(record: dict) -> None:
 
 
 def sweep() -> None:
-    """The last backstop: any process still carrying this run's token (bench/core/devices/procs.py) outside the
+    """The last backstop: any process still carrying this run's token (core/devices/procs.py) outside the
     cells' process groups, which are ended as each cell ends, is ended here, except this process and its
     multiprocessing resource tracker (it ends with this process and cleans up after it)."""
     token = os.environ.get(procs.RUN_ENV)
@@ -199,12 +195,11 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
     curves.refuse_external(cfg, engine)
     if parse_seeds(seeds):
         raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
-    if engine not in EXTERNAL:
-        raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(EXTERNAL)}")
+    if engine not in external.FRAMEWORKS:
+        raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(external.FRAMEWORKS)}")
     check_out(out)
-    mod, fn = EXTERNAL[engine].split(":")
     run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
-    runner = getattr(importlib.import_module(mod), fn)
+    runner = external.runner(engine)
     takes = inspect.signature(runner).parameters
     shows = {"progress": progress} if "progress" in takes else {}
     pacer = ring_pacer(engine, "pacer" in takes)

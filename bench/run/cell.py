@@ -44,12 +44,12 @@ class CellRun:
         self.t0 = now()
         self.model_info: dict = {}
         self.params_sha256: str | None = None
-        self.placement = None  # bench/core/devices/placement.py Placement, once planned
-        self.shape: dict = {}  # the model's shape for the per-stage work counts (bench/core/results/utilisation.py)
+        self.placement = None  # core/devices/placement.py Placement, once planned
+        self.shape: dict = {}  # the model's shape for the per-stage work counts (core/results/utilisation.py)
         self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/planted/slowdown.py); empty normally
-        self.host_cpu = None  # bench/core/record/hostcpu.py HostCPU once the workers run
+        self.host_cpu = None  # core/record/hostcpu.py HostCPU once the workers run
         self.schedule = None  # the engine (engines/schedules/), once built: closed at the end
-        self.lifecycle = Lifecycle()  # start-up, CPU, peak memory (bench/core/record/lifecycle.py): `check --against`
+        self.lifecycle = Lifecycle()  # start-up, CPU, peak memory (core/record/lifecycle.py): `check --against`
 
     def results(self) -> dict:
         return metrics.cell_result(
@@ -182,7 +182,7 @@ def _setup(cfg, run: CellRun, pacer, progress: Reporter):
 
 
 def _placement(cfg, kind: str):
-    """Where every worker runs (bench/core/devices/placement.py); refuses more devices than this machine has."""
+    """Where every worker runs (core/devices/placement.py); refuses more devices than this machine has."""
     if schedules.of(cfg).in_process(cfg):  # one process with every device (the schedule's record says)
         return placement.single_process(cfg.engine, kind, dev.available(kind))
     return placement.plan(cfg.engine, kind, dev.available(kind))

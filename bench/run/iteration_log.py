@@ -1,5 +1,5 @@
 """What each iteration of a cell leaves behind: its samples, stage events and iteration record in the
-result files (bench/core/results/), the evaluations (before the first iteration and every run.eval_every),
+result files (core/results/), the evaluations (before the first iteration and every run.eval_every),
 the curves of run.logger (bench/run/curves.py), the run's progress line (bench/run/board.py) and the
 profiler's step."""
 from __future__ import annotations
@@ -48,7 +48,7 @@ class IterationLog:
         return res["accuracy"]
 
     def record(self, k: int, out, host_cpu: dict) -> None:
-        """Iteration k's samples, events and record (host_cpu: bench/core/record/hostcpu.py's for it), then an
+        """Iteration k's samples, events and record (host_cpu: core/record/hostcpu.py's for it), then an
         evaluation where one is due; results.json saved."""
         cfg, run = self.cfg, self.run
         rows = _sample_rows(k, out)
@@ -72,7 +72,7 @@ class IterationLog:
         self.curves.iteration(run.iterations[-1])  # the record iterations.jsonl has just received
         run.save()
         self.progress.count("iteration", done, cfg.run.iterations,
-                            f"TPSPD {rec.tpspd:.0f}, reward {rec.reward_mean:.2f}, pass@1 {self.acc:.2f}")
+                            f"last TPSPD {rec.tpspd:.0f}, reward {rec.reward_mean:.2f}, pass@1 {self.acc:.2f}")
 
 
 def _profiler(cfg, run, schedule, device):

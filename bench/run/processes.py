@@ -108,7 +108,7 @@ def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path
 def cell_main(cfg_json: dict, folder: str, name: str, progress, seat=None) -> None:
     """A cell process; progress: its channel to the run's progress lines (bench/run/board.py), or None.
     It leads its own process group, so that whatever it starts (workers, vLLM engine cores, resource
-    trackers) can be found and ended after it (bench/core/devices/procs.py); it gets SIGTERM when
+    trackers) can be found and ended after it (core/devices/procs.py); it gets SIGTERM when
     `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
     from rlbench.run.cell import run_cell  # inside: it imports torch; `rlbench run`, which starts this process, must not
 

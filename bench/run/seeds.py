@@ -3,7 +3,7 @@
 A seed changes everything `run.seed` seeds: the data split, the warm start (cached per seed), the
 initialisation and the sampling. Cells run seed by seed (every cell of the first seed, then the next),
 so a run cut short still holds complete comparisons. The cell `sync` of seed 2 is `sync@seed2`
-(schema.seeded_name); reports group by `sync` and aggregate over seeds (bench/analysis/seeds.py).
+(schema.seeded_name); reports group by `sync` and aggregate over seeds (analysis/seeds.py).
 """
 from __future__ import annotations
 

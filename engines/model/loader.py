@@ -64,7 +64,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # model.dtype's choic
 
 
 def model_facts(cfg):
-    """-> (bench/core/devices/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
+    """-> (core/devices/limits.py ModelFacts of the policy, its tokenizer), without loading weights: the
     parameters counted from the config (engines/model/shape.py), or on the meta device for an architecture
     it does not know."""
     c, tok = model_config_and_tokenizer(cfg)

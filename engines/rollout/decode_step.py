@@ -5,7 +5,7 @@ A step advances the slots [a, b) by one token: forward over the whole cache (slo
 preallocated tensors of the sampler (engines/rollout/sampler.py): the token, its log-prob and weight
 version, the slot's length and position, its done flag. Nothing in it reads a value back to the host,
 allocates a tensor whose shape depends on the data or loops over sequences, so on CUDA each (bucket,
-sampling mode) is captured once as a CUDA graph and replayed (bench/core/devices/device.py `Graph`);
+sampling mode) is captured once as a CUDA graph and replayed (core/devices/device.py `Graph`);
 elsewhere the same function runs eagerly.
 
 Buckets, as vLLM's CUDA-graph capture sizes: 1, 2, 4, 8, then steps of 8 up to 256 and of 16 beyond,

@@ -7,7 +7,7 @@ generating meanwhile would hand the next iteration tokens made outside every win
 closes the gate after each optimizer step and opens it when the next iteration starts. A worker checks
 the gate at every step boundary of its backend (one shared integer read, no lock) and before every
 request it serves; while the gate is closed it waits, ending its open stage event there and starting
-a new one when it resumes (bench/core/record/stages.py Recorder.suspend), so the paused time is in no
+a new one when it resumes (core/record/stages.py Recorder.suspend), so the paused time is in no
 stage and no window.
 
 Created before the worker processes start and handed to them as an argument (spawn pickles the

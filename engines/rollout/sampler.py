@@ -387,7 +387,7 @@ class BuiltinSampler(SlotForward, DecodeStep):
 
 def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
           own_process_group: bool = False):
-    """The registered builder (bench/core/components.py): a sampler owning the model make_model() returns."""
+    """The registered builder (core/components.py): a sampler owning the model make_model() returns."""
     sampler = BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device,
                              cuda_graphs=spec.get("cuda_graphs"))
     if "decode" in dev.compile_targets(spec.get("compile"), sampler.device.type):

@@ -1,11 +1,11 @@
-"""What one generate call of the built-in sampler measured, for the speedup prediction (bench/core/costmodel/predict.py)."""
+"""What one generate call of the built-in sampler measured, for the speedup prediction (core/costmodel/predict.py)."""
 from __future__ import annotations
 
 import time
 
 
 class StepCosts:
-    """Measured costs of one generate call, for the speedup prediction (bench/core/costmodel/predict.py): seconds per
+    """Measured costs of one generate call, for the speedup prediction (core/costmodel/predict.py): seconds per
     decode step by sequences in flight and by the shape the step ran at (rows computed: the batch bucket;
     cache positions attended: the window), and per refill (retire finished samples, prefill and admit new
     ones). On CPU the step ends at the host sync that checks for finished samples, so these are the

@@ -52,7 +52,7 @@ from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, Sam
 from rlbench.engines.rollout.sampling import sample_seed, target_length
 from rlbench.engines.rollout.step_costs import StepCosts
 
-NAME = "vllm"  # this backend's record: bench/core/components.py BACKENDS
+NAME = "vllm"  # this backend's record: core/components.py BACKENDS
 # Architectures HF configs built in memory may not name (from_config leaves `architectures` empty).
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "mistral": "MistralForCausalLM"}
@@ -107,7 +107,7 @@ def kv_cache_bytes(model_config, max_num_seqs: int, max_model_len: int, dtype: s
 
 def _bind_cpu_threads() -> None:
     """vLLM on CPU binds its OpenMP threads itself ("auto": cores of a NUMA node); bind them to the cores
-    this process is pinned to instead (bench/core/devices/device.py `pin`), so the worker keeps its own device."""
+    this process is pinned to instead (core/devices/device.py `pin`), so the worker keeps its own device."""
     if hasattr(os, "sched_getaffinity"):
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
 
@@ -253,7 +253,7 @@ class VLLMBackend:
         another engine can start in this process (the tests' in-process schedules). With the engine core
         in a child process (in_process=False) the shutdown is what ends that process and its workers;
         dropping the reference alone left them running, re-parented to PID 1. (The cell's process group
-        is the backstop, bench/core/devices/procs.py.)"""
+        is the backstop, core/devices/procs.py.)"""
         shutdown_engine(self.llm)
         self.llm = None
         self._dir.cleanup()
@@ -354,7 +354,7 @@ def shutdown_engine(llm) -> None:
 
 def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
           own_process_group: bool = False):
-    """The registered builder (bench/core/components.py): a vLLM engine from the config and `state`."""
+    """The registered builder (core/components.py): a vLLM engine from the config and `state`."""
     opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
     return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state,
                        in_process=not own_process_group, **opts)

@@ -21,7 +21,7 @@ EVALUATION = {"backend": evaluation_backend().name}  # the evaluation's sampler,
 
 def backend_spec(cfg) -> dict:
     """The config's rollout backend as a small JSON-able dict (what worker processes receive): its name,
-    the run's dtype, seed and engine.compile, and the backend's own options (bench/core/components.py)."""
+    the run's dtype, seed and engine.compile, and the backend's own options (core/components.py)."""
     backend = BACKENDS[cfg.rollout.backend]
     return {"backend": backend.name, "dtype": cfg.model.dtype, "seed": cfg.run.seed, "compile": cfg.engine.compile,
             **backend.read(cfg).model_dump()}
@@ -29,7 +29,7 @@ def backend_spec(cfg) -> dict:
 
 def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
                   state: dict | None = None, own_process_group: bool = False):
-    """The rollout backend `spec` names, by its registered `build` (bench/core/components.py). make_model() ->
+    """The rollout backend `spec` names, by its registered `build` (core/components.py). make_model() ->
     the HF model the built-in sampler will own; vLLM starts from the config and `state` (name -> tensor:
     the weights it loads from an HF directory; None: dummy weights until load_weights); own_process_group:
     this process joins a torch.distributed group of its own (colocated ranks), so vLLM's engine core must

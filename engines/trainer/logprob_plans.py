@@ -6,7 +6,7 @@
   the iteration, so the old log-probs are the detached policy log-probs and that forward is skipped.
 
 The sequence layout (engine.shared_prompt, engine.shared_prompt_impl) is a second, independent component:
-`logprob_fn`, the same call whatever it does: unpacked rows, a packed group (bench/core/components.py
+`logprob_fn`, the same call whatever it does: unpacked rows, a packed group (core/components.py
 PACKING_IMPLS), or `AutoLayout`, which picks one of the two per group by the cost model.
 """
 from __future__ import annotations

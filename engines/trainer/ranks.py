@@ -128,7 +128,7 @@ class TrainerRank:
         return self._eval_sampler.generate(requests, sampling)
 
     def device_facts(self, dtype) -> tuple[dict, dict]:
-        """This rank's device as results.json's provenance describes it, and its measured peak (bench/core/devices/peak.py)."""
+        """This rank's device as results.json's provenance describes it, and its measured peak (core/devices/peak.py)."""
         return dev.describe(self.device), peak.peak(self.device, dtype)
 
     def weights(self) -> dict:

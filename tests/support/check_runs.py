@@ -88,7 +88,7 @@ def write_cell(folder, cell: Cell, seed: int, iterations: int = 8, warmup: int =
 
 
 def _lifecycle(cell: Cell, main: str, rng) -> dict:
-    """results.json `lifecycle` (bench/core/record/lifecycle.py): 1% noise, times cell.life's factors."""
+    """results.json `lifecycle` (core/record/lifecycle.py): 1% noise, times cell.life's factors."""
     def value(key: str, base: float) -> float:
         return base * cell.life.get(key, 1.0) * (1 + 0.01 * rng.standard_normal())
 

@@ -120,7 +120,7 @@ def provenance() -> dict:
 def make_ablation(root: Path, scale: float = 1.0, names=("sync", "periodic_async"),
                   async_iterations: int = 4, async_status: str = "complete", iterations: int = 4) -> Path:
     """A 2-cell ablation folder (sync reference + periodic-async) with ablation.json (iterations: the sync
-    cell's; 6 and 6 give 5 measured pairs, enough for the speedup's interval: bench/core/ratio_interval.py)."""
+    cell's; 6 and 6 give 5 measured pairs, enough for the speedup's interval: core/ratio_interval.py)."""
     root = Path(root)
     make_cell(root / names[0], names[0], "sync", iterations=iterations, scale=scale)
     make_cell(root / names[1], names[1], "periodic_async", iterations=async_iterations,

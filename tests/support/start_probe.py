@@ -1,5 +1,5 @@
 """Run by tests/test_starting.py in a fresh interpreter: start one process with the context a CPU run uses
-(bench/core/devices/starting.py) and print what it found at its start, as JSON."""
+(core/devices/starting.py) and print what it found at its start, as JSON."""
 import json
 import os
 import sys

@@ -3,7 +3,7 @@ what every `rlbench run` imports (torch, transformers, the fork server's preload
 matplotlib for the table and report) and computed nothing; each command runs in a fork of it.
 
 A fresh `rlbench run` of the tiny config spends ~11 of its ~15 CPU-s importing: its own process (~2 s)
-and its fork server (~8 s, bench/core/devices/starting.py). A fork of this process has them already,
+and its fork server (~8 s, core/devices/starting.py). A fork of this process has them already,
 and its run's fork server is a fork of it too (`starting.warm`: a process that has the preload list and
 no thread besides its own), as a cell's is. The command is the same code from `rlbench.cli.main` on, with
 the arguments, environment, working directory and standard streams it would have in a fresh
@@ -45,7 +45,7 @@ START_S = 300  # its imports take ~10 s on 2 idle cores; far longer means someth
 def inherited() -> dict:
     """This process's environment as a command inherits it: without PYTEST_CURRENT_TEST and without the
     OpenMP and MKL settings that rlbench's own code, run in-process by earlier tests, leaves in it
-    (bench/core/devices/device.py sets OMP_NUM_THREADS, bench/run/ablation.py OMP_WAIT_POLICY), nor the
+    (core/devices/device.py sets OMP_NUM_THREADS, bench/run/ablation.py OMP_WAIT_POLICY), nor the
     inductor settings torch.compile leaves (TORCHINDUCTOR_CACHE_DIR, _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR:
     tests/test_compile.py compiles in-process; a command that compiles sets its own)."""
     return {k: v for k, v in os.environ.items() if k not in IGNORED

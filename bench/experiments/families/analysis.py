@@ -3,7 +3,7 @@ families.csv, which the terminal and the report render (report.py), and the verd
 which rung first pays by its interval, which pays most (answer).
 
 One row per rung: TPSPD (median, min–max over measured iterations), the factor over the rung before and
-the speedup over sync with its 95% interval (bench/analysis/intervals.py), idle per worker over the measured span, the staleness histogram (trained samples
+the speedup over sync with its 95% interval (analysis/intervals.py), idle per worker over the measured span, the staleness histogram (trained samples
 of the measured iterations by trained − behaviour version; a sample's behaviour version is its oldest
 token's) and the token staleness (partial rollout: tokens of one response can come from several
 versions), accuracy first → final, and the prediction: every rung from the sync cell's measured costs

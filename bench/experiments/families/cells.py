@@ -16,7 +16,7 @@ The terminal and the report print the factors as one line; the two staleness run
 "split 0.76× · overlap 1.39× · staleness 1.10× (k=1 1.05×, k=2 1.05×) · partial rollout 1.20×". The
 factors multiply to the last rung's speedup over sync.
 
-The schedules come from their records (bench/core/schedules/: the role each plays); what is computed from a
+The schedules come from their records (core/schedules/: the role each plays); what is computed from a
 run's result files is analysis.py's, report.py renders it. Import-light: `rlbench --help` reads the cells.
 """
 from __future__ import annotations

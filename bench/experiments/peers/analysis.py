@@ -159,7 +159,7 @@ def _on_cpu_pct(c, iterations: set[int]) -> float | None:
 def _paired(c, sync) -> dict:
     """Min and max over the measured iterations of this cell's TPSPD over the sync cell's same iteration
     (taken back to back when the cells take turns), and the 95% interval of the ratio they give
-    (bench/analysis/intervals.py: vs_sync_low, _high, _n, _basis)."""
+    (analysis/intervals.py: vs_sync_low, _high, _n, _basis)."""
     ours = {it["iteration"]: it["tpspd"] for it in measured(sync.iterations)}
     r = [ratio(it["tpspd"], ours[it["iteration"]]) for it in measured(c.iterations) if it["iteration"] in ours]
     r = [v for v in r if v is not None]

@@ -1,5 +1,5 @@
 """The cells of `--ablation peers` (and of `--ablation trl_on_policy`, its sync, trl and trl_cb): rlbench's own
-beside TRL's GRPOTrainer on the same devices and workload; and of `--ablation verl_recipes`: rlbench's beside VERL's own
+beside TRL's GRPOTrainer on the same devices and workload; and of `--ablation verl`: rlbench's beside VERL's own
 GRPO trainer and its asynchronous recipes (VERL_CELLS).
 
     sync            rlbench's reference: colocated ranks, each generating then training its shard
@@ -45,11 +45,11 @@ ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy (
          "shared-prompt, on the same devices; the stage breakdown side by side")
 
 
-# `--ablation verl_recipes`: VERL's synchronous trainer and its asynchronous recipes beside rlbench's two schedules
+# `--ablation verl`: VERL's synchronous trainer and its asynchronous recipes beside rlbench's two schedules
 # (engines/external/verl/recipes.py), each VERL cell in a pair with a sync run of its own (run.interleave_pairs:
 # a VERL cell holds a dozen processes and several GiB; two cells' processes alive at a time)
 VERL = "verl"
-VERL_ABLATION = "verl_recipes"
+VERL_ABLATION = "verl"
 VERL_CELLS: list[tuple[str, dict]] = [
     (_REF, {"schedule": _REF}), (_ASYNC, {"schedule": _ASYNC}),
     ("verl", {"framework": VERL}),

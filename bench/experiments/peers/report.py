@@ -37,7 +37,7 @@ NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, samp
         "rollout and log-prob passes' wall time their workers were on a core (below 100: other processes "
         "took the cores while this cell ran). vs sync: TPSPD median over "
         "rlbench's sync; in brackets its 95% interval from the per-iteration ratios (iteration k of each cell "
-        "ran back to back when the cells took turns; bench/analysis/intervals.py): faster or slower only where "
+        "ran back to back when the cells took turns; analysis/intervals.py): faster or slower only where "
         "it excludes 1.")
 
 

@@ -2,15 +2,13 @@
 refusal before any cell runs, and a framework's runner in the cell's process (RUNNER, what the record names)."""
 from __future__ import annotations
 
-import importlib
 from functools import partial
 from pathlib import Path
 
 from rlbench.core.experiments.spec import Runner
+from rlbench.engines import external
 from rlbench.experiments.peers.cells import framework_of, framework_options
 
-FRAMEWORKS = {"trl": "rlbench.engines.external.trl.adapter:run_trl",
-              "verl": "rlbench.engines.external.verl.adapter:run_verl"}
 
 
 def preflight(cells) -> None:
@@ -31,10 +29,9 @@ def preflight(cells) -> None:
 
 
 def run_framework_cell(framework: str, cfg, folder: Path, name: str, progress, pacer) -> dict:
-    """A peer framework's cell, in this (the cell's) process: its runner by import path."""
-    module, fn = FRAMEWORKS[framework].split(":")
-    return getattr(importlib.import_module(module), fn)(cfg, folder, name=name, pacer=pacer, progress=progress,
-                                                        options=framework_options(name))
+    """A peer framework's cell, in this (the cell's) process."""
+    return external.runner(framework)(cfg, folder, name=name, pacer=pacer, progress=progress,
+                                      options=framework_options(name))
 
 
 def runner_of(cell: str):

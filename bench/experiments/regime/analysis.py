@@ -5,7 +5,7 @@ tri_model or all ablations, are not points of a map) with a sync cell, a
 periodic-async cell and, where run, a barrier cell. Per point: the knobs that define it (the sync
 cell's resolved config), statistics of the sync cell that could explain the speedup (STATISTICS), the
 measured speedup with its spread over iterations, the prediction and the barrier attribution (both
-from bench/analysis/speedup.py speedup_frame). Which statistic separates wins from losses best is
+from analysis/speedup.py speedup_frame). Which statistic separates wins from losses best is
 measured over the map (explain), and the crossover (speedup 1.0) is read off the measured and the
 predicted curve along it (crossover), and the verdict's answer (answer). Pure functions of result
 files; rendering is text.py's, plot.py's and report.py's.
@@ -57,7 +57,7 @@ def regime_frame(run: RunData, sp: pd.DataFrame) -> pd.DataFrame:
     sp: tables.speedup_frame(run). measured_low/high: the measured speedup's 95% interval, from
     measured_min/max's samples: the async cell's TPSPD over sync's, iteration by iteration (both cells draw
     the same lengths for iteration k, so the pairing removes the spread the tail itself puts between
-    iterations; bench/analysis/intervals.py); split: barrier / sync; overlap: async / barrier."""
+    iterations; analysis/intervals.py); split: barrier / sync; overlap: async / barrier."""
     if not len(sp):
         return pd.DataFrame(columns=COLUMNS)
     recs = [r for r in sp.to_dict("records") if run.cell(r["cell"]).switches.get("workload")]

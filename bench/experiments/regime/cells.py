@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from rlbench.core.schedules import by_role
 from rlbench.core.schedules.spec import PERIODIC, REFERENCE
 
-# The schedules by their role (each record says its role, bench/core/schedules/).
+# The schedules by their role (each record says its role, core/schedules/).
 _REF, _ASYNC = by_role(REFERENCE).name, by_role(PERIODIC).name
 # Every grid point runs the three cells of the async ladder, so each speedup splits into device split x overlap.
 LADDER = ((_REF, {"schedule": _REF}), (f"{_ASYNC}_barrier", {"schedule": _ASYNC, "overlap": False}),
@@ -66,7 +66,7 @@ class Grid:
                         "interleave": True}}  # a point's cells take turns by iteration: drift hits all three
 
 
-# The full map, chosen to bracket the crossover on 2 CPU cores. Evidence: bench/core/costmodel/predict.py's model
+# The full map, chosen to bracket the crossover on 2 CPU cores. Evidence: core/costmodel/predict.py's model
 # (nothing fitted) on the exact lengths these seeds draw, at decode-step / trained-token cost ratios 4-8
 # (the quiet-machine regime runs of docs/results/regime.md imply about 6): light and medium lose at both batch sizes
 # (0.56-0.97x: training-dominated), heavy wins at both (1.08-1.30x), long sits near the crossover

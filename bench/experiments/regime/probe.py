@@ -13,7 +13,7 @@ them):
 
 -> contention_probe.json: each side's work per second alone and together, and kappa = alone / together
 - 1 (a stage runs at 1 / (1 + kappa) of its alone speed while the other core computes), read by the
-contention term of the prediction (bench/core/costmodel/contention.py). Nothing here is an async cell.
+contention term of the prediction (core/costmodel/contention.py). Nothing here is an async cell.
 """
 from __future__ import annotations
 

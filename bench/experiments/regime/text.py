@@ -122,13 +122,13 @@ def prediction_sentence(frame: pd.DataFrame) -> str | None:
            f"(worst: {chk['worst_point']}, {chk['worst_error_pct']:+.0f}%)")
     con = prediction_check(frame, column="contention_error_pct")
     if con["points"]:
-        out += (f"; with the proposed contention term (bench/core/costmodel/contention.py): {con['within']} of {con['points']} "
+        out += (f"; with the proposed contention term (core/costmodel/contention.py): {con['within']} of {con['points']} "
                 f"(worst: {con['worst_point']}, {con['worst_error_pct']:+.0f}%)")
     return out + "." + _spread_clause(frame, chk["tolerance_pct"])
 
 
 def _spread_clause(frame: pd.DataFrame, tolerance_pct: float) -> str:
-    """Which misses ran the same work at different CPU costs in different cells (bench/analysis/cost_spread.py)."""
+    """Which misses ran the same work at different CPU costs in different cells (analysis/cost_spread.py)."""
     misses = [r for r in frame.to_dict("records") if not _missing(r["error_pct"]) and abs(r["error_pct"]) > tolerance_pct]
     if not misses or "train_cost_spread_pct" not in frame:
         return ""

@@ -3,11 +3,11 @@
 One process per device (a CPU core or a GPU), each created with torchrun's environment contract (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: accelerate reads it and joins a gloo group on CPU, an
 NCCL group on CUDA) and one intra-op thread; each pins itself to its core when it starts (worker.py). On
-a GPU a rank sees only its own device (CUDA_VISIBLE_DEVICES, as rlbench's workers: bench/core/devices/
+a GPU a rank sees only its own device (CUDA_VISIBLE_DEVICES, as rlbench's workers: core/devices/
 device.py visible_env), so it is the rank's device 0 and LOCAL_RANK is 0 (accelerate sets the current
 device from LOCAL_RANK). A rank leads its own process
 group in the run's session (OWN_GROUP: ending it ends whatever it started) and carries the run's token
-(bench/core/devices/procs.py), so
+(core/devices/procs.py), so
 `rlbench run`'s last sweep finds it whatever happened. A rank that dies ends the others at once: they
 would otherwise wait in a collective until gloo's timeout.
 """

@@ -1,4 +1,4 @@
-"""VERL as a peer engine: `rlbench run --engine verl` and the VERL cells of `--ablation verl_recipes`.
+"""VERL as a peer engine: `rlbench run --engine verl` and the VERL cells of `--ablation verl`.
 
 command.py   RunConfig -> VERL's Hydra overrides (and the settings that make VERL run on CPU, each with its reason)
 data.py      the iterations' prompts as VERL's GSM8K parquet

@@ -1,4 +1,4 @@
-"""`rlbench run --engine verl` and the VERL cells of `--ablation verl_recipes`: VERL's own GRPO trainer
+"""`rlbench run --engine verl` and the VERL cells of `--ablation verl`: VERL's own GRPO trainer
 (`python -m verl.trainer.main_ppo`, or a recipe's entry point) on rlbench's workload, its metrics written as an
 rlbench cell (results.json) whatever happened.
 

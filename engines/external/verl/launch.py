@@ -2,7 +2,7 @@
 
 VERL's driver starts a Ray instance (GCS, raylet, dashboard, workers) whose processes leave its process group,
 so they are found instead by a token in their environment (VERL_TOKEN: Ray's processes inherit the driver's
-environment, and its workers the raylet's), as rlbench finds its own (bench/core/devices/procs.py). The driver and
+environment, and its workers the raylet's), as rlbench finds its own (core/devices/procs.py). The driver and
 everything under it run on the run's cores (CPU affinity is inherited).
 
 The watchdog: a run that prints nothing and logs no step for `hang_s` seconds is hung (a VERL job whose vLLM

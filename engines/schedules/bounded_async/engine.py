@@ -121,7 +121,7 @@ class BoundedAsyncSchedule:
 
     def _release(self, k: int) -> None:
         """Let the rollout workers go on; the held gap is recorded as a `paused` event of iteration k, whose
-        end is where k's window may start at the earliest (bench/core/results/metrics.py iteration_window)."""
+        end is where k's window may start at the earliest (core/results/metrics.py iteration_window)."""
         if self.pool.gate is None or self._held_since is None:
             return
         with self._lock:
