@@ -194,18 +194,37 @@ def check_cmd(
     reanchor: bool = typer.Option(False, "--reanchor", help="With --record: this step is a move of ACCEPTED "
                                   "that changes performance on purpose: recorded whatever its verdict, and every "
                                   "metric's series starts anew at its new commit."),
+    env_a: Optional[str] = typer.Option(
+        None, "--env-a", help="A/B of two environments: the Python of the old one (a venv's, or "
+        "a wrapper script; rlbench installed there), run interleaved with --env-b on this machine "
+        "and judged B / A as a commit A/B is; each side's packages are recorded, the ones that "
+        "differ named."),
+    env_b: Optional[str] = typer.Option(
+        None, "--env-b", help="The Python of the new environment (default: the one running this "
+        "command)."),
+    set_b: list[str] = typer.Option(
+        [], "--set-b", help="A config override for B only (repeatable), e.g. --set-b "
+        "rollout.max_num_seqs=32: a config A/B, or one beside --env-a/--env-b."),
+    engine: str = typer.Option(
+        "rlbench", "--engine", "-e", help="With --env-a/--env-b/--set-b: the cells both sides "
+        "run: rlbench's (--ablation), or a peer framework's cell (trl, verl), with its own stage "
+        "times."),
 ) -> None:
-    """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run of the
-    accepted commit against this tree on this machine (CI's way); with --baseline, a run against a stored
+    """Performance regressions: exit 1 on a regression, 2 on bad input. With no RUN_DIRS, an A/B run
+    of the accepted commit against this tree on this machine (CI's way), or of two environments
+    (--env-a, --env-b) or configs (--set-b) on this tree; with --baseline, a run against a stored
     baseline."""
     # inside: the gate's statistics load scipy (about 2 s), which `rlbench --help` and the other commands need not
     from rlbench.check.command import check
     from rlbench.check.drift import LAST_N
+    from rlbench.check.env_ab import Sides
     from rlbench.check.record import Recording
 
     recording = Recording(record, drift_steps or LAST_N, anchor_every, reanchor) if record else None
+    two = env_a or env_b or set_b or engine != "rlbench"
+    sides = Sides(env_a, env_b, set_b, engine) if two else None
     code = check(run_dirs or [], against, config, ablation, set_, out, baseline, update, calibrate, tolerance,
-                 confirm, recording)
+                 confirm, recording, sides)
     if code:
         sys.exit(code)  # not typer.Exit: main() runs the app with standalone_mode=False
 

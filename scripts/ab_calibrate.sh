@@ -6,6 +6,9 @@
 # Usage: bash scripts/ab_calibrate.sh OUT N [SPEC ...]   e.g. ... /tmp/abcal 10 work:0.10@+tri_model
 # Then: rlbench check --calibrate OUT/*/*/
 # Run it from a clean checkout of the commit under study (the new side is the tree rlbench imports).
+# AB="--env-a .venv/bin/python" measures the A/B of two environments instead (here the same one on both
+# sides; the planted slowdowns reach B only). LOCK=FILE runs each A/B under `flock FILE`, so that other heavy
+# work on a shared machine takes its turns between them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1; N=$2; shift 2
@@ -14,8 +17,9 @@ mkdir -p "$OUT"
 one() {  # NAME [ENV=VALUE]: one A/B run into OUT/NAME
     local name=$1 start=$SECONDS
     shift
-    env "$@" $RB check --against HEAD --no-confirm --out "$OUT/$name" > "$OUT/$name.txt" 2>&1
-    echo "$name exit $? in $((SECONDS - start)) s: $(grep -m1 -E '^(PASS|FAIL)' "$OUT/$name.txt")"
+    ${LOCK:+flock "$LOCK"} env "$@" $RB check ${AB:---against HEAD} --no-confirm --out "$OUT/$name" \
+        > "$OUT/$name.txt" 2>&1
+    echo "$name exit $? in $((SECONDS - start)) s, load $(cut -d' ' -f1-3 /proc/loadavg): $(grep -m1 -E '^(PASS|FAIL)' "$OUT/$name.txt")"
 }
 for i in $(seq 1 "$N"); do
     one "unchanged-$i"

@@ -22,7 +22,7 @@ OTHER_MEANING = {
     **{(path, "peers"): "the engine's name, verl" for path in (
         "engines/external/__init__.py", "engines/external/verl/adapter.py",
         "engines/external/verl/cost_settings.py", "engines/external/verl/metrics.py",
-        "engines/external/verl/venv.py")},
+        "engines/external/verl/venv.py", "bench/check/env_ab.py")},
 }
 
 

@@ -24,9 +24,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlbench.check import ab as check_ab
+from rlbench.check import envs
 from rlbench.core.devices import procs
 from rlbench.core.errors import UserError
 from rlbench.core.results import provenance, schema
@@ -208,35 +210,49 @@ def run_ab(ref: str, config: Path | None, ablation: str = "ci", sets: list[str] 
     schema.atomic_write_json(ab / AB_FILE, record)
     echo(f"rlbench check: {ablation} on {config.name}, {named} (old) and this tree (new) interleaved -> {ab}")
     t0 = time.monotonic()
-    codes = _run_sides(ring, [(shim, ab / "old"), (None, ab / "new")], _run_cmd, config, ablation, sets or [], ab)
+    sides = [Side(name, _run_cmd(config, ablation, sets or [], ab / name),
+                  _env(tree, ring.folder, i))
+             for i, (name, tree) in enumerate((("old", shim), ("new", None)))]
+    codes = run_sides(ring, sides, ab)
     shutil.rmtree(ab / "ring", ignore_errors=True)
     record.update(exit_codes={"old": codes[0], "new": codes[1]}, wall_s=round(time.monotonic() - t0, 1),
                   load=[round(x, 2) for x in os.getloadavg()])  # the machine's load as the run ended
     schema.atomic_write_json(ab / AB_FILE, record)
     if codes[0] != 0:
         raise UserError(f"--against {named}: the old tree could not run the workload (exit {codes[0]}):\n"
-                        + _tail(ab / "old.log"))
+                        + tail(ab / "old.log"))
     if codes[1] == 2:
-        raise UserError(f"this tree rejected the workload (exit 2):\n" + _tail(ab / "new.log"))
+        raise UserError(f"this tree rejected the workload (exit 2):\n" + tail(ab / "new.log"))
     return ab
 
 
-def _run_sides(ring, sides, make_cmd, config, ablation, sets, ab: Path) -> list[int]:
-    """Start both `rlbench run`s; a side that ends is abandoned in the ring (the other never waits for it).
-    Ctrl-C reaches both (same process group); their measured iterations are kept."""
+@dataclass
+class Side:
+    """One side of an A/B as it runs: its folder's name under the A/B folder ("old", "new"; its log
+    beside it), its `rlbench run` command and that command's environment (its seat in the ring
+    included)."""
+    name: str
+    cmd: list[str]
+    env: dict
+
+
+def run_sides(ring, sides: list[Side], ab: Path) -> list[int]:
+    """Start both `rlbench run`s; a side that ends is abandoned in the ring (the other never waits
+    for it). Ctrl-C reaches both (same process group); their measured iterations are kept. -> their
+    exit codes."""
     procs = []
-    for side, (shim, out) in enumerate(sides):
-        log = open(ab / f"{out.name}.log", "w")
-        procs.append((subprocess.Popen(make_cmd(config, ablation, sets, out), stdout=log, stderr=subprocess.STDOUT,
-                                       env=_env(shim, ring.folder, side), preexec_fn=_die_with_check), log))
+    for side in sides:
+        log = open(ab / f"{side.name}.log", "w")
+        procs.append((subprocess.Popen(side.cmd, stdout=log, stderr=subprocess.STDOUT, env=side.env,
+                                       preexec_fn=_die_with_check), log))
     codes: list[int | None] = [None] * len(procs)
     try:
         while None in codes:
-            for side, (proc, log) in enumerate(procs):
-                if codes[side] is None and proc.poll() is not None:
-                    codes[side] = proc.returncode
+            for i, (proc, log) in enumerate(procs):
+                if codes[i] is None and proc.poll() is not None:
+                    codes[i] = proc.returncode
                     log.close()
-                    ring.abandon(side)
+                    ring.abandon(i)
             time.sleep(0.2)
     except KeyboardInterrupt:
         for proc, _ in procs:
@@ -254,7 +270,7 @@ def _die_with_check() -> None:
     procs.die_with_parent(signal.SIGTERM)
 
 
-def _tail(path: Path, n: int = 3000) -> str:
+def tail(path: Path, n: int = 3000) -> str:
     text = path.read_text(errors="replace") if path.is_file() else ""
     return text[-n:]
 
@@ -284,12 +300,21 @@ def judge(ab: Path, confirming: bool = False):
     confirming: the second run of bench/check/confirm.py (its flag line: CONFIRM_STATS)."""
     record = json.loads((Path(ab) / AB_FILE).read_text())
     old, new = run_dirs(ab)
-    res = check_ab.compare(old, new, f"{record['against']} = {record['old_commit'][:12]}",
-                           check_ab.CONFIRM_STATS if confirming else check_ab.AB_STATS)
+    label = record.get("label") or f"{record['against']} = {record['old_commit'][:12]}"
+    stats = check_ab.CONFIRM_STATS if confirming else check_ab.AB_STATS
+    res = check_ab.compare(old, new, label, stats)
+    annotate(record, res)
     record["verdict"] = {"exit_code": res.exit_code, "line": res.verdict.splitlines()[0],
                          "worse": [r.metric for r in res.rows if r.mark == "worse"]}
     schema.atomic_write_json(Path(ab) / AB_FILE, record)
     return res
+
+
+def annotate(record: dict, result) -> None:
+    """An A/B of two environments or configs: the lines that open its report (what differs between
+    A and B, beside the stages that moved: bench/check/envs.py head_lines), kept with the result."""
+    if record.get("mode"):
+        result.baseline_info["head"] = envs.head_lines(record, result.rows)
 
 
 def record_confirmation(first: Path, second: Path, final) -> None:

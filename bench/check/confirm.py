@@ -90,7 +90,11 @@ def _not_confirmed(a: Row | None, b: Row) -> str:
 
 
 def format_confirmed(first: CheckResult, second: CheckResult, final: CheckResult) -> str:
-    """Both runs' tables, then the combined verdict."""
-    return "\n".join([format_check(first, verdict=False), f"first run: {first.verdict.splitlines()[0]}", "",
-                      "second A/B run (fresh processes), to confirm:", format_check(second, verdict=False),
+    """What differs between the sides and moved in both runs (an A/B of environments or configs),
+    both runs' tables, then the combined verdict."""
+    return "\n".join([*(final.baseline_info.get("head") or []),
+                      format_check(first, verdict=False, head=False),
+                      f"first run: {first.verdict.splitlines()[0]}", "",
+                      "second A/B run (fresh processes), to confirm:",
+                      format_check(second, verdict=False, head=False),
                       f"second run: {second.verdict.splitlines()[0]}", "", final.verdict])

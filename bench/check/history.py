@@ -64,15 +64,22 @@ def _bound(row, i: int) -> float | None:
 
 
 def workload(record: dict) -> dict:
-    """What both trees ran: the config file (relative to the source tree; a checkout's configs/NAME as
-    configs/NAME wherever the checkout lies), the ablation and the --set overrides; entries chain only within
-    one workload."""
+    """What both trees ran: the config file (relative to the source tree; a checkout's configs/NAME
+    as configs/NAME wherever the checkout lies), the ablation and the --set overrides; entries chain
+    only within one workload. An A/B of two environments or configs (bench/check/env_ab.py) adds
+    what kind it is, its engine and B's own overrides, so that its steps never chain with a commit
+    A/B's."""
     config = Path(record.get("config") or "")
     try:
         config = config.resolve().relative_to(provenance.source_root())
     except ValueError:  # another checkout's configs/ (another clone of the project, the A/B's own tree)
         config = Path("configs", config.name) if config.parent.name == "configs" else config
-    return {"config": config.as_posix(), "ablation": record.get("ablation"), "sets": list(record.get("sets") or [])}
+    out = {"config": config.as_posix(), "ablation": record.get("ablation"),
+           "sets": list(record.get("sets") or [])}
+    if record.get("mode"):
+        out.update(mode=record["mode"], engine=record.get("engine") or "rlbench",
+                   sets_b=list(record.get("sets_b") or []))
+    return out
 
 
 # ----------------------------------------------------------------- reading and appending

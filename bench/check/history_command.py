@@ -50,7 +50,7 @@ def _workload(entries: list[dict], wl: dict, last_n: int) -> dict:
         plots[fam] = {"series": {n: [p.level for p in series[n]] for n in moved},
                       "marks": {n: [c.position for c in cps if c.metric == n] for n in moved},
                       "stars": {n: _stars(series[n], anchors, n) for n in moved}}
-    return {"title": f"{wl['config']} --ablation {wl['ablation']}" + "".join(f" --set {s}" for s in wl["sets"]),
+    return {"title": history_text.title(wl),
             "meta": f"{steps} step(s) from the anchor commit {str(anchor)[:12]}; a regression's change point among "
                     f"the last {last_n} steps fails `rlbench check --record`.",
             "drift": [f"DRIFT: {history_text.describe(cp)}; {said}" for cp, said in verdict.failures] +

@@ -42,7 +42,13 @@ def format_drift(res: Drift, path, anchor: str | None) -> str:
 
 
 def title(wl: dict) -> str:
-    return f"{wl['config']} --ablation {wl['ablation']}{''.join(' --set ' + s for s in wl['sets'])}"
+    """A workload as its command would name it; an A/B of environments or configs names its kind and
+    engine."""
+    peer = wl.get("engine", "rlbench") != "rlbench"
+    cells = f"--engine {wl['engine']}" if peer else f"--ablation {wl['ablation']}"
+    kind = {"env": " (environments A/B)", "config": " (configs A/B)"}.get(wl.get("mode"), "")
+    return (f"{wl['config']} {cells}{''.join(' --set ' + s for s in wl['sets'])}"
+            f"{''.join(' --set-b ' + s for s in wl.get('sets_b') or [])}{kind}")
 
 
 def answer(entries: list[dict], wl: dict, last_n: int = LAST_N) -> list[str]:

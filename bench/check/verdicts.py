@@ -234,22 +234,27 @@ def _fmt_change(r: Row) -> str:
     return rel if r.kind in ("ratio", "cost") else f"{r.delta:+.3f}" + (f" ({rel})" if rel and r.kind != "invariant" else "")
 
 
-def format_check(result: CheckResult, verdict: bool = True) -> str:
-    """Plain-text table (metric, baseline or old, current or new, change, mark, note); the last line is
-    the verdict (verdict=False: the table alone)."""
+def format_check(result: CheckResult, verdict: bool = True, head: bool = True) -> str:
+    """Plain-text table (metric, baseline or old, current or new, change, mark, note); the last
+    line is the verdict (verdict=False: the table alone). An A/B of two environments or configs
+    opens with what differs between them beside the stages that moved (baseline_info "head";
+    head=False: not)."""
     ab = result.baseline_info.get("kind") == "A/B"
-    head = ("metric", "old" if ab else "baseline", "new" if ab else "current", "change", "mark", "note")
+    columns = ("metric", "old" if ab else "baseline", "new" if ab else "current", "change", "mark",
+               "note")
     body = [(r.metric, _fmt_value(r.baseline), _fmt_value(r.current), _fmt_change(r), r.mark,
              r.note + (f"; {_fmt_ci(r)}" if r.ci else ""))
             for r in result.rows]
-    widths = [max(len(row[i]) for row in [head, *body]) for i in range(5)]
+    widths = [max(len(row[i]) for row in [columns, *body]) for i in range(5)]
     if ab:
-        lines = [f"rlbench check: {result.run_dir} against {result.baseline_path}, paired per iteration"]
+        lines = [*(result.baseline_info.get("head") or [] if head else []),
+                 f"rlbench check: {result.run_dir} against {result.baseline_path}, "
+                 "paired per iteration"]
     else:
         lines = [f"rlbench check: {result.run_dir} vs {result.baseline_path} "
                  f"(baseline created {result.baseline_info.get('created') or '?'}, "
                  f"commit {result.baseline_info.get('git_commit') or '?'})"]
-    for row in [head, *body]:
+    for row in [columns, *body]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
     if result.config_diff:
         lines.append("not comparable, config differs from the baseline's: " + "; ".join(result.config_diff))

@@ -23,7 +23,7 @@ from rlbench.core.errors import UserError, WorkerError
 from rlbench.core.results import schema
 from rlbench.engines import external
 from rlbench.engines.data.source import load_dataset
-from rlbench.run import curves
+from rlbench.run import curves, interleave
 from rlbench.run.seeds import parse_seeds
 
 
@@ -202,10 +202,30 @@ def run_external(engine: str, config: Path | None, sets: list[str], seeds: str |
     check_out(out)
     run_dir = new_run_dir(out, f"{cfg.run.name}-{engine}")
     runner = external.runner(engine)
-    shows = {"progress": progress} if "progress" in inspect.signature(runner).parameters else {}
+    takes = inspect.signature(runner).parameters
+    shows = {"progress": progress} if "progress" in takes else {}
+    pacer = ring_pacer(engine, "pacer" in takes)
     try:
-        runner(cfg, run_dir, **shows)
+        runner(cfg, run_dir, **shows, **({"pacer": pacer} if pacer else {}))
     except UserError:
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing measured: no half-made run folder
         raise
+    finally:
+        if pacer:
+            pacer.leave()  # its turns pass on, however it ended
     finish(run_dir, end)
+
+
+def ring_pacer(engine: str, can_take_turns: bool):
+    """A side of `rlbench check --env-a/--env-b/--set-b --engine NAME` (RLBENCH_RING set): the one
+    cell takes its turns in the ring the check shares between the sides (bench/run/interleave.py),
+    iteration k under A and under B back to back. -> its Pacer; None where the run is no side of a
+    check."""
+    shared = interleave.from_env()
+    if not shared:
+        return None
+    if not can_take_turns:
+        raise UserError(f"--engine {engine}: its cell cannot take turns with another side of "
+                        "`rlbench check`")
+    folder, side = shared
+    return interleave.Pacer(interleave.Ring(folder).register(side, [engine])[0])
