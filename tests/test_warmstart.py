@@ -52,7 +52,7 @@ def test_cache_key_covers_what_shapes_the_warm_start(tmp_path):
 
 def test_cache_key_changes_with_every_source_file_and_library_version(monkeypatch):
     """The code and libraries that shape the weights are in the key: the tokenizer, the data source, the
-    task, this warm start (each file's bytes), torch and transformers (an A/B run whose two trees differ in
+    task, this warm start (each file's code), torch and transformers (an A/B run whose two trees differ in
     any of them must not share a warm start)."""
     from pathlib import Path
 
@@ -63,11 +63,12 @@ def test_cache_key_changes_with_every_source_file_and_library_version(monkeypatc
     base = tiny.cache_key(cfg)
     names = {f"{f.parent.name}/{f.name}" for f in tiny.warmstart_sources()}
     assert {"model/tokenizer.py", "model/tiny.py", "data/source.py", "data/task.py", "data/facts.py"} <= names
-    real = Path.read_bytes
+    real = Path.read_text
     for f in tiny.warmstart_sources():
-        monkeypatch.setattr(Path, "read_bytes", lambda self, f=f: b"changed" if self == f else real(self))
+        monkeypatch.setattr(Path, "read_text", lambda self, *a, f=f, **k: "changed = 1\n" if self == f
+                            else real(self, *a, **k))
         assert tiny.cache_key(cfg) != base, f
-    monkeypatch.setattr(Path, "read_bytes", real)
+    monkeypatch.setattr(Path, "read_text", real)
     assert tiny.cache_key(cfg) == base
     # the modules the key reads: `import transformers` here can be another object than tiny's (transformers'
     # lazy module is replaced in sys.modules once some of its submodules load)
