@@ -15,6 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "ray_cluster.py"
+sys.path.insert(0, str(SCRIPT.parent))
+from ray_cluster import descendants  # noqa: E402  the script's own: what `down` ends is what is looked for
 
 
 class Cluster:
@@ -99,21 +101,3 @@ def alive(pid: int) -> bool:
         return False
     return state != "Z"
 
-
-def descendants(pids: list[int]) -> set[int]:
-    """Every process below these (from /proc/*/stat's parent ids)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = set(), list(pids)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
