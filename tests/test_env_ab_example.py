@@ -53,7 +53,9 @@ def test_the_ci_job_builds_two_venvs_from_lock_files_and_fails_on_the_planted_pa
     assert report[1].startswith("packages that differ (A -> B): planted-slow-op absent -> 0.1; sitecustomize.py "
                                 "absent -> ")
     moved = {part.split()[0] for part in report[2].split(": ", 1)[1].split("; ")}
-    assert report[2].startswith("stages that moved (B / A): ") and "rollout" in moved and "update" in moved
+    # the slowed operator runs in every stage that runs the model; which of them clear their floors beside
+    # rollout varies with the machine's load (update has moved +13% in one run and stayed in its floor in another)
+    assert report[2].startswith("stages that moved (B / A): ") and "rollout" in moved and len(moved) >= 2
     assert not moved & OTHER_STAGES and moved <= MODEL_STAGES
     assert "FAIL" in proc.stdout and not history.exists()  # a failing A/B is no step of the history
     (ab, again), = [sorted((out / "ab").iterdir())]
