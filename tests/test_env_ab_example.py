@@ -37,6 +37,7 @@ def _locks(folder: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # two venvs built and an A/B run: about 5 minutes
 @pytest.mark.skipif(not UV.is_file(), reason="uv is installed by scripts/setup.sh")
 def test_the_ci_job_builds_two_venvs_from_lock_files_and_fails_on_the_planted_package(tmp_path):
     old, new = _locks(tmp_path)
