@@ -16,7 +16,7 @@ from rlbench.engines import launch
 from rlbench.engines.host_messages import POLL_S, Call, Started, start_heartbeats
 from rlbench.engines.ray_clock import CLOCK_GROUP
 from rlbench.engines.ray_nodes import own_node
-from rlbench.engines.ray_util import actor_error, forwarded_env
+from rlbench.engines.ray_util import actor_error, forwarded_env, wait_exited
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 
 
@@ -146,6 +146,8 @@ class RayHost(Started):
             except Exception:  # noqa: BLE001 - already dead
                 pass
         self.actors = {}
+        # ray.kill returns before the process ends: the run must not exit with its workers still alive
+        wait_exited(list(self._pids.values()), timeout_s)
         if self.emitted is not None:
             try:
                 self.emitted.shutdown(force=True)

@@ -4,7 +4,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
+import time
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -22,6 +25,26 @@ def actor_error(ray, e: BaseException, worker: str, doing: str) -> WorkerError:
         return WorkerError(f"{worker} failed while {doing}:\n{plain(e)}")
     return WorkerError(f"{worker} failed while {doing}: {type(e).__name__}: {e}")
 
+
+def wait_exited(pids: list[int], timeout_s: float) -> None:
+    """Wait until the actor processes `pids` have ended, SIGKILL those left after timeout_s. Only processes
+    of this machine whose command line still names an rlbench actor count (a pid on another node, or one
+    reused since, is not ours)."""
+    deadline = time.monotonic() + timeout_s
+    while (alive := [p for p in pids if _is_actor(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _is_actor(pid: int) -> bool:
+    try:
+        return b"_RayWorker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def ensure_ray(address: str | None, devices: int, device_kind: str) -> bool:
