@@ -2,8 +2,8 @@
 made by scripts/ray_cluster.py; the worker nodes in network namespaces behind a link shaped to
 100 Mbit/s and 5 ms): workers placed by node train exactly like the local run, a placement the
 cluster cannot hold stops before any work (exit 2), a node's clock error is found and taken out, the
-link is measured, and a killed node ends the run with exit 3, the measured iterations kept and the
-rest of the cluster left running.
+link is measured, and a killed node or a lost link ends the run with exit 3, the measured iterations
+kept and the rest of the cluster left running.
 
 Minutes in all (a cluster started twice, eight runs): marked `slow` as well as `e2e` (`-m slow`).
 """
@@ -128,40 +128,49 @@ def test_env_measures_the_shaped_link(cluster):
         assert link["rtt_s"] >= 0.010, link
 
 
-def test_a_killed_node_ends_the_run_with_exit_3_and_the_cluster_stays(tmp_path_factory):
+# a node killed (SIGKILL to every process of n1) or cut off (n1's link down, its processes alive)
+FAULTS = {"killed node": ("kill-node", "--node", "n1"), "lost link": ("link", "--node", "n1", "down")}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_lost_node_ends_the_run_with_exit_3_and_the_cluster_stays(tmp_path_factory, fault):
     _netns_or_skip()
     own = rc.start(tmp_path_factory.mktemp("cluster-fault"))
     try:
         out = tmp_path_factory.mktemp("fault")
-        killed: dict = {}
+        struck: dict = {}
 
-        def kill_after_three_iterations():
+        def strike_after_three_iterations():
             deadline = time.monotonic() + 400
             while time.monotonic() < deadline:
                 lines = list(out.glob("*/periodic_async/iterations.jsonl"))
                 if lines and len(lines[0].read_text().splitlines()) >= 3:
-                    killed["at"] = time.monotonic()
-                    own.script("kill-node", "--node", "n1")
+                    struck["at"] = time.monotonic()
+                    own.script(*FAULTS[fault])
                     return
                 time.sleep(0.2)
 
-        killer = threading.Thread(target=kill_after_three_iterations)
-        killer.start()
+        striker = threading.Thread(target=strike_after_three_iterations)
+        striker.start()
         proc = run(own, out, "engine.schedule=periodic_async", "run.iterations=200",
                    "engine.hang_timeout_s=30", SPLIT)
         ended = time.monotonic()
-        killer.join()
-        assert "at" in killed, proc.stderr[-3000:]
+        striker.join()
+        assert "at" in struck, proc.stderr[-3000:]
         assert proc.returncode == 3, proc.stderr[-3000:]
-        assert ended - killed["at"] <= 30 + 15  # the watchdog's time, and the run's wind-down
+        assert ended - struck["at"] <= 30 + 15  # the watchdog's time, and the run's wind-down
         res = schema.load_cell(only_run(out) / "periodic_async")
         assert res["status"] == "failed" and "rollout0" in res["error"]
         assert len(res["iterations"]) >= 3
+        if fault == "lost link":
+            own.script("link", "--node", "n1", "up")
         after = own.ray_state()
-        assert after["alive"] in (["head", "n2"], ["head", "n1", "n2"])  # n1's death seen late
+        assert {"head", "n2"} <= set(after["alive"])  # n1: dead, or seen dead late, or back
         assert all(state == "DEAD" for _, state in after["actors"])  # the run's actors ended
         raylets = subprocess.run(["pgrep", "-f", own.state["temp_dir"]], capture_output=True,
                                  text=True)
         assert raylets.stdout.split()  # the head and n2 run on: rlbench stopped only its own
+        workers = subprocess.run(["pgrep", "-f", "_RayWorker"], capture_output=True, text=True)
+        assert workers.stdout.strip() == ""  # no actor of the run alive on any node
     finally:
         assert rc.stop(own) == []
