@@ -13,7 +13,6 @@ from typing import Optional
 import click
 import typer
 from typer.core import TyperCommand
-from rlbench.core import experiments
 from rlbench.core.errors import UserError, WorkerError
 from rlbench.reports.glossary import help_epilog
 
@@ -126,14 +125,16 @@ def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folde
                                          "and the key columns otherwise, within 100 characters a line).")) -> None:
     """Write summary.csv/.md, plots and report.html into RUN_DIR and print its verdict and key columns (with
     --markdown: print its tables)."""
-    # inside: pandas and matplotlib (1.7 s), which `rlbench --help` and `rlbench config` need not load
-    from rlbench.reports import build_report, markdown_report, summary_table_text
+    # inside: pandas and matplotlib (1.7 s) and the experiments' records (pydantic), which `rlbench --help` and
+    # `rlbench config` need not load
+    from rlbench.experiments import write_results
+    from rlbench.reporting import build_report, markdown_report, summary_table_text
 
     if markdown:
         typer.echo(markdown_report(run_dir, add), nl=False)
         return
 
-    experiments.write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
+    write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
     typer.echo(summary_table_text(run_dir, add, wide=wide))
     typer.echo(f"report: {build_report(run_dir, add)}")
 
