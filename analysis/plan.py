@@ -254,7 +254,7 @@ def _climb(batches: list, row: Row, values: list[int], start: int, devices: int)
 def model_check(inp: PlanInput) -> dict:
     """The model's in-sample check: sync on the N colocated devices, predicted from the same batches, against
     the logged steps (a large error: the log's stages do not add up to its step, or the layout differs)."""
-    walls = [b.sync_time(inp.devices)[0] for b in inp.batches]  # sync's own term (engines/schedules/sync/cost.py)
+    walls = [b.sync_time(inp.devices)[0] for b in inp.batches]  # sync's own term (core/costmodel/colocated.py)
     tpspd = statistics.median(b.tokens / (w * inp.devices) for b, w in zip(inp.batches, walls))
     ref = statistics.median(inp.reference)
     return {"predicted_tpspd": tpspd, "reference_tpspd": ref, "error": tpspd / ref - 1 if ref else None}

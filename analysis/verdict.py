@@ -5,8 +5,8 @@ the measured one's 95% interval and from it whether periodic asynchrony wins, lo
 (analysis/intervals.py), sync's rollout share and, where a barrier cell ran, the two factors the
 speedup multiplies to (device split x overlap, speedup.attribution). Where the run has a regime map or a
 families ladder, what would change the answer: the map's crossover with its range or the
-first rung of the ladder that pays by its interval (each experiment's analysis, read from the registry:
-core/experiments/). Computed here; reports/verdict_text.py renders it.
+first rung of the ladder that pays by its interval (the analysis of each experiment it is given: the harness
+passes the registry, bench/experiments/__init__.py). Computed here; reports/verdict_text.py renders it.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from rlbench.analysis import intervals
 from rlbench.analysis.intervals import Ratio
 from rlbench.analysis.speedup import attribution
-from rlbench.core import experiments
+from rlbench.core.experiments.spec import ExperimentSpec
 
 if TYPE_CHECKING:  # import-light
     import pandas as pd
@@ -51,6 +51,7 @@ class Verdict:
     # first paying rung), where the run is that experiment's
     answers: dict = field(default_factory=dict)
     fastest: tuple[str, float, str] | None = None  # (cell, speedup, reference) where nothing is compared
+    experiments: tuple[ExperimentSpec, ...] = ()  # what it was computed with, in registry order (their words)
 
 
 def comparisons(sp: pd.DataFrame, attribution: list[dict]) -> list[Comparison]:
@@ -87,10 +88,12 @@ def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def verdict_of(run, sp: pd.DataFrame, summary: pd.DataFrame) -> Verdict:
+def verdict_of(run, sp: pd.DataFrame, summary: pd.DataFrame, experiments=()) -> Verdict:
     """The run's verdict. sp: its speedup_frame, summary: its summary_frame (a multi-seed run: both as
-    seeds.cell_summary aggregates them; its regime map is not read, as the report shows the first seed's)."""
+    seeds.cell_summary aggregates them; its regime map is not read, as the report shows the first seed's).
+    experiments: the records (ExperimentSpec) whose analyses say what would change the answer."""
     compared = comparisons(sp, attribution(sp))
     first = str(summary["cell"].iloc[0]) if len(summary) else None
-    return Verdict(compared, experiments.answers(run, sp),
-                   None if compared or first is None else fastest(summary, first))
+    found = {e.name: e.load_analysis().answer(run, sp) for e in experiments}
+    return Verdict(compared, {name: a for name, a in found.items() if a is not None},
+                   None if compared or first is None else fastest(summary, first), tuple(experiments))

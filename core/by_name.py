@@ -1,8 +1,6 @@
-"""The one resolver of what rlbench names by import path, "module:attribute": the registries' entries (engine
-builders, schedule and experiment records and what they name), the test hooks and the reports' lazy names.
-The module is imported when the name is resolved, not before (so the core names upper layers without
-importing them, and `rlbench --help` imports neither torch nor pandas); tests/test_structure.py reads these
-strings as imports."""
+"""The one resolver of a name by import path, "module:attribute", for what the code must not import: the test
+hooks the hook points load in a process that asks for one (core/hooks.py). The registries list their entries
+by import; tests/test_structure.py reads these strings as imports and allows a few, each with its reason."""
 from __future__ import annotations
 
 import importlib

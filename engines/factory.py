@@ -29,6 +29,7 @@ from rlbench.engines.rollout.base import PromptRequest
 from rlbench.engines.rollout.pool import RolloutPool
 from rlbench.engines.rollout.sampling import LengthSampling
 from rlbench.engines.rollout.worker import EVALUATION, RolloutWorker, backend_spec, build_backend
+from rlbench.engines.schedules import engine_of
 from rlbench.engines.schedules.common import IterationInput
 from rlbench.engines.trainer.distributed import DataParallelTrainer
 from rlbench.engines.trainer.ranks import TrainerRank
@@ -75,7 +76,7 @@ def build_schedule(cfg, policy, tok, t0: float, sink, device, dataset=None, plac
         session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset,
                            weights=weights)
     try:
-        build = spec.build_function()  # the schedule's build(options, session), named by its record
+        build = engine_of(spec).build  # the schedule's build(options, session) (engines/schedules/)
         with lifecycle.phase(Phase.WORKERS):
             schedule = build(spec.read(cfg), session)
             session.check_observed()  # waits for every host's workers (they start side by side)
@@ -95,15 +96,16 @@ def _in_process_engine(cfg, policy, tok, t0: float, sink, device, dataset, place
     eval_sampler = build_backend(EVALUATION, policy.config, tok.eos_token_id, cfg.rollout.max_num_seqs, device,
                                  make_model)
     dev.set_threads(e.num_devices if device.type == "cpu" else 1)
-    if spec.in_process_builder:  # the whole schedule in this process
-        schedule = spec.build_in_process_function()(cfg, policy, tok, t0, sink, device, placement, make_model)
+    whole = engine_of(spec).build_in_process
+    if whole:  # the whole schedule in this process
+        schedule = whole(cfg, policy, tok, t0, sink, device, placement, make_model)
         return schedule, InProcessEval(eval_sampler, schedule.trainer, device)
 
     placement = plan(e, device.type, available=e.num_devices)  # rollout workers as planned
     session = _Session(cfg, policy, tok, t0, placement, Recorder(Role.DRIVER.value, t0, sink=sink), dataset,
                        trainer_in_process=True, weights=weights)
     try:
-        build = spec.build_function()
+        build = engine_of(spec).build
         with lifecycle.phase(Phase.WORKERS):
             schedule = build(spec.read(cfg), session)
             session.report_phases()  # waits for every host's workers (they start side by side)

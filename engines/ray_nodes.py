@@ -15,6 +15,7 @@ from rlbench.core.devices import device as dev
 from rlbench.core.devices.placement import plan
 from rlbench.engines import launch
 from rlbench.engines.ray_util import attach
+from rlbench.engines.schedules import engine_of
 
 # Ray's own resources: a node's other ones are custom (what `ray start --resources` gave it: its
 # name here).
@@ -56,7 +57,7 @@ def ray_slots(cfg) -> list:
     spec = schedules.of(cfg)
     slots = plan(cfg.engine, dev.resolve_kind(cfg.engine.device), cfg.engine.num_devices).slots
     if spec.in_process(cfg):
-        return [] if spec.in_process_builder else [s for s in slots if s.role == "rollout"]
+        return [] if engine_of(spec).build_in_process else [s for s in slots if s.role == "rollout"]
     return slots
 
 

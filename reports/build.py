@@ -8,7 +8,6 @@ from rlbench.reports.accuracy_html import accuracy_html
 from rlbench.reports.accuracy_plots import CAPTIONS, write_accuracy_plots
 from rlbench.analysis.accuracy_table import write_accuracy_table
 from rlbench.analysis.data import load
-from rlbench.core import experiments
 from rlbench.reports.html import write_html
 from rlbench.reports.plots import write_plots
 from rlbench.analysis.seeds import first_seed, is_multi_seed, seed_frames, write_seed_csvs
@@ -20,7 +19,7 @@ from rlbench.reports.tables import write_summary_md
 from rlbench.reports.verdict_text import verdict_html, verdict_markdown
 
 
-def build_report(run_dir, add=()) -> Path:
+def build_report(run_dir, add=(), experiments=()) -> Path:
     """Write summary.csv, summary.md, accuracy.csv, plots/*.png and report.html into run_dir; returns the
     HTML path; summary.md and report.html open with the verdict (analysis/verdict.py). A multi-seed
     run (--seeds) gets one aggregated row per cell (and summary_seeds.csv); its per-cell plots and regime
@@ -28,7 +27,8 @@ def build_report(run_dir, add=()) -> Path:
     points (`--ablation regime`) also gets regime.csv and plots/regime.png, at the top of the report; a
     families ladder (`--ablation families`) families.csv and its ladder there; rlbench beside a peer framework
     (`--ablation peers`) peers.csv, and peers.md, "Against a real framework", there.
-    add: other run folders whose cells join this report (written into run_dir).
+    add: other run folders whose cells join this report (written into run_dir). experiments: the records
+    (ExperimentSpec, in registry order) whose sections it shows where the run is theirs.
 
     Works on whatever was measured: a single cell, an ablation, a cell that was interrupted or failed
     with zero iterations. Raises rlbench.core.errors.UserError when run_dir is not a run folder.
@@ -36,7 +36,8 @@ def build_report(run_dir, add=()) -> Path:
     run = load(run_dir, add)
     multi = is_multi_seed(run)
     df, per, sp = seed_frames(run) if multi else (summary_frame(run), None, speedup_frame(run))
-    verdict = verdict_of(run, sp, df)  # the first thing summary.md and report.html say
+    reports = [e.load_report() for e in experiments]
+    verdict = verdict_of(run, sp, df, experiments)  # the first thing summary.md and report.html say
     if multi:  # the tables are the analysis's to write (summary.csv, summary_seeds.csv), the words ours
         write_seed_csvs(run, df, per)
         write_seed_summary_md(run, df, sp, verdict_markdown(run, verdict))
@@ -44,12 +45,12 @@ def build_report(run_dir, add=()) -> Path:
     else:
         write_summary_csv(run, df)
         write_summary_md(run, df, sp, verdict_markdown(run, verdict),
-                         [line for r in experiments.reports() for line in r.summary(run, sp)])
+                         [line for r in reports for line in r.summary(run, sp)])
         shown = run
-    plots = write_plots(shown, df, sp, experiments.plot_files())
+    plots = write_plots(shown, df, sp, [f for e in experiments for f in e.plots])
     # an experiment's section (a regime map, a families ladder, a peer framework beside rlbench): first
-    headline = experiment_section(shown, sp if shown is run else speedup_frame(shown))
-    for r in experiments.reports():
+    headline = experiment_section(shown, sp if shown is run else speedup_frame(shown), reports)
+    for r in reports:
         r.files(shown, run.path)  # e.g. peers.md
     acc = write_accuracy_table(run)
     target = acc["target"].iloc[0] if len(acc) else None
@@ -59,10 +60,10 @@ def build_report(run_dir, add=()) -> Path:
                       verdict=verdict_html(run, verdict))
 
 
-def experiment_section(run, sp) -> tuple[str, str] | None:
-    """The section at the top of report.html: the first experiment, in registry order, that has one for this
-    run (core/experiments/); the later ones are not asked (a section writes its files as it is made)."""
-    for r in experiments.reports():
+def experiment_section(run, sp, reports) -> tuple[str, str] | None:
+    """The section at the top of report.html: the first experiment's Report, in registry order, that has one
+    for this run; the later ones are not asked (a section writes its files as it is made)."""
+    for r in reports:
         section = r.html(run, sp)
         if section:
             return section

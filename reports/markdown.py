@@ -4,8 +4,8 @@ docs/results/ is pasted from this output rather than typed.
 
 Sections, each where the run has it: the verdict (reports/verdict_text.py), the summary's headline
 columns (the terminal's --wide table), the speedups measured vs predicted with their attribution to device
-split and overlap, each experiment's section (a regime map, a families ladder: their records, read from the
-registry, core/experiments/) and the time-to-accuracy table. Everything is computed by analysis
+split and overlap, each experiment's section (a regime map, a families ladder: from the records it is given) and the
+time-to-accuracy table. Everything is computed by analysis
 and the experiments' analyses; this module renders. Nothing is written into the run folder.
 """
 from __future__ import annotations
@@ -18,7 +18,6 @@ from rlbench.analysis.origin import Origin, device_text, origin, overrides_of
 from rlbench.analysis.seeds import cell_summary, is_multi_seed
 from rlbench.analysis.speedup import attribution, speedup_frame
 from rlbench.analysis.verdict import verdict_of
-from rlbench.core import experiments
 from rlbench.reports import accuracy_html as accuracy
 from rlbench.reports.verdict_text import verdict_markdown
 from rlbench.reports.tables import COMPACT_HEAD, SPEEDUP_HEAD, attribution_text, compact_rows, speedup_rows
@@ -27,8 +26,9 @@ from rlbench.reports.tables import markdown_table as table
 NOT_RECORDED = "not recorded"
 
 
-def markdown_report(run_dir, add=()) -> str:
-    """The markdown text of run_dir (with the cells of the `add` folders): header, then the tables."""
+def markdown_report(run_dir, add=(), experiments=()) -> str:
+    """The markdown text of run_dir (with the cells of the `add` folders): header, then the tables, with the
+    sections of the experiments (ExperimentSpec records) whose run it is."""
     base, others = load(run_dir), [load(p) for p in add]
     run = merge(base, others) if others else base
     title = f"{base.path.name} (`--ablation {base.name}`)" if base.kind == "ablation" else base.path.name
@@ -37,13 +37,13 @@ def markdown_report(run_dir, add=()) -> str:
         parts += ["", f"Cells added from `{other.path}`:", *header_lines(other)]
     multi = is_multi_seed(run)
     summary, sp = cell_summary(run), cell_summary(run, speedup_frame, [])
-    parts += ["", "### Verdict", "", *verdict_markdown(run, verdict_of(run, sp, summary))]
+    parts += ["", "### Verdict", "", *verdict_markdown(run, verdict_of(run, sp, summary, experiments))]
     parts += ["", "### Summary" + (" (median over seeds)" if multi else ""), "",
               table(COMPACT_HEAD, compact_rows(summary))]
     if len(sp):
         parts += ["", "### Speedup: measured vs predicted (TPSPD over the reference cell's)", "",
                   table(SPEEDUP_HEAD, speedup_rows(sp)), *[f"- {t}" for t in attribution_text(attribution(sp))]]
-    for r in experiments.reports():  # each experiment's section where the run is its (a regime map, ...)
+    for r in (e.load_report() for e in experiments):  # each experiment's section where the run is its (a regime map, ...)
         parts += r.markdown(run, sp)
     acc = accuracy_frame(run)
     if len(acc):

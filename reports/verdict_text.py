@@ -12,7 +12,6 @@ import re
 from rlbench.analysis.data import RunData
 from rlbench.analysis.intervals import Ratio, described
 from rlbench.analysis.verdict import Comparison, Verdict
-from rlbench.core import experiments
 from rlbench.reports.html import esc
 from rlbench.reports.text_table import WIDTH, wrap, x
 
@@ -69,10 +68,10 @@ def verdict_sentences(run: RunData, v: Verdict) -> list[str]:
     if not v.comparisons:
         out.append(f"No periodic-async cell beside a sync cell in this run; {_fastest(v.fastest)}." if v.fastest
                    else "No periodic-async cell beside a sync cell in this run.")
-    for r in experiments.reports():  # what the run holds (rlbench beside a real framework: where the difference comes from)
-        out += r.notes(run)
-    said = [e.load_report().change(v.answers[name]) for name, e in experiments.EXPERIMENTS.items()
-            if name in v.answers]  # each experiment's answer, in registry order (a regime map's crossover, ...)
+    for e in v.experiments:  # what the run holds (rlbench beside a real framework: where the difference comes from)
+        out += e.load_report().notes(run)
+    said = [e.load_report().change(v.answers[e.name]) for e in v.experiments
+            if e.name in v.answers]  # each experiment's answer, in registry order (a regime map's crossover, ...)
     change = [s for s in said if s]
     return out + (change or ([HINT] if v.comparisons else []))
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from support.accuracy_runs import EVERY, G, N_EVAL, PROMPTS, clock, make_curve_cell, make_seeded_ablation
-from rlbench.reports import build_report, summary_table_text
+from rlbench.reporting import build_report, summary_table_text
 from rlbench.analysis.accuracy import TARGET_SHARE, crossing, curve, interval
 from rlbench.analysis.data import load
 from rlbench.core.results import schema

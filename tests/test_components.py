@@ -1,5 +1,6 @@
 """The registries of schedules (core/schedules/) and rollout backends (core/components.py) are what config,
-switches and the engine factory read; every registered component resolves to real code."""
+switches and the engine factory read; every registered component has its code in the engines
+(engines/schedules/__init__.py, engines/rollout/backends.py, engines/trainer/logprob_plans.py)."""
 import typing
 
 import pytest
@@ -24,17 +25,29 @@ def test_config_choices_are_the_registry():
 
 @pytest.mark.parametrize("name", sorted(schedules.SCHEDULES))
 def test_every_schedule_builder_resolves(name):
-    spec = schedules.SCHEDULES[name]
-    build = spec.build_function()
+    from rlbench.engines.schedules import ENGINES, engine_of
+
+    assert set(ENGINES) == set(schedules.SCHEDULES)
+    engine = engine_of(schedules.SCHEDULES[name])
+    build = engine.build
     assert callable(build) and build.__name__ == "build" and build.__module__.startswith("rlbench.engines.schedules.")
-    if spec.in_process_builder:
-        assert callable(spec.build_in_process_function())
+    if engine.build_in_process:
+        assert callable(engine.build_in_process)
 
 
 @pytest.mark.parametrize("name", sorted(components.BACKENDS))
 def test_every_backend_builder_resolves(name):
-    build = components.BACKENDS[name].build_function()  # importable without vLLM: it is imported lazily
+    from rlbench.engines.rollout.backends import BUILDERS
+
+    assert set(BUILDERS) == set(components.BACKENDS)
+    build = BUILDERS[name]  # importable without vLLM: it is imported lazily
     assert callable(build) and build.__module__.startswith("rlbench.engines.rollout.")
+
+
+def test_every_packing_impl_has_its_function():
+    from rlbench.engines.trainer.logprob_plans import PACKED
+
+    assert set(PACKED) == set(components.PACKING_IMPLS) and all(map(callable, PACKED.values()))
 
 
 def test_backend_spec_carries_the_backends_own_options():

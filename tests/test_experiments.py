@@ -1,18 +1,21 @@
 """An experiment is one folder (bench/experiments/<name>/: its record, cells, analysis, report section and a
-README) and one line of REGISTERED (core/experiments/): `--ablation`, `rlbench run --help` and every
+README) and one line of the registry (bench/experiments/__init__.py): `--ablation`, `rlbench run --help` and every
 report read the records, and no other module names an experiment, by import or by string."""
 import ast
 import re
 from pathlib import Path
 
 import pytest
-from rlbench.core import experiments
+import importlib
+import sys
+
+from rlbench import experiments
 from rlbench.core.experiments.spec import Analysis, ExperimentSpec, Report, Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "bench" / "experiments"
 SOURCES = ("bench", "core", "engines", "analysis", "reports")
-REGISTRY = "core/experiments/"
+REGISTRY = "bench/experiments/__init__.py"
 # Where a string that is also an experiment's (or its ablation's) name means something else.
 OTHER_MEANING = {
     ("bench/check/tiers.py", "families"): "the schedules tier of `rlbench check` runs that ablation, and "
@@ -28,7 +31,7 @@ OTHER_MEANING = {
 
 def _own(path: str, name: str) -> bool:
     """The modules that may name experiment `name`: its folder and the registry."""
-    return path.startswith(f"bench/experiments/{name}/") or path.startswith(REGISTRY)
+    return path.startswith(f"bench/experiments/{name}/") or path == REGISTRY
 
 
 def _docstrings(tree) -> set[int]:
@@ -69,10 +72,8 @@ def test_every_experiment_is_a_registered_folder():
     registered = set(experiments.EXPERIMENTS)
     folders = {p.name for p in FOLDER.iterdir() if (p / "__init__.py").is_file()}
     assert {"regime", "families", "peers"} <= registered and registered == folders
-    for entry in experiments.REGISTERED:
-        module, attribute = entry.split(":")
-        spec = getattr(__import__(module, fromlist=[attribute]), attribute)
-        assert module == f"rlbench.experiments.{spec.name}" and isinstance(spec, ExperimentSpec)
+    for name, spec in experiments.EXPERIMENTS.items():
+        assert getattr(experiments, name).EXPERIMENT is spec and isinstance(spec, ExperimentSpec)
 
 
 @pytest.mark.parametrize("name", ["regime", "families", "peers"])
@@ -83,8 +84,12 @@ def test_a_folder_holds_its_readme_cells_analysis_and_report(name):
     cells = spec.cells()
     assert cells and set(cells) == set(spec.about)  # every ablation it adds is described in --help
     assert all(len(c) >= 2 and all(isinstance(sw, dict) for _, sw in c) for c in cells.values())
-    for ref in (spec.analysis, spec.report, spec.runner):
-        assert ref is None or ref.startswith(f"rlbench.experiments.{name}.")  # its own folder's code
+    for load, module in ((spec.load_analysis, "analysis"), (spec.load_report, "report")):
+        assert load() is importlib.import_module(f"rlbench.experiments.{name}.{module}").__dict__[module.upper()]
+    if spec.runner:  # its own folder's code
+        runner = spec.load_runner()
+        assert any(m.startswith(f"rlbench.experiments.{name}.") and getattr(mod, "RUNNER", None) is runner
+                   for m, mod in list(sys.modules.items()))
     assert isinstance(spec.load_analysis(), Analysis) and isinstance(spec.load_report(), Report)
     assert isinstance(spec.load_runner(), Runner)
     assert (folder / "cells.py").is_file() and (folder / "analysis.py").is_file() and (folder / "report.py").is_file()

@@ -15,7 +15,7 @@ from rlbench.run.ablation import cells_for
 from rlbench.run.ablation_table import ABLATIONS
 from rlbench.core.config_files import load_config
 from rlbench.experiments.families.analysis import families_frame, is_families, write_ladder
-from rlbench.reports import build_report, summary_table_text
+from rlbench.reporting import build_report, summary_table_text
 from rlbench.analysis.data import load
 from rlbench.experiments.families.report import ladder_line, read
 from rlbench.core.schedules import SCHEDULES

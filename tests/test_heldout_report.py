@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from support.accuracy_runs import make_seeded_ablation
-from rlbench.reports import build_report
+from rlbench.reporting import build_report
 from rlbench.analysis.accuracy import crossing, curve, target_accuracy, curves
 from rlbench.analysis.data import load
 from rlbench.core.results import schema

@@ -12,7 +12,7 @@ from conftest import TINY
 from support.cli import only_run, rlbench
 from support.regime_runs import MAP, make_regime
 from support.report_runs import make_ablation
-from rlbench.reports import build_report, summary_table_text
+from rlbench.reporting import build_report, summary_table_text
 from rlbench.experiments.regime.analysis import crossover, explain, prediction_check, regime_frame, spearman, verdict
 from rlbench.analysis.speedup import speedup_frame
 from rlbench.core.results import schema

@@ -11,7 +11,7 @@ from support.cli import rlbench
 from support.report_runs import make_ablation, make_families
 from rlbench.core.config_files import load_config
 from rlbench.core.results import schema
-from rlbench.reports import markdown_report
+from rlbench.reporting import markdown_report
 from rlbench.reports.tables import fmt
 from rlbench.run.ablation import cells_for, command_line, new_record
 

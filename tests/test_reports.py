@@ -18,7 +18,8 @@ from matplotlib import image as mpimg
 from support.report_runs import make_ablation, make_cell
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import OUTSIDE_STAGES, Stage
-from rlbench.reports import build_report, compare, summary_table_text
+from rlbench.reporting import build_report, summary_table_text
+from rlbench.reports import compare
 from rlbench.reports.palette import stage_color
 from rlbench.reports.tables import COMPACT_HEAD, KEY
 
@@ -284,7 +285,7 @@ def test_reports_import_only_the_result_core():
     # what they render: the analysis, and from the core the result schema, the metric table, the stage
     # names, the errors, the schedule and experiment records and the cost model's text (no engine, no harness)
     allowed = ("analysis", "core.results.schema", "core.results.metric_table", "core.record.stages", "core.errors",
-               "core.costmodel", "core.schedules", "core.experiments", "core.by_name")
+               "core.costmodel", "core.schedules", "core.experiments")
     assert all(any(u == a or u.startswith(a + ".") for a in allowed) for u in used), used
 
 

@@ -1,6 +1,7 @@
-"""A schedule is one folder (engines/schedules/<name>/: record, options, engine, cost term) and one line of
-REGISTERED; a rollout backend one record and its module: no other module names one, and a schedule added
-that way (one_step_off) is a whole schedule everywhere."""
+"""A schedule is a record (core/schedules/<name>.py: what it is, its options, its cost model), one line of
+the registry (SCHEDULES) and an engine folder (engines/schedules/<name>/, one line of ENGINES); a rollout
+backend one record and its module: no other module names one, and a schedule added that way
+(one_step_off) is a whole schedule everywhere."""
 import ast
 import json
 import re
@@ -44,8 +45,8 @@ OTHER_BACKEND_MEANING = {
 
 
 def _own(path: str, name: str) -> bool:
-    """The modules that may name schedule `name`: its folder (record, engine, cost term)."""
-    return path.startswith(f"engines/schedules/{name}/")
+    """The modules that may name schedule `name`: its record and its engine's folder."""
+    return path == f"core/schedules/{name}.py" or path.startswith(f"engines/schedules/{name}/")
 
 
 def _own_backend(path: str, name: str) -> bool:
@@ -133,7 +134,7 @@ def test_a_records_cells_join_the_ablations_it_names():
     from rlbench.core.components import Options
     from rlbench.run.ablation_table import add_schedule_cells
 
-    spec = ScheduleSpec(name="extra", summary="", options=Options, builder="x:y", layout=POOLS,
+    spec = ScheduleSpec(name="extra", summary="", options=Options, layout=POOLS,
                         model=MODEL_BOUNDED, cells={"staleness": (("extra_k1", {"max_staleness": 1}),)})
     table = add_schedule_cells({"staleness": [("a", {})]}, [spec])
     assert table["staleness"] == [("a", {}), ("extra_k1", {"schedule": "extra", "max_staleness": 1})]

@@ -1,4 +1,4 @@
-"""The partial-rollout model (engines/schedules/bounded_async/partial.py): a hand-computed replay and timeline, what it reduces
+"""The partial-rollout model (core/costmodel/partial.py): a hand-computed replay and timeline, what it reduces
 to, and the bounds that say what partial rollout can cost and buy in rlbench's engine."""
 import pytest
 from hypothesis import example, given, settings
@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from rlbench.core.costmodel.decode import StepCost, replay_posted
 from rlbench.core.costmodel.predict import SyncMeasurements
 from rlbench.simulate import simulate
-from rlbench.engines.schedules.bounded_async.cost import bounded
+from rlbench.core.costmodel.bounded import bounded
 from rlbench.simulate.model import lognormal_samples
-from rlbench.engines.schedules.bounded_async.partial import mid_batch
+from rlbench.core.costmodel.partial import mid_batch
 
 BOUNDED_K = "bounded_async"
 

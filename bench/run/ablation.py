@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import typer
-from rlbench.core import experiments, schedules
+from rlbench import experiments
+from rlbench.core import schedules
 from rlbench.core.config import RunConfig
 from rlbench.core.config_files import DEFAULT_CONFIG, load_config, merge_trees, parse_overrides, with_overrides
 from rlbench.core.devices import device as dev

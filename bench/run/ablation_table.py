@@ -4,7 +4,7 @@ registries and nothing of the run machinery, so that `rlbench --help` stays quic
 """
 from __future__ import annotations
 
-from rlbench.core import experiments
+from rlbench import experiments
 from rlbench.core.schedules import SCHEDULES, by_role
 from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
 

@@ -13,8 +13,8 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 
 import typer
-from rlbench import reports
-from rlbench.core import experiments
+from rlbench import reporting
+from rlbench import experiments
 from rlbench.core.components import BACKENDS
 from rlbench.core.config_files import load_config
 from rlbench.core.devices import device as dev
@@ -163,9 +163,9 @@ def finish(run_dir: Path, end: Ending) -> None:
     except UserError:
         return
     experiments.write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
-    typer.echo(reports.summary_table_text(run_dir, wide=end.wide))
+    typer.echo(reporting.summary_table_text(run_dir, wide=end.wide))
     if end.report:
-        path = reports.build_report(run_dir)
+        path = reporting.build_report(run_dir)
         typer.echo(f"report: {path}")
     typer.echo(f"results: {run_dir}")
 

@@ -13,7 +13,7 @@ import tempfile
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from rlbench.core import experiments
+from rlbench import experiments
 from rlbench.core.config import RunConfig
 from rlbench.core.devices import procs, starting
 from rlbench.core.errors import UserError

@@ -1,6 +1,7 @@
 """Every schedule on N rollout + M training devices, over batches of per-device costs measured in a sync
-cell (rlbench.core.costmodel.predict.SyncMeasurements), each by its own term of the cost model: the record
-of a schedule names it (engines/schedules/<name>/cost.py), so adding a schedule adds its term there.
+cell (rlbench.core.costmodel.predict.SyncMeasurements), each by the term of the cost model its record's
+`model` names (TERMS: colocated.py, pools.py, bounded.py), so a schedule with a new model adds its term
+there and one line to TERMS.
 
 TPSPD = batch tokens / (iteration seconds x (N + M)), the median over batches as the runner reports it,
 or for a schedule whose iterations overlap (bounded staleness) the steady-state rate.
@@ -8,41 +9,23 @@ or for a schedule whose iterations overlap (bounded staleness) the steady-state 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
 from rlbench.core import schedules
+from rlbench.core.costmodel import bounded, colocated, pools
 from rlbench.core.costmodel.link import NodeLayout
 from rlbench.core.costmodel.predict import SyncMeasurements
+from rlbench.core.costmodel.sim_result import SimResult, median_rate
 from rlbench.core.errors import UserError
-from rlbench.core.schedules.spec import BOUNDED, PERIODIC, REFERENCE
+from rlbench.core.schedules.spec import BOUNDED, MODEL_BOUNDED, MODEL_COLOCATED, MODEL_POOLS, PERIODIC, REFERENCE
 
 SCHEDULES = tuple(schedules.SCHEDULES)  # every registered schedule, each by its record's cost model
 # The schedules the sweeps and the paper setting compare, by their role.
 REF, ASYNC, BOUNDED_K = (schedules.name_of(r) for r in (REFERENCE, PERIODIC, BOUNDED))
-
-
-@dataclass
-class SimResult:
-    schedule: str
-    rollout_devices: int  # sync: the colocated ranks are rollout_devices + train_devices
-    train_devices: int
-    devices: int  # TPSPD divisor: every device of the run
-    tpspd: float  # tokens / (s * device): median over batches (bounded: steady-state rate)
-    iter_s: float  # median seconds per iteration (bounded: steady-state mean)
-    overlap: bool = True  # periodic_async: False = the barrier variant
-    staleness: int | None = None  # bounded_async: k
-    staleness_max: int = 0  # bounded_async: largest (trained version - behaviour version)
-    partial_rollout: bool = False  # bounded_async: new weights taken mid-generation (partial.py)
-    per_iteration_s: list[float] = field(default_factory=list)
-    link_s: dict[str, float] = field(default_factory=dict)  # seconds per iteration the link adds, by term
-
-    @property
-    def link_share(self) -> float:
-        """The link's share of an iteration (0 on one node)."""
-        return sum(self.link_s.values()) / self.iter_s if self.iter_s > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+# A record's cost model -> its term: f(batches, schedule, rollout_devices, train_devices, staleness=, overlap=,
+# iterations=, partial_rollout=, resume_kv=) -> SimResult.
+TERMS = {MODEL_COLOCATED: colocated.simulate, MODEL_POOLS: pools.simulate, MODEL_BOUNDED: bounded.simulate}
+__all__ = ["SCHEDULES", "REF", "ASYNC", "BOUNDED_K", "TERMS", "SimResult", "median_rate", "simulate", "with_link"]
 
 
 def simulate(batches: list[SyncMeasurements], schedule: str, rollout_devices: int, train_devices: int,
@@ -64,8 +47,7 @@ def simulate(batches: list[SyncMeasurements], schedule: str, rollout_devices: in
     if not batches:
         raise UserError("nothing to simulate: no batches")
     spec = schedules.SCHEDULES[schedule]
-    term = spec.cost_function()  # the schedule's own term (engines/schedules/<name>/cost.py)
-    res = term(batches, schedule, rollout_devices, train_devices, staleness=spec.pinned.get("max_staleness", staleness),
+    res = TERMS[spec.model](batches, schedule, rollout_devices, train_devices, staleness=spec.pinned.get("max_staleness", staleness),
                overlap=overlap, iterations=iterations, partial_rollout=partial_rollout, resume_kv=resume_kv)
     if layout is not None:
         res = with_link(res, batches, layout.terms(spec.colocated, rollout_devices, train_devices))
@@ -82,12 +64,3 @@ def with_link(res: SimResult, batches: list[SyncMeasurements], terms: dict[str, 
     else:
         tpspd = res.tpspd * res.iter_s / (res.iter_s + extra) if res.iter_s > 0 else res.tpspd
     return replace(res, tpspd=tpspd, iter_s=res.iter_s + extra, per_iteration_s=walls, link_s=dict(terms))
-
-
-def median_rate(schedule: str, batches: list[SyncMeasurements], n: int, m: int, walls: list[float],
-                overlap: bool = True) -> SimResult:
-    """A schedule whose iterations do not overlap: TPSPD = the median over batches of tokens / (wall x
-    devices), as the runner reports it."""
-    d = n + m
-    tpspd = statistics.median(b.tokens / (w * d) for b, w in zip(batches, walls))
-    return SimResult(schedule, n, m, d, tpspd, statistics.median(walls), overlap=overlap, per_iteration_s=walls)

@@ -1,6 +1,7 @@
 """What one experiment record says (bench/experiments/<name>/__init__.py holds one, `EXPERIMENT`), and the
-three pieces it names by import path: its analysis (`Analysis`), its report section (`Report`) and its hooks
-into `rlbench run` (`Runner`).
+three pieces it loads on first use: its analysis (`Analysis`), its report section (`Report`) and its hooks
+into `rlbench run` (`Runner`). The analysis and the reports call these pieces of the experiments they are
+given (the registry, bench/experiments/__init__.py, is above them).
 
 Everything that differs between experiments outside their own folder is a field here, so `--ablation`,
 `rlbench run --help`, the end of a run, the verdict, the terminal, summary.md, `--markdown` and report.html
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
-
-from rlbench.core.by_name import resolve
 
 Cells = list[tuple[str, dict]]  # (cell name, the switches it sets), the first cell the reference
 
@@ -75,15 +74,17 @@ class ExperimentSpec:
     shared: dict[str, dict] = field(default_factory=dict)  # ablation -> settings every cell shares
     switches: tuple[str, ...] = ()  # switches of its cells that are no config key (a peer framework's settings)
     plots: tuple[str, ...] = ()  # the files its report section writes under plots/ (removed before a rebuild)
-    analysis: str | None = None  # "module:attribute" of its Analysis
-    report: str | None = None  # "module:attribute" of its Report
-    runner: str | None = None  # "module:attribute" of its Runner
+    # () -> its Analysis, Report, Runner: each imported when first asked for (pandas, plotting), not by
+    # `rlbench --help`, which reads the record
+    analysis: Callable[[], Analysis] | None = None
+    report: Callable[[], Report] | None = None
+    runner: Callable[[], Runner] | None = None
 
     def load_analysis(self) -> Analysis:
-        return resolve(self.analysis) if self.analysis else Analysis()
+        return self.analysis() if self.analysis else Analysis()
 
     def load_report(self) -> Report:
-        return resolve(self.report) if self.report else Report()
+        return self.report() if self.report else Report()
 
     def load_runner(self) -> Runner:
-        return resolve(self.runner) if self.runner else Runner()
+        return self.runner() if self.runner else Runner()

@@ -1,56 +1,39 @@
-"""The schedule registry: each schedule is one folder, engines/schedules/<name>/, whose record (`SCHEDULE`, a
-ScheduleSpec of spec.py) says what it is, which options it reads (their defaults and help text), where its
-engine and its cost-model term live; REGISTERED holds one line per schedule.
+"""The schedule registry: each schedule's record (`SCHEDULE` in core/schedules/<name>.py, a ScheduleSpec of
+spec.py) says what it is, which options it reads (their defaults and help text), its place in the tables and
+its cost model (core/costmodel/simulate.py TERMS); its engine is a folder of engines/schedules/, found by the
+record's name there (engines/schedules/__init__.py). SCHEDULES lists the records by import, one line each.
 
 Config choices and sections, switches in results.json, placement, the loss, the simulator, the
 calibration, the ablation tables and `rlbench check` read these records; no other module names a schedule
-(tests/test_schedule_registry.py). Records are light (no torch) and name their engine code by import path,
-imported only when the schedule is built, so the core imports no engine.
+(tests/test_schedule_registry.py). Records are light (no torch): the core imports no engine.
 """
 from __future__ import annotations
 
-from rlbench.core.by_name import resolve
 from rlbench.core.components import option_fields as fields_of
+from rlbench.core.schedules import bounded_async, one_step_off, periodic_async, sync
 from rlbench.core.schedules.spec import ScheduleSpec
 
-REGISTERED = (  # one line per schedule, "module:record", in table order
-    "rlbench.engines.schedules.sync:SCHEDULE",
-    "rlbench.engines.schedules.periodic_async:SCHEDULE",
-    "rlbench.engines.schedules.bounded_async:SCHEDULE",
-    "rlbench.engines.schedules.one_step_off:SCHEDULE",
-)
-
-
-_loaded: dict[str, ScheduleSpec] = {}
-
-
-def _all() -> dict[str, ScheduleSpec]:
-    """The records, loaded on first use: a record's module imports spec.py from this package, so loading
-    them while this package initialises would be circular."""
-    if not _loaded:
-        _loaded.update((s.name, s) for s in map(resolve, REGISTERED))
-    return _loaded
-
-
-def __getattr__(name: str):
-    if name == "SCHEDULES":  # {name: record}, in REGISTERED order
-        return _all()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in (  # one line per schedule, in table order
+    sync.SCHEDULE,
+    periodic_async.SCHEDULE,
+    bounded_async.SCHEDULE,
+    one_step_off.SCHEDULE,
+)}
 
 
 def get(name: str | None) -> ScheduleSpec | None:
     """The record of `name`; None for names of no registered schedule (an external framework's cell)."""
-    return _all().get(name) if name else None
+    return SCHEDULES.get(name) if name else None
 
 
 def of(cfg) -> ScheduleSpec:
     """The record of the config's schedule."""
-    return _all()[cfg.engine.schedule]
+    return SCHEDULES[cfg.engine.schedule]
 
 
 def by_role(role: str) -> ScheduleSpec:
     """The schedule that plays `role` (spec.REFERENCE, PERIODIC, BOUNDED) in the built-in tables."""
-    return next(s for s in _all().values() if s.role == role)
+    return next(s for s in SCHEDULES.values() if s.role == role)
 
 
 def name_of(role: str) -> str:
@@ -60,13 +43,13 @@ def name_of(role: str) -> str:
 def option_fields(section: str) -> dict:
     """The schedules' options under a config section ("engine", "train"), each once, as pydantic fields: the
     config section is made of them (core/config.py). An option several schedules read is one shared
-    declaration (engines/schedules/options.py)."""
-    return fields_of(_all().values(), section)
+    declaration (core/schedules/options.py)."""
+    return fields_of(SCHEDULES.values(), section)
 
 
 def option_keys() -> dict[str, str]:
     """Every schedule option's name -> its config key ("engine.overlap", "train.prox_logp", ...)."""
-    return {n: key for spec in _all().values() for n, key in spec.options.keys().items()}
+    return {n: key for spec in SCHEDULES.values() for n, key in spec.options.keys().items()}
 
 
 def foreign_options(cfg) -> list[str]:
@@ -74,7 +57,7 @@ def foreign_options(cfg) -> list[str]:
     never silently ignored)."""
     selected = of(cfg)
     out = []
-    for s in _all().values():
+    for s in SCHEDULES.values():
         if s is selected:
             continue
         for name in s.owns:

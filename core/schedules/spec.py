@@ -1,4 +1,4 @@
-"""What one schedule record says (rlbench/schedules/<name>.py holds one, `SCHEDULE`).
+"""What one schedule record says (core/schedules/<name>.py holds one, `SCHEDULE`).
 
 Everything that differs between schedules outside their engine code is a field here, so config,
 placement, the loss choice, the simulator, the calibration, the ablation tables and `rlbench check`
@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rlbench.core.by_name import resolve
 from rlbench.core.components import Component
 
 # layout: where rollout and training run
@@ -23,7 +22,7 @@ DECOUPLED = "decoupled"  # stale samples: the decoupled PPO loss (DecoupledPPOLo
 # the cost model `rlbench simulate` and the calibration run (core/costmodel/simulate.py)
 MODEL_COLOCATED = "colocated"  # weight sync + the slowest rank's rollout + training + step
 MODEL_POOLS = "pools"  # rollout and training pools inside one iteration (overlap=False: the barrier)
-MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (engines/schedules/bounded_async/cost.py)
+MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (core/costmodel/bounded.py)
 
 # role: the schedule's place in the built-in ablation tables (bench/run/ablation_table.py), the check's switch
 # pairs and `rlbench simulate`'s ladder
@@ -57,16 +56,12 @@ class ScheduleSpec(Component):
     cells: dict = field(default_factory=dict)
     # Option values the schedule pins (simulate reads max_staleness from here when present).
     pinned: dict = field(default_factory=dict)
-    # True where this config runs every phase in the driver's process; in_process_builder builds it
-    # ("module:function", called with (cfg, policy, tok, t0, sink, device, placement, make_model)).
+    # True where this config runs the trainer in the driver's process (and every phase, where the schedule's
+    # engine has an in-process builder: engines/schedules/__init__.py).
     in_process: Callable = _never
-    in_process_builder: str | None = None
     # Options that make no sense without this schedule: set away from their defaults under another one, the
     # config is refused (schedules.foreign_options) rather than the setting silently ignored.
     owns: tuple[str, ...] = ()
-    # Its term of the cost model ("module:function", engines/schedules/<name>/cost.py): called as
-    # f(batches, rollout_devices, train_devices, staleness=, overlap=, partial_rollout=, resume_kv=) -> SimResult.
-    cost: str | None = None
 
     @property
     def colocated(self) -> bool:
@@ -84,10 +79,3 @@ class ScheduleSpec(Component):
         """Its options from their config keys, the pinned ones at their pinned values."""
         opts = super().read(cfg)
         return opts.model_copy(update=self.pinned) if self.pinned else opts
-
-    def build_in_process_function(self) -> Callable:
-        return resolve(self.in_process_builder)
-
-    def cost_function(self) -> Callable:
-        """Its cost-model term, imported now (pure Python, no torch)."""
-        return resolve(self.cost)

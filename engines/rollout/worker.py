@@ -15,6 +15,7 @@ from rlbench.core.record.profiling import from_env
 from rlbench.core.record.stages import Recorder, Stage
 from rlbench.engines.model.weights import build_model, initial_state, load_state
 from rlbench.engines.ray_util import fetch
+from rlbench.engines.rollout.backends import BUILDERS
 from rlbench.engines.rollout.base import SealedGroup
 
 EVALUATION = {"backend": evaluation_backend().name}  # the evaluation's sampler, the same for every cell
@@ -30,12 +31,12 @@ def backend_spec(cfg) -> dict:
 
 def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
                   state: dict | None = None, own_process_group: bool = False):
-    """The rollout backend `spec` names, by its registered `build` (core/components.py). make_model() ->
+    """The rollout backend `spec` names, by its registered `build` (engines/rollout/backends.py). make_model() ->
     the HF model the built-in sampler will own; vLLM starts from the config and `state` (name -> tensor:
     the weights it loads from an HF directory; None: dummy weights until load_weights); own_process_group:
     this process joins a torch.distributed group of its own (colocated ranks), so vLLM's engine core must
     run in a child process."""
-    build = BACKENDS[spec.get("backend", EVALUATION["backend"])].build_function()
+    build = BUILDERS[spec.get("backend", EVALUATION["backend"])]
     return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state,
                  own_process_group=own_process_group)
 

@@ -6,8 +6,8 @@
   the iteration, so the old log-probs are the detached policy log-probs and that forward is skipped.
 
 The sequence layout (engine.shared_prompt, engine.shared_prompt_impl) is a second, independent component:
-`logprob_fn`, the same call whatever it does: unpacked rows, a packed group (core/components.py
-PACKING_IMPLS), or `AutoLayout`, which picks one of the two per group by the cost model.
+`logprob_fn`, the same call whatever it does: unpacked rows, a packed group (PACKED below, by the names of
+core/components.py PACKING_IMPLS), or `AutoLayout`, which picks one of the two per group by the cost model.
 """
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ from rlbench.core.devices import device as devices
 from rlbench.core.devices import peak
 from rlbench.core.errors import UserError
 from rlbench.core.results.utilisation import model_shape
+from rlbench.engines.trainer import packing, packing_dense
 from rlbench.engines.trainer.packing import unpacked_logprobs
+
+# engine.shared_prompt_impl -> its function (model, prompt_ids, responses, temperature) -> G tensors [R_i]; the
+# names and what each can train on are the records' (core/components.py PACKING_IMPLS)
+PACKED = {"dense": packing_dense.packed_logprobs_dense, "gather": packing.packed_logprobs,
+          "mask4d": packing.packed_logprobs_mask4d, "flex": packing.packed_logprobs_flex}
 
 
 def make_logprob_fn(shared_prompt: bool | str, impl: str = "dense", model=None):
@@ -34,7 +40,7 @@ def make_logprob_fn(shared_prompt: bool | str, impl: str = "dense", model=None):
         problem = components.packing_impl_problem(impl, kind)
         if problem:  # engine.device=auto resolved to a device the config could not know
             raise UserError(problem)
-    packed = components.PACKING_IMPLS[impl].load()
+    packed = PACKED[impl]
     return packed if shared_prompt is True else AutoLayout(model, impl, packed)
 
 

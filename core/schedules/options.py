@@ -1,5 +1,5 @@
 """Options that several schedules read, each declared once: its type, default, help text and config key.
-A schedule's options model (its folder's __init__.py) lists the ones it reads; the config section derives
+A schedule's options model (its record, core/schedules/<name>.py) lists the ones it reads; the config section derives
 from those models (core/config.py), and a default is every ablation cell's "off" value."""
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import bisect
 
 from rlbench.core.costmodel.predict import SyncMeasurements
-from rlbench.core.costmodel.simulate import SimResult
-from rlbench.engines.schedules.bounded_async.partial import mid_batch
+from rlbench.core.costmodel.sim_result import SimResult
+from rlbench.core.costmodel.partial import mid_batch
 
 
 def at_batch_start(batch: SyncMeasurements, i: int, n: int, start: float, held: int,

@@ -4,7 +4,7 @@ groups as they arrive (the j-th arrival to rank j mod M); 2 weight syncs + the l
 starts when the last group has arrived."""
 from __future__ import annotations
 
-from rlbench.core.costmodel.simulate import SimResult, median_rate
+from rlbench.core.costmodel.sim_result import SimResult, median_rate
 
 
 def simulate(batches, schedule: str, n: int, m: int, overlap: bool = True, **_) -> SimResult:

@@ -3,7 +3,7 @@ r + N + M, ...): weight sync + the slowest rank's rollout and training + the opt
 (rlbench.core.costmodel.predict.SyncMeasurements.sync_time)."""
 from __future__ import annotations
 
-from rlbench.core.costmodel.simulate import SimResult, median_rate
+from rlbench.core.costmodel.sim_result import SimResult, median_rate
 
 
 def simulate(batches, schedule: str, n: int, m: int, **_) -> SimResult:
