@@ -137,7 +137,8 @@ class RayHost(Started):
         ray = self._ray
         if not ray.is_initialized():
             return
-        stops = [a.stop.remote() for a in self.actors.values()]
+        # a worker the watchdog found hung is killed without waiting (as engines/hosts.py's processes)
+        stops = [a.stop.remote() for n, a in self.actors.items() if n not in self.watchdog.hung]
         if stops:
             ray.wait(stops, num_returns=len(stops), timeout=timeout_s)
         for a in self.actors.values():
@@ -146,8 +147,11 @@ class RayHost(Started):
             except Exception:  # noqa: BLE001 - already dead
                 pass
         self.actors = {}
-        # ray.kill returns before the process ends: the run must not exit with its workers still alive
-        wait_exited(list(self._pids.values()), timeout_s)
+        # ray.kill returns before the process ends: the run must not exit with its workers on this node
+        # still alive (a pid of another node is not one of this machine's processes)
+        here = ray.get_runtime_context().get_node_id()
+        wait_exited([pid for name, pid in self._pids.items()
+                     if self._observed.get(name, {}).get("node") == here], timeout_s)
         if self.emitted is not None:
             try:
                 self.emitted.shutdown(force=True)
