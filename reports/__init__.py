@@ -12,7 +12,7 @@ The names below load on first use, so importing rlbench.reports costs nothing un
 """
 from rlbench.core.by_name import resolve
 
-# Named as the registries name their code (`module:attribute`), so tests/test_structure.py sees these imports.
+# Named as the registries name their code (`module:attribute`), so tests/meta/test_structure.py sees these imports.
 _WHERE = {"build_report": "rlbench.reports.build:build_report", "compare": "rlbench.reports.comparison:compare",
           "summary_table_text": "rlbench.reports.console:summary_table_text",
           "markdown_report": "rlbench.reports.markdown:markdown_report"}

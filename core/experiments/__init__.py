@@ -3,7 +3,7 @@
 analysis, its report section and its hooks into `rlbench run` live; REGISTERED holds one line per experiment.
 
 `--ablation NAME`, `rlbench run --help`, the end of a run, the verdict and every report (terminal, summary.md,
-`--markdown`, report.html) read these records; no other module names an experiment (tests/test_experiments.py).
+`--markdown`, report.html) read these records; no other module names an experiment (tests/unit/experiments/test_experiments.py).
 Records are light (no pandas, no plotting) and name their analysis and report by import path, imported only
 when a run's results are read, so the core imports no experiment code.
 """

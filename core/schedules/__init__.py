@@ -4,7 +4,7 @@ engine and its cost-model term live; REGISTERED holds one line per schedule.
 
 Config choices and sections, switches in results.json, placement, the loss, the simulator, the
 calibration, the ablation tables and `rlbench check` read these records; no other module names a schedule
-(tests/test_schedule_registry.py). Records are light (no torch) and name their engine code by import path,
+(tests/unit/core/test_schedule_registry.py). Records are light (no torch) and name their engine code by import path,
 imported only when the schedule is built, so the core imports no engine.
 """
 from __future__ import annotations
