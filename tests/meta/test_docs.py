@@ -3,6 +3,8 @@
 one), and every `rlbench ...` command line a code block shows parses against the command line interface
 itself (its subcommand exists, every option is one of that subcommand's, the arguments fit), without running
 anything. The code and the documents cite only documents that ship with the project.
+What a user would notice: a link of the manual that leads nowhere, a command copied from it that
+`rlbench` refuses, a citation of a page they cannot read.
 """
 from __future__ import annotations
 

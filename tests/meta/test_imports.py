@@ -3,6 +3,9 @@ there for a reason its line gives (`# inside: <reason>`, on the import or on the
 block of them): an optional dependency (vllm, ray, trl, torch_npu, ...), a module that must stay light
 because `rlbench --help` and `rlbench config` import it, or a cycle. And those instant paths stay instant:
 they import neither torch nor transformers.
+What a user would notice: `rlbench --help`, `config`, `report` and `check` taking seconds instead of being
+instant (test_instant_commands_import_no_torch, test_help_loads_only_what_its_texts_need); the `# inside:`
+rule is for a reader of the code, who finds what a module depends on at its top.
 """
 from __future__ import annotations
 

@@ -5,7 +5,9 @@ scripts/, tests/, docs/, .ci/, .github/); `folder/module.name` resolves when `fo
 (a module's attribute). In Python files only comments and docstrings are read (code builds paths of its
 own, a test's made-up ones among them); a segment in capitals is a placeholder (configs/NAME). Another
 project's path is written as theirs ("MindSpeed-RL's configs/model/") and not checked; files that
-commands write are listed below with the command."""
+commands write are listed below with the command.
+What a user would notice: a page of docs/, a script's usage line or an error message's pointer that sends
+them to a file that is not there."""
 from __future__ import annotations
 
 import ast
