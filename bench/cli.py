@@ -1,5 +1,5 @@
 """rlbench command line. Nothing it imports imports torch or transformers (the processes that run cells do),
-so `rlbench --help`, `config`, `report`, `compare` and `check` are instant (tests/test_imports.py). At its
+so `rlbench --help`, `config`, `report`, `compare` and `check` are instant (tests/meta/test_imports.py). At its
 import it loads the glossary (the help's definitions) and no more: each command loads what it runs when it
 runs, so that `rlbench --help` answers in under half a second (docs/results/startup.md).
 """

@@ -7,7 +7,7 @@ two cells (the same lengths drawn, and, when the cells take turns, nearly the sa
 per seed. Their location is the 20%-trimmed mean (robust to a stray iteration, nearly as efficient as the
 mean) with the Tukey-McLaughlin standard error and Student's t on n - 2g - 1 degrees of freedom (g values
 cut at each end). The distributions come from scipy.special (a tenth of scipy.stats' import time, paid by
-every command that reads results); tests/test_stats.py holds them equal to scipy.stats'.
+every command that reads results); tests/unit/core/test_stats.py holds them equal to scipy.stats'.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ rather than restating it. A held-out step leaks when training holds the same com
   - "operand order": the step itself or with + / * operands swapped (`3+17` for `17+3`);
   - "any direction": also its inverses (`20-3=17` held out, `17+3=20` trained).
 It prints one line per seed: held-out steps, the share leaking under each rule, and the eval problems
-free of any leak. tests/test_facts.py asserts the same property (with its own copy of the parser).
+free of any leak. tests/unit/engines/test_facts.py asserts the same property (with its own copy of the parser).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 # Every GPU measurement rlbench needs, in one bounded command for a machine with one NVIDIA GPU, torch
 # (CUDA) and no network, run from the repository root. GPU time comes in short windows, so the command
 # is prepared and rehearsed: `headline --dry` runs the same steps at tiny shapes on the CPU, and is a
-# test (tests/test_gpu_session.py).
+# test (tests/e2e/test_gpu_session.py).
 #
 #   bash scripts/gpu_session.sh headline         # one H100/H200, at most ~9 minutes
 #   bash scripts/gpu_session.sh headline --dry   # the same steps on the CPU at tiny shapes (~2 minutes)
@@ -151,11 +151,12 @@ if_time() {  # if_time SECONDS: whether at least SECONDS of the budget are left
 
 step env 45 sh -c "rlbench env --dtype $([ $DEV = cuda ] && echo bfloat16 || echo float32) --remeasure \
     > '$OUT/env.json' && cat '$OUT/env.json'"
-GPU_TESTS=(tests/test_cuda.py tests/test_device.py tests/test_decode_step.py tests/test_vllm_backend.py
-           tests/test_busy.py tests/test_chosen_logprobs.py)
+GPU_TESTS=(tests/unit/engines/test_cuda.py tests/unit/core/test_device.py tests/unit/engines/test_decode_step.py
+           tests/unit/engines/test_vllm_backend.py tests/unit/core/test_busy.py tests/unit/engines/test_chosen_logprobs.py)
 # --show-capture=no: the flex layout's compile logs tens of thousands of DEBUG lines per test
 PYTEST=("$PY" -m pytest -q -rA --tb=short --show-capture=no -p no:cacheprovider)
-GPU_TESTS+=(tests/test_compile.py tests/test_token_budget.py)   # compiled == eager, token-budget streams
+# compiled == eager, token-budget streams
+GPU_TESTS+=(tests/unit/engines/test_compile.py tests/unit/engines/test_token_budget.py)
 step gpu-tests 60 "${PYTEST[@]}" -m "gpu and not e2e" --junitxml "$OUT/gpu-tests.xml" "${GPU_TESTS[@]}"
 step gpu-run 90 "${PYTEST[@]}" -m "gpu and e2e" "${GPU_TESTS[@]}"
 step decode 120 "$PY" scripts/micro.py --device "$DEV" --dtype "$DTYPE" --model "$SHAPE" --only sampler \
@@ -172,7 +173,7 @@ sys.exit(0 if any('error' in b.get('builtin_graphs', {}) for b in r) else 1)" "$
     RUN+=(--set rollout.cuda_graphs=false)
 fi
 # Likewise where the compiled sampler failed there, or compiled == eager failed in the GPU tests (the
-# trainer's passes and the sampler, tests/test_compile.py), the runs are eager (engine.compile=off) rather
+# trainer's passes and the sampler, tests/unit/engines/test_compile.py), the runs are eager (engine.compile=off) rather
 # than fail
 if [ "$DEV" = cuda ] && "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])).get('sampler', [])
 sys.exit(0 if any('error' in b.get('builtin_compiled', {}) for b in r) else 1)" "$OUT/micro-decode.json" 2>/dev/null; then

@@ -1,5 +1,5 @@
 """Write the history entries of real A/B folders, whatever their verdict, as `rlbench check --record` writes
-a passing one: the measured steps tests/test_check_drift_planted.py assembles its series from
+a passing one: the measured steps tests/unit/harness/test_check_drift_planted.py assembles its series from
 (tests/fixtures/history/measured.jsonl).
 
 Usage: python scripts/history_fixture.py OUT.jsonl AB_DIR...   (each AB_DIR made by `rlbench check --against`)

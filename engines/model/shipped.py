@@ -12,7 +12,7 @@ Built reproducibly: `python -m rlbench.engines.model.shipped build` trains in a 
 torch's and MKL's AVX2 kernels (KERNELS), whatever the CPU has beyond them: torch's AVX-512 kernels give
 other bits than its AVX2 ones (they sum in another order: measured on an AMD EPYC, where one thread and
 two gave the same bits), so the build names kernels every x86-64 CPU of the project's kind has. Whether
-another CPU model gives the same bits with them has not been measured. tests/test_shipped_warmstart.py
+another CPU model gives the same bits with them has not been measured. tests/unit/engines/test_shipped_warmstart.py
 checks that the shipped key is the default config's (a change to the warm-start code or the default
 config fails it until the weights are rebuilt) and, in the `slow` tier, rebuilds them and compares
 tensor by tensor, bit for bit.

@@ -1,4 +1,4 @@
-"""Builders of result folders with accuracy curves (imported by tests/test_accuracy_report.py).
+"""Builders of result folders with accuracy curves (imported by tests/unit/analysis/test_accuracy_report.py).
 
 Every iteration of a cell lasts exactly `wall` seconds (its stage events), iterations are GAP seconds
 apart, and an evaluation of EVAL_S seconds follows every EVERY-th iteration (and precedes the first), so

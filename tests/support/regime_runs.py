@@ -1,4 +1,4 @@
-"""A hand-written regime map (imported by tests/test_regime.py): per point a sync, a barrier and a
+"""A hand-written regime map (imported by tests/unit/experiments/test_regime.py): per point a sync, a barrier and a
 periodic-async cell (tests/support/report_runs.make_cell), the point's knobs in each cell's config.
 
 A point is (tail, async_scale): tail=True gives every iteration one 120-token response (sync's rollout

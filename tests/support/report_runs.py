@@ -1,4 +1,4 @@
-"""Builders of realistic result folders for the report tests (imported by tests/test_reports.py).
+"""Builders of realistic result folders for the report tests (imported by tests/unit/reports/test_reports.py).
 
 Events, samples and iteration records are generated for a sync cell (one "colocated" worker on 2
 devices) and a periodic-async cell ("trainer" + "rollout0", 1 device each), then turned into

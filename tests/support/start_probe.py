@@ -1,4 +1,4 @@
-"""Run by tests/test_starting.py in a fresh interpreter: start one process with the context a CPU run uses
+"""Run by tests/unit/core/test_starting.py in a fresh interpreter: start one process with the context a CPU run uses
 (core/devices/starting.py) and print what it found at its start, as JSON."""
 import json
 import os

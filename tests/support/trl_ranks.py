@@ -1,4 +1,4 @@
-"""One rank of tests/test_trl_loss.py's two-rank comparison, started by that test twice with torchrun's
+"""One rank of tests/unit/engines/test_trl_loss.py's two-rank comparison, started by that test twice with torchrun's
 variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) as the TRL adapter starts its ranks:
 
     python tests/support/trl_ranks.py POLICY_FOLDER OUT_FOLDER
@@ -11,7 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: test_trl_loss
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(TESTS / "unit" / "engines"), str(TESTS)]  # test_trl_loss, and the conftest it imports
 
 
 def main(folder: str, out: str) -> None:

@@ -12,11 +12,11 @@ interpreter, and it exits as one does (atexit handlers, non-daemon threads joine
 What a fork cannot show, and so a fresh interpreter runs instead (support/cli.py decides):
 - an environment that differs from this process's own in anything but the RLBENCH_* variables: others
   (OMP_*, PYTHONPATH, ...) are read when the interpreter or a library starts;
-- what the command's own interpreter imports (tests/test_limits.py), or
+- what the command's own interpreter imports (tests/unit/core/test_limits.py), or
 - the run's processes found by their environment: /proc/PID/environ is a process's environment as it was
   when it was exec'd, and a fork's is this process's, without the run token (tests of process hygiene
   start their runs fresh, as do the tests of the command's own imports).
-tests/test_warm_cli.py holds a warm run equal to a fresh one.
+tests/meta/test_warm_cli.py holds a warm run equal to a fresh one.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def inherited() -> dict:
     OpenMP and MKL settings that rlbench's own code, run in-process by earlier tests, leaves in it
     (core/devices/device.py sets OMP_NUM_THREADS, bench/run/ablation.py OMP_WAIT_POLICY), nor the
     inductor settings torch.compile leaves (TORCHINDUCTOR_CACHE_DIR, _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR:
-    tests/test_compile.py compiles in-process; a command that compiles sets its own)."""
+    tests/unit/engines/test_compile.py compiles in-process; a command that compiles sets its own)."""
     return {k: v for k, v in os.environ.items() if k not in IGNORED
             and not k.startswith(("OMP_", "MKL_", "TORCHINDUCTOR_", "_TORCHINDUCTOR_"))}
 

@@ -28,7 +28,7 @@ SHORT_HEAD = ["cell", "TPSPD (min–max)", "vs sync", *STAGES.values(), "other",
 CPU_HEAD = ["cell", *[f"{short} CPU s/ktok" for short in STAGES.values()], "CPU total s/ktok", "on core %",
             "tokens/iteration", "response mean"]
 NOTE = ("Same devices, model, data, prompts per iteration, G, response cap, sampling, optimizer and loss "
-        "(tests/test_trl_loss.py, tests/test_verl_loss.py); each engine generates its own samples. s/ktok: device-seconds per 1,000 "
+        "(tests/unit/engines/test_trl_loss.py, tests/unit/engines/test_verl_loss.py); each engine generates its own samples. s/ktok: device-seconds per 1,000 "
         "trained tokens over the measured iterations, by stage (summed over workers; a stage that waits for "
         "another rank counts the wait: rlbench's optimizer_step holds the all-reduce, TRL's update its DDP "
         "all-reduce and metric reductions); other: device time in no stage (idle, and a peer's work outside "

@@ -16,7 +16,7 @@ model it built), so that a setting moved anywhere shows here, not only in a tran
   which the peer ablations set off. Where one of these must differ, the run lists it
   (settings.DIFFERENCES, results.json external.differences).
 
-The run records what is not equal, allowed or listed as warnings; tests/test_trl_cost_settings.py fails on
+The run records what is not equal, allowed or listed as warnings; tests/unit/engines/test_trl_cost_settings.py fails on
 any.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ VERL's ppo_mini_batches splits an iteration). Each of the W ranks (one per devic
 rlbench's sync) holds `train.micro_batch_size` sequences per forward/backward and accumulates
 P*G / (W * micro_batch_size * mini-batches) of them per step.
 
-Settings made equal, and how (tests/test_trl_loss.py checks the loss and gradient on one batch):
+Settings made equal, and how (tests/unit/engines/test_trl_loss.py checks the loss and gradient on one batch):
   - loss aggregation: loss_type="dapo", the token sum over the generation batch / its token count, which
     on-policy is rlbench's token mean over the whole iteration (TRL's default loss_type too);
   - advantages: scale_rewards="group", (r - mean) / (unbiased std + eps) per group; TRL's eps is fixed at
@@ -77,7 +77,7 @@ DIFFERENCES: tuple[Difference, ...] = (
     Difference("padding in training", "a micro-batch's rows padded to its group's longest response (its "
                "prompt is the group's one prompt)", "every micro-batch padded to the longest prompt (left) and "
                "completion (right) of the rank's generation batch", "each engine's own batching; padding "
-               "tokens carry no loss, so the same loss (tests/test_trl_loss.py), different cost"),
+               "tokens carry no loss, so the same loss (tests/unit/engines/test_trl_loss.py), different cost"),
     Difference("old log-probs (on-policy)", "a separate forward pass (old_logprob stage; engine.tri_model "
                "skips it)", "skipped: ratio against the detached policy log-probs",
                "TRL's design; equal values (the same weights), different cost"),
@@ -86,7 +86,7 @@ DIFFERENCES: tuple[Difference, ...] = (
                "a fused LM head over the response positions in tiles (no full logits), plus each position's "
                "entropy", "TRL's kernel; equal log-probs"),
     Difference("KL clamps", "low_var_kl clamps log-ratio to [-20, 20] and the estimate to [-10, 10]",
-               "k3 unclamped", "equal wherever the clamps do not bind (tests/test_trl_loss.py checks they do not)"),
+               "k3 unclamped", "equal wherever the clamps do not bind (tests/unit/engines/test_trl_loss.py checks they do not)"),
     Difference("ratio clamp", "exp(clamp(logp - old, -20, 20))", "exp(logp - old)",
                "equal for log-ratios within 20"),
     Difference("advantage epsilon", "train.adv_eps (VERL's 1e-6 by default)", "1e-4, fixed",

@@ -3,7 +3,7 @@
 The probe inside VERL writes the config its trainer (or recipe) resolved (probe.py: verl_config.json), so a setting
 moved anywhere, by rlbench's translation or by a VERL default, shows here. Each row is VERL's value, rlbench's,
 and whether they are equal; where they differ the row must name a difference of DIFFERENCES (a reason the two
-cannot be equal), or the cell records a warning, and tests/test_verl_cost_settings.py fails on it. A resolved
+cannot be equal), or the cell records a warning, and tests/unit/engines/test_verl_cost_settings.py fails on it. A resolved
 config that was not written fails one row (nothing could be checked).
 """
 from __future__ import annotations

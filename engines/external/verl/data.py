@@ -1,7 +1,7 @@
 """The workload as VERL reads it: GSM8K parquet rows in the layout of VERL's examples/data_preprocess/gsm8k.py.
 
 That layout's data source ("openai/gsm8k") routes VERL's default reward to verl/utils/reward_score/gsm8k.py
-(the strict `#### <number>` rule, rlbench's rule: tests/test_external_verl.py holds the two equal). On rlbench's
+(the strict `#### <number>` rule, rlbench's rule: tests/unit/engines/test_external_verl.py holds the two equal). On rlbench's
 own workload the rows are the iterations' prompts in order (iteration k's train.prompts_per_iteration problems,
 rlbench's seeded draw: engines/factory.py iteration_problems), the prompt text rlbench prompts with, read by VERL
 unshuffled (data.shuffle=false) in batches of train.prompts_per_iteration: both engines train the same prompts

@@ -4,7 +4,7 @@ model's path).
 
 Every patch names the VERL file and line it answers and why; each is applied when its module is imported
 (engines/external/verl/hooks.py), never by editing VERL's files. RLBENCH_VERL_CPU_SKIP=name[,name] leaves patches out: the tests
-(tests/test_verl_cpu_layer.py) show that VERL fails without each one. What is answered by VERL's own settings
+(tests/unit/engines/test_verl_cpu_layer.py) show that VERL fails without each one. What is answered by VERL's own settings
 instead (attention kernel, sleep mode, engine registry, Ray resources) is in engines/external/verl/command.py.
 """
 from __future__ import annotations
