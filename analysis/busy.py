@@ -1,8 +1,10 @@
-"""Each stage's device busy time over its wall time, per cell (results.json aggregates.busy_frac, from the
-per-iteration stage_busy the timer recorded: core/devices/busy.py says how each device is measured).
+"""Each stage's device busy time over its wall time, per cell (results.json aggregates.busy_frac,
+from the per-iteration stage_busy the timer recorded: core/devices/busy.py says how each device is
+measured).
 
-The summary has one column per stage, `busy_<stage>_pct`, and `busy_clock` says whose busy time it is:
-"GPU" (NVML's utilisation: a kernel running) on CUDA, "CPU" (the worker thread's CPU seconds) on CPU.
+The summary has one column per stage, `busy_<stage>_pct`, and `busy_clock` says whose busy time it
+is: "GPU" (NVML's utilisation: a kernel running) on CUDA, "CPU" (the worker thread's CPU seconds) on
+CPU.
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from rlbench.analysis.data import CellData
 from rlbench.core.record.stages import Stage
 
 # the stages a busy column is shown for: each iteration's device work, in Stage order
-BUSY_STAGES = tuple(s.value for s in (Stage.ROLLOUT, Stage.OLD_LOGPROB, Stage.REF_LOGPROB, Stage.UPDATE,
+BUSY_STAGES = tuple(s.value for s in (Stage.ROLLOUT, Stage.OLD_LOGPROB, Stage.REF_LOGPROB,
+                                      Stage.UPDATE,
                                       Stage.OPTIMIZER_STEP, Stage.WEIGHT_SYNC))
 
 
@@ -21,7 +24,8 @@ def busy_stages_in(cells: list[CellData]) -> list[str]:
 
 
 def busy_columns(c: CellData, stages: list[str]) -> dict:
-    """busy_<stage>_pct (None where the cell did not measure it) and busy_clock ("GPU", "CPU" or None)."""
+    """busy_<stage>_pct (None where the cell did not measure it) and busy_clock ("GPU", "CPU" or
+    None)."""
     frac = c.aggregates.get("busy_frac") or {}
     row = {f"busy_{s}_pct": 100.0 * frac[s] if s in frac else None for s in stages}
     row["busy_clock"] = busy_clock(c) if frac else None

@@ -1,8 +1,8 @@
 """Load a run folder (one cell, or an ablation of cells) into plain objects the report parts share.
 
 Reports only read result files (docs/architecture/result-files.md): this module uses
-`rlbench.core.results.schema` readers and nothing of the engines. Every accessor tolerates a cell that stopped
-early (status "interrupted"/"failed", zero iterations, empty aggregates, no samples).
+`rlbench.core.results.schema` readers and nothing of the engines. Every accessor tolerates a cell
+that stopped early (status "interrupted"/"failed", zero iterations, empty aggregates, no samples).
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ class CellData:
 
     @cached_property
     def config(self) -> RunConfig:
-        """The cell's resolved config as the typed model it was run with (exit 2 naming the file and key
-        where results.json's `config` does not validate)."""
+        """The cell's resolved config as the typed model it was run with (exit 2 naming the file and
+        key where results.json's `config` does not validate)."""
         return recorded_config(self.result)
 
     @property
@@ -66,11 +66,13 @@ class CellData:
         return self.config.engine.num_devices
 
     def staleness_counts(self) -> Counter:
-        """Trained samples by staleness (trained - behaviour version, in weight versions), every iteration."""
+        """Trained samples by staleness (trained - behaviour version, in weight versions), every
+        iteration."""
         return Counter(s["trained_version"] - s["behaviour_version"] for s in self.samples)
 
     def measured(self) -> list[dict]:
-        """Post-warm-up iterations (all of them when every iteration is warm-up, as metrics does)."""
+        """Post-warm-up iterations (all of them when every iteration is warm-up, as metrics
+        does)."""
         return schema.measured(self.iterations)
 
     def tpspd(self, key: str = "median") -> float | None:
@@ -89,7 +91,8 @@ class RunData:
     cells: list[CellData]
     predicted: object = None  # ablation.json "predicted", if any (free form)
     missing: list[str] = field(default_factory=list)  # ablation cells with no results.json
-    probe: dict | None = None  # contention_probe.json: the cores slowing each other, measured in this run
+    # contention_probe.json: the cores slowing each other, measured in this run
+    probe: dict | None = None
 
     def cell(self, name: str) -> CellData | None:
         return next((c for c in self.cells if c.name == name), None)
@@ -100,8 +103,8 @@ class RunData:
 
 
 def load(run_dir, add=()) -> RunData:
-    """Read a cell folder or an ablation folder (raises rlbench.core.errors.UserError if it is neither), with
-    the cells of the `add` folders appended (merge)."""
+    """Read a cell folder or an ablation folder (raises rlbench.core.errors.UserError if it is
+    neither), with the cells of the `add` folders appended (merge)."""
     run = _load_one(run_dir)
     return merge(run, [_load_one(p) for p in add]) if add else run
 
@@ -123,23 +126,26 @@ def _load_one(run_dir) -> RunData:
 
 
 def merge(base: RunData, others: list[RunData]) -> RunData:
-    """base with the cells of other runs appended (`rlbench report RUN_DIR --add OTHER`): one report over
-    several run folders, e.g. a regime map and its natural-tail point; written into base's folder."""
+    """base with the cells of other runs appended (`rlbench report RUN_DIR --add OTHER`): one report
+    over several run folders, e.g. a regime map and its natural-tail point; written into base's
+    folder."""
     cells = list(base.cells)
     for other in others:
         clash = sorted({c.name for c in other.cells} & {c.name for c in cells})
         if clash:
-            raise UserError(f"--add {other.path}: cell name(s) {', '.join(clash)} already in the report; only runs "
-                            "with distinct cells (e.g. different --ablation names) can be reported together")
+            raise UserError(f"--add {other.path}: cell name(s) {', '.join(clash)} already in the "
+                            "report; only runs with distinct cells (e.g. different --ablation "
+                            "names) can be reported together")
         cells += other.cells
-    return RunData(base.path, base.kind, " + ".join([base.name, *(o.name for o in others)]), base.reference,
+    return RunData(base.path, base.kind, " + ".join([base.name, *(o.name for o in others)]),
+                   base.reference,
                    cells, base.predicted, base.missing + [m for o in others for m in o.missing],
                    base.probe or next((o.probe for o in others if o.probe), None))
 
 
 def stages_in(cells: list[CellData]) -> list[str]:
-    """Stage names for table columns: every Stage but eval and paused (not part of an iteration), in enum
-    order, then any other name found in the aggregates or events."""
+    """Stage names for table columns: every Stage but eval and paused (not part of an iteration), in
+    enum order, then any other name found in the aggregates or events."""
     names = [s for s in STAGE_ORDER if s not in OUTSIDE_STAGES]
     extra = {k for c in cells for k in c.aggregates.get("stage_s", {})} | {e["stage"] for c in cells
                                                                            for e in c.events}
@@ -167,8 +173,8 @@ def get_path(d: dict, dotted: str):
 
 
 def read_table(path: Path):
-    """A CSV the analysis wrote into a run folder (families.csv, peers.csv) as a DataFrame with None for
-    missing values; None where the file is not there (the run is not of that kind)."""
+    """A CSV the analysis wrote into a run folder (families.csv, peers.csv) as a DataFrame with None
+    for missing values; None where the file is not there (the run is not of that kind)."""
     if not Path(path).is_file():
         return None
     frame = pd.read_csv(path)

@@ -1,9 +1,10 @@
-"""Seen-fact and held-out-fact accuracy (`data.split: fact`, engines/data/facts.py), for summary.csv.
+"""Seen-fact and held-out-fact accuracy (`data.split: fact`, engines/data/facts.py), for
+summary.csv.
 
 Under the fact split, every evaluation scores two sets: `accuracy` on problems whose every step is a
-fact never trained on (held out), `accuracy_seen` on problems made of trained facts. Side by side they
-tell memorisation (seen rises, held-out does not) from skill (both rise). Columns, first (before) and
-last (after) evaluation, pass@1 in [0, 1]; the gain is after - before in the same unit.
+fact never trained on (held out), `accuracy_seen` on problems made of trained facts. Side by side
+they tell memorisation (seen rises, held-out does not) from skill (both rise). Columns, first
+(before) and last (after) evaluation, pass@1 in [0, 1]; the gain is after - before in the same unit.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def heldout_columns(c) -> dict:
     if not evals:
         return dict.fromkeys(COLUMNS)
     first, last = evals[0], evals[-1]
-    return {"accuracy_heldout_before": first["accuracy"], "accuracy_heldout_after": last["accuracy"],
+    return {"accuracy_heldout_before": first["accuracy"],
+            "accuracy_heldout_after": last["accuracy"],
             "accuracy_heldout_gain": last["accuracy"] - first["accuracy"],
             "accuracy_seen_before": first["accuracy_seen"],
             "accuracy_seen_after": last["accuracy_seen"]}

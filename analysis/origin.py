@@ -1,10 +1,11 @@
-"""Where a run's numbers came from, read from its files: the command that made it, its config file, the
-machine, the date and the code. `rlbench report RUN --markdown` states these above the tables, so that a
-table copied into the documentation carries what reproduces it.
+"""Where a run's numbers came from, read from its files: the command that made it, its config file,
+the machine, the date and the code. `rlbench report RUN --markdown` states these above the tables,
+so that a table copied into the documentation carries what reproduces it.
 
 ablation.json records the command, config file, machine and start time of runs made since it does
-(bench/run/ablation.py new_record); for an older run or a single cell folder, what is missing is said to
-be missing, and the machine is read now from this machine, marked as such, never presented as the run's.
+(bench/run/ablation.py new_record); for an older run or a single cell folder, what is missing is
+said to be missing, and the machine is read now from this machine, marked as such, never presented
+as the run's.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from rlbench.analysis.data import RunData
 from rlbench.core.results import provenance, schema
 
 
-NOT_VERSIONS = ("git_commit", "code_digest", "platform", "created")  # provenance's other text fields
+# provenance's other text fields
+NOT_VERSIONS = ("git_commit", "code_digest", "platform", "created")
 
 
 @dataclass
@@ -37,13 +39,17 @@ def origin(run: RunData) -> Origin:
     record = schema.read_ablation(run.path) if run.kind == "ablation" else {}
     prov = [c.result.get("provenance") or {} for c in run.cells]
     first = prov[0] if prov else {}
-    created = record.get("created") or min((p["created"] for p in prov if p.get("created")), default=None)
+    created = record.get("created") or min((p["created"] for p in prov if p.get("created")),
+                                           default=None)
     machine = record.get("machine")
-    return Origin(run_dir=run.path, command=record.get("command"), config_file=record.get("config_file"),
+    return Origin(run_dir=run.path, command=record.get("command"),
+                  config_file=record.get("config_file"),
                   machine=machine or provenance.machine(), machine_recorded=bool(machine),
                   device=first.get("device"), created=created, git_commit=first.get("git_commit"),
                   code_digest=record.get("code_digest") or first.get("code_digest"),
-                  versions={k: v for k, v in first.items() if isinstance(v, str) and v and k not in NOT_VERSIONS})
+                  versions={k: v for k,
+                            v in first.items() if isinstance(v, str) and v and k
+                            not in NOT_VERSIONS})
 
 
 def overrides_of(run: RunData) -> list[str]:
@@ -66,5 +72,6 @@ def device_text(device: dict | None) -> str | None:
     if not device:
         return None
     name = device.get("name")
-    return f"{device.get('type')}: {name} × {device.get('count', 1)}" if name else str(device.get("type"))
+    return (f"{device.get('type')}: {name} × {device.get('count', 1)}" if name
+            else str(device.get("type")))
 

@@ -1,28 +1,31 @@
-"""Do repeated runs of one config say the same thing? Each cell's ratio over its reference in every run,
-against the spread the runs' own intervals allow (`rlbench compare RUN RUN [RUN ...]`; docs/metrics.md,
-'Reruns').
+"""Do repeated runs of one config say the same thing? Each cell's ratio over its reference in every
+run, against the spread the runs' own intervals allow (`rlbench compare RUN RUN [RUN ...]`;
+docs/metrics.md, 'Reruns').
 
-For a cell present in every run (matched by name), run i gives its paired ratio (analysis/intervals.py)
-and, in log units, its centre y_i, standard error s_i and degrees of freedom d_i (core/ratio_interval.py
-log_estimate). The s_i come from a handful of iterations each, so they are themselves uncertain; a test that
-takes them as known (Cochran's Q against chi-squared, a pooled interval with the normal quantile) says "the
-runs differ" and calls a pooled difference that is not there 15-20% of the time at 5 iterations a run. So:
+For a cell present in every run (matched by name), run i gives its paired ratio
+(analysis/intervals.py) and, in log units, its centre y_i, standard error s_i and degrees of freedom
+d_i (core/ratio_interval.py log_estimate). The s_i come from a handful of iterations each, so they
+are themselves uncertain; a test that takes them as known (Cochran's Q against chi-squared, a pooled
+interval with the normal quantile) says "the runs differ" and calls a pooled difference that is not
+there 15-20% of the time at 5 iterations a run. So:
 
-- whether the runs differ: Welch's test of equal means with unequal, estimated variances (Welch 1951,
-  Biometrika 38:330), F on (k - 1, f) degrees of freedom, f from the runs' own d_i: its level holds with
-  variances estimated from few values. Where p < ALPHA the runs differ by more than their intervals allow:
-  something fixed for a whole run (a process's placement or memory, the machine that minute) moves the ratio.
-  Its size, the between-run standard deviation tau, is DerSimonian and Laird's estimate from Cochran's
-  Q = sum w_i (y_i - y_w)^2, w_i = 1 / s_i^2: tau^2 = max(0, (Q - (k - 1)) / (sum w - sum w^2 / sum w)); each
-  run's interval widened by it (tau in quadrature with the run's own error) gives the word a run could
+- whether the runs differ: Welch's test of equal means with unequal, estimated variances (Welch
+  1951, Biometrika 38:330), F on (k - 1, f) degrees of freedom, f from the runs' own d_i: its level
+  holds with variances estimated from few values. Where p < ALPHA the runs differ by more than their
+  intervals allow: something fixed for a whole run (a process's placement or memory, the machine
+  that minute) moves the ratio. Its size, the between-run standard deviation tau, is DerSimonian and
+  Laird's estimate from Cochran's Q = sum w_i (y_i - y_w)^2, w_i = 1 / s_i^2: tau^2 = max(0, (Q - (k
+  - 1)) / (sum w - sum w^2 / sum w)); each run's interval widened by it (tau in quadrature with the
+    run's own error) gives the word a run could
   honestly have said.
-- the runs together: the random-effects mean (weights 1 / (s_i^2 + tau^2)) with Hartung and Knapp's interval
-  (Hartung & Knapp 2001, Stat. Med. 20:3875): its variance from the runs' own scatter about the mean, never
-  below the weights' (the modified form, Röver et al. 2015, BMC Med. Res. Methodol. 15:99), and Student's t
-  on k - 1 degrees of freedom. With 3 runs that is t on 2 (4.3 standard errors): the runs together call only
-  what every run clearly shows.
+- the runs together: the random-effects mean (weights 1 / (s_i^2 + tau^2)) with Hartung and Knapp's
+  interval (Hartung & Knapp 2001, Stat. Med. 20:3875): its variance from the runs' own scatter about
+  the mean, never below the weights' (the modified form, Röver et al. 2015, BMC Med. Res. Methodol.
+  15:99), and Student's t on k - 1 degrees of freedom. With 3 runs that is t on 2 (4.3 standard
+  errors): the runs together call only what every run clearly shows.
 
-`scripts/reruns_study.py` measures both on runs with no true difference and with one (docs/results/reruns.md).
+`scripts/reruns_study.py` measures both on runs with no true difference and with one
+(docs/results/reruns.md).
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ ALPHA = 0.05  # Q's p-value below this: the runs differ by more than their inter
 
 @dataclass
 class RunRatio:
-    """One run's ratio for a cell: the interval it printed, and its log centre, error and t quantile."""
+    """One run's ratio for a cell: the interval it printed, and its log centre, error and t
+    quantile."""
     ratio: intervals.Ratio
     y: float | None = None
     se: float | None = None
@@ -54,7 +58,8 @@ class RunRatio:
         if self.se is None:
             return self.ratio
         half = self.t * math.sqrt(self.se ** 2 + tau ** 2)
-        return intervals.Ratio(self.ratio.value, math.exp(self.y - half), math.exp(self.y + half), self.ratio.n,
+        return intervals.Ratio(self.ratio.value, math.exp(self.y - half), math.exp(self.y + half),
+                               self.ratio.n,
                                self.ratio.basis)
 
 
@@ -109,7 +114,8 @@ def _run_ratio(run: RunData, cell: str, ref: str) -> RunRatio:
 
 
 def _test(a: Across) -> None:
-    """Welch's test, tau and the pooled ratio (Hartung-Knapp) over the runs with an interval (module docstring)."""
+    """Welch's test, tau and the pooled ratio (Hartung-Knapp) over the runs with an interval (module
+    docstring)."""
     full = [r for r in a.runs if r.se is not None and r.se > 0]
     if len(full) < 2:
         return
@@ -124,7 +130,8 @@ def _test(a: Across) -> None:
 
 
 def welch(runs: list[RunRatio]) -> tuple[float, float, float]:
-    """Welch's F for equal means with unequal estimated variances: (F, its second degrees of freedom, p)."""
+    """Welch's F for equal means with unequal estimated variances: (F, its second degrees of
+    freedom, p)."""
     k = len(runs)
     w = [1 / r.se ** 2 for r in runs]
     total = sum(w)
@@ -137,8 +144,9 @@ def welch(runs: list[RunRatio]) -> tuple[float, float, float]:
 
 
 def hartung_knapp(runs: list[RunRatio], tau: float) -> intervals.Ratio:
-    """The random-effects mean of the runs' log-ratios with the modified Hartung-Knapp interval: variance
-    max(1, q) / sum w*, q the weighted scatter about the mean over k - 1, t on k - 1 degrees of freedom."""
+    """The random-effects mean of the runs' log-ratios with the modified Hartung-Knapp interval:
+    variance max(1, q) / sum w*, q the weighted scatter about the mean over k - 1, t on k - 1
+    degrees of freedom."""
     k = len(runs)
     w = [1 / (r.se ** 2 + tau ** 2) for r in runs]
     centre = sum(wi * r.y for wi, r in zip(w, runs)) / sum(w)

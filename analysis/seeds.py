@@ -1,11 +1,12 @@
-"""Multi-seed runs (`rlbench run --seeds 0,1,2`): each seed's cells form a run of their own (per-seed
-tables, speedups against that seed's reference cell), then every cell is aggregated over its seeds.
+"""Multi-seed runs (`rlbench run --seeds 0,1,2`): each seed's cells form a run of their own
+(per-seed tables, speedups against that seed's reference cell), then every cell is aggregated over
+its seeds.
 
-Files: summary.csv holds one row per cell (the median over seeds of every numeric column, `seeds`, and
-for the headline metrics `<metric>_seed_min` / `<metric>_seed_max`: the spread over seeds; tpspd_min /
-tpspd_max are the extremes over every seed's measured iterations); summary_seeds.csv keeps one row per
-cell and seed. A speedup's interval over seeds is computed from the seeds' speedups
-(analysis/intervals.py), not taken as a median of each seed's own.
+Files: summary.csv holds one row per cell (the median over seeds of every numeric column, `seeds`,
+and for the headline metrics `<metric>_seed_min` / `<metric>_seed_max`: the spread over seeds;
+tpspd_min / tpspd_max are the extremes over every seed's measured iterations); summary_seeds.csv
+keeps one row per cell and seed. A speedup's interval over seeds is computed from the seeds'
+speedups (analysis/intervals.py), not taken as a median of each seed's own.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from rlbench.core.results import metric_table, schema
 
 SPREAD = metric_table.names(metric_table.SPREAD)  # core/results/metric_table.py
 EXTREMES = metric_table.seed_extremes()
-# A ratio's interval over seeds (one ratio per seed) replaces each seed's own: value column -> its prefix
+# A ratio's interval over seeds (one ratio per seed) replaces each seed's own: value column -> its
+# prefix
 INTERVALS = {"measured_speedup": "measured"}
 
 
@@ -46,7 +48,8 @@ def per_seed(run: RunData) -> dict[int, RunData]:
         cells = [replace(c, name=base) for c in run.cells
                  for base, s in [schema.split_seeded(c.name)] if s == seed]
         cells.sort(key=lambda c: c.name != ref)
-        missing = [schema.split_seeded(m)[0] for m in run.missing if schema.split_seeded(m)[1] == seed]
+        missing = [schema.split_seeded(m)[0] for m in run.missing if schema.split_seeded(m)[1]
+                   == seed]
         out[seed] = RunData(run.path, run.kind, run.name, ref, cells, run.predicted, missing)
     return out
 
@@ -63,8 +66,9 @@ def seed_frame(run: RunData, frame=summary_frame) -> pd.DataFrame:
 
 
 def aggregate(per: pd.DataFrame, spread: list[str] = SPREAD) -> pd.DataFrame:
-    """One row per cell (first-seen order): numeric columns -> median over seeds (EXTREMES: min/max),
-    others -> the first seed's value; `seeds` counts them; `<m>_seed_min/_seed_max` for m in spread."""
+    """One row per cell (first-seen order): numeric columns -> median over seeds (EXTREMES:
+    min/max), others -> the first seed's value; `seeds` counts them; `<m>_seed_min/_seed_max` for m
+    in spread."""
     rows = []
     for cell, g in per.groupby("cell", sort=False):
         row = {}
@@ -81,31 +85,33 @@ def aggregate(per: pd.DataFrame, spread: list[str] = SPREAD) -> pd.DataFrame:
                 row[f"{m}_seed_min"], row[f"{m}_seed_max"] = g[m].min(), g[m].max()
         for value, prefix in INTERVALS.items():
             if value in g and f"{prefix}_low" in g:
-                row.update(intervals.columns(intervals.over_seeds(list(g[value]), row[value]), prefix, value))
+                row.update(intervals.columns(intervals.over_seeds(list(g[value]), row[value]),
+                                             prefix, value))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def seed_frames(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """A multi-seed run's (summary per cell over its seeds, summary per cell and seed, speedups median over
-    seeds)."""
+    """A multi-seed run's (summary per cell over its seeds, summary per cell and seed, speedups
+    median over seeds)."""
     per = seed_frame(run)
     sp_per = seed_frame(run, speedup_frame)
-    sp = aggregate(sp_per, ["measured_speedup", "predicted_speedup"]) if len(sp_per) else speedup_frame(
+    sp = aggregate(sp_per,
+                   ["measured_speedup", "predicted_speedup"]) if len(sp_per) else speedup_frame(
         RunData(run.path, run.kind, run.name, run.reference, []))
     return aggregate(per), per, sp
 
 
 def write_seed_csvs(run: RunData, df: pd.DataFrame, per: pd.DataFrame) -> None:
-    """A multi-seed run's summary.csv (df: per cell, over its seeds) and summary_seeds.csv (per: per cell and
-    seed), from seed_frames."""
+    """A multi-seed run's summary.csv (df: per cell, over its seeds) and summary_seeds.csv (per: per
+    cell and seed), from seed_frames."""
     df.to_csv(run.path / "summary.csv", index=False)
     per.to_csv(run.path / "summary_seeds.csv", index=False)
 
 
 def first_seed(run: RunData) -> RunData:
-    """The first seed's run that has cells (the per-cell plots and an experiment's section show it); the run
-    itself where no seed has."""
+    """The first seed's run that has cells (the per-cell plots and an experiment's section show it);
+    the run itself where no seed has."""
     return next((s for s in per_seed(run).values() if s.cells), run)
 
 

@@ -1,5 +1,5 @@
-"""The comparison table: one row per cell (pandas), written here as summary.csv (with utilisation.csv) and
-rendered as summary.md by the reports.
+"""The comparison table: one row per cell (pandas), written here as summary.csv (with
+utilisation.csv) and rendered as summary.md by the reports.
 
 Units: TPSPD in tokens / s / device; token rates in tokens / s; stage columns are the mean seconds
 per measured iteration (summed over workers); idle columns are percent of the iteration wall time.
@@ -18,8 +18,10 @@ from rlbench.core.costmodel.predict import rollout_share
 from rlbench.core.results import metric_table
 from rlbench.core.results.metric_table import SUMMARY
 
-# The summary's columns: what the cell is, then the reported metrics as core/results/metric_table.py lists them.
-BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices", *metric_table.names(SUMMARY, "head")]
+# The summary's columns: what the cell is, then the reported metrics as core/results/metric_table.py
+# lists them.
+BASE_COLUMNS = ["cell", "schedule", "tri_model", "shared_prompt", "devices",
+                *metric_table.names(SUMMARY, "head")]
 
 
 # first/last evaluation's diagnostics (built-in evaluation only)
@@ -27,12 +29,13 @@ DIAGNOSTICS = ["format_rate_before", "format_rate_after", "accuracy_any_format_b
                "accuracy_any_format_after", "worked_rate_before", "worked_rate_after"]
 
 
-TAIL_COLUMNS = ["rollout_backend", *metric_table.names(SUMMARY, "tail"), "measured_iterations", "status"]
+TAIL_COLUMNS = ["rollout_backend", *metric_table.names(SUMMARY, "tail"), "measured_iterations",
+                "status"]
 
 
 def write_summary_csv(run: RunData, df: pd.DataFrame) -> None:
-    """summary.csv (df: summary_frame(run)) and, where any cell recorded utilisation, utilisation.csv
-    (analysis/utilisation.py) in the run folder."""
+    """summary.csv (df: summary_frame(run)) and, where any cell recorded utilisation,
+    utilisation.csv (analysis/utilisation.py) in the run folder."""
     df.to_csv(run.path / "summary.csv", index=False)
     util = utilisation_frame(run)
     if len(util):
@@ -42,9 +45,11 @@ def write_summary_csv(run: RunData, df: pd.DataFrame) -> None:
 def summary_frame(run: RunData) -> pd.DataFrame:
     """One row per cell, reference cell first; NaN where a cell measured nothing."""
     stages, workers, busy = stages_in(run.cells), workers_in(run.cells), busy_stages_in(run.cells)
-    rows = [_row(c, reference_of(run, c).tpspd(), stages, workers) | busy_columns(c, busy) for c in run.cells]
+    rows = [_row(c, reference_of(run, c).tpspd(), stages,
+                 workers) | busy_columns(c, busy) for c in run.cells]
     # beside the speedup column, a ratio of TPSPD medians: the prediction by the same estimator
-    sp = speedup_frame(run).set_index("cell")["predicted_median_ratio"].to_dict() if run.cells else {}
+    sp = (speedup_frame(run).set_index("cell")["predicted_median_ratio"].to_dict() if run.cells
+          else {})
     for row, c in zip(rows, run.cells):
         row["predicted_speedup"] = sp.get(c.name)
         row["rollout_share"] = rollout_share(c.result, c.events) if colocated(c) else None
@@ -85,17 +90,19 @@ def _row(c: CellData, ref_tpspd: float | None, stages: list[str], workers: list[
 
 
 def weight_sync_columns(c: CellData) -> dict:
-    """What moving the trainer's weights into the rollout engines costs per measured iteration: seconds
-    of weight_sync stages summed over workers (the trainer's publish and every rollout engine's load:
-    vLLM reloads in place, the built-in sampler copies from shared memory), and the backend."""
+    """What moving the trainer's weights into the rollout engines costs per measured iteration:
+    seconds of weight_sync stages summed over workers (the trainer's publish and every rollout
+    engine's load: vLLM reloads in place, the built-in sampler copies from shared memory), and the
+    backend."""
     stage_s = c.aggregates.get("stage_s") or {}
     return {"rollout_backend": c.config.rollout.backend,
             "weight_sync_s_per_iter": stage_s.get("weight_sync") if c.aggregates else None}
 
 
 def host_cpu_pct(c: CellData) -> float | None:
-    """Host CPU % of a core: the driver's CPU seconds over the iteration's wall time (core/record/hostcpu.py),
-    median over the measured iterations; None where it was not measured."""
+    """Host CPU % of a core: the driver's CPU seconds over the iteration's wall time
+    (core/record/hostcpu.py), median over the measured iterations; None where it was not
+    measured."""
     vals = [it["host_cpu_pct"] for it in c.measured() if it.get("host_cpu_pct") is not None]
     return float(np.median(vals)) if vals else None
 

@@ -1,6 +1,6 @@
-"""Per-stage hardware utilisation of every cell, as utilisation.csv holds it: MFU and memory-bandwidth
-utilisation against one device's measured peak (results.json aggregates.utilisation, provenance.peak;
-core/results/utilisation.py says how they are counted)."""
+"""Per-stage hardware utilisation of every cell, as utilisation.csv holds it: MFU and
+memory-bandwidth utilisation against one device's measured peak (results.json
+aggregates.utilisation, provenance.peak; core/results/utilisation.py says how they are counted)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -11,7 +11,8 @@ COLUMNS = ["cell", "stage", "GFLOP/s per device", "MFU %", "GB/s per device", "b
 
 
 def utilisation_frame(run: RunData) -> pd.DataFrame:
-    """One row per cell and stage with utilisation figures (stages in Stage order); empty when none."""
+    """One row per cell and stage with utilisation figures (stages in Stage order); empty when
+    none."""
     order = [s.value for s in Stage]
     rows = []
     for c in run.cells:
@@ -26,6 +27,7 @@ def utilisation_frame(run: RunData) -> pd.DataFrame:
 
 
 def recorded_peak(run: RunData) -> dict | None:
-    """The peak the figures are measured against: the first cell's that recorded one (the reference's)."""
+    """The peak the figures are measured against: the first cell's that recorded one (the
+    reference's)."""
     return next(((c.result.get("provenance") or {}).get("peak") for c in run.cells
                  if (c.result.get("provenance") or {}).get("peak")), None)

@@ -1,6 +1,6 @@
-"""A run's reports with every registered experiment's section: the reports' entry points (rlbench.reports),
-given the experiments' registry (rlbench.experiments), which is above them. What `rlbench run` writes at its
-end and `rlbench report` prints and writes."""
+"""A run's reports with every registered experiment's section: the reports' entry points
+(rlbench.reports), given the experiments' registry (rlbench.experiments), which is above them. What
+`rlbench run` writes at its end and `rlbench report` prints and writes."""
 from __future__ import annotations
 
 from pathlib import Path

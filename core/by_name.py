@@ -1,6 +1,7 @@
-"""The one resolver of a name by import path, "module:attribute", for what the code must not import: the test
-hooks the hook points load in a process that asks for one (core/hooks.py). The registries list their entries
-by import; tests/meta/test_structure.py reads these strings as imports and allows a few, each with its reason."""
+"""The one resolver of a name by import path, "module:attribute", for what the code must not import:
+the test hooks the hook points load in a process that asks for one (core/hooks.py). The registries
+list their entries by import; tests/meta/test_structure.py reads these strings as imports and allows
+a few, each with its reason."""
 from __future__ import annotations
 
 import importlib

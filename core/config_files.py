@@ -1,6 +1,6 @@
 """Config files into the validated RunConfig (core/config.py): the configs that ship with rlbench, a
-YAML file with `--set key=value` overrides laid over it, and the config a results.json recorded; whatever
-does not validate exits 2 with one line per bad key (UserError).
+YAML file with `--set key=value` overrides laid over it, and the config a results.json recorded;
+whatever does not validate exits 2 with one line per bad key (UserError).
 """
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from rlbench.core.config import RunConfig
 from rlbench.core.errors import UserError
 from rlbench.core.results.schema import RESULTS
 
-CONFIG_DIR = Path(rlbench.configs.__file__).resolve().parent  # configs/ in a checkout, package data installed
+# configs/ in a checkout, package data installed
+CONFIG_DIR = Path(rlbench.configs.__file__).resolve().parent
 DEFAULT_CONFIG = CONFIG_DIR / "cpu-default.yaml"
 
 
 def shipped_configs() -> dict[str, str]:
-    """name -> the first sentence of the opening comment of every config that ships with rlbench, at most
-    70 characters (`rlbench config --list`)."""
+    """name -> the first sentence of the opening comment of every config that ships with rlbench, at
+    most 70 characters (`rlbench config --list`)."""
     out = {}
     for f in sorted(CONFIG_DIR.glob("*.yaml")):
         lines = f.read_text().splitlines()
@@ -80,18 +81,19 @@ def merge_trees(base: dict, over: dict) -> dict:
     """base with over laid on it, section by section (nested dicts merge, other values replace)."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = merge_trees(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = merge_trees(out[k], v) if isinstance(v, dict) and isinstance(out.get(k),
+                                                                              dict) else v
     return out
 
 
-# Keys renamed since (old -> new). A config that still uses the old name is refused with the new one;
-# result files and baselines written before keep the old name, which `rlbench check` and recorded_config read
-# as the new.
+# Keys renamed since (old -> new). A config that still uses the old name is refused with the new
+# one; result files and baselines written before keep the old name, which `rlbench check` and
+# recorded_config read as the new.
 RENAMED_KEYS = {"engine.backend": "engine.launcher"}  # "backend" is the rollout's (rollout.backend)
 # Keys that existed once: say what replaced them instead of only "unknown key".
 REMOVED_KEYS = {
-    "engine.train_ranks": "removed: there is one data-parallel trainer rank per training device now "
-                          "(engine.train_devices; under sync, one colocated worker per device)",
+    "engine.train_ranks": "removed: there is one data-parallel trainer rank per training device "
+                          "now (engine.train_devices; under sync, one colocated worker per device)",
     **{old: f"renamed to {new} (same values)" for old, new in RENAMED_KEYS.items()},
 }
 
@@ -130,13 +132,15 @@ def build_config(tree: dict, source: str = "config", prefix: str = "") -> RunCon
 
 
 def recorded_config(result: dict) -> RunConfig:
-    """A cell's results.json `config` (the resolved config, model_dump'ed) as the RunConfig it was, a key
-    renamed since read under its name now; exit 2 naming the file and the key where it does not validate
-    (a hand-edited or foreign file, or one written before a key was removed)."""
-    where = Path(result["_dir"]) / RESULTS if result.get("_dir") else f"results of cell {result.get('cell')!r}"
+    """A cell's results.json `config` (the resolved config, model_dump'ed) as the RunConfig it was,
+    a key renamed since read under its name now; exit 2 naming the file and the key where it does
+    not validate (a hand-edited or foreign file, or one written before a key was removed)."""
+    where = (Path(result["_dir"]) / RESULTS if result.get("_dir")
+             else f"results of cell {result.get('cell')!r}")
     tree = result.get("config")
     if not isinstance(tree, dict):
-        raise UserError(f"{where}: no `config` mapping (every results.json records the resolved config)")
+        raise UserError(f"{where}: no `config` mapping (every results.json records the resolved "
+                        f"config)")
     for old, new in RENAMED_KEYS.items():
         (sec, was), (_, now) = old.split("."), new.split(".")
         if was in (tree.get(sec) or {}):
@@ -146,7 +150,8 @@ def recorded_config(result: dict) -> RunConfig:
     return build_config(tree, source=str(where), prefix="config.")
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> RunConfig:
+def load_config(path: str | Path | None = None,
+                overrides: list[str] | dict | None = None) -> RunConfig:
     """YAML file (default: configs/cpu-default.yaml) + `--set` overrides -> validated RunConfig."""
     path = config_path(path) if path else DEFAULT_CONFIG
     tree = read_yaml(path)

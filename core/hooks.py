@@ -1,17 +1,21 @@
-"""Hook points the measured code offers the test hooks (planted slowdowns and faults, bench/planted/).
+"""Hook points the measured code offers the test hooks (planted slowdowns and faults,
+bench/planted/).
 
 The timer, the sampler, the trainer and the worker hosts call a point; whatever is registered for it
-runs. They never import the test hooks: in a process whose environment names one (RLBENCH_SLOW_STAGES,
-RLBENCH_FAULT, set for a test or a calibration run), the first call of any point imports the test hooks
-by name and lets them register; otherwise nothing is registered and a call is one dict lookup.
+runs. They never import the test hooks: in a process whose environment names one
+(RLBENCH_SLOW_STAGES, RLBENCH_FAULT, set for a test or a calibration run), the first call of any
+point imports the test hooks by name and lets them register; otherwise nothing is registered and a
+call is one dict lookup.
 
 Points and their arguments:
     stage_end    (stage, wall_s, cpu_s, idle)  the timer, at the end of every stage, inside it
     decode_step  (cpu_s,)                      the built-in sampler, after every decode step
-    iteration    (k, role)                     a worker about to do iteration k's work (role: rollout,
+    iteration    (k, role)                     a worker about to do iteration k's work (role:
+    rollout,
                                                trainer, vllm_engine)
     started      (worker,)                     a worker process, after it was pinned to its device
-    node         (resources, clock)            a Ray actor, on starting: its node's custom resources and
+    node         (resources, clock)            a Ray actor, on starting: its node's custom resources
+    and
                                                its clock (core/record/stages.py NODE_CLOCK)
 """
 from __future__ import annotations
@@ -22,7 +26,8 @@ from rlbench.core.by_name import resolve
 
 POINTS = ("stage_end", "decode_step", "iteration", "started", "node")
 ENVIRONMENT = ("RLBENCH_SLOW_STAGES", "RLBENCH_FAULT")  # a test hook is wanted in this process
-TEST_HOOKS = "rlbench.planted:install"  # by name: the measured code never imports the test hooks; install(register)
+# by name: the measured code never imports the test hooks; install(register)
+TEST_HOOKS = "rlbench.planted:install"
 
 _registered: dict[str, list] = {}
 _installed = False
@@ -42,8 +47,8 @@ def call(point: str, *args) -> None:
 
 
 def install() -> None:
-    """Register the test hooks when this process's environment asks for one (once per process; again after
-    reset(), when a test or `slowdown.activate` has changed the environment)."""
+    """Register the test hooks when this process's environment asks for one (once per process; again
+    after reset(), when a test or `slowdown.activate` has changed the environment)."""
     global _installed
     _installed = True
     if any(os.environ.get(name) for name in ENVIRONMENT):

@@ -1,6 +1,6 @@
 """The small messages between the driver and its worker processes or actors (engines/hosts.py,
-engines/ray_host.py), the heartbeat thread every worker runs for the hang watchdog, and what both hosts
-tell of their started workers (`Started`)."""
+engines/ray_host.py), the heartbeat thread every worker runs for the hang watchdog, and what both
+hosts tell of their started workers (`Started`)."""
 from __future__ import annotations
 
 import threading
@@ -14,10 +14,10 @@ POLL_S = 0.05  # how often a waiting driver checks that its workers are alive
 
 
 class Started:
-    """What a host tells of its workers once they have started: their pids, what each observed (its device,
-    cores, threads; core/devices/device.py observe) and its start-up phases
-    (core/record/lifecycle.py). A host starts its workers without waiting for them, so the hosts of one
-    engine start side by side; reading any of these waits (the host's `ready()`)."""
+    """What a host tells of its workers once they have started: their pids, what each observed (its
+    device, cores, threads; core/devices/device.py observe) and its start-up phases
+    (core/record/lifecycle.py). A host starts its workers without waiting for them, so the hosts of
+    one engine start side by side; reading any of these waits (the host's `ready()`)."""
 
     def __init__(self) -> None:
         self._pids: dict[str, int] = {}
@@ -62,8 +62,11 @@ class Reply:
 class Ready:
     worker: str
     pid: int
-    observed: dict  # what the process was given: affinity, threads, visible devices (core/devices/device.py observe)
-    phases: dict = field(default_factory=dict)  # its start-up phases (core/record/lifecycle.py Phase)
+    # what the process was given: affinity, threads, visible devices (core/devices/device.py
+    # observe)
+    observed: dict
+    # its start-up phases (core/record/lifecycle.py Phase)
+    phases: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -82,7 +85,8 @@ class Call:
 
 
 def start_heartbeats(worker: str, put: Callable) -> threading.Event:
-    """A daemon thread sending this process's progress count every HEARTBEAT_S; -> its stop event."""
+    """A daemon thread sending this process's progress count every HEARTBEAT_S; -> its stop
+    event."""
     stop = threading.Event()
 
     def run() -> None:

@@ -1,16 +1,19 @@
-"""Where a worker object lives: a local process pinned to its device, or a Ray actor (engine.launcher=ray).
+"""Where a worker object lives: a local process pinned to its device, or a Ray actor
+(engine.launcher=ray).
 
 Both hosts (the Ray one in engines/ray_host.py) run the same worker classes (plain Python objects:
-engines/trainer/ranks.py, engines/rollout/worker.py) and offer the same calls, so a schedule has one code path whatever the
-launcher:
+engines/trainer/ranks.py, engines/rollout/worker.py) and offer the same calls, so a schedule has one
+code path whatever the launcher:
 
     call = host.submit(worker, "method", *args)      # returns at once
-    values = host.wait([call, ...], doing="...")     # in order; emitted items go to on_emit meanwhile
+    values = host.wait([call, ...], doing="...")     # in order; emitted items go to on_emit
+    meanwhile
 
 A worker may also `emit(item)` while a call runs (a rollout worker hands on each finished group this
-way). A worker that dies or raises, does not start within timeout_s, or stops making progress (the hang
-watchdog, engines/watchdog.py; every worker sends heartbeats for it) is a WorkerError that names the
-worker and what it was doing. Messages between processes are the small dataclasses of engines/host_messages.py.
+way). A worker that dies or raises, does not start within timeout_s, or stops making progress (the
+hang watchdog, engines/watchdog.py; every worker sends heartbeats for it) is a WorkerError that
+names the worker and what it was doing. Messages between processes are the small dataclasses of
+engines/host_messages.py.
 """
 from __future__ import annotations
 
@@ -29,16 +32,19 @@ from rlbench.core.errors import WorkerError
 from rlbench.core.record import lifecycle
 from rlbench.core.record.lifecycle import Phase
 from rlbench.engines import launch
-from rlbench.engines.host_messages import POLL_S, Call, Emitted, Ready, Reply, Request, Started, start_heartbeats
+from rlbench.engines.host_messages import (POLL_S, Call, Emitted, Ready, Reply, Request, Started,
+                                           start_heartbeats)
 from rlbench.engines.ray_host import RayHost
 from rlbench.engines.watchdog import Heartbeat, Watchdog
 
 class ProcessHost(Started):
-    """One process per slot (forked from the cell's fork server, or spawned: core/devices/starting.py),
-    pinned to its device (core/devices/device.py `pin`), running cls(slot, *args)."""
+    """One process per slot (forked from the cell's fork server, or spawned:
+    core/devices/starting.py), pinned to its device (core/devices/device.py `pin`), running
+    cls(slot, *args)."""
 
     def __init__(self, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog):
-        """timeout_s: the longest a worker may take to start; watchdog: bounds every call after that."""
+        """timeout_s: the longest a worker may take to start; watchdog: bounds every call after
+        that."""
         ctx = _context(all(slot.kind != "npu" for slot in slots))
         self.timeout_s, self.watchdog = timeout_s, watchdog
         self._deadline = time.monotonic() + timeout_s
@@ -48,14 +54,16 @@ class ProcessHost(Started):
         super().__init__()
         self._replies: dict[int, Reply] = {}
         self._calls = 0
-        self._lock = threading.Lock()  # one reader of `out` at a time (a producer and a consumer thread)
+        # one reader of `out` at a time (a producer and a consumer thread)
+        self._lock = threading.Lock()
         try:
             for slot in slots:
                 self.inbox[slot.worker] = ctx.Queue()
                 # Not daemonic: a worker may start processes of its own (vLLM's engine core).
                 env = launch.start_env(slot)  # only its accelerator visible, from its start
                 p = ctx.Process(target=_serve, name=f"rlbench-{slot.worker}",
-                                args=(launch.child_slot(slot), cls, args_of(slot), self.inbox[slot.worker], self.out,
+                                args=(launch.child_slot(slot), cls, args_of(slot),
+                                      self.inbox[slot.worker], self.out,
                                       env))
                 with launch.environment(env):  # spawned: the environment it is created with
                     p.start()
@@ -69,9 +77,10 @@ class ProcessHost(Started):
         return list(self.procs)
 
     def ready(self) -> None:
-        """Wait until every worker has started (WorkerError naming one that failed or did not start within
-        timeout_s of the host's creation). The constructor starts the processes without waiting, so the
-        hosts of one engine start side by side; the first call, observation or pid waits."""
+        """Wait until every worker has started (WorkerError naming one that failed or did not start
+        within timeout_s of the host's creation). The constructor starts the processes without
+        waiting, so the hosts of one engine start side by side; the first call, observation or pid
+        waits."""
         if len(self._pids) == len(self.procs):
             return
         try:
@@ -85,8 +94,8 @@ class ProcessHost(Started):
                     raise WorkerError(f"{msg.worker} failed while starting:\n{msg.value}")
                 elif msg is None and time.monotonic() > self._deadline:
                     missing = ", ".join(sorted(set(self.procs) - set(self._pids)))
-                    raise WorkerError(f"worker {missing} did not start within engine.queue_timeout_s="
-                                      f"{self.timeout_s:g}s")
+                    raise WorkerError(f"worker {missing} did not start within "
+                                      f"engine.queue_timeout_s={self.timeout_s:g}s")
         except BaseException:
             self.close()
             raise
@@ -119,7 +128,8 @@ class ProcessHost(Started):
                 elif isinstance(msg, Emitted):
                     self.watchdog.heard(msg.worker)
                     if on_emit is None:
-                        raise WorkerError(f"{msg.worker} emitted an item nobody waits for while {doing}")
+                        raise WorkerError(f"{msg.worker} emitted an item nobody waits for while "
+                                          f"{doing}")
                     on_emit(msg.item)
             self.watchdog.check(doing, self.workers)
         return [out[c.ref] for c in calls]
@@ -130,8 +140,8 @@ class ProcessHost(Started):
         return reply.value
 
     def _next(self, doing: str):
-        """The next message (heartbeats go to the watchdog), or None after POLL_S; a dead worker is a
-        WorkerError."""
+        """The next message (heartbeats go to the watchdog), or None after POLL_S; a dead worker is
+        a WorkerError."""
         try:
             msg = self.out.get(timeout=POLL_S)
         except queue.Empty:
@@ -147,9 +157,9 @@ class ProcessHost(Started):
         return msg
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Ask every worker to stop (its close() runs), then terminate what is left after timeout_s (a
-        worker stuck in a collective whose peer died never answers); a worker the watchdog found hung is
-        terminated at once."""
+        """Ask every worker to stop (its close() runs), then terminate what is left after timeout_s
+        (a worker stuck in a collective whose peer died never answers); a worker the watchdog found
+        hung is terminated at once."""
         for q in self.inbox.values():
             try:
                 q.put(None)
@@ -169,19 +179,22 @@ class ProcessHost(Started):
 
 def _context(forkable: bool):
     """The multiprocessing context of worker processes (core/devices/starting.py): forked from the
-    cell's fork server, a worker lays the environment it is handed (its one visible accelerator) over its
-    own before it touches the device; spawned where one holds an NPU or RLBENCH_START=spawn."""
+    cell's fork server, a worker lays the environment it is handed (its one visible accelerator)
+    over its own before it touches the device; spawned where one holds an NPU or
+    RLBENCH_START=spawn."""
     return starting.context(forkable, tensors=True)
 
 
 def _serve(slot, cls, args: tuple, inbox, out, env: dict[str, str]) -> None:
-    """A worker process: pin to the slot's device, build the object, answer requests until told to stop.
-    `slot` is the worker's view (engines/launch.py child_slot: its one visible accelerator is index 0);
-    env: the variables it starts with (launch.start_env), which a process forked from the cell's fork
-    server has from the server instead. It dies with its parent (a cell that dies hard leaves no worker
-    behind) and reports its progress for the hang watchdog from a thread."""
-    os.environ.update(env)  # before anything here touches CUDA, which reads CUDA_VISIBLE_DEVICES once
-    lifecycle.record_phase(Phase.IMPORTS, lifecycle.process_age_s() or 0.0)  # spawned: the interpreter's start too
+    """A worker process: pin to the slot's device, build the object, answer requests until told to
+    stop. `slot` is the worker's view (engines/launch.py child_slot: its one visible accelerator is
+    index 0); env: the variables it starts with (launch.start_env), which a process forked from the
+    cell's fork server has from the server instead. It dies with its parent (a cell that dies hard
+    leaves no worker behind) and reports its progress for the hang watchdog from a thread."""
+    # before anything here touches CUDA, which reads CUDA_VISIBLE_DEVICES once
+    os.environ.update(env)
+    # spawned: the interpreter's start too
+    lifecycle.record_phase(Phase.IMPORTS, lifecycle.process_age_s() or 0.0)
     starting.detach()  # forked by the cell's fork server: it must end with the cell
     procs.die_with_parent(signal.SIGKILL)
     procs.interruptible()  # a Ctrl-C passed on to the cell's group reaches the worker too
@@ -220,7 +233,8 @@ def _serve(slot, cls, args: tuple, inbox, out, env: dict[str, str]) -> None:
 
 def make_host(launcher: str, slots, cls, args_of: Callable, timeout_s: float, watchdog: Watchdog,
               owns_ray: bool = False, placement: dict | None = None):
-    """The host engine.launcher names: local processes or Ray actors (placement: engine.placement)."""
+    """The host engine.launcher names: local processes or Ray actors (placement:
+    engine.placement)."""
     if launcher == "ray":
         return RayHost(slots, cls, args_of, timeout_s, watchdog, owns_ray, placement)
     return ProcessHost(slots, cls, args_of, timeout_s, watchdog)

@@ -1,17 +1,21 @@
-"""How a worker process is started on its device, and how what it observed is checked against the plan.
+"""How a worker process is started on its device, and how what it observed is checked against the
+plan.
 
 One place decides each worker's device and makes it true for every library in the process
 (docs/architecture/placement.md): an accelerator worker is started with only its device visible
-(CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES in the environment the process is created with, so nothing
-in it, the built-in engine, vLLM or Ray, can initialise another device), and inside it that device is index 0.
-A CPU worker is pinned to its core by affinity after it starts (core/devices/device.py `pin`).
+(CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES in the environment the process is created with, so
+nothing in it, the built-in engine, vLLM or Ray, can initialise another device), and inside it that
+device is index 0. A CPU worker is pinned to its core by affinity after it starts
+(core/devices/device.py `pin`).
 
-- `start_env(slot)`: the variables a local worker process is created with (engines/hosts.py ProcessHost).
+- `start_env(slot)`: the variables a local worker process is created with (engines/hosts.py
+  ProcessHost).
 - `child_slot(slot)`: the slot the worker itself gets (accelerator index 0: the only one it sees).
-- `ray_options(slot, sharing)`: the Ray actor's resources; Ray sets the visible device of the GPU (or
-  NPU) it assigns before the actor's constructor runs.
-- `expected(slot, ...)` / `check(...)`: what a worker must observe (affinity, threads, visible devices);
-  a mismatch is a WorkerError (exit 3) that shows the plan and the observation side by side.
+- `ray_options(slot, sharing)`: the Ray actor's resources; Ray sets the visible device of the GPU
+  (or NPU) it assigns before the actor's constructor runs.
+- `expected(slot, ...)` / `check(...)`: what a worker must observe (affinity, threads, visible
+  devices); a mismatch is a WorkerError (exit 3) that shows the plan and the observation side by
+  side.
 """
 from __future__ import annotations
 
@@ -33,7 +37,8 @@ _ENV_LOCK = threading.Lock()  # os.environ is the template of every process star
 
 
 def start_env(slot, environ=None) -> dict[str, str]:
-    """The environment variables a local worker process holding `slot` is created with (none on CPU)."""
+    """The environment variables a local worker process holding `slot` is created with (none on
+    CPU)."""
     return dev.visible_env(slot.kind, slot.index, environ)
 
 
@@ -60,9 +65,10 @@ def environment(env: dict[str, str]):
 
 
 def ray_options(slot, sharing: int = 1, placement: dict | None = None) -> dict:
-    """Ray resources of one worker actor: its cores on CPU; on an accelerator 1/sharing of one device
-    (engine.share_devices puts a rollout worker and a trainer rank on one GPU: each asks for half); and
-    where engine.placement names its node, a sliver of that node's resource (core/devices/cluster.py)."""
+    """Ray resources of one worker actor: its cores on CPU; on an accelerator 1/sharing of one
+    device (engine.share_devices puts a rollout worker and a trainer rank on one GPU: each asks for
+    half); and where engine.placement names its node, a sliver of that node's resource
+    (core/devices/cluster.py)."""
     res = actor_resources(slot.kind, slot.threads)
     if slot.kind == "cuda":
         res["num_gpus"] = 1 / sharing
@@ -83,9 +89,10 @@ def sharing(slots) -> dict[str, int]:
 
 
 def expected(slot, environ=None, cores: list[int] | None = None, exact_device: bool = True) -> dict:
-    """What a worker holding `slot` must observe: its intra-op threads; on CPU its one core (the core
-    at position `index` of the driver's affinity mask); on an accelerator exactly the visible device
-    start_env gives it (exact_device) or, under Ray (which picks the device), one visible device."""
+    """What a worker holding `slot` must observe: its intra-op threads; on CPU its one core (the
+    core at position `index` of the driver's affinity mask); on an accelerator exactly the visible
+    device start_env gives it (exact_device) or, under Ray (which picks the device), one visible
+    device."""
     out: dict = {"threads": slot.threads}
     if slot.kind == "cpu":
         cores = dev.cpu_cores() if cores is None else cores
@@ -98,7 +105,8 @@ def expected(slot, environ=None, cores: list[int] | None = None, exact_device: b
 
 
 def mismatches(want: dict, got: dict | None) -> list[str]:
-    """The keys where an observation differs from the expectation, as 'key: planned X, observed Y'."""
+    """The keys where an observation differs from the expectation, as 'key: planned X, observed
+    Y'."""
     if got is None:
         return ["nothing observed"]
     out = []
@@ -113,14 +121,15 @@ def mismatches(want: dict, got: dict | None) -> list[str]:
 
 def check(placement, observed: dict[str, dict], exact_device: bool = True, environ=None,
           cores: list[int] | None = None) -> None:
-    """WorkerError (exit 3) when any worker observed other than the plan, naming each worker, what was
-    planned and what it observed. Slots planned on one device must observe one device, and slots on
-    different devices different ones (checked by visible device, which Ray assigns itself)."""
+    """WorkerError (exit 3) when any worker observed other than the plan, naming each worker, what
+    was planned and what it observed. Slots planned on one device must observe one device, and slots
+    on different devices different ones (checked by visible device, which Ray assigns itself)."""
     problems = []
     for slot in placement.slots:
         bad = mismatches(expected(slot, environ, cores, exact_device), observed.get(slot.worker))
         if bad:
-            problems.append(f"  {slot.worker} (planned {slot.device}, {slot.threads} thread(s)): " + "; ".join(bad))
+            problems.append(f"  {slot.worker} (planned {slot.device}, {slot.threads} thread(s)): "
+                            + "; ".join(bad))
     if not problems and placement.kind != "cpu":
         problems += _shared_as_planned(placement, observed)
     if problems:
@@ -135,7 +144,8 @@ def _shared_as_planned(placement, observed: dict[str, dict]) -> list[str]:
         key = f"{observed[slot.worker].get('node', '')}/{observed[slot.worker].get('visible')}"
         seen.setdefault(slot.device, key)
         if seen[slot.device] != key:
-            return [f"  {slot.worker}: planned on {slot.device} with other workers but observed device {key}"]
+            return [f"  {slot.worker}: planned on {slot.device} with other workers but observed "
+                    f"device {key}"]
     keys = list(seen.values())
     if len(set(keys)) != len(keys):
         return [f"  workers planned on different devices observed the same one: {seen}"]
@@ -143,9 +153,9 @@ def _shared_as_planned(placement, observed: dict[str, dict]) -> list[str]:
 
 
 def provenance(schedule, device, dtype) -> dict:
-    """results.json's provenance with the device's description and measured peak (core/devices/peak.py) taken
-    where the device is: on the trainer's rank 0 when the trainer runs in workers (the driver holds no
-    accelerator), else in this process."""
+    """results.json's provenance with the device's description and measured peak
+    (core/devices/peak.py) taken where the device is: on the trainer's rank 0 when the trainer runs
+    in workers (the driver holds no accelerator), else in this process."""
     info = prov.collect(None)
     on_worker = getattr(schedule.trainer, "device_facts", None)
     if on_worker is not None:
@@ -157,7 +167,8 @@ def provenance(schedule, device, dtype) -> dict:
 
 
 def observe_driver() -> dict:
-    """What the driver holds: its cores and threads, and whether it initialised an accelerator (it must not)."""
+    """What the driver holds: its cores and threads, and whether it initialised an accelerator (it
+    must not)."""
     out = {"affinity": dev.cpu_cores(), "threads": torch.get_num_threads(),
            "cuda_initialized": bool(torch.cuda.is_initialized())}
     npu = getattr(torch, "npu", None)

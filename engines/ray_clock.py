@@ -50,7 +50,8 @@ class ClockSync:
         while not self._stop.wait(self.interval_s):
             try:
                 self.estimate_all()
-            except Exception:  # noqa: BLE001 - an actor gone: the run's own calls report it, not this thread
+            # an actor gone: the run's own calls report it, not this thread
+            except Exception:  # noqa: BLE001
                 return
 
     def estimate_all(self) -> None:
@@ -61,9 +62,11 @@ class ClockSync:
             est = clocks.estimate(probes, self.t0)
             elsewhere = not self.info[node]["driver_node"]
             setter = [a.set_clock.options(concurrency_group=CLOCK_GROUP) for a in actors]
-            self._ray.get([s.remote(est.offset_s, elsewhere) for s in setter], timeout=CALL_TIMEOUT_S)
+            self._ray.get([s.remote(est.offset_s, elsewhere) for s in setter],
+                          timeout=CALL_TIMEOUT_S)
             self.history[node].append(est)
-            self.record[self.info[node]["node_ip"] + ("" if len(self._ips(node)) == 1 else f"/{node[:8]}")] = \
+            self.record[self.info[node]["node_ip"]
+                        + ("" if len(self._ips(node)) == 1 else f"/{node[:8]}")] = \
                 clocks.record(self.history[node], {"node": node, **self.info[node]})
 
     def _ips(self, node: str) -> list[str]:

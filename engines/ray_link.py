@@ -1,13 +1,13 @@
 """`rlbench env --ray-address`: the link between every two nodes of a running Ray cluster, measured
 on the path a run's weights and groups take (core/costmodel/link.py prices it):
 
-- round trip: an actor on one node calls an actor on the other (a message and its answer), ROUND_TRIPS times;
-  the shortest is the link's, the median what a busy node sees;
-- transfer: an actor on one node puts an object into its node's object store, an actor on the other fetches
-  it (as a rollout worker fetches the weights trainer rank 0 published): once small (SMALL bytes:
-  the fixed part, Ray's request round trips) and at sizes doubling from LARGE until a fetch takes
-  TARGET_S; the rate is the large size's extra bytes over its extra seconds, the fixed part what the
-  small one took beyond its bytes.
+- round trip: an actor on one node calls an actor on the other (a message and its answer),
+  ROUND_TRIPS times; the shortest is the link's, the median what a busy node sees;
+- transfer: an actor on one node puts an object into its node's object store, an actor on the other
+  fetches it (as a rollout worker fetches the weights trainer rank 0 published): once small (SMALL
+  bytes: the fixed part, Ray's request round trips) and at sizes doubling from LARGE until a fetch
+  takes TARGET_S; the rate is the large size's extra bytes over its extra seconds, the fixed part
+  what the small one took beyond its bytes.
 
 The probes hold no CPU (num_cpus=0) and are gone when it returns; nothing but their own objects is
 sent."""
@@ -21,7 +21,8 @@ from rlbench.engines.ray_nodes import cluster_nodes
 from rlbench.engines.ray_util import attach
 
 ROUND_TRIPS = 20
-SMALL = 256 << 10  # above Ray's inline limit (100 KiB): it goes through the object store as weights do
+# above Ray's inline limit (100 KiB): it goes through the object store as weights do
+SMALL = 256 << 10
 LARGE = 8 << 20
 MOST = 512 << 20
 TARGET_S = 1.0
@@ -129,5 +130,6 @@ def measure_cluster(address: str, transfer_bytes: list[int] = ()) -> dict:
                                            "name": label[nid]}
                                           for nid, n in nodes.items()],
             "links": links, "slowest": slowest,
-            "as_options": (f"--link-gbps {slowest['gbps']:.4g} --link-latency-ms {1e3 * slowest['latency_s']:.3g}"
-                           f" --link-overhead-ms {1e3 * slowest['overhead_s']:.3g}" if slowest else None)}
+            "as_options": (f"--link-gbps {slowest['gbps']:.4g} --link-latency-ms "
+                           f"{1e3 * slowest['latency_s']:.3g} --link-overhead-ms "
+                           f"{1e3 * slowest['overhead_s']:.3g}" if slowest else None)}

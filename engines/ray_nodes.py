@@ -69,7 +69,8 @@ def alive_together(base, cells) -> list[tuple[str, list]]:
         groups: dict = {}
         for name, cfg in cells:
             groups.setdefault(cfg.run.turn_group or cfg.run.workload, []).append((name, cfg))
-        return [(f"the interleaved cells {', '.join(n for n, _ in g)} keep their workers alive together", g)
+        return [(f"the interleaved cells {', '.join(n for n, _ in g)} keep their workers alive "
+                 f"together", g)
                 for g in groups.values()]
     return [("", [c]) for c in cells]
 

@@ -15,7 +15,8 @@ from rlbench.core.errors import UserError, WorkerError
 
 
 def actor_error(ray, e: BaseException, worker: str, doing: str) -> WorkerError:
-    """A Ray failure of `worker` as a WorkerError: a constructor that raised, a dead actor, an exception."""
+    """A Ray failure of `worker` as a WorkerError: a constructor that raised, a dead actor, an
+    exception."""
     exc = ray.exceptions
     if isinstance(e, exc.RayActorError):
         if "creation task" in str(e):
@@ -27,9 +28,9 @@ def actor_error(ray, e: BaseException, worker: str, doing: str) -> WorkerError:
 
 
 def wait_exited(pids: list[int], timeout_s: float) -> None:
-    """Wait until the actor processes `pids` have ended, SIGKILL those left after timeout_s. Only processes
-    of this machine whose command line still names an rlbench actor count (a pid on another node, or one
-    reused since, is not ours)."""
+    """Wait until the actor processes `pids` have ended, SIGKILL those left after timeout_s. Only
+    processes of this machine whose command line still names an rlbench actor count (a pid on
+    another node, or one reused since, is not ours)."""
     deadline = time.monotonic() + timeout_s
     while (alive := [p for p in pids if _is_actor(p)]) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -48,7 +49,8 @@ def _is_actor(pid: int) -> bool:
 
 
 def ensure_ray(address: str | None, devices: int, device_kind: str) -> bool:
-    """Start (or attach to) the Ray session the run's actors need; -> whether this call started it."""
+    """Start (or attach to) the Ray session the run's actors need; -> whether this call started
+    it."""
     try:
         # inside: optional dependency (ray)
         import ray
@@ -61,15 +63,19 @@ def ensure_ray(address: str | None, devices: int, device_kind: str) -> bool:
     return True
 
 
-def init_ray(ray, address: str | None, num_cpus: int | None, devices: int, device_kind: str) -> None:
-    """Attach to `address`, or start a local instance with enough CPUs for the actors (`devices` on CPU)."""
+def init_ray(ray, address: str | None, num_cpus: int | None, devices: int,
+             device_kind: str) -> None:
+    """Attach to `address`, or start a local instance with enough CPUs for the actors (`devices` on
+    CPU)."""
     quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
     if address:
         attach(ray, address)
         return
     need = devices if device_kind == "cpu" else 0
-    # address="local": always a fresh instance, never a `ray start` cluster that happens to run here.
-    ray.init(address="local", num_cpus=max(num_cpus or os.cpu_count() or 1, need), include_dashboard=False,
+    # address="local": always a fresh instance, never a `ray start` cluster that happens to run
+    # here.
+    ray.init(address="local", num_cpus=max(num_cpus or os.cpu_count() or 1, need),
+             include_dashboard=False,
              **quiet)
 
 
@@ -78,36 +84,42 @@ def attach(ray, address: str) -> None:
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as e:
-        raise UserError(f"engine.ray_address={address}: cannot attach to a Ray cluster there: {e}") from None
+        raise UserError(
+            f"engine.ray_address={address}: cannot attach to a Ray cluster there: {e}"
+        ) from None
 
 
 def actor_resources(device_kind: str, share: int) -> dict:
-    """Ray resources of one rollout actor: its cores on CPU, one accelerator (and a core) otherwise."""
+    """Ray resources of one rollout actor: its cores on CPU, one accelerator (and a core)
+    otherwise."""
     if device_kind == "cpu":
         return {"num_cpus": share}
     if device_kind == "cuda":
         return {"num_cpus": 1, "num_gpus": 1}
     if device_kind == "npu":
         return {"num_cpus": 1, "resources": {"NPU": 1}}
-    raise UserError(f"engine.launcher=ray: no Ray placement for device '{device_kind}' (allowed: cpu, cuda, npu)")
+    raise UserError(f"engine.launcher=ray: no Ray placement for device '{device_kind}' (allowed: "
+                    f"cpu, cuda, npu)")
 
 
 def forwarded_env() -> dict:
-    """The driver's RLBENCH_* variables (e.g. RLBENCH_FAULT) reach the actors, also on an attached cluster."""
+    """The driver's RLBENCH_* variables (e.g. RLBENCH_FAULT) reach the actors, also on an attached
+    cluster."""
     env = {k: v for k, v in os.environ.items() if k.startswith("RLBENCH_")}
     return {"env_vars": env} if env else {}
 
 
 class RemoteWeights:
-    """Published weights in the object store of the node that put them: [their reference] (in a list, so
-    that a worker handed it fetches them itself, inside its timed stage)."""
+    """Published weights in the object store of the node that put them: [their reference] (in a
+    list, so that a worker handed it fetches them itself, inside its timed stage)."""
 
     def __init__(self, refs: list):
         self.refs = refs
 
 
 def fetch(refs: list) -> dict:
-    """The weights behind [reference], here: their bytes cross from the node that holds them (if another)."""
+    """The weights behind [reference], here: their bytes cross from the node that holds them (if
+    another)."""
     import ray  # inside: optional dependency (ray)
 
     return from_numpy(ray.get(refs[0]))
@@ -130,7 +142,8 @@ def to_numpy(weights: dict) -> dict:
 
 
 def from_numpy(state: dict) -> dict:
-    """Inverse of to_numpy, without a copy: the tensors alias the (read-only) object-store buffers."""
+    """Inverse of to_numpy, without a copy: the tensors alias the (read-only) object-store
+    buffers."""
     out = {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")

@@ -1,14 +1,14 @@
-"""The hang watchdog: a worker that is asked to do something and shows no progress for too long ends the
-run (WorkerError, exit 3) with a message naming the worker and the stage it was in.
+"""The hang watchdog: a worker that is asked to do something and shows no progress for too long ends
+the run (WorkerError, exit 3) with a message naming the worker and the stage it was in.
 
-A dead worker is noticed by its process ending (engines/hosts.py); a *hung* one (a stuck generation, a
-deadlocked collective) stays alive, so liveness says nothing. Progress does: every worker process
-counts stage starts and ends, finished groups, decode steps and micro-batches (core/record/progress.py) and
-a heartbeat thread sends the count once per HEARTBEAT_S. A worker is watched while a call to it is
-outstanding; it is hung when its count has not moved (or nothing at all arrived from it) for the
-limit: engine.hang_timeout_s when set, else FACTOR x the longest stage any worker measured so far,
-at least engine.hang_floor_s. A frozen process whose heartbeat thread cannot run either (a C call
-holding the GIL) is caught the same way: nothing moves.
+A dead worker is noticed by its process ending (engines/hosts.py); a *hung* one (a stuck generation,
+a deadlocked collective) stays alive, so liveness says nothing. Progress does: every worker process
+counts stage starts and ends, finished groups, decode steps and micro-batches
+(core/record/progress.py) and a heartbeat thread sends the count once per HEARTBEAT_S. A worker is
+watched while a call to it is outstanding; it is hung when its count has not moved (or nothing at
+all arrived from it) for the limit: engine.hang_timeout_s when set, else FACTOR x the longest stage
+any worker measured so far, at least engine.hang_floor_s. A frozen process whose heartbeat thread
+cannot run either (a C call holding the GIL) is caught the same way: nothing moves.
 
 One Watchdog per engine (shared by its hosts, so a stage measured by the rollout workers also sizes
 the trainer's limit); the hosts feed it and call `check()` while they wait.
@@ -38,8 +38,10 @@ class Heartbeat:
 
 
 class Watchdog:
-    def __init__(self, limit_s: float | None = None, floor_s: float = 120.0, factor: float = FACTOR):
-        """limit_s: a fixed limit (engine.hang_timeout_s); None: factor x the longest stage, >= floor_s."""
+    def __init__(self, limit_s: float | None = None, floor_s: float = 120.0,
+                 factor: float = FACTOR):
+        """limit_s: a fixed limit (engine.hang_timeout_s); None: factor x the longest stage, >=
+        floor_s."""
         self.limit_s, self.floor_s, self.factor = limit_s, floor_s, factor
         self.longest_s = 0.0
         self._lock = threading.Lock()  # fed by a producer and a consumer thread at once
@@ -47,7 +49,8 @@ class Watchdog:
         self._last: dict[str, float] = {}  # worker -> when it last showed progress (or got work)
         self._beats: dict[str, int] = {}
         self._seen: dict[str, Heartbeat] = {}
-        self.hung: set[str] = set()  # workers found hung: their hosts terminate them without waiting
+        # workers found hung: their hosts terminate them without waiting
+        self.hung: set[str] = set()
 
     def limit(self) -> float:
         if self.limit_s is not None:
@@ -55,7 +58,8 @@ class Watchdog:
         return max(self.floor_s, self.factor * self.longest_s)
 
     def submitted(self, worker: str) -> None:
-        """A call went to `worker`: it is watched from now (an idle worker's quiet time does not count)."""
+        """A call went to `worker`: it is watched from now (an idle worker's quiet time does not
+        count)."""
         with self._lock:
             n = self._outstanding.get(worker, 0)
             if n == 0:
@@ -81,18 +85,19 @@ class Watchdog:
             self.longest_s = max(self.longest_s, hb.longest_s)
 
     def check(self, doing: str, workers: list[str]) -> None:
-        """WorkerError naming every watched worker of `workers` (the calling host's: only it reads their
-        heartbeats, so only it knows how quiet they are) that has shown no progress for longer than the
-        limit."""
+        """WorkerError naming every watched worker of `workers` (the calling host's: only it reads
+        their heartbeats, so only it knows how quiet they are) that has shown no progress for longer
+        than the limit."""
         limit, t = self.limit(), time.monotonic()
         with self._lock:
-            hung = sorted(w for w in workers if self._outstanding.get(w) and t - self._last.get(w, t) > limit)
+            hung = sorted(w for w in workers if self._outstanding.get(w) and t
+                          - self._last.get(w, t) > limit)
             if hung:
                 lines = [self._describe(w, t - self._last[w]) for w in hung]
                 self.hung.update(hung)
         if hung:
-            raise WorkerError(f"hang watchdog: {'; '.join(lines)}; while {doing}. No progress for longer than "
-                              f"{self._explain(limit)}")
+            raise WorkerError(f"hang watchdog: {'; '.join(lines)}; while {doing}. No progress for "
+                              f"longer than {self._explain(limit)}")
 
     def _describe(self, worker: str, quiet: float) -> str:
         hb = self._seen.get(worker)
@@ -109,5 +114,6 @@ class Watchdog:
     def _explain(self, limit: float) -> str:
         if self.limit_s is not None:
             return f"engine.hang_timeout_s={self.limit_s:g}s"
-        return (f"{limit:.0f}s ({self.factor:g}x the longest stage so far, {self.longest_s:.2f}s, at least "
-                f"engine.hang_floor_s={self.floor_s:g}s; set engine.hang_timeout_s to change it)")
+        return (f"{limit:.0f}s ({self.factor:g}x the longest stage so far, {self.longest_s:.2f}s, "
+                f"at least engine.hang_floor_s={self.floor_s:g}s; set engine.hang_timeout_s to "
+                f"change it)")

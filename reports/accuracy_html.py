@@ -1,5 +1,5 @@
-"""The report's time-to-accuracy section and its terminal text (analysis/accuracy.py for the clock, the
-interval and the target)."""
+"""The report's time-to-accuracy section and its terminal text (analysis/accuracy.py for the clock,
+the interval and the target)."""
 from __future__ import annotations
 
 import base64
@@ -13,7 +13,8 @@ from rlbench.reports.html import esc, table as html_table
 from rlbench.reports.tables import fmt
 
 HEAD = ["cell", "seeds", "TPSPD median [seeds]", "pass@1 first→final [95%]", "gain points [95%]",
-        "any format first→final [95%]", "reached target", "time to target s [95%]", "samples to target",
+        "any format first→final [95%]", "reached target", "time to target s [95%]",
+        "samples to target",
         "ref time / time", "train wall s", "mixed groups % first→last"]
 SEEN_HEAD = "seen facts first→final"  # data.split fact only (held-out pass@1 is the pass@1 column)
 
@@ -41,8 +42,8 @@ def _gain(r) -> str:
 
 
 def _time(r) -> str:
-    """Time to target: mean with its 95% t-interval over the seeds that reached it (two or more), else the
-    one seed's time."""
+    """Time to target: mean with its 95% t-interval over the seeds that reached it (two or more),
+    else the one seed's time."""
     if not _m(r["time_to_target_s_mean"]):
         return _span(r["time_to_target_s_mean"], r["time_to_target_s_lo"], r["time_to_target_s_hi"])
     return _span(r["time_to_target_s"], None, None)
@@ -60,12 +61,22 @@ def text_rows(table: pd.DataFrame) -> list[list[str]]:
     """head()'s columns of the accuracy table, as text."""
     out = []
     for r in table.to_dict("records"):
-        row = [str(r["cell"]), str(r["seeds"]), _span(r["tpspd_median"], r["tpspd_seed_min"], r["tpspd_seed_max"]),
-               f"{fmt(r['accuracy_first'])}→{_span(r['accuracy_final'], r['accuracy_final_lo'], r['accuracy_final_hi'])}",
-               _gain(r), f"{fmt(r['any_format_first'])}→"
-               f"{_span(r['any_format_final'], r['any_format_final_lo'], r['any_format_final_hi'])}",
-               str(r["reached"]), _time(r), fmt(r["samples_to_target"]), fmt(r["time_ratio_vs_reference"]),
-               fmt(r["train_wall_s"]), _pct(r["mixed_groups_first"], r["mixed_groups_last"])]
+        row = [
+            str(r["cell"]),
+            str(r["seeds"]),
+            _span(r["tpspd_median"], r["tpspd_seed_min"], r["tpspd_seed_max"]),
+            f"{fmt(r['accuracy_first'])}→"
+            f"{_span(r['accuracy_final'], r['accuracy_final_lo'], r['accuracy_final_hi'])}",
+            _gain(r),
+            f"{fmt(r['any_format_first'])}→"
+            f"{_span(r['any_format_final'], r['any_format_final_lo'], r['any_format_final_hi'])}",
+            str(r["reached"]),
+            _time(r),
+            fmt(r["samples_to_target"]),
+            fmt(r["time_ratio_vs_reference"]),
+            fmt(r["train_wall_s"]),
+            _pct(r["mixed_groups_first"], r["mixed_groups_last"]),
+        ]
         if _fact_split(table):
             row.append(f"{fmt(r['seen_first'])}→{fmt(r['seen_final'])}")
         out.append(row)
@@ -75,28 +86,31 @@ def text_rows(table: pd.DataFrame) -> list[list[str]]:
 def workload_label(table: pd.DataFrame) -> str:
     """What the accuracy measures on this workload: held-out skill, or the text split's demo."""
     if _fact_split(table):
-        return ("Held-out facts (data.split fact): pass@1 is on problems whose every step's fact (its "
-                "numbers and operation, in any order or inverse) never occurs in training or the warm start; 'seen facts' scores problems made of "
-                "trained facts, so memorisation and skill can be told apart.")
-    return ("Text split (data.split text): evaluation problems differ from training in wording only, the same "
-            "arithmetic facts recur. On the default config this is a short format-learning demo (RL teaches "
-            "the `#### N` ending the strict reward reads), not a measure of arithmetic skill: for that, "
-            "configs/cpu-heldout.yaml.")
+        return ("Held-out facts (data.split fact): pass@1 is on problems whose every step's fact "
+                "(its numbers and operation, in any order or inverse) never occurs in training or "
+                "the warm start; 'seen facts' scores problems made of trained facts, so "
+                "memorisation and skill can be told apart.")
+    return ("Text split (data.split text): evaluation problems differ from training in wording "
+            "only, the same arithmetic facts recur. On the default config this is a short "
+            "format-learning demo (RL teaches the `#### N` ending the strict reward reads), not a "
+            "measure of arithmetic skill: for that, configs/cpu-heldout.yaml.")
 
 
 def explanation(table: pd.DataFrame) -> str:
     target = table["target"].iloc[0] if len(table) else None
     what = ("no target: the reference cell did not improve" if _m(target) else
-            f"target pass@1 {target:.3f}: per seed, {100 * TARGET_SHARE:.0f}% of the way from that seed's "
-            "reference cell's first to its last evaluation (shown: the median over seeds); reached: seeds "
-            "that reached their target, of those whose reference improved")
-    return (f"{workload_label(table)} Time-to-accuracy, {what}. Wall time is training time: the summed TPSPD "
-            "windows of the iterations before each evaluation (nothing between iterations counts), the same "
-            "clock for every schedule; a crossing is interpolated between evaluations. Intervals: 95% t-interval of the mean over seeds (one seed: Wilson over the eval "
-            "problems), also for the gain (last minus first evaluation, in points) and the time to target "
-            "(mean over the seeds that reached it); [a–b] after TPSPD: the spread over seeds. ref time / time > 1: reaches the "
-            "target sooner than the reference. Mixed groups: share of GRPO groups whose rewards differ (the "
-            "only ones with a gradient), first and last quarter of the iterations.")
+            f"target pass@1 {target:.3f}: per seed, {100 * TARGET_SHARE:.0f}% of the way from that "
+            "seed's reference cell's first to its last evaluation (shown: the median over seeds); "
+            "reached: seeds that reached their target, of those whose reference improved")
+    return (f"{workload_label(table)} Time-to-accuracy, {what}. Wall time is training time: the "
+            "summed TPSPD windows of the iterations before each evaluation (nothing between "
+            "iterations counts), the same clock for every schedule; a crossing is interpolated "
+            "between evaluations. Intervals: 95% t-interval of the mean over seeds (one seed: "
+            "Wilson over the eval problems), also for the gain (last minus first evaluation, in "
+            "points) and the time to target (mean over the seeds that reached it); [a–b] after "
+            "TPSPD: the spread over seeds. ref time / time > 1: reaches the target sooner than the "
+            "reference. Mixed groups: share of GRPO groups whose rewards differ (the only ones "
+            "with a gradient), first and last quarter of the iterations.")
 
 
 def accuracy_text(table: pd.DataFrame) -> list[str]:
@@ -114,7 +128,10 @@ def accuracy_html(table: pd.DataFrame, plots: dict[str, Path], captions: dict[st
     """The section's body: explanation, table, figures."""
     if not len(table):
         return "<p>No evaluations recorded.</p>"
-    figs = "".join(f'<figure><img alt="{esc(t)}" src="data:image/png;base64,'
-                   f'{base64.b64encode(Path(p).read_bytes()).decode("ascii")}"><figcaption><b>{esc(t)}.</b> '
-                   f"{esc(captions.get(t, ''))}</figcaption></figure>" for t, p in plots.items())
+    figs = "".join(
+        f'<figure><img alt="{esc(t)}" src="data:image/png;base64,'
+        f'{base64.b64encode(Path(p).read_bytes()).decode("ascii")}"><figcaption><b>{esc(t)}.</b> '
+        f"{esc(captions.get(t, ''))}</figcaption></figure>"
+        for t, p in plots.items()
+    )
     return f"<p>{esc(explanation(table))}</p>" + html_table(text_rows(table), head(table)) + figs

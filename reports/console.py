@@ -1,11 +1,12 @@
 """summary_table_text: what the terminal prints after a run (plain text, no colour, no rich).
 
-By default it fits a 100-column window: the verdict, then the key columns (reports/tables.py KEY), each
-experiment's brief lines where the run is its (a families ladder's line, a peer framework's table), then
-where the rest is. wide=True (`--wide`): the verdict, then every headline column, the definitions, the
-attribution sentences or an experiment's that stand in for them (a regime map's), each experiment's
-section, the start-up by phase and the time-to-accuracy table. The experiments' lines come from the records
-it is given (the harness passes the registry, bench/experiments/__init__.py).
+By default it fits a 100-column window: the verdict, then the key columns (reports/tables.py KEY),
+each experiment's brief lines where the run is its (a families ladder's line, a peer framework's
+table), then where the rest is. wide=True (`--wide`): the verdict, then every headline column, the
+definitions, the attribution sentences or an experiment's that stand in for them (a regime map's),
+each experiment's section, the start-up by phase and the time-to-accuracy table. The experiments'
+lines come from the records it is given (the harness passes the registry,
+bench/experiments/__init__.py).
 """
 from __future__ import annotations
 
@@ -23,14 +24,15 @@ from rlbench.reports.text_table import fit
 from rlbench.reports.verdict_text import verdict_lines
 
 MULTI_SEED = "median over seeds; per seed: summary_seeds.csv"
-MORE = "Every column: --wide, or summary.csv. What each column means: rlbench report --help, report.html."
+MORE = ("Every column: --wide, or summary.csv. What each column means: rlbench report --help, "
+        "report.html.")
 
 
 def summary_table_text(run_dir, add=(), wide: bool = False, experiments=()) -> str:
-    """The verdict, then the table (key columns; wide: every headline column and the sections below it).
-    TPSPD in tokens/s/device; a multi-seed run shows the median over seeds.
-    add: other run folders whose cells join the table (analysis/data.merge). experiments: the records
-    (ExperimentSpec) whose lines and sections it shows where the run is theirs."""
+    """The verdict, then the table (key columns; wide: every headline column and the sections below
+    it). TPSPD in tokens/s/device; a multi-seed run shows the median over seeds.
+    add: other run folders whose cells join the table (analysis/data.merge). experiments: the
+    records (ExperimentSpec) whose lines and sections it shows where the run is theirs."""
     run = load(run_dir, add)
     df, sp = cell_summary(run), cell_summary(run, speedup_frame, [])
     lines = verdict_lines(run, verdict_of(run, sp, df, experiments)) + [""]
@@ -48,7 +50,8 @@ def _key(run: RunData, df, reports) -> list[str]:
 
 
 def _wide(run: RunData, df, sp, reports) -> list[str]:
-    """Every headline column and section, as `rlbench run` printed them before the key columns were chosen."""
+    """Every headline column and section, as `rlbench run` printed them before the key columns were
+    chosen."""
     multi = is_multi_seed(run)
     lines = fit(COMPACT_HEAD, compact_rows(df), width=10**6)
     if multi:
@@ -61,5 +64,6 @@ def _wide(run: RunData, df, sp, reports) -> list[str]:
         lines += attribution_text(attribution(sp))
     for _, found in sections:
         lines += found
-    lines += startup_lines(startup_rows(run))  # where each cell's start-up went (analysis/startup.py)
+    # where each cell's start-up went (analysis/startup.py)
+    lines += startup_lines(startup_rows(run))
     return lines + accuracy_text(accuracy_frame(run))

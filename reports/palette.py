@@ -14,7 +14,8 @@ STAGE_COLORS = {
     Stage.UPDATE.value: "#C44E52",
     Stage.OPTIMIZER_STEP.value: "#DA8BC3",
     Stage.WEIGHT_SYNC.value: "#64B5CD",
-    Stage.WEIGHT_TRANSFER.value: "#2F4B7C",  # the weights' bytes crossing the link: a darker sync blue
+    # the weights' bytes crossing the link: a darker sync blue
+    Stage.WEIGHT_TRANSFER.value: "#2F4B7C",
     Stage.GROUP_TRANSFER.value: "#FFA600",
     Stage.QUEUE_WAIT.value: "#D9D9D9",  # idle: pale, and hatched in the timeline
     Stage.HANDOFF.value: "#8C8C8C",

@@ -19,8 +19,10 @@ from rlbench.reports.timeline import plot_timeline
 DPI = 100
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P"]
-# an experiment's plots are written by its report section after these (its record lists them: `stale` below)
-PLOT_FILES = ("tpspd.png", "speedup.png", "stage_breakdown.png", "timeline.png", "reward_accuracy.png",
+# an experiment's plots are written by its report section after these (its record lists them:
+# `stale` below)
+PLOT_FILES = ("tpspd.png", "speedup.png", "stage_breakdown.png", "timeline.png",
+              "reward_accuracy.png",
               "staleness.png")
 
 
@@ -32,8 +34,8 @@ def save(fig: Figure, path: Path) -> Path:
 
 
 def overlaid(i: int, color: str, label: str | None) -> dict:
-    """Line style of cell i where cells' curves may coincide (on-policy cells learn alike): distinct dashes and
-    hollow markers of falling size keep every curve visible on top of the others."""
+    """Line style of cell i where cells' curves may coincide (on-policy cells learn alike): distinct
+    dashes and hollow markers of falling size keep every curve visible on top of the others."""
     return {"color": color, "label": label, "ls": LINESTYLES[i % len(LINESTYLES)],
             "marker": MARKERS[i % len(MARKERS)], "ms": 7 - i % 4, "mfc": "none", "alpha": 0.9}
 
@@ -57,7 +59,8 @@ def plot_tpspd(df: pd.DataFrame, path: Path) -> Path:
         label = "no data" if math.isnan(med[i]) else f"{_num(s):.2f}×"
         ax.text(i, h + hi[i] + 0.02 * top, label, ha="center", va="bottom", fontsize=10)
     many = len(df) > 3
-    ax.set_xticks(list(x), list(df["cell"]), rotation=20 if many else 0, ha="right" if many else "center")
+    ax.set_xticks(list(x), list(df["cell"]), rotation=20 if many else 0,
+                  ha="right" if many else "center")
     ax.set_ylim(0, top * 1.18)
     ax.set_ylabel("TPSPD (tokens / s / device)")
     ax.set_title("TPSPD per cell: median over measured iterations, bars min–max; label: speedup vs "
@@ -69,7 +72,8 @@ def plot_stage_breakdown(run: RunData, df: pd.DataFrame, path: Path) -> Path:
     """Mean seconds per measured iteration in each stage (summed over workers), stacked per cell;
     a black marker shows the median iteration wall time."""
     stages = [s for s in stages_in(run.cells)
-              if f"stage_{s}_s" in df and any(_num(v) > 0 for v in df[f"stage_{s}_s"])]  # nan > 0 is False
+              # nan > 0 is False
+              if f"stage_{s}_s" in df and any(_num(v) > 0 for v in df[f"stage_{s}_s"])]
     fig = Figure(figsize=(max(6.0, 1.3 * len(df) + 4), 4.2))
     ax = fig.subplots()
     x = list(range(len(df)))
@@ -99,7 +103,8 @@ def plot_reward_accuracy(run: RunData, path: Path) -> Path:
         ev = c.result.get("evals") or []
         ax_a.plot([e["iteration"] for e in ev], [e["accuracy"] for e in ev], **style)
     ax_r.set(xlabel="iteration", ylabel="reward mean", title="Training reward per iteration")
-    ax_a.set(xlabel="iterations trained", ylabel="pass@1 (greedy)", title="Eval accuracy", ylim=(-0.02, 1.02))
+    ax_a.set(xlabel="iterations trained", ylabel="pass@1 (greedy)", title="Eval accuracy",
+             ylim=(-0.02, 1.02))
     for ax in (ax_r, ax_a):
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -135,7 +140,8 @@ def plot_speedup(sp: pd.DataFrame, path: Path) -> Path | None:
     """Measured vs predicted speedup (TPSPD ratio over the reference) per async cell."""
     if not len(sp):
         return None
-    series = [("measured_speedup", "measured", "#333333"), ("predicted_speedup", "predicted", stage_color("rollout"))]
+    series = [("measured_speedup", "measured", "#333333"),
+              ("predicted_speedup", "predicted", stage_color("rollout"))]
     fig = Figure(figsize=(max(5.0, 1.8 * len(sp) + 3), 3.8))
     ax = fig.subplots()
     width = 0.8 / len(series)
@@ -147,7 +153,8 @@ def plot_speedup(sp: pd.DataFrame, path: Path) -> Path | None:
             ax.text(xv, 0 if math.isnan(v) else v, "n/a" if math.isnan(v) else f"{v:.2f}×",
                     ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
-    ax.set_xticks(range(len(sp)), [f"{c}\nfrom {r}" for c, r in zip(sp["cell"], sp["predicted_from"])],
+    ax.set_xticks(range(len(sp)),
+                  [f"{c}\nfrom {r}" for c, r in zip(sp["cell"], sp["predicted_from"])],
                   fontsize=8)
     ax.set(ylabel="speedup (TPSPD ratio)", title="Periodic-async speedup: measured vs predicted")
     ax.title.set_fontsize(10)
@@ -156,8 +163,8 @@ def plot_speedup(sp: pd.DataFrame, path: Path) -> Path | None:
 
 
 def write_plots(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, stale=()) -> dict[str, Path]:
-    """All plots under <run>/plots/; returns {title: path} in report order. stale: the experiments' plot files,
-    removed with these (their sections write them again where the run is theirs)."""
+    """All plots under <run>/plots/; returns {title: path} in report order. stale: the experiments'
+    plot files, removed with these (their sections write them again where the run is theirs)."""
     d = run.path / "plots"
     for name in (*PLOT_FILES, *stale):  # no stale plot from an earlier report of this folder
         (d / name).unlink(missing_ok=True)

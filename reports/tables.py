@@ -1,6 +1,6 @@
 """The comparison table rendered: summary.md (the frames, and summary.csv beside it, are
-rlbench.analysis.summary's and .speedup's), the attribution in words, the terminal's compact columns and the
-cell formatting every table shares.
+rlbench.analysis.summary's and .speedup's), the attribution in words, the terminal's compact columns
+and the cell formatting every table shares.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from rlbench.reports.utilisation import peak_text
 
 IN_WORDS = {"wins": "wins", "loses": "loses", "even": "is even",
             "too few": "is not called (too few iterations)",
-            "not called": "is not called (the cells ran one after another)"}  # "periodic asynchrony ...", by the interval
+            # "periodic asynchrony ...", by the interval
+            "not called": "is not called (the cells ran one after another)"}
 
 
 def attribution_text(rows: list[dict]) -> list[str]:
@@ -29,29 +30,34 @@ def attribution_text(rows: list[dict]) -> list[str]:
         share = "" if _missing(r["rollout_share_of_sync"]) else \
             f" (sync spends {100 * r['rollout_share_of_sync']:.0f}% of its iteration generating)"
         verdict = IN_WORDS.get(r["total"].outcome, "is not measured")
-        out.append(f"{r['async']} vs {r['sync']}{share}: periodic asynchrony {verdict}, {x(r['total_measured'])} "
-                   f"measured ({described(r['total'])}; predicted {x(r['total_predicted'])}) = device split alone {x(r['split_measured'])} "
+        out.append(f"{r['async']} vs {r['sync']}{share}: periodic asynchrony {verdict}, "
+                   f"{x(r['total_measured'])} measured ({described(r['total'])}; predicted "
+                   f"{x(r['total_predicted'])}) = device split alone {x(r['split_measured'])} "
                    f"(barrier cell {r['barrier']}; predicted {x(r['split_predicted'])}) × overlap "
                    f"{x(r['overlap_measured'])} (predicted {x(r['overlap_predicted'])}).")
     return out
 
 
-BUSY_NOTE = ("Each stage's device busy time over its wall time, measured iterations, summed over the workers "
-             "that ran it: on CUDA the share of NVML's utilisation samples in which a kernel ran (the whole GPU's), "
-             "on CPU the worker thread's CPU seconds (docs/metrics.md, 'Device busy time').")
+BUSY_NOTE = ("Each stage's device busy time over its wall time, measured iterations, summed over "
+             "the workers that ran it: on CUDA the share of NVML's utilisation samples in which a "
+             "kernel ran (the whole GPU's), on CPU the worker thread's CPU seconds "
+             "(docs/metrics.md, 'Device busy time').")
 
-COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "rollout tok/s",
-                "train tok/s", "weight sync s/iter", "host CPU % of a core", "idle % per worker", "busy % per stage", "acc before→after", "####-format %", "max stale", "status"]
+COMPACT_HEAD = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %",
+                "rollout tok/s",
+                "train tok/s", "weight sync s/iter", "host CPU % of a core", "idle % per worker",
+                "busy % per stage", "acc before→after", "####-format %", "max stale", "status"]
 
 
-# The key columns: what the terminal and summary.md show by default (every column: --wide, summary.csv)
+# The key columns: what the terminal and summary.md show by default (every column: --wide,
+# summary.csv)
 KEY = ["cell", "TPSPD median (min–max)", "speedup", "predicted", "rollout %", "acc before→after"]
 STATUS = "status"  # a column of the key table only where a cell did not complete
 
 
 def key_table(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """(head, rows) of the key columns of summary_frame rows, as text; the status column where any cell
-    is not complete."""
+    """(head, rows) of the key columns of summary_frame rows, as text; the status column where any
+    cell is not complete."""
     rows = compact_rows(df)
     cols = [COMPACT_HEAD.index(h) for h in KEY]
     if any(r[-1] != "complete" for r in rows):
@@ -74,8 +80,8 @@ def _busy(r: dict) -> str:
 
 
 def busy_markdown(df: pd.DataFrame) -> list[str]:
-    """summary.md's busy table: one row per cell, one column per stage ("GPU busy %" on CUDA, "CPU busy %"
-    on CPU: the clock column says which); [] where no cell measured it."""
+    """summary.md's busy table: one row per cell, one column per stage ("GPU busy %" on CUDA, "CPU
+    busy %" on CPU: the clock column says which); [] where no cell measured it."""
     cols = [c for c in df.columns if c.startswith("busy_") and c.endswith("_pct")]
     if not cols:
         return []
@@ -96,13 +102,15 @@ def _compact(r: dict, idle_cols: list[str]) -> list[str]:
     form = "–" if _missing(r["format_rate_before"]) or _missing(r["format_rate_after"]) else \
         f"{100 * r['format_rate_before']:.0f}→{100 * r['format_rate_after']:.0f}"
     host = "–" if _missing(r.get("host_cpu_pct")) else f"{r['host_cpu_pct']:.1f}"
-    return [str(r["cell"]), tp, sp, pred, share, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]), _weight_sync(r),
+    return [str(r["cell"]), tp, sp, pred, share, fmt(r["rollout_tok_s"]), fmt(r["train_tok_s"]),
+            _weight_sync(r),
             host, idle, _busy(r), acc, form,
             fmt(r["staleness_max"]), str(r["status"])]
 
 
 def _weight_sync(r: dict) -> str:
-    """'0.0123 (vllm)': weight-sync seconds per iteration and the rollout backend that received them."""
+    """'0.0123 (vllm)': weight-sync seconds per iteration and the rollout backend that received
+    them."""
     if _missing(r.get("weight_sync_s_per_iter")):
         return "–"
     backend = r.get("rollout_backend")
@@ -137,17 +145,21 @@ def _values(row) -> list:
     return [None if _missing(v) else v for v in row]
 
 
-SPEEDUP_HEAD = ["cell", "predicted from", "rollout share of sync", "measured speedup", "predicted speedup",
+SPEEDUP_HEAD = ["cell", "predicted from", "rollout share of sync", "measured speedup",
+                "predicted speedup",
                 "error"]
 
 
 def speedup_rows(sp: pd.DataFrame) -> list[list[str]]:
-    """speedup_frame rows as SPEEDUP_HEAD's text (every column: the report's details, summary.csv's siblings)."""
+    """speedup_frame rows as SPEEDUP_HEAD's text (every column: the report's details, summary.csv's
+    siblings)."""
     out = []
     for r in sp.to_dict("records"):
         share, err = r["rollout_share_of_sync"], r["error_pct"]
-        out.append([str(r["cell"]), str(r["predicted_from"]), "–" if _missing(share) else f"{100 * share:.0f}%",
-                    _x(r["measured_speedup"]), _x(r["predicted_speedup"]), "–" if _missing(err) else f"{err:+.0f}%"])
+        out.append([str(r["cell"]), str(r["predicted_from"]),
+                    "–" if _missing(share) else f"{100 * share:.0f}%",
+                    _x(r["measured_speedup"]), _x(r["predicted_speedup"]),
+                    "–" if _missing(err) else f"{err:+.0f}%"])
     return out
 
 
@@ -163,12 +175,13 @@ def markdown_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def summary_lead(title: str, df: pd.DataFrame, verdict: list[str]) -> list[str]:
-    """summary.md's opening: the title, the verdict (markdown bullets), the key columns (at most 8), and
-    where every column is."""
+    """summary.md's opening: the title, the verdict (markdown bullets), the key columns (at most 8),
+    and where every column is."""
     head, rows = key_table(df)
-    return [f"# {title}\n", "## Verdict\n", *verdict, "", "## Key columns\n", markdown_table(head, rows), "",
-            "Every column of every cell: summary.csv, beside this file. What each column means: report.html "
-            "or `rlbench report --help`."]
+    return [f"# {title}\n", "## Verdict\n", *verdict, "", "## Key columns\n",
+            markdown_table(head, rows), "",
+            "Every column of every cell: summary.csv, beside this file. What each column means: "
+            "report.html or `rlbench report --help`."]
 
 
 def speedup_markdown(sp: pd.DataFrame, title: str) -> list[str]:
@@ -181,14 +194,16 @@ def speedup_markdown(sp: pd.DataFrame, title: str) -> list[str]:
 
 def write_summary_md(run: RunData, df: pd.DataFrame, sp: pd.DataFrame, verdict: list[str],
                      sections: list[str] = ()) -> None:
-    """Write summary.md into the run folder. df, sp: summary_frame(run), speedup_frame(run); verdict: the
-    verdict's markdown lines (reports/verdict_text.py), which open summary.md; sections: the experiments'
-    lines after the speedups (reports/build.py reads them from their records)."""
+    """Write summary.md into the run folder. df, sp: summary_frame(run), speedup_frame(run);
+    verdict: the verdict's markdown lines (reports/verdict_text.py), which open summary.md;
+    sections: the experiments' lines after the speedups (reports/build.py reads them from their
+    records)."""
     md = summary_lead(f"rlbench summary: {run.name}", df, verdict)
     md += speedup_markdown(sp, "Measured vs predicted periodic-async speedup (TPSPD ratio)")
     md += list(sections)
     md += busy_markdown(df)
     util = utilisation_frame(run)
     if len(util):
-        md += ["\n## Hardware utilisation per stage\n", to_markdown(util), peak_text(run), "", UTIL_NOTE]
+        md += ["\n## Hardware utilisation per stage\n", to_markdown(util), peak_text(run), "",
+               UTIL_NOTE]
     (run.path / "summary.md").write_text("\n".join(md))

@@ -1,6 +1,7 @@
-"""Tables and prose that fit a window: aligned plain-text columns, a table wider than the window split into
-blocks that each repeat its first column, and prose wrapped to the same width. The terminal uses them at
-WIDTH characters; report.html splits its tables by the same rule (reports/html.py)."""
+"""Tables and prose that fit a window: aligned plain-text columns, a table wider than the window
+split into blocks that each repeat its first column, and prose wrapped to the same width. The
+terminal uses them at WIDTH characters; report.html splits its tables by the same rule
+(reports/html.py)."""
 from __future__ import annotations
 
 import math
@@ -19,8 +20,9 @@ def aligned(rows: list[list[str]]) -> list[str]:
 
 
 def column_groups(widths: list[int], width: int, gap: int = GAP) -> list[list[int]]:
-    """Column indices in consecutive groups, each led by column 0, so that every group's widths (plus the
-    gaps between them) stay within width where one column beside the first can; one group if all fit."""
+    """Column indices in consecutive groups, each led by column 0, so that every group's widths
+    (plus the gaps between them) stay within width where one column beside the first can; one group
+    if all fit."""
     groups, current = [], [0]
     for i in range(1, len(widths)):
         used = sum(widths[j] for j in current) + gap * len(current)
@@ -32,8 +34,8 @@ def column_groups(widths: list[int], width: int, gap: int = GAP) -> list[list[in
 
 
 def fit(head: list[str], rows: list[list[str]], width: int = WIDTH) -> list[str]:
-    """An aligned table within width characters: split into blocks (a blank line between them) that each
-    repeat the first column, where the whole table is wider."""
+    """An aligned table within width characters: split into blocks (a blank line between them) that
+    each repeat the first column, where the whole table is wider."""
     every = [head] + rows
     widths = [max(len(r[i]) for r in every) for i in range(len(head))]
     out: list[str] = []

@@ -40,25 +40,30 @@ def _draw(ax, c: CellData) -> set[str]:
     its = shown_iterations(c)
     events = _events(c, its)
     span = max((e["end"] for e in events), default=0) - min((e["start"] for e in events), default=0)
-    shown = f"iterations {', '.join(map(str, its))} in {span:.3g} s" if events else "nothing measured"
+    shown = (f"iterations {', '.join(map(str, its))} in {span:.3g} s" if events
+             else "nothing measured")
     ax.set_title(f"{c.name} ({c.schedule}, {c.status}): {shown}", fontsize=9, loc="left")
     if not events:
-        ax.text(0.5, 0.5, "no stage events recorded", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no stage events recorded", ha="center", va="center",
+                transform=ax.transAxes)
         ax.set_yticks([])
         return set()
     t0 = min(e["start"] for e in events)
     workers = sorted({e["worker"] for e in events}, key=worker_sort_key)
     bars: dict[tuple[int, str], list] = defaultdict(list)
     for e in events:
-        bars[(workers.index(e["worker"]), e["stage"])].append((e["start"] - t0, e["end"] - e["start"]))
+        bars[(workers.index(e["worker"]), e["stage"])].append((e["start"] - t0,
+                                                               e["end"] - e["start"]))
     for (row, stage), xr in bars.items():
         idle = stage == Stage.QUEUE_WAIT.value
         ax.broken_barh(xr, (row - 0.38, 0.76), facecolors=stage_color(stage),
-                       edgecolor="#999999" if idle else "none", hatch="///" if idle else None, lw=0.3)
+                       edgecolor="#999999" if idle else "none", hatch="///" if idle else None,
+                       lw=0.3)
     _iteration_marks(ax, c, its, events, t0)
     idle_frac = c.aggregates.get("idle_frac") or {}
     ax.set_yticks(range(len(workers)),
-                  [f"{w}\nidle {100 * idle_frac[w]:.0f}%" if w in idle_frac else w for w in workers],
+                  [f"{w}\nidle {100 * idle_frac[w]:.0f}%" if w in idle_frac else w for w
+                   in workers],
                   fontsize=8)
     ax.set_ylim(len(workers) - 0.5, -0.9)  # first worker on top, room for the iteration labels
     return {stage for _, stage in bars}
@@ -76,7 +81,8 @@ def _iteration_marks(ax, c: CellData, its: list[int], events: list[dict], t0: fl
 
 def plot_timeline(run: RunData, path: Path, save) -> Path:
     """One panel per cell, workers as rows; `save(fig, path)` writes the PNG."""
-    rows = [max(1, len({e["worker"] for e in _events(c, shown_iterations(c))})) for c in run.cells] or [1]
+    rows = [max(1, len({e["worker"] for e in _events(c, shown_iterations(c))})) for c
+            in run.cells] or [1]
     fig = Figure(figsize=(12, sum(ROW_IN * r + 1.1 for r in rows) + 0.6), layout="constrained")
     axes = fig.subplots(len(rows), 1, squeeze=False, gridspec_kw={"height_ratios": rows})[:, 0]
     used: set[str] = set()
@@ -88,8 +94,10 @@ def plot_timeline(run: RunData, path: Path, save) -> Path:
     handles = [Patch(facecolor=stage_color(s), hatch="///" if s == Stage.QUEUE_WAIT.value else None,
                      edgecolor="#999999", label=s) for s in order]
     if handles:
-        rows = -(-len(handles) // 9)  # rows of at most 9, filled evenly (no lone entry on a row of its own)
-        fig.legend(handles=handles, loc="outside lower center", ncol=-(-len(handles) // rows), fontsize=8,
+        # rows of at most 9, filled evenly (no lone entry on a row of its own)
+        rows = -(-len(handles) // 9)
+        fig.legend(handles=handles, loc="outside lower center", ncol=-(-len(handles) // rows),
+                   fontsize=8,
                    frameon=False)
     fig.suptitle("Stage timeline per worker (gaps = idle)", fontsize=11)
     return save(fig, path)

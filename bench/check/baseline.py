@@ -17,9 +17,9 @@ from rlbench.core.results import schema
 from rlbench.core.results.metric_table import CHECK_KINDS, DIRECTIONS, family
 
 BASELINE_VERSION = 2  # 2: paired log-ratio samples, stage costs, invariants, calibrated noise
-# kind -> (relative tolerance, absolute floor); why these values: bench/baselines/README.md. For ratio
-# and cost the tolerance is only a floor under the measured noise (bench/check/stats.py); an invariant
-# allows nothing; accuracy, which differs between machines, is judged loosely.
+# kind -> (relative tolerance, absolute floor); why these values: bench/baselines/README.md. For
+# ratio and cost the tolerance is only a floor under the measured noise (bench/check/stats.py); an
+# invariant allows nothing; accuracy, which differs between machines, is judged loosely.
 DEFAULT_TOLERANCES = {"ratio": (0.05, 0.0), "cost": (0.05, 0.0), "accuracy": (0.25, 0.10),
                       "share": (0.50, 0.02), "invariant": (0.0, 0.0)}
 # metric family -> (tolerance, floor) where a metric differs from its kind. Sync (data-parallel
@@ -28,8 +28,12 @@ DEFAULT_TOLERANCES = {"ratio": (0.05, 0.0), "cost": (0.05, 0.0), "accuracy": (0.
 # final accuracy can differ by a problem or two of 64 (measured: bench/baselines/README.md). An
 # invariant is absolute: the tolerance is the allowed |value|.
 METRIC_TOLERANCES = {"same_accuracy": (2 / 64, 0.0)}
-BOOTSTRAP = {"method": "percentile bootstrap of the change (run - baseline) of the metric's statistic",
-             "resamples": 2000, "confidence": 0.95, "seed": 0}
+BOOTSTRAP = {
+    "method": "percentile bootstrap of the change (run - baseline) of the metric's statistic",
+    "resamples": 2000,
+    "confidence": 0.95,
+    "seed": 0,
+}
 
 
 def _is_number(x) -> bool:
@@ -42,7 +46,8 @@ def _validate_metric(m, key: str, bad) -> None:
     if not _is_number(m.get("value")):
         raise bad(f"{key}.value", f"must be a number, got {m.get('value')!r}")
     for k, what in (("tolerance", "a relative fraction"), ("abs_tolerance", "an absolute floor"),
-                    ("se", "a standard error in log units"), ("run_sd", "a run-level spread in log units")):
+                    ("se", "a standard error in log units"),
+                    ("run_sd", "a run-level spread in log units")):
         if (k in m or k == "tolerance") and not (_is_number(m.get(k)) and m[k] >= 0):
             raise bad(f"{key}.{k}", f"must be a number >= 0 ({what}), got {m.get(k)!r}")
     for k, allowed in (("direction", DIRECTIONS), ("kind", CHECK_KINDS)):
@@ -50,7 +55,8 @@ def _validate_metric(m, key: str, bad) -> None:
             raise bad(f"{key}.{k}", f"must be one of {', '.join(allowed)}, got {m.get(k)!r}")
     s = m.get("samples")
     if s is not None and not (isinstance(s, dict) and set(s) in ({"values"}, {"log_ratios"})
-                              and all(isinstance(v, list) and all(map(_is_number, v)) for v in s.values())):
+                              and all(isinstance(v, list) and all(map(_is_number,
+                                                                      v)) for v in s.values())):
         raise bad(f"{key}.samples", "must be {values: [numbers]} or {log_ratios: [numbers]}")
 
 
@@ -58,8 +64,8 @@ def load_baseline(path: Path) -> dict:
     """Read and validate a baseline file; anything malformed is a UserError naming file and key."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: baseline file not found (write one: rlbench check RUN_DIR --update "
-                        f"--baseline {path})")
+        raise UserError(f"{path}: baseline file not found (write one: rlbench check RUN_DIR "
+                        f"--update --baseline {path})")
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -71,7 +77,8 @@ def load_baseline(path: Path) -> dict:
     if not isinstance(data, dict):
         raise bad("(top level)", "must be a JSON object")
     if data.get("schema_version") != BASELINE_VERSION:
-        raise bad("schema_version", f"must be {BASELINE_VERSION}, got {data.get('schema_version')!r} (an older "
+        raise bad("schema_version",
+                  f"must be {BASELINE_VERSION}, got {data.get('schema_version')!r} (an older "
                   "baseline: re-measure it, `rlbench check RUN... --calibrate --baseline FILE`)")
     for key in ("config", "config.reference", "config.cells", "metrics"):
         node = data
@@ -92,16 +99,18 @@ def _previous_tolerances(path: Path) -> tuple[dict, str | None]:
         old = load_baseline(path)
     except UserError:
         return {}, None  # a broken or older file is simply replaced
-    return {n: (m["tolerance"], m.get("abs_tolerance", 0.0)) for n, m in old["metrics"].items()}, old.get("notes")
+    return {n: (m["tolerance"], m.get("abs_tolerance", 0.0)) for n,
+            m in old["metrics"].items()}, old.get("notes")
 
 
 def _pooled(runs: list[dict]) -> dict:
-    """Metrics of several runs of the same config: values and se from the calibration for paired ratios,
-    the median value otherwise; samples pooled. Returns (metrics, inflation)."""
+    """Metrics of several runs of the same config: values and se from the calibration for paired
+    ratios, the median value otherwise; samples pooled. Returns (metrics, inflation)."""
     first = runs[0]["metrics"]
     names = [n for n in first if all(n in r["metrics"] for r in runs)]
     paired = {n for n in names if "log_ratios" in (first[n].get("samples") or {})}
-    calib, c = check_stats.calibrate([{n: r["metrics"][n]["samples"]["log_ratios"] for n in paired} for r in runs])
+    calib, c = check_stats.calibrate([{n: r["metrics"][n]["samples"]["log_ratios"] for n in paired}
+                                      for r in runs])
     out = {}
     for n in names:
         ms = [r["metrics"][n] for r in runs]
@@ -119,24 +128,27 @@ def _pooled(runs: list[dict]) -> dict:
 
 
 def write_baseline(run_dirs, baseline_path: Path, tolerances: dict | None = None) -> Path:
-    """Write a baseline from one complete run, or calibrate it from several unchanged runs of the same
-    config (value: mean over runs; se and the noise inflation measured from their spread). Tolerances
-    already in an existing baseline file are kept (hand-tuned); `tolerances` ({kind or metric name:
-    relative fraction}) overrides them."""
+    """Write a baseline from one complete run, or calibrate it from several unchanged runs of the
+    same config (value: mean over runs; se and the noise inflation measured from their spread).
+    Tolerances already in an existing baseline file are kept (hand-tuned); `tolerances` ({kind or
+    metric name: relative fraction}) overrides them."""
     run_dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     runs = [compute_metrics(d) for d in run_dirs]
     for d, cur in zip(run_dirs, runs):
-        broken = [f"{n} ({c['status']})" for n, c in cur["cells"].items() if c["status"] != "complete"]
+        broken = [f"{n} ({c['status']})" for n,
+                  c in cur["cells"].items() if c["status"] != "complete"]
         planted = [n for n, c in cur["cells"].items() if c.get("planted_slowdown")]
         if broken or planted:
-            raise UserError(f"{d}: a baseline needs every cell complete and nothing planted (RLBENCH_SLOW), not: "
+            raise UserError(f"{d}: a baseline needs every cell complete and nothing planted "
+                            f"(RLBENCH_SLOW), not: "
                             f"{', '.join(broken + [f'{n} (planted slowdown)' for n in planted])}")
     path = Path(baseline_path)
     previous, notes = _previous_tolerances(path)
     pooled, c = _pooled(runs)
     metrics, given = {}, tolerances or {}
     for name, m in pooled.items():  # explicit by name > by kind > previous file > default
-        rel, floor = previous.get(name) or METRIC_TOLERANCES.get(family(name)) or DEFAULT_TOLERANCES[m["kind"]]
+        rel, floor = (previous.get(name) or METRIC_TOLERANCES.get(family(name))
+                      or DEFAULT_TOLERANCES[m["kind"]])
         rel = float(given.get(name, given.get(m["kind"], rel)))
         metrics[name] = {**m, "tolerance": rel, "abs_tolerance": floor}
     cur = runs[0]
@@ -147,17 +159,21 @@ def write_baseline(run_dirs, baseline_path: Path, tolerances: dict | None = None
                       "cells": {n: c["switches"] for n, c in cur["cells"].items()},
                       # every cell's full resolved config: check compares these, not a projection
                       "cell_configs": {n: c["config"] for n, c in cur["cells"].items()}},
-           "provenance": {**cur["cells"][ref]["provenance"], "run_dirs": [str(d) for d in run_dirs]},
+           "provenance": {**cur["cells"][ref]["provenance"],
+                          "run_dirs": [str(d) for d in run_dirs]},
            "statistics": {**check_stats.DEFAULTS, "inflation": c if len(runs) == 1 else 1.0,
                           "measured_inflation": c, "runs": len(runs), "bootstrap": BOOTSTRAP},
            "metrics": metrics,
-           "notes": notes or "Written by `rlbench check --update` / `--calibrate`; bench/baselines/README.md."}
+           "notes": notes
+                    or "Written by `rlbench check --update` / `--calibrate`; "
+                       "bench/baselines/README.md."}
     schema.atomic_write_json(path, obj)
     return path
 
 
 def parse_tolerances(pairs: list[str]) -> dict:
-    """['ratio=0.1', 'accuracy:sync=0.2'] -> {'ratio': 0.1, 'accuracy:sync': 0.2} (for --tolerance)."""
+    """['ratio=0.1', 'accuracy:sync=0.2'] -> {'ratio': 0.1, 'accuracy:sync': 0.2} (for
+    --tolerance)."""
     out = {}
     for pair in pairs:
         key, _, raw = pair.rpartition("=")
@@ -166,6 +182,7 @@ def parse_tolerances(pairs: list[str]) -> dict:
         except ValueError:
             value = -1.0
         if not key.strip() or not (np.isfinite(value) and value >= 0):
-            raise UserError(f"--tolerance {pair!r}: expected KIND_OR_METRIC=FRACTION >= 0, e.g. ratio=0.1")
+            raise UserError(f"--tolerance {pair!r}: expected KIND_OR_METRIC=FRACTION >= 0, e.g. "
+                            f"ratio=0.1")
         out[key.strip()] = value
     return out

@@ -22,8 +22,10 @@ from rlbench.check.verdicts import format_check, parse_tolerances, write_baselin
 from rlbench.core.errors import UserError
 
 
-def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str, sets: list[str], out: Path,
-          baseline: Path | None, update: bool, calibrate: bool, tolerance: list[str], confirm: bool = True,
+def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str, sets: list[str],
+          out: Path,
+          baseline: Path | None, update: bool, calibrate: bool, tolerance: list[str],
+          confirm: bool = True,
           recording: Recording | None = None, sides: Sides | None = None) -> int:
     """sides: an A/B of two environments or configs (--env-a, --env-b, --set-b, --engine), else
     None."""
@@ -33,7 +35,8 @@ def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str
         return 0
     if recording is not None and (baseline is not None or update or len(run_dirs) > 2
                                   or not all(ab.is_ab(d) for d in run_dirs)):
-        raise UserError("--record FILE records A/B runs only: give no RUN_DIRS (an A/B run), or A/B folders")
+        raise UserError("--record FILE records A/B runs only: give no RUN_DIRS (an A/B run), or "
+                        "A/B folders")
     if sides is not None and (run_dirs or baseline is not None):
         raise UserError("--env-a, --env-b, --set-b and --engine run a new A/B: give no RUN_DIRS "
                         "and no --baseline")
@@ -44,19 +47,20 @@ def check(run_dirs: list[Path], against: str, config: Path | None, ablation: str
         result = ab.judge(run_dirs[0])
         typer.echo(format_check(result))
         return _recorded(recording, run_dirs[0], result, None, result.exit_code)
-    if len(run_dirs) == 2 and all(ab.is_ab(d) for d in run_dirs) and baseline is None and not update:
+    if len(run_dirs) == 2 and all(ab.is_ab(d) for d
+                                  in run_dirs) and baseline is None and not update:
         final = _confirmed(*run_dirs)
         return _recorded(recording, run_dirs[0], final, run_dirs[1], final.exit_code)
     if baseline is None:
-        raise UserError("--baseline FILE is required to judge a run folder (or give no RUN_DIRS for an A/B "
-                        "run against --against REF)")
+        raise UserError("--baseline FILE is required to judge a run folder (or give no RUN_DIRS "
+                        "for an A/B run against --against REF)")
     if update:
         path = write_baseline(run_dirs, baseline, parse_tolerances(tolerance))
         typer.echo(f"baseline written: {path} (from {len(run_dirs)} run(s))")
         return 0
     if len(run_dirs) != 1:
-        raise UserError(f"check compares one run with the baseline, got {len(run_dirs)} (several runs: "
-                        "--update or --calibrate)")
+        raise UserError(f"check compares one run with the baseline, got {len(run_dirs)} (several "
+                        "runs: --update or --calibrate)")
     result = do_check(run_dirs[0], baseline)
     typer.echo(format_check(result))
     return result.exit_code
@@ -94,8 +98,10 @@ def _ab(one_run, confirm: bool, recording: Recording | None) -> int:
     first_dir = one_run()
     result = ab.judge(first_dir)
     if confirm and needs_confirmation(result):
-        typer.echo(f"rlbench check: flagged {', '.join(r.metric for r in result.rows if r.mark == 'worse')}; "
-                   "a second A/B run with fresh processes decides (--no-confirm: fail now)", err=True)
+        typer.echo(f"rlbench check: flagged "
+                   f"{', '.join(r.metric for r in result.rows if r.mark == 'worse')}; "
+                   "a second A/B run with fresh processes decides (--no-confirm: fail now)",
+                   err=True)
         second = one_run()
         final = _confirmed(first_dir, second, result)
         return _recorded(recording, first_dir, final, second, final.exit_code, one_run)
@@ -103,17 +109,20 @@ def _ab(one_run, confirm: bool, recording: Recording | None) -> int:
     return _recorded(recording, first_dir, result, None, result.exit_code, one_run)
 
 
-def _recorded(recording: Recording | None, ab_dir: Path, result, confirmed_by: Path | None, code: int,
+def _recorded(recording: Recording | None, ab_dir: Path, result, confirmed_by: Path | None,
+              code: int,
               one_run=None) -> int:
-    """The exit code once the result is recorded and the drift judged (no recording: the code as it was)."""
+    """The exit code once the result is recorded and the drift judged (no recording: the code as it
+    was)."""
     if recording is None:
         return code
-    return record_and_judge(recording, ab_dir, result, confirmed_by, one_run, echo=typer.echo) or code
+    return record_and_judge(recording, ab_dir, result, confirmed_by, one_run,
+                            echo=typer.echo) or code
 
 
 def _confirmed(first_dir: Path, second_dir: Path, first=None):
-    """Judge two A/B folders as a run and its confirmation (first: the first's judgement, when made already);
-    the combined verdict goes into both ab.json files. -> the combined CheckResult."""
+    """Judge two A/B folders as a run and its confirmation (first: the first's judgement, when made
+    already); the combined verdict goes into both ab.json files. -> the combined CheckResult."""
     first, second = first or ab.judge(first_dir), ab.judge(second_dir, confirming=True)
     final = combine(first, second)
     # what moved in both runs

@@ -1,13 +1,15 @@
-"""A flagged A/B run confirmed by a second one with fresh processes (`rlbench check --against`, `--confirm`).
+"""A flagged A/B run confirmed by a second one with fresh processes (`rlbench check --against`,
+`--confirm`).
 
-Every process of each tree carries an offset of its own (memory layout, which core), constant over its
-run, which no statistic inside one run can see; the floor of bench/check/ab.py covers it on the machine
-it was measured on. On another CPU type an offset can reach the floor (CI, 2026-11: cost:rollout +6.0% with
-no change to the rollout code). A second A/B run starts new processes, so their offsets are drawn afresh,
-while a change of code moves the metric again. So when the first run's only failures are paired
-performance metrics (judged against noise), a second run is made, and a paired metric is a regression
-only when both runs flag it. Everything else fails at once: a cell of the new tree that did not complete,
-a metric it lost, accuracy, an invariant (these do not depend on which process ran).
+Every process of each tree carries an offset of its own (memory layout, which core), constant over
+its run, which no statistic inside one run can see; the floor of bench/check/ab.py covers it on the
+machine it was measured on. On another CPU type an offset can reach the floor (CI, 2026-11:
+cost:rollout +6.0% with no change to the rollout code). A second A/B run starts new processes, so
+their offsets are drawn afresh, while a change of code moves the metric again. So when the first
+run's only failures are paired performance metrics (judged against noise), a second run is made, and
+a paired metric is a regression only when both runs flag it. Everything else fails at once: a cell
+of the new tree that did not complete, a metric it lost, accuracy, an invariant (these do not depend
+on which process ran).
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ def needs_confirmation(first: CheckResult) -> bool:
 
 
 def combine(first: CheckResult, second: CheckResult) -> CheckResult:
-    """The verdict of two A/B runs: the second run's rows, a paired metric worse only where both runs flag
-    it; any other failure of either run stands (a cell of the first run that did not complete is not
-    cleared by a second run that completed)."""
+    """The verdict of two A/B runs: the second run's rows, a paired metric worse only where both
+    runs flag it; any other failure of either run stands (a cell of the first run that did not
+    complete is not cleared by a second run that completed)."""
     flagged = {r.metric: r for r in first.rows if r.mark == "worse"}
-    res = CheckResult(second.run_dir, second.baseline_path, baseline_info=dict(second.baseline_info))
+    res = CheckResult(second.run_dir, second.baseline_path,
+                      baseline_info=dict(second.baseline_info))
     confirmed, cleared = [], []
     for r in second.rows:
         row = Row(**vars(r))
@@ -35,7 +38,8 @@ def combine(first: CheckResult, second: CheckResult) -> CheckResult:
             (confirmed if r.mark == "worse" else cleared).append((flagged[r.metric], r))
         elif r.paired and r.mark == "worse":
             row.mark = "not significant"
-            row.note = f"flagged in the second A/B run only, not in the first: not confirmed; {r.note}"
+            row.note = (f"flagged in the second A/B run only, not in the first: not confirmed; "
+                        f"{r.note}")
             cleared.append((None, r))
         res.rows.append(row)
     res.rows += _first_run_failures(first, res.rows)
@@ -45,24 +49,28 @@ def combine(first: CheckResult, second: CheckResult) -> CheckResult:
     others = [r for r in res.rows if r.mark == "worse" and r.metric not in twice]
     if res.exit_code:
         res.verdict = (f"FAIL: {len(confirmed) + len(others)} regression(s)"
-                       + (", confirmed by a second A/B run with fresh processes" if confirmed else "") + ":\n"
+                       + (", confirmed by a second A/B run with fresh processes" if confirmed
+                          else "") + ":\n"
                        + "\n".join(lines + [f"  {_once(r)}" for r in others]))
     else:
         res.verdict = "PASS: nothing flagged by both A/B runs" + (
             "; " + "; ".join(_not_confirmed(a, b) for a, b in cleared)
-            + " (a per-process offset, not a change of code: bench/baselines/README.md)" if cleared else "")
+            + " (a per-process offset, not a change of code: bench/baselines/README.md)" if cleared
+            else "")
     return res
 
 
 def _first_run_failures(first: CheckResult, rows: list[Row]) -> list[Row]:
-    """The first run's failures that no statistic judged (a cell that did not complete, a lost metric,
-    accuracy, an invariant), as rows of their own where the second run's row of that metric passed."""
+    """The first run's failures that no statistic judged (a cell that did not complete, a lost
+    metric, accuracy, an invariant), as rows of their own where the second run's row of that metric
+    passed."""
     worse = {r.metric for r in rows if r.mark == "worse"}
     out = []
     for r in first.rows:
         if r.mark == "worse" and not r.paired and r.metric not in worse:
             row = Row(**vars(r))
-            row.metric, row.note = f"{r.metric} (first A/B run)", f"failed in the first A/B run; {r.note}".rstrip("; ")
+            row.metric, row.note = (f"{r.metric} (first A/B run)",
+                                    f"failed in the first A/B run; {r.note}".rstrip("; "))
             out.append(row)
     return out
 
@@ -80,13 +88,17 @@ def _twice(a: Row, b: Row) -> str:
 
 
 def _once(r: Row) -> str:
-    return f"{r.metric} {_pct(r) if r.change is not None else r.current}" + (f": {r.note}" if r.note else "")
+    return f"{r.metric} {_pct(r) if r.change is not None else r.current}" + (f": {r.note}"
+                                                                             if r.note else "")
 
 
 def _not_confirmed(a: Row | None, b: Row) -> str:
     if a is None:
         return f"{b.metric} flagged only in the second run ({_pct(b)})"
-    return f"{b.metric} flagged in the first run ({_pct(a)}), {_pct(b)} in the second (within its flag line)"
+    return (
+        f"{b.metric} flagged in the first run ({_pct(a)}), {_pct(b)} in the second (within its flag"
+        " line)"
+    )
 
 
 def format_confirmed(first: CheckResult, second: CheckResult, final: CheckResult) -> str:

@@ -1,18 +1,21 @@
-"""The history of accepted A/B results (`rlbench check --record FILE`): one JSON line per passing A/B run.
+"""The history of accepted A/B results (`rlbench check --record FILE`): one JSON line per passing
+A/B run.
 
-Each line holds what one `rlbench check --against` measured: every paired metric's ratio new / old with its
-95% interval and mark, the commit pair, the workload, the machine and its load, the date, the verdict. A step
-(kind "step") is the gate's A/B of the accepted commit against a newer one; an anchor A/B (kind "anchor")
-compares a newer commit directly with the history's anchor (bench/check/drift.py). Chained, the steps give
-every metric a series relative to one fixed anchor commit (`series`): each ratio was measured on one
-machine in one run, so the series needs no two machines to be alike.
+Each line holds what one `rlbench check --against` measured: every paired metric's ratio new / old
+with its 95% interval and mark, the commit pair, the workload, the machine and its load, the date,
+the verdict. A step (kind "step") is the gate's A/B of the accepted commit against a newer one; an
+anchor A/B (kind "anchor") compares a newer commit directly with the history's anchor
+(bench/check/drift.py). Chained, the steps give every metric a series relative to one fixed anchor
+commit (`series`): each ratio was measured on one machine in one run, so the series needs no two
+machines to be alike.
 
-JSON Lines, not SQLite: the repository commits its history beside bench/baselines/ACCEPTED, and a line per
-entry diffs, reviews and merges as text (a SQLite file is one binary blob to git); a damaged line is named by
-its number; the standard library reads it. Writing is append-only and atomic: under an exclusive lock, the
-file is read and validated whole (a corrupt or foreign file is refused with exit 2, naming the file and
-line, and nothing is written), then its bytes, unchanged, plus the new line go to a temporary file that
-replaces it (fsync, rename), so a crash leaves the old file or the new one, never half a line.
+JSON Lines, not SQLite: the repository commits its history beside bench/baselines/ACCEPTED, and a
+line per entry diffs, reviews and merges as text (a SQLite file is one binary blob to git); a
+damaged line is named by its number; the standard library reads it. Writing is append-only and
+atomic: under an exclusive lock, the file is read and validated whole (a corrupt or foreign file is
+refused with exit 2, naming the file and line, and nothing is written), then its bytes, unchanged,
+plus the new line go to a temporary file that replaces it (fsync, rename), so a crash leaves the old
+file or the new one, never half a line.
 """
 from __future__ import annotations
 
@@ -34,28 +37,35 @@ from rlbench.core.results.metric_table import CHECK_FAMILIES, family
 FORMAT = "rlbench-check-history"
 VERSION = 1
 KINDS = ("step", "anchor")
-REQUIRED = {"format": str, "version": int, "kind": str, "date": str, "old_commit": str, "new_commit": str,
+REQUIRED = {"format": str, "version": int, "kind": str, "date": str, "old_commit": str,
+            "new_commit": str,
             "workload": dict, "machine": dict, "verdict": dict, "metrics": dict}
 
 
-def entry(kind: str, record: dict, result, confirmed_by: str | None = None, reanchor: bool = False) -> dict:
-    """One history line from an A/B folder's ab.json (record) and its judgement (a CheckResult): every
-    paired metric as its ratio new / old, the 95% interval of it and the standard error of its log (none for
-    one value per tree) and mark; the
+def entry(kind: str, record: dict, result, confirmed_by: str | None = None,
+          reanchor: bool = False) -> dict:
+    """One history line from an A/B folder's ab.json (record) and its judgement (a CheckResult):
+    every paired metric as its ratio new / old, the 95% interval of it and the standard error of its
+    log (none for one value per tree) and mark; the
     date and load average of the A/B run where ab.json has them, else of now."""
     metrics = {}
     for r in result.rows:
         if r.paired and r.change is not None and family(r.metric) in CHECK_FAMILIES:
-            metrics[r.metric] = {"ratio": round(1 + r.change, 6), "low": _bound(r, 0), "high": _bound(r, 1),
+            metrics[r.metric] = {"ratio": round(1 + r.change, 6), "low": _bound(r, 0),
+                                 "high": _bound(r, 1),
                                  "se": round(r.se, 6) if r.se is not None else None,
-                                 "mark": r.mark, "direction": CHECK_FAMILIES[family(r.metric)].direction}
+                                 "mark": r.mark,
+                                 "direction": CHECK_FAMILIES[family(r.metric)].direction}
     load = record.get("load") or (os.getloadavg() if hasattr(os, "getloadavg") else None)
-    return {"format": FORMAT, "version": VERSION, "kind": kind, "date": record.get("date") or provenance.now(),
+    return {"format": FORMAT, "version": VERSION, "kind": kind,
+            "date": record.get("date") or provenance.now(),
             "old_commit": record["old_commit"], "new_commit": record.get("new_commit") or "unknown",
             "against": record.get("against"), "workload": workload(record),
-            "machine": {**provenance.machine(), "load": [round(x, 2) for x in load] if load else None},
+            "machine": {**provenance.machine(),
+                        "load": [round(x, 2) for x in load] if load else None},
             "verdict": {"exit_code": result.exit_code, "line": result.verdict.splitlines()[0]},
-            "planted": record.get("planted") or {}, "ab": record.get("folder"), "confirmed_by": confirmed_by,
+            "planted": record.get("planted") or {}, "ab": record.get("folder"),
+            "confirmed_by": confirmed_by,
             "reanchor": reanchor, "metrics": metrics}
 
 
@@ -72,7 +82,8 @@ def workload(record: dict) -> dict:
     config = Path(record.get("config") or "")
     try:
         config = config.resolve().relative_to(provenance.source_root())
-    except ValueError:  # another checkout's configs/ (another clone of the project, the A/B's own tree)
+    # another checkout's configs/ (another clone of the project, the A/B's own tree)
+    except ValueError:
         config = Path("configs", config.name) if config.parent.name == "configs" else config
     out = {"config": config.as_posix(), "ablation": record.get("ablation"),
            "sets": list(record.get("sets") or [])}
@@ -86,8 +97,9 @@ def workload(record: dict) -> dict:
 
 
 def read(path: Path) -> list[dict]:
-    """Every entry of a history file, in order; [] when it does not exist. A line that is not an entry of
-    this format (corrupt, truncated, another file's) is a UserError naming the file and the line."""
+    """Every entry of a history file, in order; [] when it does not exist. A line that is not an
+    entry of this format (corrupt, truncated, another file's) is a UserError naming the file and the
+    line."""
     path = Path(path)
     if not path.exists():
         return []
@@ -103,13 +115,15 @@ def _parse(path: Path, n: int, line: str) -> dict:
     try:
         e = json.loads(line)
     except json.JSONDecodeError as err:
-        raise UserError(f"{where}: not a JSON line ({err.msg}, column {err.colno}): a corrupt or truncated "
-                        "history entry; the lines before it are intact") from None
+        raise UserError(f"{where}: not a JSON line ({err.msg}, column {err.colno}): a corrupt or "
+                        "truncated history entry; the lines before it are intact") from None
     if not isinstance(e, dict) or e.get("format") != FORMAT:
-        raise UserError(f"{where}: not an `rlbench check --record` history entry (no \"format\": \"{FORMAT}\"): "
+        raise UserError(f"{where}: not an `rlbench check --record` history entry (no \"format\": "
+                        f"\"{FORMAT}\"): "
                         "a foreign file? Give a history file, or a new path to start one")
     if e.get("version") != VERSION:
-        raise UserError(f"{where}: history version {e.get('version')!r}; this rlbench reads version {VERSION}")
+        raise UserError(f"{where}: history version {e.get('version')!r}; this rlbench reads "
+                        f"version {VERSION}")
     for key, kind in REQUIRED.items():
         if not isinstance(e.get(key), kind):
             raise UserError(f"{where}: key {key!r} missing or not a {kind.__name__}")
@@ -127,32 +141,37 @@ DIRECTIONS = ("higher_is_better", "lower_is_better")
 
 
 def _check_workload(where: str, wl: dict) -> None:
-    """The workload keys drift chains by: config (a path), ablation (a name or null), sets (strings)."""
-    ok = isinstance(wl.get("config"), str) and (wl.get("ablation") is None or isinstance(wl.get("ablation"), str)) \
+    """The workload keys drift chains by: config (a path), ablation (a name or null), sets
+    (strings)."""
+    ok = isinstance(wl.get("config"),
+                    str) and (wl.get("ablation") is None or isinstance(wl.get("ablation"), str)) \
         and isinstance(wl.get("sets"), list) and all(isinstance(x, str) for x in wl["sets"])
     if not ok:
-        raise UserError(f"{where}: \"workload\" needs \"config\" (a string), \"ablation\" (a string or null) and "
-                        f"\"sets\" (a list of strings), got {wl!r}")
+        raise UserError(f"{where}: \"workload\" needs \"config\" (a string), \"ablation\" (a "
+                        f"string or null) and \"sets\" (a list of strings), got {wl!r}")
 
 
 def _check_metric(where: str, name: str, m) -> None:
-    """Every field of a metric that the drift code reads: ratio (positive), direction, mark, and low / high /
-    se where present (positive numbers, se non-negative, or null)."""
+    """Every field of a metric that the drift code reads: ratio (positive), direction, mark, and low
+    / high / se where present (positive numbers, se non-negative, or null)."""
     ratio = m.get("ratio") if isinstance(m, dict) else None
     if not _positive(ratio):
-        raise UserError(f"{where}: metric {name!r} needs a positive \"ratio\" (new / old), got {m!r}")
+        raise UserError(f"{where}: metric {name!r} needs a positive \"ratio\" (new / old), got "
+                        f"{m!r}")
     if m.get("direction") not in DIRECTIONS:
-        raise UserError(f"{where}: metric {name!r} needs \"direction\": one of {', '.join(DIRECTIONS)}; "
-                        f"got {m.get('direction')!r}")
+        raise UserError(f"{where}: metric {name!r} needs \"direction\": one of "
+                        f"{', '.join(DIRECTIONS)}; got {m.get('direction')!r}")
     if not isinstance(m.get("mark"), str):
-        raise UserError(f"{where}: metric {name!r} needs \"mark\" (the A/B's word: worse, better, not "
-                        f"significant, ...); got {m.get('mark')!r}")
+        raise UserError(f"{where}: metric {name!r} needs \"mark\" (the A/B's word: worse, better, "
+                        f"not significant, ...); got {m.get('mark')!r}")
     for key in ("low", "high"):
         if m.get(key) is not None and not _positive(m[key]):
-            raise UserError(f"{where}: metric {name!r}: \"{key}\" must be a positive ratio or null, got {m[key]!r}")
+            raise UserError(f"{where}: metric {name!r}: \"{key}\" must be a positive ratio or "
+                            f"null, got {m[key]!r}")
     se = m.get("se")
     if se is not None and not (_number(se) and se >= 0):
-        raise UserError(f"{where}: metric {name!r}: \"se\" must be a non-negative number or null, got {se!r}")
+        raise UserError(f"{where}: metric {name!r}: \"se\" must be a non-negative number or null, "
+                        f"got {se!r}")
 
 
 def _number(v) -> bool:
@@ -164,8 +183,9 @@ def _positive(v) -> bool:
 
 
 def append(path: Path, new: dict) -> int:
-    """Append one entry atomically (see the module's docstring); -> its line number. The existing file
-    must be a valid history: a corrupt or foreign one is refused (exit 2) and left as it was."""
+    """Append one entry atomically (see the module's docstring); -> its line number. The existing
+    file must be a valid history: a corrupt or foreign one is refused (exit 2) and left as it
+    was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(new, sort_keys=False, separators=(",", ":")) + "\n"
@@ -175,8 +195,8 @@ def append(path: Path, new: dict) -> int:
         old = path.read_bytes() if path.exists() else b""
         entries = read(path)
         if old and not old.endswith(b"\n"):
-            raise UserError(f"{path}:{len(old.splitlines())}: the last line has no line end (truncated?); "
-                            "nothing appended")
+            raise UserError(f"{path}:{len(old.splitlines())}: the last line has no line end "
+                            "(truncated?); nothing appended")
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -196,8 +216,9 @@ def append(path: Path, new: dict) -> int:
 
 @dataclass
 class Point:
-    """One commit of a metric's series: its level relative to the anchor commit (a ratio, the product of
-    the chained steps' ratios) with its 95% interval, and the entry (line index) that measured it."""
+    """One commit of a metric's series: its level relative to the anchor commit (a ratio, the
+    product of the chained steps' ratios) with its 95% interval, and the entry (line index) that
+    measured it."""
     commit: str
     level: float
     low: float | None
@@ -205,14 +226,16 @@ class Point:
     index: int  # the entry's index in the history (0-based); -1 for the anchor itself
     date: str
     var: float = 0.0  # the variance of log(level): the chained steps' variances added up
-    # the steps chained from the anchor to this commit, along the ancestry recorded: {entry index: its
-    # log-variance}. Two points' levels differ by the steps on one path and not the other (walk_z).
+    # the steps chained from the anchor to this commit, along the ancestry recorded: {entry index:
+    # its log-variance}. Two points' levels differ by the steps on one path and not the other
+    # (walk_z).
     path: dict = field(default_factory=dict)
 
     def var_since(self, other: "Point") -> float:
-        """The variance of log(self.level / other.level): the steps on one point's path and not on the other's
-        (independent A/B runs). Along a chain that is the difference of the chained variances; for two steps
-        from the same old commit (a retry, a sibling) it is both steps' variances."""
+        """The variance of log(self.level / other.level): the steps on one point's path and not on
+        the other's (independent A/B runs). Along a chain that is the difference of the chained
+        variances; for two steps from the same old commit (a retry, a sibling) it is both steps'
+        variances."""
         return sum(v for i, v in self.path.items() if i not in other.path) + \
             sum(v for i, v in other.path.items() if i not in self.path)
 
@@ -223,9 +246,9 @@ def same_workload(entries: list[dict], wl: dict) -> list[tuple[int, dict]]:
 
 @dataclass
 class Chain:
-    """The steps of a workload that chain from its current anchor. steps: their entry indices; start: the
-    index from which the series runs (the anchoring entry); off: (entry, why) of steps left out, named;
-    moves: (entry, what) of every re-anchoring, in order."""
+    """The steps of a workload that chain from its current anchor. steps: their entry indices;
+    start: the index from which the series runs (the anchoring entry); off: (entry, why) of steps
+    left out, named; moves: (entry, what) of every re-anchoring, in order."""
     anchor: str | None
     start: int = 0
     steps: list[int] = field(default_factory=list)
@@ -234,12 +257,12 @@ class Chain:
 
 
 def chain_of(entries: list[dict], wl: dict) -> Chain:
-    """The workload's current chain. It starts at the old commit of its first step; a step recorded with
-    `reanchor` (an A/B of a move of ACCEPTED that changes performance on purpose) starts it anew at that step's
-    new commit; a step whose old commit is not on the chain is left out and named, unless later steps go on
-    from it and none from the chain: then it starts the chain anew at its old commit (ACCEPTED moved without a
-    recorded A/B: the steps since are measured against a commit the chain never reached), named too. Nothing
-    is dropped unsaid."""
+    """The workload's current chain. It starts at the old commit of its first step; a step recorded
+    with `reanchor` (an A/B of a move of ACCEPTED that changes performance on purpose) starts it
+    anew at that step's new commit; a step whose old commit is not on the chain is left out and
+    named, unless later steps go on from it and none from the chain: then it starts the chain anew
+    at its old commit (ACCEPTED moved without a recorded A/B: the steps since are measured against a
+    commit the chain never reached), named too. Nothing is dropped unsaid."""
     steps = [(i, e) for i, e in same_workload(entries, wl) if e["kind"] == "step"]
     if not steps:
         return Chain(None)
@@ -248,24 +271,27 @@ def chain_of(entries: list[dict], wl: dict) -> Chain:
     for n, (i, e) in enumerate(steps):
         old, new = e["old_commit"], e["new_commit"]
         if e.get("reanchor"):
-            c.moves.append((i, f"re-anchored at {new[:10]} by entry {i + 1}: the A/B of {new[:10]} against "
-                               f"{old[:10]}, a move of performance on purpose"))
+            c.moves.append((i, f"re-anchored at {new[:10]} by entry {i + 1}: the A/B of {new[:10]} "
+                               f"against {old[:10]}, a move of performance on purpose"))
             c.anchor, c.start, c.steps, known = new, i, [], {new}
         elif old in known:
             c.steps.append(i)
             known.add(new)
-        elif any(later["old_commit"] in known and not later.get("reanchor") for _, later in steps[n + 1:]):
-            c.off.append((i, f"entry {i + 1} ({old[:10]} -> {new[:10]}): its old commit is not on the chain "
-                             f"from the anchor {c.anchor[:10]}; left out of the series"))
+        elif any(later["old_commit"] in known and not later.get("reanchor") for _,
+                 later in steps[n + 1:]):
+            c.off.append((i, f"entry {i + 1} ({old[:10]} -> {new[:10]}): its old commit is not on "
+                             f"the chain from the anchor {c.anchor[:10]}; left out of the series"))
         elif not any(later["old_commit"] in (old, new) for _, later in steps[n + 1:]):
-            c.off.append((i, f"entry {i + 1} ({old[:10]} -> {new[:10]}): its old commit is not on the chain from "
-                             f"the anchor {c.anchor[:10]}; left out of the series (ACCEPTED moved without a "
-                             "recorded A/B? the next step from it starts the series anew there)"))
+            c.off.append((i, f"entry {i + 1} ({old[:10]} -> {new[:10]}): its old commit is not on "
+                             f"the chain from the anchor {c.anchor[:10]}; left out of the series "
+                             "(ACCEPTED moved without a recorded A/B? the next step from it starts "
+                             "the series anew there)"))
         else:
-            c.moves.append((i, f"re-anchored at {old[:10]} by entry {i + 1}: {old[:10]} was never measured against "
-                               f"the anchor {c.anchor[:10]} (ACCEPTED moved without a recorded A/B of the move: "
-                               "`rlbench check --reanchor --record` records one); the "
-                               f"{len(c.steps)} step(s) before are not chained to it"))
+            c.moves.append((i, f"re-anchored at {old[:10]} by entry {i + 1}: {old[:10]} was never "
+                               f"measured against the anchor {c.anchor[:10]} (ACCEPTED moved "
+                               "without a recorded A/B of the move: `rlbench check --reanchor "
+                               f"--record` records one); the {len(c.steps)} step(s) before are not "
+                               f"chained to it"))
             c.anchor, c.start, c.steps, known = old, i, [i], {old, new}
     return c
 
@@ -277,27 +303,30 @@ def anchor_of(entries: list[dict], wl: dict) -> tuple[str | None, int]:
 
 
 def series(entries: list[dict], wl: dict) -> dict[str, list[Point]]:
-    """{metric: [Point]} of one workload from its anchor on (the steps of chain_of): the anchor at level 1, then
-    each step whose old commit has a level, at level(old) x ratio; the log-variances of the steps add up (independent A/B runs),
-    each step's the largest of its interval's, the spread of the metric's steps (step_spread) and
-    (floor / 4)^2. A/Bs against the anchor do not enter the series: they confirm or clear what it shows
-    (bench/check/drift.py). A metric the anchor predates starts at the first step that measures it, its old
-    commit at level 1."""
+    """{metric: [Point]} of one workload from its anchor on (the steps of chain_of): the anchor at
+    level 1, then each step whose old commit has a level, at level(old) x ratio; the log-variances
+    of the steps add up (independent A/B runs), each step's the largest of its interval's, the
+    spread of the metric's steps (step_spread) and (floor / 4)^2. A/Bs against the anchor do not
+    enter the series: they confirm or clear what it shows (bench/check/drift.py). A metric the
+    anchor predates starts at the first step that measures it, its old commit at level 1."""
     c = chain_of(entries, wl)
     anchor, spread = c.anchor, step_spread(entries, wl)
     out: dict[str, list[Point]] = {}
-    levels: dict[str, dict[str, tuple[float, dict]]] = {}  # metric -> commit -> (log level, path: step -> var)
+    # metric -> commit -> (log level, path: step -> var)
+    levels: dict[str, dict[str, tuple[float, dict]]] = {}
     for i in c.steps:
         e = entries[i]
         for name, m in e["metrics"].items():
             known = levels.setdefault(name, {})
             if not known:  # its first measurement: the series starts at the old commit
                 known[e["old_commit"]] = (0.0, {})
-                out[name] = [Point(e["old_commit"], 1.0, 1.0, 1.0, -1 if e["old_commit"] == anchor else i, e["date"])]
+                out[name] = [Point(e["old_commit"], 1.0, 1.0, 1.0,
+                                   -1 if e["old_commit"] == anchor else i, e["date"])]
             if e["old_commit"] not in known:
                 continue  # a step off the chain (its old commit was never measured): not chained
             v, path = known[e["old_commit"]]
-            known[e["new_commit"]] = (v + math.log(m["ratio"]), {**path, i: _step_var(m, name, spread)})
+            known[e["new_commit"]] = (v + math.log(m["ratio"]),
+                                      {**path, i: _step_var(m, name, spread)})
             out[name].append(_point(e["new_commit"], *known[e["new_commit"]], i, e["date"]))
     return out
 
@@ -307,23 +336,25 @@ SPREAD_UPPER = 0.9  # the spread is taken at this upper confidence bound (step_s
 
 
 def floor(name: str) -> float:
-    """A metric's per-step flag line (bench/check/ab.py floor_of; the metrics outside the iterations: their
-    FLOORS). The floors are set at about 4 times a step's measured noise (bench/check/lifecycle_noise.py), so a
-    chained step's noise is taken as at least floor / 4 in log units, whatever its own interval says."""
+    """A metric's per-step flag line (bench/check/ab.py floor_of; the metrics outside the
+    iterations: their FLOORS). The floors are set at about 4 times a step's measured noise
+    (bench/check/lifecycle_noise.py), so a chained step's noise is taken as at least floor / 4 in
+    log units, whatever its own interval says."""
     if family(name) in lifecycle.FLOORS:
         return lifecycle.floor(name, {})
     return check_ab.floor_of(name)
 
 
 def step_spread(entries: list[dict], wl: dict) -> dict[str, float]:
-    """{metric: variance of one step's log-ratio} from the workload's steps themselves. A step's interval is
-    its A/B run's own iteration-to-iteration noise; between runs a metric also moves by each process's offset
-    (1-2x that error on unchanged runs, more on a busy machine: docs/results/ci-gate.md), and one value per
-    tree has no interval at all. From the differences of consecutive steps' log-ratios (a steady drift
-    cancels in them): their mean square / 2, taken at the upper end of what so few steps say (x d /
-    chi2_d's 10% point, d the differences: 2.3x at 9 steps, 1.7x at 16), since a spread estimated low from a
-    handful of steps makes every z of that metric too large (an unchanged history then "drifts" in its
-    noisiest metric). Metrics with fewer than MIN_STEPS steps: none."""
+    """{metric: variance of one step's log-ratio} from the workload's steps themselves. A step's
+    interval is its A/B run's own iteration-to-iteration noise; between runs a metric also moves by
+    each process's offset (1-2x that error on unchanged runs, more on a busy machine:
+    docs/results/ci-gate.md), and one value per tree has no interval at all. From the differences of
+    consecutive steps' log-ratios (a steady drift cancels in them): their mean square / 2, taken at
+    the upper end of what so few steps say (x d / chi2_d's 10% point, d the differences: 2.3x at 9
+    steps, 1.7x at 16), since a spread estimated low from a handful of steps makes every z of that
+    metric too large (an unchanged history then "drifts" in its noisiest metric). Metrics with fewer
+    than MIN_STEPS steps: none."""
     per: dict[str, list[float]] = {}
     for _, e in same_workload(entries, wl):
         if e["kind"] == "step":
@@ -333,7 +364,8 @@ def step_spread(entries: list[dict], wl: dict) -> dict[str, float]:
     for name, x in per.items():
         if len(x) >= MIN_STEPS:
             d = [b - a for a, b in zip(x, x[1:])]
-            out[name] = sum(v * v for v in d) / len(d) / 2 * len(d) / special.chdtri(len(d), SPREAD_UPPER)
+            out[name] = sum(v * v for v in d) / len(d) / 2 * len(d) / special.chdtri(len(d),
+                                                                                     SPREAD_UPPER)
     return out
 
 
@@ -345,12 +377,13 @@ def _point(commit: str, v: float, path: dict, index: int, date: str) -> Point:
 
 
 def _step_var(m: dict, name: str, spread: dict) -> float:
-    """The variance of one A/B run's log-ratio of a metric: the larger of its own and the spread of the
-    metric's steps (step_spread: the run-to-run offsets its own misses, at the upper end of what the steps say);
-    with too few steps for a spread, (floor / 4)^2 in its place (the floors sit at about 4 times a step's
-    measured noise). The floor's quarter is not a minimum where the steps measure the spread: for cost:update
-    it is 1.5% a step against the 0.5-0.7% this repository's steps scatter by, and it hid a chained drift of
-    1.5% a step (docs/results/ci-gate.md, 'Drift over the history')."""
+    """The variance of one A/B run's log-ratio of a metric: the larger of its own and the spread of
+    the metric's steps (step_spread: the run-to-run offsets its own misses, at the upper end of what
+    the steps say); with too few steps for a spread, (floor / 4)^2 in its place (the floors sit at
+    about 4 times a step's measured noise). The floor's quarter is not a minimum where the steps
+    measure the spread: for cost:update it is 1.5% a step against the 0.5-0.7% this repository's
+    steps scatter by, and it hid a chained drift of 1.5% a step (docs/results/ci-gate.md, 'Drift
+    over the history')."""
     own = _log_var(m)
     guard = spread[name] if name in spread else (math.log1p(floor(name)) / 4) ** 2
     return max(own if math.isfinite(own) else 0.0, guard)
@@ -358,10 +391,10 @@ def _step_var(m: dict, name: str, spread: dict) -> float:
 
 def _log_var(m: dict) -> float:
     """The variance of log(ratio): the A/B's own standard error squared (`se`, the trimmed mean's
-    Tukey-McLaughlin error of the per-iteration log-ratios). An entry recorded before `se` was kept has
-    only the 95% interval, a t-interval on few degrees of freedom: its half-width over 1.96 overstates the
-    variance by (t / 1.96)^2 (4.8x at 5 iterations, 1.7x at 8), which errs towards fewer drift verdicts. inf where
-    the metric has neither (one value per tree)."""
+    Tukey-McLaughlin error of the per-iteration log-ratios). An entry recorded before `se` was kept
+    has only the 95% interval, a t-interval on few degrees of freedom: its half-width over 1.96
+    overstates the variance by (t / 1.96)^2 (4.8x at 5 iterations, 1.7x at 8), which errs towards
+    fewer drift verdicts. inf where the metric has neither (one value per tree)."""
     if isinstance(m.get("se"), (int, float)):
         return float(m["se"]) ** 2
     if m.get("low") and m.get("high"):

@@ -1,8 +1,8 @@
 """What `rlbench check` compares, computed from a run's result files (reads files only).
 
-Every performance metric is a *paired* per-iteration ratio: iteration k of one cell against iteration k
-of another (or two stages of the same iteration), so what drifts over a run on a shared machine
-cancels, all the more when the cells ran interleaved (run.interleave). The samples are the
+Every performance metric is a *paired* per-iteration ratio: iteration k of one cell against
+iteration k of another (or two stages of the same iteration), so what drifts over a run on a shared
+machine cancels, all the more when the cells ran interleaved (run.interleave). The samples are the
 per-iteration log-ratios; the metric's value is exp(their 20%-trimmed mean). Metric names are
 ``family:cells``; the families, their kinds, directions and descriptions are the CHECK rows of
 core/results/metric_table.py (speedups, switch gains, stage costs, the queue path's cost, overhead
@@ -23,18 +23,23 @@ from rlbench.core import schedules
 from rlbench.core.schedules import by_role
 from rlbench.core.schedules.spec import PERIODIC, REFERENCE
 
-# switch -> (value with the switch on, value with it off): the schedule pair is the periodic one over the reference
-SWITCHES = {"schedule": (by_role(PERIODIC).name, by_role(REFERENCE).name), "tri_model": (True, False),
+# switch -> (value with the switch on, value with it off): the schedule pair is the periodic one
+# over the reference
+SWITCHES = {"schedule": (by_role(PERIODIC).name, by_role(REFERENCE).name),
+            "tri_model": (True, False),
             "shared_prompt": (True, False)}
 # Keys that come with the pair's schedules (their own recorded options): not a second difference.
 SCHEDULE_KEYS = tuple(schedules.option_keys())
 # Keys that come with a switch (recorded only where it is on): not a second difference either.
 COMES_WITH = {"schedule": SCHEDULE_KEYS, "shared_prompt": ("shared_prompt_impl",)}
 # switch -> its gain's family (core/results/metric_table.py)
-GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain", "shared_prompt": "shared_prompt_gain"}
+GAIN_NAMES = {"schedule": "async_gain", "tri_model": "tri_model_gain",
+              "shared_prompt": "shared_prompt_gain"}
 # switch -> the stages whose cost that switch changes: what a regression of its component shows in
-COMPONENT_STAGES = {"schedule": ("update", "weight_sync"), "tri_model": ("update",), "shared_prompt": ("update",)}
-STAGE_WHAT = {"update": "gradient pass (forward + backward)", "weight_sync": "weight sync to the rollout engine"}
+COMPONENT_STAGES = {"schedule": ("update", "weight_sync"), "tri_model": ("update",),
+                    "shared_prompt": ("update",)}
+STAGE_WHAT = {"update": "gradient pass (forward + backward)",
+              "weight_sync": "weight sync to the rollout engine"}
 
 
 def read_cells(run_dir: Path) -> tuple[str, dict[str, dict]]:
@@ -64,8 +69,8 @@ def stage_events(res: dict) -> list[dict]:
 
 
 def _overhead_shares(res: dict, events: list[dict]) -> list[float]:
-    """Per measured iteration: share of [start, end] in which no worker recorded a stage (every worker
-    process is its own device now; the driver's queue waits count as covered)."""
+    """Per measured iteration: share of [start, end] in which no worker recorded a stage (every
+    worker process is its own device now; the driver's queue waits count as covered)."""
     spans = defaultdict(list)  # iteration -> [(start, end)] of every worker's stages
     for e in events:
         spans[e["iteration"]].append((e["start"], e["end"]))
@@ -74,7 +79,8 @@ def _overhead_shares(res: dict, events: list[dict]) -> list[float]:
         start, end = it["start"], it["end"]
         covered = [(max(s, start), min(e, end)) for s, e in spans.get(it["iteration"], [])]
         if end > start and covered:
-            out.append(max(0.0, 1.0 - union_length([c for c in covered if c[1] > c[0]]) / (end - start)))
+            out.append(max(0.0,
+                           1.0 - union_length([c for c in covered if c[1] > c[0]]) / (end - start)))
     return out
 
 
@@ -97,26 +103,31 @@ def stage_seconds(res: dict, events: list[dict], cpu: bool = False) -> dict[int,
     return out
 
 
-def _metric(family_name: str, fields: dict, value, cells: list[str], samples=None, **extra) -> dict[str, dict]:
+def _metric(family_name: str, fields: dict, value, cells: list[str], samples=None,
+            **extra) -> dict[str, dict]:
     """{name: metric} of one metric of a family core/results/metric_table.py declares: name, kind,
     direction and description from its row, the name and description filled in with `fields`."""
     name, declared = check_metric(family_name, **fields)
     return {name: {"value": float(value), "samples": samples, **declared, "cells": cells, **extra}}
 
 
-def _paired(num: dict, den: dict, family_name: str, cells: list[str], fields: dict) -> dict[str, dict]:
-    """{name: metric} of the per-iteration log(num[k] / den[k]) over the iterations both have (positive
-    values only); {} where there are none."""
+def _paired(num: dict, den: dict, family_name: str, cells: list[str], fields: dict) -> dict[str,
+                                                                                            dict]:
+    """{name: metric} of the per-iteration log(num[k] / den[k]) over the iterations both have
+    (positive values only); {} where there are none."""
     ks = [k for k in sorted(set(num) & set(den)) if num[k] > 0 and den[k] > 0]
     x = [float(np.log(num[k] / den[k])) for k in ks]
     if not x:
         return {}
-    # "iterations": which iteration each sample is (`check --against` pairs the old and new tree by it)
-    return _metric(family_name, fields, np.exp(trimmed(x)[0]), cells, {"log_ratios": x}, iterations=ks)
+    # "iterations": which iteration each sample is (`check --against` pairs the old and new tree by
+    # it)
+    return _metric(family_name, fields, np.exp(trimmed(x)[0]), cells, {"log_ratios": x},
+                   iterations=ks)
 
 
 def _pairs(cells: dict):
-    """(switch, cell with it on, cell with it off) for two cells that differ in exactly that switch."""
+    """(switch, cell with it on, cell with it off) for two cells that differ in exactly that
+    switch."""
     sw = {n: r.get("switches") or {} for n, r in cells.items()}
     for on_name, s_on in sw.items():
         for key, (on, off) in SWITCHES.items():
@@ -130,14 +141,16 @@ def _pairs(cells: dict):
 
 
 def _throughput_metrics(cells: dict, ref: str) -> dict:
-    tpspd = {n: {it["iteration"]: float(it["tpspd"]) for it in measured(r)} for n, r in cells.items()}
+    tpspd = {n: {it["iteration"]: float(it["tpspd"]) for it in measured(r)} for n,
+             r in cells.items()}
     out = {}
     for n in cells:
         if n != ref:
             out.update(_paired(tpspd[n], tpspd[ref], "speedup", [n, ref], {"cell": n, "ref": ref}))
     for key, on, off in _pairs(cells):
         if off != ref:  # a pair with the reference is its speedup row already
-            out.update(_paired(tpspd[on], tpspd[off], GAIN_NAMES[key], [on, off], {"on": on, "off": off}))
+            out.update(_paired(tpspd[on], tpspd[off], GAIN_NAMES[key], [on, off],
+                               {"on": on, "off": off}))
     return out
 
 
@@ -149,7 +162,8 @@ def _component_metrics(cells: dict, cpu: dict) -> dict:
             num = {k: s.get(stage, 0.0) for k, s in cpu[on].items()}
             den = {k: s.get(stage, 0.0) for k, s in cpu[off].items()}
             out.update(_paired(num, den, "stage_cost", [on, off], {
-                "stage": stage, "stage_what": STAGE_WHAT.get(stage, stage), "on": on, "off": off, "switch": key}))
+                "stage": stage, "stage_what": STAGE_WHAT.get(stage, stage), "on": on, "off": off,
+                "switch": key}))
         if key == "schedule":
             out.update(_same_accuracy(cells[on], cells[off], on, off))
             out.update(_same_start(cells[on], cells[off], on, off))
@@ -158,11 +172,12 @@ def _component_metrics(cells: dict, cpu: dict) -> dict:
 
 
 def _queue_cost(cells: dict, cpu: dict) -> dict[str, dict]:
-    """The queue path's work, pooled over every cell that has one (the async cells share the code): per
-    iteration, the consumers' handoff CPU seconds (opening each group taken off the queue) over the
-    trainers' reward CPU seconds (scoring the same groups). Both are per-group Python work on the same
-    data, so machine speed and the iteration's lengths cancel; measured on 6 unchanged CI runs, this pair
-    varied least between runs (against the rollout, per token or absolute: 2-4x the run-level spread)."""
+    """The queue path's work, pooled over every cell that has one (the async cells share the code):
+    per iteration, the consumers' handoff CPU seconds (opening each group taken off the queue) over
+    the trainers' reward CPU seconds (scoring the same groups). Both are per-group Python work on
+    the same data, so machine speed and the iteration's lengths cancel; measured on 6 unchanged CI
+    runs, this pair varied least between runs (against the rollout, per token or absolute: 2-4x the
+    run-level spread)."""
     names = [n for n in cells if any("handoff" in s for s in cpu[n].values())]
     if not names:
         return {}
@@ -188,12 +203,13 @@ def _same_accuracy(on: dict, off: dict, on_name: str, off_name: str) -> dict[str
 
 
 def _same_start(on: dict, off: dict, on_name: str, off_name: str) -> dict[str, dict]:
-    """Iteration 0 of both schedules starts from the same weights with the same seeds: the same samples,
-    so exactly the same rewards, on every machine."""
+    """Iteration 0 of both schedules starts from the same weights with the same seeds: the same
+    samples, so exactly the same rewards, on every machine."""
     a, b = (on.get("iterations") or [{}])[0], (off.get("iterations") or [{}])[0]
     if "reward_mean" not in a or "reward_mean" not in b:
         return {}
-    return _metric("same_start", {"on": on_name, "off": off_name}, a["reward_mean"] - b["reward_mean"],
+    return _metric("same_start", {"on": on_name, "off": off_name},
+                   a["reward_mean"] - b["reward_mean"],
                    [on_name, off_name])
 
 
@@ -202,21 +218,25 @@ def _cell_metrics(name: str, res: dict, events: list[dict]) -> dict:
     out = {}
     shares = _overhead_shares(res, events)
     if shares:
-        out.update(_metric("overhead_share", {"cell": name}, np.median(shares), [name], {"values": shares}))
+        out.update(_metric("overhead_share", {"cell": name}, np.median(shares), [name],
+                           {"values": shares}))
     acc = _final_accuracy(res)
     if acc is not None:  # the eval before training is no final accuracy
-        out.update(_metric("accuracy", {"cell": name, "iteration": res["evals"][-1].get("iteration")}, acc, [name]))
+        out.update(_metric("accuracy", {"cell": name,
+                                        "iteration": res["evals"][-1].get("iteration")}, acc,
+                           [name]))
     its = res.get("iterations") or []
     if its:
-        out.update(_metric("reward", {"cell": name}, np.mean([it["reward_mean"] for it in its[-3:]]), [name]))
+        out.update(_metric("reward", {"cell": name},
+                           np.mean([it["reward_mean"] for it in its[-3:]]), [name]))
     return out
 
 
 def compute_metrics(run_dir: Path) -> dict:
     """Run or ablation folder -> {"reference", "cells": {name: {status, error, switches, config,
-    provenance, planted_slowdown}}, "metrics": {name: {value, samples, direction, kind, cells, description}}}.
-    A multi-seed run (`--seeds`, cells `<cell>@seed<s>`) is measured per seed, then pooled per metric
-    (_pool_seeds): the same metric names as one seed's run, with more samples."""
+    provenance, planted_slowdown}}, "metrics": {name: {value, samples, direction, kind, cells,
+    description}}}. A multi-seed run (`--seeds`, cells `<cell>@seed<s>`) is measured per seed, then
+    pooled per metric (_pool_seeds): the same metric names as one seed's run, with more samples."""
     ref, cells = read_cells(run_dir)
     seeds = _split_seeds(ref, cells)
     if seeds:
@@ -225,20 +245,21 @@ def compute_metrics(run_dir: Path) -> dict:
 
 
 def _split_seeds(ref: str, cells: dict) -> dict[int, tuple[str, dict]]:
-    """{seed: (reference, {cell: results})} with the seed suffix dropped; {} unless every cell has one
-    and there are several seeds."""
+    """{seed: (reference, {cell: results})} with the seed suffix dropped; {} unless every cell has
+    one and there are several seeds."""
     split = {n: schema.split_seeded(n) for n in cells}
     seeds = sorted({s for _, s in split.values() if s is not None})
     if len(seeds) < 2 or any(s is None for _, s in split.values()):
         return {}
     base_ref = schema.split_seeded(ref)[0]
-    return {seed: (base_ref, {b: cells[n] for n, (b, s) in split.items() if s == seed}) for seed in seeds}
+    return {seed: (base_ref,
+                   {b: cells[n] for n, (b, s) in split.items() if s == seed}) for seed in seeds}
 
 
 def _pool_seeds(parts: list[dict]) -> dict:
-    """One seed's metrics per part -> pooled as the metric table's `seeds` says: paired ratios and overhead
-    shares concatenate their per-iteration samples (value recomputed over all of them), accuracies
-    average, an invariant keeps its worst seed; a cell's status is its worst seed's."""
+    """One seed's metrics per part -> pooled as the metric table's `seeds` says: paired ratios and
+    overhead shares concatenate their per-iteration samples (value recomputed over all of them),
+    accuracies average, an invariant keeps its worst seed; a cell's status is its worst seed's."""
     metrics = {}
     for name in dict.fromkeys(n for p in parts for n in p["metrics"]):
         ms = [p["metrics"][name] for p in parts if name in p["metrics"]]
@@ -248,7 +269,8 @@ def _pool_seeds(parts: list[dict]) -> dict:
         if how == "pooled":
             key = next(iter(m["samples"]))  # log_ratios (a paired ratio) or values (a share)
             x = [v for one in ms for v in one["samples"][key]]
-            m.update(value=float(np.exp(trimmed(x)[0]) if key == "log_ratios" else np.median(x)), samples={key: x})
+            m.update(value=float(np.exp(trimmed(x)[0]) if key == "log_ratios" else np.median(x)),
+                     samples={key: x})
         elif how == "worst":
             m["value"] = max((x["value"] for x in ms), key=abs)
         else:  # mean
@@ -257,7 +279,8 @@ def _pool_seeds(parts: list[dict]) -> dict:
     cells = {}
     for p in parts:
         for n, info in p["cells"].items():
-            if n not in cells or (info["status"] != "complete" and cells[n]["status"] == "complete"):
+            if n not in cells or (info["status"] != "complete" and cells[n]["status"]
+                                  == "complete"):
                 cells[n] = info
     return {"reference": parts[0]["reference"], "cells": cells, "metrics": metrics}
 
@@ -268,7 +291,8 @@ def _of_cells(ref: str, cells: dict) -> dict:
     metrics = {**_throughput_metrics(cells, ref), **_component_metrics(cells, cpu)}
     for name, res in cells.items():
         metrics.update(_cell_metrics(name, res, events[name]))
-    info = {n: {"status": r.get("status", "?"), "error": r.get("error"), "switches": r.get("switches") or {},
+    info = {n: {"status": r.get("status", "?"), "error": r.get("error"),
+                "switches": r.get("switches") or {},
                 "config": r.get("config"), "provenance": r.get("provenance") or {},
                 "planted_slowdown": r.get("planted_slowdown") or {}} for n, r in cells.items()}
     return {"reference": ref, "cells": info, "metrics": metrics}

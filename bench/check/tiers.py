@@ -1,14 +1,16 @@
-"""The CI gate's tiers (scripts/ci_bench.sh): which A/B workloads `rlbench check --against accepted` runs.
+"""The CI gate's tiers (scripts/ci_bench.sh): which A/B workloads `rlbench check --against accepted`
+runs.
 
-- main: configs/ci-ab.yaml, the `ci` ablation (sync, +periodic_async, +tri_model, +shared_prompt), on every run.
-- schedules: configs/ci-schedules.yaml, the `families` ablation (sync, barrier, periodic_async, one_step_off,
-  bounded_async k=2, and k=2 with partial rollout): every registered schedule and partial rollout. It runs only
-  when a file that only those cells exercise differs between the accepted commit and this tree (committed or
-  not, untracked files included; a Python file whose code is the same but for comments, docstrings and
-  layout is left out): SCHEDULE_PATHS. The families ablation is one the accepted commit knows, so
-  the old tree can run the workload (an ablation added since could not be run by it).
-  `python -m rlbench.check.tiers [REF]` prints the tiers to run, one a line (name, ablation, config), and
-  why, on stderr.
+- main: configs/ci-ab.yaml, the `ci` ablation (sync, +periodic_async, +tri_model, +shared_prompt),
+  on every run.
+- schedules: configs/ci-schedules.yaml, the `families` ablation (sync, barrier, periodic_async,
+  one_step_off, bounded_async k=2, and k=2 with partial rollout): every registered schedule and
+  partial rollout. It runs only when a file that only those cells exercise differs between the
+  accepted commit and this tree (committed or not, untracked files included; a Python file whose
+  code is the same but for comments, docstrings and layout is left out): SCHEDULE_PATHS. The
+  families ablation is one the accepted commit knows, so the old tree can run the workload (an
+  ablation added since could not be run by it). `python -m rlbench.check.tiers [REF]` prints the
+  tiers to run, one a line (name, ablation, config), and why, on stderr.
 """
 from __future__ import annotations
 
@@ -28,12 +30,13 @@ class Tier:
     name: str
     ablation: str
     config: str  # relative to the source tree
-    paths: tuple[str, ...] = ()  # runs when one of these changed since the accepted commit; () = always
+    # runs when one of these changed since the accepted commit; () = always
+    paths: tuple[str, ...] = ()
 
 
-# Code that only the schedules tier's cells run: the schedules' own folders and records, partial rollout's
-# mailbox, the decoupled loss (grpo.py: bounded staleness trains with it), the ladder's cells (not the config:
-# both trees run the same one).
+# Code that only the schedules tier's cells run: the schedules' own folders and records, partial
+# rollout's mailbox, the decoupled loss (grpo.py: bounded staleness trains with it), the ladder's
+# cells (not the config: both trees run the same one).
 SCHEDULE_PATHS = ("engines/schedules/", "core/schedules/", "engines/rollout/mailbox.py",
                   "engines/trainer/grpo.py", "bench/experiments/families/cells.py")
 DOCS = (".md",)  # a schedule's page (engines/schedules/<name>/README.md) changes no cell's cost
@@ -48,17 +51,18 @@ def git(root: Path, *args: str) -> str | None:
 
 
 def changed(sha: str, paths: tuple[str, ...]) -> list[str]:
-    """Files under `paths` that differ between commit sha and the working tree, untracked ones included;
-    documentation (DOCS) left out."""
+    """Files under `paths` that differ between commit sha and the working tree, untracked ones
+    included; documentation (DOCS) left out."""
     root = source_root()
-    files = {f for args in (("diff", "--name-only", sha), ("ls-files", "--others", "--exclude-standard"))
+    files = {f for args in (("diff", "--name-only", sha),
+                            ("ls-files", "--others", "--exclude-standard"))
              for f in (git(root, *args, "--", *paths) or "").split()}
     return sorted(f for f in files if not f.endswith(DOCS) and not comments_only(root, sha, f))
 
 
 def comments_only(root: Path, sha: str, path: str) -> bool:
-    """Whether Python file `path` differs from its version at commit sha only in comments, docstrings and
-    layout: such a change moves no cell's cost."""
+    """Whether Python file `path` differs from its version at commit sha only in comments,
+    docstrings and layout: such a change moves no cell's cost."""
     if not path.endswith(".py") or not (root / path).is_file():
         return False
     old = git(root, "show", f"{sha}:{path}")
@@ -71,11 +75,13 @@ def comments_only(root: Path, sha: str, path: str) -> bool:
 
 
 def code_of(source: str) -> str:
-    """The syntax tree of `source` without its docstrings (comments and layout are not in it), as text."""
+    """The syntax tree of `source` without its docstrings (comments and layout are not in it), as
+    text."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+        if (isinstance(node,
+                       (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:]
@@ -92,7 +98,8 @@ def to_run(ref: str = "accepted") -> list[tuple[Tier, str]]:
             continue
         files = changed(sha, tier.paths)
         if files:
-            out.append((tier, f"{len(files)} file(s) changed since {sha[:10]}: {', '.join(files[:5])}"
+            out.append((tier,
+                        f"{len(files)} file(s) changed since {sha[:10]}: {', '.join(files[:5])}"
                               + (" ..." if len(files) > 5 else "")))
     return out
 
@@ -105,7 +112,8 @@ def main(argv: list[str]) -> int:
         return e.exit_code
     for tier, why in tiers:
         print(tier.name, tier.ablation, tier.config)
-        print(f"tier {tier.name} ({tier.config}, --ablation {tier.ablation}): {why}", file=sys.stderr)
+        print(f"tier {tier.name} ({tier.config}, --ablation {tier.ablation}): {why}",
+              file=sys.stderr)
     return 0
 
 

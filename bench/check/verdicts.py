@@ -3,10 +3,10 @@
 No absolute time is compared (machines differ and are noisy), only what a run measures against
 itself, plus accuracy. What is compared: bench/check/metrics.py, each metric family a CHECK row of
 core/results/metric_table.py. How: paired per-iteration ratios (speedups, gains, stage costs, the
-queue path) are judged by bench/check/stats.py against noise measured on this machine (`rlbench check
---calibrate`); invariants (sync and periodic-async reach the same accuracy) strictly; cross-machine
-accuracy loosely, by tolerance; overhead shares by tolerance and a bootstrap. A failure names the
-component, its change and the 95% interval.
+queue path) are judged by bench/check/stats.py against noise measured on this machine (`rlbench
+check --calibrate`); invariants (sync and periodic-async reach the same accuracy) strictly;
+cross-machine accuracy loosely, by tolerance; overhead shares by tolerance and a bootstrap. A
+failure names the component, its change and the 95% interval.
 Format, statistics and measured sensitivity: bench/baselines/README.md.
 """
 from __future__ import annotations
@@ -18,18 +18,21 @@ from pathlib import Path
 import numpy as np
 
 from rlbench.check import stats as check_stats
-from rlbench.check.baseline import BOOTSTRAP, DEFAULT_TOLERANCES, load_baseline, parse_tolerances, write_baseline
+from rlbench.check.baseline import (BOOTSTRAP, DEFAULT_TOLERANCES, load_baseline, parse_tolerances,
+                                    write_baseline)
 from rlbench.check.metrics import compute_metrics
 from rlbench.core.config import RunConfig
 from rlbench.core.config_files import RENAMED_KEYS
 
 # The public API of `rlbench check`, baseline-file functions included.
-__all__ = ["check", "verdict_of", "format_check", "compute_metrics", "load_baseline", "write_baseline", "parse_tolerances",
+__all__ = ["check", "verdict_of", "format_check", "compute_metrics", "load_baseline",
+           "write_baseline", "parse_tolerances",
            "CheckResult", "Row", "MARKS", "DEFAULT_TOLERANCES"]
 
 MARKS = ("better", "worse", "not significant", "not comparable")
 CONFIG_SECTIONS = ("model", "data", "rollout", "train", "engine", "run")
-IGNORED_KEYS = {"run.name", "engine.queue_timeout_s", "run.logger"}  # do not change what is measured
+# do not change what is measured
+IGNORED_KEYS = {"run.name", "engine.queue_timeout_s", "run.logger"}
 MIN_SAMPLES = 3  # fewer samples per array: judge on the tolerance alone
 
 
@@ -45,11 +48,14 @@ class Row:
     mark: str
     change: float | None = None  # current / baseline - 1
     delta: float | None = None  # current - baseline
-    ci: tuple[float, float] | None = None  # 95% interval: of the relative change (ratio, cost), else of delta
+    # 95% interval: of the relative change (ratio, cost), else of delta
+    ci: tuple[float, float] | None = None
     note: str = ""
     description: str = ""  # what the metric measures (names the component in a failure)
-    paired: bool = False  # judged on per-iteration log-ratios against this run's noise (A/B; confirmable)
-    se: float | None = None  # paired: the standard error of the mean log-ratio (the history's step variance)
+    # judged on per-iteration log-ratios against this run's noise (A/B; confirmable)
+    paired: bool = False
+    # paired: the standard error of the mean log-ratio (the history's step variance)
+    se: float | None = None
 
 
 @dataclass
@@ -58,9 +64,11 @@ class CheckResult:
     baseline_path: str
     rows: list[Row] = field(default_factory=list)
     verdict: str = ""
-    exit_code: int = 0  # 0 pass, 1 regression, 2 nothing comparable (bad input raises UserError: exit 2)
+    # 0 pass, 1 regression, 2 nothing comparable (bad input raises UserError: exit 2)
+    exit_code: int = 0
     baseline_info: dict = field(default_factory=dict)  # created, git_commit
-    config_diff: list[str] = field(default_factory=list)  # "key: baseline -> run" behind 'not comparable'
+    # "key: baseline -> run" behind 'not comparable'
+    config_diff: list[str] = field(default_factory=list)
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:
@@ -80,25 +88,29 @@ def _flat_config(tree: dict) -> dict:
 def _config_diff(cells: list[str], base: dict, cur: dict) -> list[str]:
     """Keys that matter and differ between the baseline's and the run's config of these cells.
 
-    Raw dicts, not RunConfig (unlike the analysis, which reads a config back with recorded_config): the
-    baseline's side was written by another commit (the accepted one, or the A/B gate's old tree), whose
-    keys today's models may refuse (removed, or not yet added); the diff must name such a key, not fail."""
+    Raw dicts, not RunConfig (unlike the analysis, which reads a config back with recorded_config):
+    the baseline's side was written by another commit (the accepted one, or the A/B gate's old
+    tree), whose keys today's models may refuse (removed, or not yet added); the diff must name such
+    a key, not fail."""
     diff = []
     for cell in cells:
         sw = base["config"]["cells"].get(cell)
         now = (cur["cells"].get(cell) or {}).get("config")
         if sw is None or now is None:
-            diff.append(f"cell {cell} {'not in the baseline' if sw is None else 'has no config in this run'}")
+            diff.append(f"cell {cell} "
+                        f"{'not in the baseline' if sw is None else 'has no config in this run'}")
             continue
         ref = base["config"]["reference"]
         full = (base["config"].get("cell_configs") or {}).get(cell)
-        # Baselines written before cell_configs existed: the reference config with the cell's switches.
+        # Baselines written before cell_configs existed: the reference config with the cell's
+        # switches.
         was = _flat_config(full or {**ref, "engine": {**(ref.get("engine") or {}), **sw}})
         now = _flat_config(now)
         # A key the baseline predates counts as unchanged while the run leaves it at its default.
         was.update({k: v for k, v in _defaults().items() if k not in was and now.get(k) == v})
         diff += [f"{k}: {was.get(k, '-')} -> {now.get(k, '-')}" for k in sorted(set(was) | set(now))
-                 if k.split(".")[0] in CONFIG_SECTIONS and k not in IGNORED_KEYS and was.get(k) != now.get(k)]
+                 if k.split(".")[0] in CONFIG_SECTIONS and k not in IGNORED_KEYS and was.get(k)
+                 != now.get(k)]
     return list(dict.fromkeys(diff))
 
 
@@ -109,10 +121,18 @@ def _defaults() -> dict:
 
 
 def _bootstrap_delta(b: dict | None, c: dict | None) -> tuple[float, float] | None:
-    """95% percentile interval of median(run values) - median(baseline values), or None without samples."""
-    if not b or not c or "values" not in b or "values" not in c or min(len(b["values"]), len(c["values"])) < MIN_SAMPLES:
+    """95% percentile interval of median(run values) - median(baseline values), or None without
+    samples."""
+    if (
+        not b
+        or not c
+        or "values" not in b
+        or "values" not in c
+        or min(len(b["values"]), len(c["values"])) < MIN_SAMPLES
+    ):
         return None
-    rng = np.random.default_rng(BOOTSTRAP["seed"])  # per metric: results do not depend on metric order
+    # per metric: results do not depend on metric order
+    rng = np.random.default_rng(BOOTSTRAP["seed"])
 
     def stat(x) -> np.ndarray:  # [B] bootstrap replicates of the median
         x = np.asarray(x, dtype=float)
@@ -161,17 +181,21 @@ def _compare(name: str, base: dict, cur: dict, diffs: dict) -> Row:
         diffs.update(dict.fromkeys(diff))
         row.note = "config differs: " + ", ".join(dict.fromkeys(d.split(":")[0] for d in diff))
         return row
-    row.mark, row.ci, row.note = judge(b, c, {**check_stats.DEFAULTS, **(base.get("statistics") or {})})
+    row.mark, row.ci, row.note = judge(b, c,
+                                       {**check_stats.DEFAULTS, **(base.get("statistics") or {})})
     return row
 
 
 def check(run_dir: Path, baseline_path: Path) -> CheckResult:
-    """Compare a run with a baseline. exit_code 1 when any metric is 'worse' or a cell did not complete."""
+    """Compare a run with a baseline. exit_code 1 when any metric is 'worse' or a cell did not
+    complete."""
     base = load_baseline(baseline_path)
     cur = compute_metrics(run_dir)
     res = CheckResult(str(run_dir), str(baseline_path), baseline_info={
-        "created": base.get("created"), "git_commit": (base.get("provenance") or {}).get("git_commit")})
-    res.rows = [Row(f"status:{n}", "status", "complete", c["status"], "worse", note=c.get("error") or "")
+        "created": base.get("created"),
+        "git_commit": (base.get("provenance") or {}).get("git_commit")})
+    res.rows = [Row(f"status:{n}", "status", "complete", c["status"], "worse",
+                    note=c.get("error") or "")
                 for n, c in cur["cells"].items() if c["status"] != "complete"]
     diffs: dict = {}
     names = list(base["metrics"]) + [n for n in cur["metrics"] if n not in base["metrics"]]
@@ -187,16 +211,18 @@ def verdict_of(res: CheckResult) -> CheckResult:
     skipped = sum(r.mark == "not comparable" for r in res.rows)
     if worse:
         res.exit_code = 1
-        res.verdict = f"FAIL: {len(worse)} regression(s):\n" + "\n".join(f"  {_fmt_failure(r)}" for r in worse)
+        res.verdict = f"FAIL: {len(worse)} regression(s):\n" + "\n".join(f"  {_fmt_failure(r)}"
+                                                                         for r in worse)
     elif skipped == len(res.rows):
         res.exit_code = 2
-        res.verdict = (f"STALE BASELINE: nothing comparable ({skipped} metric(s)); re-measure it with "
-                       "`rlbench check RUN --update --baseline FILE`")
+        res.verdict = (f"STALE BASELINE: nothing comparable ({skipped} metric(s)); re-measure it "
+                       "with `rlbench check RUN --update --baseline FILE`")
     else:
         better = sum(r.mark == "better" for r in res.rows)
-        res.verdict = (f"PASS: {len(res.rows) - skipped} metric(s) compared, none worse beyond tolerance "
-                       "and noise" + (f"; {better} better" + (" (refresh with --update?)"
-                                                             if res.baseline_info.get("kind") != "A/B" else "")
+        res.verdict = (f"PASS: {len(res.rows) - skipped} metric(s) compared, none worse beyond "
+                       "tolerance and noise" + (f"; {better} better" + (" (refresh with --update?)"
+                                                             if res.baseline_info.get("kind")
+                                                                        != "A/B" else "")
                                       if better else "")
                        + (f"; {skipped} not comparable" if skipped else ""))
     return res
@@ -231,7 +257,9 @@ def _fmt_change(r: Row) -> str:
     if r.delta is None:
         return ""
     rel = f"{r.change:+.1%}" if r.change is not None else ""
-    return rel if r.kind in ("ratio", "cost") else f"{r.delta:+.3f}" + (f" ({rel})" if rel and r.kind != "invariant" else "")
+    return rel if r.kind in ("ratio",
+                             "cost") else f"{r.delta:+.3f}" + (f" ({rel})" if rel and r.kind
+                                                               != "invariant" else "")
 
 
 def format_check(result: CheckResult, verdict: bool = True, head: bool = True) -> str:
@@ -257,7 +285,8 @@ def format_check(result: CheckResult, verdict: bool = True, head: bool = True) -
     for row in [columns, *body]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
     if result.config_diff:
-        lines.append("not comparable, config differs from the baseline's: " + "; ".join(result.config_diff))
+        lines.append("not comparable, config differs from the baseline's: "
+                     + "; ".join(result.config_diff))
     if verdict:
         lines.append(result.verdict)
     return "\n".join(line.rstrip() for line in lines)

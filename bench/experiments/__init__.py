@@ -1,21 +1,23 @@
-"""Experiments: one folder each (bench/experiments/<name>/), holding its record (`EXPERIMENT` in the folder's
-__init__.py: which ablations it adds and their cells, and its analysis, report section and hooks into
-`rlbench run`, each imported on first use), its cells, its analysis, its report section and a README. This
-module is their registry: EXPERIMENTS lists the records by import, one line each, in report order (the
-first with a section heads it).
+"""Experiments: one folder each (bench/experiments/<name>/), holding its record (`EXPERIMENT` in the
+folder's __init__.py: which ablations it adds and their cells, and its analysis, report section and
+hooks into `rlbench run`, each imported on first use), its cells, its analysis, its report section
+and a README. This module is their registry: EXPERIMENTS lists the records by import, one line each,
+in report order (the first with a section heads it).
 
-`--ablation NAME`, `rlbench run --help`, the end of a run, the verdict and every report (terminal, summary.md,
-`--markdown`, report.html) read these records; no other module names an experiment (tests/unit/experiments/test_experiments.py).
-The analysis and the reports are below the experiments: they are given the records (the harness passes
-EXPERIMENTS). The shared pieces stay where they are: running cells (bench/run/), the speedups and intervals
-every run gets (analysis/), the HTML page and the table and plot helpers (reports/).
+`--ablation NAME`, `rlbench run --help`, the end of a run, the verdict and every report (terminal,
+summary.md, `--markdown`, report.html) read these records; no other module names an experiment
+(tests/unit/experiments/test_experiments.py). The analysis and the reports are below the
+experiments: they are given the records (the harness passes EXPERIMENTS). The shared pieces stay
+where they are: running cells (bench/run/), the speedups and intervals every run gets (analysis/),
+the HTML page and the table and plot helpers (reports/).
 """
 from __future__ import annotations
 
 from rlbench.core.experiments.spec import Analysis, ExperimentSpec, Report, Runner
 from rlbench.experiments import families, peers, regime
 
-EXPERIMENTS: dict[str, ExperimentSpec] = {e.name: e for e in (  # one line per experiment, in report order
+# one line per experiment, in report order
+EXPERIMENTS: dict[str, ExperimentSpec] = {e.name: e for e in (
     regime.EXPERIMENT,
     families.EXPERIMENT,
     peers.EXPERIMENT,
@@ -65,18 +67,20 @@ def runners() -> list[Runner]:
 
 
 def write_results(run_dir) -> None:
-    """Each experiment's CSV in run_dir (families.csv, peers.csv: only where the run is that experiment's),
-    which the terminal and the report then show."""
+    """Each experiment's CSV in run_dir (families.csv, peers.csv: only where the run is that
+    experiment's), which the terminal and the report then show."""
     for a in analyses():
         a.write(run_dir)
 
 
 def answers(run, sp) -> dict[str, object]:
-    """experiment name -> what it says would change the verdict's answer, where the run is that experiment's."""
+    """experiment name -> what it says would change the verdict's answer, where the run is that
+    experiment's."""
     found = {e.name: e.load_analysis().answer(run, sp) for e in EXPERIMENTS.values()}
     return {name: a for name, a in found.items() if a is not None}
 
 
 def runner_of(cell: str):
-    """The function that runs ablation cell `cell` in its process instead of rlbench's engine, or None."""
+    """The function that runs ablation cell `cell` in its process instead of rlbench's engine, or
+    None."""
     return next((f for r in runners() if (f := r.runner_of(cell)) is not None), None)

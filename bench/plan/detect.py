@@ -1,6 +1,6 @@
-"""Which log a path is, found by its content (the name only for TensorBoard's binary event files), and its
-reader. A folder: a run or cell folder (rlbench), a checkpoint folder (trainer_state.json), or a folder of
-event files."""
+"""Which log a path is, found by its content (the name only for TensorBoard's binary event files),
+and its reader. A folder: a run or cell folder (rlbench), a checkpoint folder (trainer_state.json),
+or a folder of event files."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,8 @@ from rlbench.core.results import schema
 from rlbench.plan import rlbench_results, tensorboard_events, trl_state, verl_console, verl_jsonl
 from rlbench.plan.logs import StepLog
 
-FORMATS = ("rlbench results.json (or its run folder)", "VERL console lines (step:N - key:value - ...)",
+FORMATS = ("rlbench results.json (or its run folder)",
+           "VERL console lines (step:N - key:value - ...)",
            "VERL file logger JSONL", "TensorBoard event files", "TRL trainer_state.json")
 
 
@@ -23,8 +24,8 @@ def _folder(path: Path) -> Path:
         return path / "trainer_state.json"
     if tensorboard_events.looks_like(path):
         return path
-    raise UserError(f"{path}: a folder with none of results.json, ablation.json, trainer_state.json or "
-                    "events.out.tfevents.* in it")
+    raise UserError(f"{path}: a folder with none of results.json, ablation.json, "
+                    "trainer_state.json or events.out.tfevents.* in it")
 
 
 def read_log(path: Path) -> StepLog:

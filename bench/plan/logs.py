@@ -1,5 +1,6 @@
-"""What every log reader returns (`rlbench plan`): the synchronous steps a log holds, which were used and
-which keys were read, and the one error a log that cannot be read raises (exit 2, naming file, line, key)."""
+"""What every log reader returns (`rlbench plan`): the synchronous steps a log holds, which were
+used and which keys were read, and the one error a log that cannot be read raises (exit 2, naming
+file, line, key)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,8 @@ from rlbench.core.config import RunSection
 from rlbench.core.costmodel.fromlog import LoggedStep
 from rlbench.core.errors import UserError
 
-WARMUP = RunSection.model_fields["warmup_iterations"].default  # the steps rlbench drops from its own runs
+# the steps rlbench drops from its own runs
+WARMUP = RunSection.model_fields["warmup_iterations"].default
 
 
 @dataclass
@@ -24,9 +26,11 @@ class StepLog:
     devices: int | None = None
     warmup: int = WARMUP
     notes: list[str] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)  # format-specific facts (e.g. the log's own TPSPD key)
+    # format-specific facts (e.g. the log's own TPSPD key)
+    extra: dict = field(default_factory=dict)
     # what to give where the log does not say how many devices it ran on (the format's own words)
-    no_devices: str = "the log does not say how many GPUs the run used (no 'perf/throughput'): give --gpus N"
+    no_devices: str = ("the log does not say how many GPUs the run used (no 'perf/throughput'): "
+                       "give --gpus N")
 
     @property
     def used(self) -> list[LoggedStep]:
@@ -46,7 +50,8 @@ def where(path: Path, line: int | None, step: int | None = None) -> str:
 
 
 def missing(path: Path, line: int | None, key: str, what: str, allowed: str = "") -> UserError:
-    """The error of a log that lacks a key the plan needs: file, line, key and what would do instead."""
+    """The error of a log that lacks a key the plan needs: file, line, key and what would do
+    instead."""
     tail = f" ({allowed})" if allowed else ""
     return UserError(f"{where(path, line)}: {what} has no {key!r}{tail}")
 
@@ -63,15 +68,17 @@ POSITIVE, NON_NEGATIVE = "positive", "non-negative"
 _ALLOWED = {POSITIVE: "a finite number > 0", NON_NEGATIVE: "a finite number >= 0"}
 
 
-def checked(v, path: Path, line: int | None, key: str, rule: str = POSITIVE, step: int | None = None) -> float:
-    """A logged value that the plan computes with: a number, finite, and > 0 (POSITIVE: times of a whole
-    step, token counts, lengths) or >= 0 (NON_NEGATIVE: a stage's seconds); anything else (nan, inf, 0 where
-    it divides, a negative time) is an error naming the file, the line, the step and the key, never a value
-    that silently changes the plan."""
+def checked(v, path: Path, line: int | None, key: str, rule: str = POSITIVE,
+            step: int | None = None) -> float:
+    """A logged value that the plan computes with: a number, finite, and > 0 (POSITIVE: times of a
+    whole step, token counts, lengths) or >= 0 (NON_NEGATIVE: a stage's seconds); anything else
+    (nan, inf, 0 where it divides, a negative time) is an error naming the file, the line, the step
+    and the key, never a value that silently changes the plan."""
     x = number(v, path, line, key, step)
     if not math.isfinite(x) or x < 0 or (rule == POSITIVE and x == 0):
         at = f" at step {step}" if step is not None and line else ""
-        raise UserError(f"{where(path, line, step)}: {key!r} is {x:g}{at}; allowed: {_ALLOWED[rule]}")
+        raise UserError(f"{where(path, line, step)}: {key!r} is {x:g}{at}; allowed: "
+                        f"{_ALLOWED[rule]}")
     return x
 
 

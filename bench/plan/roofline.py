@@ -1,9 +1,11 @@
-"""The roofline numbers a plan may use where a log is silent: a model's weight and KV-cache bytes from its
-Hugging Face config.json (`--model`), a device's memory and link bandwidths from its datasheet (`--device`),
-or the host-copy bandwidth `rlbench env` measured on this machine (its peak cache, core/devices/peak.py).
+"""The roofline numbers a plan may use where a log is silent: a model's weight and KV-cache bytes
+from its Hugging Face config.json (`--model`), a device's memory and link bandwidths from its
+datasheet (`--device`), or the host-copy bandwidth `rlbench env` measured on this machine (its peak
+cache, core/devices/peak.py).
 
-Datasheet figures (dense bf16, per GPU; SXM parts): what the vendor publishes, not measured here. Link: one
-direction of the GPU-to-GPU link (NVLink, HCCS); host: one direction of the host link (PCIe).
+Datasheet figures (dense bf16, per GPU; SXM parts): what the vendor publishes, not measured here.
+Link: one direction of the GPU-to-GPU link (NVLink, HCCS); host: one direction of the host link
+(PCIe).
 """
 from __future__ import annotations
 
@@ -58,31 +60,35 @@ class ModelShape:
 
 
 def model_shape(path: Path) -> ModelShape:
-    """A Hugging Face config.json (or a folder holding one) -> parameters and KV shape (Llama/Qwen-style
-    decoder: attention q, k, v, o; gated MLP, or num_experts of them with a router; embeddings, tied or not)."""
+    """A Hugging Face config.json (or a folder holding one) -> parameters and KV shape
+    (Llama/Qwen-style decoder: attention q, k, v, o; gated MLP, or num_experts of them with a
+    router; embeddings, tied or not)."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path
     try:
         cfg = json.loads(file.read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"--model {path}: not a readable config.json ({e})") from None
-    need = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    need = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "vocab_size")
     for key in need:
         if key not in cfg:
-            raise UserError(f"--model {file}: no {key!r} (a Hugging Face config.json needs {', '.join(need)})")
+            raise UserError(f"--model {file}: no {key!r} (a Hugging Face config.json needs "
+                            f"{', '.join(need)})")
     h, L, heads = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     kv, hd = cfg.get("num_key_value_heads", heads), cfg.get("head_dim") or h // heads
     attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
     mlp = 3 * h * cfg["intermediate_size"]
-    if cfg.get("num_experts"):  # a mixture of experts (Qwen-MoE style): every expert's weights count
+    # a mixture of experts (Qwen-MoE style): every expert's weights count
+    if cfg.get("num_experts"):
         mlp = 3 * h * cfg["moe_intermediate_size"] * cfg["num_experts"] + h * cfg["num_experts"]
     emb = cfg["vocab_size"] * h * (1 if cfg.get("tie_word_embeddings") else 2)
     return ModelShape(L * (attn + mlp) + emb, L, kv, hd)
 
 
 def measured_host_copy(name: str | None) -> tuple[float, str] | None:
-    """(bytes/s, device) of the host-copy probe `rlbench env` cached on this machine for a device whose name
-    holds `name` (any accelerator where name is None); None where it measured none."""
+    """(bytes/s, device) of the host-copy probe `rlbench env` cached on this machine for a device
+    whose name holds `name` (any accelerator where name is None); None where it measured none."""
     path = cache_path()
     if not path.is_file():
         return None

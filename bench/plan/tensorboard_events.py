@@ -1,6 +1,6 @@
-"""TensorBoard event files (`trainer.logger=['tensorboard']` in VERL, rlbench's own `--logger tensorboard`):
-scalars tagged with VERL's metric names, one value per step; read with the tensorboard package's
-EventAccumulator. A folder is read with every event file in it."""
+"""TensorBoard event files (`trainer.logger=['tensorboard']` in VERL, rlbench's own `--logger
+tensorboard`): scalars tagged with VERL's metric names, one value per step; read with the
+tensorboard package's EventAccumulator. A folder is read with every event file in it."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -15,8 +15,8 @@ MAGIC = b"events.out.tfevents"
 
 
 def looks_like(path: Path) -> bool:
-    """An event file, or a folder holding one (TFRecord content has no text signature: the name is the
-    writer's, which every TensorBoard writer keeps)."""
+    """An event file, or a folder holding one (TFRecord content has no text signature: the name is
+    the writer's, which every TensorBoard writer keeps)."""
     if path.is_dir():
         return any(p.name.startswith(MAGIC.decode()) for p in path.iterdir())
     return path.name.startswith(MAGIC.decode())
@@ -30,7 +30,9 @@ def _scalars(path: Path) -> dict[int, dict]:
     try:
         acc.Reload()
     except Exception as e:  # a truncated or foreign file: the reader's own message, named
-        raise UserError(f"{path}: not a readable TensorBoard event file ({type(e).__name__}: {e})") from None
+        raise UserError(
+            f"{path}: not a readable TensorBoard event file ({type(e).__name__}: {e})"
+        ) from None
     steps: dict[int, dict] = defaultdict(dict)
     for tag in acc.Tags().get("scalars", []):
         for ev in acc.Scalars(tag):
@@ -41,8 +43,8 @@ def _scalars(path: Path) -> dict[int, dict]:
 def read(path: Path) -> StepLog:
     by_step = _scalars(path)
     if not by_step:
-        raise UserError(f"{path}: no scalars in the TensorBoard event file(s) (a foreign or damaged file reads as "
-                        "none)")
+        raise UserError(f"{path}: no scalars in the TensorBoard event file(s) (a foreign or "
+                        "damaged file reads as none)")
     steps, rows, skipped = [], [], []
     for step in sorted(by_step):
         data = by_step[step]

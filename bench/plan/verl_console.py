@@ -1,6 +1,6 @@
-"""VERL's console logger (`trainer.logger=['console']`, verl/utils/logger/aggregate_logger.py): one line per
-step, `step:N - key:value - key:value ...` (numbers as pprint writes them; under Ray the line may carry a
-`(TaskRunner pid=...)` prefix)."""
+"""VERL's console logger (`trainer.logger=['console']`, verl/utils/logger/aggregate_logger.py): one
+line per step, `step:N - key:value - key:value ...` (numbers as pprint writes them; under Ray the
+line may carry a `(TaskRunner pid=...)` prefix)."""
 from __future__ import annotations
 
 import re
@@ -46,6 +46,7 @@ def read(path: Path) -> StepLog:
             else:
                 skipped.append(f"line {line} (step {m.group(1)})")
     if not steps:
-        raise missing(path, None, "timing_s/step", "no `step:N - ...` line", "a training step's metrics")
+        raise missing(path, None, "timing_s/step", "no `step:N - ...` line",
+                      "a training step's metrics")
     return StepLog(FORMAT, path, steps, verl_metrics.keys_read(rows), verl_metrics.gpus(rows),
                    notes=skipped_note(skipped, "`step:N` line(s) " + verl_metrics.SKIPPED))

@@ -1,5 +1,6 @@
-"""VERL's file logger (`trainer.logger=['file']`, verl/utils/tracking.py FileLogger): one JSON object per line,
-`{"step": N, "data": {metric: value}}`; step 0 holds the validation before training."""
+"""VERL's file logger (`trainer.logger=['file']`, verl/utils/tracking.py FileLogger): one JSON
+object per line, `{"step": N, "data": {metric: value}}`; step 0 holds the validation before
+training."""
 from __future__ import annotations
 
 import json
@@ -29,12 +30,14 @@ def read(path: Path) -> StepLog:
             try:
                 row = json.loads(text)
             except ValueError:
-                raise UserError(f"{path}:{line}: not a JSON object (VERL's file logger writes one per "
-                                "line)") from None
+                raise UserError(f"{path}:{line}: not a JSON object (VERL's file logger writes one "
+                                "per line)") from None
             if not isinstance(row, dict) or "data" not in row:
-                raise missing(path, line, "data", "the line", 'each line is {"step": N, "data": {...}}')
+                raise missing(path, line, "data", "the line",
+                              'each line is {"step": N, "data": {...}}')
             if "step" not in row:
-                raise missing(path, line, "step", "the line", 'each line is {"step": N, "data": {...}}')
+                raise missing(path, line, "step", "the line",
+                              'each line is {"step": N, "data": {...}}')
             if not isinstance(row["step"], int) or isinstance(row["step"], bool):
                 raise UserError(f"{path}:{line}: 'step' is {row['step']!r}; allowed: an integer")
             if verl_metrics.is_training_step(row["data"]):

@@ -1,5 +1,5 @@
-"""Test hooks, off unless their environment variable is set: planted faults (a worker dies or hangs) and
-planted slowdowns (a stage made slower, to measure `rlbench check`), and a planted pause between
+"""Test hooks, off unless their environment variable is set: planted faults (a worker dies or hangs)
+and planted slowdowns (a stage made slower, to measure `rlbench check`), and a planted pause between
 iterations. The measured code never imports them: they register at the core's hook points
 (core/hooks.py), which loads `install` by name in a process whose environment asks for one."""
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Planted slowdowns where they run: a stage named in RLBENCH_SLOW_STAGES (which bench/planted/slowdown.py
-resolves for the cell and its worker processes inherit) busy-waits at its end, inside it (a busy-wait, not
-a sleep: a real regression costs CPU too). The stage timer (core/record/stages.py) and the sampler's decode
-step call `plant`; nothing here knows the stage names, so the timer can import it and slowdown.py can import
-the timer's Stage enum.
+"""Planted slowdowns where they run: a stage named in RLBENCH_SLOW_STAGES (which
+bench/planted/slowdown.py resolves for the cell and its worker processes inherit) busy-waits at its
+end, inside it (a busy-wait, not a sleep: a real regression costs CPU too). The stage timer
+(core/record/stages.py) and the sampler's decode step call `plant`; nothing here knows the stage
+names, so the timer can import it and slowdown.py can import the timer's Stage enum.
 """
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ def burn(seconds: float, clock=time.perf_counter) -> None:
 
 
 def plant(stage: str, wall: float, cpu: float, idle: bool = False) -> None:
-    """Called by the timer at the end of every stage (and by the sampler after every decode step): burn
-    the planted extra, if any. idle: a stage that waits rather than works (queue_wait), slowed by wall time."""
+    """Called by the timer at the end of every stage (and by the sampler after every decode step):
+    burn the planted extra, if any. idle: a stage that waits rather than works (queue_wait), slowed
+    by wall time."""
     if idle:
         burn(extra_seconds(stage, wall))
     elif extra_seconds(stage, cpu):

@@ -10,8 +10,8 @@ ENV = "RLBENCH_FAULT"
 
 def at(iteration: int, role: str = "rollout") -> None:
     """RLBENCH_FAULT=<role>_exit:K makes such a worker (role: rollout, trainer, vllm_engine) die at
-    iteration K (a crash, no goodbye); <role>_hang:K makes it hang there instead (alive, no progress:
-    what the hang watchdog must catch)."""
+    iteration K (a crash, no goodbye); <role>_hang:K makes it hang there instead (alive, no
+    progress: what the hang watchdog must catch)."""
     spec = os.environ.get("RLBENCH_FAULT", "")
     kind, _, at_k = spec.partition(":")
     if kind not in (f"{role}_exit", f"{role}_hang") or not at_k or int(at_k) != iteration:
@@ -20,14 +20,15 @@ def at(iteration: int, role: str = "rollout") -> None:
         os._exit(17)
     if kind == f"{role}_hang":
         # when the hang began (epoch seconds), for scripts/soak.py's watchdog detection time
-        print(f"rlbench fault: {kind} at iteration {iteration}, hung from t={time.time():.3f}", file=sys.stderr, flush=True)
+        print(f"rlbench fault: {kind} at iteration {iteration}, hung from t={time.time():.3f}",
+              file=sys.stderr, flush=True)
         while True:  # a stuck generation or collective: the process lives on, nothing moves
             time.sleep(3600)
 
 
 def misplace(worker: str) -> None:
-    """RLBENCH_FAULT=misplace:<worker> gives that worker one intra-op thread more than its plan, after it
-    was pinned: what the placement check (engines/launch.py) must catch."""
+    """RLBENCH_FAULT=misplace:<worker> gives that worker one intra-op thread more than its plan,
+    after it was pinned: what the placement check (engines/launch.py) must catch."""
     if os.environ.get("RLBENCH_FAULT", "") == f"misplace:{worker}":
         import torch  # inside: `rlbench --help` imports this package (the run's planted slowdowns)
 
@@ -35,10 +36,10 @@ def misplace(worker: str) -> None:
 
 
 def clock_skew(resources: list[str], clock) -> None:
-    """RLBENCH_FAULT=clock_skew:<resource>:<seconds> sets the clock of every Ray actor on a node holding that
-    resource <seconds> ahead (negative: behind) of the machine's, as another machine's clock would be: what the
-    clock mapping (engines/ray_clock.py) must find and take out. clock: the process's node clock
-    (core/record/stages.py NODE_CLOCK)."""
+    """RLBENCH_FAULT=clock_skew:<resource>:<seconds> sets the clock of every Ray actor on a node
+    holding that resource <seconds> ahead (negative: behind) of the machine's, as another machine's
+    clock would be: what the clock mapping (engines/ray_clock.py) must find and take out. clock: the
+    process's node clock (core/record/stages.py NODE_CLOCK)."""
     kind, _, rest = os.environ.get("RLBENCH_FAULT", "").partition(":")
     resource, _, seconds = rest.rpartition(":")
     if kind == "clock_skew" and resource in resources:

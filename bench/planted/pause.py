@@ -28,8 +28,8 @@ def parse(spec: str) -> tuple[float, frozenset[int]]:
     except ValueError:
         value, iterations = float("nan"), frozenset()
     if not 0.0 < value <= MAX_S or not iterations or min(iterations) < 1:
-        raise UserError(f"{ENV}={spec!r}: need SECONDS@K[,K...] with 0 < SECONDS <= {MAX_S:g} and iterations "
-                        f"K >= 1 that the pause precedes (e.g. 1.0@2,4)")
+        raise UserError(f"{ENV}={spec!r}: need SECONDS@K[,K...] with 0 < SECONDS <= {MAX_S:g} and "
+                        f"iterations K >= 1 that the pause precedes (e.g. 1.0@2,4)")
     return value, iterations
 
 

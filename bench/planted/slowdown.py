@@ -1,26 +1,28 @@
 """Planted regressions: RLBENCH_SLOW makes chosen stages of chosen cells slower, on purpose.
 
-This is how the sensitivity of `rlbench check` is measured (bench/baselines/README.md): plant a known
-slowdown, see whether check flags it. Like RLBENCH_FAULT it is opt-in and off unless the variable is set.
+This is how the sensitivity of `rlbench check` is measured (bench/baselines/README.md): plant a
+known slowdown, see whether check flags it. Like RLBENCH_FAULT it is opt-in and off unless the
+variable is set.
 
     RLBENCH_SLOW=TARGET:FRACTION[@CELL][,TARGET:FRACTION[@CELL]...]
 
 TARGET    a stage name (update, weight_sync, handoff, queue_wait, rollout, reward, old_logprob,
-          ref_logprob, advantage, optimizer_step), `decode` (one decode step of the built-in sampler,
-          code every cell shares: the slowdown `rlbench check --against` must see), or an alias: `queue` = handoff (the queue path's
-          work: the async consumer opening each group it takes off the queue; queue_wait is its idle
-          wait), `packing` = the trainer stages that run the shared-prompt layout (update,
-          old_logprob, ref_logprob) in cells with shared_prompt on (no effect elsewhere), `work` = every
-          working stage (all but queue_wait): with @CELL, a regression confined to one cell's work.
+          ref_logprob, advantage, optimizer_step), `decode` (one decode step of the built-in
+          sampler, code every cell shares: the slowdown `rlbench check --against` must see), or an
+          alias: `queue` = handoff (the queue path's work: the async consumer opening each group it
+          takes off the queue; queue_wait is its idle wait), `packing` = the trainer stages that run
+          the shared-prompt layout (update, old_logprob, ref_logprob) in cells with shared_prompt on
+          (no effect elsewhere), `work` = every working stage (all but queue_wait): with @CELL, a
+          regression confined to one cell's work.
 FRACTION  extra time as a fraction of the stage's own measured duration, 0 < FRACTION <= 10.
 CELL      a cell name (`+tri_model`) or a schedule (`sync`, `periodic_async`, `bounded_async`);
           without it, every cell.
 
 The cell process resolves the spec once (`activate`) into RLBENCH_SLOW_STAGES=stage=fraction,...,
-which its worker processes inherit; `Recorder.stage` then busy-waits (bench/planted/burn.py) at the end of each such stage,
-inside it (a busy-wait, not a sleep: a real regression costs CPU too): `fraction x` the stage's CPU
-time of CPU time for a working stage (the stage does that much more work), `fraction x` its wall time
-for the queue wait (an idle stage, whose cost is waiting).
+which its worker processes inherit; `Recorder.stage` then busy-waits (bench/planted/burn.py) at the
+end of each such stage, inside it (a busy-wait, not a sleep: a real regression costs CPU too):
+`fraction x` the stage's CPU time of CPU time for a working stage (the stage does that much more
+work), `fraction x` its wall time for the queue wait (an idle stage, whose cost is waiting).
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ from rlbench.planted.burn import ACTIVE_ENV
 from rlbench.core.record.stages import Stage
 
 ENV = "RLBENCH_SLOW"
-STAGES = tuple(s.value for s in Stage if s not in (Stage.EVAL, Stage.PAUSED))  # every timed stage of the work
+# every timed stage of the work
+STAGES = tuple(s.value for s in Stage if s not in (Stage.EVAL, Stage.PAUSED))
 PACKED_STAGES = ("update", "old_logprob", "ref_logprob")
 STEPS = ("decode",)  # steps inside a stage, slowed where they run (engines/rollout/sampler.py)
 ALIASES = {"queue": ("handoff",), "packing": PACKED_STAGES,
@@ -42,8 +45,8 @@ MAX_FRACTION = 10.0
 
 
 def parse(spec: str) -> list[tuple[str, float, str | None]]:
-    """'update:0.1@periodic_async,packing:0.2' -> [('update', 0.1, 'periodic_async'), ('packing', 0.2, None)];
-    anything malformed is a UserError that says what is allowed."""
+    """'update:0.1@periodic_async,packing:0.2' -> [('update', 0.1, 'periodic_async'), ('packing',
+    0.2, None)]; anything malformed is a UserError that says what is allowed."""
     out = []
     for raw in filter(None, (p.strip() for p in spec.split(","))):
         head, _, cell = raw.partition("@")
@@ -57,8 +60,8 @@ def parse(spec: str) -> list[tuple[str, float, str | None]]:
         except ValueError:
             value = float("nan")
         if not 0.0 < value <= MAX_FRACTION:
-            raise UserError(f"{ENV}={spec!r}: {raw!r} needs TARGET:FRACTION with 0 < FRACTION <= {MAX_FRACTION:g} "
-                            f"(e.g. update:0.10@periodic_async)")
+            raise UserError(f"{ENV}={spec!r}: {raw!r} needs TARGET:FRACTION with 0 < FRACTION <= "
+                            f"{MAX_FRACTION:g} (e.g. update:0.10@periodic_async)")
         if "@" in raw and not cell.strip():
             raise UserError(f"{ENV}={spec!r}: {raw!r} has '@' but no cell or schedule after it")
         out.append((target, value, cell.strip() or None))

@@ -1,6 +1,6 @@
-"""What `rlbench run` does around its cells: the checks before any cell starts, the run folder, the table
-and report at the end (also after a failure or Ctrl-C), the last sweep for leftover processes, and the one
-cell of an external engine (VERL, MindSpeed-RL, TRL)."""
+"""What `rlbench run` does around its cells: the checks before any cell starts, the run folder, the
+table and report at the end (also after a failure or Ctrl-C), the last sweep for leftover processes,
+and the one cell of an external engine (VERL, MindSpeed-RL, TRL)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -31,27 +31,31 @@ from rlbench.run.seeds import parse_seeds
 def preflight(cfg, cells, ctx) -> None:
     """Reject bad data, missing files, loggers or a rollout backend's package that are not installed
     (looked for in this process, without importing them) and limits the run cannot fit
-    (core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run folder).
-    cells: [(name, config)] (the experiments' own checks, e.g. a peer framework installed); ctx: the
-    context the cells start from (ablation.py cell_context). The checks that need neither torch nor
-    transformers come first, here: such bad input is refused at once. The others run in a process of ctx:
-    where that is forked from `rlbench run`'s fork server, which imports torch and transformers once for
-    the whole run, this process never imports them (they would cost it ~8 CPU-s more)."""
+    (core/devices/limits.py: context length, memory) before any cell starts (exit code 2, no run
+    folder). cells: [(name, config)] (the experiments' own checks, e.g. a peer framework installed);
+    ctx: the context the cells start from (ablation.py cell_context). The checks that need neither
+    torch nor transformers come first, here: such bad input is refused at once. The others run in a
+    process of ctx: where that is forked from `rlbench run`'s fork server, which imports torch and
+    transformers once for the whole run, this process never imports them (they would cost it ~8
+    CPU-s more)."""
     curves.check_installed(cfg)  # run.logger's packages (bench/run/curves.py)
     for backend in sorted({cfg.rollout.backend} | {c.rollout.backend for _, c in cells}):
-        missing = BACKENDS[backend].missing()  # in this Python: the cells' processes run the same one
+        # in this Python: the cells' processes run the same one
+        missing = BACKENDS[backend].missing()
         if missing:
             raise UserError(missing)
     dataset = load_dataset(cfg.data, cfg.run.seed)
     if cfg.model.kind == "hf" and not (Path(cfg.model.path) / "config.json").is_file():
-        raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no config.json)")
+        raise UserError(f"model.path={cfg.model.path}: not a Hugging Face model directory (no "
+                        f"config.json)")
     kind = dev.resolve_kind(cfg.engine.device)
     if kind != "npu":  # (NPU: counted in the cell, where torch_npu is imported anyway)
-        placement.plan(cfg.engine, kind, placement.claimable(cfg.engine, dev.available(kind)))  # more than it has
+        # more than it has
+        placement.plan(cfg.engine, kind, placement.claimable(cfg.engine, dev.available(kind)))
     if ctx.get_start_method() == "forkserver":
-        # the run's server starts here: a fresh interpreter that imports the preload list, or, where this
-        # process has imported it already and runs no thread (a fork of a process that did, as the tests
-        # run the command), a fork of this one (starting.warm)
+        # the run's server starts here: a fresh interpreter that imports the preload list, or, where
+        # this process has imported it already and runs no thread (a fork of a process that did, as
+        # the tests run the command), a fork of this one (starting.warm)
         starting.warm(True)
         in_process(ctx, check_fits, cfg, cells)
     else:  # spawned: a fresh process would import them for these checks alone
@@ -59,9 +63,9 @@ def preflight(cfg, cells, ctx) -> None:
 
 
 def check_fits(cfg, cells) -> None:
-    """The checks that import torch and transformers (seconds): each experiment's own (a peer framework
-    installed and accepting its config), the engine supports the config, and every prompt and the
-    memory fit the model (core/devices/limits.py). UserError (exit 2) where one fails."""
+    """The checks that import torch and transformers (seconds): each experiment's own (a peer
+    framework installed and accepting its config), the engine supports the config, and every prompt
+    and the memory fit the model (core/devices/limits.py). UserError (exit 2) where one fails."""
     # inside: they import torch and transformers; `rlbench run`'s own process must not (preflight)
     from rlbench.engines.factory import check_supported
     from rlbench.engines.model.loader import model_facts
@@ -70,17 +74,20 @@ def check_fits(cfg, cells) -> None:
     for runner in experiments.runners():
         runner.preflight(cells)
     check_supported(cfg)
-    check_cluster(cfg, cells)  # a running Ray cluster holds every worker alive at once, where placed
+    # a running Ray cluster holds every worker alive at once, where placed
+    check_cluster(cfg, cells)
     dataset = load_dataset(cfg.data, cfg.run.seed)
     facts, tok = model_facts(cfg)
-    prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train + dataset.eval + dataset.seen)
+    prompt_max = max(len(tok.prompt_ids(dataset.prompt_text(p))) for p in dataset.train
+                     + dataset.eval + dataset.seen)
     kind = dev.resolve_kind(cfg.engine.device)
     limits.check(cfg, facts, prompt_max, kind, dev.memory_capacity(kind))
 
 
 def in_process(ctx, fn, *args) -> None:
     """fn(*args) in a new process of ctx (forked from the fork server: its imports are there); the
-    UserError it raises is raised here. Anything else it raises prints its traceback there and fails here."""
+    UserError it raises is raised here. Anything else it raises prints its traceback there and fails
+    here."""
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_answer, args=(send, fn, *args), name="rlbench-checks")
     proc.start()
@@ -93,7 +100,8 @@ def in_process(ctx, fn, *args) -> None:
         receive.close()
         proc.join()
     if error is False:
-        raise RuntimeError(f"the checks before the run failed (exit code {proc.exitcode}; see above)")
+        raise RuntimeError(f"the checks before the run failed (exit code {proc.exitcode}; see "
+                           f"above)")
     if error is not None:
         raise UserError(error)
 
@@ -112,8 +120,9 @@ def _answer(send, fn, *args) -> None:
 
 
 def check_out(root: Path) -> None:
-    """--out refused before any work where no run folder could be made under it: the nearest part of the path
-    that exists is not a folder, or one this user cannot write (exit 2; new_run_dir still catches the rest)."""
+    """--out refused before any work where no run folder could be made under it: the nearest part of
+    the path that exists is not a folder, or one this user cannot write (exit 2; new_run_dir still
+    catches the rest)."""
     found = Path(root).absolute()
     while not found.exists() and found != found.parent:
         found = found.parent
@@ -124,9 +133,9 @@ def check_out(root: Path) -> None:
 
 
 def new_run_dir(root: Path, name: str) -> Path:
-    """A new run folder under --out; one that cannot be created or written is bad input (exit 2). Runs
-    started at once with the same name each get their own: mkdir is the claim (atomic), and a name another
-    process took meanwhile moves this one on to the next free suffix."""
+    """A new run folder under --out; one that cannot be created or written is bad input (exit 2).
+    Runs started at once with the same name each get their own: mkdir is the claim (atomic), and a
+    name another process took meanwhile moves this one on to the next free suffix."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     i, path = 0, Path(root)
     try:
@@ -143,26 +152,31 @@ def new_run_dir(root: Path, name: str) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise UserError(f"--out {root}: cannot create the run folder {path}: {e.strerror or e}") from None
+        raise UserError(
+            f"--out {root}: cannot create the run folder {path}: {e.strerror or e}"
+        ) from None
     return path
 
 
 @dataclass(frozen=True)
 class Ending:
-    """What `rlbench run` does after its cells. report: write tables, plots and report.html (--report);
-    wide: print every column and section, not only the verdict and the key columns (--wide)."""
+    """What `rlbench run` does after its cells. report: write tables, plots and report.html
+    (--report); wide: print every column and section, not only the verdict and the key columns
+    (--wide)."""
     report: bool = True
     wide: bool = False
 
 
 def finish(run_dir: Path, end: Ending) -> None:
-    """The verdict and table, and the report, from whatever was measured, also after a failure or Ctrl-C."""
+    """The verdict and table, and the report, from whatever was measured, also after a failure or
+    Ctrl-C."""
     try:
         if not schema.load_run(run_dir):
             return
     except UserError:
         return
-    experiments.write_results(run_dir)  # each experiment's CSV (families.csv: a families ladder only), shown below
+    # each experiment's CSV (families.csv: a families ladder only), shown below
+    experiments.write_results(run_dir)
     typer.echo(reporting.summary_table_text(run_dir, wide=end.wide))
     if end.report:
         path = reporting.build_report(run_dir)
@@ -173,30 +187,35 @@ def finish(run_dir: Path, end: Ending) -> None:
 def raise_failed(record: dict) -> None:
     failed = [c for c in record["cells"] if c["exit_code"]]
     if failed:
-        raise WorkerError(f"{len(failed)} cell(s) failed: " + ", ".join(f"{c['name']} (exit {c['exit_code']})"
+        raise WorkerError(f"{len(failed)} cell(s) failed: "
+                          + ", ".join(f"{c['name']} (exit {c['exit_code']})"
                                                                         for c in failed))
 
 
 def sweep() -> None:
-    """The last backstop: any process still carrying this run's token (core/devices/procs.py) outside the
-    cells' process groups, which are ended as each cell ends, is ended here, except this process and its
-    multiprocessing resource tracker (it ends with this process and cleans up after it)."""
+    """The last backstop: any process still carrying this run's token (core/devices/procs.py)
+    outside the cells' process groups, which are ended as each cell ends, is ended here, except this
+    process and its multiprocessing resource tracker (it ends with this process and cleans up after
+    it)."""
     token = os.environ.get(procs.RUN_ENV)
     spare = (os.getpid(), getattr(resource_tracker._resource_tracker, "_pid", None) or -1)
     left = procs.kill_all(lambda: procs.marked(token, spare), timeout_s=10.0) if token else []
     if left:
-        print(f"warning: processes of this run still alive: {procs.describe(left)}", file=sys.stderr)
+        print(f"warning: processes of this run still alive: {procs.describe(left)}",
+              file=sys.stderr)
 
 
 def run_external(engine: str, config: Path | None, sets: list[str], seeds: str | None, out: Path,
                  end: Ending, progress: bool = False) -> None:
-    """`rlbench run --engine verl|mindspeed-rl|trl`: one cell run by the real VERL / MindSpeed-RL / TRL, in
-    rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here); progress: a
-    progress line, where the framework's runner draws one."""
+    """`rlbench run --engine verl|mindspeed-rl|trl`: one cell run by the real VERL / MindSpeed-RL /
+    TRL, in
+    rlbench's result schema. sets: the --set overrides; seeds: the --seeds text (refused here);
+    progress: a progress line, where the framework's runner draws one."""
     cfg = load_config(config, sets)
     curves.refuse_external(cfg, engine)
     if parse_seeds(seeds):
-        raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set run.seed=N)")
+        raise UserError(f"--seeds {seeds}: only with --engine rlbench (run {engine} once per --set "
+                        f"run.seed=N)")
     if engine not in external.FRAMEWORKS:
         raise UserError(f"--engine {engine!r}: allowed: rlbench, {', '.join(external.FRAMEWORKS)}")
     check_out(out)

@@ -1,16 +1,17 @@
 """The run's progress: one line per running cell in a terminal, a few plain lines elsewhere.
 
-Every cell runs in its own process (bench/run/processes.py). Each draws nothing itself: it sends what it is
-doing (`Reporter`: setting up, the warm start's step, the iteration with its TPSPD, reward and pass@1) over
-a pipe to `rlbench run`, whose `Board` draws the lines. Cells that take turns (the interleaved default)
-would otherwise each redraw the same terminal line over the others'.
+Every cell runs in its own process (bench/run/processes.py). Each draws nothing itself: it sends
+what it is doing (`Reporter`: setting up, the warm start's step, the iteration with its TPSPD,
+reward and pass@1) over a pipe to `rlbench run`, whose `Board` draws the lines. Cells that take
+turns (the interleaved default) would otherwise each redraw the same terminal line over the others'.
 
-On a terminal the board redraws a block of lines in place, one per running cell, each at most 100 columns
-(less on a narrower window); a cell that ends leaves its last line above the block, and so does any text
-printed meanwhile: every write to the standard error of `rlbench run` and of its cells (their workers'
-too) passes through the board, which prints it above the block instead of under it, where the next redraw
-would overwrite it. Anywhere else (a pipe, a log file, CI) it prints one plain line when a cell starts its
-warm start or its iterations and when it ends: no control characters, no per-step lines.
+On a terminal the board redraws a block of lines in place, one per running cell, each at most 100
+columns (less on a narrower window); a cell that ends leaves its last line above the block, and so
+does any text printed meanwhile: every write to the standard error of `rlbench run` and of its cells
+(their workers' too) passes through the board, which prints it above the block instead of under it,
+where the next redraw would overwrite it. Anywhere else (a pipe, a log file, CI) it prints one plain
+line when a cell starts its warm start or its iterations and when it ends: no control characters, no
+per-step lines.
 """
 from __future__ import annotations
 
@@ -26,12 +27,14 @@ from multiprocessing.connection import wait
 
 WIDTH = 100  # the widest line drawn, whatever the terminal's width
 SEND_EVERY_S = 0.2  # a cell sends a count at most this often (its last one always)
-REDRAW_S = 0.2  # the lines are redrawn this often, whether or not a cell reported (their clocks move)
+# the lines are redrawn this often, whether or not a cell reported (their clocks move)
+REDRAW_S = 0.2
 
 
 class Reporter:
-    """A cell's side: what it is doing, sent to the board of `rlbench run`. Without a channel (progress off,
-    or a cell run in-process by a test) every call does nothing, and the reporter is false."""
+    """A cell's side: what it is doing, sent to the board of `rlbench run`. Without a channel
+    (progress off, or a cell run in-process by a test) every call does nothing, and the reporter is
+    false."""
 
     def __init__(self, conn=None):
         self.conn, self._sent, self._what = conn, 0.0, None
@@ -49,7 +52,8 @@ class Reporter:
         self._send((text, None, None, ""))
 
     def count(self, what: str, done: int, total: int, note: str = "") -> None:
-        """done of total `what` (warm-start steps, iterations); note: the latest values (TPSPD, reward)."""
+        """done of total `what` (warm-start steps, iterations); note: the latest values (TPSPD,
+        reward)."""
         if what == self._what and done < total and time.monotonic() - self._sent < SEND_EVERY_S:
             return
         self._send((what, done, total, note))
@@ -66,15 +70,16 @@ class Reporter:
 
 @dataclass
 class Channel:
-    """What a cell process is started with: the write ends of its pipes to the board (picklable: a process
-    started by a fork server receives duplicates of the descriptors)."""
+    """What a cell process is started with: the write ends of its pipes to the board (picklable: a
+    process started by a fork server receives duplicates of the descriptors)."""
 
     reports: object  # multiprocessing Connection: Reporter messages
-    stderr: object | None  # on a terminal: a Connection whose descriptor becomes the cell's standard error
+    # on a terminal: a Connection whose descriptor becomes the cell's standard error
+    stderr: object | None
 
     def attach(self) -> Reporter:
-        """In the cell's process, first thing: its standard error (and its workers', which inherit it) into
-        the board's pipe; -> its Reporter."""
+        """In the cell's process, first thing: its standard error (and its workers', which inherit
+        it) into the board's pipe; -> its Reporter."""
         if self.stderr is not None:
             sys.stderr.flush()
             os.dup2(self.stderr.fileno(), 2)
@@ -95,30 +100,34 @@ class _Cell:
     done: int | None = None
     total: int | None = None
     note: str = ""
-    iterations: tuple[int, int] | None = None  # the last (done, total) iterations: the cell's final line
+    # the last (done, total) iterations: the cell's final line
+    iterations: tuple[int, int] | None = None
     ended: int | None = None  # exit code
 
 
 class Board:
-    """`rlbench run`'s side (a context manager around the cells' processes): open a Channel per cell before
-    its process starts, `started` once it has, `ended` with its exit code."""
+    """`rlbench run`'s side (a context manager around the cells' processes): open a Channel per cell
+    before its process starts, `started` once it has, `ended` with its exit code."""
 
     def __init__(self, enabled: bool, stream=None):
-        """stream: where to draw (default: this process's standard error, which the board then holds while
-        it lives: see _hold_stderr)."""
+        """stream: where to draw (default: this process's standard error, which the board then holds
+        while it lives: see _hold_stderr)."""
         self.stream = stream or sys.stderr
         self._holds = stream is None
         self.enabled = enabled
         self.live = enabled and _is_terminal(self.stream)
         self.cells: dict[str, _Cell] = {}
         self._readers: dict = {}  # Connection -> (cell name, "reports" | "stderr")
-        self._partial: dict = {}  # stderr Connection -> its text after the last new line, not printed yet
-        self._ends: dict[str, Channel] = {}  # the parent's copies of the write ends, closed once started
+        # stderr Connection -> its text after the last new line, not printed yet
+        self._partial: dict = {}
+        # the parent's copies of the write ends, closed once started
+        self._ends: dict[str, Channel] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._drawn = 0  # lines of the block on the screen
         self._thread = None
-        self._out = None  # the terminal's descriptor while the board holds the standard error of rlbench run
+        # the terminal's descriptor while the board holds the standard error of rlbench run
+        self._out = None
         self._name_width = 10
 
     # ------------------------------------------------------------- rlbench run's calls
@@ -132,7 +141,8 @@ class Board:
         return self
 
     def __exit__(self, *exc) -> None:
-        """Every cell still running (the run interrupted) leaves its line as it stands; pipes closed."""
+        """Every cell still running (the run interrupted) leaves its line as it stands; pipes
+        closed."""
         if self._thread is not None:
             if self._out is not None:
                 self._release_stderr()
@@ -163,8 +173,8 @@ class Board:
         return self._ends[name]
 
     def started(self, name: str) -> None:
-        """The process has its copies of the write ends: the board's are closed (so a cell's end, and its
-        workers', reads as the pipe's end)."""
+        """The process has its copies of the write ends: the board's are closed (so a cell's end,
+        and its workers', reads as the pipe's end)."""
         with self._lock:
             chan = self._ends.pop(name, None)
         if chan is not None:
@@ -187,8 +197,9 @@ class Board:
     # ------------------------------------------------------------- the board's thread
 
     def _loop(self) -> None:
-        """Read what the cells send, redraw at most every REDRAW_S (and at least: the clocks move); once
-        stopped, read what is left and end (a pipe an orphaned worker still holds is not waited for)."""
+        """Read what the cells send, redraw at most every REDRAW_S (and at least: the clocks move);
+        once stopped, read what is left and end (a pipe an orphaned worker still holds is not waited
+        for)."""
         last = 0.0
         while True:
             with self._lock:
@@ -237,9 +248,10 @@ class Board:
                 self._update(self.cells[name], *msg)
 
     def _print_lines(self, conn, text: str) -> None:
-        """The whole lines of what a process wrote (a line the board drew under a half-written one would
-        split it); the rest waits for its new line. A line redrawn with carriage returns (a bar a library
-        draws itself) counts as its last drawing: only that would stay on a terminal."""
+        """The whole lines of what a process wrote (a line the board drew under a half-written one
+        would split it); the rest waits for its new line. A line redrawn with carriage returns (a
+        bar a library draws itself) counts as its last drawing: only that would stay on a
+        terminal."""
         *whole, rest = (self._partial.pop(conn, "") + text).split("\n")
         if rest.rpartition("\r")[2]:
             self._partial[conn] = rest.rpartition("\r")[2]
@@ -248,7 +260,8 @@ class Board:
             self._print("".join(f"{line}\n" for line in lines))
 
     def _drain(self, name: str) -> None:
-        """What a cell that has ended sent and the board's thread has not read yet: before its last line."""
+        """What a cell that has ended sent and the board's thread has not read yet: before its last
+        line."""
         with self._lock:
             mine = [c for c, (n, _) in self._readers.items() if n == name]
         for conn in mine:
@@ -256,7 +269,8 @@ class Board:
                 self._read(conn)
 
     def _update(self, cell: _Cell, what: str, done, total, note: str) -> None:
-        """A new step (not a new count of the same) prints a plain line where the board is not live."""
+        """A new step (not a new count of the same) prints a plain line where the board is not
+        live."""
         new_step = what != cell.what
         cell.what, cell.done, cell.total, cell.note = what, done, total, note
         if what == "iteration" and done is not None:
@@ -267,7 +281,8 @@ class Board:
     # ------------------------------------------------------------- drawing
 
     def _line(self, cell: _Cell) -> str:
-        """One cell's line: name, bar, count, clock, the latest values; cut to the window's width."""
+        """One cell's line: name, bar, count, clock, the latest values; cut to the window's
+        width."""
         head = f"{cell.name[:self._name_width]:<{self._name_width}}"
         if cell.total:
             count = f"{_bar(cell.done / cell.total, 12)} {cell.what} {cell.done}/{cell.total}"
@@ -275,24 +290,27 @@ class Board:
         return self._fit(f"{head}  {cell.what}  {_clock(cell)}", "")
 
     def _final_line(self, cell: _Cell) -> str:
-        """The line a cell leaves when it ends: its outcome, iterations and time, its last values."""
+        """The line a cell leaves when it ends: its outcome, iterations and time, its last
+        values."""
         outcome = {0: "done", None: "stopped"}.get(cell.ended, f"ended with exit code {cell.ended}")
-        its = f"{cell.iterations[0]}/{cell.iterations[1]} iterations" if cell.iterations else "no iteration"
+        its = (f"{cell.iterations[0]}/{cell.iterations[1]} iterations" if cell.iterations
+               else "no iteration")
         head = f"{cell.name[:self._name_width]:<{self._name_width}}"
         note = cell.note if cell.iterations else ""
         return self._fit(f"{head}  {outcome}: {its} in {_clock(cell)}", note) + "\n"
 
     def _fit(self, text: str, note: str) -> str:
-        """text and as many of the note's values (", "-separated) as the width holds; text cut if it alone
-        is wider."""
+        """text and as many of the note's values (", "-separated) as the width holds; text cut if it
+        alone is wider."""
         width, items = self._width(), note.split(", ") if note else []
         while items and len(f"{text}  {', '.join(items)}") > width:
             items.pop()
         return (f"{text}  {', '.join(items)}" if items else text)[:width]
 
     def _width(self) -> int:
-        """The widest line for the terminal drawn on (one column short of its width: a line that fills it
-        moves some terminals' cursor to the next line), never past WIDTH; WIDTH where it is no terminal."""
+        """The widest line for the terminal drawn on (one column short of its width: a line that
+        fills it moves some terminals' cursor to the next line), never past WIDTH; WIDTH where it is
+        no terminal."""
         if not self.live:
             return WIDTH
         try:
@@ -335,8 +353,8 @@ class Board:
     # ------------------------------------------------------------- rlbench run's own standard error
 
     def _hold_stderr(self) -> None:
-        """rlbench run's descriptor 2 into a pipe the board reads (a warning printed while cells run goes
-        above the block); the terminal kept on a descriptor of the board's own."""
+        """rlbench run's descriptor 2 into a pipe the board reads (a warning printed while cells run
+        goes above the block); the terminal kept on a descriptor of the board's own."""
         sys.stderr.flush()
         self._out = os.dup(2)
         r, w = Pipe(duplex=False)
@@ -346,7 +364,8 @@ class Board:
 
     def _release_stderr(self) -> None:
         sys.stderr.flush()
-        os.dup2(self._out, 2)  # the pipe's last write end closes: the board reads what is left, then its end
+        # the pipe's last write end closes: the board reads what is left, then its end
+        os.dup2(self._out, 2)
         deadline = time.monotonic() + 2
         own = ("rlbench run", "stderr")
         while own in self._readers.values() and time.monotonic() < deadline:

@@ -1,8 +1,9 @@
-"""Run one cell (one engine configuration): setup -> iterations -> cleanup, writing results as it goes.
+"""Run one cell (one engine configuration): setup -> iterations -> cleanup, writing results as it
+goes.
 
-The loop is `run_cell`'s: per iteration, the schedule's `run_iteration` (engines/schedules/), then what the
-iteration leaves in the result files (bench/run/iteration_log.py). An interrupted or failed cell still
-writes results.json with status "interrupted"/"failed" and every iteration it finished.
+The loop is `run_cell`'s: per iteration, the schedule's `run_iteration` (engines/schedules/), then
+what the iteration leaves in the result files (bench/run/iteration_log.py). An interrupted or failed
+cell still writes results.json with status "interrupted"/"failed" and every iteration it finished.
 """
 from __future__ import annotations
 
@@ -45,11 +46,14 @@ class CellRun:
         self.model_info: dict = {}
         self.params_sha256: str | None = None
         self.placement = None  # core/devices/placement.py Placement, once planned
-        self.shape: dict = {}  # the model's shape for the per-stage work counts (core/results/utilisation.py)
-        self.planted: dict = {}  # RLBENCH_SLOW's stages for this cell (bench/planted/slowdown.py); empty normally
+        # the model's shape for the per-stage work counts (core/results/utilisation.py)
+        self.shape: dict = {}
+        # RLBENCH_SLOW's stages for this cell (bench/planted/slowdown.py); empty normally
+        self.planted: dict = {}
         self.host_cpu = None  # core/record/hostcpu.py HostCPU once the workers run
         self.schedule = None  # the engine (engines/schedules/), once built: closed at the end
-        self.lifecycle = Lifecycle()  # start-up, CPU, peak memory (core/record/lifecycle.py): `check --against`
+        # start-up, CPU, peak memory (core/record/lifecycle.py): `check --against`
+        self.lifecycle = Lifecycle()
 
     def results(self) -> dict:
         return metrics.cell_result(
@@ -59,33 +63,39 @@ class CellRun:
             placement=self.placement.records() if self.placement else [],
             devices=self.placement.devices if self.placement else None,
             wall_s_total=now() - self.t0, final_params_sha256=self.params_sha256,
-            clock_t0=self.t0,  # system-wide monotonic clock at the cell's time 0: cells on one time axis
+            # system-wide monotonic clock at the cell's time 0: cells on one time axis
+            clock_t0=self.t0,
             lifecycle=self.lifecycle.record,
             **({"planted_slowdown": self.planted} if self.planted else {}),
-            **({"clocks": dict(self.placement.clocks)} if self.placement and self.placement.clocks else {}))
+            **({"clocks": dict(self.placement.clocks)} if self.placement and self.placement.clocks
+               else {}))
 
     def save(self) -> Path:
         return self.writer.results(self.results())
 
 
-def run_cell(cfg, folder: Path, name: str, progress=None, pacer=None, own_process: bool = False) -> dict:
+def run_cell(cfg, folder: Path, name: str, progress=None, pacer=None,
+             own_process: bool = False) -> dict:
     """Run one cell in this process; returns its results dict (also written to folder/results.json).
     progress: a Reporter (bench/run/board.py) to the run's progress lines; anything else shows none.
-    pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs alone.
-    own_process: this process was started for the cell (its start-up phases count from the process's start)."""
+    pacer (bench/run/interleave.py): when the cell takes turns with other cells; none when it runs
+    alone. own_process: this process was started for the cell (its start-up phases count from the
+    process's start)."""
     lifecycle.begin_phases(own_process)
     run, pacer, progress = CellRun(cfg, folder, name), pacer or Pacer(), Reporter.of(progress)
     progress.phase("setting up")
     with _outcome(run, pacer):
         schedule, evaluator, dataset, tok = _setup(cfg, run, pacer, progress)
-        with IterationLog(cfg, run, evaluator, dataset, tok, progress) as log:  # evaluates before iteration 0
+        # evaluates before iteration 0
+        with IterationLog(cfg, run, evaluator, dataset, tok, progress) as log:
             pacer.ready()
             warmup = _Warmup(run, pacer)
             for k in range(cfg.run.iterations):
                 pause.before(k)  # RLBENCH_PAUSE only: a planted gap between iterations
                 pacer.before(k)
                 warmup.before(k, cfg.run.warmup_iterations)
-                if k == cfg.run.warmup_iterations:  # the first measured iteration: start-up ends here
+                # the first measured iteration: start-up ends here
+                if k == cfg.run.warmup_iterations:
                     run.lifecycle.first_measured(pacer.waited_s, run.host_cpu)
                 inp = iteration_input(cfg, dataset, tok, k)
                 run.host_cpu.start()
@@ -102,8 +112,8 @@ def run_cell(cfg, folder: Path, name: str, progress=None, pacer=None, own_proces
 
 
 class _Warmup:
-    """The start of the first iteration (lifecycle `first_iteration_s`) and the warm-up phase: from there to
-    the first measured iteration, less the turn ring's waits."""
+    """The start of the first iteration (lifecycle `first_iteration_s`) and the warm-up phase: from
+    there to the first measured iteration, less the turn ring's waits."""
 
     def __init__(self, run: CellRun, pacer):
         self.run, self.pacer = run, pacer
@@ -111,16 +121,19 @@ class _Warmup:
 
     def before(self, k: int, warmup_iterations: int) -> None:
         if k == 0:
-            self.run.lifecycle.first_iteration(self.pacer.waited_s, lifecycle.phases().get(Phase.FIRST_EVAL.value, 0.0))
+            self.run.lifecycle.first_iteration(self.pacer.waited_s,
+                                               lifecycle.phases().get(Phase.FIRST_EVAL.value, 0.0))
             self.started, self.waited = now(), self.pacer.waited_s
         if k == warmup_iterations and k > 0:
-            lifecycle.record_phase(Phase.WARMUP, now() - self.started - (self.pacer.waited_s - self.waited))
+            lifecycle.record_phase(Phase.WARMUP,
+                                   now() - self.started - (self.pacer.waited_s - self.waited))
 
 
 @contextlib.contextmanager
 def _outcome(run: CellRun, pacer):
-    """The cell's status whatever happens (complete, interrupted, rejected, failed), results.json saved
-    before the workers close (a stop that cuts the closing short loses nothing), then the workers closed."""
+    """The cell's status whatever happens (complete, interrupted, rejected, failed), results.json
+    saved before the workers close (a stop that cuts the closing short loses nothing), then the
+    workers closed."""
     try:
         yield
         run.status = "complete"
@@ -136,7 +149,8 @@ def _outcome(run: CellRun, pacer):
     finally:
         try:
             pacer.leave()  # a failed cell's turns pass to the others
-        except BaseException as e:  # the ring failing as the cell leaves it: the cell fails, with this error
+        # the ring failing as the cell leaves it: the cell fails, with this error
+        except BaseException as e:
             if run.status == "complete":
                 run.status, run.error = "failed", f"{type(e).__name__}: {e}"
             raise
@@ -145,12 +159,13 @@ def _outcome(run: CellRun, pacer):
 
 
 def _save_and_close(run: CellRun) -> None:
-    """results.json saved before the workers close (a stop that cuts the closing short loses nothing), then
-    the workers closed."""
+    """results.json saved before the workers close (a stop that cuts the closing short loses
+    nothing), then the workers closed."""
     if run.placement is not None:
         run.placement.observed[Role.DRIVER.value] = launch.observe_driver()
     if run.host_cpu is not None:  # peaks so far, the workers still up (they close below)
-        with contextlib.suppress(Exception):  # a measurement must never keep the workers from closing
+        # a measurement must never keep the workers from closing
+        with contextlib.suppress(Exception):
             run.lifecycle.peaks(run.host_cpu.pids)
     run.lifecycle.add_phases(lifecycle.by_process())
     if run.status != "rejected" or run.iterations:
@@ -161,7 +176,8 @@ def _save_and_close(run: CellRun) -> None:
 
 
 def _setup(cfg, run: CellRun, pacer, progress: Reporter):
-    """Planted slowdowns, placement, model and engine; -> (schedule, evaluator, dataset, tokenizer)."""
+    """Planted slowdowns, placement, model and engine; -> (schedule, evaluator, dataset,
+    tokenizer)."""
     run.planted = slowdown.activate(run.name, cfg.switches())  # before any worker starts
     pause.check()
     pacer.setup()
@@ -169,8 +185,10 @@ def _setup(cfg, run: CellRun, pacer, progress: Reporter):
         device = dev.resolve(cfg.engine.device)
         run.placement = _placement(cfg, device.type)
     if cfg.run.profile:  # rollout worker processes inherit this and trace the same iterations
-        profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations, cfg.run.profile_iterations)
-    # the workers' fork server imports while the model loads; after every variable the workers inherit
+        profiling.export_env(str(run.folder / "traces"), cfg.run.warmup_iterations,
+                             cfg.run.profile_iterations)
+    # the workers' fork server imports while the model loads; after every variable the workers
+    # inherit
     starting.warm(device.type != "npu" and cfg.engine.launcher == "local")
     with lifecycle.phase(Phase.MODEL):
         dataset, policy, tok, weights = _setup_model(cfg, run, progress)
@@ -183,17 +201,19 @@ def _setup(cfg, run: CellRun, pacer, progress: Reporter):
 
 
 def _placement(cfg, kind: str):
-    """Where every worker runs (core/devices/placement.py); refuses more devices than this machine (or
-    a running Ray cluster's run, checked before) may claim."""
+    """Where every worker runs (core/devices/placement.py); refuses more devices than this machine
+    (or a running Ray cluster's run, checked before) may claim."""
     available = placement.claimable(cfg.engine, dev.available(kind))
-    if schedules.of(cfg).in_process(cfg):  # one process with every device (the schedule's record says)
+    # one process with every device (the schedule's record says)
+    if schedules.of(cfg).in_process(cfg):
         return placement.single_process(cfg.engine, kind, available)
     return placement.plan(cfg.engine, kind, available)
 
 
 def _setup_model(cfg, run: CellRun, progress: Reporter):
-    """-> (dataset, policy on the CPU mapped from the run's weight file, tokenizer, that WeightFile): the
-    run's first cell of this model builds the file (engines/model/weight_file.py)."""
+    """-> (dataset, policy on the CPU mapped from the run's weight file, tokenizer, that
+    WeightFile): the run's first cell of this model builds the file
+    (engines/model/weight_file.py)."""
     dataset = load_dataset(cfg.data, cfg.run.seed)
     policy, tok, info, weights = policy_once(
         cfg, dataset, run.folder.parent,
@@ -202,7 +222,8 @@ def _setup_model(cfg, run: CellRun, progress: Reporter):
     run.model_info = {"kind": cfg.model.kind, **info,
                       "parameters": sum(p.numel() for p in policy.parameters())}
     run.shape = utilisation.model_shape(policy)
-    run.model_info["shape"] = run.shape  # the speedup prediction's training work (costmodel/predict.py)
+    # the speedup prediction's training work (costmodel/predict.py)
+    run.model_info["shape"] = run.shape
     return dataset, policy, tok, weights
 
 

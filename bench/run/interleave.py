@@ -1,26 +1,26 @@
-"""Interleaved cells (run.interleave): cells run in their own processes at the same time but take turns by
-iteration, cell 1 iteration k, cell 2 iteration k, ..., cell 1 iteration k+1.
+"""Interleaved cells (run.interleave): cells run in their own processes at the same time but take
+turns by iteration, cell 1 iteration k, cell 2 iteration k, ..., cell 1 iteration k+1.
 
 Why: on a shared machine the speed drifts over minutes (another job starts, the CPU clocks down).
 Cells run one after the other each see a different machine; interleaved, iteration k of every cell
 sees nearly the same one, so the per-iteration ratio of two cells cancels the drift (ABAB design).
-No timed work overlaps: cells set up one after the other (the two sides of an A/B together), turns start when every cell is set up, and
-a cell closes its workers only after every cell has left.
+No timed work overlaps: cells set up one after the other (the two sides of an A/B together), turns
+start when every cell is set up, and a cell closes its workers only after every cell has left.
 
 The turns live in a folder (the *ring*), not in one parent's memory, so that two `rlbench run`
 processes of two source trees can share them: `rlbench check --against REF` runs the old and the new
-tree's cells as two *sides* of one ring (RLBENCH_RING=<folder>:<side>), and iteration k of a cell runs
-old, new (or new, old: the order alternates by iteration) back to back. The folder holds state.json
-(read and written under an flock) and one FIFO per seat to wake it; a waiting seat sleeps in select()
-(no CPU) and re-reads the state when woken or every POLL_S. A seat whose process died is found by its
-pid and passes its turns on; a side whose `rlbench run` ended is abandoned by whoever started it.
-The protocol is versioned (PROTOCOL): both trees of an A/B must speak the same one. Any change to how
-seats take turns (the state's keys, the order, when a seat may set up) is a new protocol, because a tree
-with the old rules in the same ring breaks the new ones' guarantees: PROTOCOL_CODE is a fingerprint of this
-module's ring code (everything but Pacer, docstrings and comments; tests/meta/test_ring_protocol.py computes
-it and fails when the code moves without it), so that a change cannot go out under the old number. 1: the first
-ring; 2: every cell waits for every side to register before it sets up, the first also for every cell
-process to reach its set-up.
+tree's cells as two *sides* of one ring (RLBENCH_RING=<folder>:<side>), and iteration k of a cell
+runs old, new (or new, old: the order alternates by iteration) back to back. The folder holds
+state.json (read and written under an flock) and one FIFO per seat to wake it; a waiting seat sleeps
+in select() (no CPU) and re-reads the state when woken or every POLL_S. A seat whose process died is
+found by its pid and passes its turns on; a side whose `rlbench run` ended is abandoned by whoever
+started it. The protocol is versioned (PROTOCOL): both trees of an A/B must speak the same one. Any
+change to how seats take turns (the state's keys, the order, when a seat may set up) is a new
+protocol, because a tree with the old rules in the same ring breaks the new ones' guarantees:
+PROTOCOL_CODE is a fingerprint of this module's ring code (everything but Pacer, docstrings and
+comments; tests/meta/test_ring_protocol.py computes it and fails when the code moves without it), so
+that a change cannot go out under the old number. 1: the first ring; 2: every cell waits for every
+side to register before it sets up, the first also for every cell process to reach its set-up.
 """
 from __future__ import annotations
 
@@ -35,12 +35,15 @@ from pathlib import Path
 from rlbench.core.errors import UserError
 
 PROTOCOL = 2
-# code_fingerprint() of the code of PROTOCOL: change both together where the rules change; a fix that keeps them
-# (a wake-up whose seat closed its FIFO meanwhile is no error: 2's code, 61d83c51690e9c1d, raised) moves this alone
+# code_fingerprint() of the code of PROTOCOL: change both together where the rules change; a fix
+# that keeps them (a wake-up whose seat closed its FIFO meanwhile is no error: 2's code,
+# 61d83c51690e9c1d, raised) moves this alone
 PROTOCOL_CODE = "95109c6c3ea8bd64"
-ENV = "RLBENCH_RING"  # "<folder>:<side>": join that ring as that side (set by `rlbench check --against`)
+# "<folder>:<side>": join that ring as that side (set by `rlbench check --against`)
+ENV = "RLBENCH_RING"
 STARTING, RUNNING, GONE = "starting", "running", "gone"
-POLL_S = 0.5  # a waiting seat re-reads the state this often even when nobody wakes it (dead processes)
+# a waiting seat re-reads the state this often even when nobody wakes it (dead processes)
+POLL_S = 0.5
 STATE, LOCK = "state.json", "lock"
 
 
@@ -64,7 +67,8 @@ class Ring:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / LOCK).touch()
-        state = {"protocol": PROTOCOL, "sides": sides, "registered": [], "seats": {}, "round": 0, "pos": 0}
+        state = {"protocol": PROTOCOL, "sides": sides, "registered": [], "seats": {}, "round": 0,
+                 "pos": 0}
         (folder / STATE).write_text(json.dumps(state))
         return cls(folder)
 
@@ -72,7 +76,8 @@ class Ring:
 
     @contextlib.contextmanager
     def _locked(self, write: bool = True):
-        """The state, under the lock; changes are saved (and every seat woken) when write is true."""
+        """The state, under the lock; changes are saved (and every seat woken) when write is
+        true."""
         with open(self.folder / LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state = json.loads((self.folder / STATE).read_text())
@@ -95,7 +100,8 @@ class Ring:
                 os.write(fd, b"!")
             except BlockingIOError:  # a full pipe already holds a wake-up
                 pass
-            except BrokenPipeError:  # its seat closed it between the open and the write: nothing to wake
+            # its seat closed it between the open and the write: nothing to wake
+            except BrokenPipeError:
                 pass
             finally:
                 os.close(fd)
@@ -107,17 +113,20 @@ class Ring:
             os.mkfifo(self.folder / f"{s.id}.fifo")
         with self._locked() as st:
             if st["protocol"] != PROTOCOL:  # another tree's rules in one ring: refused, never mixed
-                raise UserError(f"turn ring {self.folder} speaks protocol {st['protocol']}, this tree {PROTOCOL}: "
-                                "both sides of `rlbench check --against` must take turns by the same rules")
+                raise UserError(f"turn ring {self.folder} speaks protocol {st['protocol']}, this "
+                                f"tree {PROTOCOL}: "
+                                "both sides of `rlbench check --against` must take turns by the "
+                                "same rules")
             for s, name in zip(seats, names):
-                st["seats"][s.id] = {"side": side, "index": s.index, "name": name, "state": STARTING,
+                st["seats"][s.id] = {"side": side, "index": s.index, "name": name,
+                                     "state": STARTING,
                                      "pid": None, "parent": pid or os.getpid()}
             st["registered"] = sorted(set(st["registered"]) | {side})
         return seats
 
     def abandon(self, side: int) -> None:
-        """Side `side` runs no more (its `rlbench run` ended, however): its seats leave, and nobody waits
-        for it to register."""
+        """Side `side` runs no more (its `rlbench run` ended, however): its seats leave, and nobody
+        waits for it to register."""
         with self._locked() as st:
             for seat in st["seats"].values():
                 if seat["side"] == side:
@@ -128,7 +137,8 @@ class Ring:
 def _order(state: dict, k: int) -> list[str]:
     """Seats in round k's order: by cell index; the sides alternate which goes first (ABBA)."""
     sign = 1 if k % 2 == 0 else -1
-    return sorted(state["seats"], key=lambda s: (state["seats"][s]["index"], sign * state["seats"][s]["side"]))
+    return sorted(state["seats"],
+                  key=lambda s: (state["seats"][s]["index"], sign * state["seats"][s]["side"]))
 
 
 def _started(state: dict) -> bool:
@@ -169,7 +179,8 @@ def _alive(pid: int | None) -> bool:
 
 
 class Seat:
-    """One cell's place in the ring; picklable (a folder and two numbers), reopened in the cell process."""
+    """One cell's place in the ring; picklable (a folder and two numbers), reopened in the cell
+    process."""
 
     def __init__(self, folder: Path, side: int, index: int):
         self.ring, self.side, self.index = Ring(folder), side, index
@@ -208,20 +219,24 @@ class Seat:
                 _advance(st)
 
     def setup(self) -> None:
-        """Cells set up one after the other: after every seat of a lower cell index. The sides set up the
-        same cell at once (setup is not timed; on two cores or more that halves it), except the very first,
-        which warms the model cache alone so that the other side finds it warm. Every cell waits for every
-        side to register, so a side that registers late still sets up cell by cell with the other; the
-        first also waits until every seat's process has come this far (its imports done): else the first
-        side's first cell set up while the others still imported, and its start-up (judged by `check
-        --against`) was up to 25% slower than the other side's, where the two of any other cell agree."""
+        """Cells set up one after the other: after every seat of a lower cell index. The sides set
+        up the same cell at once (setup is not timed; on two cores or more that halves it), except
+        the very first, which warms the model cache alone so that the other side finds it warm.
+        Every cell waits for every side to register, so a side that registers late still sets up
+        cell by cell with the other; the first also waits until every seat's process has come this
+        far (its imports done): else the first side's first cell set up while the others still
+        imported, and its start-up (judged by `check --against`) was up to 25% slower than the other
+        side's, where the two of any other cell agree."""
         def ready(st: dict) -> bool:
             if len(st["registered"]) < st["sides"]:
                 return False  # a side that registers late sets up its lower cells first
-            if self.index == 0 and any(v["pid"] is None and v["state"] != GONE for v in st["seats"].values()):
-                return False  # a cell process still starting (importing): the first cell would share its cores
+            if self.index == 0 and any(v["pid"] is None and v["state"] != GONE for v
+                                       in st["seats"].values()):
+                # a cell process still starting (importing): the first cell would share its cores
+                return False
             return all(v["state"] != STARTING for v in st["seats"].values()
-                       if v["index"] < self.index or (v["index"] == self.index == 0 and v["side"] < self.side))
+                       if v["index"] < self.index
+                       or (v["index"] == self.index == 0 and v["side"] < self.side))
 
         with self.ring._locked() as st:
             st["seats"][self.id]["pid"] = os.getpid()
@@ -253,8 +268,9 @@ class Seat:
 
 
 class Pacer:
-    """What a cell calls around its iterations; alone (no seat, the default) it never waits. waited_s: the
-    seconds it has waited for set-up and turns (other cells' work, not its own: start-up excludes it)."""
+    """What a cell calls around its iterations; alone (no seat, the default) it never waits.
+    waited_s: the seconds it has waited for set-up and turns (other cells' work, not its own:
+    start-up excludes it)."""
 
     def __init__(self, seat: Seat | None = None):
         self.seat = seat

@@ -1,6 +1,6 @@
 """A cell's process: `cell_main` (-> `run_cell`, bench/run/cell.py) started as the leader of its own
-process group, Ctrl-C passed on to it, and what is left of its group reaped after it; and every cell at
-once, taking turns by iteration (run.interleave, bench/run/interleave.py).
+process group, Ctrl-C passed on to it, and what is left of its group reaped after it; and every cell
+at once, taking turns by iteration (run.interleave, bench/run/interleave.py).
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from rlbench.run.interleave import Pacer
 
 
 def start(proc) -> None:
-    """Start a cell process as the leader of its own process group (it also does so itself: whichever
-    comes first; the parent cannot once the child has exec'd)."""
+    """Start a cell process as the leader of its own process group (it also does so itself:
+    whichever comes first; the parent cannot once the child has exec'd)."""
     proc.start()
     try:
         os.setpgid(proc.pid, proc.pid)
@@ -34,8 +34,8 @@ def start(proc) -> None:
 
 
 def interrupt(cell_procs) -> None:
-    """Ctrl-C reached `rlbench run` (the terminal's foreground group): pass it to every cell's group, as
-    the terminal would have, and give the cells time to save their results."""
+    """Ctrl-C reached `rlbench run` (the terminal's foreground group): pass it to every cell's
+    group, as the terminal would have, and give the cells time to save their results."""
     for proc in cell_procs:
         procs.forward(signal.SIGINT, proc.pid)
     for proc in cell_procs:
@@ -43,20 +43,23 @@ def interrupt(cell_procs) -> None:
 
 
 def reap(proc) -> None:
-    """After a cell process ended (or would not): end what is left of its process group (a vLLM engine
-    core that outlived its worker, a resource tracker), checked in /proc, within about 10 s."""
+    """After a cell process ended (or would not): end what is left of its process group (a vLLM
+    engine core that outlived its worker, a resource tracker), checked in /proc, within about 10
+    s."""
     if proc.is_alive():
         proc.kill()
         proc.join(5)
     left = procs.end_group(proc.pid)
     if left:
-        print(f"warning: processes of cell {proc.name} still alive after 10 s: {procs.describe(left)}",
+        print(f"warning: processes of cell {proc.name} still alive after 10 s: "
+              f"{procs.describe(left)}",
               file=sys.stderr)
 
 
 def ring_seats(cells, run_dir: Path):
     """Seats for the cells in a turn ring: the one RLBENCH_RING names (a side of `rlbench check
-    --against`), else a new ring of this run alone. -> (seats, ring folder to remove at the end or None)."""
+    --against`), else a new ring of this run alone. -> (seats, ring folder to remove at the end or
+    None)."""
     shared = interleave.from_env()
     if shared:
         folder, side = shared
@@ -66,8 +69,8 @@ def ring_seats(cells, run_dir: Path):
 
 
 def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path, board) -> dict:
-    """Every cell in its own process at once, taking turns by iteration (bench/run/interleave.py); board
-    (bench/run/board.py): the run's progress lines."""
+    """Every cell in its own process at once, taking turns by iteration (bench/run/interleave.py);
+    board (bench/run/board.py): the run's progress lines."""
     seats, own = ring_seats(cells, run_dir)
     running = {}
     try:
@@ -106,24 +109,29 @@ def run_interleaved(ctx, cells, entries: list[dict], record: dict, run_dir: Path
 
 
 def cell_main(cfg_json: dict, folder: str, name: str, progress, seat=None) -> None:
-    """A cell process; progress: its channel to the run's progress lines (bench/run/board.py), or None.
-    It leads its own process group, so that whatever it starts (workers, vLLM engine cores, resource
-    trackers) can be found and ended after it (core/devices/procs.py); it gets SIGTERM when
+    """A cell process; progress: its channel to the run's progress lines (bench/run/board.py), or
+    None. It leads its own process group, so that whatever it starts (workers, vLLM engine cores,
+    resource trackers) can be found and ended after it (core/devices/procs.py); it gets SIGTERM when
     `rlbench run` dies, ends like a Ctrl-C, and then takes what is left of its group with it."""
-    from rlbench.run.cell import run_cell  # inside: it imports torch; `rlbench run`, which starts this process, must not
+    # inside: it imports torch; `rlbench run`, which starts this process, must not
+    from rlbench.run.cell import run_cell
 
-    progress = boards.attach(progress)  # before anything prints: its standard error may go to the board
-    starting.detach()  # forked by `rlbench run`'s fork server (on CPU): it must end with `rlbench run`
+    # before anything prints: its standard error may go to the board
+    progress = boards.attach(progress)
+    # forked by `rlbench run`'s fork server (on CPU): it must end with `rlbench run`
+    starting.detach()
     procs.lead_own_group()
     procs.interruptible()
     procs.stop_group_on_sigterm()  # a polite stop, as Ctrl-C: results saved, workers closed
     procs.die_with_parent(signal.SIGTERM)
     try:
         cfg, runner = RunConfig.model_validate(cfg_json), experiments.runner_of(name)
-        if runner:  # a cell an experiment runs itself (a peer framework's: bench/experiments/<name>/)
+        # a cell an experiment runs itself (a peer framework's: bench/experiments/<name>/)
+        if runner:
             runner(cfg, Path(folder), name, progress, Pacer(seat))
         else:
-            run_cell(cfg, Path(folder), name, progress=progress, pacer=Pacer(seat), own_process=True)
+            run_cell(cfg, Path(folder), name, progress=progress, pacer=Pacer(seat),
+                     own_process=True)
     except KeyboardInterrupt:
         sys.exit(130)
     except UserError as e:
@@ -133,5 +141,6 @@ def cell_main(cfg_json: dict, folder: str, name: str, progress, seat=None) -> No
         print(f"error in cell {name}: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(3)
     finally:
-        if os.getppid() != multiprocessing.parent_process().pid:  # orphaned: nobody else will clean up
+        # orphaned: nobody else will clean up
+        if os.getppid() != multiprocessing.parent_process().pid:
             procs.kill_group(os.getpgid(0), spare=os.getpid())

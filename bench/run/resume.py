@@ -23,41 +23,45 @@ from rlbench.run.seeds import expand
 
 
 def load(run_dir: Path) -> tuple[dict, object, list]:
-    """-> (the ablation record, its base RunConfig, its cells as (name, config, seed)); UserError when
-    RUN_DIR is not a run this rlbench can resume."""
+    """-> (the ablation record, its base RunConfig, its cells as (name, config, seed)); UserError
+    when RUN_DIR is not a run this rlbench can resume."""
     path = Path(run_dir) / schema.ABLATION
     if not path.is_file():
-        raise UserError(f"--resume {run_dir}: no {schema.ABLATION} there (not a run folder of `rlbench run`)")
+        raise UserError(f"--resume {run_dir}: no {schema.ABLATION} there (not a run folder of "
+                        f"`rlbench run`)")
     record = schema.read_ablation(run_dir)
     if record.get("kind") != "ablation" or "config" not in record or "code_digest" not in record:
-        raise UserError(f"--resume {run_dir}: {path} lacks the config and code version a resume needs "
-                        "(written by an older rlbench); start a new run")
+        raise UserError(f"--resume {run_dir}: {path} lacks the config and code version a resume "
+                        "needs (written by an older rlbench); start a new run")
     base = build_config(record["config"], source=str(path))
     cells = expand(cells_for(record["name"], base, record.get("overrides")), record.get("seeds"))
     if [c for c, _, _ in cells] != [e["name"] for e in record["cells"]]:
         raise UserError(f"--resume {run_dir}: the cells of ablation {record['name']!r} are now "
-                        f"{[c for c, _, _ in cells]}, the run has {[e['name'] for e in record['cells']]}")
+                        f"{[c for c, _, _ in cells]}, the run has "
+                        f"{[e['name'] for e in record['cells']]}")
     return record, base, cells
 
 
 def check_code(record: dict, run_dir: Path, digest: str) -> None:
     if record["code_digest"] != digest:
-        raise UserError(f"--resume {run_dir}: the run was made by rlbench code {record['code_digest']}, this is "
-                        f"{digest} (the source changed); cells of two code versions are not comparable, "
-                        "start a new run")
+        raise UserError(f"--resume {run_dir}: the run was made by rlbench code "
+                        f"{record['code_digest']}, this is {digest} (the source changed); cells of "
+                        "two code versions are not comparable, start a new run")
 
 
 def plan(run_dir: Path, record: dict, cells: list, digest: str) -> list[str]:
     """Keep the verified complete cells, empty the folders of the rest and clear their exit codes;
     -> the names of the cells kept. Every kept cell is verified before anything is changed."""
-    keep = [entry["exit_code"] == 0 and _complete(Path(run_dir) / entry["dir"]) for entry in record["cells"]]
+    keep = [entry["exit_code"] == 0 and _complete(Path(run_dir) / entry["dir"]) for entry
+            in record["cells"]]
     for entry, (name, cfg, _), kept in zip(record["cells"], cells, keep):
         if kept:
             _verify(Path(run_dir) / entry["dir"], name, cfg.model_dump(mode="json"), digest)
     for entry, kept in zip(record["cells"], keep):
         if not kept:
             entry["exit_code"] = None
-            shutil.rmtree(Path(run_dir) / entry["dir"], ignore_errors=True)  # from the start: nothing old stays
+            # from the start: nothing old stays
+            shutil.rmtree(Path(run_dir) / entry["dir"], ignore_errors=True)
     schema.atomic_write_json(Path(run_dir) / schema.ABLATION, record)
     return [name for (name, _, _), kept in zip(cells, keep) if kept]
 
@@ -74,11 +78,13 @@ def _verify(folder: Path, name: str, config: dict, digest: str) -> None:
     res = schema.load_cell(folder)
     if res.get("config") != config:  # raw: an exact match, and the keys that differ by name
         keys = sorted(_diff(res.get("config") or {}, config))
-        raise UserError(f"--resume: completed cell {name} ({folder / schema.RESULTS}) was run with a different "
-                        f"config than the run's ablation.json gives it: {', '.join(keys[:8])}; start a new run")
+        raise UserError(f"--resume: completed cell {name} ({folder / schema.RESULTS}) was run with "
+                        f"a different config than the run's ablation.json gives it: "
+                        f"{', '.join(keys[:8])}; start a new run")
     got = (res.get("provenance") or {}).get("code_digest")
     if got != digest:
-        raise UserError(f"--resume: completed cell {name} was measured by rlbench code {got}, this is {digest}; "
+        raise UserError(f"--resume: completed cell {name} was measured by rlbench code {got}, this "
+                        f"is {digest}; "
                         "start a new run")
 
 
@@ -95,20 +101,20 @@ def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def resume_run(run_dir: Path, progress: bool, end, refused: dict) -> None:
-    """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept. refused: the
-    `rlbench run` options given with it ({option: value}): any set one is refused (exit 2); end: what to print
-    and write at the end (around.Ending)."""
+    """`--resume RUN_DIR`: the run's own config, ablation and seeds; completed cells kept. refused:
+    the `rlbench run` options given with it ({option: value}): any set one is refused (exit 2); end:
+    what to print and write at the end (around.Ending)."""
     given = [opt for opt, value in refused.items() if value]
     if given:
-        raise UserError(f"--resume {run_dir} runs that run's own configuration (its ablation.json); leave out "
-                        f"{', '.join(given)}")
+        raise UserError(f"--resume {run_dir} runs that run's own configuration (its "
+                        f"ablation.json); leave out {', '.join(given)}")
     record, base, cells = load(run_dir)
     digest = provenance.code_digest()
     check_code(record, run_dir, digest)
     preflight(base, [], cell_context([cfg for _, cfg, _ in cells]))
     kept = plan(run_dir, record, cells, digest)
-    typer.echo(f"rlbench: resuming {run_dir}: kept {len(kept)} completed cell(s) ({', '.join(kept) or 'none'}), "
-               f"running {len(cells) - len(kept)}", err=True)
+    typer.echo(f"rlbench: resuming {run_dir}: kept {len(kept)} completed cell(s) "
+               f"({', '.join(kept) or 'none'}), running {len(cells) - len(kept)}", err=True)
     try:
         record = run_cells(cells, record, run_dir, progress)
     finally:

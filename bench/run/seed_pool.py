@@ -1,12 +1,12 @@
-"""`--seeds` in parallel, where that keeps one device per worker: cells of different seeds at once, each on
-CPU cores no other cell uses.
+"""`--seeds` in parallel, where that keeps one device per worker: cells of different seeds at once,
+each on CPU cores no other cell uses.
 
-A cell places its workers on the cores of its own affinity mask (device.cpu_cores, placement.plan), one
-worker per core. So the cores are cut into slots of a cell's size (engine.num_devices) and each cell
-process starts with its slot as its mask: no two workers of any cells share a core. A slot runs the
-cells of one seed in order (seed-major, as the sequential loop), then takes the next seed. With fewer
-than two slots (2 cores and cells of 2 devices: the CPU default) the cells run one after the other, as
-before. Accelerators (cuda, npu) stay sequential: a cell takes every visible device.
+A cell places its workers on the cores of its own affinity mask (device.cpu_cores, placement.plan),
+one worker per core. So the cores are cut into slots of a cell's size (engine.num_devices) and each
+cell process starts with its slot as its mask: no two workers of any cells share a core. A slot runs
+the cells of one seed in order (seed-major, as the sequential loop), then takes the next seed. With
+fewer than two slots (2 cores and cells of 2 devices: the CPU default) the cells run one after the
+other, as before. Accelerators (cuda, npu) stay sequential: a cell takes every visible device.
 
 Cells running side by side share memory bandwidth and caches, which a sequential run does not: their
 TPSPD is not comparable with a sequential run's (compare cells of one run, or seeds with seeds).
@@ -25,7 +25,8 @@ from rlbench.core.results import schema
 
 
 def core_slots(cfgs, cores: list[int] | None = None) -> list[list[int]]:
-    """Disjoint core groups, one cell each; [] when fewer than two fit or a cell is not on the CPU."""
+    """Disjoint core groups, one cell each; [] when fewer than two fit or a cell is not on the
+    CPU."""
     if any(device.resolve_kind(c.engine.device) != "cpu" for c in cfgs):
         return []
     cores = device.cpu_cores() if cores is None else cores
@@ -35,8 +36,9 @@ def core_slots(cfgs, cores: list[int] | None = None) -> list[list[int]]:
 
 
 def parallel_plan(todo) -> list[list[int]]:
-    """The slots to run `todo` ([(entry, (cell, cfg, seed))]) on, or [] to run it sequentially: only for
-    two or more seeds (cells that take turns never come here: bench/run/ablation.py `takes_turns`)."""
+    """The slots to run `todo` ([(entry, (cell, cfg, seed))]) on, or [] to run it sequentially: only
+    for two or more seeds (cells that take turns never come here: bench/run/ablation.py
+    `takes_turns`)."""
     cfgs = [cfg for _, (_, cfg, _) in todo]
     seeds = {seed for _, (_, _, seed) in todo}
     if len(seeds) < 2:
@@ -54,10 +56,11 @@ class CellProcess:
     interrupt: Callable  # Ctrl-C: pass SIGINT to the cells still running
 
 
-def run_parallel(ctx, todo, record: dict, run_dir, board, slots: list[list[int]], cp: CellProcess) -> dict:
-    """Run the seeds' queues of cells on the slots, a thread per slot starting and joining cell processes;
-    exit codes go into record and ablation.json as they come (under a lock); board (bench/run/board.py):
-    the run's progress lines."""
+def run_parallel(ctx, todo, record: dict, run_dir, board, slots: list[list[int]],
+                 cp: CellProcess) -> dict:
+    """Run the seeds' queues of cells on the slots, a thread per slot starting and joining cell
+    processes; exit codes go into record and ablation.json as they come (under a lock); board
+    (bench/run/board.py): the run's progress lines."""
 
     queues: dict = defaultdict(list)
     for item in todo:
@@ -74,9 +77,11 @@ def run_parallel(ctx, todo, record: dict, run_dir, board, slots: list[list[int]]
                 queue = pending.pop(0)
             for entry, (cell, cfg, _) in queue:
                 proc = ctx.Process(target=cp.main, name=f"rlbench-cell-{cell}",
-                                   args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]), cell,
+                                   args=(cfg.model_dump(mode="json"), str(run_dir / entry["dir"]),
+                                         cell,
                                          board.open(cell)))
-                with lock:  # the child inherits the mask it is started with; the parent's is restored
+                # the child inherits the mask it is started with; the parent's is restored
+                with lock:
                     mask = os.sched_getaffinity(0)
                     os.sched_setaffinity(0, cores)
                     try:
@@ -85,7 +90,8 @@ def run_parallel(ctx, todo, record: dict, run_dir, board, slots: list[list[int]]
                         os.sched_setaffinity(0, mask)
                     board.started(cell)
                     procs.append(proc)
-                    entry["cores"] = list(cores)  # ablation.json: the physical cores this cell ran on
+                    # ablation.json: the physical cores this cell ran on
+                    entry["cores"] = list(cores)
                 proc.join()
                 cp.reap(proc)
                 with lock:

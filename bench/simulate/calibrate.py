@@ -1,12 +1,12 @@
 """Calibration from a run's data-parallel sync cell, and the check against the run's own cells.
 
-The calibration is the report's (rlbench.core.costmodel.predict.measurements): per measured iteration, the
-sync ranks' decode-step seconds by batch bucket and cache window and refill seconds, seconds per trained token,
-optimizer-step and weight-sync seconds, with that iteration's response lengths. validate() predicts
-each cell of the run as the report's measured-vs-predicted table does (rlbench.analysis.speedup.
-speedup_frame over rlbench.core.costmodel.predict.predict_async), so the two give the same numbers; a sync
-cell's row is in-sample. bounded_async cells, which the report does not predict, go through the
-simulator's bounded model on the same costs.
+The calibration is the report's (rlbench.core.costmodel.predict.measurements): per measured
+iteration, the sync ranks' decode-step seconds by batch bucket and cache window and refill seconds,
+seconds per trained token, optimizer-step and weight-sync seconds, with that iteration's response
+lengths. validate() predicts each cell of the run as the report's measured-vs-predicted table does
+(rlbench.analysis.speedup. speedup_frame over rlbench.core.costmodel.predict.predict_async), so the
+two give the same numbers; a sync cell's row is in-sample. bounded_async cells, which the report
+does not predict, go through the simulator's bounded model on the same costs.
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def find_sync_cell(cells: list[dict], run_dir: Path) -> dict:
         if spec is not None and spec.model == MODEL_COLOCATED and c.get("iterations"):
             return c
     found = ", ".join(f"{c.get('cell')} ({_schedule(c)})" for c in cells) or "none"
-    raise UserError(f"{run_dir}: no sync cell with measured iterations to calibrate from (cells: {found}); "
+    raise UserError(f"{run_dir}: no sync cell with measured iterations to calibrate from (cells: "
+                    f"{found}); "
                     "run e.g. `rlbench run --ablation async` first")
 
 

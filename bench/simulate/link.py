@@ -26,13 +26,15 @@ def group_bytes(batches: list) -> float:
     GROUP_BYTES_PER_TOKEN."""
     rows = [s for b in batches for s in b.samples]
     groups = len({(i, s["prompt"]) for i, b in enumerate(batches) for s in b.samples}) or 1
-    return GROUP_BYTES_PER_TOKEN * sum(int(s["prompt_len"]) + int(s["response_len"]) for s in rows) / groups
+    return GROUP_BYTES_PER_TOKEN * sum(int(s["prompt_len"]) + int(s["response_len"]) for s
+                                       in rows) / groups
 
 
 def _crossed(cell: dict) -> set[str]:
     """The workers of a cell on another node than its trainer rank 0 (results.json
     placement[*].observed)."""
-    nodes = {p["worker"]: (p.get("observed") or {}).get("node") for p in cell.get("placement") or []}
+    nodes = {p["worker"]: (p.get("observed") or {}).get("node") for p in cell.get("placement")
+                          or []}
     home = nodes.get("trainer0")
     return {w for w, n in nodes.items() if n and home and n != home}
 
@@ -49,7 +51,8 @@ def link_from_run(run_dir: Path) -> Link | None:
         events = schema.load_events(Path(cell["_dir"]))
         weights += [e["end"] - e["start"] for e in events
                     if e["stage"] == Stage.WEIGHT_TRANSFER.value and e["worker"] in far]
-        groups += [e["end"] - e["start"] for e in events if e["stage"] == Stage.GROUP_TRANSFER.value]
+        groups += [e["end"] - e["start"] for e in events if e["stage"]
+                   == Stage.GROUP_TRANSFER.value]
         size = size or weight_bytes(cell)
         cells.append(cell["cell"])
     if not weights or not size:
@@ -59,8 +62,9 @@ def link_from_run(run_dir: Path) -> Link | None:
     rate = size / max(took - overhead, 1e-9)
     return Link(rate, overhead / 2, overhead,
                 f"measured in {run_dir} (cells {', '.join(cells)}): {len(weights)} "
-                f"weight transfers of {size / 1e6:.1f} MB across nodes (median {took:.3f} s), {len(groups)} group "
-                f"transfers (median {overhead * 1e3:.1f} ms: a transfer's fixed part)")
+                f"weight transfers of {size / 1e6:.1f} MB across nodes (median {took:.3f} s), "
+                f"{len(groups)} group transfers (median {overhead * 1e3:.1f} ms: a transfer's "
+                f"fixed part)")
 
 
 def weight_sync_check(run_dir: Path, link: Link, weights: float | None) -> dict | None:
@@ -86,10 +90,12 @@ def layout(link: Link | None, devices_per_node: int | None, weights: float | Non
     """The node layout the simulation prices (None: no link given or found, one node)."""
     if link is None:
         if devices_per_node is not None:
-            raise UserError("--devices-per-node needs a link: --link-gbps, or a run measured on several nodes")
+            raise UserError("--devices-per-node needs a link: --link-gbps, or a run measured on "
+                            "several nodes")
         return None
     if weights is None:
-        raise UserError("the link's terms need the model's bytes, which the run's results.json does not record")
+        raise UserError("the link's terms need the model's bytes, which the run's results.json "
+                        "does not record")
     per = devices_per_node or 1
     if per < 1:
         raise UserError(f"--devices-per-node {per}: must be >= 1")

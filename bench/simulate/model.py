@@ -1,20 +1,21 @@
 """What the simulator runs on: batches with their per-device costs, in the report's model.
 
-A *batch* is one rlbench.core.costmodel.predict.SyncMeasurements: one iteration's samples (prompt, sample,
-prompt_len, response_len) and the costs of one device running one worker, measured in a
+A *batch* is one rlbench.core.costmodel.predict.SyncMeasurements: one iteration's samples (prompt,
+sample, prompt_len, response_len) and the costs of one device running one worker, measured in a
 data-parallel sync cell (or stated by a preset):
 
-    decode step                              StepCost: by its batch bucket and cache window (a plane over the
-                                             measured shapes) or, stated, by B sequences in flight; plus a
-                                             refill cost per admission round
+    decode step                              StepCost: by its batch bucket and cache window (a plane
+    over the
+                                             measured shapes) or, stated, by B sequences in flight;
+                                             plus a refill cost per admission round
     training                                 seconds per trained token (all per-sample phases)
     optimizer step (with its all-reduce)     seconds, per step
     weight sync                              seconds, per transfer (async: publish + load = 2)
 
-Every device runs at these costs whatever the device count: a pool of N devices is N workers, each with its
-shard of the batch (docs/architecture/placement.md). Nothing scales by an exponent (the one fit, a decode
-step's seconds as a plane over its bucket and window, prices the shapes a device runs);
-what changes with the device count is the work each device gets and how long it waits.
+Every device runs at these costs whatever the device count: a pool of N devices is N workers, each
+with its shard of the batch (docs/architecture/placement.md). Nothing scales by an exponent (the one
+fit, a decode step's seconds as a plane over its bucket and window, prices the shapes a device
+runs); what changes with the device count is the work each device gets and how long it waits.
 
 Units: seconds, tokens, devices.
 """
@@ -40,28 +41,33 @@ class Costs:
     weight_sync_s: float
 
     def step_cost(self) -> StepCost:
-        """A step table linear in B between 1 and max_num_seqs (StepCost interpolates between them)."""
+        """A step table linear in B between 1 and max_num_seqs (StepCost interpolates between
+        them)."""
         rows = {b: (1, self.decode_a_s + self.decode_b_s * b) for b in (1, self.max_num_seqs)}
         return StepCost(rows, 0.0, 0)
 
     def batch(self, samples: list[dict], g: int, shared_prompt: bool = False,
               train_scale: float = 1.0) -> SyncMeasurements:
         return SyncMeasurements.stated(self.step_cost(), self.train_s_per_token * train_scale,
-                                       self.weight_sync_s, self.optimizer_step_s, self.max_num_seqs, g,
+                                       self.weight_sync_s, self.optimizer_step_s, self.max_num_seqs,
+                                       g,
                                        shared_prompt, samples)
 
 
 def rescale(m: SyncMeasurements, devices: int) -> SyncMeasurements:
     """The same batch for `devices` devices at the measured load per device (weak scaling): prompts
-    x devices / measured ranks groups, the measured groups repeated so that new sync rank r gets copies
-    of measured rank r mod ranks's shard (exactly, when devices is a multiple of the ranks); same costs. The
-    batch's token count (TPSPD's numerator: a log's own, not its synthetic rows') grows with the rows."""
+    x devices / measured ranks groups, the measured groups repeated so that new sync rank r gets
+    copies of measured rank r mod ranks's shard (exactly, when devices is a multiple of the ranks);
+    same costs. The batch's token count (TPSPD's numerator: a log's own, not its synthetic rows')
+    grows with the rows."""
     memo = m.samples.memo if isinstance(m.samples, Rows) else {}
     key = ("rescaled", devices, m.n)
-    if key not in memo:  # every batch built on the same rows (a plan's assumption ends) shares the dealt rows
+    # every batch built on the same rows (a plan's assumption ends) shares the dealt rows
+    if key not in memo:
         memo[key] = _dealt(m, devices)
     rows = memo[key]
-    out = SyncMeasurements.stated(m.cost, m.c_tok, m.ws, m.opt, m.slots, m.g, m.shared_prompt, rows, m.n,
+    out = SyncMeasurements.stated(m.cost, m.c_tok, m.ws, m.opt, m.slots, m.g, m.shared_prompt, rows,
+                                  m.n,
                                   m.micro_batch, m.shape, m.split_ws, m.train_speed)
     out.tokens = m.tokens * len(rows) / len(m.samples)
     return out
@@ -106,16 +112,20 @@ def summary(batches: list[SyncMeasurements]) -> dict:
     return {"batches": len(batches), "prompts": prompts_of(batches[0]), "group_size": batches[0].g,
             "prompt_len_mean": sum(prm) / len(prm), "response_len_mean": sum(resp) / len(resp),
             "response_len_p50": resp[len(resp) // 2],
-            "response_len_p99": resp[min(len(resp) - 1, int(0.99 * len(resp)))], "response_len_max": resp[-1]}
+            "response_len_p99": resp[min(len(resp) - 1, int(0.99 * len(resp)))],
+            "response_len_max": resp[-1]}
 
 
 def costs_of(m: SyncMeasurements) -> dict:
     """One batch's per-device costs as JSON (calibration.json)."""
     shapes = m.cost.shapes
-    plane = {"decode_step_plane": dict(zip(("s", "s_per_row", "s_per_position", "s_per_row_position"),
+    plane = {"decode_step_plane": dict(zip(("s", "s_per_row", "s_per_position",
+                                            "s_per_row_position"),
                                            map(float, shapes.coef)))} if shapes is not None else {}
-    return {"decode_step_s_by_active": dict(zip(m.cost.bs, m.cost.cost)), **plane, "refill_s": m.cost.refill,
+    return {"decode_step_s_by_active": dict(zip(m.cost.bs, m.cost.cost)), **plane,
+            "refill_s": m.cost.refill,
             "prefill_s_per_token": m.cost.prefill,
             "decode_step_fallback_s": m.cost.fallback, "train_s_per_token": m.s_per_token(),
-            "optimizer_step_s": m.opt, "weight_sync_s": m.ws, "split_weight_sync_s": m.split_ws, "max_num_seqs": m.slots, "group_size": m.g,
+            "optimizer_step_s": m.opt, "weight_sync_s": m.ws, "split_weight_sync_s": m.split_ws,
+            "max_num_seqs": m.slots, "group_size": m.g,
             "shared_prompt": m.shared_prompt, "measured_ranks": m.n, "tokens": m.tokens}

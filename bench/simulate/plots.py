@@ -1,4 +1,5 @@
-"""PNG plots of a simulation: predicted TPSPD against device count, and against the rollout share."""
+"""PNG plots of a simulation: predicted TPSPD against device count, and against the rollout
+share."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +20,8 @@ def plot_devices(result: dict, path: Path) -> Path:
     devices = result["devices"]
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.subplots()
-    sync = [next(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == REF) for d in devices]
+    sync = [next(r["tpspd"] for r in rows if r["devices"] == d and r["schedule"] == REF) for d
+            in devices]
     ax.plot(devices, sync, "o-", color="#555555", label="sync (colocated)")
     ax.plot(devices, [b["tpspd"] for b in best], "s-", color="#1f77b4", lw=2,
             label="periodic_async (best split)")
@@ -55,7 +57,8 @@ def plot_share(result: dict, path: Path) -> Path:
         d, c = b["devices"], colors[i % len(colors)]
         xs = [p["rollout_devices"] / d for p in b["curve"]]
         ax.plot(xs, [p["tpspd"] for p in b["curve"]], "o-", ms=3, color=c, label=f"{d} devices")
-        sync = next(r["tpspd"] for r in result["rows"] if r["devices"] == d and r["schedule"] == REF)
+        sync = next(r["tpspd"] for r in result["rows"] if r["devices"] == d and r["schedule"]
+                    == REF)
         ax.axhline(sync, color=c, ls="--", lw=0.8)
         ax.plot([b["rollout_devices"] / d], [b["tpspd"]], "*", ms=11, color=c)
     ax.set_xlabel("rollout share of the devices (periodic_async); dashed: sync")

@@ -54,10 +54,10 @@ def _row(d: int, share, res, sync) -> dict:
 
 
 def sweep(batches_for, devices, shares, staleness: int = 1, layout=None) -> tuple[list, list]:
-    """-> (rows: sync + periodic-async, its barrier variant, bounded-async and bounded-async with partial
-    rollout (recompute: its upper bound) per split, best: the best periodic-async split per count).
-    batches_for(d) gives the batches simulated on d devices; layout: the devices on nodes and the link
-    between them (core/costmodel/link.py), None: one node."""
+    """-> (rows: sync + periodic-async, its barrier variant, bounded-async and bounded-async with
+    partial rollout (recompute: its upper bound) per split, best: the best periodic-async split per
+    count). batches_for(d) gives the batches simulated on d devices; layout: the devices on nodes
+    and the link between them (core/costmodel/link.py), None: one node."""
     rows, best = [], []
     for d in devices:
         bs = batches_for(d)
@@ -65,9 +65,11 @@ def sweep(batches_for, devices, shares, staleness: int = 1, layout=None) -> tupl
         rows.append(_row(d, None, sync, sync))
         for s in shares:
             n, m = split(d, s)
-            for res in (simulate(bs, ASYNC, n, m, layout=layout), simulate(bs, ASYNC, n, m, overlap=False, layout=layout),
+            for res in (simulate(bs, ASYNC, n, m, layout=layout),
+                        simulate(bs, ASYNC, n, m, overlap=False, layout=layout),
                         simulate(bs, BOUNDED_K, n, m, staleness=staleness, layout=layout),
-                        simulate(bs, BOUNDED_K, n, m, staleness=staleness, partial_rollout=True, layout=layout)):
+                        simulate(bs, BOUNDED_K, n, m, staleness=staleness, partial_rollout=True,
+                                 layout=layout)):
                 rows.append(_row(d, s, res, sync))
         b = paper.best_split(bs, d, steps=min(16, d), layout=layout)
         best.append({"devices": d, "rollout_devices": b["rollout_devices"],
@@ -77,14 +79,16 @@ def sweep(batches_for, devices, shares, staleness: int = 1, layout=None) -> tupl
 
 
 def _source(run_dir, preset) -> tuple[list, object, dict]:
-    """-> (the batches as calibrated or stated, batches_for(d), description with the weights' bytes)."""
+    """-> (the batches as calibrated or stated, batches_for(d), description with the weights'
+    bytes)."""
     if preset is not None and preset not in PRESETS:
         raise UserError(f"--preset {preset!r}: allowed {', '.join(PRESETS)}")
     if preset == "paper-7b":
         batches = paper.paper_batches()
         return batches, lambda d: batches, {
             "source": "preset paper-7b", "device": "A100/910B-class accelerator (stated costs)",
-            "scaling": "strong scaling: 512 prompts x 8 at every device count", "weight_bytes": paper.WEIGHT_BYTES}
+            "scaling": "strong scaling: 512 prompts x 8 at every device count",
+            "weight_bytes": paper.WEIGHT_BYTES}
     if run_dir is None:
         raise UserError("give a RUN_DIR to calibrate from, or --preset paper-7b")
     batches, cell = calibrate(run_dir)
@@ -94,22 +98,27 @@ def _source(run_dir, preset) -> tuple[list, object, dict]:
         return [rescale(b, d) for b in batches]
     dev = ((cell.get("provenance") or {}).get("device") or {}).get("type", "?")
     return batches, batches_for, {
-        "source": str(run_dir), "device": f"{dev}, per device as measured in sync cell {cell.get('cell')!r} "
+        "source": str(run_dir),
+        "device": f"{dev}, per device as measured in sync cell {cell.get('cell')!r} "
         f"({ranks} data-parallel ranks, iterations {[it for it in _measured_its(cell)]})",
-        "scaling": f"weak scaling: {prompts} prompts per {ranks} devices", "weight_bytes": link.weight_bytes(cell)}
+        "scaling": f"weak scaling: {prompts} prompts per {ranks} devices",
+        "weight_bytes": link.weight_bytes(cell)}
 
 
 def _measured_its(cell: dict) -> list[int]:
     its = cell.get("iterations") or []
-    return [it["iteration"] for it in its if not it.get("warmup")] or [it["iteration"] for it in its]
+    return [it["iteration"] for it in its if not it.get("warmup")] or [it["iteration"] for it
+                                                                       in its]
 
 
-def run_simulation(run_dir: Path | None = None, preset: str | None = None, devices=None, shares=None,
-                   out: Path | None = None, staleness: int = 1, plots: bool = True, stated_link=None,
+def run_simulation(run_dir: Path | None = None, preset: str | None = None, devices=None,
+                   shares=None,
+                   out: Path | None = None, staleness: int = 1, plots: bool = True,
+                   stated_link=None,
                    devices_per_node: int | None = None) -> dict:
-    """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files'). stated_link: the
-    user's link (costmodel/link.py Link), else the one a run on several nodes measured, else none (one node);
-    devices_per_node: how the devices sit on nodes (default 1)."""
+    """Everything `rlbench simulate` does; returns the simulate.json content (+ 'files').
+    stated_link: the user's link (costmodel/link.py Link), else the one a run on several nodes
+    measured, else none (one node); devices_per_node: how the devices sit on nodes (default 1)."""
     if run_dir is not None and not Path(run_dir).exists():
         raise UserError(f"{run_dir}: run folder not found")
     batches, batches_for, about = _source(run_dir, preset)
@@ -133,11 +142,13 @@ def run_simulation(run_dir: Path | None = None, preset: str | None = None, devic
         result["validation"] = validate(run_dir)
     if preset == "paper-7b":
         result["paper"] = paper.paper_setting()
-    out = Path(out) if out else (Path(run_dir) / "simulate" if run_dir else Path("runs") / f"simulate-{preset}")
+    out = Path(out) if out else (Path(run_dir) / "simulate" if run_dir else Path("runs")
+                                 / f"simulate-{preset}")
     atomic_write_json(out / "calibration.json", calibration)
     files = [out / "calibration.json"]
     if plots:
-        from rlbench.simulate.plots import plot_all  # inside: matplotlib; `rlbench --help` imports this package
+        # inside: matplotlib; `rlbench --help` imports this package
+        from rlbench.simulate.plots import plot_all
         files += plot_all(result, out)
     atomic_write_json(out / "simulate.json", result)
     result["files"] = [str(f) for f in files + [out / "simulate.json"]]
@@ -146,7 +157,8 @@ def run_simulation(run_dir: Path | None = None, preset: str | None = None, devic
 
 def _table(head: list[str], body: list[list[str]]) -> str:
     w = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    lines = ["  ".join(v.rjust(x) if j else v.ljust(x) for j, (v, x) in enumerate(zip(r, w))).rstrip()
+    lines = ["  ".join(v.rjust(x) if j else v.ljust(x) for j,
+                       (v, x) in enumerate(zip(r, w))).rstrip()
              for r in [head] + body]
     lines.insert(1, "  ".join("-" * x for x in w))
     return "\n".join(lines)
@@ -165,44 +177,50 @@ def _colocated(r: dict) -> bool:
 
 
 def format_text(result: dict) -> str:
-    """The terminal tables: sweep, best split, validation (with a run), paper setting (with the preset)."""
+    """The terminal tables: sweep, best split, validation (with a run), paper setting (with the
+    preset)."""
     cal = result["calibration"]
-    parts = [f"simulate: {result['source']} ({cal['device']}; {result['scaling']}; per-device costs, "
-             "no scaling exponent)"]
+    parts = [f"simulate: {result['source']} ({cal['device']}; {result['scaling']}; per-device "
+             "costs, no scaling exponent)"]
     linked = "link" in result
-    body = [[str(r["devices"]), "colocated" if _colocated(r) else f"{r['rollout_devices']}+{r['train_devices']}",
+    body = [[str(r["devices"]),
+             "colocated" if _colocated(r) else f"{r['rollout_devices']}+{r['train_devices']}",
              _name(r), f"{r['tpspd']:.1f}", f"{r['speedup']:.2f}x", f"{r['iter_s']:.3g}"]
             + ([f"{100 * r['link_share']:.1f}%"] if linked else []) for r in result["rows"]]
     if linked:
         ln = result["link"]
-        parts.append(f"link between nodes: {ln['gbps']:.3g} Gbit/s, {1e3 * ln['latency_s']:.3g} ms one way, "
-                     f"{1e3 * ln['overhead_s']:.3g} ms per transfer ({ln['source']}); {ln['devices_per_node']} "
-                     f"device(s) per node; weights {ln['weight_bytes'] / 1e6:.1f} MB, a group "
-                     f"{ln['group_bytes'] / 1e3:.1f} kB")
+        parts.append(f"link between nodes: {ln['gbps']:.3g} Gbit/s, {1e3 * ln['latency_s']:.3g} ms "
+                     f"one way, {1e3 * ln['overhead_s']:.3g} ms per transfer ({ln['source']}); "
+                     f"{ln['devices_per_node']} device(s) per node; weights "
+                     f"{ln['weight_bytes'] / 1e6:.1f} MB, a group {ln['group_bytes'] / 1e3:.1f} kB")
     parts.append(_table(["devices", "split", "schedule", "pred. TPSPD", "vs sync", "iter s"]
                         + (["link %"] if linked else []), body))
     if "weight_sync_check" in result:
         w = result["weight_sync_check"]
         parts.append(f"weight sync across nodes ({w['weight_bytes'] / 1e6:.3g} MB): predicted "
-                     f"{w['predicted_s']:.3g} s from the stated link, measured {w['measured_median_s']:.3g} s "
-                     f"(median of {w['transfers']}, shortest {w['measured_min_s']:.3g} s): "
-                     f"{100 * w['error']:+.0f}%")
+                     f"{w['predicted_s']:.3g} s from the stated link, measured "
+                     f"{w['measured_median_s']:.3g} s (median of {w['transfers']}, shortest "
+                     f"{w['measured_min_s']:.3g} s): {100 * w['error']:+.0f}%")
     parts.append("best periodic-async split: " + "; ".join(
         f"{b['devices']} dev -> {b['rollout_devices']}+{b['train_devices']} ({b['speedup']:.2f}x)"
         for b in result["best_split"]))
     if "validation" in result:
         body = [[v["cell"], _name(v), "colocated" if _colocated(v) else
                  f"{v['rollout_devices']}+{v['train_devices']}", f"{v['measured_tpspd']:.1f}",
-                 f"{v['predicted_tpspd']:.1f}", f"{100 * v['error']:+.1f}%", f"{v['measured_speedup']:.2f}x",
-                 f"{v['predicted_speedup']:.2f}x", v["predicted_from"]] for v in result["validation"]]
-        parts.append("the run's own cells (the report's model and numbers; sync is in-sample):\n" + _table(
+                 f"{v['predicted_tpspd']:.1f}", f"{100 * v['error']:+.1f}%",
+                 f"{v['measured_speedup']:.2f}x",
+                 f"{v['predicted_speedup']:.2f}x",
+                 v["predicted_from"]] for v in result["validation"]]
+        parts.append("the run's own cells (the report's model and numbers; sync is in-sample):\n"
+                     + _table(
             ["cell", "schedule", "split", "measured TPSPD", "predicted", "error", "meas. speedup",
              "pred. speedup", "from"], body))
     if "paper" in result:
         p = result["paper"]
         body = [[r["variant"], r["split"], f"{r['tpspd']:.1f}", f"{r['speedup']:.2f}x", r["paper"]]
                 for r in p["rows"]]
-        parts.append(f"paper setting ({p['devices']} devices, 7B, GSM8K-like lengths, stated costs):\n" + _table(
+        parts.append(f"paper setting ({p['devices']} devices, 7B, GSM8K-like lengths, stated "
+                     f"costs):\n" + _table(
             ["variant", "split", "pred. TPSPD", "vs sync", "paper reports"], body))
         parts.append("async speedup vs training throughput (tokens/s/device): " + ", ".join(
             f"{s['train_tokens_per_s_per_device']}: {s['async_speedup']:.2f}x"

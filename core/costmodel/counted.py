@@ -1,13 +1,14 @@
-"""A rollout worker's continuous-batching replay counted once, priced for any decode step whose cost is linear
-in the sequences in flight (decode.StepCost.linear: rlbench plan's stated costs).
+"""A rollout worker's continuous-batching replay counted once, priced for any decode step whose cost
+is linear in the sequences in flight (decode.StepCost.linear: rlbench plan's stated costs).
 
-decode.replay_posted walks a worker's samples step by step and adds each step's seconds as it goes. Which
-step a sample is admitted at and finishes at does not depend on what a step costs, only on the lengths and
-the slots; so one walk can record, per stretch between two retirements, how many sequences were in flight
-and since which step, and a cost a + b x (sequences in flight) then gives every time by arithmetic. rlbench
-plan prices every logged step at the ends of every assumption's range and on every split, and partial
-rollout inserts weight loads at times that depend on the trainer: counted, a shard is walked once and each
-pricing costs a pass over its stretches, not over its samples.
+decode.replay_posted walks a worker's samples step by step and adds each step's seconds as it goes.
+Which step a sample is admitted at and finishes at does not depend on what a step costs, only on the
+lengths and the slots; so one walk can record, per stretch between two retirements, how many
+sequences were in flight and since which step, and a cost a + b x (sequences in flight) then gives
+every time by arithmetic. rlbench plan prices every logged step at the ends of every assumption's
+range and on every split, and partial rollout inserts weight loads at times that depend on the
+trainer: counted, a shard is walked once and each pricing costs a pass over its stretches, not over
+its samples.
 """
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from dataclasses import dataclass
 
 
 class Rows(list):
-    """A batch's sample rows whose shards and cost-free replays (decode.replay_counts) are kept with them, so
-    that every SyncMeasurements built on the same rows (rlbench plan prices one logged step at several
-    assumed costs) deals and replays them once."""
+    """A batch's sample rows whose shards and cost-free replays (decode.replay_counts) are kept with
+    them, so that every SyncMeasurements built on the same rows (rlbench plan prices one logged step
+    at several assumed costs) deals and replays them once."""
 
     def __init__(self, rows=()):
         super().__init__(rows)
@@ -36,10 +37,11 @@ def rows_tokens(samples: list[dict]) -> int:
 
 @dataclass
 class Counts:
-    """One worker's replay without a cost. done: prompt -> (refills, decode steps, sum over those steps of the
-    sequences in flight) when its group's last sample finished; end: the same at the end; stretches: per run
-    of steps between two retirements, (first step, refills before it, flight sum before it, sequences in
-    flight, sum over them of prompt_len - the step each was admitted at)."""
+    """One worker's replay without a cost. done: prompt -> (refills, decode steps, sum over those
+    steps of the sequences in flight) when its group's last sample finished; end: the same at the
+    end; stretches: per run of steps between two retirements, (first step, refills before it, flight
+    sum before it, sequences in flight, sum over them of prompt_len - the step each was admitted
+    at)."""
     done: dict[int, tuple[int, int, int]]
     end: tuple[int, int, int]
     stretches: list[tuple[int, int, int, int, int]]
@@ -52,9 +54,11 @@ def replay_counts(samples: list[dict], slots: int, g: int) -> Counts:
     pending = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
     left = {p: g for p in {s["prompt"] for s in pending}}
     done: dict[int, tuple[int, int, int]] = {}
-    active: list[tuple[int, int, int]] = []  # heap of (decode step it ends at, prompt, prompt_len - admitted at)
+    # heap of (decode step it ends at, prompt, prompt_len - admitted at)
+    active: list[tuple[int, int, int]] = []
     stretches = []
-    fills = step = flight = i = fed = 0  # flight: sequences in flight summed over the steps; fed: their P - a
+    # flight: sequences in flight summed over the steps; fed: their P - a
+    fills = step = flight = i = fed = 0
 
     def retire(prompt: int) -> None:
         left[prompt] -= 1
@@ -69,7 +73,8 @@ def replay_counts(samples: list[dict], slots: int, g: int) -> Counts:
             if todo <= 0:
                 retire(s["prompt"])
             else:
-                heapq.heappush(active, (step + todo, s["prompt"], int(s.get("prompt_len", 0)) - step))
+                heapq.heappush(active,
+                               (step + todo, s["prompt"], int(s.get("prompt_len", 0)) - step))
                 fed += int(s.get("prompt_len", 0)) - step
         fills += 1
         if not active:
@@ -85,11 +90,13 @@ def replay_counts(samples: list[dict], slots: int, g: int) -> Counts:
 
 
 def _all_at_once(samples: list[dict]) -> Counts:
-    """replay_counts where every sample has a slot from the start (a shard no larger than max_num_seqs, as a
-    log's per-device batch usually is): each finishes at its own length, so the stretches are the distinct
-    lengths in order, with a refill after each retirement (as the step-by-step replay makes one)."""
+    """replay_counts where every sample has a slot from the start (a shard no larger than
+    max_num_seqs, as a log's per-device batch usually is): each finishes at its own length, so the
+    stretches are the distinct lengths in order, with a refill after each retirement (as the
+    step-by-step replay makes one)."""
     end: dict[int, int] = {}  # prompt -> the decode step its group's last sample finishes at
-    by_end: dict[int, list[int]] = {}  # decode step -> [how many finish then, their prompt_len summed]
+    # decode step -> [how many finish then, their prompt_len summed]
+    by_end: dict[int, list[int]] = {}
     fed = active = 0
     for s in samples:
         todo, pl = max(1, int(s["response_len"])) - 1, int(s.get("prompt_len", 0))
@@ -99,7 +106,8 @@ def _all_at_once(samples: list[dict]) -> Counts:
             got[0] += 1
             got[1] += pl
             fed, active = fed + pl, active + 1
-    at = {0: (0, 0, 0)}  # decode step -> (refills, steps, flight) when the samples ending there retire
+    # decode step -> (refills, steps, flight) when the samples ending there retire
+    at = {0: (0, 0, 0)}
     stretches, step, flight = [], 0, 0
     for fills, stop in enumerate(sorted(by_end), 1):
         stretches.append((step, fills, flight, active, fed))
@@ -111,9 +119,9 @@ def _all_at_once(samples: list[dict]) -> Counts:
 
 
 class Dealt:
-    """A batch's replays dealt to `of` workers, counted: per group (in prompt order) its worker and its
-    (refills, steps, flight) when it finished; per worker its Counts (built on first use: only partial
-    rollout's mid-batch loads walk the stretches)."""
+    """A batch's replays dealt to `of` workers, counted: per group (in prompt order) its worker and
+    its (refills, steps, flight) when it finished; per worker its Counts (built on first use: only
+    partial rollout's mid-batch loads walk the stretches)."""
 
     def __init__(self, groups: list[int], of: int, done: list[tuple[int, int, int]], build):
         self.groups, self.of, self.done, self._build, self._counts = groups, of, done, build, None
@@ -130,29 +138,34 @@ class Dealt:
 
 
 def counts_of(samples: list[dict], of: int, slots: int, g: int, shards) -> Dealt:
-    """replay_counts of every shard i of `of` (shards(): the samples of prompts i, i + of, ..., each) at once:
-    where every shard fits its slots, with numpy over the whole batch (_all_at_once's arithmetic, one pass
-    instead of one per worker: a plan for 128 GPUs deals each batch to 128 of them); else shard by shard."""
+    """replay_counts of every shard i of `of` (shards(): the samples of prompts i, i + of, ...,
+    each) at once: where every shard fits its slots, with numpy over the whole batch (_all_at_once's
+    arithmetic, one pass instead of one per worker: a plan for 128 GPUs deals each batch to 128 of
+    them); else shard by shard."""
     if not _fits(samples, of, slots):
         each = [replay_counts(sh, slots, g) for sh in shards()]
         done = {p: c for counts in each for p, c in counts.done.items()}
         return Dealt(sorted(done), of, [done[p] for p in sorted(done)], lambda: each)
-    import numpy as np  # inside: cell processes import this module with the schedules' terms and never count
+    # inside: cell processes import this module with the schedules' terms and never count
+    import numpy as np
 
     prompt, todo, pl = _arrays(samples)
     shard = prompt % of
     live = todo > 0
     top = int(todo.max()) + 1
-    keys, at, n_end = np.unique(shard[live] * top + todo[live], return_inverse=True, return_counts=True)
+    keys, at, n_end = np.unique(shard[live] * top + todo[live], return_inverse=True,
+                                return_counts=True)
     pl_end = np.bincount(at, weights=pl[live], minlength=len(keys)).astype(np.int64)
     k_shard, k_end = keys // top, keys % top
     first = np.r_[True, k_shard[1:] != k_shard[:-1]]  # a shard's first stretch
     start = np.where(first, 0, np.r_[0, k_end[:-1]])  # the stretch's first step
-    active = _segment_total(n_end, k_shard, of) - _exclusive(n_end, first)  # in flight during the stretch
+    # in flight during the stretch
+    active = _segment_total(n_end, k_shard, of) - _exclusive(n_end, first)
     fed = _segment_total(pl_end, k_shard, of) - _exclusive(pl_end, first)
     flight = _exclusive((k_end - start) * active, first)  # flight before the stretch
     fills = _exclusive(np.ones_like(n_end), first) + 1
-    after = np.stack([fills, k_end, flight + (k_end - start) * active], axis=1) if len(keys) else np.zeros((1, 3), int)
+    after = np.stack([fills, k_end, flight + (k_end - start) * active],
+                     axis=1) if len(keys) else np.zeros((1, 3), int)
     order = np.argsort(prompt, kind="stable")
     groups, firsts = np.unique(prompt[order], return_index=True)
     last = np.maximum.reduceat(todo[order], firsts)  # each group's last sample's end
@@ -164,9 +177,10 @@ def counts_of(samples: list[dict], of: int, slots: int, g: int, shards) -> Dealt
 
 
 def totals_of(samples: list[dict], of: int, slots: int) -> list[tuple[int, int, int]] | None:
-    """Each shard's Counts.end alone (refills, decode steps, flight), where every shard fits its slots: a
-    sample's sequence is in flight for each of its decode steps, so flight is the shard's steps summed, and a
-    refill follows each distinct end. None where a shard waits for slots (counts_of then)."""
+    """Each shard's Counts.end alone (refills, decode steps, flight), where every shard fits its
+    slots: a sample's sequence is in flight for each of its decode steps, so flight is the shard's
+    steps summed, and a refill follows each distinct end. None where a shard waits for slots
+    (counts_of then)."""
     if not _fits(samples, of, slots):
         return None
     import numpy as np  # inside: as counts_of
@@ -192,21 +206,23 @@ def _fits(samples: list[dict], of: int, slots: int) -> bool:
 
 
 def _arrays(samples: list[dict]):
-    """The rows' prompt, decode steps after the prefill's token, and prompt_len as numpy arrays (kept with
-    the rows where they keep a memo: every device count deals the same rows)."""
+    """The rows' prompt, decode steps after the prefill's token, and prompt_len as numpy arrays
+    (kept with the rows where they keep a memo: every device count deals the same rows)."""
     import numpy as np  # inside: as counts_of
 
     memo = getattr(samples, "memo", {})
     if "arrays" not in memo:
         n = len(samples)
         memo["arrays"] = (np.fromiter((s["prompt"] for s in samples), np.int64, n),
-                          np.maximum(1, np.fromiter((int(s["response_len"]) for s in samples), np.int64, n)) - 1,
+                          np.maximum(1, np.fromiter((int(s["response_len"]) for s in samples),
+                                                    np.int64, n)) - 1,
                           np.fromiter((int(s.get("prompt_len", 0)) for s in samples), np.int64, n))
     return memo["arrays"]
 
 
 def _exclusive(x, first):
-    """Per segment (starting where `first`), the sum of x over the entries before each one (numpy arrays)."""
+    """Per segment (starting where `first`), the sum of x over the entries before each one (numpy
+    arrays)."""
     import numpy as np  # inside: as counts_of
 
     c = np.cumsum(x) - x
@@ -239,19 +255,22 @@ def priced_total(counts: Counts, cost) -> float:
 
 
 def priced(counts: Counts, cost) -> tuple[dict[int, float], float]:
-    """decode.replay's (prompt -> when its group finished, total seconds) from the counts, for a StepCost
-    with `linear` = (a, b): a step with B sequences in flight costs a + b B."""
+    """decode.replay's (prompt -> when its group finished, total seconds) from the counts, for a
+    StepCost with `linear` = (a, b): a step with B sequences in flight costs a + b B."""
     a, b = cost.linear
     at = lambda c: c[0] * cost.refill + a * c[1] + b * c[2]
-    when = {c: at(c) for c in set(counts.done.values())}  # groups finish together, at a stretch's end
+    # groups finish together, at a stretch's end
+    when = {c: at(c) for c in set(counts.done.values())}
     return {p: when[c] for p, c in counts.done.items()}, at(counts.end)
 
 
-def priced_posted(counts: Counts, cost, posts, load_s: float, recompute: bool) -> tuple[dict, float, list[int], int]:
-    """decode.replay_posted's result from the counts (a linear cost): before each decode step, the newest
-    version posted by then is loaded (load_s, plus with recompute every sequence in flight prefilled again at
-    cost.prefill seconds per token). A load delays every later step and retirement; it never reorders them.
-    -> (prompt -> seconds until its group finished, total seconds, the versions loaded, tokens recomputed)."""
+def priced_posted(counts: Counts, cost, posts, load_s: float,
+                  recompute: bool) -> tuple[dict, float, list[int], int]:
+    """decode.replay_posted's result from the counts (a linear cost): before each decode step, the
+    newest version posted by then is loaded (load_s, plus with recompute every sequence in flight
+    prefilled again at cost.prefill seconds per token). A load delays every later step and
+    retirement; it never reorders them. -> (prompt -> seconds until its group finished, total
+    seconds, the versions loaded, tokens recomputed)."""
     a, b = cost.linear
     base = lambda c: c[0] * cost.refill + a * c[1] + b * c[2]
     delays = []  # (the step a load came before, the seconds it added), in order
@@ -260,12 +279,14 @@ def priced_posted(counts: Counts, cost, posts, load_s: float, recompute: bool) -
         if p >= len(posts):
             break  # every post loaded: the rest of the replay is its counts
         last = counts.stretches[n + 1][0] if n + 1 < len(counts.stretches) else counts.end[1]
-        slope, t0 = a + b * active, fills * cost.refill + a * first + b * flight  # step s starts at t0 + slope (s - first)
+        # step s starts at t0 + slope (s - first)
+        slope, t0 = a + b * active, fills * cost.refill + a * first + b * flight
         if posts[p][0] > t0 + slope * (last - 1 - first) + delay:
             continue  # the next post comes after this stretch's last step has started
         s = first
         while s < last and p < len(posts):
-            due = posts[p][0] - delay - t0  # loaded before the first step that starts at or after it
+            # loaded before the first step that starts at or after it
+            due = posts[p][0] - delay - t0
             if due > 0:
                 s = max(s, first + (math.ceil(due / slope) if slope > 0 else last - first))
             if s >= last:
@@ -274,15 +295,20 @@ def priced_posted(counts: Counts, cost, posts, load_s: float, recompute: bool) -
             if posts[p][0] > t:  # rounding put the step a hair before it: the next one
                 s += 1
                 continue
-            while p < len(posts) and posts[p][0] <= t:  # the newest posted by now; older ones are skipped
+            # the newest posted by now; older ones are skipped
+            while p < len(posts) and posts[p][0] <= t:
                 p += 1
             loaded.append(posts[p - 1][1])
-            tokens = fed + active * s if recompute else 0  # a sequence admitted at a has fed P + (s - a) tokens
+            # a sequence admitted at a has fed P + (s - a) tokens
+            tokens = fed + active * s if recompute else 0
             recomputed += tokens
             added = load_s + tokens * cost.prefill
             delay += added
             delays.append((s, added))
             s += 1
-    when = {c: base(c) + sum(d for at, d in delays if at < c[1]) for c in set(counts.done.values())}  # a load
-    return {q: when[c] for q, c in counts.done.items()}, base(counts.end) + delay, loaded, recomputed  # delays
+    # a load
+    when = {c: base(c) + sum(d for at, d in delays if at < c[1]) for c in set(counts.done.values())}
+    # delays
+    return {q: when[c] for q,
+            c in counts.done.items()}, base(counts.end) + delay, loaded, recomputed
     # every retirement after the step it came before

@@ -1,12 +1,14 @@
-"""A decode step's cost and the continuous-batching replay of a rollout worker (docs/architecture/cost-model.md).
+"""A decode step's cost and the continuous-batching replay of a rollout worker
+(docs/architecture/cost-model.md).
 
-The built-in sampler runs a step at a fixed batch size (the smallest bucket that holds the sequences in
-flight) over the cache positions its slots reach, rounded up to a window of 16 (eagerly; a captured CUDA
-graph attends over the whole cache): its cost is flat within a bucket and a window, and grows with both.
-It records each step's seconds under that shape (engines/rollout/step_costs.py); `ShapeCost` prices a
-step of any shape from them, and `replay` walks a worker's samples step by step, so a step costs what its
-own bucket and window cost. Results without the shape table (older runs, vLLM, stated costs) price a step
-by the sequences in flight alone (`StepCost`).
+The built-in sampler runs a step at a fixed batch size (the smallest bucket that holds the sequences
+in flight) over the cache positions its slots reach, rounded up to a window of 16 (eagerly; a
+captured CUDA graph attends over the whole cache): its cost is flat within a bucket and a window,
+and grows with both. It records each step's seconds under that shape
+(engines/rollout/step_costs.py); `ShapeCost` prices a step of any shape from them, and `replay`
+walks a worker's samples step by step, so a step costs what its own bucket and window cost. Results
+without the shape table (older runs, vLLM, stated costs) price a step by the sequences in flight
+alone (`StepCost`).
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from collections import defaultdict
 from rlbench.core.costmodel.counted import priced, replay_counts
 
 # The columns of the plane a step's seconds lie on: a fixed part (weights read, launches), per row
-# (the MLP and projections of each sequence), per window position (the mask and positions), per row and
-# position (attention over the cache).
+# (the MLP and projections of each sequence), per window position (the mask and positions), per row
+# and position (attention over the cache).
 _TERMS = ("1", "rows", "window", "rows x window")
 
 
@@ -28,17 +30,20 @@ def _design(b: float, w: float) -> tuple[float, float, float, float]:
 
 
 class ShapeCost:
-    """Seconds of one decode step by its shape (bucket rows, cache window), from measured (rows, window,
-    steps, seconds). The shapes a run measured cost their measured mean in sum: the least-squares plane
-    over them, weighted by steps, with an intercept, adds up to the measured seconds over the measured
-    steps exactly (the normal equation of the intercept), and prices the shapes a run never ran (a larger
-    bucket, another window) along the same plane. Every slope is kept >= 0 (a larger step never costs
-    less): where the free fit gives one below 0, the best fit without that term."""
+    """Seconds of one decode step by its shape (bucket rows, cache window), from measured (rows,
+    window, steps, seconds). The shapes a run measured cost their measured mean in sum: the
+    least-squares plane over them, weighted by steps, with an intercept, adds up to the measured
+    seconds over the measured steps exactly (the normal equation of the intercept), and prices the
+    shapes a run never ran (a larger bucket, another window) along the same plane. Every slope is
+    kept >= 0 (a larger step never costs less): where the free fit gives one below 0, the best fit
+    without that term."""
 
-    def __init__(self, table: dict, buckets: list[int], window_round: int, cache_len: int, slots: int | None = None):
-        """table: {(rows, window): [steps, seconds]}; buckets: the batch sizes a step runs at; window_round:
-        the window's rounding (0: every step attends over the whole cache, cache_len positions); slots: the
-        sampler's max_num_seqs (a step never runs past the last slot; default the largest bucket)."""
+    def __init__(self, table: dict, buckets: list[int], window_round: int, cache_len: int,
+                 slots: int | None = None):
+        """table: {(rows, window): [steps, seconds]}; buckets: the batch sizes a step runs at;
+        window_round: the window's rounding (0: every step attends over the whole cache, cache_len
+        positions); slots: the sampler's max_num_seqs (a step never runs past the last slot; default
+        the largest bucket)."""
         self.buckets, self.round, self.cache_len = sorted(buckets), window_round, cache_len
         self.slots = slots or self.buckets[-1]
         rows = [(b, w, n, s) for (b, w), (n, s) in table.items() if n]
@@ -52,8 +57,9 @@ class ShapeCost:
         return min(self.cache_len or reach + self.round, -(-reach // self.round) * self.round)
 
     def pieces(self, active: int) -> list[int]:
-        """The steps (their bucket rows) that advance `active` sequences, as the sampler lays them out
-        (decode_step.layout): steps of the largest bucket, then the smallest bucket that holds the rest."""
+        """The steps (their bucket rows) that advance `active` sequences, as the sampler lays them
+        out (decode_step.layout): steps of the largest bucket, then the smallest bucket that holds
+        the rest."""
         top, out, a = self.buckets[-1], [], 0
         while active - a > top:
             out.append(top)
@@ -66,7 +72,8 @@ class ShapeCost:
         return max(0.0, sum(float(c) * x for c, x in zip(self.coef, _design(rows, window))))
 
     def __call__(self, active: int, reach: int) -> float:
-        """Seconds of the step(s) advancing `active` sequences whose slots reach `reach` positions."""
+        """Seconds of the step(s) advancing `active` sequences whose slots reach `reach`
+        positions."""
         w = self.window(reach)
         got = self._memo.get((active, w))
         if got is None:
@@ -75,10 +82,12 @@ class ShapeCost:
 
 
 def _fit(rows: list[tuple[int, int, int, float]]):
-    """Weighted least squares of mean step seconds on _TERMS, slopes >= 0: of the fits with some slope
-    terms left out, the best (least weighted squared error) whose slopes are all >= 0. Terms that do not
-    vary over the measured shapes (one window, one bucket) are left out. -> the coefficients (numpy)."""
-    import numpy as np  # inside: a cell process imports this module with the schedules' terms and never fits
+    """Weighted least squares of mean step seconds on _TERMS, slopes >= 0: of the fits with some
+    slope terms left out, the best (least weighted squared error) whose slopes are all >= 0. Terms
+    that do not vary over the measured shapes (one window, one bucket) are left out. -> the
+    coefficients (numpy)."""
+    # inside: a cell process imports this module with the schedules' terms and never fits
+    import numpy as np
 
     if not rows:
         return np.zeros(len(_TERMS))
@@ -105,8 +114,8 @@ def _fit(rows: list[tuple[int, int, int, float]]):
 
 
 class StepCost:
-    """Seconds of one decode step, from measured (B, steps, seconds) rows by sequences in flight, or by the
-    step's shape where the run recorded it (shapes: a ShapeCost)."""
+    """Seconds of one decode step, from measured (B, steps, seconds) rows by sequences in flight, or
+    by the step's shape where the run recorded it (shapes: a ShapeCost)."""
 
     def __init__(self, rows: dict, refill_s: float, refills: int, fallback_s: float | None = None,
                  prefill_s_per_token: float = 0.0, shapes: ShapeCost | None = None):
@@ -114,10 +123,12 @@ class StepCost:
         self.bs, self.cost = [b for b, _ in pts], [c for _, c in pts]
         self.refill = refill_s / refills if refills else 0.0
         self.fallback = fallback_s
-        self.prefill = prefill_s_per_token  # seconds per token prefilled again (partial rollout's recompute)
+        # seconds per token prefilled again (partial rollout's recompute)
+        self.prefill = prefill_s_per_token
         self.shapes = shapes
-        # (a, b): every step costs a + b x sequences in flight (stated costs: linear_in_flight); a replay is then
-        # priced from its counts (replay_counts), which one replay of a shard gives for every such cost
+        # (a, b): every step costs a + b x sequences in flight (stated costs: linear_in_flight); a
+        # replay is then priced from its counts (replay_counts), which one replay of a shard gives
+        # for every such cost
         self.linear: tuple[float, float] | None = None
 
     @classmethod
@@ -142,8 +153,8 @@ class StepCost:
         return c0 + (c1 - c0) * (b - b0) / (b1 - b0)
 
     def _slope(self) -> float:
-        """Seconds per extra sequence in flight beyond the measured counts: the least-squares line through
-        the upper half of them (>= 0; 0 with fewer than two)."""
+        """Seconds per extra sequence in flight beyond the measured counts: the least-squares line
+        through the upper half of them (>= 0; 0 with fewer than two)."""
         if getattr(self, "_beyond", None) is None:
             pts = [(b, c) for b, c in zip(self.bs, self.cost) if b >= self.bs[-1] / 2]
             mb, mc = (sum(v) / len(pts) for v in zip(*pts))
@@ -152,34 +163,43 @@ class StepCost:
         return self._beyond
 
 
-def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dict[int, float], float]:
+def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dict[int, float],
+                                                                             float]:
     """Continuous batching of one worker's samples as the built-in sampler runs it.
 
-    samples: rows (prompt, sample, response_len, prompt_len) of this worker's prompts. -> (prompt -> seconds
-    from the start of the generate call until its group's last sample finished, total seconds)."""
+    samples: rows (prompt, sample, response_len, prompt_len) of this worker's prompts. -> (prompt ->
+    seconds from the start of the generate call until its group's last sample finished, total
+    seconds)."""
     if cost.linear is not None and cost.shapes is None:
         return priced(replay_counts(samples, slots, g), cost)
     done, t, _, _ = replay_posted(samples, slots, g, cost)
     return done, t
 
 
-def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost, posts: list[tuple[float, int]] = (),
-                  load_s: float = 0.0, recompute: bool = True) -> tuple[dict[int, float], float, list[int], int]:
-    """replay with new weights taken mid-generation (partial rollout, engines/schedules/bounded_async/partial.py).
+def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost,
+                  posts: list[tuple[float, int]] = (),
+                  load_s: float = 0.0, recompute: bool = True) -> tuple[dict[int, float], float,
+                                                                        list[int], int]:
+    """replay with new weights taken mid-generation (partial rollout,
+    engines/schedules/bounded_async/partial.py).
 
-    posts: [(seconds after the generate call started, version)] in time order. Before each decode step,
-    the newest version posted by then that the worker lacks is loaded: load_s, plus (recompute) the prefill
-    of every sequence in flight (prompt_len + tokens fed so far) at cost.prefill seconds per token.
-    A step costs cost.shapes(sequences in flight, positions the slots reach) where the run recorded step
-    shapes, else cost(sequences in flight). -> (prompt -> seconds until its group's last sample finished,
-    total seconds, the versions loaded, tokens recomputed)."""
+    posts: [(seconds after the generate call started, version)] in time order. Before each decode
+    step, the newest version posted by then that the worker lacks is loaded: load_s, plus
+    (recompute) the prefill of every sequence in flight (prompt_len + tokens fed so far) at
+    cost.prefill seconds per token. A step costs cost.shapes(sequences in flight, positions the
+    slots reach) where the run recorded step shapes, else cost(sequences in flight). -> (prompt ->
+    seconds until its group's last sample finished, total seconds, the versions loaded, tokens
+    recomputed)."""
     pending = sorted(samples, key=lambda s: (s["prompt"], s["sample"]))
     left = {p: g for p in {s["prompt"] for s in pending}}
     done: dict[int, float] = {}
-    active: list[tuple[int, int, int]] = []  # heap of (decode step it ends at, admission order, prompt)
-    started: dict[int, tuple[int, int]] = {}  # admission order -> (decode step it was admitted at, prompt_len)
-    # A sequence admitted at step a with a prompt of P tokens feeds position P + (s - a) at step s, so the
-    # slots reach max(P - a) + s + 1 positions: a heap of -(P - a), entries of finished ones dropped lazily.
+    # heap of (decode step it ends at, admission order, prompt)
+    active: list[tuple[int, int, int]] = []
+    # admission order -> (decode step it was admitted at, prompt_len)
+    started: dict[int, tuple[int, int]] = {}
+    # A sequence admitted at step a with a prompt of P tokens feeds position P + (s - a) at step s,
+    # so the slots reach max(P - a) + s + 1 positions: a heap of -(P - a), entries of finished ones
+    # dropped lazily.
     reach: list[tuple[int, int]] = []
     shapes = cost.shapes
     t, i, step, p = 0.0, 0, 0, 0  # p: the next post not yet taken
@@ -207,11 +227,14 @@ def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost, posts
 
     def reload():
         nonlocal t, p, recomputed
-        while p < len(posts) and posts[p][0] <= t:  # the newest posted by now; older ones are skipped
+        # the newest posted by now; older ones are skipped
+        while p < len(posts) and posts[p][0] <= t:
             p += 1
         loaded.append(posts[p - 1][1])
-        # a sequence admitted at decode step a has fed prompt + (step - a) tokens: those are prefilled again
-        tokens = sum(started[order][1] + step - started[order][0] for _, order, _ in active) if recompute else 0
+        # a sequence admitted at decode step a has fed prompt + (step - a) tokens: those are
+        # prefilled again
+        tokens = sum(started[order][1] + step - started[order][0] for _, order,
+                     _ in active) if recompute else 0
         recomputed += tokens
         t += load_s + tokens * cost.prefill
 
@@ -236,8 +259,8 @@ def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost, posts
 
 
 def shape_cost(stats: list[dict]) -> ShapeCost | None:
-    """The decode step's cost by shape from one iteration's generate calls (every worker's), or None where
-    they did not record shapes (results from before, the vLLM backend)."""
+    """The decode step's cost by shape from one iteration's generate calls (every worker's), or None
+    where they did not record shapes (results from before, the vLLM backend)."""
     table: dict = defaultdict(lambda: [0, 0.0])
     shaped = [s for s in stats if s.get("step_s_by_shape")]
     if not shaped:

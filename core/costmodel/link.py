@@ -11,11 +11,11 @@ simulate --link-gbps`).
 
 Where the devices sit (devices_per_node), per iteration:
 
-- sync (colocated ranks over N nodes): a ring all-reduce of the gradients over the nodes, 2 (N - 1) steps
-  of B / N bytes each (each step a message: one-way latency, not a Ray pull);
-- split pools (rollout and training pools on nodes of their own): the weights to the rollout nodes, each
-  fetching from a node that holds them already (Ray pulls from any copy, so the holders double each
-  round: ceil(log2(1 + rollout nodes)) transfers in a row); the last group's two crossings (its
+- sync (colocated ranks over N nodes): a ring all-reduce of the gradients over the nodes, 2 (N - 1)
+  steps of B / N bytes each (each step a message: one-way latency, not a Ray pull);
+- split pools (rollout and training pools on nodes of their own): the weights to the rollout nodes,
+  each fetching from a node that holds them already (Ray pulls from any copy, so the holders double
+  each round: ceil(log2(1 + rollout nodes)) transfers in a row); the last group's two crossings (its
   rollout node -> the driver -> its trainer rank's node), which delay the iteration's end; the
   gradient all-reduce over the training pool's nodes.
 
@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 
 from rlbench.core.errors import UserError
 
-GROUP_BYTES_PER_TOKEN = 16  # a pickled group: a token id and its behaviour log-prob per token (stated)
+# a pickled group: a token id and its behaviour log-prob per token (stated)
+GROUP_BYTES_PER_TOKEN = 16
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def stated(gbps: float | None, latency_ms: float | None, option: str = "--link-g
     given (`rlbench env --ray-address` measures it), else taken as one round trip."""
     if gbps is None:
         if latency_ms is not None or overhead_ms is not None:
-            raise UserError("--link-latency-ms and --link-overhead-ms need --link-gbps (the link's rate)")
+            raise UserError("--link-latency-ms and --link-overhead-ms need --link-gbps (the link's "
+                            "rate)")
         return None
     if overhead_ms is not None:
         if overhead_ms < 0:
@@ -69,7 +71,8 @@ def stated(gbps: float | None, latency_ms: float | None, option: str = "--link-g
     lat = (latency_ms if latency_ms is not None else 0.05) / 1e3
     if lat < 0:
         raise UserError(f"--link-latency-ms {latency_ms}: must be >= 0")
-    why = "" if latency_ms is not None else ", latency 0.05 ms assumed (a data-centre network's order)"
+    why = ("" if latency_ms is not None
+           else ", latency 0.05 ms assumed (a data-centre network's order)")
     return Link(gbps * 1e9 / 8, lat, 2 * lat, f"stated: {option} {gbps:g}{why}")
 
 
@@ -86,7 +89,8 @@ class NodeLayout:
         return max(1, math.ceil(devices / self.devices_per_node))
 
     def allreduce_s(self, nodes: int) -> float:
-        return 0.0 if nodes <= 1 else 2 * (nodes - 1) * self.link.message_s(self.weight_bytes / nodes)
+        return 0.0 if nodes <= 1 else 2 * (nodes - 1) * self.link.message_s(self.weight_bytes
+                                                                            / nodes)
 
     def terms(self, colocated: bool, rollout_devices: int, train_devices: int) -> dict[str, float]:
         """Seconds per iteration the link adds, by term (module docstring); sync: colocated on the

@@ -1,45 +1,49 @@
-"""Predicted periodic-async time per iteration from a sync run's measured quantities (docs/architecture/cost-model.md).
+"""Predicted periodic-async time per iteration from a sync run's measured quantities
+(docs/architecture/cost-model.md).
 
 Pure Python over result files (results.json, events.jsonl, samples.jsonl); no engine code; one thing
-fitted: the decode step's seconds as a plane over its shape (bucket, window), to price shapes the sync run
-did not run. Under the fair layout (core/devices/placement.py) every worker is one process on one device, in both
-schedules, so a device's costs measured in the sync run carry over to the async one:
+fitted: the decode step's seconds as a plane over its shape (bucket, window), to price shapes the
+sync run did not run. Under the fair layout (core/devices/placement.py) every worker is one process
+on one device, in both schedules, so a device's costs measured in the sync run carry over to the
+async one:
 
-1. Rollout: the sampler records, per generate call, the seconds of each decode step by the shape it ran
-   at (bucket rows and the cache window its slots reach, engines/rollout/step_costs.py) and of each refill
-   (retire finished samples, prefill and admit new ones). A rollout worker is replayed through continuous
-   batching (max_num_seqs slots, prompts in dispatch order, G samples each, a finished slot refilled at
-   once) with the iteration's measured response and prompt lengths, step by step (decode.py): a step
-   costs the plane fitted over the iteration's measured shapes at its own bucket and window (exactly the
-   measured seconds in sum over the measured steps; a larger bucket or another window along the same
-   plane). Sync rank r gets prompts r, r+N, ...; async rollout worker i gets prompts i, i+R, ... (the same
-   sample seeds, so the same responses). A group arrives when its last sample finishes. Results without
-   the shape table (older runs, vLLM) price a step by its sequences in flight (linear between measured
-   counts; above the largest, along the line through the upper half of them).
-2. Training: seconds per unit of executed training work (reward + log-probs + advantage + update, summed
-   over the sync ranks, divided by their work). The work is what the trainer runs, padding included
-   (`train_work`): each micro-batch of a group is one [rows, longest] batch (or, with shared-prompt
-   packing, one sequence: the prompt once, then every response), counted as forward FLOPs, 2 N per
-   position plus attention 4 L H Dh S^2 per sequence (core/results/utilisation.py's count, with the
-   model's shape from results.json); so a group with one long response costs what its padded batch costs,
-   not what its real tokens would. Optimizer step (with the all-reduce) and weight sync: the sync ranks'
-   measured means. The async weight sync is a publish by trainer rank 0 into shared host memory, then a
-   load by each rollout worker: two crossings of the weights' bytes. On a CPU each is the same memory copy
-   a sync rank's weight sync makes (its measured seconds); on an accelerator they cross to the host and
-   back, which a colocated rank's on-device copy never does, so each costs the weights' bytes over the
-   device's measured host-copy bandwidth (core/devices/peak.py; the sync rank's seconds where the
-   results predate that probe).
+1. Rollout: the sampler records, per generate call, the seconds of each decode step by the shape it
+   ran at (bucket rows and the cache window its slots reach, engines/rollout/step_costs.py) and of
+   each refill (retire finished samples, prefill and admit new ones). A rollout worker is replayed
+   through continuous batching (max_num_seqs slots, prompts in dispatch order, G samples each, a
+   finished slot refilled at once) with the iteration's measured response and prompt lengths, step
+   by step (decode.py): a step costs the plane fitted over the iteration's measured shapes at its
+   own bucket and window (exactly the measured seconds in sum over the measured steps; a larger
+   bucket or another window along the same plane). Sync rank r gets prompts r, r+N, ...; async
+   rollout worker i gets prompts i, i+R, ... (the same sample seeds, so the same responses). A group
+   arrives when its last sample finishes. Results without the shape table (older runs, vLLM) price a
+   step by its sequences in flight (linear between measured counts; above the largest, along the
+   line through the upper half of them).
+2. Training: seconds per unit of executed training work (reward + log-probs + advantage + update,
+   summed over the sync ranks, divided by their work). The work is what the trainer runs, padding
+   included (`train_work`): each micro-batch of a group is one [rows, longest] batch (or, with
+   shared-prompt packing, one sequence: the prompt once, then every response), counted as forward
+   FLOPs, 2 N per position plus attention 4 L H Dh S^2 per sequence (core/results/utilisation.py's
+   count, with the model's shape from results.json); so a group with one long response costs what
+   its padded batch costs, not what its real tokens would. Optimizer step (with the all-reduce) and
+   weight sync: the sync ranks' measured means. The async weight sync is a publish by trainer rank 0
+   into shared host memory, then a load by each rollout worker: two crossings of the weights' bytes.
+   On a CPU each is the same memory copy a sync rank's weight sync makes (its measured seconds); on
+   an accelerator they cross to the host and back, which a colocated rank's on-device copy never
+   does, so each costs the weights' bytes over the device's measured host-copy bandwidth
+   (core/devices/peak.py; the sync rank's seconds where the results predate that probe).
 3. Async: groups in arrival order are dealt to the T trainer ranks (j-th to rank j mod T); a rank
    trains a group when it has arrived and the rank is free. T = ws_publish + ws_load + (last rank
    done) + optimizer step. Barrier (engine.overlap=false): the ranks start when the last group has
    arrived. Sync (in-sample check of the model): ws + max over ranks (rollout + train) + step.
-4. Predicted TPSPD = iteration tokens / (T x devices) per measured iteration; predicted speedup by the
-   measured speedup's own estimator: paired with the reference cell's measured TPSPD iteration by
-   iteration, exp of the trimmed mean of the log-ratios (predicted_speedup), or the ratio of the medians
-   where the measurement has none.
-5. Bounded staleness and partial rollout (rlbench simulate's bounded and partial models) run on the same
-   costs; partial rollout's recompute (a prefill of every sequence in flight) costs the refills' seconds per
-   prompt token they prefilled (an upper bound: a refill also admits and retires samples).
+4. Predicted TPSPD = iteration tokens / (T x devices) per measured iteration; predicted speedup by
+   the measured speedup's own estimator: paired with the reference cell's measured TPSPD iteration
+   by iteration, exp of the trimmed mean of the log-ratios (predicted_speedup), or the ratio of the
+   medians where the measurement has none.
+5. Bounded staleness and partial rollout (rlbench simulate's bounded and partial models) run on the
+   same costs; partial rollout's recompute (a prefill of every sequence in flight) costs the
+   refills' seconds per prompt token they prefilled (an upper bound: a refill also admits and
+   retires samples).
 """
 from __future__ import annotations
 
@@ -57,20 +61,22 @@ from rlbench.core.costmodel.work import train_tokens, train_work
 from rlbench.core.errors import UserError
 from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, role_of
 
-MODEL = ("per device, from the sync run: decode-step seconds by the step's bucket and cache window (a plane "
-         "over the measured shapes) and refill seconds (continuous-batching replay of the measured lengths, "
-         "step by step), seconds per unit of executed training "
+MODEL = ("per device, from the sync run: decode-step seconds by the step's bucket and cache window "
+         "(a plane over the measured shapes) and refill seconds (continuous-batching replay of the "
+         "measured lengths, step by step), seconds per unit of executed training "
          "work (padded micro-batches, forward FLOPs), "
-         "optimizer-step and weight-sync seconds, the split pools' weight crossings from the weights' bytes "
-         "and the measured host-copy bandwidth on an accelerator; async = 2 weight crossings + trainer ranks taking groups "
-         "as they arrive + step")
+         "optimizer-step and weight-sync seconds, the split pools' weight crossings from the "
+         "weights' bytes and the measured host-copy bandwidth on an accelerator; async = 2 weight "
+         "crossings + trainer ranks taking groups as they arrive + step")
 
 _TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
 
 
 def _durations(events: list[dict], k: int) -> dict:
-    """Iteration k's colocated-rank events -> mean weight sync, mean optimizer step, summed train seconds."""
-    mine = [e for e in events if e["iteration"] == k and role_of(e["worker"]) == Role.COLOCATED.value]
+    """Iteration k's colocated-rank events -> mean weight sync, mean optimizer step, summed train
+    seconds."""
+    mine = [e for e in events if e["iteration"] == k and role_of(e["worker"])
+            == Role.COLOCATED.value]
     ranks = {e["worker"] for e in mine}
     total = defaultdict(float)
     step = defaultdict(float)  # rank -> optimizer step seconds
@@ -79,20 +85,23 @@ def _durations(events: list[dict], k: int) -> dict:
         if e["stage"] == Stage.OPTIMIZER_STEP.value:
             step[e["worker"]] += e["end"] - e["start"]
     n = max(1, len(ranks))
-    # The rank that reaches the all-reduce last waits least: its step is the step's cost; the others'
-    # also hold their wait for it (the sync bubble), which the replay accounts for by itself.
+    # The rank that reaches the all-reduce last waits least: its step is the step's cost; the
+    # others' also hold their wait for it (the sync bubble), which the replay accounts for by
+    # itself.
     return {"ws": total[Stage.WEIGHT_SYNC.value] / n, "opt": min(step.values(), default=0.0),
             "train": sum(v for s, v in total.items() if s in _TRAIN),
             "rollout": total[Stage.ROLLOUT.value] / n, "ranks": len(ranks)}
 
 
 def split_weight_sync_s(cell: dict, ws: float) -> float:
-    """Seconds of one crossing of the weights between split pools (a publish into shared host memory, or a
-    rollout worker's load from it) on the sync cell's device. ws: the sync ranks' measured weight sync.
+    """Seconds of one crossing of the weights between split pools (a publish into shared host
+    memory, or a rollout worker's load from it) on the sync cell's device. ws: the sync ranks'
+    measured weight sync.
 
-    A CPU's crossing is the memory copy a sync rank makes (ws). An accelerator's is the weights' bytes
-    (results.json's model parameters x bytes per parameter) over the measured host-copy bandwidth
-    (provenance.peak.host_copy_bytes_per_s); ws where either is not recorded (results before the probe)."""
+    A CPU's crossing is the memory copy a sync rank makes (ws). An accelerator's is the weights'
+    bytes (results.json's model parameters x bytes per parameter) over the measured host-copy
+    bandwidth (provenance.peak.host_copy_bytes_per_s); ws where either is not recorded (results
+    before the probe)."""
     prov, model = cell.get("provenance") or {}, cell.get("model") or {}
     rate = (prov.get("peak") or {}).get("host_copy_bytes_per_s")
     params, width = model.get("parameters"), (model.get("shape") or {}).get("param_bytes")
@@ -104,14 +113,15 @@ def split_weight_sync_s(cell: dict, ws: float) -> float:
 class SyncMeasurements:
     """What one measured sync iteration says about the devices."""
 
-    def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict], cfg: RunConfig,
+    def __init__(self, it: dict, samples: list[dict], events: list[dict], stats: list[dict],
+                 cfg: RunConfig,
                  shape: dict | None = None, split_ws=None):
         """split_ws: ws -> seconds of one weight crossing between split pools (split_weight_sync_s's
         rule for the cell); None: the sync ranks' weight sync."""
         d = _durations(events, it["iteration"])
         if not d["ranks"]:
-            raise UserError(f"iteration {it['iteration']}: no colocated-rank events (a sync cell of the "
-                            "data-parallel layout is needed)")
+            raise UserError(f"iteration {it['iteration']}: no colocated-rank events (a sync cell "
+                            "of the data-parallel layout is needed)")
         self.n, self.ws, self.opt = d["ranks"], d["ws"], d["opt"]
         self.split_ws = split_ws(self.ws) if split_ws else self.ws
         self.samples, self.tokens, self.iteration = samples, it["tokens"], it["iteration"]
@@ -128,28 +138,33 @@ class SyncMeasurements:
                 rows[b][1] += sec
             refill_s += s.get("refill_s") or 0.0
             refills += s.get("refills") or 0
-        prefilled = sum({s["prompt"]: int(s["prompt_len"]) for s in samples}.values())  # once per prompt
+        # once per prompt
+        prefilled = sum({s["prompt"]: int(s["prompt_len"]) for s in samples}.values())
         per_token = refill_s / prefilled if prefilled else 0.0
         self.cost = StepCost(dict(rows), refill_s, refills, prefill_s_per_token=per_token,
                              shapes=shape_cost(stats))
         self.measured_rollout = d["rollout"]
-        self.train_speed = 1.0  # a split training pool's speed per device over the colocated ranks' (stated)
+        # a split training pool's speed per device over the colocated ranks' (stated)
+        self.train_speed = 1.0
         if not rows:  # a backend without a step table (vLLM): every decode step costs the same
             unit = StepCost({}, 0.0, 0, fallback_s=1.0)
-            steps = max(replay(self.shard(r, self.n), self.slots, self.g, unit)[1] for r in range(self.n))
+            steps = max(replay(self.shard(r, self.n), self.slots, self.g,
+                               unit)[1] for r in range(self.n))
             self.cost = StepCost({}, 0.0, 0, fallback_s=d["rollout"] / steps if steps else 0.0)
 
     @classmethod
     def stated(cls, cost: StepCost, c_tok: float, ws: float, opt: float, slots: int, g: int,
-               shared_prompt: bool, samples: list[dict], ranks: int = 1, micro_batch: int | None = None,
+               shared_prompt: bool, samples: list[dict], ranks: int = 1,
+               micro_batch: int | None = None,
                shape: dict | None = None, split_ws: float | None = None,
                train_speed: float = 1.0) -> "SyncMeasurements":
-        """The same model from given per-device costs instead of a run (rlbench simulate's presets, and
-        a measured batch re-dealt to other device counts). samples: rows (prompt, sample, prompt_len,
-        response_len); tokens = prompt + response per sample, as TPSPD counts them. c_tok: seconds per
-        trained token, or (micro_batch given, a measured batch re-dealt) per unit of train_work. split_ws:
-        one weight crossing between split pools (default ws). train_speed: a split training pool's speed per
-        device over the colocated ranks' (the trainer ranks' group seconds divide by it; sync's do not)."""
+        """The same model from given per-device costs instead of a run (rlbench simulate's presets,
+        and a measured batch re-dealt to other device counts). samples: rows (prompt, sample,
+        prompt_len, response_len); tokens = prompt + response per sample, as TPSPD counts them.
+        c_tok: seconds per trained token, or (micro_batch given, a measured batch re-dealt) per unit
+        of train_work. split_ws: one weight crossing between split pools (default ws). train_speed:
+        a split training pool's speed per device over the colocated ranks' (the trainer ranks' group
+        seconds divide by it; sync's do not)."""
         self = cls.__new__(cls)
         self.n, self.ws, self.opt, self.cost, self.c_tok = ranks, ws, opt, cost, c_tok
         self.split_ws = ws if split_ws is None else split_ws
@@ -162,11 +177,13 @@ class SyncMeasurements:
 
     def _shared(self) -> dict:
         """The memo of what depends on the rows alone: the rows' own (Rows), else this batch's."""
-        return self.samples.memo if isinstance(self.samples, Rows) else self.__dict__.setdefault("_shards", {})
+        return self.samples.memo if isinstance(self.samples,
+                                               Rows) else self.__dict__.setdefault("_shards", {})
 
     def shard(self, i: int, of: int) -> list[dict]:
-        """The samples of prompts i, i + of, ... (worker i of `of`); memoized: the schedules' terms ask for the
-        same shards of a batch many times (bounded staleness cycles through the batches)."""
+        """The samples of prompts i, i + of, ... (worker i of `of`); memoized: the schedules' terms
+        ask for the same shards of a batch many times (bounded staleness cycles through the
+        batches)."""
         memo = self._shared()
         if of not in memo:
             memo[of] = [[] for _ in range(of)]  # every worker's shard in one pass
@@ -175,11 +192,13 @@ class SyncMeasurements:
         return memo[of][i]
 
     def dealt(self, of: int):
-        """The batch's replays on `of` workers without a cost (counted.counts_of), memoized with the rows."""
+        """The batch's replays on `of` workers without a cost (counted.counts_of), memoized with the
+        rows."""
         key = ("counts", of, self.slots, self.g)
         memo = self._shared()
         if key not in memo:
-            memo[key] = counts_of(self.samples, of, self.slots, self.g, lambda: [self.shard(i, of) for i in range(of)])
+            memo[key] = counts_of(self.samples, of, self.slots, self.g,
+                                  lambda: [self.shard(i, of) for i in range(of)])
         return memo[key]
 
     def counts(self, i: int, of: int):
@@ -187,8 +206,8 @@ class SyncMeasurements:
         return self.dealt(of).counts(i)
 
     def _priced_arrivals(self, of: int) -> list[list[tuple[float, float]]]:
-        """Every worker of `of`'s arrivals [(when its group finished, its train seconds)] at a linear step
-        cost, priced for all groups at once (stated costs; memoized for this cost)."""
+        """Every worker of `of`'s arrivals [(when its group finished, its train seconds)] at a
+        linear step cost, priced for all groups at once (stated costs; memoized for this cost)."""
         d = self.dealt(of)
         work = self._group_work_all()
         per = self.c_tok / self.train_speed
@@ -198,20 +217,21 @@ class SyncMeasurements:
         return out
 
     def rollout_s(self, of: int) -> list[float]:
-        """Every worker of `of`'s rollout seconds (the replay's total): from the shards' counted totals where
-        the step cost is linear (stated costs), else each worker's replay."""
+        """Every worker of `of`'s rollout seconds (the replay's total): from the shards' counted
+        totals where the step cost is linear (stated costs), else each worker's replay."""
         if self.cost.linear is not None and self.cost.shapes is None:
             key = ("totals", of, self.slots)
             memo = self._shared()
             if key not in memo:
-                memo[key] = totals_of(self.samples, of, self.slots) or [self.counts(i, of).end for i in range(of)]
+                memo[key] = totals_of(self.samples, of,
+                                      self.slots) or [self.counts(i, of).end for i in range(of)]
             a, b = self.cost.linear
             return [f * self.cost.refill + a * n + b * fl for f, n, fl in memo[key]]
         return [self.arrivals(r, of)[1] for r in range(of)]
 
     def group_train_s(self, i: int, of: int) -> dict[int, float]:
-        """prompt -> the train seconds of its group on a split training pool (train_speed), for worker i of
-        `of`'s shard (memoized)."""
+        """prompt -> the train seconds of its group on a split training pool (train_speed), for
+        worker i of `of`'s shard (memoized)."""
         memo = self.__dict__.setdefault("_group_train", {})
         if (i, of) not in memo:
             work = self._group_work(i, of)
@@ -219,7 +239,8 @@ class SyncMeasurements:
         return memo[(i, of)]
 
     def _group_work(self, i: int, of: int) -> dict[int, float]:
-        """prompt -> its group's training work (train_work), for worker i of `of` (memoized with the rows)."""
+        """prompt -> its group's training work (train_work), for worker i of `of` (memoized with the
+        rows)."""
         work, prompts = self._group_work_all(), self._prompts(i, of)
         return {p: work[p] for p in prompts}
 
@@ -231,7 +252,8 @@ class SyncMeasurements:
             groups = defaultdict(list)
             for s in self.samples:
                 groups[s["prompt"]].append(s)
-            memo[key] = ({p: self.work(rows) for p, rows in groups.items()}, self.shape)  # shape kept: its id
+            # shape kept: its id
+            memo[key] = ({p: self.work(rows) for p, rows in groups.items()}, self.shape)
         return memo[key][0]
 
     def _prompts(self, i: int, of: int) -> list[int]:
@@ -245,16 +267,18 @@ class SyncMeasurements:
         return memo[("prompts", of)][i]
 
     def shard_train_s(self, of: int) -> list[float]:
-        """Every worker of `of`'s training seconds for its shard on a colocated rank (the sum of its groups':
-        train_work is counted group by group)."""
+        """Every worker of `of`'s training seconds for its shard on a colocated rank (the sum of its
+        groups': train_work is counted group by group)."""
         work = self._group_work_all()
         return [self.c_tok * sum(work[p] for p in self._prompts(i, of)) for i in range(of)]
 
     def arrivals(self, i: int, of: int) -> tuple[list[tuple[float, float]], float]:
-        """Worker i of `of` generating its shard from 0 s: [(when a group's last sample finished, the group's
-        train seconds)] and its rollout seconds (the replay, memoized for this batch and step cost)."""
+        """Worker i of `of` generating its shard from 0 s: [(when a group's last sample finished,
+        the group's train seconds)] and its rollout seconds (the replay, memoized for this batch and
+        step cost)."""
         memo = self.__dict__.setdefault("_arrivals", {})
-        if self.cost.linear is not None and self.cost.shapes is None:  # stated costs: every worker at once
+        # stated costs: every worker at once
+        if self.cost.linear is not None and self.cost.shapes is None:
             key = (of, id(self.cost), self.c_tok, self.train_speed)
             if key not in memo:
                 memo[key] = (self._priced_arrivals(of), self.rollout_s(of), self.cost)
@@ -270,10 +294,12 @@ class SyncMeasurements:
 
     def replay_posted(self, i: int, of: int, posts: list[tuple[float, int]], recompute: bool):
         """Worker i of `of` generating its shard while new weights are posted (partial rollout):
-        decode.replay_posted, priced from the shard's counts where the step cost is linear (stated costs)."""
+        decode.replay_posted, priced from the shard's counts where the step cost is linear (stated
+        costs)."""
         if self.cost.linear is not None and self.cost.shapes is None:
             return priced_posted(self.counts(i, of), self.cost, posts, self.split_ws, recompute)
-        return replay_posted(self.shard(i, of), self.slots, self.g, self.cost, posts, self.split_ws, recompute)
+        return replay_posted(self.shard(i, of), self.slots, self.g, self.cost, posts, self.split_ws,
+                             recompute)
 
     def work(self, rows: list[dict]) -> float:
         return train_work(rows, self.shared_prompt, self.micro_batch, self.shape)
@@ -283,12 +309,14 @@ class SyncMeasurements:
         return self.c_tok * self.work(rows)
 
     def s_per_token(self) -> float:
-        """Training seconds per trained token of this batch (what c_tok was before padding was counted)."""
+        """Training seconds per trained token of this batch (what c_tok was before padding was
+        counted)."""
         return self.train_s(self.samples) / max(1, train_tokens(self.samples, self.shared_prompt))
 
     def sync_time(self, ranks: int | None = None) -> tuple[float, float]:
-        """(predicted sync wall time, predicted mean rollout seconds) on `ranks` colocated ranks (default:
-        the measured count, the model's in-sample check), each generating and training its shard."""
+        """(predicted sync wall time, predicted mean rollout seconds) on `ranks` colocated ranks
+        (default: the measured count, the model's in-sample check), each generating and training its
+        shard."""
         n = ranks or self.n
         roll = self.rollout_s(n)
         train = self.shard_train_s(n)
@@ -308,7 +336,8 @@ class SyncMeasurements:
         return 2 * self.split_ws + max(free + [last]) + self.opt
 
 
-def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> list[SyncMeasurements]:
+def measurements(sync_cell: dict, samples: list[dict],
+                 events: list[dict]) -> list[SyncMeasurements]:
     """One SyncMeasurements per measured (post-warm-up) iteration of a sync cell."""
     its = [it for it in sync_cell.get("iterations") or [] if not it.get("warmup")] \
         or sync_cell.get("iterations") or []
@@ -319,23 +348,26 @@ def measurements(sync_cell: dict, samples: list[dict], events: list[dict]) -> li
         by_iter[s["iteration"]].append(s)
     stats = {r["iteration"]: r.get("workers") or [] for r in sync_cell.get("rollout_stats") or []}
     cfg = recorded_config(sync_cell)
-    shape = (sync_cell.get("model") or {}).get("shape")  # None in results from before it was recorded
+    # None in results from before it was recorded
+    shape = (sync_cell.get("model") or {}).get("shape")
     split = functools.partial(split_weight_sync_s, sync_cell)  # the cell's rule, per iteration's ws
-    return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events, stats.get(it["iteration"], []), cfg, shape,
+    return [SyncMeasurements(it, by_iter.get(it["iteration"], []), events,
+                             stats.get(it["iteration"], []), cfg, shape,
                              split) for it in its]
 
 
-def predicted_speedup(ms: list[SyncMeasurements], pred_tpspd: list[float], reference_tpspd: float | None,
+def predicted_speedup(ms: list[SyncMeasurements], pred_tpspd: list[float],
+                      reference_tpspd: float | None,
                       reference_iterations: dict[int, float] | None = None) -> float | None:
-    """The predicted TPSPD per batch over the reference, by the estimator the measured speedup it is set
-    beside uses: with the reference's TPSPD per iteration, the typical paired ratio (exp of the trimmed mean
-    of log(predicted TPSPD_k / reference TPSPD_k) over the iterations both have; the ratio of medians where
-    they are too few for an interval), as analysis/intervals.py states the measured one; without it,
-    the ratio of the medians. With a long tail the two estimators differ by 10% or more for the same
-    iterations (the iterations' token counts swing), so a prediction compared with a measurement by the
-    other one would carry that as error."""
-    # inside: the estimator loads scipy.special (0.2 s), and every cell process imports this module with the
-    # schedules' cost terms, where it is never called
+    """The predicted TPSPD per batch over the reference, by the estimator the measured speedup it is
+    set beside uses: with the reference's TPSPD per iteration, the typical paired ratio (exp of the
+    trimmed mean of log(predicted TPSPD_k / reference TPSPD_k) over the iterations both have; the
+    ratio of medians where they are too few for an interval), as analysis/intervals.py states the
+    measured one; without it, the ratio of the medians. With a long tail the two estimators differ
+    by 10% or more for the same iterations (the iterations' token counts swing), so a prediction
+    compared with a measurement by the other one would carry that as error."""
+    # inside: the estimator loads scipy.special (0.2 s), and every cell process imports this module
+    # with the schedules' cost terms, where it is never called
     from rlbench.core.ratio_interval import typical_ratio
 
     if not reference_tpspd:
@@ -355,13 +387,14 @@ def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], roll
     """Predict a periodic-async cell from a measured sync cell (model: module docstring).
 
     devices: TPSPD divisor of the async run (default: the sync run's, the same physical devices);
-    reference_tpspd: the measured TPSPD the speedup is relative to (default: this sync cell's median);
-    reference_iterations: the reference's measured TPSPD by iteration, for the paired estimator
-    (predicted_speedup; default: the ratio of medians).
+    reference_tpspd: the measured TPSPD the speedup is relative to (default: this sync cell's
+    median); reference_iterations: the reference's measured TPSPD by iteration, for the paired
+    estimator (predicted_speedup; default: the ratio of medians).
     -> predicted_speedup, predicted_iter_s, predicted_sync_iter_s (in-sample check), sync_iter_s,
     rollout_share (sync's rollout seconds / wall), model text and the inputs used."""
     if rollout_devices < 1 or train_devices < 1:
-        raise UserError(f"rollout_devices={rollout_devices}, train_devices={train_devices}: need >= 1")
+        raise UserError(f"rollout_devices={rollout_devices}, train_devices={train_devices}: need "
+                        f">= 1")
     ms = measurements(sync_cell, samples, events)
     d = devices or int(sync_cell.get("devices") or ms[0].n)
     its = [it for it in sync_cell["iterations"] if not it.get("warmup")] or sync_cell["iterations"]
@@ -371,7 +404,8 @@ def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], roll
     ref = reference_tpspd or sync_tpspd
     pred_tpspd = [m.tokens / (p * d) if p > 0 else 0.0 for m, p in zip(ms, pred)]
     return {"predicted_speedup": predicted_speedup(ms, pred_tpspd, ref, reference_iterations),
-            "predicted_speedup_medians": predicted_speedup(ms, pred_tpspd, ref),  # beside a ratio of medians
+            # beside a ratio of medians
+            "predicted_speedup_medians": predicted_speedup(ms, pred_tpspd, ref),
             "predicted_tpspd": statistics.median(pred_tpspd),
             "predicted_iter_s": statistics.median(pred),
             "predicted_sync_iter_s": statistics.median(p for p, _ in pred_sync),
@@ -385,8 +419,10 @@ def predict_async(sync_cell: dict, samples: list[dict], events: list[dict], roll
 
 
 def rollout_share(cell: dict, events: list[dict]) -> float | None:
-    """Share of a sync iteration's wall time its ranks spend generating (mean over ranks and iterations)."""
-    its = [it for it in cell.get("iterations") or [] if not it.get("warmup")] or cell.get("iterations") or []
+    """Share of a sync iteration's wall time its ranks spend generating (mean over ranks and
+    iterations)."""
+    its = [it for it in cell.get("iterations") or []
+           if not it.get("warmup")] or cell.get("iterations") or []
     shares = []
     for it in its:
         d = _durations(events, it["iteration"])

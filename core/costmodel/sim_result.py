@@ -1,6 +1,6 @@
-"""What the cost model predicts for one schedule (SimResult), and the rate of a schedule whose iterations do not
-overlap (median_rate): shared by the cost model's terms (colocated.py, pools.py, bounded.py) and simulate.py,
-which picks the term."""
+"""What the cost model predicts for one schedule (SimResult), and the rate of a schedule whose
+iterations do not overlap (median_rate): shared by the cost model's terms (colocated.py, pools.py,
+bounded.py) and simulate.py, which picks the term."""
 from __future__ import annotations
 
 import statistics
@@ -22,7 +22,8 @@ class SimResult:
     staleness_max: int = 0  # bounded_async: largest (trained version - behaviour version)
     partial_rollout: bool = False  # bounded_async: new weights taken mid-generation (partial.py)
     per_iteration_s: list[float] = field(default_factory=list)
-    link_s: dict[str, float] = field(default_factory=dict)  # seconds per iteration the link adds, by term
+    # seconds per iteration the link adds, by term
+    link_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def link_share(self) -> float:
@@ -35,8 +36,9 @@ class SimResult:
 
 def median_rate(schedule: str, batches: list[SyncMeasurements], n: int, m: int, walls: list[float],
                 overlap: bool = True) -> SimResult:
-    """A schedule whose iterations do not overlap: TPSPD = the median over batches of tokens / (wall x
-    devices), as the runner reports it."""
+    """A schedule whose iterations do not overlap: TPSPD = the median over batches of tokens / (wall
+    x devices), as the runner reports it."""
     d = n + m
     tpspd = statistics.median(b.tokens / (w * d) for b, w in zip(batches, walls))
-    return SimResult(schedule, n, m, d, tpspd, statistics.median(walls), overlap=overlap, per_iteration_s=walls)
+    return SimResult(schedule, n, m, d, tpspd, statistics.median(walls), overlap=overlap,
+                     per_iteration_s=walls)

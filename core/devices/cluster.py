@@ -4,9 +4,10 @@ what is missing; docs/platforms/ray.md).
 
 A worker asks Ray for its device (a core on CPU, one GPU or NPU) and, where engine.placement names
 one, a sliver of a resource only the chosen nodes hold: a custom one
-(`ray start --resources='{"n1": 1}'`) or Ray's own `node:<ip>`. The check packs every worker alive at once (interleaved cells keep
-all of theirs) onto the nodes the way Ray's scheduler must, most constrained first, and where one
-does not fit it says which workers, which resource, and what each node holds.
+(`ray start --resources='{"n1": 1}'`) or Ray's own `node:<ip>`. The check packs every worker alive
+at once (interleaved cells keep all of theirs) onto the nodes the way Ray's scheduler must, most
+constrained first, and where one does not fit it says which workers, which resource, and what each
+node holds.
 
 Pure Python over a description of the nodes (engines/ray_util.py `cluster_nodes` reads it from Ray).
 """
@@ -73,11 +74,11 @@ def placement_problem(placement: dict, counts: dict[str, int]) -> str | None:
             return f"engine.placement: unknown role {role!r} (allowed: {', '.join(PLACED_ROLES)})"
         values = value if isinstance(value, list) else [value]
         if not values or not all(isinstance(v, str) and v.strip() for v in values):
-            return (f"engine.placement.{role}: a Ray resource name (a node's custom resource, or node:<ip>) or "
-                    f"a list of them, one per worker; got {value!r}")
+            return (f"engine.placement.{role}: a Ray resource name (a node's custom resource, or "
+                    f"node:<ip>) or a list of them, one per worker; got {value!r}")
         if isinstance(value, list) and role in counts and len(value) != counts[role]:
-            return (f"engine.placement.{role}: {len(value)} entries for {counts[role]} {role} worker(s); give "
-                    "one per worker, or one name for all of them")
+            return (f"engine.placement.{role}: {len(value)} entries for {counts[role]} {role} "
+                    "worker(s); give one per worker, or one name for all of them")
     return None
 
 
@@ -118,20 +119,24 @@ def _missing(nodes: list[Node], free: list[dict], d: Demand, wanted: list[Demand
     anywhere."""
     cluster = "; ".join(n.label() for n in nodes)
     same = [w for w in wanted if w.where == d.where and w.device == d.device]
-    names = ", ".join(f"{w.cell}/{w.worker}" if len({x.cell for x in wanted}) > 1 else w.worker for w in same)
+    names = ", ".join(f"{w.cell}/{w.worker}" if len({x.cell for x in wanted}) > 1 else w.worker
+                      for w in same)
     need = sum(w.amount for w in same)
     if d.where is not None:
         holders = [n for n in nodes if d.where in n.resources]
         if not holders:
             verb = "asks" if len(same) == 1 else "ask"
-            return (f"engine.placement: no node of the cluster at {address} holds the resource {d.where!r} that "
-                    f"{names} {verb} for (nodes: {cluster}). Name a node's resource (custom, or node:<ip>).")
+            return (f"engine.placement: no node of the cluster at {address} holds the resource "
+                    f"{d.where!r} that {names} {verb} for (nodes: {cluster}). Name a node's "
+                    f"resource (custom, or node:<ip>).")
         have = sum(n.resources.get(d.device, 0.0) for n in holders)
-        return (f"engine.placement: the nodes holding {d.where!r} have {have:g} {d.device} free, but {names} "
-                f"need {need:g} {d.device} there{together and ' (' + together + ')'} (nodes: {cluster}).")
+        return (f"engine.placement: the nodes holding {d.where!r} have {have:g} {d.device} free, "
+                f"but {names} need {need:g} {d.device} there{together and ' (' + together + ')'} "
+                f"(nodes: {cluster}).")
     total = sum(n.resources.get(d.device, 0.0) for n in nodes)
     asked = sum(w.amount for w in wanted if w.device == d.device)
-    return (f"engine.ray_address={address}: the cluster has {total:g} {d.device} free, but the run's workers "
-            f"need {asked:g} at once{together and ' (' + together + ')'}; {d.worker} finds no node with "
-            f"{d.amount:g} {d.device} left (nodes: {cluster}). Add nodes, lower engine.rollout_devices / "
-            "engine.train_devices, or run the cells one at a time (run.interleave=false).")
+    return (f"engine.ray_address={address}: the cluster has {total:g} {d.device} free, but the "
+            f"run's workers need {asked:g} at once{together and ' (' + together + ')'}; {d.worker} "
+            f"finds no node with {d.amount:g} {d.device} left (nodes: {cluster}). Add nodes, lower "
+            "engine.rollout_devices / engine.train_devices, or run the cells one at a time "
+            "(run.interleave=false).")

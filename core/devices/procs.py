@@ -1,21 +1,23 @@
-"""Process hygiene: every process a run starts ends with it (docs/architecture/runs-that-end-badly.md).
+"""Process hygiene: every process a run starts ends with it
+(docs/architecture/runs-that-end-badly.md).
 
 Three mechanisms, each a backstop for the one before:
 
-- **Explicit shutdown.** Hosts stop their workers, workers close their backends (vLLM's engine is shut
-  down by name, engines/rollout/vllm_backend.py).
-- **Parent-death signal.** A worker process asks the kernel (prctl PR_SET_PDEATHSIG) to be killed when
-  its parent dies, so a cell that dies hard does not leave its workers running; a cell gets SIGTERM when
-  the `rlbench run` process dies and then ends its whole process group.
+- **Explicit shutdown.** Hosts stop their workers, workers close their backends (vLLM's engine is
+  shut down by name, engines/rollout/vllm_backend.py).
+- **Parent-death signal.** A worker process asks the kernel (prctl PR_SET_PDEATHSIG) to be killed
+  when its parent dies, so a cell that dies hard does not leave its workers running; a cell gets
+  SIGTERM when the `rlbench run` process dies and then ends its whole process group.
 - **One process group per cell.** A cell process leads its own group; everything it starts (workers,
-  vLLM engine cores and their workers, multiprocessing resource trackers) inherits the group unless it
-  leaves it, so after the cell ends its parent kills what is left of the group and checks in /proc
-  that nothing remains. (The cells' own group is also why Ctrl-C is forwarded: a terminal sends SIGINT
-  to the foreground group, which holds only `rlbench run`.)
+  vLLM engine cores and their workers, multiprocessing resource trackers) inherits the group unless
+  it leaves it, so after the cell ends its parent kills what is left of the group and checks in
+  /proc that nothing remains. (The cells' own group is also why Ctrl-C is forwarded: a terminal
+  sends SIGINT to the foreground group, which holds only `rlbench run`.)
 
-Every process of a run also carries RUN_ENV=<token> in its environment (inherited from `rlbench run`),
-so a test or the soak script can find any process of a run by walking /proc, whatever its group,
-instead of trusting a shutdown call. Linux only (/proc, prctl); elsewhere the helpers do nothing.
+Every process of a run also carries RUN_ENV=<token> in its environment (inherited from `rlbench
+run`), so a test or the soak script can find any process of a run by walking /proc, whatever its
+group, instead of trusting a shutdown call. Linux only (/proc, prctl); elsewhere the helpers do
+nothing.
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 
 def lead_own_group() -> int:
-    """Make this process the leader of a new process group (its children inherit it); -> the group id."""
+    """Make this process the leader of a new process group (its children inherit it); -> the group
+    id."""
     try:
         os.setpgid(0, 0)
     except OSError:  # already a session or group leader
@@ -93,12 +96,14 @@ def _alive(pid: int) -> bool:
 
 def group_members(pgid: int, spare: int | None = None) -> list[int]:
     """Live processes of process group `pgid` (found in /proc), except `spare`."""
-    return [p for p in _pids() if p != spare and (st := _stat(p)) and st[2] == pgid and st[0] not in "ZX"]
+    return [p for p in _pids() if p != spare and (st := _stat(p)) and st[2] == pgid and st[0]
+            not in "ZX"]
 
 
 def marked(token: str, spare: tuple[int, ...] = (), var: str = RUN_ENV) -> list[int]:
-    """Live processes whose environment carries var=token (this user's processes only). Tests and the
-    soak script set a variable of their own and find every process of the runs they start with it."""
+    """Live processes whose environment carries var=token (this user's processes only). Tests and
+    the soak script set a variable of their own and find every process of the runs they start with
+    it."""
     needle = f"{var}={token}".encode()
     out = []
     for pid in _pids():
@@ -118,7 +123,8 @@ def describe(pids: list[int]) -> list[str]:
     out = []
     for pid in pids:
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+            cmd = open(f"/proc/{pid}/cmdline",
+                       "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             cmd = "(gone)"
         out.append(f"{pid} {cmd[:120]}")
@@ -142,8 +148,9 @@ def kill_all(pids_of, timeout_s: float = 10.0) -> list[int]:
 
 
 def end_group(pgid: int, grace_s: float = 2.0, timeout_s: float = 10.0) -> list[int]:
-    """What is left of a process group after its leader ended: a moment to exit by itself (a resource
-    tracker cleans up once its last user is gone), then SIGKILL; -> survivors after timeout_s."""
+    """What is left of a process group after its leader ended: a moment to exit by itself (a
+    resource tracker cleans up once its last user is gone), then SIGKILL; -> survivors after
+    timeout_s."""
     deadline = time.monotonic() + grace_s
     while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -157,31 +164,34 @@ def kill_group(pgid: int, spare: int | None = None, timeout_s: float = 10.0) -> 
 
 def interruptible() -> None:
     """SIGINT raises KeyboardInterrupt in this process even if it was started with SIGINT ignored (a
-    background job of a non-interactive shell inherits that): the stops forwarded inside a run (Ctrl-C
-    passed on to a cell's group, a dead parent's SIGTERM) are SIGINTs and must not be ignored."""
+    background job of a non-interactive shell inherits that): the stops forwarded inside a run
+    (Ctrl-C passed on to a cell's group, a dead parent's SIGTERM) are SIGINTs and must not be
+    ignored."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-HARD_STOP_S = 6.0  # the polite stop's time limit; then the group is killed (see stop_group_on_sigterm)
+# the polite stop's time limit; then the group is killed (see stop_group_on_sigterm)
+HARD_STOP_S = 6.0
 
 
 def stop_group_on_sigterm(hard_stop_s: float = HARD_STOP_S) -> None:
-    """SIGTERM to this process (a group leader) becomes SIGINT to its whole group: the same stop as a
-    Ctrl-C, so workers and the cell end the way they end on Ctrl-C, with the results saved. Once only:
-    the parent-death signal comes once per thread of the dead parent (measured: twice, 0.1 s apart, when
-    `rlbench run` was killed), and a second interrupt would cut the saving short.
+    """SIGTERM to this process (a group leader) becomes SIGINT to its whole group: the same stop as
+    a Ctrl-C, so workers and the cell end the way they end on Ctrl-C, with the results saved. Once
+    only: the parent-death signal comes once per thread of the dead parent (measured: twice, 0.1 s
+    apart, when `rlbench run` was killed), and a second interrupt would cut the saving short.
 
-    A group still alive hard_stop_s later is killed (SIGKILL): on a loaded machine the polite stop of a
-    cell whose `rlbench run` was killed once took over 10 s (scripts/soak.py), and nothing of a run may
-    outlive it by more than 10 s. Every finished iteration is on disk by then (results.json is saved after
-    each one); only the cell's final status can be lost. The kill is a separate process's (`sleep; kill`
-    outside the group), not a thread's of this one: a thread waits for the interpreter's lock, which a long
-    call in C holds, and a run killed on a machine with a load of 13 left its cell and resource tracker
-    alive past 10 s."""
+    A group still alive hard_stop_s later is killed (SIGKILL): on a loaded machine the polite stop
+    of a cell whose `rlbench run` was killed once took over 10 s (scripts/soak.py), and nothing of a
+    run may outlive it by more than 10 s. Every finished iteration is on disk by then (results.json
+    is saved after each one); only the cell's final status can be lost. The kill is a separate
+    process's (`sleep; kill` outside the group), not a thread's of this one: a thread waits for the
+    interpreter's lock, which a long call in C holds, and a run killed on a machine with a load of
+    13 left its cell and resource tracker alive past 10 s."""
     def stop(*_) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         pgid = os.getpgid(0)
-        # The watchdog first: the SIGINT below reaches this process too and raises KeyboardInterrupt here.
+        # The watchdog first: the SIGINT below reaches this process too and raises KeyboardInterrupt
+        # here.
         hard_stop(pgid, hard_stop_s)
         forward(signal.SIGINT, pgid)
 
@@ -189,13 +199,14 @@ def stop_group_on_sigterm(hard_stop_s: float = HARD_STOP_S) -> None:
 
 
 def hard_stop(pgid: int, after_s: float) -> None:
-    """SIGKILL to the process group pgid after_s seconds from now, by a process of its own outside the group
-    (so the group's SIGINT and kill do not reach it first); it ends right after."""
+    """SIGKILL to the process group pgid after_s seconds from now, by a process of its own outside
+    the group (so the group's SIGINT and kill do not reach it first); it ends right after."""
     import subprocess  # inside: only a stopping process starts it
 
     try:
         subprocess.Popen(["/bin/sh", "-c", f"sleep {after_s:g}; kill -KILL -{pgid} 2>/dev/null"],
-                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     except OSError:  # no shell to start (out of processes?): a thread of this one, the best left
         timer = threading.Timer(after_s, forward, (signal.SIGKILL, pgid))

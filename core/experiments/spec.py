@@ -1,11 +1,11 @@
-"""What one experiment record says (bench/experiments/<name>/__init__.py holds one, `EXPERIMENT`), and the
-three pieces it loads on first use: its analysis (`Analysis`), its report section (`Report`) and its hooks
-into `rlbench run` (`Runner`). The analysis and the reports call these pieces of the experiments they are
-given (the registry, bench/experiments/__init__.py, is above them).
+"""What one experiment record says (bench/experiments/<name>/__init__.py holds one, `EXPERIMENT`),
+and the three pieces it loads on first use: its analysis (`Analysis`), its report section (`Report`)
+and its hooks into `rlbench run` (`Runner`). The analysis and the reports call these pieces of the
+experiments they are given (the registry, bench/experiments/__init__.py, is above them).
 
-Everything that differs between experiments outside their own folder is a field here, so `--ablation`,
-`rlbench run --help`, the end of a run, the verdict, the terminal, summary.md, `--markdown` and report.html
-read the records instead of naming an experiment.
+Everything that differs between experiments outside their own folder is a field here, so
+`--ablation`, `rlbench run --help`, the end of a run, the verdict, the terminal, summary.md,
+`--markdown` and report.html read the records instead of naming an experiment.
 """
 from __future__ import annotations
 
@@ -25,23 +25,25 @@ def _empty(*_args) -> list:
 
 @dataclass(frozen=True, kw_only=True)
 class Analysis:
-    """What an experiment computes from result files. write(run_dir) -> its CSV's path or None: the file the
-    terminal and report render, written at the end of `rlbench run` and by `rlbench report` (an earlier one is
-    removed where the run is not this experiment's); answer(run, sp) -> what it says would change the verdict's
-    answer (sp: the run's speedup frame), or None where the run is not this experiment's."""
+    """What an experiment computes from result files. write(run_dir) -> its CSV's path or None: the
+    file the terminal and report render, written at the end of `rlbench run` and by `rlbench report`
+    (an earlier one is removed where the run is not this experiment's); answer(run, sp) -> what it
+    says would change the verdict's answer (sp: the run's speedup frame), or None where the run is
+    not this experiment's."""
     write: Callable = _none
     answer: Callable = _none
 
 
 @dataclass(frozen=True, kw_only=True)
 class Report:
-    """What an experiment adds to a run's report, each part empty (None, []) where the run is not the
-    experiment's. html(run, sp) -> (title, HTML body): its section at the top of report.html (the first
-    experiment, in registry order, that has one takes the place); files(run): extra files beside it
-    (peers.md); brief(run) and wide(run, sp): the terminal's lines by default and with --wide (explains_speedup:
-    its wide lines stand in for the attribution sentences); summary(run, sp): summary.md's lines; markdown(run,
-    sp): `rlbench report --markdown`'s lines; notes(run): verdict sentences on what the run holds;
-    change(answer): the verdict's sentence on what would change the answer, from Analysis.answer's value."""
+    """What an experiment adds to a run's report, each part empty (None, []) where the run is not
+    the experiment's. html(run, sp) -> (title, HTML body): its section at the top of report.html
+    (the first experiment, in registry order, that has one takes the place); files(run): extra files
+    beside it (peers.md); brief(run) and wide(run, sp): the terminal's lines by default and with
+    --wide (explains_speedup: its wide lines stand in for the attribution sentences); summary(run,
+    sp): summary.md's lines; markdown(run, sp): `rlbench report --markdown`'s lines; notes(run):
+    verdict sentences on what the run holds; change(answer): the verdict's sentence on what would
+    change the answer, from Analysis.answer's value."""
     html: Callable = _none
     files: Callable = _none
     brief: Callable = _empty
@@ -55,9 +57,10 @@ class Report:
 
 @dataclass(frozen=True, kw_only=True)
 class Runner:
-    """An experiment's hooks into `rlbench run`. preflight(cells): refuse (UserError, exit 2) before any cell
-    runs; before(ablation, base, run_dir): a step before the cells (a calibration); runner_of(cell) -> the
-    function that runs a cell in its process instead of rlbench's engine (a peer framework), or None."""
+    """An experiment's hooks into `rlbench run`. preflight(cells): refuse (UserError, exit 2) before
+    any cell runs; before(ablation, base, run_dir): a step before the cells (a calibration);
+    runner_of(cell) -> the function that runs a cell in its process instead of rlbench's engine (a
+    peer framework), or None."""
     preflight: Callable = _none
     before: Callable = _none
     runner_of: Callable = _none
@@ -67,15 +70,19 @@ class Runner:
 class ExperimentSpec:
     name: str  # its folder's name (bench/experiments/<name>/)
     summary: str
-    # () -> {ablation name: cells}: what `--ablation NAME` runs; import-light, `rlbench --help` counts the cells
+    # () -> {ablation name: cells}: what `--ablation NAME` runs; import-light, `rlbench --help`
+    # counts the cells
     cells: Callable[[], dict[str, Cells]]
     about: dict[str, str]  # ablation name -> what it compares, for `rlbench run --help`
-    workloads: dict[str, dict] = field(default_factory=dict)  # a cell's run.workload -> overrides of the config
+    # a cell's run.workload -> overrides of the config
+    workloads: dict[str, dict] = field(default_factory=dict)
     shared: dict[str, dict] = field(default_factory=dict)  # ablation -> settings every cell shares
-    switches: tuple[str, ...] = ()  # switches of its cells that are no config key (a peer framework's settings)
-    plots: tuple[str, ...] = ()  # the files its report section writes under plots/ (removed before a rebuild)
-    # () -> its Analysis, Report, Runner: each imported when first asked for (pandas, plotting), not by
-    # `rlbench --help`, which reads the record
+    # switches of its cells that are no config key (a peer framework's settings)
+    switches: tuple[str, ...] = ()
+    # the files its report section writes under plots/ (removed before a rebuild)
+    plots: tuple[str, ...] = ()
+    # () -> its Analysis, Report, Runner: each imported when first asked for (pandas, plotting), not
+    # by `rlbench --help`, which reads the record
     analysis: Callable[[], Analysis] | None = None
     report: Callable[[], Report] | None = None
     runner: Callable[[], Runner] | None = None

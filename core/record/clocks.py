@@ -8,8 +8,9 @@ driver asks a process on the node for its clock and notes when it asked and when
 (Cristian's method, as NTP's clock filter does it): the node read its clock somewhere inside that
 round trip, so
 
-    offset      = remote - (sent + received) / 2        (how far the node's clock is ahead of the driver's)
-    uncertainty = (received - sent) / 2                 (the true offset lies within offset +- uncertainty)
+    offset      = remote - (sent + received) / 2        (how far the node's clock is ahead of the
+    driver's) uncertainty = (received - sent) / 2                 (the true offset lies within
+    offset +- uncertainty)
 
 Of several probes the one with the shortest round trip bounds the offset best (queueing inflates a
 round trip, never shrinks it), so it is the estimate. The driver estimates again during the run (a
@@ -40,7 +41,8 @@ class Probe:
 class Estimate:
     at: float  # the driver's clock (the run's time axis, seconds since the cell's start)
     offset_s: float  # the node's clock minus the driver's
-    uncertainty_s: float  # half the best probe's round trip: the true offset is within offset +- this
+    # half the best probe's round trip: the true offset is within offset +- this
+    uncertainty_s: float
     rtt_s: float
     probes: int
 

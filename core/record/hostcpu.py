@@ -1,12 +1,12 @@
 """Host CPU, measured: CPU seconds of every process of a cell per iteration, the driver included.
 
-On CPU a device is a core, and the driver is a process on the same cores that TPSPD does not count as a
-device; on an accelerator every worker also spends host CPU launching work. Each iteration records, per
-process, the CPU seconds (user + system, all threads) it used between the iteration's start and end:
-`host_cpu_s` (worker -> seconds; a worker's own child processes, e.g. vLLM's engine core, count with
-it) and `host_cpu_pct` (the driver's CPU seconds over the iteration's wall time, in % of one core).
-Read from /proc (Linux); a process that cannot be read there (a Ray actor on another node, not Linux)
-is left out.
+On CPU a device is a core, and the driver is a process on the same cores that TPSPD does not count
+as a device; on an accelerator every worker also spends host CPU launching work. Each iteration
+records, per process, the CPU seconds (user + system, all threads) it used between the iteration's
+start and end: `host_cpu_s` (worker -> seconds; a worker's own child processes, e.g. vLLM's engine
+core, count with it) and `host_cpu_pct` (the driver's CPU seconds over the iteration's wall time, in
+% of one core). Read from /proc (Linux); a process that cannot be read there (a Ray actor on another
+node, not Linux) is left out.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cpu_seconds(pid: int, with_children: bool = False, table: dict | None = None) -> float | None:
-    """utime + stime of `pid` (and of its live descendants), in seconds; None when /proc lacks it."""
+    """utime + stime of `pid` (and of its live descendants), in seconds; None when /proc lacks
+    it."""
     own = _stat(pid)
     if own is None:
         return None
@@ -65,15 +66,18 @@ class HostCPU:
         self._t = 0.0
 
     def totals(self) -> dict[str, float | None]:
-        """CPU seconds of each process since it started (a worker's live children with it); None: unreadable."""
+        """CPU seconds of each process since it started (a worker's live children with it); None:
+        unreadable."""
         table = _table() if len(self.pids) > 1 else {}
-        return {w: cpu_seconds(p, with_children=w != Role.DRIVER.value, table=table) for w, p in self.pids.items()}
+        return {w: cpu_seconds(p, with_children=w != Role.DRIVER.value, table=table) for w,
+                p in self.pids.items()}
 
     def start(self) -> None:
         self._start, self._t = self.totals(), time.perf_counter()
 
     def stop(self) -> dict:
-        """-> {"host_cpu_s": worker -> CPU seconds since start(), "host_cpu_pct": the driver's % of a core}."""
+        """-> {"host_cpu_s": worker -> CPU seconds since start(), "host_cpu_pct": the driver's % of
+        a core}."""
         wall = time.perf_counter() - self._t
         end = self.totals()
         used = {w: round(end[w] - self._start[w], 4) for w in self.pids

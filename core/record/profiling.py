@@ -3,10 +3,10 @@
 Traces land in <cell>/traces/ as TensorBoard-loadable files (`tensorboard --logdir <cell>/traces`
 with torch-tb-profiler) that are also Chrome/Perfetto traces (*.pt.trace.json). The stage recorder's
 ranges show up in them because `Recorder.stage` opens a record_function (NVTX on CUDA, MSTX on NPU)
-range: one timer feeds metrics and profiler alike. Beside each trace, `<worker>.ops.txt`: the operators
-of the profiled iterations by their own host time (and, on CUDA, device time), with call counts: where a
-host-bound step spends its time, readable without a trace viewer and small enough to bring back from a GPU
-machine whose traces are not.
+range: one timer feeds metrics and profiler alike. Beside each trace, `<worker>.ops.txt`: the
+operators of the profiled iterations by their own host time (and, on CUDA, device time), with call
+counts: where a host-bound step spends its time, readable without a trace viewer and small enough to
+bring back from a GPU machine whose traces are not.
 """
 from __future__ import annotations
 
@@ -19,25 +19,27 @@ from rlbench.core.record.stages import Stage
 
 ENV_DIR = "RLBENCH_PROFILE_DIR"  # read by rollout worker processes
 ENV_ITERS = "RLBENCH_PROFILE_ITERS"  # "first,count"
-# "0": write the operator tables only, no trace (a GPU iteration's trace is tens of MB and slow to write;
-# the prepared GPU command sets it, as its archive leaves traces behind anyway)
+# "0": write the operator tables only, no trace (a GPU iteration's trace is tens of MB and slow to
+# write; the prepared GPU command sets it, as its archive leaves traces behind anyway)
 ENV_TRACE = "RLBENCH_PROFILE_TRACE"
 OPS_ROWS = 40  # operators listed per table in <worker>.ops.txt
 
 
-# "train": a short window, from the first log-prob or update pass of the profiled iterations to the end of
-# the last one's optimizer step (the trainer's work, no rollout); a worker that trains nothing profiles nothing
+# "train": a short window, from the first log-prob or update pass of the profiled iterations to the
+# end of the last one's optimizer step (the trainer's work, no rollout); a worker that trains
+# nothing profiles nothing
 ENV_WINDOW = "RLBENCH_PROFILE_WINDOW"
 WINDOW_OPENS = (Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value, Stage.UPDATE.value)
 WINDOW_CLOSES = Stage.OPTIMIZER_STEP.value
 
 
 class IterationProfiler:
-    """Profiles iterations [first, first + count) of one worker; `step()` after each iteration. window
-    (RLBENCH_PROFILE_WINDOW=train when None): only their training stages, opened and closed by the worker's
-    Recorder (`attach`)."""
+    """Profiles iterations [first, first + count) of one worker; `step()` after each iteration.
+    window (RLBENCH_PROFILE_WINDOW=train when None): only their training stages, opened and closed
+    by the worker's Recorder (`attach`)."""
 
-    def __init__(self, trace_dir: str | None, worker: str, first: int, count: int, device_type: str = "cpu",
+    def __init__(self, trace_dir: str | None, worker: str, first: int, count: int,
+                 device_type: str = "cpu",
                  window: bool | None = None):
         self.prof, self.on = None, False
         self.window = os.environ.get(ENV_WINDOW) == "train" if window is None else window
@@ -63,7 +65,12 @@ class IterationProfiler:
             rec.watcher = self
 
     def entered(self, stage: str, iteration: int) -> None:
-        if not self.on and self.prof is not None and stage in WINDOW_OPENS and self.first <= iteration <= self.last:
+        if (
+            not self.on
+            and self.prof is not None
+            and stage in WINDOW_OPENS
+            and self.first <= iteration <= self.last
+        ):
             self.prof.start()
             self.on = True
 
@@ -84,12 +91,12 @@ class IterationProfiler:
 
 
 def _writer(trace_dir: str, worker: str, device_type: str):
-    """on_trace_ready: the operator tables (`<worker>.ops.txt`: on CUDA by device time first), then the trace
-    (TensorBoard / Chrome format) unless RLBENCH_PROFILE_TRACE=0. The tables first: a step cut by its time
-    limit while the trace is written still has them."""
+    """on_trace_ready: the operator tables (`<worker>.ops.txt`: on CUDA by device time first), then
+    the trace (TensorBoard / Chrome format) unless RLBENCH_PROFILE_TRACE=0. The tables first: a step
+    cut by its time limit while the trace is written still has them."""
     trace = tp.tensorboard_trace_handler(trace_dir, worker_name=worker)
-    # on CUDA also the device time with children: the stage ranges (old_logprob, ref_logprob, update) with
-    # the device time of the kernels launched inside them
+    # on CUDA also the device time with children: the stage ranges (old_logprob, ref_logprob,
+    # update) with the device time of the kernels launched inside them
     keys = (["self_device_time_total", "device_time_total"] if device_type == "cuda" else []) + \
         ["self_cpu_time_total"]
 

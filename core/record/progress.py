@@ -2,11 +2,11 @@
 watchdog (engines/watchdog.py).
 
 `beats` counts progress: a stage starting or ending (the one Recorder calls `enter` / `leave`), a
-finished group, a decode step of a rollout backend (`beat`). A heartbeat thread alive in a stuck process
-keeps sending the same count, so the driver tells "alive but stuck" from "working" by the count, not by
-the heartbeat arriving. Also kept: the stage the process is in (for the error message) and the longest
-stage it has measured (the watchdog's yardstick). Plain integers and a float under the GIL: a beat
-costs nanoseconds, so a decode loop can call it every step.
+finished group, a decode step of a rollout backend (`beat`). A heartbeat thread alive in a stuck
+process keeps sending the same count, so the driver tells "alive but stuck" from "working" by the
+count, not by the heartbeat arriving. Also kept: the stage the process is in (for the error message)
+and the longest stage it has measured (the watchdog's yardstick). Plain integers and a float under
+the GIL: a beat costs nanoseconds, so a decode loop can call it every step.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ class Snapshot:
 
 class _State:
     def __init__(self):
-        self.beats, self.stage, self.iteration, self.last_stage, self.longest_s = 0, None, None, None, 0.0
+        self.beats, self.stage, self.iteration, self.last_stage, self.longest_s = (0, None, None,
+                                                                                   None, 0.0)
 
 
 _STATE = _State()
@@ -42,7 +43,8 @@ def enter(stage: str, iteration: int) -> None:
 
 
 def leave(stage: str, seconds: float) -> None:
-    """The stage ended after `seconds`, as the Recorder measured it (the one timer, core/record/stages.py)."""
+    """The stage ended after `seconds`, as the Recorder measured it (the one timer,
+    core/record/stages.py)."""
     s = _STATE
     s.beats += 1
     s.longest_s = max(s.longest_s, seconds)

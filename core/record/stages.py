@@ -21,33 +21,37 @@ class Stage(str, enum.Enum):
     UPDATE = "update"
     OPTIMIZER_STEP = "optimizer_step"
     WEIGHT_SYNC = "weight_sync"
-    # Ray, a rollout worker on another node than the published weights: fetching their bytes over the link
-    # (before its weight_sync, which then only loads them)
+    # Ray, a rollout worker on another node than the published weights: fetching their bytes over
+    # the link (before its weight_sync, which then only loads them)
     WEIGHT_TRANSFER = "weight_transfer"
-    # Ray, recorded by the driver for a group sealed on another node: from its sealing (the rollout worker's
-    # clock, mapped to the driver's) to its arrival at the driver
+    # Ray, recorded by the driver for a group sealed on another node: from its sealing (the rollout
+    # worker's clock, mapped to the driver's) to its arrival at the driver
     GROUP_TRANSFER = "group_transfer"
     QUEUE_WAIT = "queue_wait"
     HANDOFF = "handoff"  # the consumer opening a group taken off the queue: the queue path's work
     EVAL = "eval"
-    # The rollout workers of a schedule that runs ahead, held between two iterations (engines/rollout/gate.py):
-    # recorded by the driver from the gate's closing to its opening; outside every iteration's window.
+    # The rollout workers of a schedule that runs ahead, held between two iterations
+    # (engines/rollout/gate.py): recorded by the driver from the gate's closing to its opening;
+    # outside every iteration's window.
     PAUSED = "paused"
 
 
 # Stages that are not work: a worker in them is idle (bubble).
 IDLE_STAGES = {Stage.QUEUE_WAIT.value}
-# Stages that are not part of any iteration's work or window: measurement, and the held gap between iterations.
+# Stages that are not part of any iteration's work or window: measurement, and the held gap between
+# iterations.
 OUTSIDE_STAGES = {Stage.EVAL.value, Stage.PAUSED.value}
-# The training stages of an iteration (what "train time" means everywhere: metrics, predictions, checks):
-# the per-sample ones, whose cost grows with the trained tokens, and the optimizer step, once per iteration.
+# The training stages of an iteration (what "train time" means everywhere: metrics, predictions,
+# checks): the per-sample ones, whose cost grows with the trained tokens, and the optimizer step,
+# once per iteration.
 PER_SAMPLE_TRAIN_STAGES = (Stage.REWARD.value, Stage.OLD_LOGPROB.value, Stage.REF_LOGPROB.value,
                            Stage.ADVANTAGE.value, Stage.UPDATE.value)
 TRAIN_STAGES = (*PER_SAMPLE_TRAIN_STAGES, Stage.OPTIMIZER_STEP.value)
 
 
 class Role(str, enum.Enum):
-    """What a worker process does; its events are recorded as worker `<role><i>` (the driver: `driver`)."""
+    """What a worker process does; its events are recorded as worker `<role><i>` (the driver:
+    `driver`)."""
 
     COLOCATED = "colocated"  # colocated layout: rollout and training of one shard on one device
     ROLLOUT = "rollout"  # pools layout: the rollout pool
@@ -62,14 +66,16 @@ def role_of(worker: str) -> str:
 
 
 class _NodeClock:
-    """This process's clock mapped to the driver's. On one machine every process reads the same system-wide
-    monotonic clock and both numbers stay 0. On a Ray node other than the driver's, the driver measures how
-    far this node's clock is from its own (engines/ray_clock.py) and sets `offset`; `skew` is a test hook's
-    planted error of this node's clock (bench/planted/faults.py), 0 otherwise."""
+    """This process's clock mapped to the driver's. On one machine every process reads the same
+    system-wide monotonic clock and both numbers stay 0. On a Ray node other than the driver's, the
+    driver measures how far this node's clock is from its own (engines/ray_clock.py) and sets
+    `offset`; `skew` is a test hook's planted error of this node's clock (bench/planted/faults.py),
+    0 otherwise."""
 
     skew = 0.0  # seconds this node's clock runs ahead of CLOCK_MONOTONIC (planted only)
     offset = 0.0  # seconds this node's clock is ahead of the driver's, as last estimated
-    elsewhere = False  # this process runs on another node than the driver (what it sends crosses the link)
+    # this process runs on another node than the driver (what it sends crosses the link)
+    elsewhere = False
 
 
 NODE_CLOCK = _NodeClock()
@@ -81,8 +87,8 @@ def node_now() -> float:
 
 
 def now() -> float:
-    """The run's clock: the driver's monotonic clock (CLOCK_MONOTONIC on Linux, comparable across the
-    processes of one machine), a remote node's mapped onto it."""
+    """The run's clock: the driver's monotonic clock (CLOCK_MONOTONIC on Linux, comparable across
+    the processes of one machine), a remote node's mapped onto it."""
     return time.monotonic() + NODE_CLOCK.skew - NODE_CLOCK.offset
 
 
@@ -96,10 +102,12 @@ class StageEvent:
     devices: int = 1  # devices this worker occupies
     # CPU seconds of the recording thread during the stage (where the work runs: one intra-op thread
     # per worker). Unlike wall time it does not grow while another process holds the core, so stage
-    # costs compared by `rlbench check` stay steady on a shared machine; None for events from elsewhere.
+    # costs compared by `rlbench check` stay steady on a shared machine; None for events from
+    # elsewhere.
     cpu: float | None = None
     # Seconds the device was busy during the stage (core/devices/busy.py): on CPU the thread's CPU
-    # seconds (= cpu), on CUDA NVML's utilisation over the stage times its wall seconds; None: not measured.
+    # seconds (= cpu), on CUDA NVML's utilisation over the stage times its wall seconds; None: not
+    # measured.
     busy: float | None = None
 
     @property
@@ -110,28 +118,32 @@ class StageEvent:
 class Recorder:
     """Records (worker, stage, iteration, start, end) events with a device sync at both ends.
 
-    Events go to `sink` (a callable taking a StageEvent) as they finish, so nothing waits for the end
-    of the run to be written.
+    Events go to `sink` (a callable taking a StageEvent) as they finish, so nothing waits for the
+    end of the run to be written.
     """
 
     def __init__(self, worker: str, t0: float, device=None, devices: int = 1, sink=None):
         self.worker, self.t0, self.device, self.devices = worker, t0, device, devices
         self.events: list[StageEvent] = []
         self.sink = sink
-        self._open: list[list] = []  # [stage, iteration, start, cpu, unix start] of the stages being timed
+        # [stage, iteration, start, cpu, unix start] of the stages being timed
+        self._open: list[list] = []
         self._busy = busy_clock.clock(device)  # None: the device's busy time is not measured
-        self.watcher = None  # entered(stage, k) / left(stage, k) around every stage: a profiling window
+        # entered(stage, k) / left(stage, k) around every stage: a profiling window
+        self.watcher = None
 
     @contextlib.contextmanager
     def stage(self, stage: Stage, iteration: int):
-        progress.enter(stage.value, iteration)  # the hang watchdog's sign of progress (core/record/progress.py)
+        # the hang watchdog's sign of progress (core/record/progress.py)
+        progress.enter(stage.value, iteration)
         if self.device is not None:
             dev.synchronize(self.device)
         if self.watcher is not None:
             self.watcher.entered(stage.value, iteration)
         opened = [stage, iteration, now(), time.thread_time(), busy_clock.now_unix()]
         self._open.append(opened)
-        ctx = dev.range_context(f"{stage.value}", self.device)  # the driver (no device): record_function only
+        # the driver (no device): record_function only
+        ctx = dev.range_context(f"{stage.value}", self.device)
         try:
             with ctx:
                 yield
@@ -139,7 +151,8 @@ class Recorder:
                     dev.synchronize(self.device)
                 _, _, start, cpu, _ = opened  # a suspend() inside moved them
                 hooks.call("stage_end", stage.value, now() - start, time.thread_time() - cpu,
-                           stage.value in IDLE_STAGES)  # a planted slowdown (RLBENCH_SLOW) burns here
+                           # a planted slowdown (RLBENCH_SLOW) burns here
+                           stage.value in IDLE_STAGES)
         finally:
             self._open.remove(opened)
         ev = self._close(opened)
@@ -148,8 +161,9 @@ class Recorder:
         progress.leave(stage.value, ev.duration)
 
     def suspend(self, wait) -> None:
-        """Run wait() outside the innermost open stage: its event ends here and a new one of the same stage
-        starts when wait() returns, so a held rollout worker's waiting is in no stage (engines/rollout/gate.py)."""
+        """Run wait() outside the innermost open stage: its event ends here and a new one of the
+        same stage starts when wait() returns, so a held rollout worker's waiting is in no stage
+        (engines/rollout/gate.py)."""
         if not self._open:
             wait()
             return
@@ -161,15 +175,16 @@ class Recorder:
         opened[2:] = now(), time.thread_time(), busy_clock.now_unix()
 
     def _close(self, opened: list) -> StageEvent:
-        """The event of an open stage [stage, iteration, start, cpu, unix start], ending now: its wall,
-        CPU and busy seconds."""
+        """The event of an open stage [stage, iteration, start, cpu, unix start], ending now: its
+        wall, CPU and busy seconds."""
         stage, iteration, start, cpu0, unix0 = opened
         end, cpu = now(), time.thread_time() - cpu0
-        return self.add(stage, iteration, start, end, cpu, self.busy(cpu, unix0, busy_clock.now_unix()))
+        return self.add(stage, iteration, start, end, cpu,
+                        self.busy(cpu, unix0, busy_clock.now_unix()))
 
     def busy(self, cpu_s: float, start_unix: float, end_unix: float) -> float | None:
-        """The device's busy seconds over a span (the thread's CPU seconds, the wall clock's Unix ends;
-        core/devices/busy.py), for a stage timed outside stage(); None: not measured."""
+        """The device's busy seconds over a span (the thread's CPU seconds, the wall clock's Unix
+        ends; core/devices/busy.py), for a stage timed outside stage(); None: not measured."""
         return self._busy.busy(cpu_s, start_unix, end_unix) if self._busy is not None else None
 
     def add(self, stage: Stage, iteration: int, start: float, end: float, cpu: float | None = None,

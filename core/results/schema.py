@@ -7,8 +7,8 @@ A *cell* folder (one engine run) holds:
   iterations.jsonl - one IterationRecord per line, appended and flushed as each iteration ends
   samples.jsonl    - one line per trained sample: iteration, prompt, sample, lengths, reward,
                      behaviour_version, trained_version (partial rollout, where a response mixes
-                     versions: behaviour_version is its oldest token's, plus behaviour_version_newest
-                     and tokens_by_version)
+                     versions: behaviour_version is its oldest token's, plus
+                     behaviour_version_newest and tokens_by_version)
 An *ablation* folder holds ablation.json (kind="ablation": the cells, their switches, which cell is
 the reference) and one cell folder per cell.
 
@@ -34,7 +34,8 @@ EVENTS = "events.jsonl"
 ITERATIONS = "iterations.jsonl"
 SAMPLES = "samples.jsonl"
 ABLATION = "ablation.json"
-CONTENTION_PROBE = "contention_probe.json"  # the regime map's calibration step (bench/experiments/regime/probe.py)
+# the regime map's calibration step (bench/experiments/regime/probe.py)
+CONTENTION_PROBE = "contention_probe.json"
 
 # Multi-seed runs (`--seeds`): the cell `sync` of seed 2 is named and stored as `sync@seed2`;
 # ablation.json then lists "seeds" and each cell's base "cell" and "seed".
@@ -74,31 +75,37 @@ class IterationRecord:
     grad_norm: float
     kl: float
     stage_s: dict[str, float] = field(default_factory=dict)  # stage -> seconds (summed per worker)
-    # stage -> {"busy_s", "wall_s"}: the device's busy seconds during the stage's events that measured them
-    # (core/devices/busy.py: CPU seconds on CPU, NVML's GPU utilisation on CUDA) and those events'
-    # wall seconds, summed per worker; stages with no measured event are absent (older files: no key)
+    # stage -> {"busy_s", "wall_s"}: the device's busy seconds during the stage's events that
+    # measured them (core/devices/busy.py: CPU seconds on CPU, NVML's GPU utilisation on CUDA) and
+    # those events' wall seconds, summed per worker; stages with no measured event are absent (older
+    # files: no key)
     stage_busy: dict[str, dict[str, float]] = field(default_factory=dict)
     idle_frac: dict[str, float] = field(default_factory=dict)  # worker -> idle share of wall_s
     rollout_occupancy: float | None = None  # mean in-flight sequences / max_num_seqs
     warmup: bool = False
     eval_accuracy: float | None = None  # pass@1 measured after this iteration, if any
-    # bounded_async's decoupled loss, all-reduced over trainer ranks (None for the on-policy schedules):
+    # bounded_async's decoupled loss, all-reduced over trainer ranks (None for the on-policy
+    # schedules):
     behav_imp_weight: float | None = None  # token mean of pi_prox / pi_behav after the cap
     behav_capped: float | None = None  # share of tokens masked out by train.behav_imp_weight_cap
-    # stage -> {"flops", "bytes"} the stage had to do (core/results/utilisation.py); MFU and bandwidth use it
+    # stage -> {"flops", "bytes"} the stage had to do (core/results/utilisation.py); MFU and
+    # bandwidth use it
     work: dict[str, dict[str, float]] = field(default_factory=dict)
-    # core/record/hostcpu.py: process -> CPU seconds in the iteration (driver included); the driver's % of a core
+    # core/record/hostcpu.py: process -> CPU seconds in the iteration (driver included); the
+    # driver's % of a core
     host_cpu_s: dict[str, float] = field(default_factory=dict)
     host_cpu_pct: float | None = None
-    # engine.shared_prompt=auto: {"packed": n, "unpacked": m, "choices": [one per micro-batch: prompt,
-    # responses, packed, predicted_speedup, token_ratio, attention_share, reason]} (core/costmodel/packing.py)
+    # engine.shared_prompt=auto: {"packed": n, "unpacked": m, "choices": [one per micro-batch:
+    # prompt, responses, packed, predicted_speedup, token_ratio, attention_share, reason]}
+    # (core/costmodel/packing.py)
     shared_prompt: dict | None = None
 
 
 def atomic_write_json(path: Path, obj: Any, compact: bool = False) -> None:
-    """Write obj as JSON to path at once (a reader sees the old file or the new one, never half of one).
-    compact: no indentation; json's C encoder then writes it, about 3.5x less CPU than indented (a
-    results.json that a cell's driver rewrites every iteration: 1.6 ms against 5.9 ms at 120 KB)."""
+    """Write obj as JSON to path at once (a reader sees the old file or the new one, never half of
+    one). compact: no indentation; json's C encoder then writes it, about 3.5x less CPU than
+    indented (a results.json that a cell's driver rewrites every iteration: 1.6 ms against 5.9 ms at
+    120 KB)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -185,7 +192,8 @@ def load_samples(path: Path) -> list[dict]:
 
 
 def read_ablation(path: Path) -> dict:
-    """ablation.json of an ablation folder: {name, reference, cells: [{name, dir, switches, exit_code}]}."""
+    """ablation.json of an ablation folder: {name, reference, cells: [{name, dir, switches,
+    exit_code}]}."""
     f = Path(path) / ABLATION
     try:
         abl = json.loads(f.read_text())
@@ -197,9 +205,9 @@ def read_ablation(path: Path) -> dict:
 
 
 def measured(iterations: list[dict]) -> list[dict]:
-    """The iterations aggregates are taken over: the post-warm-up ones. A cell stopped before its first
-    measured iteration has none (the config forbids warm-up >= iterations): it reports no TPSPD rather
-    than a warm-up iteration's."""
+    """The iterations aggregates are taken over: the post-warm-up ones. A cell stopped before its
+    first measured iteration has none (the config forbids warm-up >= iterations): it reports no
+    TPSPD rather than a warm-up iteration's."""
     return [it for it in iterations if not it.get("warmup")]
 
 
@@ -215,7 +223,8 @@ def load_run(path: Path) -> list[dict]:
     path = Path(path)
     if is_ablation(path):
         abl = read_ablation(path)
-        return [load_cell(path / c["dir"]) for c in abl["cells"] if (path / c["dir"] / RESULTS).is_file()]
+        return [load_cell(path / c["dir"]) for c in abl["cells"]
+                if (path / c["dir"] / RESULTS).is_file()]
     if is_cell(path):
         return [load_cell(path)]
     raise UserError(f"{path}: neither a run folder ({RESULTS}) nor an ablation folder ({ABLATION})")

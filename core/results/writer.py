@@ -37,7 +37,8 @@ class CellWriter:
 
     def results(self, obj: dict) -> Path:
         path = self.folder / schema.RESULTS
-        schema.atomic_write_json(path, obj, compact=True)  # rewritten every iteration by the cell's driver
+        # rewritten every iteration by the cell's driver
+        schema.atomic_write_json(path, obj, compact=True)
         return path
 
     def close(self) -> None:

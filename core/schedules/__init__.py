@@ -1,11 +1,13 @@
-"""The schedule registry: each schedule's record (`SCHEDULE` in core/schedules/<name>.py, a ScheduleSpec of
-spec.py) says what it is, which options it reads (their defaults and help text), its place in the tables and
-its cost model (core/costmodel/simulate.py TERMS); its engine is a folder of engines/schedules/, found by the
-record's name there (engines/schedules/__init__.py). SCHEDULES lists the records by import, one line each.
+"""The schedule registry: each schedule's record (`SCHEDULE` in core/schedules/<name>.py, a
+ScheduleSpec of spec.py) says what it is, which options it reads (their defaults and help text), its
+place in the tables and its cost model (core/costmodel/simulate.py TERMS); its engine is a folder of
+engines/schedules/, found by the record's name there (engines/schedules/__init__.py). SCHEDULES
+lists the records by import, one line each.
 
 Config choices and sections, switches in results.json, placement, the loss, the simulator, the
-calibration, the ablation tables and `rlbench check` read these records; no other module names a schedule
-(tests/unit/core/test_schedule_registry.py). Records are light (no torch): the core imports no engine.
+calibration, the ablation tables and `rlbench check` read these records; no other module names a
+schedule (tests/unit/core/test_schedule_registry.py). Records are light (no torch): the core imports
+no engine.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in (  # one line per sched
 
 
 def get(name: str | None) -> ScheduleSpec | None:
-    """The record of `name`; None for names of no registered schedule (an external framework's cell)."""
+    """The record of `name`; None for names of no registered schedule (an external framework's
+    cell)."""
     return SCHEDULES.get(name) if name else None
 
 
@@ -41,9 +44,9 @@ def name_of(role: str) -> str:
 
 
 def option_fields(section: str) -> dict:
-    """The schedules' options under a config section ("engine", "train"), each once, as pydantic fields: the
-    config section is made of them (core/config.py). An option several schedules read is one shared
-    declaration (core/schedules/options.py)."""
+    """The schedules' options under a config section ("engine", "train"), each once, as pydantic
+    fields: the config section is made of them (core/config.py). An option several schedules read is
+    one shared declaration (core/schedules/options.py)."""
     return fields_of(SCHEDULES.values(), section)
 
 
@@ -53,8 +56,8 @@ def option_keys() -> dict[str, str]:
 
 
 def foreign_options(cfg) -> list[str]:
-    """Problems: an option another schedule owns (ScheduleSpec.owns) set away from its default (refused,
-    never silently ignored)."""
+    """Problems: an option another schedule owns (ScheduleSpec.owns) set away from its default
+    (refused, never silently ignored)."""
     selected = of(cfg)
     out = []
     for s in SCHEDULES.values():
@@ -62,19 +65,21 @@ def foreign_options(cfg) -> list[str]:
             continue
         for name in s.owns:
             section, field_name = s.options.keys()[name].split(".")
-            value, default = getattr(getattr(cfg, section), field_name), s.options.model_fields[name].default
+            value, default = getattr(getattr(cfg, section),
+                                     field_name), s.options.model_fields[name].default
             if value != default:
-                out.append(f"{section}.{field_name}={value} is an option of engine.schedule={s.name}, not of "
-                           f"engine.schedule={selected.name}")
+                out.append(f"{section}.{field_name}={value} is an option of "
+                           f"engine.schedule={s.name}, not of engine.schedule={selected.name}")
     return out
 
 
 def switches(cfg) -> dict:
-    """What an ablation varies, as results.json records it: the schedule, the two optimisations and the
-    options the schedule runs with (pinned ones at their pinned values); another schedule's options do
-    not apply and are not recorded."""
+    """What an ablation varies, as results.json records it: the schedule, the two optimisations and
+    the options the schedule runs with (pinned ones at their pinned values); another schedule's
+    options do not apply and are not recorded."""
     sched = of(cfg)
-    out = {"schedule": sched.name, "tri_model": cfg.engine.tri_model, "shared_prompt": cfg.engine.shared_prompt,
+    out = {"schedule": sched.name, "tri_model": cfg.engine.tri_model,
+           "shared_prompt": cfg.engine.shared_prompt,
            **sched.read(cfg).model_dump()}
     if cfg.engine.shared_prompt is not False:  # how it packs: recorded only where it packs
         out["shared_prompt_impl"] = cfg.engine.shared_prompt_impl

@@ -12,7 +12,8 @@ from typing import Callable
 from rlbench.core.components import Component
 
 # layout: where rollout and training run
-COLOCATED = "colocated"  # every worker generates and trains its shard of the iteration (VERL's hybrid engine)
+# every worker generates and trains its shard of the iteration (VERL's hybrid engine)
+COLOCATED = "colocated"
 POOLS = "pools"  # a rollout pool feeds a training pool
 
 # loss
@@ -21,11 +22,12 @@ DECOUPLED = "decoupled"  # stale samples: the decoupled PPO loss (DecoupledPPOLo
 
 # the cost model `rlbench simulate` and the calibration run (core/costmodel/simulate.py)
 MODEL_COLOCATED = "colocated"  # weight sync + the slowest rank's rollout + training + step
-MODEL_POOLS = "pools"  # rollout and training pools inside one iteration (overlap=False: the barrier)
+# rollout and training pools inside one iteration (overlap=False: the barrier)
+MODEL_POOLS = "pools"
 MODEL_BOUNDED = "bounded"  # rollout up to k versions ahead (core/costmodel/bounded.py)
 
-# role: the schedule's place in the built-in ablation tables (bench/run/ablation_table.py), the check's switch
-# pairs and `rlbench simulate`'s ladder
+# role: the schedule's place in the built-in ablation tables (bench/run/ablation_table.py), the
+# check's switch pairs and `rlbench simulate`'s ladder
 REFERENCE = "reference"  # the baseline every speedup is over
 PERIODIC = "periodic"  # the async ladder's cell (periodic asynchrony)
 BOUNDED = "bounded"  # the staleness sweep
@@ -51,16 +53,18 @@ class ScheduleSpec(Component):
     model: str  # MODEL_COLOCATED, MODEL_POOLS or MODEL_BOUNDED
     loss: str = PPO
     runs_ahead: bool = False  # rollout of later iterations starts before this one is trained
-    role: str | None = None  # REFERENCE, PERIODIC, BOUNDED, ONE_STEP or None (no built-in ablation names it)
+    # REFERENCE, PERIODIC, BOUNDED, ONE_STEP or None (no built-in ablation names it)
+    role: str | None = None
     # Cells it adds at the end of named ablations: {ablation: ((cell name, switches), ...)}.
     cells: dict = field(default_factory=dict)
     # Option values the schedule pins (simulate reads max_staleness from here when present).
     pinned: dict = field(default_factory=dict)
-    # True where this config runs the trainer in the driver's process (and every phase, where the schedule's
-    # engine has an in-process builder: engines/schedules/__init__.py).
+    # True where this config runs the trainer in the driver's process (and every phase, where the
+    # schedule's engine has an in-process builder: engines/schedules/__init__.py).
     in_process: Callable = _never
-    # Options that make no sense without this schedule: set away from their defaults under another one, the
-    # config is refused (schedules.foreign_options) rather than the setting silently ignored.
+    # Options that make no sense without this schedule: set away from their defaults under another
+    # one, the config is refused (schedules.foreign_options) rather than the setting silently
+    # ignored.
     owns: tuple[str, ...] = ()
 
     @property

@@ -1,4 +1,5 @@
-"""Real GSM8K from a local file: OpenAI's JSONL or VERL's preprocessed parquet. Nothing is downloaded.
+"""Real GSM8K from a local file: OpenAI's JSONL or VERL's preprocessed parquet. Nothing is
+downloaded.
 
 JSONL (.jsonl, .json): one {"question": ..., "answer": "...#### 72"} object per line; the answer
 number is the text after the last `####`, commas removed ("1,234" -> "1234", as GSM8K's own
@@ -71,16 +72,18 @@ def _jsonl_problem(line: str, where: str) -> Problem:
 
 
 def _load_parquet(path: Path) -> list[Problem]:
-    import pandas as pd  # inside: pandas costs every cell process ~0.5 s; only a parquet file needs it
+    # inside: pandas costs every cell process ~0.5 s; only a parquet file needs it
+    import pandas as pd
 
     try:
         frame = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for a damaged or non-parquet file
         raise UserError(f"{path}: cannot read as parquet ({e})") from None
     if "reward_model" not in frame.columns:
-        raise UserError(f"{path}: no 'reward_model' column (has {list(frame.columns)}); expected VERL's "
-                        "GSM8K parquet with prompt, reward_model.ground_truth, extra_info")
-    return [_parquet_problem(row, f"{path}: row {i}") for i, row in enumerate(frame.to_dict("records"))]
+        raise UserError(f"{path}: no 'reward_model' column (has {list(frame.columns)}); expected "
+                        "VERL's GSM8K parquet with prompt, reward_model.ground_truth, extra_info")
+    return [_parquet_problem(row, f"{path}: row {i}") for i,
+            row in enumerate(frame.to_dict("records"))]
 
 
 def _parquet_problem(row: dict, where: str) -> Problem:

@@ -40,7 +40,8 @@ def extract_solution(text: str, method: str = "strict") -> str | None:
 
 
 def gsm8k_reward(response: str, ground_truth: str) -> float:
-    """1.0 when the strict answer equals `ground_truth` exactly, else 0.0 (also when there is none)."""
+    """1.0 when the strict answer equals `ground_truth` exactly, else 0.0 (also when there is
+    none)."""
     answer = extract_solution(response, "strict")
     return 1.0 if answer is not None and answer == ground_truth else 0.0
 
@@ -49,8 +50,8 @@ _NUMBER = re.compile(r"-?[0-9][0-9,]*(?:\.[0-9]+)?")
 
 
 def any_format_correct(response: str, ground_truth: str) -> bool:
-    """Diagnostic, not a reward: the response's last number (commas removed) equals the ground truth,
-    whatever words surround it ("#### 6", "The answer is 6.", "$6"). Separates wrong arithmetic from
-    an answer the strict rule cannot read."""
+    """Diagnostic, not a reward: the response's last number (commas removed) equals the ground
+    truth, whatever words surround it ("#### 6", "The answer is 6.", "$6"). Separates wrong
+    arithmetic from an answer the strict rule cannot read."""
     numbers = _NUMBER.findall(response[-CLIP_CHARS:])
     return bool(numbers) and numbers[-1].replace(",", "") == ground_truth

@@ -28,7 +28,8 @@ GOODS = ["cups", "cakes", "pies", "kites", "hats"]  # what is sold when counting
 ITEMS = {
     "start": ["{N} has {x} {obj}."],
     "start_mul": ["{N} buys {a} {box} of {b} {obj}.", "{N} has {a} {box} with {b} {obj} each."],
-    "+": ["{P} finds {x} more.", "{P} buys {x} more.", "{O} gives {o} {x} more.", "{P} gets {x} more."],
+    "+": ["{P} finds {x} more.", "{P} buys {x} more.", "{O} gives {o} {x} more.",
+          "{P} gets {x} more."],
     "-": ["{P} gives {x} to {O}.", "{P} loses {x}.", "{P} sells {x}.", "{P} uses {x}."],
     "*": ["Then {p} has {k} times as many."],
     "question": ["How many {obj} does {N} have now?", "How many {obj} does {N} have?"],
@@ -71,7 +72,8 @@ def _one(rng: random.Random, steps: int, max_number: int, max_operand: int | Non
     qty = (lambda v: f"${v}") if money else str
 
     sentences, lines = [], []
-    if "*" in operators and rng.random() < 0.3:  # start with a product: "buys 3 bags of 4 apples" -> 3*4=12
+    # start with a product: "buys 3 bags of 4 apples" -> 3*4=12
+    if "*" in operators and rng.random() < 0.3:
         a, b = rng.randint(2, 5), rng.randint(2, max_number)
         value = a * b
         sentences.append(rng.choice(theme["start_mul"]).format(a=a, b=b, **fill))
@@ -80,7 +82,8 @@ def _one(rng: random.Random, steps: int, max_number: int, max_operand: int | Non
         value = rng.randint(1, max_number)
         sentences.append(rng.choice(theme["start"]).format(x=qty(value), **fill))
     while len(lines) < steps:
-        ops = ["+", "+"] + (["-", "-"] if value > 0 else []) + (["*"] if 0 < value * 2 < LIMIT else [])
+        ops = ["+",
+               "+"] + (["-", "-"] if value > 0 else []) + (["*"] if 0 < value * 2 < LIMIT else [])
         op = rng.choice([o for o in ops if o in operators])
         if op == "*":
             k = rng.choice([f for f in (2, 3) if value * f < LIMIT])
@@ -122,10 +125,12 @@ class TaskShape:
     @classmethod
     def of(cls, dcfg) -> "TaskShape":
         """From the data config (data.min_steps, max_steps, max_number, max_operand, operators)."""
-        return cls(dcfg.min_steps, dcfg.max_steps, dcfg.max_number, dcfg.max_operand, dcfg.operators)
+        return cls(dcfg.min_steps, dcfg.max_steps, dcfg.max_number, dcfg.max_operand,
+                   dcfg.operators)
 
     def stream(self, rng: random.Random) -> Iterator[Problem]:
-        return problem_stream(rng, self.min_steps, self.max_steps, self.max_number, self.max_operand, self.operators)
+        return problem_stream(rng, self.min_steps, self.max_steps, self.max_number,
+                              self.max_operand, self.operators)
 
 
 def generate_problems(n: int, seed: int | str, min_steps: int = 1, max_steps: int = 4,
@@ -135,7 +140,8 @@ def generate_problems(n: int, seed: int | str, min_steps: int = 1, max_steps: in
     return [next(gen) for _ in range(n)]
 
 
-def builtin_splits(train_size: int, eval_size: int, seed: int, min_steps: int = 1, max_steps: int = 4,
+def builtin_splits(train_size: int, eval_size: int, seed: int, min_steps: int = 1,
+                   max_steps: int = 4,
                    max_number: int = 20) -> tuple[list[Problem], list[Problem]]:
     """(train, eval): eval from its own seed stream; train skips any question eval holds."""
     evl = generate_problems(eval_size, stream_seed("eval", seed), min_steps, max_steps, max_number)
@@ -146,7 +152,8 @@ def builtin_splits(train_size: int, eval_size: int, seed: int, min_steps: int = 
     while len(train) < train_size:
         tries += 1
         if tries > 100 * (train_size + 10):  # bounded: a tiny problem space must not hang
-            raise ValueError(f"could not draw {train_size} train problems disjoint from eval; widen the task")
+            raise ValueError(f"could not draw {train_size} train problems disjoint from eval; "
+                             f"widen the task")
         p = next(gen)
         if p.question not in held_out:
             train.append(p)
@@ -154,7 +161,8 @@ def builtin_splits(train_size: int, eval_size: int, seed: int, min_steps: int = 
 
 
 def answer_only(solution: str) -> str:
-    """The solution without its working: "5+3=8\n8-2=6\n#### 6" -> "#### 6" (chat-style endings kept)."""
+    """The solution without its working: "5+3=8\n8-2=6\n#### 6" -> "#### 6" (chat-style endings
+    kept)."""
     return solution.rsplit("\n", 1)[-1]
 
 

@@ -2,10 +2,10 @@
 
 runner("verl")          verl/adapter.py run_verl: `rlbench run --engine verl` and the VERL cells of
                         `--ablation verl` (VERL's venv: scripts/setup.sh --verl; CPU or GPU)
-runner("trl")           trl/adapter.py run_trl: `--engine trl` and the TRL cells of `--ablation peers`
-runner("mindspeed-rl")  mindspeed.py run_mindspeed: `--engine mindspeed-rl` (Ascend NPU, MINDSPEED_RL_HOME)
-Each raises rlbench.core.errors.UserError when the framework is absent, and writes out_dir/results.json in
-the same layout as an rlbench cell.
+runner("trl")           trl/adapter.py run_trl: `--engine trl` and the TRL cells of `--ablation
+peers` runner("mindspeed-rl")  mindspeed.py run_mindspeed: `--engine mindspeed-rl` (Ascend NPU,
+MINDSPEED_RL_HOME) Each raises rlbench.core.errors.UserError when the framework is absent, and
+writes out_dir/results.json in the same layout as an rlbench cell.
 """
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ FRAMEWORKS = ("verl", "mindspeed-rl", "trl")  # what `--engine` takes besides rl
 
 
 def runner(framework: str) -> Callable:
-    """The framework's runner, (cfg, out_dir, **options) -> its results; only its own adapter is imported."""
+    """The framework's runner, (cfg, out_dir, **options) -> its results; only its own adapter is
+    imported."""
     if framework == "verl":
-        # inside: each adapter imports its framework's dependencies (VERL's venv, TRL, torch) when chosen
+        # inside: each adapter imports its framework's dependencies (VERL's venv, TRL, torch) when
+        # chosen
         from rlbench.engines.external.verl.adapter import run_verl
         return run_verl
     if framework == "trl":

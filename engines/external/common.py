@@ -1,10 +1,11 @@
 """Shared parts of the external-baseline adapters (VERL, MindSpeed-RL): one result shape, one TPSPD.
 
 An adapter turns the peer framework's own per-iteration metrics into rlbench IterationRecords, so
-reports, `compare` and `check` read a VERL or MindSpeed-RL run exactly like an rlbench cell. TPSPD is
-always recomputed here with rlbench's formula (docs/metrics.md, 'TPSPD'),
+reports, `compare` and `check` read a VERL or MindSpeed-RL run exactly like an rlbench cell. TPSPD
+is always recomputed here with rlbench's formula (docs/metrics.md, 'TPSPD'),
 
-    tpspd = (prompt + response tokens of the iteration's trained samples) / (iteration wall s * devices)
+    tpspd = (prompt + response tokens of the iteration's trained samples) / (iteration wall s *
+    devices)
 
 and the framework's own figure (VERL `perf/throughput`, MindSpeed-RL `e2e_tps`) is kept beside it
 under `external`; when the two differ by more than TPSPD_TOLERANCE the iteration is flagged and the
@@ -44,22 +45,28 @@ def tpspd_check(ours: float, reported: float | None) -> dict:
     return {"reported": reported, "rel_diff": rel, "agree": rel <= TPSPD_TOLERANCE}
 
 
-def make_iteration(*, iteration: int, start: float, wall_s: float, num_samples: int, prompt_tokens: int,
-                   response_tokens: int, devices: int, stage_s: dict[str, float], reward_mean: float,
+def make_iteration(*, iteration: int, start: float, wall_s: float, num_samples: int,
+                   prompt_tokens: int,
+                   response_tokens: int, devices: int, stage_s: dict[str, float],
+                   reward_mean: float,
                    response_len_mean: float, response_len_max: int, loss: float, grad_norm: float,
                    kl: float, warmup: bool, eval_accuracy: float | None, external: dict,
                    staleness_max: int = 0, staleness_mean: float = 0.0) -> dict:
-    """An IterationRecord dict (rlbench's formulas) plus the framework's raw figures under `external`.
+    """An IterationRecord dict (rlbench's formulas) plus the framework's raw figures under
+    `external`.
 
     Token counts are sums over the iteration's samples; wall_s is the framework's iteration time
     (evaluation excluded, as in rlbench); devices are all devices of the run.
     """
     rec = metrics.record(
-        iteration=iteration, start=start, wall_s=wall_s, num_samples=num_samples, prompt_tokens=prompt_tokens,
-        response_tokens=response_tokens, devices=devices, rollout_s=stage_s.get(Stage.ROLLOUT.value, 0.0),
+        iteration=iteration, start=start, wall_s=wall_s, num_samples=num_samples,
+        prompt_tokens=prompt_tokens,
+        response_tokens=response_tokens, devices=devices,
+        rollout_s=stage_s.get(Stage.ROLLOUT.value, 0.0),
         train_s=sum(v for k, v in stage_s.items() if k in TRAIN_STAGES), reward_mean=reward_mean,
         response_len_mean=response_len_mean,
-        response_len_max=int(response_len_max), staleness_max=staleness_max, staleness_mean=staleness_mean,
+        response_len_max=int(response_len_max), staleness_max=staleness_max,
+        staleness_mean=staleness_mean,
         loss=loss, grad_norm=grad_norm, kl=kl, stage_s=stage_s, idle_frac={},
         rollout_occupancy=None, warmup=warmup, eval_accuracy=eval_accuracy)
     out = asdict(rec)
@@ -67,20 +74,23 @@ def make_iteration(*, iteration: int, start: float, wall_s: float, num_samples: 
     return out
 
 
-def flag_tpspd(iterations: list[dict], framework_key: str, framework_devices: int | None = None) -> list[str]:
-    """Adds external['tpspd_check'] to every iteration; returns one warning per disagreement. framework_devices:
-    the devices the framework's own figure divides by, where that is not every device of the run (VERL's
-    separated recipes count their trainer's only): rlbench's TPSPD is compared at that divisor."""
+def flag_tpspd(iterations: list[dict], framework_key: str,
+               framework_devices: int | None = None) -> list[str]:
+    """Adds external['tpspd_check'] to every iteration; returns one warning per disagreement.
+    framework_devices: the devices the framework's own figure divides by, where that is not every
+    device of the run (VERL's separated recipes count their trainer's only): rlbench's TPSPD is
+    compared at that divisor."""
     warnings = []
     for it in iterations:
         scale = it["devices"] / framework_devices if framework_devices else 1.0
         check = tpspd_check(it["tpspd"] * scale, it["external"].get(framework_key))
-        it["external"]["tpspd_check"] = {**check, "framework_devices": framework_devices or it["devices"]}
+        it["external"]["tpspd_check"] = {**check,
+                                         "framework_devices": framework_devices or it["devices"]}
         if check["agree"] is False:
             warnings.append(
-                f"iteration {it['iteration']}: rlbench TPSPD {it['tpspd'] * scale:.4g} vs {framework_key} "
-                f"{check['reported']:.4g} differ by {100 * check['rel_diff']:.2f}% (> "
-                f"{100 * TPSPD_TOLERANCE:.0f}%): the device count given to rlbench "
+                f"iteration {it['iteration']}: rlbench TPSPD {it['tpspd'] * scale:.4g} vs "
+                f"{framework_key} {check['reported']:.4g} differ by {100 * check['rel_diff']:.2f}% "
+                f"(> {100 * TPSPD_TOLERANCE:.0f}%): the device count given to rlbench "
                 f"({framework_devices or it['devices']}) or the token count is not the framework's")
     for w in warnings:
         log.warning(w)
@@ -96,17 +106,20 @@ def cell_results(cfg, *, cell: str, framework: str, version: str | None, iterati
                  evals: list[dict], status: str, error: str | None = None,
                  warnings: list[str] | None = None, external: dict | None = None,
                  schedule: str | None = None) -> dict:
-    """A results.json dict with the keys of rlbench's own cells (bench/run/cell.py CellRun.results). schedule:
-    what the framework ran, where it names it (VERL's trainer or recipe); else rlbench's reference."""
+    """A results.json dict with the keys of rlbench's own cells (bench/run/cell.py CellRun.results).
+    schedule: what the framework ran, where it names it (VERL's trainer or recipe); else rlbench's
+    reference."""
     return metrics.cell_result(
-        cell=cell, switches={"engine": framework, "schedule": schedule or _reference(), "tri_model": False,
+        cell=cell,
+        switches={"engine": framework, "schedule": schedule or _reference(), "tri_model": False,
                              "shared_prompt": False},
         config=cfg.model_dump(mode="json"), provenance={"framework": framework, "version": version},
         status=status, error=error, model={"kind": cfg.model.kind, "path": cfg.model.path},
         iterations=iterations, evals=evals,
         # The framework places its own workers; TPSPD divides by every device of its resource pools.
         placement=[], devices=iterations[0]["devices"] if iterations else None,
-        wall_s_total=sum(it["wall_s"] for it in iterations), warnings=warnings or [], external=external or {})
+        wall_s_total=sum(it["wall_s"] for it in iterations), warnings=warnings or [],
+        external=external or {})
 
 
 def run_logged(argv: list[str], log_path: Path, env: dict | None = None, cwd: Path | None = None,
@@ -155,13 +168,15 @@ def launch_and_record(argv: list[str], out: Path, log_path: Path, framework: str
     try:
         rc = run_logged(argv, log_path, env=env, cwd=cwd, echo=echo)
         status = "complete" if rc == 0 else "failed"
-        error = None if rc == 0 else f"{framework} exited with code {rc}; its output is in {log_path}"
+        error = (None if rc == 0
+                 else f"{framework} exited with code {rc}; its output is in {log_path}")
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
         raise
     finally:
         res = parse()
-        if status != "complete":  # else the parser's complete/incomplete (fewer steps than asked) stands
+        # else the parser's complete/incomplete (fewer steps than asked) stands
+        if status != "complete":
             res["status"] = status
         res["error"] = error
         res["provenance"] = {**provenance.collect(), **res["provenance"]}

@@ -32,7 +32,8 @@ class CharTokenizer:
 
 
 class HFTokenizer:
-    """Adapter over a transformers tokenizer; prompts go through the chat template when there is one."""
+    """Adapter over a transformers tokenizer; prompts go through the chat template when there is
+    one."""
 
     def __init__(self, tok, use_chat_template: bool | None = None):
         self.tok = tok

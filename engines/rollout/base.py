@@ -11,7 +11,8 @@ from rlbench.core.record.stages import NODE_CLOCK, now
 @dataclass
 class SamplingParams:
     """How one batch is sampled. n and max_new_tokens come from the config (rollout.group_size,
-    rollout.max_new_tokens), never from a default here; temperature 1 and top_p 1 are the identity."""
+    rollout.max_new_tokens), never from a default here; temperature 1 and top_p 1 are the
+    identity."""
 
     n: int  # G: samples per prompt
     max_new_tokens: int
@@ -35,16 +36,19 @@ class Group:
     prompt_index: int
     prompt_ids: list[int]
     responses: list[list[int]]  # G token-id lists, EOS included when generated
-    behaviour_logprobs: list[list[float]]  # G lists, log pi_behav(token) at the sampling temperature
-    version: int = 0  # weight version that generated the group's first tokens (the oldest, with partial rollout)
-    finished: list[bool] = field(default_factory=list)  # per response: ended with EOS (False: hit max_new_tokens)
+    # G lists, log pi_behav(token) at the sampling temperature
+    behaviour_logprobs: list[list[float]]
+    # weight version that generated the group's first tokens (the oldest, with partial rollout)
+    version: int = 0
+    # per response: ended with EOS (False: hit max_new_tokens)
+    finished: list[bool] = field(default_factory=list)
     # Partial rollout only: per response, the weight version that generated each token (G lists, one
     # entry per token). None: every token came from `version`.
     token_versions: list[list[int]] | None = None
 
     def sample_version(self, j: int) -> int:
-        """Sample j's behaviour version: the oldest version among its own tokens (a sample admitted after a
-        mid-generation reload is all newer than the group's oldest token)."""
+        """Sample j's behaviour version: the oldest version among its own tokens (a sample admitted
+        after a mid-generation reload is all newer than the group's oldest token)."""
         if self.token_versions is None or not self.token_versions[j]:
             return self.version
         return min(self.token_versions[j])
@@ -55,15 +59,17 @@ class SealedGroup:
     """A finished Group on the queue path between a rollout worker and the trainer's consumer.
 
     The rollout worker seals it (pickles it once, inside its rollout stage); the consumer opens it
-    (Stage.HANDOFF, timed with its CPU time): the queue path's own work, which `rlbench check` compares.
-    The prompt index travels in the clear so a consumer can order groups without opening them.
+    (Stage.HANDOFF, timed with its CPU time): the queue path's own work, which `rlbench check`
+    compares. The prompt index travels in the clear so a consumer can order groups without opening
+    them.
     """
 
     prompt_index: int
     payload: bytes
     sealed_at: float = 0.0  # the run's clock when it was sealed (core/record/stages.py `now`)
     elsewhere: bool = False  # sealed on another node than the driver's: it crosses the link
-    arrived_at: float | None = None  # the driver's clock when it arrived there (engines/rollout/pool.py)
+    # the driver's clock when it arrived there (engines/rollout/pool.py)
+    arrived_at: float | None = None
 
     @classmethod
     def seal(cls, group: Group) -> "SealedGroup":
@@ -76,7 +82,8 @@ class SealedGroup:
 
 @dataclass
 class IterationEnd:
-    """The rollout pool's last message of an iteration: its workers' stage events and sampler stats."""
+    """The rollout pool's last message of an iteration: its workers' stage events and sampler
+    stats."""
 
     events: list
     stats: list[dict]
@@ -84,24 +91,29 @@ class IterationEnd:
 
 @dataclass
 class PendingGroup:
-    """One request's G samples while they are generated; becomes a Group when the last one finishes."""
+    """One request's G samples while they are generated; becomes a Group when the last one
+    finishes."""
 
     req: PromptRequest
     g: int
     done: int = 0  # samples finished so far
-    responses: list = field(init=False)  # per sample j: token ids, behaviour log-probs, ended with EOS
+    # per sample j: token ids, behaviour log-probs, ended with EOS
+    responses: list = field(init=False)
     logprobs: list = field(init=False)
     finished: list = field(init=False)
-    versions: list = field(init=False)  # per sample j: its tokens' weight versions (partial rollout) or None
+    # per sample j: its tokens' weight versions (partial rollout) or None
+    versions: list = field(init=False)
 
     def __post_init__(self):
-        self.responses, self.logprobs, self.finished = [None] * self.g, [None] * self.g, [False] * self.g
+        self.responses, self.logprobs, self.finished = ([None] * self.g, [None] * self.g,
+                                                        [False] * self.g)
         self.versions = [None] * self.g
 
     def finish(self, j: int, tokens: list[int], logprobs: list[float], eos: bool, version: int,
                out: list[Group], on_group: Callable[[Group], None] | None,
                versions: list[int] | None = None) -> None:
-        """Store sample j; when all G are done, append the group to out and hand it to on_group at once.
+        """Store sample j; when all G are done, append the group to out and hand it to on_group at
+        once.
 
         versions: per token, the weight version that generated it, when weights changed mid-sequence
         (partial rollout); the group's `version` is then the oldest of them."""
@@ -109,7 +121,8 @@ class PendingGroup:
         self.versions[j] = versions
         self.done += 1
         if self.done == self.g:
-            per_token = [v if v is not None else [version] * len(t) for v, t in zip(self.versions, self.responses)]
+            per_token = [v if v is not None else [version] * len(t) for v,
+                         t in zip(self.versions, self.responses)]
             seen = {x for v in per_token for x in v}
             mixed = len(seen) > 1  # across tokens of a sample or across the group's samples
             group = Group(self.req.index, list(self.req.prompt_ids), self.responses, self.logprobs,
@@ -123,11 +136,13 @@ class PendingGroup:
 class RolloutBackend(Protocol):
     def generate(self, requests: list[PromptRequest], sampling: SamplingParams,
                  on_group: Callable[[Group], None] | None = None) -> list[Group]:
-        """Generate G samples for every request; call on_group the moment a group's G samples finish.
+        """Generate G samples for every request; call on_group the moment a group's G samples
+        finish.
 
         Returns all groups in completion order. Sample j of request i is seeded by
         (sampling.seed, sampling.iteration, request.index, j), so it does not depend on batching.
         """
 
     def load_weights(self, state: dict, version: int) -> None:
-        """Copy the given parameters (name -> tensor) into the backend; later samples carry `version`."""
+        """Copy the given parameters (name -> tensor) into the backend; later samples carry
+        `version`."""

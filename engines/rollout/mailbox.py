@@ -1,11 +1,11 @@
-"""Partial rollout's mailbox: how a rollout worker learns, between two decode steps, that newer weights
-are waiting in shared memory, and how neither side sees them half-written.
+"""Partial rollout's mailbox: how a rollout worker learns, between two decode steps, that newer
+weights are waiting in shared memory, and how neither side sees them half-written.
 
 The trainer side (the bounded-staleness schedule, in the driver) writes the shared weights and posts
-their version while holding `lock`; a rollout worker reads the posted version at every token boundary
-(one shared integer, no lock) and, when it is newer than its own, copies the weights while holding
-`lock`. Created before the worker processes start and handed to them as an argument (spawn pickles the
-lock and the shared integer only then).
+their version while holding `lock`; a rollout worker reads the posted version at every token
+boundary (one shared integer, no lock) and, when it is newer than its own, copies the weights while
+holding `lock`. Created before the worker processes start and handed to them as an argument (spawn
+pickles the lock and the shared integer only then).
 """
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ import torch.multiprocessing as mp
 
 class WeightMailbox:
     def __init__(self, resume_kv: str = "recompute"):
-        """resume_kv: what the workers' samplers do with the K/V of sequences in flight (engine.resume_kv)."""
+        """resume_kv: what the workers' samplers do with the K/V of sequences in flight
+        (engine.resume_kv)."""
         self.resume_kv = resume_kv
         ctx = mp.get_context("spawn")
-        self.lock = ctx.Lock()  # held while the shared weights are written (trainer) or copied (worker)
+        # held while the shared weights are written (trainer) or copied (worker)
+        self.lock = ctx.Lock()
         self._version = ctx.RawValue("q", -1)  # the version in shared memory; -1: none posted yet
 
     @property
@@ -25,5 +27,6 @@ class WeightMailbox:
         return self._version.value
 
     def post(self, version: int) -> None:
-        """The shared weights now hold `version` (call with `lock` held, right after writing them)."""
+        """The shared weights now hold `version` (call with `lock` held, right after writing
+        them)."""
         self._version.value = version

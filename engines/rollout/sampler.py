@@ -1,37 +1,40 @@
 """The built-in rollout backend: a batched sampler with a slot-based KV cache, in plain PyTorch.
 
-It reuses the submodules of a Hugging Face `Qwen2ForCausalLM` / `LlamaForCausalLM` (embeddings, norms,
-q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode loop:
+It reuses the submodules of a Hugging Face `Qwen2ForCausalLM` / `LlamaForCausalLM` (embeddings,
+norms, q/k/v/o projections, MLPs, rotary embedding, lm_head) but runs its own decode loop:
 
 - KV cache: per layer one K and one V tensor [S, Hkv, Lc, D] (S = max_num_seqs slots, Lc = cache
   length, fixed while it suffices). Every slot has its own length; an additive mask over the cache
   positions hides the rest, so a decode step's shapes never change with the lengths.
 - The decode step (decode_step.py) is one static-shape function over preallocated tensors (tokens,
   positions, lengths, pre-drawn uniforms, outputs), run at fixed batch sizes (buckets); on CUDA each
-  bucket's step is captured once as a CUDA graph and replayed (rollout.cuda_graphs). The host reads one
-  thing per step: whether any sequence finished.
+  bucket's step is captured once as a CUDA graph and replayed (rollout.cuda_graphs). The host reads
+  one thing per step: whether any sequence finished.
 - Continuous batching: live sequences always occupy slots 0..B-1, so a step runs over the slot range
-  [0, bucket) (a view) instead of gathering rows. A finished slot is refilled from pending work; when
-  none is left, the highest live slot moves into the hole (a copy on that event only).
+  [0, bucket) (a view) instead of gathering rows. A finished slot is refilled from pending work;
+  when none is left, the highest live slot moves into the hole (a copy on that event only).
 - Prefix sharing: a prompt is prefilled once; its K/V are copied into the slots of its G samples.
-- Seeding: sample j of request i draws its uniforms from its own generator, seeded by a stable hash of
-  (seed, iteration, i, j), and picks tokens by inverse CDF in float64, so the tokens do not depend on
-  which batch, slot or worker generated them.
+- Seeding: sample j of request i draws its uniforms from its own generator, seeded by a stable hash
+  of (seed, iteration, i, j), and picks tokens by inverse CDF in float64, so the tokens do not
+  depend on which batch, slot or worker generated them.
 - Behaviour log-probs: log_softmax(logits / temperature)[token], taken *before* top-p filtering (the
   distribution the trainer recomputes; top-p only truncates where samples can land). Greedy: T = 1.
-- Stops: EOS (kept in the response, with its log-prob), max_new_tokens, or prompt + response = max_len.
+- Stops: EOS (kept in the response, with its log-prob), max_new_tokens, or prompt + response =
+  max_len.
 - Partial rollout (`generate(..., poll=...)`): at every token boundary the caller may hand over new
   weights; the sampler loads them and continues the sequences in flight. resume_kv="recompute" (what
   AReaL and verl's fully-async mode do: the interrupted requests are resubmitted with their partial
-  output, so the prefix is prefilled again under the new weights) rebuilds every live slot's K/V with
-  one prefill of prompt + tokens so far; "keep" (vLLM's pause_generation(mode="keep",
+  output, so the prefix is prefilled again under the new weights) rebuilds every live slot's K/V
+  with one prefill of prompt + tokens so far; "keep" (vLLM's pause_generation(mode="keep",
   clear_cache=False)) continues on the stale cache. Every token records the version that sampled it.
-- Response lengths from a distribution (`LengthSampling`, rollout.response_length fixed | lognormal):
-  each sample's length is drawn from its own seed and EOS does not stop it, so a randomly initialised
-  model (which almost never samples EOS) still produces a realistic long tail of lengths.
+- Response lengths from a distribution (`LengthSampling`, rollout.response_length fixed |
+  lognormal):
+  each sample's length is drawn from its own seed and EOS does not stop it, so a randomly
+  initialised model (which almost never samples EOS) still produces a realistic long tail of
+  lengths.
 
-The forward passes over the cache (prefill, a decode step's) are in slot_forward.py; the step and its
-buckets in decode_step.py; how a token is drawn (seeds, inverse CDF, top-p) in sampling.py.
+The forward passes over the cache (prefill, a decode step's) are in slot_forward.py; the step and
+its buckets in decode_step.py; how a token is drawn (seeds, inverse CDF, top-p) in sampling.py.
 """
 from __future__ import annotations
 
@@ -49,8 +52,10 @@ from rlbench.core.record.lifecycle import Phase
 from rlbench.engines.model import layers
 from rlbench.engines.model.compiled import CompileLog, compile_model
 from rlbench.engines.rollout.base import Group, PendingGroup, PromptRequest, SamplingParams
-from rlbench.engines.rollout.decode_step import MAX_BUCKET, WINDOW_ROUND, DecodeStep, StepRunner, batch_buckets
-from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, StepMode, draw, sample_seed,
+from rlbench.engines.rollout.decode_step import (MAX_BUCKET, WINDOW_ROUND, DecodeStep, StepRunner,
+                                                 batch_buckets)
+from rlbench.engines.rollout.sampling import (RESPONSE_LENGTHS, RESUME_KV, StepMode, draw,
+                                              sample_seed,
                                               target_length)
 from rlbench.engines.rollout.slot_forward import SlotForward
 from rlbench.engines.rollout.step_costs import StepCosts
@@ -62,7 +67,8 @@ from rlbench.core.record import progress
 class _Request(PendingGroup):
     """A PendingGroup plus the built-in sampler's admission state."""
 
-    prefill: tuple | None = None  # (K/V per layer [Hkv, P, D], last logits [V]) until all G are admitted
+    # (K/V per layer [Hkv, P, D], last logits [V]) until all G are admitted
+    prefill: tuple | None = None
     admitted: int = 0  # samples given a slot so far
 
 
@@ -72,29 +78,38 @@ CACHE_ROUND = 64  # the cache length is a multiple of this (fewer reallocations,
 class BuiltinSampler(SlotForward, DecodeStep):
     """`RolloutBackend` over an HF causal LM the sampler owns (the caller passes its own copy)."""
 
-    def __init__(self, model, eos_token_id: int, max_num_seqs: int, device=None, max_len: int | None = None,
-                 resume_kv: str = "recompute", cuda_graphs: bool | None = None, max_bucket: int = MAX_BUCKET):
-        """cuda_graphs: rollout.cuda_graphs (None: on where the device is CUDA); max_bucket: the largest
-        batch one step runs (decode_step.py), more sequences are split over several steps."""
+    def __init__(self, model, eos_token_id: int, max_num_seqs: int, device=None,
+                 max_len: int | None = None,
+                 resume_kv: str = "recompute", cuda_graphs: bool | None = None,
+                 max_bucket: int = MAX_BUCKET):
+        """cuda_graphs: rollout.cuda_graphs (None: on where the device is CUDA); max_bucket: the
+        largest batch one step runs (decode_step.py), more sequences are split over several
+        steps."""
         cfg = model.config
         layers.check_supported(model)
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.device = (torch.device(device) if device is not None
+                       else next(model.parameters()).device)
         self.model = model.to(self.device).eval()
         self.eos_token_id = int(eos_token_id)
         self.max_num_seqs = int(max_num_seqs)
         self.max_len = int(max_len or cfg.max_position_embeddings)
         if resume_kv not in RESUME_KV:
             raise ValueError(f"resume_kv must be one of {RESUME_KV}, got {resume_kv!r}")
-        self.resume_kv = resume_kv  # partial rollout: rebuild the live slots' K/V after new weights, or keep it
-        self._versions = False  # True inside a generate() with poll: per-token versions are reported
+        # partial rollout: rebuild the live slots' K/V after new weights, or keep it
+        self.resume_kv = resume_kv
+        # True inside a generate() with poll: per-token versions are reported
+        self._versions = False
         self.last_stats: dict = {}
         m = self.model.model
-        self.embed, self.layers, self.norm, self.lm_head = m.embed_tokens, list(m.layers), m.norm, self.model.lm_head
+        self.embed, self.layers, self.norm, self.lm_head = (m.embed_tokens, list(m.layers), m.norm,
+                                                            self.model.lm_head)
         attn = self.layers[0].self_attn
-        self.n_heads, self.head_dim, self.scale = cfg.num_attention_heads, attn.head_dim, attn.scaling
+        self.n_heads, self.head_dim, self.scale = (cfg.num_attention_heads, attn.head_dim,
+                                                   attn.scaling)
         self.n_kv = cfg.num_key_value_heads
         self.dtype = next(self.model.parameters()).dtype
-        self._cache_len = self._max_new = 0  # allocated cache length and output columns; grow on demand
+        # allocated cache length and output columns; grow on demand
+        self._cache_len = self._max_new = 0
         self._eos_stops = True  # False while lengths come from a distribution (LengthSampling)
         self._compiled = False  # engine.compile decode (compile())
         self._alloc_slots()
@@ -103,10 +118,10 @@ class BuiltinSampler(SlotForward, DecodeStep):
                                   batch_buckets(self.max_num_seqs, max_bucket), self.max_num_seqs)
 
     def compile(self) -> None:
-        """engine.compile decode: the model compiled (engines/model/compiled.py: the prefill and the decode step
-        run the compiled functions around each layer's attention) and compiled at once, through a prefill
-        and decode steps (`_warm`), timed as the start-up phase `compile`; the CUDA graphs then capture the
-        compiled kernels. Its counts join every generate()'s stats."""
+        """engine.compile decode: the model compiled (engines/model/compiled.py: the prefill and the
+        decode step run the compiled functions around each layer's attention) and compiled at once,
+        through a prefill and decode steps (`_warm`), timed as the start-up phase `compile`; the
+        CUDA graphs then capture the compiled kernels. Its counts join every generate()'s stats."""
         compile_model(self.model)
         with lifecycle.phase(Phase.COMPILE):
             self._warm()
@@ -125,11 +140,13 @@ class BuiltinSampler(SlotForward, DecodeStep):
     # ---------------------------------------------------------------- weights
 
     def load_weights(self, state: dict, version: int) -> None:
-        """Copy every parameter from `state` (names of named_parameters() or state_dict()); set `version`."""
+        """Copy every parameter from `state` (names of named_parameters() or state_dict()); set
+        `version`."""
         params = dict(self.model.named_parameters())
         missing = [n for n in params if n not in state]
         if missing:
-            raise KeyError(f"load_weights: state lacks {len(missing)} parameters, e.g. {missing[:3]}")
+            raise KeyError(f"load_weights: state lacks {len(missing)} parameters, e.g. "
+                           f"{missing[:3]}")
         with torch.no_grad():
             for name, p in params.items():
                 p.copy_(state[name])
@@ -140,8 +157,10 @@ class BuiltinSampler(SlotForward, DecodeStep):
     def _alloc_slots(self) -> None:
         """The per-slot state the decode step reads and writes, [S] each, allocated once."""
         S, long = self.max_num_seqs, dict(dtype=torch.long, device=self.device)
-        self._tok, self._pos = torch.zeros(S, **long), torch.zeros(S, **long)  # next token to feed, its position
-        self._ngen, self._limit = torch.zeros(S, **long), torch.ones(S, **long)  # tokens generated, allowed
+        # next token to feed, its position
+        self._tok, self._pos = torch.zeros(S, **long), torch.zeros(S, **long)
+        # tokens generated, allowed
+        self._ngen, self._limit = torch.zeros(S, **long), torch.ones(S, **long)
         self._live, self._done, self._redraw = (torch.zeros(S, dtype=torch.bool, device=self.device)
                                                 for _ in range(3))
         self._version_t = torch.zeros(1, **long)
@@ -150,9 +169,10 @@ class BuiltinSampler(SlotForward, DecodeStep):
         self._views: dict = {}  # (a, b) -> the step's views of slots [a, b) (decode_step.py)
 
     def _ensure_cache(self, length: int, max_new: int, top_p: float = 1.0) -> None:
-        """Make the KV cache [S, Hkv, Lc, D] per layer hold `length` positions and the output rows [S, M]
-        `max_new` tokens, and reset every slot to free. A buffer that grows is reallocated (then the
-        captured steps are dropped: they read the old one); otherwise everything is reused.
+        """Make the KV cache [S, Hkv, Lc, D] per layer hold `length` positions and the output rows
+        [S, M] `max_new` tokens, and reset every slot to free. A buffer that grows is reallocated
+        (then the captured steps are dropped: they read the old one); otherwise everything is
+        reused.
 
         Zero-filled, not empty(): a masked position still meets V in SDPA's matmul (0 * NaN = NaN).
         """
@@ -167,25 +187,30 @@ class BuiltinSampler(SlotForward, DecodeStep):
             self._runner.clear()
             self._views.clear()
         if max_new > self._max_new:
-            self._unif = torch.zeros(S, max_new, dtype=torch.float64, device=dev_)  # pre-drawn uniforms
+            # pre-drawn uniforms
+            self._unif = torch.zeros(S, max_new, dtype=torch.float64, device=dev_)
             self._out_tok = torch.zeros(S, max_new, dtype=torch.long, device=dev_)
             self._out_lp = torch.zeros(S, max_new, dtype=torch.float64, device=dev_)
-            self._out_ver = torch.zeros(S, max_new, dtype=torch.long, device=dev_)  # version that sampled each
+            # version that sampled each
+            self._out_ver = torch.zeros(S, max_new, dtype=torch.long, device=dev_)
             self._max_new = max_new
             self._runner.clear()
             self._views.clear()
         if top_p < 1.0 and self._step_logits_buf is None:
             self._step_logits_buf = torch.zeros(S, self.lm_head.out_features, device=dev_)
             self._views.clear()
-        self._meta: list[tuple[_Request, int] | None] = [None] * S  # slot -> (request, sample index)
+        # slot -> (request, sample index)
+        self._meta: list[tuple[_Request, int] | None] = [None] * S
 
     def _free(self, rows) -> None:
-        """Mark slots free: the step leaves them where they are (position 0, no tokens) and never finishes them."""
+        """Mark slots free: the step leaves them where they are (position 0, no tokens) and never
+        finishes them."""
         for t in (self._live, self._done, self._redraw, self._pos, self._ngen):
             t[rows] = 0
 
     def _record(self, rows, logits, sp: SamplingParams):
-        """Sample the next token of the slots `rows` [k] from logits [k, V]; store it; -> done mask [k]."""
+        """Sample the next token of the slots `rows` [k] from logits [k, V]; store it; -> done mask
+        [k]."""
         n = self._ngen[rows]
         tok, lp = draw(logits, self._unif[rows, n], sp)
         self._out_tok[rows, n] = tok
@@ -199,7 +224,8 @@ class BuiltinSampler(SlotForward, DecodeStep):
     # ---------------------------------------------------------------- slots
 
     def _install(self, slot: int, kv, P: int) -> None:
-        """Copy a prompt's K/V (per layer [Hkv, P, D]) into `slot`; its first token goes at position P."""
+        """Copy a prompt's K/V (per layer [Hkv, P, D]) into `slot`; its first token goes at position
+        P."""
         for (k, v), kc, vc in zip(kv, self.k_cache, self.v_cache):
             kc[slot, :, :P] = k
             vc[slot, :, :P] = v
@@ -218,8 +244,10 @@ class BuiltinSampler(SlotForward, DecodeStep):
             length = target_length(sp, r.req.index, j) or sp.max_new_tokens
             self._limit[slot] = min(length, self.max_len - P)  # prompt + response <= max_len
             if not sp.greedy:
-                g = torch.Generator().manual_seed(sample_seed(sp.seed, sp.iteration, r.req.index, j))
-                self._unif[slot, :sp.max_new_tokens] = torch.rand(sp.max_new_tokens, generator=g, dtype=torch.float64)
+                g = torch.Generator().manual_seed(sample_seed(sp.seed, sp.iteration, r.req.index,
+                                                              j))
+                self._unif[slot, :sp.max_new_tokens] = torch.rand(sp.max_new_tokens, generator=g,
+                                                                  dtype=torch.float64)
             self._meta[slot] = (r, j)
             r.admitted += 1
             if r.admitted == r.g:
@@ -228,7 +256,8 @@ class BuiltinSampler(SlotForward, DecodeStep):
         return torch.tensor(slots, device=self.device), torch.stack(logits)
 
     def _retire(self, slots: list[int], out: list[Group], on_group) -> int:
-        """Collect finished slots' responses; emit each group whose G samples are done. -> tokens collected."""
+        """Collect finished slots' responses; emit each group whose G samples are done. -> tokens
+        collected."""
         tokens = 0
         for slot in slots:
             r, j = self._meta[slot]
@@ -237,15 +266,17 @@ class BuiltinSampler(SlotForward, DecodeStep):
             toks = self._out_tok[slot, :n].tolist()
             eos = self._eos_stops and toks[-1] == self.eos_token_id
             versions = self._out_ver[slot, :n].tolist() if self._versions else None
-            r.finish(j, toks, self._out_lp[slot, :n].tolist(), eos, self.version, out, on_group, versions)
+            r.finish(j, toks, self._out_lp[slot, :n].tolist(), eos, self.version, out, on_group,
+                     versions)
             tokens += n
         if slots:
             self._free(torch.tensor(slots, device=self.device))
         return tokens
 
     def _fill(self, pending: deque, sp: SamplingParams, out: list[Group], on_group) -> int:
-        """Refill free slots from pending work. A sample can finish on its first token (EOS or a limit
-        of 1), which frees its slot again, hence the loop. -> tokens of samples retired here."""
+        """Refill free slots from pending work. A sample can finish on its first token (EOS or a
+        limit of 1), which frees its slot again, hence the loop. -> tokens of samples retired
+        here."""
         tokens = 0
         while pending:
             free = [i for i, m in enumerate(self._meta) if m is None][:len(pending)]
@@ -268,10 +299,12 @@ class BuiltinSampler(SlotForward, DecodeStep):
         movers = [i for i in live if i >= B]
         if holes:
             L = int(self._pos.max()) + 1
-            src, dst = torch.tensor(movers, device=self.device), torch.tensor(holes, device=self.device)
+            src, dst = torch.tensor(movers, device=self.device), torch.tensor(holes,
+                                                                              device=self.device)
             for c in self.k_cache + self.v_cache:
                 c[dst, :, :L] = c[src, :, :L]
-            for t in (self._tok, self._pos, self._ngen, self._limit, self._live, self._unif, self._out_tok,
+            for t in (self._tok, self._pos, self._ngen, self._limit, self._live, self._unif,
+                      self._out_tok,
                       self._out_lp, self._out_ver):
                 t[dst] = t[src]
             self._free(src)
@@ -282,9 +315,10 @@ class BuiltinSampler(SlotForward, DecodeStep):
     # ---------------------------------------------------------------- partial rollout
 
     def _reload(self, B: int, pending: deque, state: dict, version: int) -> int:
-        """New weights at a token boundary: load them; with resume_kv="recompute" rebuild the K/V of every
-        live slot (0..B-1) by one prefill of its prompt and the tokens it has fed so far. Prompts prefilled
-        for samples not yet admitted are prefilled again when admitted. -> tokens recomputed."""
+        """New weights at a token boundary: load them; with resume_kv="recompute" rebuild the K/V of
+        every live slot (0..B-1) by one prefill of its prompt and the tokens it has fed so far.
+        Prompts prefilled for samples not yet admitted are prefilled again when admitted. -> tokens
+        recomputed."""
         if state is not None:  # None: the caller has loaded them already
             self.load_weights(state, version)
         self.version = version
@@ -308,21 +342,27 @@ class BuiltinSampler(SlotForward, DecodeStep):
 
     def _check(self, requests: list[PromptRequest], sp: SamplingParams) -> None:
         if sp.n < 1 or sp.max_new_tokens < 1:
-            raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got n={sp.n}, max_new_tokens={sp.max_new_tokens}")
+            raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got n={sp.n}, "
+                             f"max_new_tokens={sp.max_new_tokens}")
         if not sp.greedy and sp.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 when sampling (got {sp.temperature}); use greedy=True")
+            raise ValueError(f"temperature must be > 0 when sampling (got {sp.temperature}); use "
+                             f"greedy=True")
         if getattr(sp, "response_length", "eos") not in RESPONSE_LENGTHS:
-            raise ValueError(f"response_length must be one of {RESPONSE_LENGTHS}, got {sp.response_length!r}")
+            raise ValueError(f"response_length must be one of {RESPONSE_LENGTHS}, got "
+                             f"{sp.response_length!r}")
         for r in requests:
             if not 0 < len(r.prompt_ids) < self.max_len:
-                raise ValueError(f"prompt {r.index} has {len(r.prompt_ids)} tokens; need 1 to {self.max_len - 1} "
-                                 f"so that a response fits in max_len={self.max_len}")
+                raise ValueError(f"prompt {r.index} has {len(r.prompt_ids)} tokens; need 1 to "
+                                 f"{self.max_len - 1} so that a response fits in "
+                                 f"max_len={self.max_len}")
 
     def _prepare(self, requests: list[PromptRequest], sp: SamplingParams, mode: StepMode) -> None:
-        """Buffers for this call (engines/rollout/decode_step.py); on CUDA the steps of a new sampling mode
-        are captured now, before any slot is in use (capturing runs them), and every slot starts free."""
+        """Buffers for this call (engines/rollout/decode_step.py); on CUDA the steps of a new
+        sampling mode are captured now, before any slot is in use (capturing runs them), and every
+        slot starts free."""
         longest = max((len(r.prompt_ids) for r in requests), default=1)
-        self._ensure_cache(min(self.max_len, longest + sp.max_new_tokens), sp.max_new_tokens, mode.top_p)
+        self._ensure_cache(min(self.max_len, longest + sp.max_new_tokens), sp.max_new_tokens,
+                           mode.top_p)
         self._free(self._rows)  # a capture's steps then keep every index inside the buffers
         if self._runner.prepare(mode):
             self._free(self._rows)
@@ -332,17 +372,18 @@ class BuiltinSampler(SlotForward, DecodeStep):
                  on_group: Callable[[Group], None] | None = None,
                  poll: Callable[[], tuple[dict, int] | None] | None = None,
                  hold: Callable[[], bool] | None = None) -> list[Group]:
-        """G samples per request with up to max_num_seqs in flight; on_group(group) the moment a group
-        is done. -> groups in completion order. Sets `last_stats` (decode steps, batch occupancy).
+        """G samples per request with up to max_num_seqs in flight; on_group(group) the moment a
+        group is done. -> groups in completion order. Sets `last_stats` (decode steps, batch
+        occupancy).
 
-        poll (partial rollout): called at every token boundary; (state, version) -> load those weights
-        now (state None: the caller has loaded them) and continue the sequences in flight (see _reload);
-        None -> go on. With poll, every group
+        poll (partial rollout): called at every token boundary; (state, version) -> load those
+        weights now (state None: the caller has loaded them) and continue the sequences in flight
+        (see _reload); None -> go on. With poll, every group
         carries its tokens' versions (Group.token_versions) when they differ.
 
-        hold (a schedule that runs ahead, engines/rollout/gate.py): called at every token boundary; it
-        waits while the schedule holds its rollout workers and says whether it did (that time is no
-        decode step's cost)."""
+        hold (a schedule that runs ahead, engines/rollout/gate.py): called at every token boundary;
+        it waits while the schedule holds its rollout workers and says whether it did (that time is
+        no decode step's cost)."""
         sp = sampling
         self._check(requests, sp)
         self._eos_stops = getattr(sp, "response_length", "eos") == "eos"
@@ -353,7 +394,8 @@ class BuiltinSampler(SlotForward, DecodeStep):
         cost = StepCosts(self._runner.buckets, 0 if self._runner.graphs else WINDOW_ROUND)
         with torch.inference_mode():
             self._prepare(requests, sp, mode)
-            pending = deque((r, j) for r in (_Request(q, sp.n) for q in requests) for j in range(sp.n))
+            pending = deque((r, j) for r in (_Request(q, sp.n) for q in requests) for j
+                            in range(sp.n))
             t = time.perf_counter()
             tokens = self._fill(pending, sp, out, on_group)
             B = self._compact()
@@ -370,7 +412,8 @@ class BuiltinSampler(SlotForward, DecodeStep):
                 progress.beat()  # a step made: the hang watchdog's sign of progress
                 flags = self._done[:B] if mode.top_p >= 1.0 else self._done[:B] | self._redraw[:B]
                 finished = bool(flags.any())  # the one host sync per step
-                hooks.call("decode_step", time.thread_time() - step_cpu)  # RLBENCH_SLOW=decode:F burns here
+                # RLBENCH_SLOW=decode:F burns here
+                hooks.call("decode_step", time.thread_time() - step_cpu)
                 t = cost.step(t, B, shape, self._cache_len)
                 if finished:
                     if mode.top_p < 1.0:
@@ -379,15 +422,19 @@ class BuiltinSampler(SlotForward, DecodeStep):
                     tokens += self._fill(pending, sp, out, on_group)
                     B = self._compact()
                     t = cost.refill(t)
-        self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
-                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats(),
+        self.last_stats = {"decode_steps": steps,
+                           "mean_active": active_sum / steps if steps else 0.0,
+                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens,
+                           **cost.stats(),
                            **({"compile": CompileLog.stats()} if self._compiled else {})}
         return out
 
 
-def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
+def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
+          state=None,
           own_process_group: bool = False):
-    """The registered builder (core/components.py): a sampler owning the model make_model() returns."""
+    """The registered builder (core/components.py): a sampler owning the model make_model()
+    returns."""
     sampler = BuiltinSampler(make_model(), eos_token_id, max_num_seqs=max_num_seqs, device=device,
                              cuda_graphs=spec.get("cuda_graphs"))
     if "decode" in dev.compile_targets(spec.get("compile"), sampler.device.type):

@@ -1,7 +1,7 @@
 """How samples are drawn, the same in every backend and process: per-sample seeds, drawn response
-lengths (rollout.response_length), and inverse-CDF token choice with a top-p nucleus: `draw` for any batch
-(data-dependent shapes), `draw_static` for the built-in sampler's static decode step (fixed shapes, no
-host sync; the same tokens)."""
+lengths (rollout.response_length), and inverse-CDF token choice with a top-p nucleus: `draw` for any
+batch (data-dependent shapes), `draw_static` for the built-in sampler's static decode step (fixed
+shapes, no host sync; the same tokens)."""
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +21,8 @@ def sample_seed(seed: int, iteration: int, index: int, j: int) -> int:
 
 
 RESPONSE_LENGTHS = ("eos", "fixed", "lognormal")
-# Partial rollout: after new weights mid-sequence, rebuild the prefix's K/V under them, or keep the stale one
+# Partial rollout: after new weights mid-sequence, rebuild the prefix's K/V under them, or keep the
+# stale one
 RESUME_KV = ("recompute", "keep")
 
 
@@ -31,7 +32,8 @@ class LengthSampling(SamplingParams):
 
     eos: a response ends at EOS or max_new_tokens (plain SamplingParams behave the same way).
     fixed: every response is round(mean) tokens; lognormal: log(length) ~ N(log(mean) - sigma^2/2,
-    sigma^2), so the mean length is `mean` before clipping to [1, max_new_tokens]. EOS is then ignored.
+    sigma^2), so the mean length is `mean` before clipping to [1, max_new_tokens]. EOS is then
+    ignored.
     """
 
     response_length: str = "eos"
@@ -42,8 +44,8 @@ class LengthSampling(SamplingParams):
 def target_length(sp: SamplingParams, index: int, j: int) -> int | None:
     """Length of sample j of request `index` when sp draws lengths, else None (stop at EOS).
 
-    Seeded by the sample's own seed through a separate stream (random.Random of a string: sha512, the
-    same in every process), so it depends on neither batching nor the token uniforms."""
+    Seeded by the sample's own seed through a separate stream (random.Random of a string: sha512,
+    the same in every process), so it depends on neither batching nor the token uniforms."""
     mode = getattr(sp, "response_length", "eos")
     if mode == "eos":
         return None
@@ -56,25 +58,29 @@ def target_length(sp: SamplingParams, index: int, j: int) -> int | None:
 
 
 def inverse_cdf(w, u):
-    """w [k, n] >= 0 unnormalised weights, u [k] in [0, 1) -> column [k] drawn with P(i) = w[i] / sum(w).
+    """w [k, n] >= 0 unnormalised weights, u [k] in [0, 1) -> column [k] drawn with P(i) = w[i] /
+    sum(w).
 
-    right=True picks the first column whose cdf exceeds u * total, so a zero-weight column never wins.
+    right=True picks the first column whose cdf exceeds u * total, so a zero-weight column never
+    wins.
     """
     cdf = w.cumsum(-1)
-    return torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_max(w.shape[1] - 1)[:, 0]
+    return torch.searchsorted(cdf, (u * cdf[:, -1])[:, None],
+                              right=True).clamp_max(w.shape[1] - 1)[:, 0]
 
 
 _NUCLEUS_CANDIDATES = (256, 4096)  # top-k sizes tried before a full sort of the vocabulary
 
 
 def top_p_sample(p, total, u, top_p: float):
-    """p [k, V] unnormalised probabilities, total [k] = p.sum(-1), u [k] -> (tokens [k] inside the nucleus,
-    nucleus mass [k] in p's units): the token was drawn with probability p[token] / mass.
+    """p [k, V] unnormalised probabilities, total [k] = p.sum(-1), u [k] -> (tokens [k] inside the
+    nucleus, nucleus mass [k] in p's units): the token was drawn with probability p[token] / mass.
 
-    The nucleus: tokens in descending probability while the mass before them is < top_p. It is looked
-    for among the top 256, then 4096 tokens; only rows whose nucleus is larger pay for a full stable sort
-    (sorting a 50k vocabulary costs more than the forward pass; a trained model's nucleus is usually
-    small). Candidates come sorted descending, so their prefix sums are those of the full sort.
+    The nucleus: tokens in descending probability while the mass before them is < top_p. It is
+    looked for among the top 256, then 4096 tokens; only rows whose nucleus is larger pay for a full
+    stable sort (sorting a 50k vocabulary costs more than the forward pass; a trained model's
+    nucleus is usually small). Candidates come sorted descending, so their prefix sums are those of
+    the full sort.
     """
     V = p.shape[1]
     limit = top_p * total  # [k]
@@ -84,7 +90,8 @@ def top_p_sample(p, total, u, top_p: float):
         rows = p if len(todo) == len(u) else p[todo]
         vals, idx = rows.topk(k, -1) if k < V else rows.sort(dim=-1, descending=True, stable=True)
         cum = vals.cumsum(-1)  # [r, k]
-        ok = cum[:, -1] >= limit[todo] if k < V else torch.ones_like(todo, dtype=torch.bool)  # nucleus within k
+        # nucleus within k
+        ok = cum[:, -1] >= limit[todo] if k < V else torch.ones_like(todo, dtype=torch.bool)
         kept = vals * ((cum - vals) < limit[todo, None])
         pick = inverse_cdf(kept, u[todo])
         tok[todo[ok]] = idx.gather(1, pick[:, None])[ok, 0]
@@ -120,7 +127,8 @@ def draw(logits, u, sp: SamplingParams):
 
 @dataclass(frozen=True)
 class StepMode:
-    """What a decode step's sampling depends on besides its tensors; a captured step is kept per mode."""
+    """What a decode step's sampling depends on besides its tensors; a captured step is kept per
+    mode."""
 
     greedy: bool
     temperature: float
@@ -134,12 +142,14 @@ class StepMode:
 
 
 def draw_static(logits, u, mode: StepMode):
-    """`draw` with shapes fixed by the batch and vocabulary and no host sync (a CUDA graph can hold it):
-    logits [k, V] fp32, u [k] float64 -> (tokens [k], log-probs [k] float64, redraw [k] bool or None).
+    """`draw` with shapes fixed by the batch and vocabulary and no host sync (a CUDA graph can hold
+    it): logits [k, V] fp32, u [k] float64 -> (tokens [k], log-probs [k] float64, redraw [k] bool or
+    None).
 
     Greedy and top_p = 1 are `draw`'s own operations. With top_p < 1 only the first candidate set of
-    `top_p_sample` (the top 256 tokens) is searched; a row whose nucleus is larger is marked in `redraw`
-    and its token must be drawn again by `draw` (outside the step): the tokens are then `draw`'s, exactly.
+    `top_p_sample` (the top 256 tokens) is searched; a row whose nucleus is larger is marked in
+    `redraw` and its token must be drawn again by `draw` (outside the step): the tokens are then
+    `draw`'s, exactly.
     """
     if mode.greedy or mode.top_p >= 1.0:
         tok, lp = draw(logits, u, mode)

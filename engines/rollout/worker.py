@@ -18,41 +18,47 @@ from rlbench.engines.ray_util import fetch
 from rlbench.engines.rollout.backends import BUILDERS
 from rlbench.engines.rollout.base import SealedGroup
 
-EVALUATION = {"backend": evaluation_backend().name}  # the evaluation's sampler, the same for every cell
+# the evaluation's sampler, the same for every cell
+EVALUATION = {"backend": evaluation_backend().name}
 
 
 def backend_spec(cfg) -> dict:
-    """The config's rollout backend as a small JSON-able dict (what worker processes receive): its name,
-    the run's dtype, seed and engine.compile, and the backend's own options (core/components.py)."""
+    """The config's rollout backend as a small JSON-able dict (what worker processes receive): its
+    name, the run's dtype, seed and engine.compile, and the backend's own options
+    (core/components.py)."""
     backend = BACKENDS[cfg.rollout.backend]
-    return {"backend": backend.name, "dtype": cfg.model.dtype, "seed": cfg.run.seed, "compile": cfg.engine.compile,
+    return {"backend": backend.name, "dtype": cfg.model.dtype, "seed": cfg.run.seed,
+            "compile": cfg.engine.compile,
             **backend.read(cfg).model_dump()}
 
 
-def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device, make_model,
+def build_backend(spec: dict, model_config, eos_token_id: int, max_num_seqs: int, device,
+                  make_model,
                   state: dict | None = None, own_process_group: bool = False):
-    """The rollout backend `spec` names, by its registered `build` (engines/rollout/backends.py). make_model() ->
-    the HF model the built-in sampler will own; vLLM starts from the config and `state` (name -> tensor:
-    the weights it loads from an HF directory; None: dummy weights until load_weights); own_process_group:
-    this process joins a torch.distributed group of its own (colocated ranks), so vLLM's engine core must
-    run in a child process."""
+    """The rollout backend `spec` names, by its registered `build` (engines/rollout/backends.py).
+    make_model() -> the HF model the built-in sampler will own; vLLM starts from the config and
+    `state` (name -> tensor: the weights it loads from an HF directory; None: dummy weights until
+    load_weights); own_process_group: this process joins a torch.distributed group of its own
+    (colocated ranks), so vLLM's engine core must run in a child process."""
     build = BUILDERS[spec.get("backend", EVALUATION["backend"])]
     return build(spec, model_config, eos_token_id, max_num_seqs, device, make_model, state,
                  own_process_group=own_process_group)
 
 
 class RolloutWorker:
-    """A rollout worker (in a pinned process or a Ray actor, engines/hosts.py): a model copy behind the
-    configured backend; hands on each group the moment its G samples are done (`emit`)."""
+    """A rollout worker (in a pinned process or a Ray actor, engines/hosts.py): a model copy behind
+    the configured backend; hands on each group the moment its G samples are done (`emit`)."""
 
-    def __init__(self, slot, model_config, weights, shared: dict | None, eos_token_id: int, max_num_seqs: int,
+    def __init__(self, slot, model_config, weights, shared: dict | None, eos_token_id: int,
+                 max_num_seqs: int,
                  spec: dict, t0: float, mailbox=None, gate=None, *, emit):
-        """weights: the initial weights (engines/model/weights.py: the run's weight file, or a Ray object);
-        shared: the shared-memory block the published weights arrive in (local processes; None on Ray).
-        mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py): new weights are taken
-        at the next token boundary, mid-generation; None: only at "sync" requests, between batches.
-        gate: the RolloutGate of a schedule that runs ahead (engines/rollout/gate.py): while it is closed
-        this worker waits at its next step boundary or request; None: never held."""
+        """weights: the initial weights (engines/model/weights.py: the run's weight file, or a Ray
+        object); shared: the shared-memory block the published weights arrive in (local processes;
+        None on Ray). mailbox: partial rollout's WeightMailbox (engines/rollout/mailbox.py): new
+        weights are taken at the next token boundary, mid-generation; None: only at "sync" requests,
+        between batches. gate: the RolloutGate of a schedule that runs ahead
+        (engines/rollout/gate.py): while it is closed this worker waits at its next step boundary or
+        request; None: never held."""
         device = dev.resolve(slot.kind, slot.index)
         self.name, self.emit = slot.worker, emit
         self.shared = shared
@@ -63,7 +69,8 @@ class RolloutWorker:
                                          lambda: build_model(model_config, device, state), state)
             if mailbox is not None:
                 self.sampler.resume_kv = mailbox.resume_kv
-            self.sampler.load_weights(state, 0)  # the model holds them already: a copy onto itself does nothing
+            # the model holds them already: a copy onto itself does nothing
+            self.sampler.load_weights(state, 0)
         self.rec = Recorder(slot.worker, t0, device=device, devices=1)
         self.prof = from_env(slot.worker, device.type)  # a no-op unless the run asked for --profile
 
@@ -78,19 +85,21 @@ class RolloutWorker:
             with self.rec.stage(Stage.WEIGHT_TRANSFER, iteration):
                 weights = fetch(weights)
         with self.rec.stage(Stage.WEIGHT_SYNC, iteration):
-            self.sampler.load_weights(load_state(self.shared if weights is None else weights), version)
+            self.sampler.load_weights(load_state(self.shared if weights is None else weights),
+                                      version)
 
     def _take_posted(self, iteration: int) -> None:
-        """Partial rollout, between batches: load the posted weights under the mailbox lock, unless taken
-        already mid-generation."""
+        """Partial rollout, between batches: load the posted weights under the mailbox lock, unless
+        taken already mid-generation."""
         if self.sampler.version >= self.mailbox.version:
             return
         with self.rec.stage(Stage.WEIGHT_SYNC, iteration), self.mailbox.lock:
             self.sampler.load_weights(load_state(self.shared), self.mailbox.version)
 
     def _poll(self):
-        """Partial rollout, at a token boundary: newer weights posted -> copy them in now; -> (None, their
-        version) for the sampler, which then continues its sequences under them (None: nothing new)."""
+        """Partial rollout, at a token boundary: newer weights posted -> copy them in now; -> (None,
+        their version) for the sampler, which then continues its sequences under them (None: nothing
+        new)."""
         if self.mailbox.version <= self.sampler.version:
             return None
         with self.mailbox.lock:
@@ -99,22 +108,27 @@ class RolloutWorker:
         return None, version
 
     def generate(self, iteration: int, requests, sampling) -> tuple[list, dict]:
-        """-> (stage events since the last call, sampler stats); every group is emitted as it finishes."""
+        """-> (stage events since the last call, sampler stats); every group is emitted as it
+        finishes."""
         self._hold()
         if self.mailbox is not None:
             self._take_posted(iteration)  # posted while this worker was idle
-        extra = {"poll": self._poll} if self.mailbox is not None else {}  # only the built-in sampler polls
+        # only the built-in sampler polls
+        extra = {"poll": self._poll} if self.mailbox is not None else {}
         if self.gate is not None:
             extra["hold"] = self._hold
         with self.rec.stage(Stage.ROLLOUT, iteration):
-            hooks.call("iteration", iteration, "rollout")  # inside the stage: a planted hang is reported as a hang in rollout
-            self.sampler.generate(requests, sampling, on_group=lambda g: self.emit(SealedGroup.seal(g)), **extra)
+            # inside the stage: a planted hang is reported as a hang in rollout
+            hooks.call("iteration", iteration, "rollout")
+            self.sampler.generate(requests, sampling,
+                                  on_group=lambda g: self.emit(SealedGroup.seal(g)), **extra)
         self.prof.step()
         return self.rec.drain(), dict(self.sampler.last_stats)
 
     def _hold(self) -> bool:
-        """Wait here while the schedule holds its rollout workers between iterations (engines/rollout/gate.py),
-        outside any stage; -> whether it waited (the backend then restarts its step clock)."""
+        """Wait here while the schedule holds its rollout workers between iterations
+        (engines/rollout/gate.py), outside any stage; -> whether it waited (the backend then
+        restarts its step clock)."""
         if self.gate is None or not self.gate.closed:
             return False
 

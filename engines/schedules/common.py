@@ -1,7 +1,8 @@
 """What the schedules share: the per-iteration input/output, the interfaces a schedule drives
 (`SupportsTraining`, `RolloutSource`) and offers (`Schedule`), and the trainer's group pipeline.
 
-Matching code in the two schedules keeps the same names and order (docs/architecture/conventions.md).
+Matching code in the two schedules keeps the same names and order
+(docs/architecture/conventions.md).
 """
 from __future__ import annotations
 
@@ -28,23 +29,26 @@ class IterationOutput:
     rewards: dict[int, list[float]]  # prompt index -> [G]
     trained_version: int  # version of the weights the gradients were taken at
     train_stats: dict
-    rollout_stats: list[dict] = field(default_factory=list)  # per rollout worker, sampler.last_stats
+    # per rollout worker, sampler.last_stats
+    rollout_stats: list[dict] = field(default_factory=list)
 
 
 @runtime_checkable
 class SupportsTraining(Protocol):
-    """What a schedule trains with: the in-process Trainer or the data-parallel ranks (DataParallelTrainer)."""
+    """What a schedule trains with: the in-process Trainer or the data-parallel ranks
+    (DataParallelTrainer)."""
 
     def begin(self) -> None:
         """Start an iteration's gradient accumulation."""
 
-    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> dict[int, list[float]] | None:
-        """Accumulate the gradients of these groups: Trainer.train, here or (handed on, None returned) on the
-        data-parallel ranks."""
+    def train(self, rec, k: int, groups: list[Group],
+              answers: dict[int, str]) -> dict[int, list[float]] | None:
+        """Accumulate the gradients of these groups: Trainer.train, here or (handed on, None
+        returned) on the data-parallel ranks."""
 
     def wait_trained(self, k: int) -> None:
-        """Return once the groups handed to train() are trained (their gradients accumulated); the weights
-        are unchanged until finish()."""
+        """Return once the groups handed to train() are trained (their gradients accumulated); the
+        weights are unchanged until finish()."""
 
     def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
         """All-reduce, clip and step; -> (step stats, rewards of every trained group)."""
@@ -62,9 +66,10 @@ class RolloutSource(Protocol):
     def publish(self, weights: dict, version: int, iteration: int) -> None:
         """Every rollout worker loads these weights before its next batch."""
 
-    def produce(self, iteration: int, requests, sampling, groups: queue.Queue, timeout_s: float) -> None:
-        """Put each finished group on `groups` as it finishes (sealed: SealedGroup), then an IterationEnd
-        (or the error)."""
+    def produce(self, iteration: int, requests, sampling, groups: queue.Queue,
+                timeout_s: float) -> None:
+        """Put each finished group on `groups` as it finishes (sealed: SealedGroup), then an
+        IterationEnd (or the error)."""
 
     def close(self) -> None: ...
 
@@ -83,9 +88,9 @@ class Schedule(Protocol):
 class GroupReceiver:
     """The consumer side of the async schedules: takes finished groups off the producer's queue.
 
-    Groups come sealed (SealedGroup), in arrival order, or re-ordered to dispatch order (prompt index
-    0, 1, ...) for the bitwise equivalence test; waiting is recorded as queue_wait, opening a group as
-    handoff (the queue path's work, with its CPU time); a producer error is raised here.
+    Groups come sealed (SealedGroup), in arrival order, or re-ordered to dispatch order (prompt
+    index 0, 1, ...) for the bitwise equivalence test; waiting is recorded as queue_wait, opening a
+    group as handoff (the queue path's work, with its CPU time); a producer error is raised here.
     """
 
     def __init__(self, rec, in_dispatch_order: bool, timeout_s: float):
@@ -104,7 +109,8 @@ class GroupReceiver:
                         sealed = item
                         break
                     pending[item.prompt_index] = item
-            if sealed.elsewhere and sealed.arrived_at is not None:  # its path across the link, a stage of its own
+            # its path across the link, a stage of its own
+            if sealed.elsewhere and sealed.arrived_at is not None:
                 self.rec.add(Stage.GROUP_TRANSFER, k, sealed.sealed_at, sealed.arrived_at)
             with self.rec.stage(Stage.HANDOFF, k):
                 group = sealed.open()
@@ -112,10 +118,11 @@ class GroupReceiver:
             yield group
 
     def arrived_batches(self, k: int, arrived: queue.Queue, n: int, budget: int | None):
-        """groups() in lists: with a token budget (train.micro_batch_tokens) each list holds the groups that
-        had arrived by the time the previous one was taken, until their tokens reach the budget, so the
-        trainer packs them into full micro-batches without waiting for one more group; without, one group
-        each. Arrival order only (in dispatch order, the next group may not be the one that arrived)."""
+        """groups() in lists: with a token budget (train.micro_batch_tokens) each list holds the
+        groups that had arrived by the time the previous one was taken, until their tokens reach the
+        budget, so the trainer packs them into full micro-batches without waiting for one more
+        group; without, one group each. Arrival order only (in dispatch order, the next group may
+        not be the one that arrived)."""
         batch, tokens = [], 0
         for group in self.groups(k, arrived, n):
             if budget is None or self.in_dispatch_order:
@@ -130,12 +137,13 @@ class GroupReceiver:
             yield batch
 
     def _next(self, arrived: queue.Queue, waiting_for: str):
-        """The producer's next item; its error is raised here, silence past timeout_s is a WorkerError."""
+        """The producer's next item; its error is raised here, silence past timeout_s is a
+        WorkerError."""
         try:
             item = arrived.get(timeout=self.timeout_s)
         except queue.Empty:
-            raise WorkerError(f"no answer from the rollout workers for {self.timeout_s:.0f}s while waiting "
-                              f"for {waiting_for}") from None
+            raise WorkerError(f"no answer from the rollout workers for {self.timeout_s:.0f}s while "
+                              f"waiting for {waiting_for}") from None
         if isinstance(item, BaseException):
             raise item
         return item
@@ -147,7 +155,8 @@ class GroupReceiver:
         return item
 
     def take_end(self, arrived: queue.Queue) -> IterationEnd:
-        """The producer's end marker of the iteration: the workers' stage events and sampler stats."""
+        """The producer's end marker of the iteration: the workers' stage events and sampler
+        stats."""
         item = self._next(arrived, "the end of the batch")
         if not isinstance(item, IterationEnd):
             raise WorkerError(f"expected the end of the batch, got {type(item).__name__}")

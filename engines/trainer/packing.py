@@ -1,4 +1,5 @@
-"""Shared-prompt packing for the trainer (docs/architecture/schedules.md, 'Shared-prompt attention').
+"""Shared-prompt packing for the trainer (docs/architecture/schedules.md, 'Shared-prompt
+attention').
 
 A GRPO group is one prompt (P tokens) and G responses (R_1..R_G tokens). The
 unpacked trainer runs G rows of `prompt + response_i`; packed, the group is
@@ -74,17 +75,21 @@ class _Layout:
     segment_ids: torch.Tensor   # [L]        0 for the prompt, i+1 for response i
     pad_index: torch.Tensor     # [G, R_max] response slot -> index into the N response tokens
     valid_index: torch.Tensor   # [N]        flat [G*R_max] slot of every response token
-    pred_index: torch.Tensor    # [N]        stream position whose logits predict each response token
+    # [N]        stream position whose logits predict each response token
+    pred_index: torch.Tensor
     targets: torch.Tensor       # [N]        the response tokens
 
 
 def _layout(prompt_ids: list[int], responses: list[list[int]], device) -> _Layout:
     P, lengths = len(prompt_ids), [len(r) for r in responses]
     if P < 1 or not lengths or min(lengths) < 1:
-        raise ValueError(f"need a non-empty prompt and G>=1 non-empty responses, got P={P}, lengths={lengths}")
-    # Built on the host and moved once: a few dozen tiny kernels (and nonzero's sync) on a GPU cost more.
+        raise ValueError(f"need a non-empty prompt and G>=1 non-empty responses, got P={P}, "
+                         f"lengths={lengths}")
+    # Built on the host and moved once: a few dozen tiny kernels (and nonzero's sync) on a GPU cost
+    # more.
     G, R_max, lens = len(lengths), max(lengths), torch.tensor(lengths)
-    starts = torch.tensor([0] + lengths[:-1]).cumsum(0)            # [G] offset of each response in N
+    # [G] offset of each response in N
+    starts = torch.tensor([0] + lengths[:-1]).cumsum(0)
     t = torch.arange(R_max)                                         # [R_max]
     valid = t[None, :] < lens[:, None]                              # [G, R_max]
     # Padded slots point at token 0: their outputs are dropped, and causality keeps
@@ -98,7 +103,8 @@ def _layout(prompt_ids: list[int], responses: list[list[int]], device) -> _Layou
     tensors = dict(
         input_ids=torch.cat([torch.tensor(prompt_ids, dtype=torch.long), targets]),
         position_ids=torch.cat([torch.arange(P), P + resp_pos]),
-        segment_ids=torch.cat([torch.zeros(P, dtype=torch.long), torch.arange(1, G + 1).repeat_interleave(lens)]),
+        segment_ids=torch.cat([torch.zeros(P, dtype=torch.long),
+                               torch.arange(1, G + 1).repeat_interleave(lens)]),
         pad_index=pad_index,
         valid_index=valid.flatten().nonzero().squeeze(1),
         pred_index=pred_index,
@@ -109,10 +115,12 @@ def _layout(prompt_ids: list[int], responses: list[list[int]], device) -> _Layou
 
 def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
                     lengths: list[int], norm: bool = False) -> list[torch.Tensor]:
-    """hidden [N, D] at the predicting positions (before the final norm where `norm`), targets [N] -> G
-    tensors [R_i]; the LM head and log-softmax in slices (engines/trainer/chosen_logprobs.py)."""
+    """hidden [N, D] at the predicting positions (before the final norm where `norm`), targets [N]
+    -> G tensors [R_i]; the LM head and log-softmax in slices
+    (engines/trainer/chosen_logprobs.py)."""
     head = (lambda h: model.lm_head(model.model.norm(h))) if norm else model.lm_head  # noqa: E731
-    picked = chosen_logprobs(head, hidden, targets, temperature, model.lm_head.weight.shape[0])  # [N]
+    # [N]
+    picked = chosen_logprobs(head, hidden, targets, temperature, model.lm_head.weight.shape[0])
     return list(picked.split(lengths))
 
 
@@ -132,15 +140,16 @@ def unpacked_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     valid = mask[:, P:].bool()                           # [G, R_max] real response tokens
     targets = ids[:, P:][valid]                          # [N]
     ids, mask, valid, targets = (x.to(model.device) for x in (ids, mask, valid, targets))
-    # Only positions P-1 .. P+R_max-2 predict response tokens, and only the valid ones go through the LM head,
-    # as one [N, D] matrix: HF's forward (logits_to_keep) hands the head a [G, R, D] slice that is not
-    # contiguous, and torch.matmul then folds it into one matrix product only where the head's weight
-    # requires grad; for the reference model (whose weights do not) it runs a batched product over the
-    # weight copied G times: on the CPU at the Qwen2.5-0.5B shape (a [151,936 x 896] head) that copy took
-    # 2.6x the policy's whole pass (docs/results/logprob-memory.md, 'The reference pass').
-    # use_cache=False: HF's default (config.use_cache) builds a K/V cache in every forward, a copy per layer
-    # that no log-prob pass reads.
-    hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state  # [G, P+R_max, D]
+    # Only positions P-1 .. P+R_max-2 predict response tokens, and only the valid ones go through
+    # the LM head, as one [N, D] matrix: HF's forward (logits_to_keep) hands the head a [G, R, D]
+    # slice that is not contiguous, and torch.matmul then folds it into one matrix product only
+    # where the head's weight requires grad; for the reference model (whose weights do not) it runs
+    # a batched product over the weight copied G times: on the CPU at the Qwen2.5-0.5B shape (a
+    # [151,936 x 896] head) that copy took 2.6x the policy's whole pass
+    # (docs/results/logprob-memory.md, 'The reference pass'). use_cache=False: HF's default
+    # (config.use_cache) builds a K/V cache in every forward, a copy per layer that no log-prob pass
+    # reads. [G, P+R_max, D]
+    hidden = model.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
     return _token_logprobs(model, hidden[:, -(R_max + 1):-1][valid], targets, temperature, lengths)
 
 
@@ -148,7 +157,8 @@ def unpacked_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
 
 
 def _packed_mask(layout: _Layout, attn_implementation: str, dtype: torch.dtype) -> torch.Tensor:
-    """[1, 1, L, L] mask: query q sees key k iff k <= q and k is in the prompt or in q's response."""
+    """[1, 1, L, L] mask: query q sees key k iff k <= q and k is in the prompt or in q's
+    response."""
     seg = layout.segment_ids
     L = seg.numel()
     causal = torch.ones(L, L, dtype=torch.bool, device=seg.device).tril()  # [L, L]
@@ -160,7 +170,8 @@ def _packed_mask(layout: _Layout, attn_implementation: str, dtype: torch.dtype) 
         zero = torch.zeros((), dtype=dtype, device=seg.device)
         return torch.where(allowed, zero, torch.finfo(dtype).min)[None, None]
     raise NotImplementedError(
-        f"packed_logprobs_mask4d supports attn_implementation 'sdpa' or 'eager', not {attn_implementation!r}; "
+        f"packed_logprobs_mask4d supports attn_implementation 'sdpa' or 'eager', not "
+        f"{attn_implementation!r}; "
         "use packed_logprobs, which does not depend on it")
 
 
@@ -170,29 +181,36 @@ def packed_logprobs_mask4d(model, prompt_ids: list[int], responses: list[list[in
     layout = _layout(prompt_ids, responses, model.device)
     mask = _packed_mask(layout, model.config._attn_implementation, model.dtype)  # [1, 1, L, L]
     hidden = model.model(input_ids=layout.input_ids[None], attention_mask=mask,
-                         position_ids=layout.position_ids[None], use_cache=False).last_hidden_state[0]  # [L, D]
-    return _token_logprobs(model, hidden[layout.pred_index], layout.targets, temperature, layout.lengths)
+                         # [L, D]
+                         position_ids=layout.position_ids[None],
+                         use_cache=False).last_hidden_state[0]
+    return _token_logprobs(model, hidden[layout.pred_index], layout.targets, temperature,
+                           layout.lengths)
 
 
 # ----------------------------------------------------------------- packed, shared prompt (option B)
 
 
 def sdpa(attn, q, k, v, **kw) -> torch.Tensor:
-    """SDPA with the attention module's scale and dropout: q [B, H, T, Dh], k/v [B, Hkv, S, Dh] -> [B, H, T, Dh]."""
+    """SDPA with the attention module's scale and dropout: q [B, H, T, Dh], k/v [B, Hkv, S, Dh] ->
+    [B, H, T, Dh]."""
     dropout = attn.attention_dropout if attn.training else 0.0
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=attn.scaling,
                                           enable_gqa=q.shape[1] != k.shape[1], **kw)
 
 
-def _shared_prompt_attention(attn, q, k, v, layout: _Layout, resp_mask: torch.Tensor) -> torch.Tensor:
+def _shared_prompt_attention(attn, q, k, v, layout: _Layout,
+                             resp_mask: torch.Tensor) -> torch.Tensor:
     """q [L, H, Dh], k/v [L, Hkv, Dh] of the packed stream -> attention output [L, H*Dh]."""
     P, (G, R) = layout.P, layout.pad_index.shape
-    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [T, h, Dh] -> [1, h, T, Dh]
+    # [T, h, Dh] -> [1, h, T, Dh]
+    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731
     qp, kp, vp = heads_first(q[:P]), heads_first(k[:P]), heads_first(v[:P])  # [1, h, P, Dh]
     out_p = sdpa(attn, qp, kp, vp, is_causal=True)                           # [1, H, P, Dh]
     # Responses as a right-padded batch for attention only: the linear layers run on the
     # unpadded stream, so unequal lengths cost padding here and nowhere else.
-    pad = lambda t: t[P:][layout.pad_index].transpose(1, 2)  # noqa: E731  [N, h, Dh] -> [G, h, R, Dh]
+    # [N, h, Dh] -> [G, h, R, Dh]
+    pad = lambda t: t[P:][layout.pad_index].transpose(1, 2)  # noqa: E731
     # The prompt K/V are broadcast, not recomputed: expand's backward sums the G gradients
     # into the one prompt, exactly as the G unpacked rows would (each with its own copy).
     kr = torch.cat([kp.expand(G, -1, -1, -1), pad(k)], dim=2)  # [G, Hkv, P+R, Dh]
@@ -208,9 +226,12 @@ def _flex_attention(attn, q, k, v, block_mask) -> torch.Tensor:
 
     The block mask skips every key block no query of a block may see, so the cost follows the
     allowed pairs (prompt causal + each response over prompt and itself), not L x L."""
-    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731  [L, h, Dh] -> [1, h, L, Dh]
-    out = flex_kernel(q.device.type)(heads_first(q), heads_first(k), heads_first(v), block_mask=block_mask,
-                                     scale=attn.scaling, enable_gqa=q.shape[1] != k.shape[1])  # [1, H, L, Dh]
+    # [L, h, Dh] -> [1, h, L, Dh]
+    heads_first = lambda t: t.transpose(0, 1).unsqueeze(0)  # noqa: E731
+    out = flex_kernel(q.device.type)(heads_first(q), heads_first(k), heads_first(v),
+                                     block_mask=block_mask,
+                                     # [1, H, L, Dh]
+                                     scale=attn.scaling, enable_gqa=q.shape[1] != k.shape[1])
     return out[0].transpose(0, 1).reshape(q.shape[0], -1)
 
 
@@ -218,8 +239,8 @@ _FLEX = {}
 
 
 def flex_kernel(device_type: str):
-    """flex_attention, compiled once per process on CUDA (uncompiled it materialises the scores; on CPU,
-    where there is no backward anyway, it runs uncompiled for tests)."""
+    """flex_attention, compiled once per process on CUDA (uncompiled it materialises the scores; on
+    CPU, where there is no backward anyway, it runs uncompiled for tests)."""
     if device_type != "cuda":
         return flex_attention
     if "fn" not in _FLEX:
@@ -250,7 +271,8 @@ def _run_layer(layer, *args) -> torch.Tensor:
     here with the function (and its kwargs, CPU offload) that the model set up.
     """
     if getattr(layer, "gradient_checkpointing", False) and layer.training:
-        checkpointed = getattr(layer, "_gradient_checkpointing_func", partial(checkpoint, use_reentrant=False))
+        checkpointed = getattr(layer, "_gradient_checkpointing_func",
+                               partial(checkpoint, use_reentrant=False))
         return checkpointed(_decoder_layer, layer, *args)
     return _decoder_layer(layer, *args)
 
@@ -275,11 +297,13 @@ def packed_logprobs(model, prompt_ids: list[int], responses: list[list[int]],
     layers.check_supported(model)
     layout = _layout(prompt_ids, responses, model.device)
     resp_mask = _response_mask(layout.P, layout.pad_index.shape[1], model.device)  # [R, P+R]
-    return _packed(model, layout, temperature, partial(_shared_prompt_attention, layout=layout, resp_mask=resp_mask))
+    return _packed(model, layout, temperature,
+                   partial(_shared_prompt_attention, layout=layout, resp_mask=resp_mask))
 
 
 def group_attention(prompt_ids: list[int], responses: list[list[int]], device):
-    """attend(attn, q, k, v) -> [L, H*Dh] over one group's unpadded stream `prompt | resp_1 | ... | resp_G`
+    """attend(attn, q, k, v) -> [L, H*Dh] over one group's unpadded stream `prompt | resp_1 | ... |
+    resp_G`
     (L = P + sum R_i): packed_logprobs's attention, for a stream that holds the group among others
     (packing_varlen.py, train.micro_batch_tokens)."""
     layout = _layout(prompt_ids, responses, device)
@@ -302,12 +326,14 @@ def _packed(model, layout: _Layout, temperature: float, attend) -> list[torch.Te
     """The decoder layers on the packed stream with the given attention -> G tensors [R_i]."""
     h = run_decoder(model, layout.input_ids, layout.position_ids, attend)     # [L, D]
     # The final norm is per token: normalise only the N positions that predict a token.
-    return _token_logprobs(model, h[layout.pred_index], layout.targets, temperature, layout.lengths, norm=True)
+    return _token_logprobs(model, h[layout.pred_index], layout.targets, temperature, layout.lengths,
+                           norm=True)
 
 
 def run_decoder(model, input_ids: torch.Tensor, position_ids: torch.Tensor, attend) -> torch.Tensor:
-    """Embedding and every decoder layer over one packed stream: input_ids, position_ids [L] -> hidden
-    states [L, D] before the final norm. attend(attn, q, k, v) -> [L, H*Dh] is the packed attention."""
+    """Embedding and every decoder layer over one packed stream: input_ids, position_ids [L] ->
+    hidden states [L, D] before the final norm. attend(attn, q, k, v) -> [L, H*Dh] is the packed
+    attention."""
     base = model.model
     h = base.embed_tokens(input_ids)                                           # [L, D]
     cos, sin = base.rotary_emb(h[None], position_ids[None])                    # [1, L, Dh] each

@@ -2,10 +2,10 @@
 
 One iteration = begin() -> train(groups) as groups come (each: rewards, advantages, micro-batches,
 log-probs, accumulate(), which calls the loss) -> finish(), which steps. `train` is the one trainer
-entry of every schedule: sync calls it once with its whole shard, the async schedules once per arrived
-group (periodic-async with train.micro_batch_tokens: the groups that have arrived), and on data-parallel
-ranks (ranks.py) it is this same method in the rank's process (DataParallelTrainer, distributed.py, has
-the same begin/train/finish on the driver).
+entry of every schedule: sync calls it once with its whole shard, the async schedules once per
+arrived group (periodic-async with train.micro_batch_tokens: the groups that have arrived), and on
+data-parallel ranks (ranks.py) it is this same method in the rank's process (DataParallelTrainer,
+distributed.py, has the same begin/train/finish on the driver).
 Gradients of token *sums* are accumulated and divided by the iteration's token count once, so the
 update is the full-batch token-mean update whatever the micro-batch split or arrival order; with
 several ranks, finish() all-reduces the sums and gradients first.
@@ -31,9 +31,10 @@ from rlbench.engines.trainer.micro_batch import MicroBatch, pack_by_tokens
 
 class Trainer:
     def __init__(self, policy, cfg, tokenizer, world: int = 1, ref=None):
-        """world: data-parallel ranks training replicas of this policy (their process group joined before
-        the first finish); 1: nothing is reduced. ref: the reference model, a model holding the policy's
-        initial weights (a worker maps it from the run's weight file); None: a copy of `policy`."""
+        """world: data-parallel ranks training replicas of this policy (their process group joined
+        before the first finish); 1: nothing is reduced. ref: the reference model, a model holding
+        the policy's initial weights (a worker maps it from the run's weight file); None: a copy of
+        `policy`."""
         self.cfg, self.tok, self.world = cfg, tokenizer, world
         self.policy = policy
         self.ref = (copy.deepcopy(policy) if ref is None else ref).eval().requires_grad_(False)
@@ -43,7 +44,8 @@ class Trainer:
                                            weight_decay=t.weight_decay, eps=1e-8)
         self.plan = make_plan(cfg.engine, cfg.rollout.temperature, policy)
         self.auto_layout = self.plan.fn if isinstance(self.plan.fn, AutoLayout) else None
-        self.loss = grpo.make_loss(cfg)  # PPOLoss, or DecoupledPPOLoss for stale samples (bounded_async)
+        # PPOLoss, or DecoupledPPOLoss for stale samples (bounded_async)
+        self.loss = grpo.make_loss(cfg)
         self.version = 0  # weight version: number of optimizer steps taken
         self._reset()
         self.compiled = "train" in dev.compile_targets(cfg.engine.compile, policy.device.type)
@@ -54,9 +56,9 @@ class Trainer:
                 self.warm_compile()
 
     def warm_compile(self) -> None:
-        """engine.compile train: one small group through every pass this config runs (old, reference, update
-        with its backward), so that their compilations happen at start-up (the phase `compile`), not in the
-        first iteration; nothing it computes is kept."""
+        """engine.compile train: one small group through every pass this config runs (old,
+        reference, update with its backward), so that their compilations happen at start-up (the
+        phase `compile`), not in the first iteration; nothing it computes is kept."""
         group = Group(-1, [1, 2, 3, 4, 5], [[6, 7, 8], [9, 10, 11, 12]], [[0.0] * 3, [0.0] * 4])
         for mb in self.batches([group], [torch.tensor([1.0, -1.0])]):
             if self.needs_old_pass:
@@ -71,16 +73,20 @@ class Trainer:
         self.loss_sum = 0.0
         self.kl_sum = 0.0
         self.extra_sums = dict.fromkeys(self.loss.token_stats, 0.0)  # the loss's own per-token sums
-        self.iteration_rewards: dict[int, list[float]] = {}  # prompt index -> [G], groups trained so far
-        self.layout_choices: list[dict] = []  # engine.shared_prompt=auto: one per micro-batch trained
+        # prompt index -> [G], groups trained so far
+        self.iteration_rewards: dict[int, list[float]] = {}
+        # engine.shared_prompt=auto: one per micro-batch trained
+        self.layout_choices: list[dict] = []
         self.policy.zero_grad(set_to_none=True)
 
     def begin(self) -> None:
         self._reset()
 
-    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> dict[int, list[float]]:
-        """Reward, advantages, old/ref log-probs and gradient accumulation for these groups, phase by phase,
-        recorded on rec (the sync shard, or one arrived group); -> their rewards (prompt index -> [G])."""
+    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> dict[int,
+                                                                                       list[float]]:
+        """Reward, advantages, old/ref log-probs and gradient accumulation for these groups, phase
+        by phase, recorded on rec (the sync shard, or one arrived group); -> their rewards (prompt
+        index -> [G])."""
         rewards: dict[int, list[float]] = {}
         with rec.stage(Stage.REWARD, k):
             scores = [self.rewards(g, answers[g.prompt_index]) for g in groups]
@@ -88,11 +94,13 @@ class Trainer:
             for g, r in zip(groups, scores):
                 rewards[g.prompt_index] = r.tolist()
             mbs = self.batches(groups, [self.advantages(r) for r in scores])
-        if self.needs_old_pass:  # not with tri-model (old = detached policy) nor A-3PO's loglinear pi_prox
+        # not with tri-model (old = detached policy) nor A-3PO's loglinear pi_prox
+        if self.needs_old_pass:
             with rec.stage(Stage.OLD_LOGPROB, k):
                 for mb in mbs:
                     self.old_logprobs(mb)
-                    progress.beat()  # per micro-batch: a long stage still shows progress to the watchdog
+                    # per micro-batch: a long stage still shows progress to the watchdog
+                    progress.beat()
         if self.plan.separate_phases:
             with rec.stage(Stage.REF_LOGPROB, k):
                 for mb in mbs:
@@ -109,8 +117,8 @@ class Trainer:
         """Nothing to wait for: train() ran every phase in this process already."""
 
     def finish(self, rec, k: int) -> tuple[dict, dict[int, list[float]]]:
-        """The iteration's optimizer step (all-reduced over the ranks first), recorded on rec; -> (step
-        stats, rewards of every group)."""
+        """The iteration's optimizer step (all-reduced over the ranks first), recorded on rec; ->
+        (step stats, rewards of every group)."""
         rewards = self.iteration_rewards
         with rec.stage(Stage.OPTIMIZER_STEP, k):
             if self.world > 1:
@@ -123,31 +131,36 @@ class Trainer:
 
     def rewards(self, group: Group, ground_truth: str) -> torch.Tensor:
         """[G] GSM8K rule rewards of the group's decoded responses."""
-        return torch.tensor([gsm8k_reward(self.tok.decode(r), ground_truth) for r in group.responses],
+        return torch.tensor([gsm8k_reward(self.tok.decode(r),
+                                          ground_truth) for r in group.responses],
                             dtype=torch.float32)
 
-    def micro_batches(self, group: Group, advantages: torch.Tensor, k: int | None = None) -> list[MicroBatch]:
+    def micro_batches(self, group: Group, advantages: torch.Tensor,
+                      k: int | None = None) -> list[MicroBatch]:
         """The group's responses k at a time (default train.micro_batch_size)."""
         k = k or self.cfg.train.micro_batch_size
         tv = group.token_versions
-        return [MicroBatch(group.prompt_index, group.prompt_ids, group.responses[i:i + k], advantages[i:i + k],
-                           behaviour_logprobs=group.behaviour_logprobs[i:i + k], behaviour_version=group.version,
+        return [MicroBatch(group.prompt_index, group.prompt_ids, group.responses[i:i + k],
+                           advantages[i:i + k],
+                           behaviour_logprobs=group.behaviour_logprobs[i:i + k],
+                           behaviour_version=group.version,
                            behaviour_token_versions=tv[i:i + k] if tv is not None else None)
                 for i in range(0, len(group.responses), k)]
 
     def batches(self, groups: list[Group], advantages: list[torch.Tensor]) -> list:
-        """The micro-batches these groups train in: micro_batch_size responses of one group each, or with
-        train.micro_batch_tokens the groups' responses packed across groups up to that many tokens
-        (micro_batch.py; a group is one shared-prompt document where the layout packs it)."""
+        """The micro-batches these groups train in: micro_batch_size responses of one group each, or
+        with train.micro_batch_tokens the groups' responses packed across groups up to that many
+        tokens (micro_batch.py; a group is one shared-prompt document where the layout packs it)."""
         budget = self.cfg.train.micro_batch_tokens
         if budget is None:
             return [mb for g, adv in zip(groups, advantages) for mb in self.micro_batches(g, adv)]
-        whole = [self.micro_batches(g, adv, len(g.responses))[0] for g, adv in zip(groups, advantages)]
+        whole = [self.micro_batches(g, adv, len(g.responses))[0] for g,
+                 adv in zip(groups, advantages)]
         return pack_by_tokens(whole, budget, self.shares_prompt)
 
     def shares_prompt(self, mb: MicroBatch) -> bool:
-        """Whether this group's responses share one copy of its prompt (engine.shared_prompt; auto: the
-        cost model's choice for the group)."""
+        """Whether this group's responses share one copy of its prompt (engine.shared_prompt; auto:
+        the cost model's choice for the group)."""
         sp = self.cfg.engine.shared_prompt
         if self.auto_layout is not None:
             return self.auto_layout.choose(mb.prompt_ids, mb.responses).packed
@@ -155,7 +168,8 @@ class Trainer:
 
     @property
     def needs_old_pass(self) -> bool:
-        """Whether the old_logprob phase runs: separate passes, and a loss that uses pi_old / pi_prox."""
+        """Whether the old_logprob phase runs: separate passes, and a loss that uses pi_old /
+        pi_prox."""
         return self.plan.separate_phases and self.loss.needs_old_logprobs
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
@@ -172,13 +186,16 @@ class Trainer:
     def accumulate(self, mb: MicroBatch) -> None:
         """Forward + backward of the micro-batch's token-sum loss; gradients add up in .grad."""
         logp, old, ref = self.plan.update_logprobs(self.policy, self.ref, mb)
-        if self.auto_layout is not None:  # the choice its passes made (a pure function of the lengths)
+        # the choice its passes made (a pure function of the lengths)
+        if self.auto_layout is not None:
             for part in mb.parts():
                 choice = self.auto_layout.choose(part.prompt_ids, part.responses)
-                self.layout_choices.append({"prompt": part.prompt_index, "responses": len(part.responses),
+                self.layout_choices.append({"prompt": part.prompt_index,
+                                            "responses": len(part.responses),
                                             **choice.as_dict()})
         logp, mask = grpo.pad_logprobs(logp)
-        old = grpo.pad_logprobs(old)[0] if old is not None else None  # None: loglinear skipped its pass
+        # None: loglinear skipped its pass
+        old = grpo.pad_logprobs(old)[0] if old is not None else None
         ref = grpo.pad_logprobs(ref)[0] if ref is not None else None
         loss, stats = self.loss(logp, old, ref, mb, mask, self.version)
         loss.backward()
@@ -194,7 +211,8 @@ class Trainer:
         for p in self.policy.parameters():
             if p.grad is not None:
                 p.grad.div_(n)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.train.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
+                                                   self.cfg.train.max_grad_norm)
         self.optimizer.step()
         self.version += 1
         stats = {"loss": self.loss_sum / n, "kl": self.kl_sum / n, "grad_norm": float(grad_norm),
@@ -211,17 +229,19 @@ class Trainer:
         return {n: p.detach() for n, p in self.policy.named_parameters()}
 
     def publish(self, iteration: int | None) -> dict[str, torch.Tensor]:
-        """The weights to hand to rollout workers (DataParallelTrainer's interface; nothing to copy here)."""
+        """The weights to hand to rollout workers (DataParallelTrainer's interface; nothing to copy
+        here)."""
         return self.weights()
 
     def all_reduce(self) -> None:
-        """Sum token counts, the loss's sums and gradients over the ranks (one flat buffer for the gradients),
-        so that every rank's step is the same step on the same numbers."""
+        """Sum token counts, the loss's sums and gradients over the ranks (one flat buffer for the
+        gradients), so that every rank's step is the same step on the same numbers."""
         params = list(self.policy.parameters())
         device = params[0].device
         sums = [self.tokens, self.loss_sum, self.kl_sum, *self.extra_sums.values()]
         # [len(sums) + n_params]: the sums, then 1 per parameter that has a gradient on this rank
-        counts = torch.tensor(sums + [p.grad is not None for p in params], dtype=torch.float64, device=device)
+        counts = torch.tensor(sums + [p.grad is not None for p in params], dtype=torch.float64,
+                              device=device)
         dist.all_reduce(counts)
         reduced = counts[:len(sums)].tolist()
         self.tokens, self.loss_sum, self.kl_sum = int(reduced[0]), reduced[1], reduced[2]

@@ -1,23 +1,26 @@
 """`--ablation families`: the async families side by side on the same devices, as a ladder.
 
-Each rung adds one thing to the one before, so the ratio of consecutive TPSPDs says what that thing buys
-(docs/architecture/schedules.md, 'The families ladder'; README.md beside this file):
+Each rung adds one thing to the one before, so the ratio of consecutive TPSPDs says what that thing
+buys (docs/architecture/schedules.md, 'The families ladder'; README.md beside this file):
 
     sync            the reference: colocated ranks, each generating then training its shard
-    barrier         periodic-async's device split (rollout pool + training pool), training only after the
+    barrier         periodic-async's device split (rollout pool + training pool), training only
+    after the
                     last group has arrived                                   -> factor "split"
     periodic-async  training overlaps generation inside the iteration, on-policy   -> "overlap"
     one-step-off    the next batch is generated while this one trains (k = 1)      -> "k=1"
     k2              bounded staleness, rollout up to 2 versions ahead              -> "k=2"
-    k2_partial      k2 with partial rollout: new weights taken mid-sequence        -> "partial rollout"
+    k2_partial      k2 with partial rollout: new weights taken mid-sequence        -> "partial
+    rollout"
 
 The terminal and the report print the factors as one line; the two staleness rungs form one factor,
 "staleness" (k2 / periodic-async), with each step in brackets:
 "split 0.76× · overlap 1.39× · staleness 1.10× (k=1 1.05×, k=2 1.05×) · partial rollout 1.20×". The
 factors multiply to the last rung's speedup over sync.
 
-The schedules come from their records (core/schedules/: the role each plays); what is computed from a
-run's result files is analysis.py's, report.py renders it. Import-light: `rlbench --help` reads the cells.
+The schedules come from their records (core/schedules/: the role each plays); what is computed from
+a run's result files is analysis.py's, report.py renders it. Import-light: `rlbench --help` reads
+the cells.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ _REF, _ASYNC, _ONE, _BOUNDED = (by_role(r).name for r in (REFERENCE, PERIODIC, O
 @dataclass(frozen=True)
 class Rung:
     cell: str  # the ablation cell's name
-    switches: dict  # what the cell sets (bench/run/ablation.py lays them over every switch's "off" value)
+    # what the cell sets (bench/run/ablation.py lays them over every switch's "off" value)
+    switches: dict
     factor: str | None  # the name of what it adds over the rung before; None: the reference
     adds: str  # the same in words, for tables
 
@@ -42,14 +46,17 @@ RUNGS: tuple[Rung, ...] = (
     Rung("barrier", {"schedule": _ASYNC, "overlap": False}, "split",
          "the device split alone: rollout and training pools, training after the last group"),
     Rung(_ASYNC, {"schedule": _ASYNC}, "overlap", "training overlaps generation, on-policy"),
-    Rung(_ONE, {"schedule": _ONE}, "k=1", "one-step-off: the next batch generated while this one trains"),
-    Rung("k2", {"schedule": _BOUNDED, "max_staleness": 2}, "k=2", "bounded staleness: up to 2 versions ahead"),
-    Rung("k2_partial", {"schedule": _BOUNDED, "max_staleness": 2, "partial_rollout": True}, "partial rollout",
+    Rung(_ONE, {"schedule": _ONE}, "k=1",
+         "one-step-off: the next batch generated while this one trains"),
+    Rung("k2", {"schedule": _BOUNDED, "max_staleness": 2}, "k=2",
+         "bounded staleness: up to 2 versions ahead"),
+    Rung("k2_partial", {"schedule": _BOUNDED, "max_staleness": 2, "partial_rollout": True},
+         "partial rollout",
          "k=2 with partial rollout: new weights taken mid-sequence, in-flight sequences continued"),
 )
 CELLS: list[tuple[str, dict]] = [(r.cell, r.switches) for r in RUNGS]
-# The ladder line's factors: (its name, the rung factors it multiplies). Staleness is one factor, as the
-# issue writes the ladder, with its two steps shown beside it.
+# The ladder line's factors: (its name, the rung factors it multiplies). Staleness is one factor, as
+# the issue writes the ladder, with its two steps shown beside it.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("split", ("split",)), ("overlap", ("overlap",)), ("staleness", ("k=1", "k=2")),
     ("partial rollout", ("partial rollout",)))

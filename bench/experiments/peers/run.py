@@ -1,5 +1,6 @@
-"""Running `--ablation peers`' peer framework cells (the cells: cells.py, their table: analysis.py): a
-refusal before any cell runs, and a framework's runner in the cell's process (RUNNER, what the record names)."""
+"""Running `--ablation peers`' peer framework cells (the cells: cells.py, their table: analysis.py):
+a refusal before any cell runs, and a framework's runner in the cell's process (RUNNER, what the
+record names)."""
 from __future__ import annotations
 
 from functools import partial
@@ -12,11 +13,12 @@ from rlbench.experiments.peers.cells import framework_of, framework_options
 
 
 def preflight(cells) -> None:
-    """Before any cell runs: every peer framework cell's framework is installed and accepts its config
-    (UserError, exit 2, otherwise)."""
+    """Before any cell runs: every peer framework cell's framework is installed and accepts its
+    config (UserError, exit 2, otherwise)."""
     for name, cfg in cells:
         if framework_of(name) == "trl":
-            # inside: torch and transformers; every `rlbench run` calls this, most without a TRL cell
+            # inside: torch and transformers; every `rlbench run` calls this, most without a TRL
+            # cell
             from rlbench.engines.external.trl import adapter, settings
 
             adapter.require_trl()
@@ -35,8 +37,8 @@ def run_framework_cell(framework: str, cfg, folder: Path, name: str, progress, p
 
 
 def runner_of(cell: str):
-    """The function that runs ablation cell `cell` in its process, called as f(cfg, folder, name, progress,
-    pacer): its framework's, or None for rlbench's own cells."""
+    """The function that runs ablation cell `cell` in its process, called as f(cfg, folder, name,
+    progress, pacer): its framework's, or None for rlbench's own cells."""
     framework = framework_of(cell)
     return partial(run_framework_cell, framework) if framework else None
 

@@ -1,9 +1,11 @@
-"""`rlbench run --engine trl` and the TRL cells of `--ablation peers`: TRL's GRPOTrainer on rlbench's
-workload, placement and measurements, written as an rlbench cell (results.json, events.jsonl, ...).
+"""`rlbench run --engine trl` and the TRL cells of `--ablation peers`: TRL's GRPOTrainer on
+rlbench's workload, placement and measurements, written as an rlbench cell (results.json,
+events.jsonl, ...).
 
-setup (the policy as a Hugging Face directory, export.py) -> the ranks (launch.py, worker.py), taking
-turns with other cells through rank 0's pipe (gate.py) -> their files read into rlbench's schema
-(results.py), whatever happened: a failed or interrupted run keeps the iterations it finished.
+setup (the policy as a Hugging Face directory, export.py) -> the ranks (launch.py, worker.py),
+taking turns with other cells through rank 0's pipe (gate.py) -> their files read into rlbench's
+schema (results.py), whatever happened: a failed or interrupted run keeps the iterations it
+finished.
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from rlbench.engines.external.trl.launch import log_tail, start_ranks, stop_rank
 from rlbench.engines.external.trl.record import cell_results, write_cell
 
 PACKAGES = ("trl", "accelerate", "datasets")
-NOT_INSTALLED = ("--engine trl needs TRL, accelerate and datasets: pip install -c constraints.txt 'rlbench[trl]' "
-                 "(bash scripts/setup.sh --dev installs them); missing here: {}")
+NOT_INSTALLED = ("--engine trl needs TRL, accelerate and datasets: pip install -c constraints.txt "
+                 "'rlbench[trl]' (bash scripts/setup.sh --dev installs them); missing here: {}")
 FRAMEWORK = "trl"
 
 
@@ -46,12 +48,12 @@ class _Alone:
 
 def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress=None,
             options: dict | None = None) -> dict:
-    """TRL's GRPO on cfg's workload, one pinned rank per device; writes out_dir's result files and returns
-    results.json's dict. pacer (bench/run/interleave.py Pacer): the cell's turns, when it takes them;
-    progress: the cell's Reporter to the run's progress lines (bench/run/board.py), or None;
-    options: TRL's own settings the cell varies (settings.TrlOptions, e.g. continuous_batching).
-    Raises UserError (exit 2) before anything runs when TRL is missing or cannot run the config, and
-    WorkerError (exit 3) when a rank fails."""
+    """TRL's GRPO on cfg's workload, one pinned rank per device; writes out_dir's result files and
+    returns results.json's dict. pacer (bench/run/interleave.py Pacer): the cell's turns, when it
+    takes them; progress: the cell's Reporter to the run's progress lines (bench/run/board.py), or
+    None; options: TRL's own settings the cell varies (settings.TrlOptions, e.g.
+    continuous_batching). Raises UserError (exit 2) before anything runs when TRL is missing or
+    cannot run the config, and WorkerError (exit 3) when a rank fails."""
     require_trl()
     world = cfg.engine.num_devices
     settings.check(cfg, world)
@@ -59,8 +61,8 @@ def run_trl(cfg, out_dir, *, name: str = FRAMEWORK, pacer=None, progress=None,
     kind = dev.resolve_kind(cfg.engine.device)
     if world > dev.available(kind):
         what = "cores" if kind == "cpu" else f"{kind} devices"
-        raise UserError(f"--engine trl: {world} devices (engine.rollout_devices + engine.train_devices) but this "
-                        f"machine has {dev.available(kind)} {what}")
+        raise UserError(f"--engine trl: {world} devices (engine.rollout_devices + "
+                        f"engine.train_devices) but this machine has {dev.available(kind)} {what}")
     pacer = pacer or _Alone()
     pacer.setup()
     run = TrlRun(cfg, Path(out_dir).resolve(), name, world, opts, kind)
@@ -96,7 +98,8 @@ class TrlRun:
     def start(self, pacer) -> None:
         self.model_dir = export_policy(self.cfg, load_dataset(self.cfg.data, self.cfg.run.seed))
         self.gate = GateServer(pacer)
-        spec = {"config": self.cfg.model_dump(mode="json"), "world": self.world, "model_dir": str(self.model_dir),
+        spec = {"config": self.cfg.model_dump(mode="json"), "world": self.world,
+                "model_dir": str(self.model_dir),
                 "folder": str(self.folder), "t0": self.t0, "gate": list(self.gate.child_fds),
                 "options": self.options.as_dict(), "kind": self.kind}
         spec_path = self.folder / "spec.json"
@@ -115,12 +118,13 @@ class TrlRun:
             self.status = "complete"
             return
         r = failed[0]
-        self.error = (f"TRL rank {r} exited with code {codes[r]}; its output is in {self.folder}/rank{r}.log:\n"
+        self.error = (f"TRL rank {r} exited with code {codes[r]}; its output is in "
+                      f"{self.folder}/rank{r}.log:\n"
                       + log_tail(self.folder, r))
 
     def _serving(self, progress):
-        """The wait loop's tick: answer rank 0's turn requests, and report the iterations done (rank 0's
-        timing windows, one line per iteration) to the progress lines."""
+        """The wait loop's tick: answer rank 0's turn requests, and report the iterations done (rank
+        0's timing windows, one line per iteration) to the progress lines."""
         windows = self.folder / "rank0" / "windows.jsonl"
 
         def serve(timeout_s: float) -> None:

@@ -1,10 +1,12 @@
-"""What each TRL rank writes as it goes, under <cell>/trl/rank<r>/, and how the adapter reads it back.
+"""What each TRL rank writes as it goes, under <cell>/trl/rank<r>/, and how the adapter reads it
+back.
 
-JSONL lines are appended and flushed as they happen (rlbench's JsonlAppender), so a rank that dies keeps
-every finished iteration: events.jsonl (StageEvents), windows.jsonl (iteration k's start and end on this
-rank, seconds since the cell's t0), samples.jsonl (one row per trained sample), and on rank 0 also
-logs.jsonl (TRL's own per-step log dict) and evals.jsonl (rlbench's evaluation); observed.json holds
-what the rank was given (cores, threads), and on rank 0 the model's shape and the device.
+JSONL lines are appended and flushed as they happen (rlbench's JsonlAppender), so a rank that dies
+keeps every finished iteration: events.jsonl (StageEvents), windows.jsonl (iteration k's start and
+end on this rank, seconds since the cell's t0), samples.jsonl (one row per trained sample), and on
+rank 0 also logs.jsonl (TRL's own per-step log dict) and evals.jsonl (rlbench's evaluation);
+observed.json holds what the rank was given (cores, threads), and on rank 0 the model's shape and
+the device.
 """
 from __future__ import annotations
 
@@ -53,7 +55,8 @@ class RankFiles:
 
 
 def read_rank(folder: Path, rank: int) -> dict:
-    """A rank's streams (lists of dicts; missing files read as empty) and its observed.json (or None)."""
+    """A rank's streams (lists of dicts; missing files read as empty) and its observed.json (or
+    None)."""
     base = rank_folder(folder, rank)
     out = {name: schema.read_jsonl(base / f"{name}.jsonl") for name in STREAMS}
     obs = base / "observed.json"

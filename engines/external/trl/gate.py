@@ -1,14 +1,16 @@
-"""Turns across a pipe: TRL's rank 0 asks its parent (the cell process) before and after each iteration.
+"""Turns across a pipe: TRL's rank 0 asks its parent (the cell process) before and after each
+iteration.
 
 A cell that takes turns with other cells (run.interleave) holds a pacer in the cell process; the TRL
 ranks are processes of their own, so rank 0 sends one line per event on a pipe and waits for "go":
 
     ready        set up and evaluated: turns may start       -> pacer.ready()
-    before K     about to start iteration K                  -> pacer.before(K)   (blocks until its turn)
-    after K      iteration K and its evaluation are done     -> pacer.after(K)
+    before K     about to start iteration K                  -> pacer.before(K)   (blocks until its
+    turn) after K      iteration K and its evaluation are done     -> pacer.after(K)
     leave        trained: no more turns                      -> pacer.leave(wait_for_others=True)
 
-The parent answers every line, so rank 0 and the ring stay in step; alone (no pacer) it answers at once.
+The parent answers every line, so rank 0 and the ring stay in step; alone (no pacer) it answers at
+once.
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ class RankGate:
 
 
 class GateServer:
-    """The parent's end: two pipes, the child's two fds (pass_fds), and `serve` for each request line."""
+    """The parent's end: two pipes, the child's two fds (pass_fds), and `serve` for each request
+    line."""
 
     def __init__(self, pacer):
         self.pacer = pacer
@@ -64,8 +67,8 @@ class GateServer:
             os.close(fd)
 
     def serve(self, timeout_s: float) -> bool:
-        """Answer the requests that arrive within timeout_s (none: return after the timeout). -> whether one was
-        answered."""
+        """Answer the requests that arrive within timeout_s (none: return after the timeout). ->
+        whether one was answered."""
         if not self._open:
             select.select([], [], [], timeout_s)
             return False

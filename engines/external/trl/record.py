@@ -1,7 +1,7 @@
 """A TRL run as an rlbench cell folder: results.json (rlbench's keys, metrics.cell_result) beside
-events.jsonl, iterations.jsonl and samples.jsonl, so `report`, `compare` and the HTML report read it as
-any cell. Its placement is checked as rlbench's sync ranks' is: a rank given other than its device (its
-core, or its one visible GPU) and one thread fails the run (launch.check, exit 3)."""
+events.jsonl, iterations.jsonl and samples.jsonl, so `report`, `compare` and the HTML report read it
+as any cell. Its placement is checked as rlbench's sync ranks' is: a rank given other than its
+device (its core, or its one visible GPU) and one thread fails the run (launch.check, exit 3)."""
 from __future__ import annotations
 
 import importlib.metadata as md
@@ -17,15 +17,16 @@ from rlbench.engines.external.trl import cost_settings, results, settings
 
 
 def placement(world: int, kind: str = "cpu"):
-    """The TRL ranks' plan: rlbench's colocated layout, one rank per device (a core or a GPU), one thread
-    each."""
-    slots = [Slot(f"{Role.COLOCATED.value}{i}", Role.COLOCATED.value, i, kind, 1) for i in range(world)]
+    """The TRL ranks' plan: rlbench's colocated layout, one rank per device (a core or a GPU), one
+    thread each."""
+    slots = [Slot(f"{Role.COLOCATED.value}{i}", Role.COLOCATED.value, i, kind,
+                  1) for i in range(world)]
     return Placement(slots, world, kind)
 
 
 def switches(cfg, options) -> dict:
-    """What results.json records the cell as: TRL's engine, on-policy or with several steps per generation,
-    and TRL's own settings the cell varies (settings.TrlOptions)."""
+    """What results.json records the cell as: TRL's engine, on-policy or with several steps per
+    generation, and TRL's own settings the cell varies (settings.TrlOptions)."""
     return {"engine": "trl", "schedule": "trl", "tri_model": False, "shared_prompt": False,
             "steps_per_generation": cfg.train.ppo_mini_batches, **options.as_dict()}
 
@@ -47,8 +48,8 @@ def _version(pkg: str) -> str | None:
 
 
 def cell_results(run) -> tuple[dict, dict]:
-    """results.json's dict for a TrlRun (adapter.py), at whatever point it stopped, and the JSONL streams
-    beside it (events, samples: every rank's)."""
+    """results.json's dict for a TrlRun (adapter.py), at whatever point it stopped, and the JSONL
+    streams beside it (events, samples: every rank's)."""
     raw = results.read(run.folder, run.world)
     iters = results.iterations(run.cfg, raw, run.world)
     plan = placement(run.world, run.kind)
@@ -59,27 +60,34 @@ def cell_results(run) -> tuple[dict, dict]:
     costs = cost_settings.compare(obs0["trl_args"], obs0.get("model_facts") or {}, run.cfg,
                                   [d["setting"] for d in differences], obs0.get("rlbench_args")) \
         if obs0.get("trl_args") else []
-    warnings = results.token_warnings(iters) + [f"a cost setting differs from rlbench's and is not among the "
-                                                f"listed differences: {u}" for u in cost_settings.unlisted(costs)]
+    warnings = results.token_warnings(iters) + [f"a cost setting differs from rlbench's and is not "
+                                                f"among the listed differences: {u}" for u
+                                                in cost_settings.unlisted(costs)]
     res = metrics.cell_result(
-        cell=run.name, switches=switches(run.cfg, run.options), config=run.cfg.model_dump(mode="json"),
+        cell=run.name, switches=switches(run.cfg, run.options),
+        config=run.cfg.model_dump(mode="json"),
         provenance=provenance(obs0), status=status, error=error,
-        model={"kind": run.cfg.model.kind, "path": run.cfg.model.path, "exported": str(run.model_dir),
+        model={"kind": run.cfg.model.kind, "path": run.cfg.model.path,
+               "exported": str(run.model_dir),
                "parameters": obs0.get("parameters"), "shape": obs0.get("shape")},
         iterations=iters, evals=raw["evals"], placement=plan.records(), devices=run.world,
         wall_s_total=sum(it["wall_s"] for it in iters), clock_t0=run.t0, warnings=warnings,
         external={"framework": "trl", "options": run.options.as_dict(), "differences": differences,
-                  "cost_settings": costs, "trl_args": obs0.get("trl_args"), "model_facts": obs0.get("model_facts"),
+                  "cost_settings": costs, "trl_args": obs0.get("trl_args"),
+                  "model_facts": obs0.get("model_facts"),
                   "rlbench_args": obs0.get("rlbench_args"),
                   "ranks_folder": str(run.folder), "session": os.getsid(0)})
     samples = [row for it in iters for row in results.numbered([s for s in raw["samples"]
-                                                                if s["iteration"] == it["iteration"]])]
+                                                                if s["iteration"]
+                                                                == it["iteration"]])]
     return res, {schema.EVENTS: raw["events"], schema.SAMPLES: samples,
-                 schema.ITERATIONS: [{k: v for k, v in it.items() if k != "external"} for it in iters]}
+                 schema.ITERATIONS: [{k: v for k,
+                                      v in it.items() if k != "external"} for it in iters]}
 
 
 def _status(run, plan, finished: int) -> tuple[str, str | None]:
-    """The run's status, with the placement checked (a rank not given its core and one thread fails it)."""
+    """The run's status, with the placement checked (a rank not given its core and one thread fails
+    it)."""
     if run.status != "complete":
         return run.status, run.error
     try:

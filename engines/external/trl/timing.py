@@ -1,26 +1,32 @@
-"""TRL's steps timed under rlbench's stage names, with rlbench's one timer (record/stages.py Recorder).
+"""TRL's steps timed under rlbench's stage names, with rlbench's one timer (record/stages.py
+Recorder).
 
-`TimedGRPOTrainer` is TRL's GRPOTrainer with five methods wrapped, nothing else changed; each wrapper
-calls TRL's own method inside a stage (or notes a sample fact) and returns its result:
+`TimedGRPOTrainer` is TRL's GRPOTrainer with five methods wrapped, nothing else changed; each
+wrapper calls TRL's own method inside a stage (or notes a sample fact) and returns its result:
 
-    _generate_single_turn               -> rollout       (model.generate on the rank's generation batch, or
-                                                          continuous batching's generate_batch: its CPU
-                                                          seconds the process's, as it generates on a thread)
+    _generate_single_turn               -> rollout       (model.generate on the rank's generation
+    batch, or
+                                                          continuous batching's generate_batch: its
+                                                          CPU seconds the process's, as it generates
+                                                          on a thread)
     the reward function                 -> reward        (rlbench's strict rule, data.py)
     _get_per_token_logps_and_entropies  -> ref_logprob   (the reference model)
-                                           old_logprob   (the policy without grad: off-policy steps only)
+                                           old_logprob   (the policy without grad: off-policy steps
+                                           only)
     _prepare_inputs .. training_step    -> update        (TRL's loss forward and backward)
-    end of the last backward .. on_step_end -> optimizer_step (grad clip, AdamW, schedule, zero_grad)
+    end of the last backward .. on_step_end -> optimizer_step (grad clip, AdamW, schedule,
+    zero_grad)
 
-Time inside a step outside these (TRL's padding, gathers across ranks, advantages, metric bookkeeping)
-is in the iteration's wall time but in no stage: it shows as idle. On a GPU every stage's ends wait for
-the device (Recorder.stage synchronises; the spans timed here, `mark`, too), so a stage holds the kernels
-it queued, and each records the device's busy seconds beside its wall seconds (Recorder.busy).
+Time inside a step outside these (TRL's padding, gathers across ranks, advantages, metric
+bookkeeping) is in the iteration's wall time but in no stage: it shows as idle. On a GPU every
+stage's ends wait for the device (Recorder.stage synchronises; the spans timed here, `mark`, too),
+so a stage holds the kernels it queued, and each records the device's busy seconds beside its wall
+seconds (Recorder.busy).
 
-An iteration (one generation, train.ppo_mini_batches optimizer steps) starts on_step_begin of its first
-step, after a barrier of the ranks (untimed: rlbench's driver starts every rank's iteration at once), and
-ends on_step_end of its last; a second barrier then waits for every rank's end, and TRL's logging and
-rlbench's evaluation run after it, outside every window.
+An iteration (one generation, train.ppo_mini_batches optimizer steps) starts on_step_begin of its
+first step, after a barrier of the ranks (untimed: rlbench's driver starts every rank's iteration at
+once), and ends on_step_end of its last; a second barrier then waits for every rank's end, and TRL's
+logging and rlbench's evaluation run after it, outside every window.
 """
 from __future__ import annotations
 
@@ -35,7 +41,8 @@ from rlbench.core.devices import busy as busy_clock
 from rlbench.core.devices import device as dev
 from rlbench.core.record.stages import Stage, now
 
-SAMPLE_ID = "rlbench_sample"  # a column added to TRL's generation batch: which samples a step trains
+# a column added to TRL's generation batch: which samples a step trains
+SAMPLE_ID = "rlbench_sample"
 
 
 class StepClock:
@@ -43,16 +50,21 @@ class StepClock:
 
     def __init__(self, rec, out, steps_per_iteration: int, gate=None, evaluate=None):
         """rec: this rank's Recorder; out: its RankFiles (files.py); gate (rank 0): the turn ring's
-        before/after, through the parent; evaluate(done) (rank 0): rlbench's evaluation, after an iteration."""
-        self.rec, self.out, self.n, self.gate, self.evaluate = rec, out, steps_per_iteration, gate, evaluate
+        before/after, through the parent; evaluate(done) (rank 0): rlbench's evaluation, after an
+        iteration."""
+        self.rec, self.out, self.n, self.gate, self.evaluate = (rec, out, steps_per_iteration, gate,
+                                                                evaluate)
         self.k = 0  # the iteration in progress
         self.version = 0  # optimizer steps taken: the weights a gradient is taken at
         self.window_start = 0.0
-        self.update_start = self.update_end = (0.0, 0.0, 0.0)  # mark()s: (clock, thread CPU s, Unix time)
+        # mark()s: (clock, thread CPU s, Unix time)
+        self.update_start = self.update_end = (0.0, 0.0, 0.0)
         self.rows: list[dict] = []  # this iteration's samples on this rank
-        self.rewarded: list[tuple[float, int, int]] = []  # (reward, iteration, prompt index) of the last call
+        # (reward, iteration, prompt index) of the last call
+        self.rewarded: list[tuple[float, int, int]] = []
 
-    # ------------------------------------------------------------- iteration boundaries (the callback's)
+    # ------------------------------------------------------------- iteration boundaries (the
+    # callback's)
 
     def step_begins(self, global_step: int) -> None:
         if global_step % self.n:
@@ -64,8 +76,8 @@ class StepClock:
         self.window_start = self.mark()[0]
 
     def mark(self, cpu_clock=time.thread_time) -> tuple[float, float, float]:
-        """(clock, CPU seconds by cpu_clock: this thread's, or the process's, Unix time) once the device has
-        run what was queued: a span's end."""
+        """(clock, CPU seconds by cpu_clock: this thread's, or the process's, Unix time) once the
+        device has run what was queued: a span's end."""
         if self.rec.device is not None:
             dev.synchronize(self.rec.device)
         return now(), cpu_clock(), busy_clock.now_unix()
@@ -84,7 +96,8 @@ class StepClock:
         self.out.window(self.k, self.window_start - self.rec.t0, end[0] - self.rec.t0)
         self.out.samples(self.rows)
         self.rows = []
-        _barrier()  # every rank's window closed before rank 0 evaluates (rlbench's driver waits for its ranks)
+        # every rank's window closed before rank 0 evaluates (rlbench's driver waits for its ranks)
+        _barrier()
         if self.evaluate is not None:
             self.evaluate(self.k + 1)
         if self.gate is not None:
@@ -94,8 +107,9 @@ class StepClock:
 
     @contextlib.contextmanager
     def stage(self, stage: Stage, whole_process: bool = False):
-        """A stage on rlbench's timer. whole_process: its CPU seconds are the process's, not this thread's
-        (transformers' continuous batching generates on a thread of its own while this one waits)."""
+        """A stage on rlbench's timer. whole_process: its CPU seconds are the process's, not this
+        thread's (transformers' continuous batching generates on a thread of its own while this one
+        waits)."""
         if not whole_process:
             with self.rec.stage(stage, self.k):
                 yield
@@ -107,7 +121,8 @@ class StepClock:
             self.span(stage, start, self.mark(time.process_time))
 
     def rewards(self, fn):
-        """The reward function TRL calls, timed as `reward`; remembers each sample's reward and prompt."""
+        """The reward function TRL calls, timed as `reward`; remembers each sample's reward and
+        prompt."""
         def reward(completions, answer, iteration, index, **kwargs):
             with self.stage(Stage.REWARD):
                 scores = fn(completions, answer, **kwargs)
@@ -118,17 +133,19 @@ class StepClock:
         return reward
 
     def generated(self, batch: dict) -> list[int]:
-        """The generation batch TRL built (its prompt and completion masks): one sample row each, in the
-        order the reward function saw them; -> their ids."""
+        """The generation batch TRL built (its prompt and completion masks): one sample row each, in
+        the order the reward function saw them; -> their ids."""
         first = len(self.rows)
         prompt_len = batch["prompt_mask"].sum(1).tolist()
         response_len = batch["completion_mask"].sum(1).tolist()
         seen: dict[int, int] = {}
         for (reward, k, index), p, r in zip(self.rewarded, prompt_len, response_len):
             seen[index] = seen.get(index, -1) + 1
-            self.rows.append({"iteration": k, "prompt": index, "sample": seen[index], "prompt_len": int(p),
+            self.rows.append({"iteration": k, "prompt": index, "sample": seen[index],
+                              "prompt_len": int(p),
                               "response_len": int(r), "reward": float(reward),
-                              "behaviour_version": self.version, "trained_version": None, "finished": None})
+                              "behaviour_version": self.version, "trained_version": None,
+                              "finished": None})
         return list(range(first, len(self.rows)))
 
     def update_begins(self, sample_ids) -> None:
@@ -148,12 +165,14 @@ def _barrier() -> None:
 
 
 def timed_trainer(clock: StepClock):
-    """TRL's GRPOTrainer class with its stages timed on `clock` (module docstring); TRL imported here."""
+    """TRL's GRPOTrainer class with its stages timed on `clock` (module docstring); TRL imported
+    here."""
     from trl import GRPOTrainer  # inside: optional dependency (trl)
 
     class TimedGRPOTrainer(GRPOTrainer):
         def _generate_single_turn(self, *args, **kwargs):
-            with clock.stage(Stage.ROLLOUT, whole_process=self.use_transformers_continuous_batching):
+            with clock.stage(Stage.ROLLOUT,
+                             whole_process=self.use_transformers_continuous_batching):
                 return super()._generate_single_turn(*args, **kwargs)
 
         def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
@@ -165,7 +184,8 @@ def timed_trainer(clock: StepClock):
 
         def _generate_and_score_completions(self, inputs):
             batch = super()._generate_and_score_completions(inputs)
-            batch[SAMPLE_ID] = torch.tensor(clock.generated(batch))  # shuffled and split with the batch
+            # shuffled and split with the batch
+            batch[SAMPLE_ID] = torch.tensor(clock.generated(batch))
             return batch
 
         def _prepare_inputs(self, generation_batch):

@@ -1,9 +1,10 @@
 """Patching a module the moment it is imported, without importing it earlier.
 
-VERL's modules bind names with `from x import f` at their own import, so a patch of `x.f` must land before any
-of them imports `x`; importing every module to patch at `import verl` would cost seconds in each of VERL's
-processes (most need few of them). `AfterImport` sits first on sys.meta_path, finds a watched module as the
-other finders would, and runs its patches right after the module's own code has run.
+VERL's modules bind names with `from x import f` at their own import, so a patch of `x.f` must land
+before any of them imports `x`; importing every module to patch at `import verl` would cost seconds
+in each of VERL's processes (most need few of them). `AfterImport` sits first on sys.meta_path,
+finds a watched module as the other finders would, and runs its patches right after the module's own
+code has run.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Callable
 
 
 class AfterImport(importlib.abc.MetaPathFinder):
-    """sys.meta_path finder: module name -> functions called with the module just after it has executed."""
+    """sys.meta_path finder: module name -> functions called with the module just after it has
+    executed."""
 
     def __init__(self, patches: dict[str, list[Callable]]):
         self.patches = patches
@@ -21,7 +23,8 @@ class AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name not in self.patches:
             return None
-        spec = next((s for s in (_find(f, name, path, target) for f in sys.meta_path if f is not self) if s), None)
+        spec = next((s for s in (_find(f, name, path,
+                                       target) for f in sys.meta_path if f is not self) if s), None)
         if spec is None or spec.loader is None:
             return None
         spec.loader = _Patching(spec.loader, self.patches[name])

@@ -1,18 +1,22 @@
-"""rlbench inside VERL's processes, on any device: VERL's resolved config written where rlbench reads it, and the
-cell's turns taken between VERL's steps when the cells of a run take turns (run.interleave).
+"""rlbench inside VERL's processes, on any device: VERL's resolved config written where rlbench
+reads it, and the cell's turns taken between VERL's steps when the cells of a run take turns
+(run.interleave).
 
-Loaded through VERL's plugin hook (VERL_USE_EXTERNAL_MODULES, beside the CPU layer on CPU). One setting VERL has no
-config key for is laid over it, for a fair comparison (cost_settings.py OVERRIDDEN lists it with its reason):
-its v1 trainer's replay buffer looks for finished samples every REPLAY_POLL_S instead of every 2 s (a step's
-rollout wait is otherwise rounded up to the next 2 s: 4 s for a 2.5 s rollout on CPU). The rest acts in the
-process that logs VERL's metrics (verl.utils.tracking.Tracking, the trainer's or the recipe's driver actor):
+Loaded through VERL's plugin hook (VERL_USE_EXTERNAL_MODULES, beside the CPU layer on CPU). One
+setting VERL has no config key for is laid over it, for a fair comparison (cost_settings.py
+OVERRIDDEN lists it with its reason): its v1 trainer's replay buffer looks for finished samples
+every REPLAY_POLL_S instead of every 2 s (a step's rollout wait is otherwise rounded up to the next
+2 s: 4 s for a 2.5 s rollout on CPU). The rest acts in the process that logs VERL's metrics
+(verl.utils.tracking.Tracking, the trainer's or the recipe's driver actor):
 
-    Tracking(config=...)       the resolved config as JSON at RLBENCH_VERL_CONFIG (the cell's cost settings)
-    log(validation, step 0)    ready; before 0          (turns start once VERL is set up and has validated)
-    log(the k-th train step)   after k-1; before k      (or leave, after the last step)
+    Tracking(config=...)       the resolved config as JSON at RLBENCH_VERL_CONFIG (the cell's cost
+    settings) log(validation, step 0)    ready; before 0          (turns start once VERL is set up
+    and has validated) log(the k-th train step)   after k-1; before k      (or leave, after the last
+    step)
 
-A turn is asked for on the FIFO `request` of the folder RLBENCH_VERL_GATE and granted by a line on `reply`; the
-cell process answers (engines/external/verl/turns.py). Without RLBENCH_VERL_GATE nothing waits.
+A turn is asked for on the FIFO `request` of the folder RLBENCH_VERL_GATE and granted by a line on
+`reply`; the cell process answers (engines/external/verl/turns.py). Without RLBENCH_VERL_GATE
+nothing waits.
 """
 from __future__ import annotations
 
@@ -45,9 +49,9 @@ class Turns:
             reply += chunk
 
     def logged(self, step: int, data: dict) -> None:
-        """After VERL logged `data`: its first validation (step 0) starts the turns; the k-th training step ends
-        iteration k-1's turn and waits for iteration k's (the fully-async recipe numbers its steps by weight
-        version, so they are counted, not read)."""
+        """After VERL logged `data`: its first validation (step 0) starts the turns; the k-th
+        training step ends iteration k-1's turn and waits for iteration k's (the fully-async recipe
+        numbers its steps by weight version, so they are counted, not read)."""
         if not self.started and step == 0 and not is_training_step(data):
             self.started = True
             self.ask("ready")
@@ -60,7 +64,8 @@ class Turns:
 
 def _tracking(mod) -> None:
     init, log = mod.Tracking.__init__, mod.Tracking.log
-    turns = Turns(os.environ[GATE_ENV], int(os.environ.get(STEPS_ENV, "0"))) if os.environ.get(GATE_ENV) else None
+    turns = Turns(os.environ[GATE_ENV],
+                  int(os.environ.get(STEPS_ENV, "0"))) if os.environ.get(GATE_ENV) else None
 
     def __init__(self, *args, config=None, **kwargs):
         init(self, *args, config=config, **kwargs)
@@ -91,4 +96,5 @@ def _replay_buffer(mod) -> None:
     mod.ReplayBuffer.__init__ = __init__
 
 
-hooks.after_import({"verl.utils.tracking": [_tracking], "verl.trainer.ppo.v1.replay_buffer": [_replay_buffer]})
+hooks.after_import({"verl.utils.tracking": [_tracking],
+                    "verl.trainer.ppo.v1.replay_buffer": [_replay_buffer]})

@@ -1,9 +1,11 @@
-"""The cell's end of VERL's turns (probe.py asks inside VERL): two FIFOs in the cell's folder, answered as TRL's
-rank 0 is answered (engines/external/trl/gate.py GateServer: ready, before K, after K, leave).
+"""The cell's end of VERL's turns (probe.py asks inside VERL): two FIFOs in the cell's folder,
+answered as TRL's rank 0 is answered (engines/external/trl/gate.py GateServer: ready, before K,
+after K, leave).
 
-While VERL waits for its turn, every process of it is stopped (SIGSTOP) and continued (SIGCONT) when the turn comes:
-VERL's asynchronous recipes keep rolling out in the background, and the other cells' turns are theirs alone. So a
-VERL cell, like rlbench's own schedules whose rollout runs ahead, gets no work done during another cell's turn.
+While VERL waits for its turn, every process of it is stopped (SIGSTOP) and continued (SIGCONT) when
+the turn comes: VERL's asynchronous recipes keep rolling out in the background, and the other cells'
+turns are theirs alone. So a VERL cell, like rlbench's own schedules whose rollout runs ahead, gets
+no work done during another cell's turn.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from rlbench.engines.external.trl.gate import GateServer
 
 
 class FifoGate(GateServer):
-    """GateServer over two FIFOs (VERL's logging process is a Ray actor: no inherited pipe reaches it)."""
+    """GateServer over two FIFOs (VERL's logging process is a Ray actor: no inherited pipe reaches
+    it)."""
 
     def __init__(self, pacer, folder: Path):
         self.folder = Path(folder)
@@ -28,7 +31,8 @@ class FifoGate(GateServer):
         super().__init__(pacer)
         for fd in (self._req_r, self.child_request, self.child_reply, self._rep_w):
             os.close(fd)  # the base's pipes: the FIFOs replace them
-        # read-write opens never block on Linux, and keep a FIFO open while VERL's side comes and goes
+        # read-write opens never block on Linux, and keep a FIFO open while VERL's side comes and
+        # goes
         self._req_r = os.open(self.folder / "request", os.O_RDWR)
         self._rep_w = os.open(self.folder / "reply", os.O_RDWR)
 
@@ -37,7 +41,8 @@ class FifoGate(GateServer):
 
 
 class Frozen:
-    """A pacer that stops the VERL run's processes while it waits for a turn, and continues them after."""
+    """A pacer that stops the VERL run's processes while it waits for a turn, and continues them
+    after."""
 
     def __init__(self, pacer, pids_of):
         self.pacer, self.pids_of = pacer, pids_of
@@ -49,7 +54,8 @@ class Frozen:
         self._stopped(self.pacer.before, k)
 
     def leave(self, wait_for_others: bool = False) -> None:
-        """Its last turn done: stopped while the other cells finish theirs (a recipe may still be rolling out)."""
+        """Its last turn done: stopped while the other cells finish theirs (a recipe may still be
+        rolling out)."""
         self._stopped(self.pacer.leave, wait_for_others)
 
     def _stopped(self, wait, *args) -> None:

@@ -20,7 +20,8 @@ def build(options, session):
     """The registered builder (the record in this folder): a training pool fed by a rollout pool.
     options: PeriodicAsyncOptions."""
     trainer = session.trainer(Role.TRAINER)
-    return PeriodicAsyncSchedule(trainer, session.rollout_pool(), session.recorder, options.consume_order,
+    return PeriodicAsyncSchedule(trainer, session.rollout_pool(), session.recorder,
+                                 options.consume_order,
                                  session.cfg.engine.queue_timeout_s, overlap=options.overlap,
                                  token_budget=session.cfg.train.micro_batch_tokens)
 
@@ -28,10 +29,11 @@ def build(options, session):
 class PeriodicAsyncSchedule:
     def __init__(self, trainer, pool, recorder, consume_order: str, timeout_s: float,
                  overlap: bool = True, token_budget: int | None = None):
-        """overlap=False is the barrier variant: the same processes and devices, but training starts only
-        when the iteration's last group has arrived (what the device split gives without overlap).
-        token_budget: train.micro_batch_tokens, the trainer then takes the groups that have arrived, up to
-        the budget, in one call (GroupReceiver.arrived_batches); None: one group a call."""
+        """overlap=False is the barrier variant: the same processes and devices, but training starts
+        only when the iteration's last group has arrived (what the device split gives without
+        overlap). token_budget: train.micro_batch_tokens, the trainer then takes the groups that
+        have arrived, up to the budget, in one call (GroupReceiver.arrived_batches); None: one group
+        a call."""
         self.trainer, self.pool, self.rec = trainer, pool, recorder
         self.receiver = GroupReceiver(recorder, consume_order == "dispatch", timeout_s)
         self.timeout_s, self.overlap, self.token_budget = timeout_s, overlap, token_budget
@@ -47,7 +49,8 @@ class PeriodicAsyncSchedule:
         trained = []
         incoming = self.receiver.arrived_batches(k, arrived, len(inp.requests), self.token_budget)
         if not self.overlap:  # the barrier: every group has arrived before the first is trained
-            incoming = [[g for batch in incoming for g in batch]] if self.token_budget else list(incoming)
+            incoming = [[g for batch in incoming for g
+                         in batch]] if self.token_budget else list(incoming)
         for groups in incoming:
             tr.train(rec, k, groups, inp.answers)
             trained += groups

@@ -1,11 +1,13 @@
-"""VERL's platform interface answered for CPU cores: VERL 0.9.1 registers NVIDIA, Ascend and ROCm platforms only
-and falls back to NVIDIA where none is found (verl/plugin/platform/platform_manager.py:117).
+"""VERL's platform interface answered for CPU cores: VERL 0.9.1 registers NVIDIA, Ascend and ROCm
+platforms only and falls back to NVIDIA where none is found
+(verl/plugin/platform/platform_manager.py:117).
 
-A device is one CPU core, as everywhere in rlbench. Ray holds the run's devices as logical GPUs (VERL's resource
-pools ask Ray for "GPU": verl/single_controller/ray/base.py:230 counts GPU or NPU only), so an actor holding one
-sees its device's index in CUDA_VISIBLE_DEVICES, and `pin` puts the process on that core with one intra-op
-thread. Collectives run over gloo; tensors never leave host memory, so memory calls answer with nothing to do and
-CUDA-IPC weight transfer is off (VERL then sends weights through shared memory).
+A device is one CPU core, as everywhere in rlbench. Ray holds the run's devices as logical GPUs
+(VERL's resource pools ask Ray for "GPU": verl/single_controller/ray/base.py:230 counts GPU or NPU
+only), so an actor holding one sees its device's index in CUDA_VISIBLE_DEVICES, and `pin` puts the
+process on that core with one intra-op thread. Collectives run over gloo; tensors never leave host
+memory, so memory calls answer with nothing to do and CUDA-IPC weight transfer is off (VERL then
+sends weights through shared memory).
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ DEVICE_ENV = "CUDA_VISIBLE_DEVICES"  # what Ray sets for an actor holding logica
 
 
 class CpuDevice:
-    """What VERL calls on `torch.cuda` (through get_torch_device()), answered on the CPU: torch.cpu's own functions,
-    and the calls torch.cpu lacks (memory, RNG, IPC, device name) as the host has them."""
+    """What VERL calls on `torch.cuda` (through get_torch_device()), answered on the CPU:
+    torch.cpu's own functions, and the calls torch.cpu lacks (memory, RNG, IPC, device name) as the
+    host has them."""
 
     def __getattr__(self, name):
         return getattr(torch.cpu, name)
@@ -35,7 +38,8 @@ class CpuDevice:
         return 1
 
     def current_device(self) -> str:
-        return "cpu"  # torch.cpu.current_device's answer; `.to(get_device_id())` then stays on the host
+        # torch.cpu.current_device's answer; `.to(get_device_id())` then stays on the host
+        return "cpu"
 
     def set_device(self, index) -> None:
         pin(index)
@@ -64,7 +68,9 @@ class CpuDevice:
         torch.set_rng_state(state)
 
     def get_device_name(self, *args, **kwargs) -> str:
-        return "CPU"  # VERL's own name for the host: its MFU then uses its CPU peak (verl/utils/flops_counter.py:23)
+        # VERL's own name for the host: its MFU then uses its CPU peak
+        # (verl/utils/flops_counter.py:23)
+        return "CPU"
 
     def mem_get_info(self, *args, **kwargs) -> tuple[int, int]:
         pages, size = os.sysconf("SC_AVPHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
@@ -153,10 +159,10 @@ def run_cores() -> list[int]:
 
 
 def pin(device_index=None) -> int | None:
-    """Pins this process to its device's core with one intra-op thread, as rlbench pins its own workers. The
-    device is `device_index`, or the one Ray gave this actor (CUDA_VISIBLE_DEVICES naming one logical GPU);
-    a process holding no device (VERL's driver, agent-loop and reward workers) is left on the run's cores.
-    -> the core, or None."""
+    """Pins this process to its device's core with one intra-op thread, as rlbench pins its own
+    workers. The device is `device_index`, or the one Ray gave this actor (CUDA_VISIBLE_DEVICES
+    naming one logical GPU); a process holding no device (VERL's driver, agent-loop and reward
+    workers) is left on the run's cores. -> the core, or None."""
     if device_index is None or not str(device_index).isdigit():
         visible = [d for d in os.environ.get(DEVICE_ENV, "").split(",") if d.strip()]
         if len(visible) != 1 or not visible[0].isdigit():
@@ -166,5 +172,6 @@ def pin(device_index=None) -> int | None:
     core = cores[int(device_index) % len(cores)]
     os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)  # vLLM's CPU worker binds its threads by this
+    # vLLM's CPU worker binds its threads by this
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
     return core
