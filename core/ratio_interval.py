@@ -113,8 +113,8 @@ def log_estimate(x, serial: bool = True) -> tuple[float, float, float] | None:
     return centre, se, max(df, MIN_DF)
 
 
-def ratio_interval(x, serial: bool = True, level: float = LEVEL) -> tuple[float, float,
-                                                                          float] | None:
+def ratio_interval(x, serial: bool = True,
+                   level: float = LEVEL) -> tuple[float, float, float] | None:
     """(value, low, high) of the typical ratio from log-ratios x in order: value = exp(trimmed
     mean), the interval centred on it in log units; None with fewer than MIN_PAIRED finite values.
     serial: the values are successive iterations (the module docstring); False: independent samples

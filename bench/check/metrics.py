@@ -111,8 +111,8 @@ def _metric(family_name: str, fields: dict, value, cells: list[str], samples=Non
     return {name: {"value": float(value), "samples": samples, **declared, "cells": cells, **extra}}
 
 
-def _paired(num: dict, den: dict, family_name: str, cells: list[str], fields: dict) -> dict[str,
-                                                                                            dict]:
+def _paired(num: dict, den: dict, family_name: str, cells: list[str],
+            fields: dict) -> dict[str, dict]:
     """{name: metric} of the per-iteration log(num[k] / den[k]) over the iterations both have
     (positive values only); {} where there are none."""
     ks = [k for k in sorted(set(num) & set(den)) if num[k] > 0 and den[k] > 0]

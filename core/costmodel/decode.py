@@ -163,8 +163,8 @@ class StepCost:
         return self._beyond
 
 
-def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dict[int, float],
-                                                                             float]:
+def replay(samples: list[dict], slots: int, g: int,
+           cost: StepCost) -> tuple[dict[int, float], float]:
     """Continuous batching of one worker's samples as the built-in sampler runs it.
 
     samples: rows (prompt, sample, response_len, prompt_len) of this worker's prompts. -> (prompt ->
@@ -178,8 +178,8 @@ def replay(samples: list[dict], slots: int, g: int, cost: StepCost) -> tuple[dic
 
 def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost,
                   posts: list[tuple[float, int]] = (),
-                  load_s: float = 0.0, recompute: bool = True) -> tuple[dict[int, float], float,
-                                                                        list[int], int]:
+                  load_s: float = 0.0,
+                  recompute: bool = True) -> tuple[dict[int, float], float, list[int], int]:
     """replay with new weights taken mid-generation (partial rollout,
     core/costmodel/partial.py).
 

@@ -58,8 +58,8 @@ def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
 
 def token_sum_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
                    adv: torch.Tensor, mask: torch.Tensor, clip: float, kl_coef: float,
-                   kl_type: str = "low_var_kl", clip_c: float | None = None) -> tuple[torch.Tensor,
-                                                                                      dict]:
+                   kl_type: str = "low_var_kl",
+                   clip_c: float | None = None) -> tuple[torch.Tensor, dict]:
     """Sum over valid tokens of pg_loss + kl_coef * kl.
 
     logp/old_logp/ref_logp/mask: [B, R]; adv: [B] (one outcome advantage per sequence).
@@ -105,8 +105,8 @@ def loglinear_prox_logp(behav_logp: torch.Tensor, logp: torch.Tensor, behav_vers
 
 def decoupled_pg_loss(logp: torch.Tensor, prox_logp: torch.Tensor, behav_logp: torch.Tensor,
                       adv: torch.Tensor,
-                      clip: float, cap: float | None) -> tuple[torch.Tensor, torch.Tensor,
-                                                               torch.Tensor]:
+                      clip: float,
+                      cap: float | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token decoupled PPO loss (AReaL's ppo_actor_loss_fn with a proximal policy).
 
     w * -min(r A, clip(r) A) with r = pi_theta / pi_prox and the behaviour importance weight

@@ -82,8 +82,8 @@ class Trainer:
     def begin(self) -> None:
         self._reset()
 
-    def train(self, rec, k: int, groups: list[Group], answers: dict[int, str]) -> dict[int,
-                                                                                       list[float]]:
+    def train(self, rec, k: int, groups: list[Group],
+              answers: dict[int, str]) -> dict[int, list[float]]:
         """Reward, advantages, old/ref log-probs and gradient accumulation for these groups, phase
         by phase, recorded on rec (the sync shard, or one arrived group); -> their rewards (prompt
         index -> [G])."""
