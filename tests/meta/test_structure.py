@@ -262,3 +262,27 @@ def test_a_planted_violation_is_caught(tmp_path):
     # the core's config naming the verdict by string closes a cycle (the verdict imports the core's config)
     graph = {**GRAPH, "rlbench.core.config": GRAPH["rlbench.core.config"] | found}
     assert _cycle(graph) is not None and _cycle(GRAPH) is None
+
+
+WIDTH = 100  # characters a line of package code (docs/architecture/conventions.md)
+
+
+def long_lines(root: Path) -> list[str]:
+    """file:line of every line of package code longer than WIDTH characters."""
+    out = []
+    for folder in FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if len(line) > WIDTH:
+                    out.append(f"{path.relative_to(root)}:{n} ({len(line)} characters)")
+    return out
+
+
+def test_package_lines_fit_100_characters():
+    assert long_lines(ROOT) == []
+
+
+def test_a_long_line_is_found(tmp_path):
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "wide.py").write_text("x = 1\n" + "y = '" + "a" * 100 + "'\n")
+    assert long_lines(tmp_path) == [f"core/wide.py:2 ({len('y = ' + repr('a' * 100))} characters)"]
