@@ -56,93 +56,48 @@ def definitions_help() -> str:
 
 @app.command(cls=RunCommand, epilog=definitions_help())
 def run(
-    config: Optional[Path] = typer.Option(
-        None,
-        "--config",
-        "-c",
-        help=(
-            "YAML overrides: a file, or the name of a shipped "
-            "config (`rlbench config --list`; default: "
-            "cpu-default)."
-        ),
-    ),
-    ablation: Optional[str] = typer.Option(
-        None,
-        "--ablation",
-        "-a",
-        help="Cells to run (the ablations, listed here by `rlbench run --help`).",
-    ),
-    set_: list[str] = typer.Option(
-        [], "--set", "-s", help="Override a config key, e.g. --set train.lr=1e-4."
-    ),
-    engine: str = typer.Option(
-        "rlbench",
-        "--engine",
-        "-e",
-        help=(
-            "rlbench (this harness's engines), or a real peer framework: "
-            "trl (TRL's GRPOTrainer on the same CPU cores; pip install "
-            "'rlbench[trl]'), verl or mindspeed-rl (where installed with "
-            "their hardware)."
-        ),
-    ),
-    out: Path = typer.Option(
-        Path("runs"), "--out", "-o", help="Folder that receives the run folder."
-    ),
-    report: bool = typer.Option(
-        True, "--report/--no-report", help="Write tables, plots and report.html at the end."
-    ),
-    wide: bool = typer.Option(
-        False,
-        "--wide",
-        help=(
-            "Print every column and section at the end (the verdict and "
-            "the key columns otherwise, within 100 characters a line)."
-        ),
-    ),
-    progress: bool = typer.Option(
-        True,
-        "--progress/--no-progress",
-        help="Show progress: a line per cell on a terminal, a plain line per step elsewhere.",
-    ),
-    profile: bool = typer.Option(
-        False,
-        "--profile",
-        help=(
-            "Record torch.profiler traces per worker "
-            "(run.profile_iterations after warm-up) into <cell>/traces for "
-            "TensorBoard/Perfetto."
-        ),
-    ),
-    seeds: Optional[str] = typer.Option(
-        None,
-        "--seeds",
-        help=(
-            "Run every cell once per seed, e.g. 0,1,2 (sets "
-            "run.seed); the report aggregates each cell over its seeds."
-        ),
-    ),
-    logger: list[str] = typer.Option(
-        [],
-        "--logger",
-        help=(
-            "Per-iteration curves under VERL's metric names: "
-            "tensorboard (<run folder>/tensorboard/<cell>; `tensorboard "
-            "--logdir <run folder>/tensorboard`), wandb (offline, <run "
-            "folder>/wandb/<cell>), or both (repeat the option or "
-            "tensorboard,wandb); sets run.logger."
-        ),
-    ),
-    resume: Optional[Path] = typer.Option(
-        None,
-        "--resume",
-        help=(
-            "Finish the run in RUN_DIR: its completed cells "
-            "are kept (after checking they match its config and this "
-            "code), the others run again from their start; the "
-            "config, ablation and seeds are the run's own."
-        ),
-    ),
+    config: Optional[Path] = typer.Option(None, "--config", "-c",
+                                          help="YAML overrides: a file, or the name of a shipped "
+                                               "config (`rlbench config --list`; default: "
+                                               "cpu-default)."),
+    ablation: Optional[str] = typer.Option(None, "--ablation", "-a",
+                                           help="Cells to run (the ablations, listed here by "
+                                                "`rlbench run --help`)."),
+    set_: list[str] = typer.Option([], "--set", "-s",
+                                   help="Override a config key, e.g. --set train.lr=1e-4."),
+    engine: str = typer.Option("rlbench", "--engine", "-e",
+                               help="rlbench (this harness's engines), or a real peer framework: "
+                                    "trl (TRL's GRPOTrainer on the same CPU cores; pip install "
+                                    "'rlbench[trl]'), verl or mindspeed-rl (where installed with "
+                                    "their hardware)."),
+    out: Path = typer.Option(Path("runs"), "--out", "-o",
+                             help="Folder that receives the run folder."),
+    report: bool = typer.Option(True, "--report/--no-report",
+                                help="Write tables, plots and report.html at the end."),
+    wide: bool = typer.Option(False, "--wide",
+                              help="Print every column and section at the end (the verdict and "
+                              "the key columns otherwise, within 100 characters a line)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress",
+                                  help="Show progress: a line per cell on a terminal, a plain line "
+                                       "per step elsewhere."),
+    profile: bool = typer.Option(False, "--profile", help="Record torch.profiler traces per worker "
+                                 "(run.profile_iterations after warm-up) into <cell>/traces for "
+                                 "TensorBoard/Perfetto."),
+    seeds: Optional[str] = typer.Option(None, "--seeds",
+                                        help="Run every cell once per seed, e.g. 0,1,2 (sets "
+                                        "run.seed); the report aggregates each cell over its "
+                                        "seeds."),
+    logger: list[str] = typer.Option([], "--logger",
+                                     help="Per-iteration curves under VERL's metric names: "
+                                     "tensorboard (<run folder>/tensorboard/<cell>; `tensorboard "
+                                     "--logdir <run folder>/tensorboard`), wandb (offline, <run "
+                                     "folder>/wandb/<cell>), or both (repeat the option or "
+                                     "tensorboard,wandb); sets run.logger."),
+    resume: Optional[Path] = typer.Option(None, "--resume",
+                                          help="Finish the run in RUN_DIR: its completed cells "
+                                          "are kept (after checking they match its config and this "
+                                          "code), the others run again from their start; the "
+                                          "config, ablation and seeds are the run's own."),
 ) -> None:
     """Run the benchmark: each cell in its own process, then print the table and write the
     report."""
@@ -187,35 +142,19 @@ def _logger_set(values: list[str]) -> list[str]:
 
 
 @app.command("report", epilog=definitions_help())
-def report_cmd(
-    run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
-    add: list[Path] = typer.Option(
-        [],
-        "--add",
-        help=(
-            "Another run folder whose cells join this "
-            "report (e.g. `--ablation regime-natural` beside a "
-            "regime map); repeatable."
-        ),
-    ),
-    markdown: bool = typer.Option(
-        False,
-        "--markdown",
-        help=(
-            "Print the run's tables as markdown, under "
-            "the command, config, machine and date that made them "
-            "(for docs/results/); writes nothing."
-        ),
-    ),
-    wide: bool = typer.Option(
-        False,
-        "--wide",
-        help=(
-            "Print every column and section (the verdict "
-            "and the key columns otherwise, within 100 characters a line)."
-        ),
-    ),
-) -> None:
+def report_cmd(run_dir: Path = typer.Argument(..., help="A run or ablation folder."),
+               add: list[Path] = typer.Option([], "--add",
+                                              help="Another run folder whose cells join this "
+                                              "report (e.g. `--ablation regime-natural` beside a "
+                                              "regime map); repeatable."),
+               markdown: bool = typer.Option(False, "--markdown",
+                                             help="Print the run's tables as markdown, under "
+                                             "the command, config, machine and date that made them "
+                                             "(for docs/results/); writes nothing."),
+               wide: bool = typer.Option(False, "--wide",
+                                         help="Print every column and section (the verdict "
+                                         "and the key columns otherwise, within 100 characters a "
+                                         "line).")) -> None:
     """Write summary.csv/.md, plots and report.html into RUN_DIR and print its verdict and key
     columns (with --markdown: print its tables)."""
     # inside: pandas and matplotlib (1.7 s) and the experiments' records (pydantic), which `rlbench

@@ -281,12 +281,9 @@ class _EngineSection(Section):
         "actors holding their devices as Ray resources (needs `pip install 'rlbench[ray]'`).")
     ray_address: str | None = Field(
         None,
-        description=(
-            "launcher=ray: address of a running Ray cluster to attach to (e.g. 'auto',"
-            " 'ray://head:10001'); unset: start a local Ray instance for the run and stop it"
-            " afterwards."
-        ),
-    )
+        description="launcher=ray: address of a running Ray cluster to attach to (e.g. 'auto', "
+        "'ray://head:10001'); unset: start a local Ray instance for the run and stop it "
+        "afterwards.")
     placement: dict[str, str | list[str]] = Field(
         {}, description="launcher=ray: the nodes the workers run on, by role (colocated, rollout, "
                         "trainer): "
@@ -455,12 +452,7 @@ class RunConfig(Section):
         for problem in (schedules.of(self).problems(self) + schedules.foreign_options(self)
                         + components.BACKENDS[self.rollout.backend].problems(self)):
             raise ValueError(problem)
-        if (
-            self.engine.shared_prompt
-            and self.rollout.group_size > 1
-            and mbs % self.rollout.group_size
-            and self.rollout.group_size % mbs
-        ):
+        if self.engine.shared_prompt and g > 1 and mbs % g and g % mbs:
             raise ValueError("engine.shared_prompt needs micro_batch_size to divide group_size")
         if self.run.warmup_iterations >= self.run.iterations:
             raise ValueError("run.warmup_iterations must be smaller than run.iterations")

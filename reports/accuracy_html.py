@@ -23,6 +23,11 @@ def _m(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
+def _final(r: dict, name: str) -> str:
+    """The final value of `name` with its interval."""
+    return _span(r[f"{name}_final"], r[f"{name}_final_lo"], r[f"{name}_final_hi"])
+
+
 def _span(v, lo, hi) -> str:
     if _m(v):
         return "–"
@@ -61,22 +66,13 @@ def text_rows(table: pd.DataFrame) -> list[list[str]]:
     """head()'s columns of the accuracy table, as text."""
     out = []
     for r in table.to_dict("records"):
-        row = [
-            str(r["cell"]),
-            str(r["seeds"]),
-            _span(r["tpspd_median"], r["tpspd_seed_min"], r["tpspd_seed_max"]),
-            f"{fmt(r['accuracy_first'])}→"
-            f"{_span(r['accuracy_final'], r['accuracy_final_lo'], r['accuracy_final_hi'])}",
-            _gain(r),
-            f"{fmt(r['any_format_first'])}→"
-            f"{_span(r['any_format_final'], r['any_format_final_lo'], r['any_format_final_hi'])}",
-            str(r["reached"]),
-            _time(r),
-            fmt(r["samples_to_target"]),
-            fmt(r["time_ratio_vs_reference"]),
-            fmt(r["train_wall_s"]),
-            _pct(r["mixed_groups_first"], r["mixed_groups_last"]),
-        ]
+        row = [str(r["cell"]), str(r["seeds"]),
+               _span(r["tpspd_median"], r["tpspd_seed_min"], r["tpspd_seed_max"]),
+               f"{fmt(r['accuracy_first'])}→{_final(r, 'accuracy')}",
+               _gain(r), f"{fmt(r['any_format_first'])}→{_final(r, 'any_format')}",
+               str(r["reached"]), _time(r), fmt(r["samples_to_target"]),
+               fmt(r["time_ratio_vs_reference"]),
+               fmt(r["train_wall_s"]), _pct(r["mixed_groups_first"], r["mixed_groups_last"])]
         if _fact_split(table):
             row.append(f"{fmt(r['seen_first'])}→{fmt(r['seen_final'])}")
         out.append(row)
@@ -128,10 +124,10 @@ def accuracy_html(table: pd.DataFrame, plots: dict[str, Path], captions: dict[st
     """The section's body: explanation, table, figures."""
     if not len(table):
         return "<p>No evaluations recorded.</p>"
-    figs = "".join(
-        f'<figure><img alt="{esc(t)}" src="data:image/png;base64,'
-        f'{base64.b64encode(Path(p).read_bytes()).decode("ascii")}"><figcaption><b>{esc(t)}.</b> '
-        f"{esc(captions.get(t, ''))}</figcaption></figure>"
-        for t, p in plots.items()
-    )
+    def png(path) -> str:
+        return base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+    figs = "".join(f'<figure><img alt="{esc(t)}" src="data:image/png;base64,{png(p)}">'
+                   f"<figcaption><b>{esc(t)}.</b> {esc(captions.get(t, ''))}</figcaption></figure>"
+                   for t, p in plots.items())
     return f"<p>{esc(explanation(table))}</p>" + html_table(text_rows(table), head(table)) + figs

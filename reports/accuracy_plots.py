@@ -15,17 +15,14 @@ from rlbench.reports.plots import MARKERS, overlaid, save
 
 ACCURACY_PLOT_FILES = ("accuracy_time.png", "tpspd_accuracy.png")
 CAPTIONS = {
-    "Accuracy against time and samples": (
-        "Greedy pass@1 (strict GSM8K rule) at every evaluation, against training wall time (the"
-        " iterations' windows summed) and trained samples; thin lines: one seed each, bold: the"
-        " mean over seeds; dashed: the time-to-accuracy target (the median of the per-seed"
-        " targets)."
-    ),
-    "TPSPD against final accuracy": (
-        "One point per cell: median TPSPD (horizontal bar: spread over "
-        "seeds) "
-        "and final pass@1 (vertical bar: 95% interval). Up and right is better."
-    ),
+    "Accuracy against time and samples": "Greedy pass@1 (strict GSM8K rule) at every evaluation, "
+                                         "against "
+    "training wall time (the iterations' windows summed) and trained samples; thin lines: one seed "
+    "each, bold: the mean over seeds; dashed: the time-to-accuracy target (the median of the "
+    "per-seed targets).",
+    "TPSPD against final accuracy": "One point per cell: median TPSPD (horizontal bar: spread over "
+                                    "seeds) "
+    "and final pass@1 (vertical bar: 95% interval). Up and right is better.",
 }
 
 

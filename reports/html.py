@@ -21,16 +21,8 @@ from rlbench.core.costmodel import predict
 from rlbench.analysis.data import CellData, RunData
 from rlbench.analysis.speedup import attribution
 from rlbench.reports.glossary import definitions
-from rlbench.reports.tables import (
-    COMPACT_HEAD,
-    KEY,
-    SPEEDUP_HEAD,
-    attribution_text,
-    compact_rows,
-    fmt,
-    key_table,
-    speedup_rows,
-)
+from rlbench.reports.tables import (COMPACT_HEAD, KEY, SPEEDUP_HEAD, attribution_text, compact_rows,
+                                    fmt, key_table, speedup_rows)
 from rlbench.reports.text_table import column_groups
 from rlbench.analysis.utilisation import utilisation_frame
 from rlbench.reports.utilisation import NOTE as UTIL_NOTE
@@ -68,22 +60,15 @@ LITERATURE = [
 ]
 
 CAPTIONS = {
-    "TPSPD per cell": (
-        "Tokens per second per device (prompt + response tokens / wall time / all "
-        "devices), median over measured iterations; error bars min–max."
-    ),
-    "Measured vs predicted speedup": (
-        "TPSPD ratio over the sync reference; predictions from the "
-        "sync run's stage times for the async cell's device split."
-    ),
-    "Stage-time breakdown": (
-        "Mean seconds per measured iteration in each stage, summed over "
-        "workers (so overlapping workers can exceed the wall time, shown as ◆)."
-    ),
-    "Timeline of worker stages": (
-        "Every worker's stage events over up to 3 measured iterations; "
-        "gaps are idle time, hatched bars are queue waits."
-    ),
+    "TPSPD per cell": "Tokens per second per device (prompt + response tokens / wall time / all "
+                      "devices), median over measured iterations; error bars min–max.",
+    "Measured vs predicted speedup": "TPSPD ratio over the sync reference; predictions from the "
+                                     "sync run's stage times for the async cell's device split.",
+    "Stage-time breakdown": "Mean seconds per measured iteration in each stage, summed over "
+                            "workers (so overlapping workers can exceed the wall time, shown as "
+                            "◆).",
+    "Timeline of worker stages": "Every worker's stage events over up to 3 measured iterations; "
+                                 "gaps are idle time, hatched bars are queue waits.",
     "Reward and accuracy": "Training reward mean per iteration and greedy pass@1 on the eval set.",
     "Staleness": "trained_version − behaviour_version per trained sample.",
 }

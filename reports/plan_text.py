@@ -63,8 +63,7 @@ def by_split(result: dict) -> list[str]:
 def assumptions(result: dict) -> list[str]:
     if not result["assumptions"]:
         return wrap("Assumptions: none; every cost is measured in the run (decode steps by their "
-                    "bucket and cache window, "
-                    "each response's length, training work, weight sync).")
+                    "bucket and cache window, each response's length, training work, weight sync).")
     lines = ["Assumptions (value, range, source):"]
     for a in result["assumptions"]:
         lines += wrap(f"{a['name']}: {a['value']:.3g} ({a['low']:.3g}–{a['high']:.3g}), "

@@ -162,10 +162,8 @@ def judge_paired(x: list[float], direction: str, stats: dict = AB_STATS, floor: 
     t95, tz = check_stats.t_quantile(1.96, df), check_stats.t_quantile(stats["z"], df)
     ci = (float(np.expm1(d - t95 * se)), float(np.expm1(d + t95 * se)))
     bar = max(tz * se, np.log1p(floor))
-    note = (
-        f"flagged beyond {np.expm1(bar):+.1%} (t={tz:.2g} x se {se:.3f} over {len(x)} iterations, "
-        f"floor {floor:.1%})"
-    )
+    note = (f"flagged beyond {np.expm1(bar):+.1%} (t={tz:.2g} x se {se:.3f} over {len(x)} "
+            f"iterations, floor {floor:.1%})")
     if not np.isfinite(se) or abs(d) <= bar:
         return "not significant", ci, note.replace("flagged", "within; flagged"), float(np.expm1(d))
     bad = d < 0 if direction == "higher_is_better" else d > 0

@@ -186,11 +186,8 @@ def format_study(res: dict) -> str:
         both = res["confirmed"][comp]
         cells = " | ".join(f"{h}/{t} ({h / t:.0%}); confirmed {c}/{p} ({c / p:.0%})"
                            for (h, t), (c, p) in zip(row.values(), both.values()))
-        lines.append(
-            f"| {comp}"
-            f" ({', '.join(p + ('*' if p.endswith(':') else '') for p in COMPONENTS[comp])}) |"
-            f" {cells} |"
-        )
+        parts = ", ".join(p + ("*" if p.endswith(":") else "") for p in COMPONENTS[comp])
+        lines.append(f"| {comp} ({parts}) | {cells} |")
     lines += ["", f"False alarms: {len(alarms)}/{n} unchanged A/B runs failed end to end (every "
                   f"metric judged); 95% upper bound {upper_bound(len(alarms), n):.1%}"]
     lines += [f"- false alarm {d}: {', '.join(w)}" for d, w in alarms]

@@ -28,12 +28,9 @@ DEFAULT_TOLERANCES = {"ratio": (0.05, 0.0), "cost": (0.05, 0.0), "accuracy": (0.
 # final accuracy can differ by a problem or two of 64 (measured: bench/baselines/README.md). An
 # invariant is absolute: the tolerance is the allowed |value|.
 METRIC_TOLERANCES = {"same_accuracy": (2 / 64, 0.0)}
-BOOTSTRAP = {
-    "method": "percentile bootstrap of the change (run - baseline) of the metric's statistic",
-    "resamples": 2000,
-    "confidence": 0.95,
-    "seed": 0,
-}
+BOOTSTRAP = {"method": "percentile bootstrap of the change (run - baseline) of the metric's "
+                       "statistic",
+             "resamples": 2000, "confidence": 0.95, "seed": 0}
 
 
 def _is_number(x) -> bool:

@@ -94,11 +94,10 @@ def _otava():
         # inside: optional dependency (apache-otava); only --record needs it
         from otava import analysis
     except ImportError:
-        raise UserError(
-            "drift detection needs Apache Otava: `pip install --no-deps "
-            "apache-otava==0.8.0` (scripts/setup.sh installs it; --no-deps: its pins "
-            "would downgrade numpy and scipy, docs/usage.md 'rlbench history')"
-        ) from None
+        raise UserError("drift detection needs Apache Otava: `pip install --no-deps "
+                        "apache-otava==0.8.0` (scripts/setup.sh installs it; --no-deps: its pins "
+                        "would downgrade numpy and scipy, docs/usage.md 'rlbench history')"
+                        ) from None
     return analysis
 
 

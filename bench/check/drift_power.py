@@ -145,27 +145,17 @@ def study(runs: dict[str, list[dict]], step: str, anchor: str, seeds: int = 100,
 
 def format_study(res: dict, step: str, anchor: str, label: str = "") -> str:
     n, k = res["seeds"], res["n"]
-    return "\n".join(
-        [
-            (
-                f"{label}Measured entries: {', '.join(f'{a} {b}' for a, b in res['runs'].items())}."
-                f" Histories of {PREFIX} unchanged steps then {STEPS} steps of {step} (drift) or"
-                f" unchanged, {n} seeds each"
-            ),
-            (
-                f"- drift: failing before the anchor A/B {k[True, 'fails']}/{n}, raised (failing or"
-                f" suspected) {k[True, 'raised']}/{n} ({', '.join(moved(step))} in"
-                f" {k[True, 'planted']}); failing after the anchor A/B ({anchor})"
-                f" {k[True, 'after']}/{n}; metrics raised:"
-                f" {dict(res['metrics'][True].most_common(6))}"
-            ),
-            (
-                f"- unchanged: failing before the anchor A/B {k[False, 'fails']}/{n}, raised"
-                f" {k[False, 'raised']}/{n}; failing after it {k[False, 'after']}/{n}; metrics"
-                f" raised: {dict(res['metrics'][False].most_common(6))}"
-            ),
-        ]
-    )
+    return "\n".join([
+        f"{label}Measured entries: {', '.join(f'{a} {b}' for a, b in res['runs'].items())}. "
+        f"Histories of {PREFIX} unchanged steps then {STEPS} steps of {step} (drift) or unchanged, "
+        f"{n} seeds each",
+        f"- drift: failing before the anchor A/B {k[True, 'fails']}/{n}, raised (failing or "
+        f"suspected) {k[True, 'raised']}/{n} ({', '.join(moved(step))} in {k[True, 'planted']}); "
+        f"failing after the anchor A/B ({anchor}) {k[True, 'after']}/{n}; metrics raised: "
+        f"{dict(res['metrics'][True].most_common(6))}",
+        f"- unchanged: failing before the anchor A/B {k[False, 'fails']}/{n}, raised "
+        f"{k[False, 'raised']}/{n}; failing after it {k[False, 'after']}/{n}; metrics raised: "
+        f"{dict(res['metrics'][False].most_common(6))}"])
 
 
 def other_tree(root: Path):

@@ -72,8 +72,8 @@ def run_env_ab(sides: Sides, config: Path | str | None, ablation: str, sets: lis
     ring = interleave.Ring.create(ab / "ring", sides=2)
     schema.atomic_write_json(ab / against.AB_FILE, record)
     side_b = f"environment B ({b.python})" if sides.mode == "env" else "config B"
-    echo(f"rlbench check: {record['workload_text']} under {record['label']} (A, old/) and "
-         f"{side_b} (B, new/) interleaved -> {ab}")
+    echo(f"rlbench check: {record['workload_text']} under {record['label']} (A, old/) and {side_b} "
+         f"(B, new/) interleaved -> {ab}")
     if record["differ"]:
         differ = envs.format_diff([tuple(d) for d in record["differ"]])
         echo(f"rlbench check: packages that differ (A -> B): {differ}")

@@ -34,14 +34,11 @@ def page(entries: list[dict], path: Path, last_n: int = drift.LAST_N) -> dict:
     """The history page's model: its title, and per workload the drift lines, tables and plots'
     data."""
     dates = f", {entries[0]['date'][:10]} to {entries[-1]['date'][:10]}" if entries else ""
-    return {
-        "title": "rlbench check: history of accepted A/B results",
-        "meta": (
-            f"{path}: {len(entries)} entries{dates}. Levels are chained ratios new / old "
-            "relative to the anchor commit, each ratio measured on one machine in one A/B run."
-        ),
-        "workloads": [_workload(entries, wl, last_n) for wl in drift.workloads(entries)],
-    }
+    return {"title": "rlbench check: history of accepted A/B results",
+            "meta": f"{path}: {len(entries)} entries{dates}. Levels are chained ratios new / old "
+                    "relative to the anchor commit, each ratio measured on one machine in one A/B "
+                    "run.",
+            "workloads": [_workload(entries, wl, last_n) for wl in drift.workloads(entries)]}
 
 
 def _workload(entries: list[dict], wl: dict, last_n: int) -> dict:

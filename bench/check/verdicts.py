@@ -123,13 +123,8 @@ def _defaults() -> dict:
 def _bootstrap_delta(b: dict | None, c: dict | None) -> tuple[float, float] | None:
     """95% percentile interval of median(run values) - median(baseline values), or None without
     samples."""
-    if (
-        not b
-        or not c
-        or "values" not in b
-        or "values" not in c
-        or min(len(b["values"]), len(c["values"])) < MIN_SAMPLES
-    ):
+    if (not b or not c or "values" not in b or "values" not in c
+            or min(len(b["values"]), len(c["values"])) < MIN_SAMPLES):
         return None
     # per metric: results do not depend on metric order
     rng = np.random.default_rng(BOOTSTRAP["seed"])
@@ -279,9 +274,9 @@ def format_check(result: CheckResult, verdict: bool = True, head: bool = True) -
                  f"rlbench check: {result.run_dir} against {result.baseline_path}, "
                  "paired per iteration"]
     else:
-        lines = [f"rlbench check: {result.run_dir} vs {result.baseline_path} "
-                 f"(baseline created {result.baseline_info.get('created') or '?'}, "
-                 f"commit {result.baseline_info.get('git_commit') or '?'})"]
+        lines = [f"rlbench check: {result.run_dir} vs {result.baseline_path} (baseline created "
+                 f"{result.baseline_info.get('created') or '?'}, commit "
+                 f"{result.baseline_info.get('git_commit') or '?'})"]
     for row in [columns, *body]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5])
     if result.config_diff:

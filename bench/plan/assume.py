@@ -11,8 +11,7 @@ from rlbench.core.errors import UserError
 from rlbench.plan import roofline
 
 GROUP = Assumption("group size G", 8, 4, 16, "default",
-                   "responses per prompt: GRPO's usual 4-16; the logs "
-                   "do not record it")
+                   "responses per prompt: GRPO's usual 4-16; the logs do not record it")
 SLOPE = Assumption("decode-step growth with the batch", 0.3, 0.1, 0.6, "default",
                    "share of a decode step that grows with the sequences in flight (0: "
                    "weights-bound, the step costs the same however many; 1: proportional); "

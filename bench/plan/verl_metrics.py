@@ -83,10 +83,8 @@ def logged_step(step: int, data: dict, path: Path, line: int | None) -> LoggedSt
                       old_logprob_s=v.get("timing_s/old_log_prob"))
 
 
-SKIPPED = (
-    "with neither 'timing_s/step' nor 'perf/total_num_tokens' (not a training step: validation or"
-    " other metrics only)"
-)
+SKIPPED = ("with neither 'timing_s/step' nor 'perf/total_num_tokens' (not a training step: "
+           "validation or other metrics only)")
 
 
 def keys_read(rows: list[dict]) -> list[str]:

@@ -103,8 +103,8 @@ def wheel(folder: Path, op: str, fraction: float) -> Path:
     _check(op, fraction)
     info = f"{WHEEL_NAME.replace('-', '_')}-{WHEEL_VERSION}.dist-info"
     files = {"sitecustomize.py": TEMPLATE.format(op=op, fraction=fraction),
-             f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {WHEEL_NAME}\n"
-                                  f"Version: {WHEEL_VERSION}\n"),
+             f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {WHEEL_NAME}\nVersion: "
+                                  f"{WHEEL_VERSION}\n"),
              f"{info}/WHEEL": ("Wheel-Version: 1.0\nGenerator: rlbench\nRoot-Is-Purelib: true\n"
                                "Tag: py3-none-any\n")}
     lines = [f"{name},sha256={_digest(text.encode())},{len(text.encode())}"
@@ -119,8 +119,8 @@ def wheel(folder: Path, op: str, fraction: float) -> Path:
 
 def _check(op: str, fraction: float) -> None:
     if "." not in op or not 0 < fraction <= 10:
-        raise ValueError(f"op {op!r} must be a dotted name (torch.log_softmax) and "
-                         f"0 < fraction <= 10 ({fraction})")
+        raise ValueError(f"op {op!r} must be a dotted name (torch.log_softmax) and 0 < fraction <= "
+                         f"10 ({fraction})")
 
 
 def _digest(data: bytes) -> str:
@@ -130,8 +130,8 @@ def _digest(data: bytes) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4 or args[0] not in ("plant", "wheel"):
-        print("usage: python -m rlbench.planted.slow_op plant PYTHON OP FRACTION\n"
-              "       python -m rlbench.planted.slow_op wheel FOLDER OP FRACTION", file=sys.stderr)
+        print("usage: python -m rlbench.planted.slow_op plant PYTHON OP FRACTION\n       python -m "
+              "rlbench.planted.slow_op wheel FOLDER OP FRACTION", file=sys.stderr)
         return 2
     try:
         made = plant(args[1], args[2], float(args[3])) if args[0] == "plant" else \

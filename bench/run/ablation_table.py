@@ -69,17 +69,14 @@ def add_schedule_cells(table: dict, specs) -> dict:
 add_schedule_cells(ABLATIONS, SCHEDULES.values())
 # What each ablation compares: the `--ablation` help of `rlbench run` is made from this and
 # ABLATIONS.
-ABOUT = {
-    "async": "the default: sync, its device split alone (barrier), periodic asynchrony",
-    "tri_model": "the tri-model log-probs off and on, under both schedules",
-    "shared_prompt": (
-        "shared-prompt packing off, on (dense; gather on sync) and auto, under both schedules"
-    ),
-    "all": "the optimisations one after another, then on sync",
-    "ci": "the CI benchmark",
-    "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
-    **experiments.about(),
-}
+ABOUT = {"async": "the default: sync, its device split alone (barrier), periodic asynchrony",
+         "tri_model": "the tri-model log-probs off and on, under both schedules",
+         "shared_prompt": "shared-prompt packing off, on (dense; gather on sync) and auto, under "
+                          "both schedules",
+         "all": "the optimisations one after another, then on sync",
+         "ci": "the CI benchmark",
+         "staleness": "bounded staleness k = 1, 2, 4 with both pi_prox methods",
+         **experiments.about()}
 
 
 def describe(name: str) -> str:

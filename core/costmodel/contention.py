@@ -85,14 +85,10 @@ def estimate_kappa(points: list[tuple[str, float, float]]) -> dict:
     f_all = [f for _, f, _ in points]
     base = {"points": len(points), "f_mean": float(np.mean(f_all)) if f_all else None}
     if len(points) < MIN_EVENTS or max(f_all) - min(f_all) < MIN_SPREAD:
-        return {
-            **base,
-            "kappa": None,
-            "reason": (
-                "the sync ranks' training overlapped uniformly (f spread "
-                f"{(max(f_all) - min(f_all)) if f_all else 0:.2f} < {MIN_SPREAD}): not identifiable"
-            ),
-        }
+        return {**base, "kappa": None,
+                "reason": f"the sync ranks' training overlapped uniformly (f spread "
+                f"{(max(f_all) - min(f_all)) if f_all else 0:.2f} < {MIN_SPREAD}): not "
+                f"identifiable"}
     estimates, weights = [], []
     for fr in by_stage.values():
         f, rate = np.array([p[0] for p in fr]), np.array([p[1] for p in fr])

@@ -180,8 +180,7 @@ def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost,
                   posts: list[tuple[float, int]] = (),
                   load_s: float = 0.0,
                   recompute: bool = True) -> tuple[dict[int, float], float, list[int], int]:
-    """replay with new weights taken mid-generation (partial rollout,
-    core/costmodel/partial.py).
+    """replay with new weights taken mid-generation (partial rollout, core/costmodel/partial.py).
 
     posts: [(seconds after the generate call started, version)] in time order. Before each decode
     step, the newest version posted by then that the worker lacks is loaded: load_s, plus

@@ -63,11 +63,11 @@ from rlbench.core.record.stages import PER_SAMPLE_TRAIN_STAGES, Role, Stage, rol
 
 MODEL = ("per device, from the sync run: decode-step seconds by the step's bucket and cache window "
          "(a plane over the measured shapes) and refill seconds (continuous-batching replay of the "
-         "measured lengths, step by step), seconds per unit of executed training "
-         "work (padded micro-batches, forward FLOPs), "
-         "optimizer-step and weight-sync seconds, the split pools' weight crossings from the "
-         "weights' bytes and the measured host-copy bandwidth on an accelerator; async = 2 weight "
-         "crossings + trainer ranks taking groups as they arrive + step")
+         "measured lengths, step by step), seconds per unit of executed training work (padded "
+         "micro-batches, forward FLOPs), optimizer-step and weight-sync seconds, the split pools' "
+         "weight crossings from the weights' bytes and the measured host-copy bandwidth on an "
+         "accelerator; async = 2 weight crossings + trainer ranks taking groups as they arrive + "
+         "step")
 
 _TRAIN = set(PER_SAMPLE_TRAIN_STAGES)
 

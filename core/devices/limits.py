@@ -107,11 +107,9 @@ def check_memory(cfg, facts: ModelFacts, prompt_max: int, kind: str, capacity: i
         need = train + rollout if sync or e.share_devices else max(train, rollout)
         where, note = f"memory of one {kind} device", ""
     if need > capacity:
-        batch = (
-            f"train.micro_batch_size={cfg.train.micro_batch_size}"
-            if cfg.train.micro_batch_tokens is None
-            else f"train.micro_batch_tokens={cfg.train.micro_batch_tokens}"
-        )
+        batch = (f"train.micro_batch_size={cfg.train.micro_batch_size}"
+                 if cfg.train.micro_batch_tokens is None
+                 else f"train.micro_batch_tokens={cfg.train.micro_batch_tokens}")
         raise UserError(
             f"the run needs at least {need / GIB:.1f} GiB but the {where} is {capacity / GIB:.1f} "
             f"GiB ({note}a training replica {train / GIB:.2f} GiB, a rollout replica "

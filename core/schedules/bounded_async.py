@@ -56,8 +56,8 @@ SCHEDULE = ScheduleSpec(
             "(AReaL-style), trained with the decoupled PPO loss",
     options=BoundedAsyncOptions,
     checks=(one_step_per_iteration("bounded_async",
-                                   "it consumes groups as they arrive and takes one optimizer "
-                                   "step per iteration, like periodic_async"),
+                                   "it consumes groups as they arrive and takes one optimizer step "
+                                   "per iteration, like periodic_async"),
             _partial_rollout_where_supported),
     owns=("partial_rollout", "resume_kv"),
     layout=POOLS, model=MODEL_BOUNDED, loss=DECOUPLED, runs_ahead=True, role=BOUNDED)

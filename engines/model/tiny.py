@@ -188,11 +188,8 @@ def shipped_for(cfg) -> Path | None:
     info = SHIPPED / "warmstart.json"
     if cfg.model.kind != "tiny" or not info.is_file():
         return None
-    return (
-        SHIPPED
-        if json.loads(info.read_text()).get("key") == cache_key(cfg, libraries=False)
-        else None
-    )
+    return (SHIPPED if json.loads(info.read_text()).get("key") == cache_key(cfg, libraries=False)
+            else None)
 
 
 def load_or_warm_start(cfg, train_problems, format_prompt, progress=None):

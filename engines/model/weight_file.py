@@ -48,10 +48,8 @@ def key(cfg) -> str:
 
         return f"tiny-{cache_key(cfg)}"
     parts = {"model": cfg.model.model_dump(mode="json"), "seed": cfg.run.seed}
-    return (
-        f"{cfg.model.kind}-"
-        + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-    )
+    return f"{cfg.model.kind}-" + hashlib.sha256(
+        json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def folder_of(run_dir: Path, cfg) -> Path:
@@ -77,9 +75,8 @@ def policy_once(cfg, dataset, run_dir: Path, progress=None):
             saved = {**info, "cached": True} if "cached" in info else info
             (folder / "info.json").write_text(json.dumps(saved))
             return _mapped(policy.config, weights), tok, {**info, "weights": "built"}, weights
-    info, weights = json.loads((folder / "info.json").read_text()), WeightFile(
-        str(folder / "model.safetensors")
-    )
+    info, weights = (json.loads((folder / "info.json").read_text()),
+                     WeightFile(str(folder / "model.safetensors")))
     _, tok = model_config_and_tokenizer(cfg)
     return _mapped(_config(folder), weights), tok, {**info, "weights": "mapped"}, weights
 

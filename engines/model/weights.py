@@ -112,9 +112,8 @@ def block_size(layout: list) -> int:
     if not layout:
         return ALIGN
     _, dtype, shape, offset = layout[-1]
-    return offset + max(
-        ALIGN, math.prod(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    )
+    return offset + max(ALIGN, math.prod(shape)
+                        * torch.empty((), dtype=getattr(torch, dtype)).element_size())
 
 
 def block_views(flat, layout: list) -> list:

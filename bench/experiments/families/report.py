@@ -125,8 +125,8 @@ def families_section(run: RunData) -> tuple[str, str] | None:
     frame = read(run)
     if frame is None:
         return None
-    return TITLE, (f"<p><b>measured: {esc(ladder_line(frame))}</b></p>"
-                   f"<p>predicted: {esc(ladder_line(frame, 'predicted_factor'))}</p>"
+    return TITLE, (f"<p><b>measured: {esc(ladder_line(frame))}</b></p><p>predicted: "
+                   f"{esc(ladder_line(frame, 'predicted_factor'))}</p>"
                    + table(families_rows(frame), SHOWN) + f"<p>{esc(NOTE)}</p>"
                    + "<details><summary>Every column (families.csv)</summary>"
                    + table([list(r) for r in frame.itertuples(index=False)],

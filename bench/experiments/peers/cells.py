@@ -58,30 +58,16 @@ ABOUT = ("rlbench's sync and periodic-async beside TRL's GRPOTrainer on-policy (
 VERL = "verl"
 VERL_ABLATION = "verl"
 VERL_CELLS: list[tuple[str, dict]] = [
-    (_REF, {"schedule": _REF}),
-    (_ASYNC, {"schedule": _ASYNC}),
+    (_REF, {"schedule": _REF}), (_ASYNC, {"schedule": _ASYNC}),
     ("verl", {"framework": VERL}),
     ("verl_one_step_off", {"framework": VERL, "framework_options": {"recipe": "one_step_off"}}),
-    (
-        "verl_fully_async",
-        {"framework": VERL, "framework_options": {"recipe": "fully_async", "staleness": 0.0}},
-    ),
-    (
-        "verl_fully_async_stale",
-        {"framework": VERL, "framework_options": {"recipe": "fully_async", "staleness": 1.0}},
-    ),
-    (
-        "verl_fully_async_partial",
-        {
-            "framework": VERL,
-            "framework_options": {
-                "recipe": "fully_async",
-                "staleness": 1.0,
-                "partial_rollout": True,
-            },
-        },
-    ),
-]
+    ("verl_fully_async",
+     {"framework": VERL, "framework_options": {"recipe": "fully_async", "staleness": 0.0}}),
+    ("verl_fully_async_stale",
+     {"framework": VERL, "framework_options": {"recipe": "fully_async", "staleness": 1.0}}),
+    ("verl_fully_async_partial",
+     {"framework": VERL,
+      "framework_options": {"recipe": "fully_async", "staleness": 1.0, "partial_rollout": True}})]
 VERL_BASE = {"engine": {"compile": "off"}, "run": {"interleave": True, "interleave_pairs": True}}
 ABOUT_VERL = ("rlbench's sync and periodic-async beside VERL's own GRPO trainer and its "
               "one-step-off and fully-async recipes (staleness 0 and 1, with and without partial "

@@ -113,13 +113,10 @@ POINTS = {**{name: grid.points() for name, grid in GRIDS.items()}, "regime-natur
 # one per point.
 WORKLOADS: dict[str, dict] = {name: over for points in POINTS.values() for name,
                               over in points.items()}
-ABOUT = {
-    "regime": (
-        "the regime map: that ladder over response-length tails x batch sizes, ~13 min on 2 cores"
-    ),
-    "regime-quick": "the regime map at toy sizes",
-    "regime-natural": "SmolLM2's own EOS tail; needs setup.sh --gguf",
-}
+ABOUT = {"regime": "the regime map: that ladder over response-length tails x batch sizes, ~13 min "
+                   "on 2 cores",
+         "regime-quick": "the regime map at toy sizes",
+         "regime-natural": "SmolLM2's own EOS tail; needs setup.sh --gguf"}
 
 
 def ablations() -> dict[str, list[tuple[str, dict]]]:

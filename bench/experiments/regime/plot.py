@@ -90,13 +90,9 @@ def tail_label(key: tuple) -> str:
     """'σ 2, max 1536' for a drawn tail, 'EOS, max 384' for EOS-ended responses
     (regime.tail_key)."""
     kind, max_tokens, sigma, _ = key
-    return (
-        f"EOS, max {max_tokens}"
-        if kind == "eos"
-        else (
-            f"σ {sigma:g}, max {max_tokens}" if kind == "lognormal" else f"{kind}, max {max_tokens}"
-        )
-    )
+    if kind == "eos":
+        return f"EOS, max {max_tokens}"
+    return f"σ {sigma:g}, max {max_tokens}" if kind == "lognormal" else f"{kind}, max {max_tokens}"
 
 
 def _order(key: tuple) -> tuple:

@@ -82,15 +82,15 @@ def crossover_sentence(frame: pd.DataFrame) -> str | None:
         return None
     name, best = v.statistic, v.ranked[0]
     n = int(frame[name].notna().sum())
-    others = "; ".join(f"{STATISTICS[e['statistic']].label}: {e['misclassified']} misclassified, "
-                       f"ρ {_rho(e['spearman'])}" for e in v.ranked[1:])
+    others = "; ".join(f"{STATISTICS[e['statistic']].label}: {e['misclassified']} misclassified, ρ "
+                       f"{_rho(e['spearman'])}" for e in v.ranked[1:])
     evidence = (f"{STATISTICS[name].label} separates wins from losses best: "
                 f"{v.measured.misclassified} of {n} points on the wrong side of one threshold, "
                 f"Spearman ρ {_rho(best['spearman'])} with the measured speedup"
                 + (f" (other statistics — {others})" if others else ""))
     return (
-        f"{_verdict(v.measured, name, frame, v.measured_range)}; predicted:"
-        f" {_short(v.predicted, name)}. {evidence}."
+        f"{_verdict(v.measured, name, frame, v.measured_range)}; predicted: "
+        f"{_short(v.predicted, name)}. {evidence}."
     )
 
 
@@ -117,8 +117,8 @@ def _verdict(c: Crossover, name: str, frame: pd.DataFrame, rng=None) -> str:
             f" {x(frame['measured_speedup'].min())})"
         )
     return (
-        f"Periodic asynchrony pays nowhere on this map (best {x(best['measured_speedup'])}, at"
-        f" {best['point']})"
+        f"Periodic asynchrony pays nowhere on this map (best {x(best['measured_speedup'])}, at "
+        f"{best['point']})"
     )
 
 

@@ -80,17 +80,14 @@ COST_SETTINGS: tuple[CostSetting, ...] = (
 # GRPOConfig fields that may differ from the reference without changing what an iteration costs:
 # field -> why
 ALLOWED: dict[str, str] = {
-    "output_dir": (
-        "where TRL would write checkpoints (save_strategy, which is compared, says whether it does)"
-    ),
-    "logging_dir": (
-        "where a logger would write (report_to, which is compared, says whether one does)"
-    ),
+    "output_dir": "where TRL would write checkpoints (save_strategy, which is compared, says "
+                  "whether it does)",
+    "logging_dir": "where a logger would write (report_to, which is compared, says whether one "
+                   "does)",
     "run_name": "a label for loggers",
     "hub_token": "redacted by to_dict: a credential, never a cost",
-    "hub_model_id": (
-        "the Hub repository name (push_to_hub, which is compared, says whether it pushes)"
-    ),
+    "hub_model_id": "the Hub repository name (push_to_hub, which is compared, says whether it "
+                    "pushes)",
 }
 
 

