@@ -229,12 +229,11 @@ class _EngineSection(Section):
     shared_prompt: bool | Literal["auto"] = Field(
         False,
         description="Pack prompt|resp_1..resp_G into one sequence for training (true), never "
-                    "(false), or "
-        "per group where the cost model predicts the packed pass cheaper on this device (auto: the "
-        "layouts' matmul and attention FLOPs, memory traffic and operators against the device's "
-        "measured peaks and per-op launch cost; core/costmodel/packing.py), the choice "
-        "and its reason recorded per iteration (docs/architecture/schedules.md, 'Shared-prompt "
-        "attention').")
+        "(false), or per group where the cost model predicts the packed pass cheaper on this "
+        "device (auto: the layouts' matmul and attention FLOPs, memory traffic and operators "
+        "against the device's measured peaks and per-op launch cost; core/costmodel/packing.py), "
+        "the choice and its reason recorded per iteration "
+        "(docs/architecture/schedules.md, 'Shared-prompt attention').")
     shared_prompt_impl: Literal[tuple(components.PACKING_IMPLS)] = Field(
         "dense",
         description="How a packed group is computed (engines/trainer/packing*.py). dense: the "

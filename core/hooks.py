@@ -26,8 +26,8 @@ from rlbench.core.by_name import resolve
 
 POINTS = ("stage_end", "decode_step", "iteration", "started", "node")
 ENVIRONMENT = ("RLBENCH_SLOW_STAGES", "RLBENCH_FAULT")  # a test hook is wanted in this process
-# by name: the measured code never imports the test hooks; install(register)
-TEST_HOOKS = "rlbench.planted:install"
+# install(register)
+TEST_HOOKS = "rlbench.planted:install"  # by name: the measured code never imports the test hooks
 
 _registered: dict[str, list] = {}
 _installed = False

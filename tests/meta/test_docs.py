@@ -204,7 +204,9 @@ def bad_citations(text: str) -> list[str]:
     bad = []
     for m in CITATION.finditer(text):
         page = ROOT / m.group(1)
-        sections = [m.group(2), *re.findall(r"'([^']+)'", m.group(3))]
+        # a section's name may run over a line break of the prose (and a comment's `#`)
+        sections = [re.sub(r"\s*\n\s*(#\s*)?", " ", s)
+                    for s in (m.group(2), *re.findall(r"'([^']+)'", m.group(3)))]
         if not page.is_file():
             bad.append(f"{m.group(1)}: no such page")
             continue

@@ -57,13 +57,17 @@ def broken_references(files: list[str]) -> list[str]:
     """'file:line: reference' for every reference in `files` (relative to the root) that resolves nowhere."""
     out = []
     for name in files:
+        previous = ""
         for i, line in prose(name):
             for m in REF.finditer(line):
                 ref = m.group(1)
-                theirs = re.search(r"'s `?$", line[:m.start()])  # "MindSpeed-RL's configs/..."
+                # "MindSpeed-RL's configs/...", the owner possibly at the end of the line before
+                before = line[:m.start()] if line[:m.start()].strip() else previous.rstrip() + " "
+                theirs = re.search(r"'s `?$", before)
                 if theirs or any(c in line[m.end():m.end() + 1] for c in "{*<") or _resolves(ref):
                     continue
                 out.append(f"{name}:{i}: {ref}")
+            previous = line
     return out
 
 
