@@ -41,8 +41,8 @@ def compare(run_a, run_b, *more) -> tuple[pd.DataFrame, str]:
     for picks in matched:
         for m in KEY_METRICS:
             vals = [_value(f, i, m) for f, i in zip(frames, picks)]
-            row = {f"cell_{x}": f["cell"][i] for x, f,
-                   i in zip(letters, frames, picks)} | {"metric": m}
+            row = {f"cell_{x}": f["cell"][i]
+                   for x, f, i in zip(letters, frames, picks)} | {"metric": m}
             row |= dict(zip(letters, vals))
             row |= {f"{x}_over_a": schema.ratio(v, vals[0]) for x, v in zip(letters[1:], vals[1:])}
             rows.append(row)

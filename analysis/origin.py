@@ -47,8 +47,7 @@ def origin(run: RunData) -> Origin:
                   machine=machine or provenance.machine(), machine_recorded=bool(machine),
                   device=first.get("device"), created=created, git_commit=first.get("git_commit"),
                   code_digest=record.get("code_digest") or first.get("code_digest"),
-                  versions={k: v for k,
-                            v in first.items() if isinstance(v, str) and v and k
+                  versions={k: v for k, v in first.items() if isinstance(v, str) and v and k
                             not in NOT_VERSIONS})
 
 

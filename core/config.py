@@ -470,5 +470,5 @@ class RunConfig(Section):
 def documented_keys() -> list[str]:
     """`section.key = default  # description` for every key (`rlbench config --docs`)."""
     return [f"{sec_name}.{key} = {f.default!r}  # {f.description}"
-            for sec_name, sec in RunConfig.model_fields.items() for key,
-            f in sec.annotation.model_fields.items()]
+            for sec_name, sec in RunConfig.model_fields.items()
+            for key, f in sec.annotation.model_fields.items()]

@@ -27,8 +27,8 @@ def _problems(dataset) -> list:
 
 def eval_inputs(cfg, dataset, tok) -> tuple[list[PromptRequest], SamplingParams]:
     """The evaluation problems' prompts and the greedy sampling every evaluation uses."""
-    requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i,
-                p in enumerate(_problems(dataset))]
+    requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p)))
+                for i, p in enumerate(_problems(dataset))]
     sampling = SamplingParams(n=1, temperature=1.0,
                               max_new_tokens=eval_max_new_tokens(cfg, len(requests)),
                               seed=cfg.run.seed, greedy=True)

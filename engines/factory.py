@@ -216,8 +216,8 @@ class _Session:
         self.report_phases()
         launch.check(self.placement, observed, exact_device=not self.ray)
         if self.ray:
-            self.clock = start_clock_sync({w: a for host in self.hosts for w,
-                                           a in host.actors.items()}, observed,
+            self.clock = start_clock_sync({w: a for host in self.hosts
+                                           for w, a in host.actors.items()}, observed,
                                           self.t0, self.placement.clocks)
 
     def report_phases(self) -> None:
@@ -243,8 +243,8 @@ def iteration_problems(cfg, dataset, k: int) -> list:
 def iteration_input(cfg, dataset, tok, k: int) -> IterationInput:
     """The iteration's prompts (iteration_problems) and sampling."""
     problems = iteration_problems(cfg, dataset, k)
-    requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p))) for i,
-                p in enumerate(problems)]
+    requests = [PromptRequest(i, tok.prompt_ids(dataset.prompt_text(p)))
+                for i, p in enumerate(problems)]
     r = cfg.rollout
     sampling = LengthSampling(n=r.group_size, temperature=r.temperature, top_p=r.top_p,
                               max_new_tokens=r.max_new_tokens, seed=cfg.run.seed, iteration=k,

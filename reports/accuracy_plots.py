@@ -68,8 +68,8 @@ def plot_tpspd_accuracy(table: pd.DataFrame, path: Path) -> Path | None:
     records = rows.to_dict("records")
     # neighbours along TPSPD take turns at three heights, so that the names of close points do not
     # overlap
-    height = {r["cell"]: 5 + 11 * (k % 3) for k,
-              r in enumerate(sorted(records, key=lambda r: r["tpspd_median"]))}
+    height = {r["cell"]: 5 + 11 * (k % 3)
+              for k, r in enumerate(sorted(records, key=lambda r: r["tpspd_median"]))}
     for i, r in enumerate(records):
         x, y = r["tpspd_median"], r["accuracy_final"]
         xerr = [[x - _or(r["tpspd_seed_min"], x)], [_or(r["tpspd_seed_max"], x) - x]]

@@ -72,8 +72,8 @@ def header_lines(run: RunData) -> list[str]:
                f"{m.get('logical_cpus')} cores usable")
     machine += ", recorded by the run" if o.machine_recorded else \
         f" ({NOT_RECORDED} by the run: this machine, read from /proc/cpuinfo at report time)"
-    code = ", ".join(f"{k} {v}" for k,
-                     v in [("commit", o.git_commit), ("code digest", o.code_digest),
+    code = ", ".join(f"{k} {v}"
+                     for k, v in [("commit", o.git_commit), ("code digest", o.code_digest),
                                               *o.versions.items()] if v) or NOT_RECORDED
     return [f"- Command: {command}", f"- Config file: {config}", f"- Machine: {machine}",
             f"- Device: {device_text(o.device) or NOT_RECORDED}", f"- Date: {_date(o)}",

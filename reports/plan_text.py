@@ -103,8 +103,8 @@ def paragraphs(result: dict) -> list[str]:
         lad = dict(result["ladder"])
         tri = lad.pop("tri-model", None)
         text = "Ladder (predicted, each rung over the one before): " + " × ".join(
-            f"{k} {x(v)}" for k,
-            v in lad.items()) + f" = {x(result['ladder_product'])} over the predicted sync"
+            f"{k} {x(v)}"
+            for k, v in lad.items()) + f" = {x(result['ladder_product'])} over the predicted sync"
         out.append(text + (f"; without the old-log-prob pass the best schedule gains {x(tri)}."
                            if tri else "."))
     return out

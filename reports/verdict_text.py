@@ -94,8 +94,8 @@ def verdict_lines(run: RunData, v: Verdict, width: int = WIDTH) -> list[str]:
 
 def verdict_html(run: RunData, v: Verdict) -> str:
     """The report's first section: a paragraph a sentence, `code` as <code>."""
-    paragraphs = (re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(s)) for s in verdict_sentences(run,
-                                                                                              v))
+    paragraphs = (re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(s))
+                  for s in verdict_sentences(run, v))
     return '<div class="verdict">' + "".join(f"<p>{p}</p>" for p in paragraphs) + "</div>"
 
 

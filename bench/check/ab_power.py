@@ -135,8 +135,8 @@ def study(dirs) -> dict:
     detect, confirmed = {}, {}
     for comp, prefixes in COMPONENTS.items():
         both = {f: _rates(unchanged, _component(prefixes, f)) for f in SIZES}
-        detect[comp], confirmed[comp] = {f: b[0] for f, b in both.items()}, {f: b[1] for f,
-                                                                             b in both.items()}
+        detect[comp] = {f: b[0] for f, b in both.items()}
+        confirmed[comp] = {f: b[1] for f, b in both.items()}
     cells = one_cell.cells_of(unchanged[0][1])
     single = {c: {f: _rates(unchanged, one_cell.shift(c, f)) for f in SIZES} for c in cells}
     runs = [(d, _flagged(m), _flagged(m, stats=check_ab.CONFIRM_STATS), set(w))
@@ -144,14 +144,14 @@ def study(dirs) -> dict:
     # a run and its confirmation: fails when the first fails on anything but paired metrics, or both
     # flag one
     confirmed_alarms = [(a[0], b[0], sorted((a[3] - a[1]) or (a[1] & b[2])))
-                        for a,
-                        b in itertools.permutations(runs, 2) if (a[3] - a[1]) or (a[1] & b[2])]
+                        for a, b in itertools.permutations(runs, 2) if (a[3] - a[1])
+                               or (a[1] & b[2])]
     walls = [r.get("wall_s") for _, _, r in unchanged + planted if r.get("wall_s")]
     return {"runs": len(unchanged), "end_to_end": end_to_end, "detect": detect,
             "confirmed": confirmed,
             "one_cell": single, "noise": lifecycle_noise.noise([m for _, m, _ in unchanged]
-                                                               + [_unplanted(d, m) for d, m,
-                                                                  _ in planted]),
+                                                               + [_unplanted(d, m)
+                                                                  for d, m, _ in planted]),
             "confirmed_alarms": confirmed_alarms,
             "ordered_pairs": len(unchanged) * (len(unchanged) - 1),
             "metrics": sorted({n for _, m, _ in unchanged for n in m if m[n]["log_ratios"]}),
@@ -194,11 +194,11 @@ def format_study(res: dict) -> str:
     k, pairs = len(res["confirmed_alarms"]), res["ordered_pairs"]
     lines.append(f"Confirmed (--confirm: a run fails on what a second run flags too): {k}/{pairs} "
                  f"ordered pairs of distinct unchanged runs ({k / pairs:.1%})" if pairs else "")
-    lines += [f"- confirmed false alarm {a} then {b}: {', '.join(w)}" for a, b,
-              w in res["confirmed_alarms"][:10]]
+    lines += [f"- confirmed false alarm {a} then {b}: {', '.join(w)}"
+              for a, b, w in res["confirmed_alarms"][:10]]
     lines += ["", *_format_one_cell(res), "", *lifecycle_noise.format_noise(res["noise"]), ""]
-    lines += [f"- real planted run {d}: {p} -> flagged: {', '.join(f) or 'nothing'}" for d, p, f,
-              _ in res["planted"]]
+    lines += [f"- real planted run {d}: {p} -> flagged: {', '.join(f) or 'nothing'}"
+              for d, p, f, _ in res["planted"]]
     lines += _format_planted_cells(res["planted"])
     if res["wall_s"]:
         lines.append(f"A/B run wall time (both trees, setup included): "

@@ -96,8 +96,8 @@ def _previous_tolerances(path: Path) -> tuple[dict, str | None]:
         old = load_baseline(path)
     except UserError:
         return {}, None  # a broken or older file is simply replaced
-    return {n: (m["tolerance"], m.get("abs_tolerance", 0.0)) for n,
-            m in old["metrics"].items()}, old.get("notes")
+    return {n: (m["tolerance"], m.get("abs_tolerance", 0.0))
+            for n, m in old["metrics"].items()}, old.get("notes")
 
 
 def _pooled(runs: list[dict]) -> dict:
@@ -132,8 +132,8 @@ def write_baseline(run_dirs, baseline_path: Path, tolerances: dict | None = None
     run_dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     runs = [compute_metrics(d) for d in run_dirs]
     for d, cur in zip(run_dirs, runs):
-        broken = [f"{n} ({c['status']})" for n,
-                  c in cur["cells"].items() if c["status"] != "complete"]
+        broken = [f"{n} ({c['status']})" for n, c in cur["cells"].items()
+                  if c["status"] != "complete"]
         planted = [n for n, c in cur["cells"].items() if c.get("planted_slowdown")]
         if broken or planted:
             raise UserError(f"{d}: a baseline needs every cell complete and nothing planted "

@@ -82,8 +82,8 @@ def _load(run_dirs) -> tuple[list[dict], list[tuple[str, dict]]]:
     unchanged, planted = [], []
     for d in run_dirs:
         m = compute_metrics(Path(d))
-        plant = {n: c["planted_slowdown"] for n,
-                 c in m["cells"].items() if c.get("planted_slowdown")}
+        plant = {n: c["planted_slowdown"] for n, c in m["cells"].items()
+                 if c.get("planted_slowdown")}
         (planted.append((str(d), m)) if plant else unchanged.append(m))
     if len(unchanged) < 3:
         raise UserError(f"--calibrate needs at least 3 unchanged runs (no RLBENCH_SLOW), got "
@@ -108,8 +108,8 @@ def study(run_dirs, pseudo_runs: int = PSEUDO_RUNS, seed: int = 0) -> dict:
     for n in names:
         meta[n]["tolerance"] = DEFAULT_TOLERANCES[meta[n]["kind"]][0]
     cells = unchanged[0]["cells"]
-    targets = {s: {n for n in names if effect(n, stage, {c for c,
-                                                         i in cells.items() if _hit(i["switches"],
+    targets = {s: {n for n in names
+                   if effect(n, stage, {c for c, i in cells.items() if _hit(i["switches"],
                                                                                     c, want)})}
                for s, (stage, want) in SCENARIOS.items()}
     fa, detect = [0, 0], {s: {f: [0, 0] for f in SIZES} for s in SCENARIOS}
@@ -132,8 +132,8 @@ def study(run_dirs, pseudo_runs: int = PSEUDO_RUNS, seed: int = 0) -> dict:
                 detects[s][f][1] += 1
 
     for i, cur in enumerate(paired):
-        base, c = check_stats.calibrate([{n: p[n] for n in names} for j,
-                                         p in enumerate(paired) if j != i])
+        base, c = check_stats.calibrate([{n: p[n] for n in names} for j, p in enumerate(paired)
+                                         if j != i])
         stats = {**check_stats.DEFAULTS, "inflation": c}
         n_it = min(len(cur[n]) for n in names)
         trial({n: cur[n] for n in names}, base, stats, fa_direct, detect_direct)
@@ -146,16 +146,16 @@ def study(run_dirs, pseudo_runs: int = PSEUDO_RUNS, seed: int = 0) -> dict:
     real = []
     for d, m in planted:
         cur = {n: x for n, x in _paired(m).items() if n in base}
-        plant = {n: c["planted_slowdown"] for n,
-                 c in m["cells"].items() if c.get("planted_slowdown")}
+        plant = {n: c["planted_slowdown"] for n, c in m["cells"].items()
+                 if c.get("planted_slowdown")}
         real.append((d, plant, sorted(_judge_all(base, cur, stats, meta))))
     return {"runs": len(unchanged), "inflation": c, "false_alarms": tuple(fa),
             "pseudo_runs": pseudo_runs,
             "false_alarms_direct": tuple(fa_direct),
-            "detect_direct": {s: {f: tuple(v) for f, v in d.items()} for s,
-                              d in detect_direct.items()},
-            "held_out": _held_out_checks([d for d in run_dirs if str(d) not in {p for p,
-                                                                                _ in planted}]),
+            "detect_direct": {s: {f: tuple(v) for f, v in d.items()}
+                              for s, d in detect_direct.items()},
+            "held_out": _held_out_checks([d for d in run_dirs
+                                          if str(d) not in {p for p, _ in planted}]),
             "detect": {s: {f: tuple(v) for f, v in d.items()} for s, d in detect.items()},
             "targets": {s: sorted(t) for s, t in targets.items()}, "real": real}
 

@@ -77,8 +77,8 @@ def confirmed(first: dict, second: dict) -> dict:
     stays worse only where a second run (another entry: assemble never draws the same run twice for
     it, as the confirming run is a second A/B run) flags it too (bench/check/confirm.py)."""
     metrics = {n: {**m, "mark": "not significant"} if m["mark"] == "worse" and
-               (second["metrics"].get(n) or {}).get("mark") != "worse" else m for n,
-               m in first["metrics"].items()}
+               (second["metrics"].get(n) or {}).get("mark") != "worse" else m
+               for n, m in first["metrics"].items()}
     return {**first, "metrics": metrics}
 
 
@@ -108,8 +108,8 @@ def assemble(runs: dict[str, list[dict]], seed: int, step: str | None,
         return confirmed(first, second)
 
     steps = [draw(None) for _ in range(PREFIX)] + [drawn_step() for _ in range(STEPS)]
-    out = [{**e, "kind": "step", "old_commit": f"c{k:02d}", "new_commit": f"c{k + 1:02d}"} for k,
-           e in enumerate(steps)]
+    out = [{**e, "kind": "step", "old_commit": f"c{k:02d}", "new_commit": f"c{k + 1:02d}"}
+           for k, e in enumerate(steps)]
     # `--anchor-every 8`: an A/B against the anchor after the unchanged steps (nothing planted yet),
     # and one at the end (of the large plant, for a drift)
     first = {**two_runs(), "kind": "anchor", "old_commit": "c00", "new_commit": f"c{PREFIX:02d}"}
@@ -177,8 +177,8 @@ def main(argv: list[str]) -> int:
     """FILE [SEEDS] [--other TREE]: with another checkout, its rule and drawing crossed with this
     one's."""
     other = Path(argv[argv.index("--other") + 1]) if "--other" in argv else None
-    args = [a for i,
-            a in enumerate(argv) if a != "--other" and (i == 0 or argv[i - 1] != "--other")]
+    args = [a for i, a in enumerate(argv) if a != "--other"
+                     and (i == 0 or argv[i - 1] != "--other")]
     runs = groups(Path(args[0]))
     step = next(k for k in runs if k.endswith(":0.02"))
     anchor = next(k for k in runs if k.endswith(":0.16"))

@@ -277,8 +277,8 @@ def chain_of(entries: list[dict], wl: dict) -> Chain:
         elif old in known:
             c.steps.append(i)
             known.add(new)
-        elif any(later["old_commit"] in known and not later.get("reanchor") for _,
-                 later in steps[n + 1:]):
+        elif any(later["old_commit"] in known and not later.get("reanchor")
+                 for _, later in steps[n + 1:]):
             c.off.append((i, f"entry {i + 1} ({old[:10]} -> {new[:10]}): its old commit is not on "
                              f"the chain from the anchor {c.anchor[:10]}; left out of the series"))
         elif not any(later["old_commit"] in (old, new) for _, later in steps[n + 1:]):

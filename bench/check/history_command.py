@@ -58,10 +58,10 @@ def _workload(entries: list[dict], wl: dict, last_n: int) -> dict:
     return {"title": history_text.title(wl),
             "meta": f"{steps} step(s) from the anchor commit {str(anchor)[:12]}; a regression's "
                     f"change point among the last {last_n} steps fails `rlbench check --record`.",
-            "drift": [f"DRIFT: {history_text.describe(cp)}; {said}" for cp,
-                      said in verdict.failures] +
-                     [f"suspected (not failing): {history_text.describe(cp)}; {said}" for cp,
-                      said in verdict.suspected],
+            "drift": [f"DRIFT: {history_text.describe(cp)}; {said}"
+                      for cp, said in verdict.failures] +
+                     [f"suspected (not failing): {history_text.describe(cp)}; {said}"
+                      for cp, said in verdict.suspected],
             "change_point_head": ["change point", "metric", "commit", "size", "p-value",
                                   "steps ago"],
             "change_points": [[history_text.label(c), c.metric, c.commit[:10], f"{c.size:+.1%}",
@@ -72,11 +72,11 @@ def _workload(entries: list[dict], wl: dict, last_n: int) -> dict:
             "anchor_head": ["date", "commit", "metric", "new / anchor", "mark"],
             "anchors": [[e["date"][:10], e["new_commit"][:10], n, f"{m['ratio'] - 1:+.1%}",
                          m["mark"]]
-                        for _, e in anchors for n,
-                        m in e["metrics"].items() if m["mark"] != "not significant"],
+                        for _, e in anchors for n, m in e["metrics"].items()
+                        if m["mark"] != "not significant"],
             "level_head": ["metric", "level - 1", "95% interval", "steps"],
-            "levels": [[n, f"{pts[-1].level - 1:+.1%}", _interval(pts[-1]), len(pts) - 1] for n,
-                       pts in series.items()]}
+            "levels": [[n, f"{pts[-1].level - 1:+.1%}", _interval(pts[-1]), len(pts) - 1]
+                       for n, pts in series.items()]}
 
 
 def _stars(points: list[history.Point], anchors: list[tuple[int, dict]],

@@ -63,8 +63,8 @@ def answer(entries: list[dict], wl: dict, last_n: int = LAST_N) -> list[str]:
     steps = len(c.steps)
     head = f"{title(wl)}: "
     if res.failures:
-        return [head + "REGRESSION in " + ", ".join(dict.fromkeys(_short(cp) for cp,
-                                                                  _ in res.failures))] + \
+        return [head + "REGRESSION in "
+                + ", ".join(dict.fromkeys(_short(cp) for cp, _ in res.failures))] + \
             [f"  {describe(cp)}; {said}" for cp, said in res.failures] + \
             [f"  also suspected: {describe(cp)}" for cp, _ in res.suspected]
     if res.suspected:
@@ -97,8 +97,8 @@ def detail(entries: list[dict], wl: dict, path, anchor_every: int = ANCHOR_EVERY
     for i, e in history.same_workload(entries, wl):
         if e["kind"] != "anchor":
             continue
-        worse = ", ".join(f"{n} {m['ratio'] - 1:+.1%}" for n,
-                          m in e["metrics"].items() if m["mark"] == "worse")
+        worse = ", ".join(f"{n} {m['ratio'] - 1:+.1%}" for n, m in e["metrics"].items()
+                          if m["mark"] == "worse")
         former = "" if e["old_commit"] == c.anchor else " (a former anchor: not judged)"
         out.append(f"  anchor A/B entry {i + 1} ({e['date'][:10]}, {e['new_commit'][:10]} against "
                    f"{e['old_commit'][:10]}{former}): {worse or 'nothing flagged'}")

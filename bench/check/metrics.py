@@ -141,8 +141,8 @@ def _pairs(cells: dict):
 
 
 def _throughput_metrics(cells: dict, ref: str) -> dict:
-    tpspd = {n: {it["iteration"]: float(it["tpspd"]) for it in measured(r)} for n,
-             r in cells.items()}
+    tpspd = {n: {it["iteration"]: float(it["tpspd"]) for it in measured(r)}
+             for n, r in cells.items()}
     out = {}
     for n in cells:
         if n != ref:

@@ -81,8 +81,8 @@ def logged_input(log: StepLog, gpus: int, model: Path | None, device: str | None
     ref = [s.tokens / (s.wall_s * measured_on) for s in used]
     if gpus != measured_on:
         batches = [rescale(b, gpus) for b in batches]
-        variants = {k: tuple([rescale(b, gpus) for b in bs] for bs in v) for k,
-                    v in variants.items()}
+        variants = {k: tuple([rescale(b, gpus) for b in bs] for bs in v)
+                    for k, v in variants.items()}
         notes.append(other_count(gpus, measured_on, "log"))
     lean = None
     if all(s.old_logprob_s for s in used) and lm.rollout_share is None:

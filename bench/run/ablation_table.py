@@ -61,8 +61,8 @@ def add_schedule_cells(table: dict, specs) -> dict:
     name."""
     for spec in specs:
         for name, cells in spec.cells.items():
-            table.setdefault(name, []).extend((cell, {"schedule": spec.name, **sw}) for cell,
-                                              sw in cells)
+            table.setdefault(name,
+                             []).extend((cell, {"schedule": spec.name, **sw}) for cell, sw in cells)
     return table
 
 

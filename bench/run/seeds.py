@@ -37,5 +37,5 @@ def expand(cells: list[tuple[str, RunConfig]],
     if not seeds:
         return [(name, cfg, None) for name, cfg in cells]
     named = (lambda n, s: n) if len(seeds) == 1 else seeded_name
-    return [(named(name, s), with_overrides(cfg, {"run": {"seed": s}}), s) for s in seeds for name,
-            cfg in cells]
+    return [(named(name, s), with_overrides(cfg, {"run": {"seed": s}}), s) for s in seeds
+            for name, cfg in cells]

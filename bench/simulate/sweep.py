@@ -157,8 +157,8 @@ def run_simulation(run_dir: Path | None = None, preset: str | None = None, devic
 
 def _table(head: list[str], body: list[list[str]]) -> str:
     w = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    lines = ["  ".join(v.rjust(x) if j else v.ljust(x) for j,
-                       (v, x) in enumerate(zip(r, w))).rstrip()
+    lines = ["  ".join(v.rjust(x) if j else v.ljust(x)
+                       for j, (v, x) in enumerate(zip(r, w))).rstrip()
              for r in [head] + body]
     lines.insert(1, "  ".join("-" * x for x in w))
     return "\n".join(lines)

@@ -309,6 +309,6 @@ def priced_posted(counts: Counts, cost, posts, load_s: float,
     # a load
     when = {c: base(c) + sum(d for at, d in delays if at < c[1]) for c in set(counts.done.values())}
     # delays
-    return {q: when[c] for q,
-            c in counts.done.items()}, base(counts.end) + delay, loaded, recomputed
+    return {q: when[c]
+            for q, c in counts.done.items()}, base(counts.end) + delay, loaded, recomputed
     # every retirement after the step it came before

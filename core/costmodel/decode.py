@@ -232,8 +232,8 @@ def replay_posted(samples: list[dict], slots: int, g: int, cost: StepCost,
         loaded.append(posts[p - 1][1])
         # a sequence admitted at decode step a has fed prompt + (step - a) tokens: those are
         # prefilled again
-        tokens = sum(started[order][1] + step - started[order][0] for _, order,
-                     _ in active) if recompute else 0
+        tokens = sum(started[order][1] + step - started[order][0]
+                     for _, order, _ in active) if recompute else 0
         recomputed += tokens
         t += load_s + tokens * cost.prefill
 

@@ -103,8 +103,8 @@ def check_fits(nodes: list[Node], wanted: list[Demand], address: str, together: 
     order = sorted(wanted, key=lambda d: (d.where is None,
                                           -d.amount))  # placed workers first, largest first
     for d in order:
-        fits = [i for i, f in enumerate(free) if all(f.get(k, 0.0) + 1e-9 >= v for k,
-                                                     v in d.needs.items())]
+        fits = [i for i, f in enumerate(free)
+                if all(f.get(k, 0.0) + 1e-9 >= v for k, v in d.needs.items())]
         if not fits:
             raise UserError(_missing(nodes, free, d, wanted, address, together))
         best = max(fits, key=lambda i: free[i].get(d.device,

@@ -69,8 +69,8 @@ class HostCPU:
         """CPU seconds of each process since it started (a worker's live children with it); None:
         unreadable."""
         table = _table() if len(self.pids) > 1 else {}
-        return {w: cpu_seconds(p, with_children=w != Role.DRIVER.value, table=table) for w,
-                p in self.pids.items()}
+        return {w: cpu_seconds(p, with_children=w != Role.DRIVER.value, table=table)
+                for w, p in self.pids.items()}
 
     def start(self) -> None:
         self._start, self._t = self.totals(), time.perf_counter()

@@ -185,8 +185,8 @@ class Lifecycle:
         one per iteration)."""
         if self._at_start:
             now_ = host_cpu.totals()
-            self.record["process_cpu_s"] = {w: round(now_[w] - t, 3) for w,
-                                            t in self._at_start.items()
+            self.record["process_cpu_s"] = {w: round(now_[w] - t, 3)
+                                            for w, t in self._at_start.items()
                                             if t is not None and now_.get(w) is not None}
 
     def compiled(self, train_stats: dict | None, rollout_stats: list | None) -> None:

@@ -63,13 +63,12 @@ def stage_work(shape: dict, samples: list[dict], rollout_stats: list[dict], *,
     whether every group was packed, or the prompt indices of the groups that were
     (engine.shared_prompt=auto)."""
     groups = _groups(samples)
-    packed = {i for i in groups if shared_prompt is True or (isinstance(shared_prompt,
-                                                                        set) and i
+    packed = {i for i in groups if shared_prompt is True or (isinstance(shared_prompt, set) and i
                                                              in shared_prompt)}
     # A packed group is one sequence: the prompt once, each response attending it; the others G
     # rows.
-    tokens = sum(p + sum(rs) if i in packed else sum(p + r for r in rs) for i,
-                 (p, rs) in groups.items())
+    tokens = sum(p + sum(rs) if i in packed else sum(p + r for r in rs)
+                 for i, (p, rs) in groups.items())
     seq_sq = sum(p * p + sum(2 * p * r + r * r for r in rs) if i in packed
                  else sum((p + r) ** 2 for r in rs)
                  for i, (p, rs) in groups.items())

@@ -82,8 +82,8 @@ def _load_parquet(path: Path) -> list[Problem]:
     if "reward_model" not in frame.columns:
         raise UserError(f"{path}: no 'reward_model' column (has {list(frame.columns)}); expected "
                         "VERL's GSM8K parquet with prompt, reward_model.ground_truth, extra_info")
-    return [_parquet_problem(row, f"{path}: row {i}") for i,
-            row in enumerate(frame.to_dict("records"))]
+    return [_parquet_problem(row, f"{path}: row {i}")
+            for i, row in enumerate(frame.to_dict("records"))]
 
 
 def _parquet_problem(row: dict, where: str) -> Problem:

@@ -119,8 +119,8 @@ def _load_hf_config(cfg):
 def _read_hf_config(spec: str):
     """The HF config of an architecture JSON (model.path of kind hf_config); '_' keys are notes."""
     try:
-        values = {k: v for k,
-                  v in json.loads(config_file(spec).read_text()).items() if not k.startswith("_")}
+        values = {k: v for k, v in json.loads(config_file(spec).read_text()).items()
+                  if not k.startswith("_")}
         return AutoConfig.for_model(values.pop("model_type"), **values)
     except (ValueError, KeyError, json.JSONDecodeError) as e:
         raise UserError(

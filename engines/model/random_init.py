@@ -49,8 +49,8 @@ def initialise(model: nn.Module, std: float, seed: int, threads: int | None = No
             p.fill_(value)
         # detached: grad mode is per thread, and the drawing threads' is on
         # each chunk's generator seeded by the run's seed, the parameter and the chunk's place in it
-        chunks = [(p.detach().view(-1)[a:a + CHUNK], _mix(seed, i, a // CHUNK)) for i,
-                  p in enumerate(draws)
+        chunks = [(p.detach().view(-1)[a:a + CHUNK], _mix(seed, i, a // CHUNK))
+                  for i, p in enumerate(draws)
                   for a in range(0, p.numel(), CHUNK)]
         # the cores the process may use, not its torch threads: a run's driver keeps one intra-op
         # thread

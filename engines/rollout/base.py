@@ -121,8 +121,8 @@ class PendingGroup:
         self.versions[j] = versions
         self.done += 1
         if self.done == self.g:
-            per_token = [v if v is not None else [version] * len(t) for v,
-                         t in zip(self.versions, self.responses)]
+            per_token = [v if v is not None else [version] * len(t)
+                         for v, t in zip(self.versions, self.responses)]
             seen = {x for v in per_token for x in v}
             mixed = len(seen) > 1  # across tokens of a sample or across the group's samples
             group = Group(self.req.index, list(self.req.prompt_ids), self.responses, self.logprobs,

@@ -62,8 +62,8 @@ class DataParallelTrainer:
         steps = self._all(lambda n: (n, "step", k), f"stepping iteration {k}")
         self.version += 1
         rec.extend([ev for _, events in steps for ev in events])
-        return _merged_stats([st for st, _ in steps]), {i: r for share in shares for i,
-                                                        r in share.items()}
+        return _merged_stats([st for st, _ in steps]), {i: r for share in shares
+                                                        for i, r in share.items()}
 
     # ---------------------------------------------------------------- sync (colocated ranks)
 

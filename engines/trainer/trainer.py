@@ -154,8 +154,8 @@ class Trainer:
         budget = self.cfg.train.micro_batch_tokens
         if budget is None:
             return [mb for g, adv in zip(groups, advantages) for mb in self.micro_batches(g, adv)]
-        whole = [self.micro_batches(g, adv, len(g.responses))[0] for g,
-                 adv in zip(groups, advantages)]
+        whole = [self.micro_batches(g, adv, len(g.responses))[0]
+                 for g, adv in zip(groups, advantages)]
         return pack_by_tokens(whole, budget, self.shares_prompt)
 
     def shares_prompt(self, mb: MicroBatch) -> bool:

@@ -58,8 +58,8 @@ class Grid:
 
     def points(self) -> dict[str, dict]:
         """workload name -> config overrides, tails fastest-varying within each batch size."""
-        return {f"{name}-p{p}": self._overrides(tail, p) for p in self.prompts for name,
-                tail in self.tails.items()}
+        return {f"{name}-p{p}": self._overrides(tail, p) for p in self.prompts
+                for name, tail in self.tails.items()}
 
     def _overrides(self, tail: Tail, prompts: int) -> dict:
         # max_num_seqs = the whole batch: every sample in flight, in sync's ranks and async's
@@ -111,8 +111,8 @@ POINTS = {**{name: grid.points() for name, grid in GRIDS.items()}, "regime-natur
 # Workloads of `--ablation regime` (the regime map), `regime-quick` (the same axes at toy sizes) and
 # `regime-natural` (a pretrained model's own EOS tail): config overrides laid over the run's config,
 # one per point.
-WORKLOADS: dict[str, dict] = {name: over for points in POINTS.values() for name,
-                              over in points.items()}
+WORKLOADS: dict[str,
+                dict] = {name: over for points in POINTS.values() for name, over in points.items()}
 ABOUT = {"regime": "the regime map: that ladder over response-length tails x batch sizes, ~13 min "
                    "on 2 cores",
          "regime-quick": "the regime map at toy sizes",

@@ -46,10 +46,10 @@ def _curves(ax, frame: pd.DataFrame, statistic: str, measured: Crossover | None,
     for i, p in enumerate(prompts or [None]):
         sub = rows if p is None else rows[rows["prompts"] == p]
         y = [_f(v) for v in sub["measured_speedup"]]
-        err = [[max(0.0, m - _f(lo)) if lo == lo and lo is not None else 0 for m,
-                lo in zip(y, sub["measured_min"])],
-               [max(0.0, _f(hi) - m) if hi == hi and hi is not None else 0 for m,
-                hi in zip(y, sub["measured_max"])]]
+        err = [[max(0.0, m - _f(lo)) if lo == lo and lo is not None else 0
+                for m, lo in zip(y, sub["measured_min"])],
+               [max(0.0, _f(hi) - m) if hi == hi and hi is not None else 0
+                for m, hi in zip(y, sub["measured_max"])]]
         tag = "" if p is None else f", {p} prompts"
         ax.errorbar(sub["_x"], y, yerr=err, fmt=MARKERS[i % len(MARKERS)], color=MEASURED,
                     capsize=4, ms=7,

@@ -95,8 +95,8 @@ def measure(model_cfg: dict, run_dir: Path, cores: tuple[int, int] = (0, 1),
     barrier, out = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_work,
                          args=(side, model_cfg, core, barrier, out, phase_s, decode, train),
-                         name=f"rlbench-probe-{side}", daemon=True) for side,
-             core in zip(("decode", "train"), cores)]
+                         name=f"rlbench-probe-{side}", daemon=True)
+             for side, core in zip(("decode", "train"), cores)]
     t0 = time.monotonic()
     for p in procs:
         p.start()

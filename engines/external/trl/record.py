@@ -81,8 +81,8 @@ def cell_results(run) -> tuple[dict, dict]:
                                                                 if s["iteration"]
                                                                 == it["iteration"]])]
     return res, {schema.EVENTS: raw["events"], schema.SAMPLES: samples,
-                 schema.ITERATIONS: [{k: v for k,
-                                      v in it.items() if k != "external"} for it in iters]}
+                 schema.ITERATIONS: [{k: v for k, v in it.items() if k != "external"}
+                                     for it in iters]}
 
 
 def _status(run, plan, finished: int) -> tuple[str, str | None]:

@@ -235,8 +235,8 @@ def named_for(config_class, kwargs: dict, cb_class=None) -> dict:
 
 def _renamed(kwargs: dict, cls) -> dict:
     fields = {f.name for f in dataclass_fields(cls)}
-    return {(OLD_NAMES[k] if k in OLD_NAMES and k not in fields else k): v for k,
-            v in kwargs.items()}
+    return {(OLD_NAMES[k] if k in OLD_NAMES and k not in fields else k): v
+            for k, v in kwargs.items()}
 
 
 def generation(cfg, world: int, options: TrlOptions, longest_prompt: int) -> dict:

@@ -23,8 +23,8 @@ class AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name not in self.patches:
             return None
-        spec = next((s for s in (_find(f, name, path,
-                                       target) for f in sys.meta_path if f is not self) if s), None)
+        spec = next((s for s in (_find(f, name, path, target) for f in sys.meta_path
+                                 if f is not self) if s), None)
         if spec is None or spec.loader is None:
             return None
         spec.loader = _Patching(spec.loader, self.patches[name])

@@ -76,13 +76,13 @@ def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float,
     p_mean, r_mean = data.get("prompt_length/mean"), data.get("response_length/mean")
     samples = round(tokens / (p_mean + r_mean)) if p_mean is not None and r_mean else cfg.batch_size
     prompt_tokens = int(round(p_mean * samples)) if p_mean is not None else 0
-    timing = {k.removeprefix("timing_s/"): float(v) for k,
-              v in data.items() if k.startswith("timing_s/")}
+    timing = {k.removeprefix("timing_s/"): float(v) for k, v in data.items()
+              if k.startswith("timing_s/")}
     # device-seconds, as rlbench's stage_s sums its workers': a VERL stage's wall seconds x the
     # devices it holds
     per = stage_devices or (lambda stage: n_gpus)
-    stage_s = {STAGE_MAP[k].value: v * per(STAGE_MAP[k]) for k,
-               v in timing.items() if k in STAGE_MAP}
+    stage_s = {STAGE_MAP[k].value: v * per(STAGE_MAP[k]) for k, v in timing.items()
+               if k in STAGE_MAP}
     acc = eval_accuracy(data)
     return make_iteration(
         iteration=k, start=start, wall_s=wall, num_samples=samples, prompt_tokens=prompt_tokens,
