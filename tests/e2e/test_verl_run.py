@@ -48,7 +48,13 @@ def test_verl_trains_to_completion_measured_as_rlbench_measures(verl_run):
 def test_verl_learns_and_samples_from_its_updated_weights(verl_run):
     res, _, _ = verl_run
     its = res["iterations"]
-    assert any(it["reward_mean"] > 0 for it in its) and all(it["grad_norm"] > 0 for it in its)
+    assert any(it["reward_mean"] > 0 for it in its)
+    # a gradient wherever the batch had a signal (some group's rewards differed: advantages not all
+    # zero; a step whose groups all scored alike rightly has none), and at least one such step
+    signal = [it for it in its
+              if it["external"]["advantages"]["max"] != it["external"]["advantages"]["min"]]
+    assert signal and all(it["grad_norm"] > 0 for it in signal), [
+        (it["grad_norm"], it["external"]["advantages"]) for it in its]
     assert [e["iteration"] for e in res["evals"]] == [0, STEPS]  # VERL's validation before and after
     # vLLM's log-probs of its samples against the trainer's: at the first step's level after every update, so
     # each update reached vLLM (skipped, the gap grows with every step: test_verl_cpu_layer.py's planted fault)

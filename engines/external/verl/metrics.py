@@ -97,8 +97,11 @@ def _iteration(k: int, step: int, data: dict, cfg, n_gpus: int, start: float,
         external={"step": step, "perf/throughput": data.get("perf/throughput"),
                   # vLLM's log-probs of the sampled tokens against the trainer's (old-policy pass):
                   # near zero only while vLLM samples from the weights the trainer has
-                  "rollout_vs_trainer": {k.split("/",
-                                                 1)[1]: data[k] for k in ROLLOUT_GAP if k in data},
+                  "rollout_vs_trainer": {k.split("/", 1)[1]: data[k]
+                                         for k in ROLLOUT_GAP if k in data},
+                  # the batch's advantages: all zero (every group's rewards equal) gives no
+                  # policy gradient, so a step may rightly have a zero gradient norm
+                  "advantages": {k: data.get(f"critic/advantages/{k}") for k in ("min", "max")},
                   "perf/total_num_tokens": data["perf/total_num_tokens"], "timing_s": timing,
                   "expected_samples": cfg.batch_size})
 
