@@ -33,7 +33,7 @@ OTHER_MEANING = {
 
 # Where a word that is also a rollout backend's name means something else.
 OTHER_BACKEND_MEANING = {
-    ("core/config.py", "builtin"): "data.source: the built-in task",
+    ("core/config_inputs.py", "builtin"): "data.source: the built-in task",
     ("engines/data/source.py", "builtin"): "data.source: the built-in task",
     ("core/results/provenance.py", "vllm"): "the vllm package's version",
     ("engines/external/verl/command.py", "vllm"): "VERL's own rollout engine setting",
