@@ -331,8 +331,6 @@ class RunConfig(Section):
         for problem in (schedules.of(self).problems(self) + schedules.foreign_options(self)
                         + components.BACKENDS[self.rollout.backend].problems(self)):
             raise ValueError(problem)
-        if self.engine.shared_prompt and g > 1 and mbs % g and g % mbs:
-            raise ValueError("engine.shared_prompt needs micro_batch_size to divide group_size")
         if self.run.warmup_iterations >= self.run.iterations:
             raise ValueError("run.warmup_iterations must be smaller than run.iterations")
         return self

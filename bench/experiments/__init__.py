@@ -49,11 +49,6 @@ def not_config() -> set[str]:
     return {s for e in EXPERIMENTS.values() for s in e.switches}
 
 
-def plot_files() -> list[str]:
-    """The files the experiments' report sections write under a run's plots/."""
-    return [f for e in EXPERIMENTS.values() for f in e.plots]
-
-
 def analyses() -> list[Analysis]:
     return [e.load_analysis() for e in EXPERIMENTS.values()]
 

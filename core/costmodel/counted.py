@@ -248,12 +248,6 @@ def _as_counts(of: int, groups: list[int], done: list, stretches: tuple) -> list
     return out
 
 
-def priced_total(counts: Counts, cost) -> float:
-    """The replay's total seconds alone (priced's second value)."""
-    a, b = cost.linear
-    return counts.end[0] * cost.refill + a * counts.end[1] + b * counts.end[2]
-
-
 def priced(counts: Counts, cost) -> tuple[dict[int, float], float]:
     """decode.replay's (prompt -> when its group finished, total seconds) from the counts, for a
     StepCost with `linear` = (a, b): a step with B sequences in flight costs a + b B."""

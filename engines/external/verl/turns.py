@@ -13,7 +13,6 @@ import os
 import signal
 from pathlib import Path
 
-from rlbench.core.devices import procs
 from rlbench.engines.external.trl.gate import GateServer
 
 
@@ -75,6 +74,3 @@ def _signal(pids: list[int], sig: int) -> None:
             pass
 
 
-def verl_pids(token: str, var: str) -> list[int]:
-    """Every live process of one VERL run (found by its token)."""
-    return procs.marked(token, var=var)
