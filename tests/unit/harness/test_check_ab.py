@@ -148,6 +148,16 @@ def test_a_new_tree_whose_startup_evaluation_or_memory_doubles_fails(tmp_path, k
     assert all(row(res, m).mark != "worse" for m in ("tpspd:sync", "cost:update"))  # the iterations did not move
 
 
+def test_an_asynchronous_cells_start_up_cpu_is_judged_against_its_own_floor(tmp_path):
+    """+10% start-up CPU: within the floor of a cell whose rollout overlaps its training (its warm-up
+    round follows the old tree's same cell), beyond the floor of the others; +20% is beyond both."""
+    res = _judge(ab_folder(tmp_path / "ten", life={"startup_cpu_s": 1.10}))
+    assert row(res, "startup_cpu:periodic_async").mark == "not significant"
+    assert row(res, "startup_cpu:periodic_async").change == pytest.approx(0.10, abs=0.02)
+    res = _judge(ab_folder(tmp_path / "twenty", life={"startup_cpu_s": 1.20}))
+    assert row(res, "startup_cpu:periodic_async").mark == "worse" and res.exit_code == 1
+
+
 def test_evaluation_slower_in_every_cell_fails_on_the_pooled_metric_under_the_per_cell_floor(tmp_path):
     """+20% evaluation CPU in every cell: inside each cell's floor, beyond the pooled one (eval:all)."""
     res = _judge(ab_folder(tmp_path / "ab", life={"eval_s": 1.2}))
