@@ -11,11 +11,11 @@ Points and their arguments:
     stage_end    (stage, wall_s, cpu_s, idle)  the timer, at the end of every stage, inside it
     decode_step  (cpu_s,)                      the built-in sampler, after every decode step
     iteration    (k, role)                     a worker about to do iteration k's work (role:
-    rollout,
+                                               rollout,
                                                trainer, vllm_engine)
     started      (worker,)                     a worker process, after it was pinned to its device
     node         (resources, clock)            a Ray actor, on starting: its node's custom resources
-    and
+                                               and
                                                its clock (core/record/stages.py NODE_CLOCK)
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ code path whatever the launcher:
 
     call = host.submit(worker, "method", *args)      # returns at once
     values = host.wait([call, ...], doing="...")     # in order; emitted items go to on_emit
-    meanwhile
+                                                     meanwhile
 
 A worker may also `emit(item)` while a call runs (a rollout worker hands on each finished group this
 way). A worker that dies or raises, does not start within timeout_s, or stops making progress (the

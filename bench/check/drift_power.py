@@ -13,7 +13,7 @@ measured (a drift), or an unchanged one. Drawn histories share the few measured 
 estimate what those runs' noise gives, they are not independent trials.
 
     python -m rlbench.check.drift_power FILE [SEEDS] [--other TREE]   # -> the rates, as
-    docs/results/ci-gate.md
+                                                                      docs/results/ci-gate.md
                                                                       # shows them; TREE: another
                                                                       checkout's rule
 """

@@ -5,7 +5,7 @@ averaged over the logging window:
     step_time                    seconds of one optimizer step, generation included (required)
     num_tokens                   prompt + completion tokens seen so far (cumulative; required)
     completions/mean_length      response tokens, mean (required); completions/max_length the
-    longest
+                                 longest
 
 It does not split generation from training (its profiling timers go to W&B / MLflow / Trackio, not
 to the log history), nor log prompt lengths or the samples per step: the plan splits the step by a

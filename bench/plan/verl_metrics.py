@@ -12,7 +12,7 @@ compute_data_metrics, compute_throughout_metrics; the stage timers of its `marke
     timing_s/update_weights (or sync_weights)   the colocated weight sync
     timing_s/save_checkpoint      checkpoints: inside `step`, taken out of it
     timing_s/testing              evaluation: taken out of the step only where the step holds it
-    (VERL before
+                                  (VERL before
                                   0.5 timed validation inside `step`; 0.9.1's trainers time it after
                                   `step`: verl/trainer/ppo/ray_trainer.py:1730,
                                   v1/trainer_base.py:494)

@@ -4,8 +4,8 @@ each device running at the per-device costs of the report's measured-vs-predicte
 trained token, optimizer step, weight sync), measured in a run's data-parallel sync cell or stated
 by a preset.
 
-    model.py      batches (predict.SyncMeasurements) and their re-dealing to other device counts;
-    stated costs events.py     the three schedules -> SimResult
+    model.py      batches (sync_measurements.SyncMeasurements) and their re-dealing to other device
+    counts; stated costs events.py     the three schedules -> SimResult
     bounded.py    bounded staleness from the same costs
     calibrate.py  calibration from a run's sync cell; validate() predicts the run's own cells
     paper.py      the paper's setting (7B, GSM8K-like lengths, 64 devices) and its reported figures

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from rlbench.core import schedules
 from rlbench.core.config_files import recorded_config
-from rlbench.core.costmodel.predict import SyncMeasurements, measurements
+from rlbench.core.costmodel.predict import measurements
+from rlbench.core.costmodel.sync_measurements import SyncMeasurements
 from rlbench.core.errors import UserError
 from rlbench.core.results import schema
 from rlbench.core.schedules.spec import MODEL_COLOCATED

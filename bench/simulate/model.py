@@ -1,8 +1,8 @@
 """What the simulator runs on: batches with their per-device costs, in the report's model.
 
-A *batch* is one rlbench.core.costmodel.predict.SyncMeasurements: one iteration's samples (prompt,
-sample, prompt_len, response_len) and the costs of one device running one worker, measured in a
-data-parallel sync cell (or stated by a preset):
+A *batch* is one rlbench.core.costmodel.sync_measurements.SyncMeasurements: one iteration's samples
+(prompt, sample, prompt_len, response_len) and the costs of one device running one worker, measured
+in a data-parallel sync cell (or stated by a preset):
 
     decode step                              StepCost: by its batch bucket and cache window (a plane
     over the
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from rlbench.core.costmodel.decode import StepCost
 from rlbench.core.costmodel.counted import Rows
-from rlbench.core.costmodel.predict import SyncMeasurements
+from rlbench.core.costmodel.sync_measurements import SyncMeasurements
 
 
 @dataclass

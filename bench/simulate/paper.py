@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rlbench.core.costmodel.predict import SyncMeasurements
+from rlbench.core.costmodel.sync_measurements import SyncMeasurements
 from rlbench.core.costmodel.simulate import ASYNC, BOUNDED_K, REF, simulate
 from rlbench.simulate.model import Costs, lognormal_samples, summary
 

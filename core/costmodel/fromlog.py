@@ -5,9 +5,9 @@ A framework's log (VERL's `timing_s/*`, TRL's log history, an rlbench results.js
 events) says, per step, how long the whole cluster of N devices spent generating, training and
 syncing weights, and the batch's token counts and response lengths; it does not say what rlbench's
 own sync cell measures per device (decode-step seconds by sequences in flight, each sample's
-length). This module rebuilds a predict.SyncMeasurements per logged step from what the log says plus
-stated assumptions, so that every schedule's own term of the cost model (costmodel.simulate)
-predicts it, as it predicts a measured sync cell:
+length). This module rebuilds a sync_measurements.SyncMeasurements per logged step from what the log
+says plus stated assumptions, so that every schedule's own term of the cost model
+(costmodel.simulate) predicts it, as it predicts a measured sync cell:
 
 - samples: the step's samples (logged, or tokens / (prompt mean + response mean)) in groups of G; a
   synthetic batch of at most SIM_PROMPTS groups stands for them (each synthetic sample stands for

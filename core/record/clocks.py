@@ -9,8 +9,9 @@ driver asks a process on the node for its clock and notes when it asked and when
 round trip, so
 
     offset      = remote - (sent + received) / 2        (how far the node's clock is ahead of the
-    driver's) uncertainty = (received - sent) / 2                 (the true offset lies within
-    offset +- uncertainty)
+                                                        driver's)
+    uncertainty = (received - sent) / 2                 (the true offset lies within offset +-
+                                                        uncertainty)
 
 Of several probes the one with the shortest round trip bounds the offset best (queueing inflates a
 round trip, never shrinks it), so it is the estimate. The driver estimates again during the run (a

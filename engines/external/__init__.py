@@ -3,9 +3,11 @@
 runner("verl")          verl/adapter.py run_verl: `rlbench run --engine verl` and the VERL cells of
                         `--ablation verl` (VERL's venv: scripts/setup.sh --verl; CPU or GPU)
 runner("trl")           trl/adapter.py run_trl: `--engine trl` and the TRL cells of `--ablation
-peers` runner("mindspeed-rl")  mindspeed.py run_mindspeed: `--engine mindspeed-rl` (Ascend NPU,
-MINDSPEED_RL_HOME) Each raises rlbench.core.errors.UserError when the framework is absent, and
-writes out_dir/results.json in the same layout as an rlbench cell.
+                        peers`
+runner("mindspeed-rl")  mindspeed.py run_mindspeed: `--engine mindspeed-rl` (Ascend NPU,
+                        MINDSPEED_RL_HOME)
+Each raises rlbench.core.errors.UserError when the framework is absent, and writes
+out_dir/results.json in the same layout as an rlbench cell.
 """
 from __future__ import annotations
 

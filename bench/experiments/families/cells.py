@@ -5,13 +5,13 @@ buys (docs/architecture/schedules.md, 'The families ladder'; README.md beside th
 
     sync            the reference: colocated ranks, each generating then training its shard
     barrier         periodic-async's device split (rollout pool + training pool), training only
-    after the
+                    after the
                     last group has arrived                                   -> factor "split"
     periodic-async  training overlaps generation inside the iteration, on-policy   -> "overlap"
     one-step-off    the next batch is generated while this one trains (k = 1)      -> "k=1"
     k2              bounded staleness, rollout up to 2 versions ahead              -> "k=2"
     k2_partial      k2 with partial rollout: new weights taken mid-sequence        -> "partial
-    rollout"
+        rollout"
 
 The terminal and the report print the factors as one line; the two staleness rungs form one factor,
 "staleness" (k2 / periodic-async), with each step in brackets:

@@ -5,13 +5,13 @@ rlbench's beside VERL's own GRPO trainer and its asynchronous recipes (VERL_CELL
     sync            rlbench's reference: colocated ranks, each generating then training its shard
     periodic_async  rlbench's periodic asynchrony on the same devices
     trl             TRL on-policy: one pinned rank per device (data parallel: gloo on CPU, NCCL on
-    CUDA), one optimizer step
+                    CUDA), one optimizer step
                     per generation, the same loss (tests/unit/engines/test_trl_loss.py)
     trl_cb          TRL on-policy with transformers' continuous batching for its generation
                     (use_transformers_continuous_batching; engines/external/trl/settings.py
                     TrlOptions)
     trl_off_policy  TRL with OFF_POLICY_STEPS optimizer steps per generation (steps_per_generation
-    that
+                    that
                     many times gradient_accumulation_steps: its off-policy setting;
                     train.ppo_mini_batches)
     sync+tri_model+shared_prompt

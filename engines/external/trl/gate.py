@@ -6,7 +6,8 @@ ranks are processes of their own, so rank 0 sends one line per event on a pipe a
 
     ready        set up and evaluated: turns may start       -> pacer.ready()
     before K     about to start iteration K                  -> pacer.before(K)   (blocks until its
-    turn) after K      iteration K and its evaluation are done     -> pacer.after(K)
+        turn)
+    after K      iteration K and its evaluation are done     -> pacer.after(K)
     leave        trained: no more turns                      -> pacer.leave(wait_for_others=True)
 
 The parent answers every line, so rank 0 and the ring stay in step; alone (no pacer) it answers at

@@ -3,7 +3,7 @@ as a cell.
 
 Per iteration k (one generation and its optimizer steps):
   window   from the earliest rank's start to the latest rank's end (timing.py: after the step
-  barrier,
+           barrier,
            to on_step_end of the iteration's last step); evaluation is outside it;
   tokens   prompt + response tokens of the samples trained, no padding (TRL's prompt and completion
            masks), checked against TRL's own counter (num_tokens: prompt + completion tokens it has

@@ -5,14 +5,14 @@ Recorder).
 wrapper calls TRL's own method inside a stage (or notes a sample fact) and returns its result:
 
     _generate_single_turn               -> rollout       (model.generate on the rank's generation
-    batch, or
+                                                         batch, or
                                                           continuous batching's generate_batch: its
                                                           CPU seconds the process's, as it generates
                                                           on a thread)
     the reward function                 -> reward        (rlbench's strict rule, data.py)
     _get_per_token_logps_and_entropies  -> ref_logprob   (the reference model)
                                            old_logprob   (the policy without grad: off-policy steps
-                                           only)
+                                                         only)
     _prepare_inputs .. training_step    -> update        (TRL's loss forward and backward)
     end of the last backward .. on_step_end -> optimizer_step (grad clip, AdamW, schedule,
     zero_grad)

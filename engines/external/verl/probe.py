@@ -10,9 +10,10 @@ every REPLAY_POLL_S instead of every 2 s (a step's rollout wait is otherwise rou
 (verl.utils.tracking.Tracking, the trainer's or the recipe's driver actor):
 
     Tracking(config=...)       the resolved config as JSON at RLBENCH_VERL_CONFIG (the cell's cost
-    settings) log(validation, step 0)    ready; before 0          (turns start once VERL is set up
-    and has validated) log(the k-th train step)   after k-1; before k      (or leave, after the last
-    step)
+                               settings)
+    log(validation, step 0)    ready; before 0          (turns start once VERL is set up and has
+                                                        validated)
+    log(the k-th train step)   after k-1; before k      (or leave, after the last step)
 
 A turn is asked for on the FIFO `request` of the folder RLBENCH_VERL_GATE and granted by a line on
 `reply`; the cell process answers (engines/external/verl/turns.py). Without RLBENCH_VERL_GATE

@@ -2,13 +2,13 @@
 devices of each.
 
     verl                VERL's GRPO trainer (verl.trainer.main_ppo, trainer.v1.trainer_mode=sync):
-    the hybrid
+                        the hybrid
                         engine, every device training and rolling out (rlbench's sync layout)
     verl_one_step_off   verl/experimental/one_step_off_policy: rollout on its own devices one step
-    ahead of the
+                        ahead of the
                         trainer (staleness 1), weights to the rollout workers after every step
     verl_fully_async    verl/experimental/fully_async_policy: a rollouter streaming samples to the
-    trainer, a
+                        trainer, a
                         weight sync every trigger_parameter_sync_step steps, at most
                         staleness_threshold of a batch stale, partial rollout (interrupted
                         generations resumed with new weights) on or off

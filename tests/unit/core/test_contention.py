@@ -13,7 +13,7 @@ from rlbench.core.costmodel.contention import (
     training_points,
 )
 from rlbench.core.costmodel.decode import StepCost
-from rlbench.core.costmodel.predict import SyncMeasurements
+from rlbench.core.costmodel.sync_measurements import SyncMeasurements
 
 
 def ev(worker, stage, k, start, end):

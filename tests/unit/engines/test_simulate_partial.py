@@ -5,7 +5,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlbench.core.costmodel.decode import StepCost, replay_posted
-from rlbench.core.costmodel.predict import SyncMeasurements
+from rlbench.core.costmodel.sync_measurements import SyncMeasurements
 from rlbench.simulate import simulate
 from rlbench.core.costmodel.bounded import bounded
 from rlbench.simulate.model import lognormal_samples

@@ -96,7 +96,7 @@ def test_map_brackets_the_crossover_in_the_prediction_model():
     seeds draw, at a decode step costing 6 trained tokens (what the regime runs of docs/results/regime.md imply): at least
     two points win by 5% or more and at least two lose. The measured map is the user's; this guards the grid."""
     from rlbench.core.costmodel.decode import StepCost
-    from rlbench.core.costmodel.predict import SyncMeasurements
+    from rlbench.core.costmodel.sync_measurements import SyncMeasurements
     from rlbench.engines.rollout.sampling import LengthSampling, target_length
 
     c_tok = 4e-4
